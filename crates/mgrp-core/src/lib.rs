@@ -1,0 +1,32 @@
+//! The Measurement Manager Protocol (MGRP) without I/O and without clocks.
+//!
+//! Measurement tools hand MGRP whole probe trains; MGRP fills the probes' padding with
+//! application packets bound for the same destination ("riders"), sends the train with
+//! exact gaps, and on the far side takes the riders out again. This crate holds every
+//! piece of that protocol that can be expressed as pure functions and state machines,
+//! so it can be tested exhaustively without root, sockets or a real clock:
+//!
+//! - [`wire`]: the MGRP packet format, a checked zero-copy view plus a parsed
+//!   representation that emits into a caller's buffer.
+//! - [`planner`]: which rider bytes ride in which probe, when held riders must leave
+//!   unchanged, and the per-transaction report, driven by `handle_*` / `poll_*` calls.
+//! - [`reassembly`]: rebuilding riders from chunks that arrive in any order, duplicated
+//!   or not at all, within bounded memory.
+//! - [`stats`]: what a tool learns about its transaction, and the planner's counters.
+//! - [`schedule`]: absolute departure deadlines of a train and the summary of how well
+//!   a sent train kept them.
+//!
+//! Time always comes in as an argument: [`MonoTime`] for scheduling, [`WallTime`] for
+//! the sender and receiver stamps that end up in probes.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod planner;
+pub mod reassembly;
+pub mod schedule;
+pub mod stats;
+mod time;
+pub mod wire;
+
+pub use time::{MonoTime, WallTime};

@@ -1,0 +1,780 @@
+//! Piggyback planning for one destination, without I/O and without a clock.
+//!
+//! The daemon keeps one [`Planner`] per destination and drives it quinn-style:
+//!
+//! - [`Planner::handle_rider`] queues an application packet with its arrival time;
+//! - [`Planner::handle_transaction`] queues a tool's probe train;
+//! - [`Planner::poll_probe`] builds the next probe of the train in flight (starting the
+//!   next queued train if none is), filled with rider chunks taken from the front of the
+//!   queue, and says when it is due; [`Planner::next_deadline`] tells the pacer when the
+//!   probe after that is due, so it can build it as late as possible;
+//! - [`Planner::handle_probe_sent`] records each departure; after the last one
+//!   [`Planner::poll_report`] yields the transaction's report;
+//! - [`Planner::poll_transmit`] releases riders that may wait no longer: whole ones
+//!   unchanged, and the rest of a rider that already started riding as continuation
+//!   packets;
+//! - [`Planner::poll_timeout`] says when to call back.
+//!
+//! Riders leave strictly in arrival order, so at most the rider at the front of the
+//! queue is ever partly sent.
+//!
+//! The size rule holds by construction: a probe's MGRP packet is exactly the requested
+//! IP total length minus the destination's IP header length, and chunks only take space
+//! that would otherwise be padding.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::stats::{Outcome, PlannerCounters, ProbeDeparture, TransactionReport};
+use crate::time::duration_nanos;
+use crate::wire::{self, CHUNK_DESC_LEN, Chunk, Header, Kind, MAX_CHUNKS, Repr};
+use crate::{MonoTime, WallTime};
+
+/// When held riders leave without a train.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HoldMode {
+    /// Every rider waits up to the hold time for a train, whether or not one is
+    /// coming (the paper's behaviour).
+    #[default]
+    Always,
+    /// Riders wait only while a transaction to their destination is queued or in
+    /// flight, so traffic sees no added delay when nobody measures.
+    OnDemand,
+}
+
+/// How many riders one probe may carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Packing {
+    /// At most one rider chunk per probe (the paper's behaviour).
+    #[default]
+    OnePerProbe,
+    /// As many chunks as fit in the padding.
+    Multiple,
+}
+
+/// Piggyback policy of a planner.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// How long a rider may wait for a probe (default 10 ms, the paper's `mgrp10`).
+    pub hold: Duration,
+    /// When riders wait at all.
+    pub hold_mode: HoldMode,
+    /// Riders per probe.
+    pub packing: Packing,
+    /// Largest fraction of a train's probes that may carry riders, in `0.0..=1.0`.
+    pub max_train_fraction: f64,
+    /// If set, only probes with sequence number below this may carry riders (paper
+    /// §4.2.2: losses hit the end of a congesting burst, so spare the riders).
+    pub first_n: Option<u16>,
+    /// Most riders held at once.
+    pub max_queued_riders: usize,
+    /// Most rider bytes held at once.
+    pub max_queued_bytes: usize,
+    /// Smallest fragment worth making: a rider is split only if the piece that fits
+    /// holds at least this many bytes.
+    pub min_fragment: usize,
+    /// Length of the authentication trailer reserved in every MGRP packet.
+    pub trailer_len: u16,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            hold: Duration::from_millis(10),
+            hold_mode: HoldMode::Always,
+            packing: Packing::OnePerProbe,
+            max_train_fraction: 1.0,
+            first_n: None,
+            max_queued_riders: 4096,
+            max_queued_bytes: 4 << 20,
+            min_fragment: 64,
+            trailer_len: 0,
+        }
+    }
+}
+
+/// Errors of planner configuration and of submitted transactions.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// `max_train_fraction` is not within `0.0..=1.0`.
+    #[error("max train fraction must be between 0 and 1, got {0}")]
+    BadFraction(String),
+    /// The path's IP header length or MTU cannot carry an MGRP packet.
+    #[error(
+        "path MTU {mtu} with {ip_header_len}-byte IP headers leaves no room for an MGRP packet"
+    )]
+    BadPath {
+        /// IP header length.
+        ip_header_len: u16,
+        /// Path MTU.
+        mtu: u16,
+    },
+    /// The transaction has no probes.
+    #[error("a transaction needs at least one probe")]
+    EmptyTrain,
+    /// The transaction has more probes than a 16-bit sequence number counts.
+    #[error("a transaction may have at most 65535 probes, got {0}")]
+    TrainTooLong(usize),
+    /// A probe is too small for the IP and MGRP headers plus the tool's header.
+    #[error(
+        "probe {seq} asks for {size} bytes but needs at least {min} (IP and MGRP headers plus its {tool_header_len}-byte tool header); ask for a larger probe or a shorter tool header"
+    )]
+    ProbeTooSmall {
+        /// Sequence number of the probe.
+        seq: u16,
+        /// Requested IP total length.
+        size: u16,
+        /// Smallest size that fits.
+        min: usize,
+        /// Length of its tool header.
+        tool_header_len: usize,
+    },
+    /// A probe is larger than the path MTU.
+    #[error("probe {seq} asks for {size} bytes, more than the path MTU of {mtu}")]
+    ProbeTooLarge {
+        /// Sequence number of the probe.
+        seq: u16,
+        /// Requested IP total length.
+        size: u16,
+        /// Path MTU.
+        mtu: u16,
+    },
+}
+
+/// The IP path to one destination, as far as sizes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Path {
+    /// Length of the IP header MGRP packets travel under (20 for IPv4, 40 for IPv6).
+    pub ip_header_len: u16,
+    /// Largest IP packet the path carries.
+    pub mtu: u16,
+}
+
+impl Path {
+    /// An IPv4 path with the given MTU.
+    pub const fn ipv4(mtu: u16) -> Self {
+        Self {
+            ip_header_len: 20,
+            mtu,
+        }
+    }
+
+    /// An IPv6 path with the given MTU.
+    pub const fn ipv6(mtu: u16) -> Self {
+        Self {
+            ip_header_len: 40,
+            mtu,
+        }
+    }
+}
+
+/// One probe of a transaction, as the tool specifies it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeSpec {
+    /// The tool's probe header, delivered to the receiving tool.
+    pub header: Bytes,
+    /// The probe's IP total length on the wire.
+    pub size: u16,
+    /// Gap before this probe (for the first probe: after the train starts).
+    pub gap: Duration,
+    /// Whether riders may use this probe's padding.
+    pub piggyback: bool,
+}
+
+/// A probe transaction: a tool's train for one destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transaction {
+    /// Id, chosen by the daemon and unique among its live transactions.
+    pub id: u32,
+    /// Measurement port of the sending tool.
+    pub src_port: u16,
+    /// Measurement port of the receiving tool.
+    pub dst_port: u16,
+    /// The probes, in sending order.
+    pub probes: Vec<ProbeSpec>,
+}
+
+/// A probe ready to go: the MGRP packet (without IP header) and when it is due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeToSend {
+    /// Transaction id.
+    pub transaction: u32,
+    /// Sequence number within the train.
+    pub seq: u16,
+    /// When it is due (absolute, from the train's start).
+    pub deadline: MonoTime,
+    /// The MGRP packet: exactly the requested size minus the IP header. Its sender
+    /// stamp is zero; write it with [`wire::stamp_sender_time`] right before sending.
+    pub packet: Vec<u8>,
+    /// Rider bytes the probe carries.
+    pub rider_bytes: usize,
+    /// Rider chunks the probe carries.
+    pub rider_chunks: usize,
+}
+
+/// Something to send now that is not a probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transmit {
+    /// A rider whose wait is over, to be sent as it came (an IP packet).
+    Unchanged(Bytes),
+    /// A continuation packet with the rest of a rider that started riding in a probe.
+    /// Write its sender stamp like a probe's.
+    Continuation(Vec<u8>),
+}
+
+/// Why a rider was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RiderDrop {
+    /// The queue held its most riders or bytes.
+    #[error("rider queue full")]
+    QueueFull,
+    /// The rider is larger than the path MTU.
+    #[error("rider larger than the path MTU")]
+    TooLarge,
+    /// The rider has no bytes.
+    #[error("empty rider")]
+    Empty,
+}
+
+#[derive(Debug)]
+struct Held {
+    id: u32,
+    arrival: MonoTime,
+    data: Bytes,
+    /// Bytes already sent in chunks.
+    sent: usize,
+    continued: bool,
+}
+
+#[derive(Debug)]
+struct Active {
+    tx: Transaction,
+    submitted: MonoTime,
+    next_seq: usize,
+    next_deadline: MonoTime,
+    carry_budget: usize,
+    departures: Vec<ProbeDeparture>,
+    probes_sent: u16,
+    probes_with_riders: u16,
+    /// Arrival time and size of every chunk carried, to count the competing ones once
+    /// the first departure is known.
+    carried: Vec<(MonoTime, u32)>,
+}
+
+/// The piggyback planner of one destination. See the module docs for the calls.
+#[derive(Debug)]
+pub struct Planner {
+    policy: Policy,
+    path: Path,
+    riders: VecDeque<Held>,
+    queued_bytes: usize,
+    next_rider_id: u32,
+    pending: VecDeque<(MonoTime, Transaction)>,
+    active: Option<Active>,
+    reports: VecDeque<TransactionReport>,
+    flushing: bool,
+    counters: PlannerCounters,
+}
+
+impl Planner {
+    /// A planner for the destination reached over `path`.
+    pub fn new(policy: Policy, path: Path) -> Result<Self, PlanError> {
+        if !(0.0..=1.0).contains(&policy.max_train_fraction) {
+            return Err(PlanError::BadFraction(
+                policy.max_train_fraction.to_string(),
+            ));
+        }
+        let room = usize::from(path.mtu).checked_sub(
+            usize::from(path.ip_header_len) + wire::min_packet_len(0, policy.trailer_len),
+        );
+        if room.is_none_or(|r| r <= CHUNK_DESC_LEN) {
+            return Err(PlanError::BadPath {
+                ip_header_len: path.ip_header_len,
+                mtu: path.mtu,
+            });
+        }
+        Ok(Self {
+            policy,
+            path,
+            riders: VecDeque::new(),
+            queued_bytes: 0,
+            next_rider_id: 0,
+            pending: VecDeque::new(),
+            active: None,
+            reports: VecDeque::new(),
+            flushing: false,
+            counters: PlannerCounters::default(),
+        })
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The counters so far.
+    pub fn counters(&self) -> PlannerCounters {
+        PlannerCounters {
+            riders_held: self.riders.len() as u64,
+            ..self.counters
+        }
+    }
+
+    /// Riders currently held.
+    pub fn held_riders(&self) -> usize {
+        self.riders.len()
+    }
+
+    /// Whether a transaction is queued or in flight.
+    pub fn has_transaction(&self) -> bool {
+        self.active.is_some() || !self.pending.is_empty()
+    }
+
+    /// The smallest IP total length a probe with this tool header may ask for.
+    pub fn min_probe_size(&self, tool_header_len: usize) -> usize {
+        usize::from(self.path.ip_header_len)
+            + wire::min_packet_len(tool_header_len, self.policy.trailer_len)
+    }
+
+    /// Queues an application packet that arrived at `now`.
+    pub fn handle_rider(&mut self, now: MonoTime, data: Bytes) -> Result<(), RiderDrop> {
+        self.counters.riders_in += 1;
+        self.counters.rider_bytes_in += data.len() as u64;
+        let drop = if data.is_empty() {
+            Some(RiderDrop::Empty)
+        } else if data.len() > usize::from(self.path.mtu) {
+            Some(RiderDrop::TooLarge)
+        } else if self.riders.len() >= self.policy.max_queued_riders
+            || self.queued_bytes + data.len() > self.policy.max_queued_bytes
+        {
+            Some(RiderDrop::QueueFull)
+        } else {
+            None
+        };
+        if let Some(reason) = drop {
+            match reason {
+                RiderDrop::Empty => self.counters.riders_dropped_empty += 1,
+                RiderDrop::TooLarge => self.counters.riders_dropped_too_large += 1,
+                RiderDrop::QueueFull => self.counters.riders_dropped_queue_full += 1,
+            }
+            return Err(reason);
+        }
+        let id = self.next_rider_id;
+        self.next_rider_id = self.next_rider_id.wrapping_add(1);
+        self.queued_bytes += data.len();
+        self.riders.push_back(Held {
+            id,
+            arrival: now,
+            data,
+            sent: 0,
+            continued: false,
+        });
+        Ok(())
+    }
+
+    /// Queues a transaction submitted at `now`, after checking that every probe fits
+    /// the path and holds its tool header.
+    pub fn handle_transaction(&mut self, now: MonoTime, tx: Transaction) -> Result<(), PlanError> {
+        if let Err(e) = self.check_transaction(&tx) {
+            self.counters.transactions_rejected += 1;
+            return Err(e);
+        }
+        self.counters.transactions_accepted += 1;
+        self.pending.push_back((now, tx));
+        Ok(())
+    }
+
+    fn check_transaction(&self, tx: &Transaction) -> Result<(), PlanError> {
+        if tx.probes.is_empty() {
+            return Err(PlanError::EmptyTrain);
+        }
+        if tx.probes.len() > usize::from(u16::MAX) {
+            return Err(PlanError::TrainTooLong(tx.probes.len()));
+        }
+        for (seq, p) in (0u16..).zip(&tx.probes) {
+            let min = self.min_probe_size(p.header.len());
+            if usize::from(p.size) < min {
+                return Err(PlanError::ProbeTooSmall {
+                    seq,
+                    size: p.size,
+                    min,
+                    tool_header_len: p.header.len(),
+                });
+            }
+            if p.size > self.path.mtu {
+                return Err(PlanError::ProbeTooLarge {
+                    seq,
+                    size: p.size,
+                    mtu: self.path.mtu,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Cancels a transaction, queued or in flight. A train in flight stops after the
+    /// probes already built and reports [`Outcome::Cancelled`]; a queued one vanishes.
+    /// Returns whether the transaction was found.
+    pub fn cancel_transaction(&mut self, id: u32) -> bool {
+        if let Some(pos) = self.pending.iter().position(|(_, t)| t.id == id) {
+            self.pending.remove(pos);
+            self.counters.transactions_cancelled += 1;
+            return true;
+        }
+        if self.active.as_ref().is_some_and(|a| a.tx.id == id) {
+            self.finish(Outcome::Cancelled);
+            return true;
+        }
+        false
+    }
+
+    /// Stops taking trains and makes every held rider due now: queued transactions are
+    /// dropped, the one in flight is cancelled, and [`Self::poll_transmit`] then
+    /// releases everything. For a clean shutdown.
+    pub fn handle_shutdown(&mut self) {
+        self.flushing = true;
+        self.counters.transactions_cancelled += self.pending.len() as u64;
+        self.pending.clear();
+        if self.active.is_some() {
+            self.finish(Outcome::Cancelled);
+        }
+    }
+
+    /// When the next probe of the train in flight is due, if one is in flight.
+    pub fn next_deadline(&self) -> Option<MonoTime> {
+        self.active.as_ref().map(|a| a.next_deadline)
+    }
+
+    /// Builds the next probe, starting the next queued train at `now` if none is in
+    /// flight. Call it shortly before the probe is due (see [`Self::next_deadline`]) so
+    /// riders that arrived meanwhile can ride.
+    pub fn poll_probe(&mut self, now: MonoTime) -> Option<ProbeToSend> {
+        if self.active.is_none() {
+            let (submitted, tx) = self.pending.pop_front()?;
+            let n = tx.probes.len();
+            let eligible = tx
+                .probes
+                .iter()
+                .enumerate()
+                .filter(|(i, p)| {
+                    p.piggyback && self.policy.first_n.is_none_or(|f| *i < usize::from(f))
+                })
+                .count();
+            let by_fraction = (self.policy.max_train_fraction * n as f64).floor() as usize;
+            let first_gap = tx.probes[0].gap;
+            self.active = Some(Active {
+                departures: Vec::with_capacity(n),
+                carried: Vec::new(),
+                next_deadline: now.saturating_add(first_gap),
+                next_seq: 0,
+                carry_budget: eligible.min(by_fraction),
+                probes_sent: 0,
+                probes_with_riders: 0,
+                submitted,
+                tx,
+            });
+        }
+        let active = self.active.as_mut()?;
+        let seq = active.next_seq;
+        let spec = &active.tx.probes[seq];
+        let deadline = active.next_deadline;
+        let len = usize::from(spec.size) - usize::from(self.path.ip_header_len);
+        let may_carry = spec.piggyback
+            && active.carry_budget > 0
+            && self.policy.first_n.is_none_or(|f| seq < usize::from(f));
+        let room = len - wire::min_packet_len(spec.header.len(), self.policy.trailer_len);
+        let max_chunks = match self.policy.packing {
+            Packing::OnePerProbe => 1,
+            Packing::Multiple => MAX_CHUNKS,
+        };
+        let plan = if may_carry {
+            plan_chunks(&self.riders, room, max_chunks, self.policy.min_fragment)
+        } else {
+            Vec::new()
+        };
+        let seq16 = seq as u16; // checked: trains have at most u16::MAX probes
+        let mut packet = vec![0u8; len];
+        let chunks: Vec<Chunk<'_>> = plan
+            .iter()
+            .map(|&(i, take)| {
+                let r = &self.riders[i];
+                Chunk {
+                    rider_id: r.id,
+                    offset: r.sent as u16,
+                    rider_len: r.data.len() as u16,
+                    data: &r.data[r.sent..r.sent + take],
+                }
+            })
+            .collect();
+        let repr = Repr {
+            header: Header {
+                kind: Kind::Probe,
+                last_in_train: seq + 1 == active.tx.probes.len(),
+                src_port: active.tx.src_port,
+                dst_port: active.tx.dst_port,
+                transaction: active.tx.id,
+                seq: seq16,
+                train_len: active.tx.probes.len() as u16,
+                sender_time: WallTime::UNIX_EPOCH,
+            },
+            tool_header: &spec.header,
+            chunks,
+            trailer_len: self.policy.trailer_len,
+        };
+        // The plan never exceeds `room`, which is the packet's padding.
+        let emitted = repr.emit(&mut packet);
+        debug_assert!(
+            emitted.is_ok(),
+            "planned chunks exceed the padding: {emitted:?}"
+        );
+        drop(repr);
+        let rider_bytes: usize = plan.iter().map(|&(_, take)| take).sum();
+        for &(i, take) in &plan {
+            let r = &self.riders[i];
+            active.carried.push((r.arrival, take as u32));
+        }
+        if !plan.is_empty() {
+            active.carry_budget -= 1;
+            active.probes_with_riders += 1;
+            self.counters.probes_with_riders += 1;
+        }
+        self.counters.probes_planned += 1;
+        self.counters.rider_bytes_in_probes += rider_bytes as u64;
+        active.departures.push(ProbeDeparture {
+            seq: seq16,
+            deadline,
+            departed: None,
+            stamp: WallTime::UNIX_EPOCH,
+            rider_bytes: rider_bytes as u32,
+        });
+        active.next_seq += 1;
+        if let Some(next) = active.tx.probes.get(active.next_seq) {
+            active.next_deadline = deadline.saturating_add(next.gap);
+        }
+        let transaction = active.tx.id;
+        self.consume(&plan);
+        Some(ProbeToSend {
+            transaction,
+            seq: seq16,
+            deadline,
+            packet,
+            rider_bytes,
+            rider_chunks: plan.len(),
+        })
+    }
+
+    /// Marks riders' bytes as sent after they were planned into a probe.
+    fn consume(&mut self, plan: &[(usize, usize)]) {
+        for &(_, take) in plan {
+            // Plans always start at the front and go in order.
+            let Some(front) = self.riders.front_mut() else {
+                break;
+            };
+            front.sent += take;
+            if front.sent == front.data.len() {
+                self.complete_front();
+            }
+        }
+    }
+
+    fn complete_front(&mut self) {
+        if let Some(r) = self.riders.pop_front() {
+            self.queued_bytes -= r.data.len();
+            self.counters.riders_piggybacked += 1;
+            if r.continued {
+                self.counters.riders_finished_by_continuation += 1;
+            }
+        }
+    }
+
+    /// Records that probe `seq` of `transaction` left at `departed` with sender stamp
+    /// `stamp`, or failed to leave (`None`). After the train's last probe, its report
+    /// becomes available from [`Self::poll_report`].
+    pub fn handle_probe_sent(
+        &mut self,
+        transaction: u32,
+        seq: u16,
+        departed: Option<(MonoTime, WallTime)>,
+    ) {
+        let Some(active) = self.active.as_mut().filter(|a| a.tx.id == transaction) else {
+            return;
+        };
+        let Some(d) = active.departures.get_mut(usize::from(seq)) else {
+            return;
+        };
+        if d.departed.is_some() {
+            return;
+        }
+        if let Some((mono, wall)) = departed {
+            d.departed = Some(mono);
+            d.stamp = wall;
+            active.probes_sent += 1;
+        }
+        if usize::from(seq) + 1 == active.tx.probes.len() {
+            self.finish(Outcome::Completed);
+        }
+    }
+
+    fn finish(&mut self, outcome: Outcome) {
+        let Some(a) = self.active.take() else { return };
+        match outcome {
+            Outcome::Completed => self.counters.transactions_completed += 1,
+            Outcome::Cancelled => self.counters.transactions_cancelled += 1,
+        }
+        let sent: Vec<MonoTime> = a.departures.iter().filter_map(|d| d.departed).collect();
+        let first = sent.first().copied();
+        let last = sent.last().copied();
+        let (competing_rider_chunks, competing_rider_bytes) = match first {
+            Some(first) => a
+                .carried
+                .iter()
+                .filter(|(arrival, _)| *arrival >= first)
+                .fold((0u32, 0u64), |(n, b), (_, len)| {
+                    (n + 1, b + u64::from(*len))
+                }),
+            None => (0, 0),
+        };
+        self.reports.push_back(TransactionReport {
+            transaction: a.tx.id,
+            outcome,
+            probes_requested: a.tx.probes.len() as u16,
+            probes_sent: a.probes_sent,
+            probes_with_riders: a.probes_with_riders,
+            rider_bytes: a.carried.iter().map(|(_, b)| u64::from(*b)).sum(),
+            rider_chunks: a.carried.len() as u32,
+            competing_rider_bytes,
+            competing_rider_chunks,
+            queue_ns: first.map_or(0, |f| duration_nanos(f.saturating_since(a.submitted))),
+            send_ns: match (first, last) {
+                (Some(f), Some(l)) => duration_nanos(l.saturating_since(f)),
+                _ => 0,
+            },
+            departures: a.departures,
+        });
+    }
+
+    /// The report of a finished transaction, oldest first.
+    pub fn poll_report(&mut self) -> Option<TransactionReport> {
+        self.reports.pop_front()
+    }
+
+    /// Whether the front rider may wait no longer at `now`.
+    fn front_due(&self, now: MonoTime) -> bool {
+        let Some(front) = self.riders.front() else {
+            return false;
+        };
+        self.flushing
+            || (self.policy.hold_mode == HoldMode::OnDemand && !self.has_transaction())
+            || now >= front.arrival.saturating_add(self.policy.hold)
+    }
+
+    /// Releases the next rider that may wait no longer at `now`: whole riders
+    /// unchanged, the rest of a partly sent rider as continuation packets. Call until
+    /// it returns `None`.
+    pub fn poll_transmit(&mut self, now: MonoTime) -> Option<Transmit> {
+        if !self.front_due(now) {
+            return None;
+        }
+        let front = self.riders.front_mut()?;
+        if front.sent == 0 {
+            let r = self.riders.pop_front()?;
+            self.queued_bytes -= r.data.len();
+            self.counters.riders_sent_unchanged += 1;
+            return Some(Transmit::Unchanged(r.data));
+        }
+        let trailer = self.policy.trailer_len;
+        let room = usize::from(self.path.mtu)
+            - usize::from(self.path.ip_header_len)
+            - wire::min_packet_len(0, trailer)
+            - CHUNK_DESC_LEN;
+        let take = (front.data.len() - front.sent).min(room);
+        let chunk = Chunk {
+            rider_id: front.id,
+            offset: front.sent as u16,
+            rider_len: front.data.len() as u16,
+            data: &front.data[front.sent..front.sent + take],
+        };
+        let repr = Repr {
+            header: Header {
+                kind: Kind::Continuation,
+                last_in_train: false,
+                src_port: 0,
+                dst_port: 0,
+                transaction: 0,
+                seq: 0,
+                train_len: 0,
+                sender_time: WallTime::UNIX_EPOCH,
+            },
+            tool_header: &[],
+            chunks: vec![chunk],
+            trailer_len: trailer,
+        };
+        let mut packet = vec![0u8; repr.buffer_len()];
+        let emitted = repr.emit(&mut packet);
+        debug_assert!(emitted.is_ok(), "continuation does not fit: {emitted:?}");
+        front.sent += take;
+        front.continued = true;
+        self.counters.continuation_packets += 1;
+        self.counters.rider_bytes_in_continuations += take as u64;
+        if front.sent == front.data.len() {
+            self.complete_front();
+        }
+        Some(Transmit::Continuation(packet))
+    }
+
+    /// When to call back: the earliest of when the front rider falls due and, with a
+    /// transaction waiting or in flight, when its next probe is due (a queued train is
+    /// due at once). `None` when there is nothing to wait for.
+    pub fn poll_timeout(&self) -> Option<MonoTime> {
+        let rider = self.riders.front().map(|r| {
+            if self.flushing
+                || (self.policy.hold_mode == HoldMode::OnDemand && !self.has_transaction())
+            {
+                r.arrival
+            } else {
+                r.arrival.saturating_add(self.policy.hold)
+            }
+        });
+        let probe = match &self.active {
+            Some(a) => Some(a.next_deadline),
+            None => self.pending.front().map(|(submitted, _)| *submitted),
+        };
+        match (rider, probe) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Chooses chunks for a probe with `room` bytes of padding: `(queue index, bytes)` in
+/// queue order, starting at the front. Only the last chunk may be a fragment.
+fn plan_chunks(
+    riders: &VecDeque<Held>,
+    mut room: usize,
+    max_chunks: usize,
+    min_fragment: usize,
+) -> Vec<(usize, usize)> {
+    let mut plan = Vec::new();
+    for (i, r) in riders.iter().enumerate() {
+        if plan.len() == max_chunks || room <= CHUNK_DESC_LEN {
+            break;
+        }
+        let remaining = r.data.len() - r.sent;
+        let fits = room - CHUNK_DESC_LEN;
+        if remaining <= fits {
+            plan.push((i, remaining));
+            room -= CHUNK_DESC_LEN + remaining;
+        } else {
+            if fits >= min_fragment.max(1) {
+                plan.push((i, fits));
+            }
+            break;
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests;

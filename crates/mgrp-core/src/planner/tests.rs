@@ -1,0 +1,423 @@
+use super::*;
+use crate::wire::Packet;
+
+const PATH: Path = Path::ipv4(1500);
+
+fn ms(n: u64) -> MonoTime {
+    MonoTime::from_nanos(n * 1_000_000)
+}
+
+fn us(n: u64) -> Duration {
+    Duration::from_micros(n)
+}
+
+fn rider(len: usize, fill: u8) -> Bytes {
+    Bytes::from(vec![fill; len])
+}
+
+fn train(id: u32, n: usize, size: u16, gap: Duration) -> Transaction {
+    Transaction {
+        id,
+        src_port: 7,
+        dst_port: 9,
+        probes: (0..n)
+            .map(|_| ProbeSpec {
+                header: Bytes::from_static(b"hdr"),
+                size,
+                gap,
+                piggyback: true,
+            })
+            .collect(),
+    }
+}
+
+fn planner(policy: Policy) -> Planner {
+    Planner::new(policy, PATH).unwrap()
+}
+
+fn send_all(p: &mut Planner, now: MonoTime) -> Vec<ProbeToSend> {
+    let mut out = Vec::new();
+    while let Some(probe) = p.poll_probe(now) {
+        p.handle_probe_sent(
+            probe.transaction,
+            probe.seq,
+            Some((
+                probe.deadline,
+                WallTime::from_nanos(probe.deadline.as_nanos()),
+            )),
+        );
+        out.push(probe);
+    }
+    out
+}
+
+#[test]
+fn probe_has_requested_size_and_carries_a_rider() {
+    let mut p = planner(Policy::default());
+    p.handle_rider(ms(0), rider(100, 0xab)).unwrap();
+    p.handle_transaction(ms(1), train(1, 3, 500, us(200)))
+        .unwrap();
+    let probes = send_all(&mut p, ms(2));
+    assert_eq!(probes.len(), 3);
+    for (i, probe) in probes.iter().enumerate() {
+        assert_eq!(probe.packet.len(), 500 - 20);
+        assert_eq!(
+            probe.deadline,
+            ms(2).saturating_add(us(200) * (i as u32 + 1))
+        );
+        let view = Packet::new_checked(&probe.packet[..]).unwrap();
+        assert_eq!(view.tool_header(), b"hdr");
+        assert_eq!((view.seq(), view.train_len()), (i as u16, 3));
+        assert_eq!(view.last_in_train(), i == 2);
+    }
+    assert_eq!(probes[0].rider_bytes, 100);
+    assert_eq!(probes[1].rider_bytes, 0);
+    let report = p.poll_report().unwrap();
+    assert_eq!(report.outcome, Outcome::Completed);
+    assert_eq!((report.probes_sent, report.probes_with_riders), (3, 1));
+    assert_eq!(report.rider_bytes, 100);
+    // The rider arrived before the first departure: it would not have competed.
+    assert_eq!(report.competing_rider_bytes, 0);
+    assert_eq!(report.queue_ns, 1_000_000 + 200_000);
+    assert_eq!(report.send_ns, 400_000);
+    let c = p.counters();
+    assert_eq!((c.riders_piggybacked, c.riders_held), (1, 0));
+    assert!(c.riders_accounted());
+}
+
+#[test]
+fn large_rider_is_fragmented_across_probes() {
+    let mut p = planner(Policy::default());
+    let data: Vec<u8> = (0..1400u16).map(|i| i as u8).collect();
+    p.handle_rider(ms(0), Bytes::from(data.clone())).unwrap();
+    p.handle_transaction(ms(0), train(1, 5, 600, us(100)))
+        .unwrap();
+    let probes = send_all(&mut p, ms(0));
+    let mut got = vec![0u8; 1400];
+    let mut total = 0;
+    for probe in &probes {
+        let view = Packet::new_checked(&probe.packet[..]).unwrap();
+        for c in view.chunks() {
+            assert_eq!(c.rider_len, 1400);
+            got[usize::from(c.offset)..usize::from(c.offset) + c.data.len()]
+                .copy_from_slice(c.data);
+            total += c.data.len();
+        }
+    }
+    assert_eq!(total, 1400);
+    assert_eq!(got, data);
+    // 600 - 20 - 28 - 3 = 549 bytes of room, 537 of data after the descriptor.
+    assert_eq!(probes[0].rider_bytes, 537);
+    assert_eq!(probes[2].rider_bytes, 1400 - 2 * 537);
+    assert_eq!(p.counters().riders_piggybacked, 1);
+}
+
+#[test]
+fn multiple_packing_fills_a_probe() {
+    let mut p = planner(Policy {
+        packing: Packing::Multiple,
+        ..Policy::default()
+    });
+    for i in 0..10 {
+        p.handle_rider(ms(0), rider(40, i)).unwrap();
+    }
+    p.handle_transaction(ms(0), train(1, 1, 400, Duration::ZERO))
+        .unwrap();
+    let probe = p.poll_probe(ms(0)).unwrap();
+    // Room 400-20-28-3 = 349: seven 52-byte chunks (364 would not fit) = 6, 6*52 = 312,
+    // leaving 37: too little for a 64-byte fragment minimum.
+    assert_eq!(probe.rider_chunks, 6);
+    assert_eq!(p.held_riders(), 4);
+}
+
+#[test]
+fn one_per_probe_packing_takes_one_rider() {
+    let mut p = planner(Policy::default());
+    for i in 0..3 {
+        p.handle_rider(ms(0), rider(40, i)).unwrap();
+    }
+    p.handle_transaction(ms(0), train(1, 2, 400, Duration::ZERO))
+        .unwrap();
+    let probes = send_all(&mut p, ms(0));
+    assert_eq!(
+        probes.iter().map(|p| p.rider_chunks).collect::<Vec<_>>(),
+        [1, 1]
+    );
+    assert_eq!(p.held_riders(), 1);
+}
+
+#[test]
+fn hold_always_waits_then_releases_unchanged() {
+    let mut p = planner(Policy::default());
+    p.handle_rider(ms(0), rider(50, 1)).unwrap();
+    assert_eq!(p.poll_timeout(), Some(ms(10)));
+    assert_eq!(p.poll_transmit(ms(9)), None);
+    assert_eq!(
+        p.poll_transmit(ms(10)),
+        Some(Transmit::Unchanged(rider(50, 1)))
+    );
+    assert_eq!(p.poll_transmit(ms(10)), None);
+    let c = p.counters();
+    assert_eq!(c.riders_sent_unchanged, 1);
+    assert!(c.riders_accounted());
+}
+
+#[test]
+fn hold_on_demand_releases_at_once_without_a_train() {
+    let mut p = planner(Policy {
+        hold_mode: HoldMode::OnDemand,
+        ..Policy::default()
+    });
+    p.handle_rider(ms(0), rider(50, 1)).unwrap();
+    assert_eq!(p.poll_timeout(), Some(ms(0)));
+    assert!(matches!(
+        p.poll_transmit(ms(0)),
+        Some(Transmit::Unchanged(_))
+    ));
+    // With a train queued the rider waits for it.
+    p.handle_transaction(ms(1), train(1, 2, 500, us(100)))
+        .unwrap();
+    p.handle_rider(ms(1), rider(50, 2)).unwrap();
+    assert_eq!(p.poll_transmit(ms(1)), None);
+    let probes = send_all(&mut p, ms(1));
+    assert_eq!(probes[0].rider_bytes, 50);
+    // After the train, a new rider leaves at once again.
+    p.handle_rider(ms(2), rider(50, 3)).unwrap();
+    assert!(matches!(
+        p.poll_transmit(ms(2)),
+        Some(Transmit::Unchanged(_))
+    ));
+}
+
+#[test]
+fn expired_partial_rider_goes_as_continuation() {
+    let mut p = planner(Policy::default());
+    let data: Vec<u8> = (0..1000u16).map(|i| (i * 7) as u8).collect();
+    p.handle_rider(ms(0), Bytes::from(data.clone())).unwrap();
+    p.handle_transaction(ms(0), train(1, 1, 300, Duration::ZERO))
+        .unwrap();
+    let probe = send_all(&mut p, ms(0)).remove(0);
+    let first = probe.rider_bytes;
+    assert!(first > 0 && first < 1000);
+    let Some(Transmit::Continuation(pkt)) = p.poll_transmit(ms(10)) else {
+        panic!("expected a continuation packet");
+    };
+    let view = Packet::new_checked(&pkt[..]).unwrap();
+    assert_eq!(view.kind(), Kind::Continuation);
+    let c = view.chunks().next().unwrap();
+    assert_eq!(usize::from(c.offset), first);
+    assert_eq!(c.data, &data[first..]);
+    let counters = p.counters();
+    assert_eq!(counters.riders_piggybacked, 1);
+    assert_eq!(counters.riders_finished_by_continuation, 1);
+    assert!(counters.riders_accounted());
+}
+
+#[test]
+fn fraction_and_first_n_limit_carrying_probes() {
+    let policy = Policy {
+        max_train_fraction: 0.5,
+        ..Policy::default()
+    };
+    let mut p = planner(policy);
+    for i in 0..20 {
+        p.handle_rider(ms(0), rider(30, i)).unwrap();
+    }
+    p.handle_transaction(ms(0), train(1, 10, 300, us(10)))
+        .unwrap();
+    let probes = send_all(&mut p, ms(0));
+    assert_eq!(probes.iter().filter(|p| p.rider_chunks > 0).count(), 5);
+
+    let mut p = planner(Policy {
+        first_n: Some(3),
+        ..Policy::default()
+    });
+    for i in 0..20 {
+        p.handle_rider(ms(0), rider(30, i)).unwrap();
+    }
+    p.handle_transaction(ms(0), train(1, 10, 300, us(10)))
+        .unwrap();
+    let carried: Vec<_> = send_all(&mut p, ms(0))
+        .iter()
+        .map(|p| p.rider_chunks)
+        .collect();
+    assert_eq!(carried, [1, 1, 1, 0, 0, 0, 0, 0, 0, 0]);
+}
+
+#[test]
+fn piggyback_flag_off_keeps_probe_empty() {
+    let mut p = planner(Policy::default());
+    p.handle_rider(ms(0), rider(30, 1)).unwrap();
+    let mut tx = train(1, 2, 300, us(10));
+    tx.probes[0].piggyback = false;
+    p.handle_transaction(ms(0), tx).unwrap();
+    let carried: Vec<_> = send_all(&mut p, ms(0))
+        .iter()
+        .map(|p| p.rider_chunks)
+        .collect();
+    assert_eq!(carried, [0, 1]);
+}
+
+#[test]
+fn competing_bytes_count_riders_that_arrived_during_the_train() {
+    let mut p = planner(Policy::default());
+    p.handle_rider(ms(0), rider(100, 1)).unwrap();
+    p.handle_transaction(ms(0), train(1, 3, 500, us(1000)))
+        .unwrap();
+    let first = p.poll_probe(ms(0)).unwrap();
+    p.handle_probe_sent(1, 0, Some((ms(1), WallTime::from_nanos(1))));
+    assert_eq!(first.rider_bytes, 100);
+    // Arrives between the first and the last departure.
+    p.handle_rider(ms(1), rider(80, 2)).unwrap();
+    let second = p.poll_probe(ms(1)).unwrap();
+    p.handle_probe_sent(1, 1, Some((ms(2), WallTime::from_nanos(2))));
+    let third = p.poll_probe(ms(2)).unwrap();
+    p.handle_probe_sent(1, 2, Some((ms(3), WallTime::from_nanos(3))));
+    assert_eq!((second.rider_bytes, third.rider_bytes), (80, 0));
+    let report = p.poll_report().unwrap();
+    assert_eq!(report.rider_bytes, 180);
+    assert_eq!(
+        (report.competing_rider_bytes, report.competing_rider_chunks),
+        (80, 1)
+    );
+    assert_eq!(report.departures[1].departed, Some(ms(2)));
+    assert_eq!(report.departures[1].stamp, WallTime::from_nanos(2));
+}
+
+#[test]
+fn invalid_transactions_are_refused_with_reasons() {
+    let mut p = planner(Policy::default());
+    assert_eq!(
+        p.handle_transaction(ms(0), train(1, 0, 300, us(1))),
+        Err(PlanError::EmptyTrain)
+    );
+    let err = p
+        .handle_transaction(ms(0), train(1, 2, 50, us(1)))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        PlanError::ProbeTooSmall {
+            seq: 0,
+            size: 50,
+            min: 51,
+            tool_header_len: 3
+        }
+    );
+    assert!(err.to_string().contains("needs at least 51"));
+    assert_eq!(
+        p.handle_transaction(ms(0), train(1, 2, 1501, us(1))),
+        Err(PlanError::ProbeTooLarge {
+            seq: 0,
+            size: 1501,
+            mtu: 1500
+        })
+    );
+    assert_eq!(p.handle_transaction(ms(0), train(1, 1, 51, us(1))), Ok(()));
+    let c = p.counters();
+    assert_eq!((c.transactions_rejected, c.transactions_accepted), (3, 1));
+    assert!(
+        Planner::new(
+            Policy {
+                max_train_fraction: 1.5,
+                ..Policy::default()
+            },
+            PATH
+        )
+        .is_err()
+    );
+    assert!(Planner::new(Policy::default(), Path::ipv6(80)).is_err());
+}
+
+#[test]
+fn drops_are_counted_by_reason() {
+    let mut p = planner(Policy {
+        max_queued_riders: 2,
+        ..Policy::default()
+    });
+    assert_eq!(p.handle_rider(ms(0), Bytes::new()), Err(RiderDrop::Empty));
+    assert_eq!(
+        p.handle_rider(ms(0), rider(1501, 0)),
+        Err(RiderDrop::TooLarge)
+    );
+    p.handle_rider(ms(0), rider(10, 0)).unwrap();
+    p.handle_rider(ms(0), rider(10, 0)).unwrap();
+    assert_eq!(
+        p.handle_rider(ms(0), rider(10, 0)),
+        Err(RiderDrop::QueueFull)
+    );
+    let c = p.counters();
+    assert_eq!(
+        (
+            c.riders_dropped_empty,
+            c.riders_dropped_too_large,
+            c.riders_dropped_queue_full
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!(c.riders_held, 2);
+    assert!(c.riders_accounted());
+}
+
+#[test]
+fn cancel_and_shutdown() {
+    let mut p = planner(Policy::default());
+    p.handle_transaction(ms(0), train(1, 3, 300, us(10)))
+        .unwrap();
+    p.handle_transaction(ms(0), train(2, 3, 300, us(10)))
+        .unwrap();
+    let probe = p.poll_probe(ms(0)).unwrap();
+    p.handle_probe_sent(
+        probe.transaction,
+        probe.seq,
+        Some((ms(0), WallTime::from_nanos(5))),
+    );
+    assert!(p.cancel_transaction(1));
+    let report = p.poll_report().unwrap();
+    assert_eq!(
+        (report.outcome, report.probes_sent, report.probes_requested),
+        (Outcome::Cancelled, 1, 3)
+    );
+    assert!(p.cancel_transaction(2));
+    assert!(!p.cancel_transaction(2));
+    assert!(p.poll_probe(ms(0)).is_none());
+
+    p.handle_rider(ms(0), rider(10, 1)).unwrap();
+    p.handle_transaction(ms(0), train(3, 3, 300, us(10)))
+        .unwrap();
+    p.handle_shutdown();
+    assert!(matches!(
+        p.poll_transmit(ms(0)),
+        Some(Transmit::Unchanged(_))
+    ));
+    assert!(p.poll_probe(ms(0)).is_none());
+    assert!(p.counters().riders_accounted());
+}
+
+#[test]
+fn failed_send_is_not_counted_as_sent() {
+    let mut p = planner(Policy::default());
+    p.handle_transaction(ms(0), train(1, 2, 300, us(10)))
+        .unwrap();
+    let a = p.poll_probe(ms(0)).unwrap();
+    p.handle_probe_sent(1, a.seq, None);
+    let b = p.poll_probe(ms(0)).unwrap();
+    p.handle_probe_sent(1, b.seq, Some((ms(1), WallTime::from_nanos(1))));
+    let report = p.poll_report().unwrap();
+    assert_eq!((report.probes_sent, report.probes_requested), (1, 2));
+    assert_eq!(report.departures[0].departed, None);
+}
+
+#[test]
+fn poll_timeout_covers_probes_and_riders() {
+    let mut p = planner(Policy::default());
+    assert_eq!(p.poll_timeout(), None);
+    p.handle_rider(ms(5), rider(10, 1)).unwrap();
+    assert_eq!(p.poll_timeout(), Some(ms(15)));
+    p.handle_transaction(ms(6), train(1, 2, 300, us(1000)))
+        .unwrap();
+    assert_eq!(p.poll_timeout(), Some(ms(6)));
+    let probe = p.poll_probe(ms(7)).unwrap();
+    assert_eq!(probe.deadline, ms(8));
+    assert_eq!(p.next_deadline(), Some(ms(9)));
+    assert_eq!(p.poll_timeout(), Some(ms(9)));
+}

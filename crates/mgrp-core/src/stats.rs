@@ -1,0 +1,161 @@
+//! What MGRP tells a tool about its transaction, and the counters of the planner and
+//! of reassembly.
+//!
+//! The kernel module of the paper answered an `ioctl` with, per transaction, how long
+//! queueing and sending took, how many probes carried riders, how many rider bytes
+//! rode, and how many of those would have competed with the train had MGRP been off
+//! (paper §2.4). [`TransactionReport`] carries the same, plus every probe's actual
+//! departure, so a tool can check its gaps itself. These types are `serde` types
+//! because the client API returns them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{MonoTime, WallTime};
+
+/// How a transaction ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Every probe was handed to the network (see [`TransactionReport::probes_sent`]
+    /// for probes whose send failed).
+    Completed,
+    /// The transaction was cancelled after some of its probes left.
+    Cancelled,
+}
+
+/// One probe's departure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeDeparture {
+    /// Sequence number within the train.
+    pub seq: u16,
+    /// When the probe was due.
+    pub deadline: MonoTime,
+    /// When it actually left (monotonic clock), or `None` if sending it failed.
+    pub departed: Option<MonoTime>,
+    /// The sender stamp written into the probe (realtime clock).
+    pub stamp: WallTime,
+    /// Rider bytes (chunk data) the probe carried.
+    pub rider_bytes: u32,
+}
+
+/// The report of one probe transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransactionReport {
+    /// Transaction id.
+    pub transaction: u32,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Probes the tool asked for.
+    pub probes_requested: u16,
+    /// Probes handed to the network.
+    pub probes_sent: u16,
+    /// Probes that carried at least one rider chunk.
+    pub probes_with_riders: u16,
+    /// Rider bytes (chunk data) carried by the train.
+    pub rider_bytes: u64,
+    /// Rider chunks carried by the train.
+    pub rider_chunks: u32,
+    /// Rider bytes that arrived after the first departure and rode in this train: the
+    /// application traffic that, without MGRP, would have competed with the train on
+    /// the path. Tools such as pathload subtract it from their estimate.
+    pub competing_rider_bytes: u64,
+    /// Rider chunks counted in `competing_rider_bytes`.
+    pub competing_rider_chunks: u32,
+    /// Nanoseconds from the submission of the train to its first departure: time the
+    /// train spent queued behind other trains plus the daemon's start-up latency.
+    pub queue_ns: u64,
+    /// Nanoseconds from the first to the last departure.
+    pub send_ns: u64,
+    /// Every probe's departure, in sequence order (as many as left before the end).
+    pub departures: Vec<ProbeDeparture>,
+}
+
+/// Counters of one planner (one destination). Every rider pushed ends in exactly one
+/// of `riders_piggybacked`, `riders_sent_unchanged`, `riders_dropped_*`, or is still
+/// held: see [`PlannerCounters::riders_accounted`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannerCounters {
+    /// Riders pushed into the planner.
+    pub riders_in: u64,
+    /// Bytes of riders pushed into the planner.
+    pub rider_bytes_in: u64,
+    /// Riders all of whose bytes left inside MGRP packets (probes, and for some a final
+    /// continuation packet).
+    pub riders_piggybacked: u64,
+    /// Of `riders_piggybacked`, riders whose last bytes left in continuation packets
+    /// because their hold time ran out mid-train.
+    pub riders_finished_by_continuation: u64,
+    /// Riders released whole and unchanged.
+    pub riders_sent_unchanged: u64,
+    /// Riders dropped because the queue was full.
+    pub riders_dropped_queue_full: u64,
+    /// Riders dropped because they were larger than the path allows.
+    pub riders_dropped_too_large: u64,
+    /// Riders dropped because they were empty.
+    pub riders_dropped_empty: u64,
+    /// Riders still held.
+    pub riders_held: u64,
+    /// Probes planned.
+    pub probes_planned: u64,
+    /// Probes planned with at least one rider chunk.
+    pub probes_with_riders: u64,
+    /// Rider bytes planned into probes.
+    pub rider_bytes_in_probes: u64,
+    /// Continuation packets emitted.
+    pub continuation_packets: u64,
+    /// Rider bytes emitted in continuation packets.
+    pub rider_bytes_in_continuations: u64,
+    /// Transactions accepted.
+    pub transactions_accepted: u64,
+    /// Transactions rejected as invalid.
+    pub transactions_rejected: u64,
+    /// Transactions that ended with every probe planned.
+    pub transactions_completed: u64,
+    /// Transactions cancelled.
+    pub transactions_cancelled: u64,
+}
+
+impl PlannerCounters {
+    /// Riders dropped for any reason.
+    pub fn riders_dropped(&self) -> u64 {
+        self.riders_dropped_queue_full + self.riders_dropped_too_large + self.riders_dropped_empty
+    }
+
+    /// Whether every rider pushed is accounted for exactly once:
+    /// `in == piggybacked + unchanged + dropped + held`.
+    pub fn riders_accounted(&self) -> bool {
+        self.riders_in
+            == self.riders_piggybacked
+                + self.riders_sent_unchanged
+                + self.riders_dropped()
+                + self.riders_held
+    }
+}
+
+/// Counters of a reassembler.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReassemblyCounters {
+    /// Chunks handed in.
+    pub chunks_in: u64,
+    /// Chunks that repeated bytes already held (or of a rider already delivered).
+    pub chunks_duplicate: u64,
+    /// Riders delivered complete.
+    pub riders_delivered: u64,
+    /// Rider bytes delivered.
+    pub rider_bytes_delivered: u64,
+    /// Incomplete riders discarded because they timed out.
+    pub riders_timed_out: u64,
+    /// Incomplete riders evicted to stay within a peer's memory bound.
+    pub riders_evicted_peer_limit: u64,
+    /// Incomplete riders evicted to stay within the total memory bound.
+    pub riders_evicted_total_limit: u64,
+    /// Riders discarded because their chunks disagreed (rider length, or different
+    /// bytes for the same offsets).
+    pub riders_inconsistent: u64,
+    /// Chunks refused because their rider alone exceeds a memory bound.
+    pub chunks_too_large: u64,
+    /// Riders currently being reassembled.
+    pub riders_pending: u64,
+    /// Bytes reserved for riders being reassembled.
+    pub bytes_pending: u64,
+}

@@ -1,0 +1,497 @@
+//! Property tests of the protocol as a whole: the codec round-trips, the size rule,
+//! rider conservation, the piggyback limits, and end-to-end delivery of planned riders
+//! through reassembly under reordering, duplication and loss.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use bytes::Bytes;
+use mgrp_core::planner::{
+    HoldMode, Packing, Path, Planner, Policy, ProbeSpec, Transaction, Transmit,
+};
+use mgrp_core::reassembly::{ChunkOutcome, Limits, Reassembler};
+use mgrp_core::schedule::Schedule;
+use mgrp_core::wire::{Chunk, HEADER_LEN, Header, Kind, Packet, Repr};
+use mgrp_core::{MonoTime, WallTime};
+use proptest::prelude::*;
+
+// ---------------------------------------------------------------------------------
+// Codec
+
+#[derive(Debug, Clone)]
+struct OwnedChunk {
+    rider_id: u32,
+    offset: u16,
+    rider_len: u16,
+    data: Vec<u8>,
+}
+
+fn chunk_strategy() -> impl Strategy<Value = OwnedChunk> {
+    (
+        any::<u32>(),
+        prop::collection::vec(any::<u8>(), 1..120),
+        0u16..2000,
+        0u16..3000,
+        any::<bool>(),
+    )
+        .prop_map(|(rider_id, data, offset, extra, last)| {
+            let end = offset + data.len() as u16;
+            let rider_len = if last { end } else { end + extra.max(1) };
+            OwnedChunk {
+                rider_id,
+                offset,
+                rider_len,
+                data,
+            }
+        })
+}
+
+#[derive(Debug, Clone)]
+struct OwnedPacket {
+    header: Header,
+    tool_header: Vec<u8>,
+    chunks: Vec<OwnedChunk>,
+    trailer_len: u16,
+    padding: usize,
+}
+
+fn packet_strategy() -> impl Strategy<Value = OwnedPacket> {
+    let probe = (
+        any::<(u16, u16, u32, u64, bool)>(),
+        1u16..=u16::MAX,
+        any::<u16>(),
+        prop::collection::vec(any::<u8>(), 0..80),
+        prop::collection::vec(chunk_strategy(), 0..6),
+    )
+        .prop_map(
+            |((src, dst, tx, time, last), train_len, seq, tool, chunks)| {
+                let header = Header {
+                    kind: Kind::Probe,
+                    last_in_train: last,
+                    src_port: src,
+                    dst_port: dst,
+                    transaction: tx,
+                    seq: seq % train_len,
+                    train_len,
+                    sender_time: WallTime::from_nanos(time),
+                };
+                (header, tool, chunks)
+            },
+        );
+    let continuation =
+        (any::<u64>(), prop::collection::vec(chunk_strategy(), 1..4)).prop_map(|(time, chunks)| {
+            let header = Header {
+                kind: Kind::Continuation,
+                last_in_train: false,
+                src_port: 0,
+                dst_port: 0,
+                transaction: 0,
+                seq: 0,
+                train_len: 0,
+                sender_time: WallTime::from_nanos(time),
+            };
+            (header, Vec::new(), chunks)
+        });
+    (prop_oneof![probe, continuation], 0u16..40, 0usize..300).prop_map(
+        |((header, tool_header, chunks), trailer_len, padding)| OwnedPacket {
+            header,
+            tool_header,
+            chunks,
+            trailer_len,
+            padding,
+        },
+    )
+}
+
+impl OwnedPacket {
+    fn repr(&self) -> Repr<'_> {
+        Repr {
+            header: self.header,
+            tool_header: &self.tool_header,
+            chunks: self
+                .chunks
+                .iter()
+                .map(|c| Chunk {
+                    rider_id: c.rider_id,
+                    offset: c.offset,
+                    rider_len: c.rider_len,
+                    data: &c.data,
+                })
+                .collect(),
+            trailer_len: self.trailer_len,
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn parse_of_emit_is_identity(p in packet_strategy()) {
+        let repr = p.repr();
+        let len = repr.buffer_len() + p.padding;
+        let mut buf = vec![0x5a; len];
+        repr.emit(&mut buf).unwrap();
+        prop_assert_eq!(buf.len(), len);
+        let view = Packet::new_checked(&buf[..]).unwrap();
+        prop_assert_eq!(Repr::parse(&view), repr);
+        // Padding and trailer are zero.
+        let body_end = len - p.padding - usize::from(p.trailer_len);
+        prop_assert!(buf[body_end..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn truncation_is_always_an_error(p in packet_strategy(), cut in 1usize..400) {
+        let repr = p.repr();
+        let mut buf = vec![0; repr.buffer_len()];
+        repr.emit(&mut buf).unwrap();
+        let cut = cut.min(buf.len());
+        prop_assert!(Packet::new_checked(&buf[..buf.len() - cut]).is_err());
+    }
+
+    #[test]
+    fn parser_never_panics(data in prop::collection::vec(any::<u8>(), 0..200)) {
+        if let Ok(p) = Packet::new_checked(&data[..]) {
+            let repr = Repr::parse(&p);
+            prop_assert!(repr.buffer_len() <= data.len());
+            prop_assert!(data.len() >= HEADER_LEN);
+        }
+    }
+
+    #[test]
+    fn schedule_deadlines_are_prefix_sums(t0 in 0u64..1 << 50, gaps in prop::collection::vec(0u64..10_000_000, 0..50)) {
+        let s = Schedule::new(MonoTime::from_nanos(t0), gaps.iter().map(|&g| Duration::from_nanos(g)));
+        let mut sum = t0;
+        for (i, g) in gaps.iter().enumerate() {
+            sum += g;
+            prop_assert_eq!(s.deadline(i), Some(MonoTime::from_nanos(sum)));
+        }
+        let on_time: Vec<_> = (0..gaps.len()).filter_map(|i| s.deadline(i)).collect();
+        let t = s.summarize(&on_time, Duration::from_micros(20));
+        prop_assert_eq!((t.lateness_max_ns, t.gap_error_max_ns, t.stalls), (0, 0, 0));
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Planner and reassembly, end to end
+
+const PATH: Path = Path::ipv4(1500);
+
+#[derive(Debug, Clone)]
+struct Scenario {
+    policy: Policy,
+    /// (arrival µs, length, fill byte)
+    riders: Vec<(u64, usize, u8)>,
+    /// (submission µs, probes as (size, gap µs, piggyback, tool header length))
+    trains: Vec<(u64, Vec<(u16, u64, bool, usize)>)>,
+    /// Drives the shuffling, duplication and loss of MGRP packets.
+    seed: u64,
+    loss_percent: u64,
+    dup_percent: u64,
+}
+
+fn policy_strategy() -> impl Strategy<Value = Policy> {
+    (
+        0u64..20_000,
+        prop_oneof![Just(HoldMode::Always), Just(HoldMode::OnDemand)],
+        prop_oneof![Just(Packing::OnePerProbe), Just(Packing::Multiple)],
+        prop_oneof![Just(1.0), Just(0.5), Just(0.0), 0.0f64..1.0],
+        prop::option::of(0u16..12),
+        1usize..200,
+        prop_oneof![Just(0u16), 1u16..64],
+        1usize..400,
+    )
+        .prop_map(
+            |(
+                hold_us,
+                hold_mode,
+                packing,
+                fraction,
+                first_n,
+                min_fragment,
+                trailer_len,
+                max_riders,
+            )| {
+                Policy {
+                    hold: Duration::from_micros(hold_us),
+                    hold_mode,
+                    packing,
+                    max_train_fraction: fraction,
+                    first_n,
+                    max_queued_riders: max_riders,
+                    max_queued_bytes: 1 << 20,
+                    min_fragment,
+                    trailer_len,
+                }
+            },
+        )
+}
+
+fn scenario_strategy() -> impl Strategy<Value = Scenario> {
+    let riders = prop::collection::vec((0u64..50_000, 1usize..1500, any::<u8>()), 0..120);
+    let probe = (
+        100u16..=1500,
+        0u64..2_000,
+        prop::bool::weighted(0.85),
+        0usize..20,
+    );
+    let trains = prop::collection::vec((0u64..50_000, prop::collection::vec(probe, 1..40)), 0..6);
+    (
+        policy_strategy(),
+        riders,
+        trains,
+        any::<u64>(),
+        0u64..30,
+        0u64..30,
+    )
+        .prop_map(
+            |(policy, mut riders, mut trains, seed, loss_percent, dup_percent)| {
+                riders.sort_by_key(|r| r.0);
+                trains.sort_by_key(|t| t.0);
+                Scenario {
+                    policy,
+                    riders,
+                    trains,
+                    seed,
+                    loss_percent,
+                    dup_percent,
+                }
+            },
+        )
+}
+
+/// A deterministic generator for the network's mischief.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+fn rider_bytes(len: usize, fill: u8, index: usize) -> Bytes {
+    Bytes::from(
+        (0..len)
+            .map(|i| fill ^ (i as u8) ^ (index as u8).rotate_left(3))
+            .collect::<Vec<_>>(),
+    )
+}
+
+fn us(n: u64) -> MonoTime {
+    MonoTime::from_nanos(n * 1_000)
+}
+
+#[derive(Default)]
+struct Outcome {
+    /// MGRP packets that left: probes and continuations.
+    mgrp: Vec<Vec<u8>>,
+    unchanged: Vec<Bytes>,
+    /// Riders accepted by the planner, in order: the k-th has rider id k.
+    accepted: Vec<Bytes>,
+}
+
+fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
+    let mut p = Planner::new(s.policy.clone(), PATH).unwrap();
+    let mut out = Outcome::default();
+    let mut riders = s.riders.iter().enumerate().peekable();
+    let mut trains = s.trains.iter().enumerate().peekable();
+    let mut now = 0u64;
+    let mut train_sizes: HashMap<u32, Vec<(u16, bool)>> = HashMap::new();
+    let mut carrying: BTreeMap<u32, usize> = BTreeMap::new();
+    for _ in 0..100_000 {
+        while let Some((i, &(at, len, fill))) = riders.peek().copied() {
+            if at > now {
+                break;
+            }
+            let data = rider_bytes(len, fill, i);
+            if p.handle_rider(us(now), data.clone()).is_ok() {
+                out.accepted.push(data);
+            }
+            riders.next();
+        }
+        while let Some((i, (at, probes))) = trains.peek().copied() {
+            if *at > now {
+                break;
+            }
+            let id = i as u32;
+            let specs: Vec<ProbeSpec> = probes
+                .iter()
+                .map(|&(size, gap, piggyback, hdr)| ProbeSpec {
+                    header: Bytes::from(vec![0xee; hdr]),
+                    size,
+                    gap: Duration::from_micros(gap),
+                    piggyback,
+                })
+                .collect();
+            let tx = Transaction {
+                id,
+                src_port: 1,
+                dst_port: 2,
+                probes: specs,
+            };
+            if p.handle_transaction(us(now), tx).is_ok() {
+                train_sizes.insert(id, probes.iter().map(|&(s, _, pb, _)| (s, pb)).collect());
+            }
+            trains.next();
+        }
+        while let Some(t) = p.poll_transmit(us(now)) {
+            match t {
+                Transmit::Unchanged(b) => out.unchanged.push(b),
+                Transmit::Continuation(b) => out.mgrp.push(b),
+            }
+        }
+        let probe_due = match p.next_deadline() {
+            Some(d) => d <= us(now),
+            None => p.has_transaction(),
+        };
+        if probe_due {
+            let probe = p
+                .poll_probe(us(now))
+                .expect("a transaction is queued or in flight");
+            let spec = train_sizes[&probe.transaction][usize::from(probe.seq)];
+            // The size rule: exactly the requested IP length, riders or not.
+            prop_assert_eq!(probe.packet.len() + 20, usize::from(spec.0));
+            let view = Packet::new_checked(&probe.packet[..]).unwrap();
+            prop_assert_eq!(view.rider_bytes(), probe.rider_bytes);
+            if view.chunk_count() > 0 {
+                prop_assert!(spec.1, "rider in a probe whose piggyback flag is off");
+                if let Some(n) = s.policy.first_n {
+                    prop_assert!(probe.seq < n, "rider beyond the first {} probes", n);
+                }
+                if s.policy.packing == Packing::OnePerProbe {
+                    prop_assert_eq!(view.chunk_count(), 1);
+                }
+                *carrying.entry(probe.transaction).or_default() += 1;
+            }
+            let departed = us(now).max(probe.deadline);
+            now = departed.as_nanos() / 1_000;
+            p.handle_probe_sent(
+                probe.transaction,
+                probe.seq,
+                Some((departed, WallTime::from_nanos(departed.as_nanos()))),
+            );
+            out.mgrp.push(probe.packet);
+            continue;
+        }
+        prop_assert!(p.counters().riders_accounted(), "{:?}", p.counters());
+        let next = [
+            riders.peek().map(|(_, r)| r.0),
+            trains.peek().map(|(_, t)| t.0),
+            p.poll_timeout().map(|t| t.as_nanos().div_ceil(1_000)),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        match next {
+            Some(t) => now = now.max(t),
+            None => break,
+        }
+    }
+    prop_assert_eq!(p.held_riders(), 0, "riders left behind");
+    prop_assert!(!p.has_transaction());
+    // Piggyback limits per train.
+    while let Some(report) = p.poll_report() {
+        let n = usize::from(report.probes_requested);
+        let allowed = (s.policy.max_train_fraction * n as f64).floor() as usize;
+        let carried = carrying.get(&report.transaction).copied().unwrap_or(0);
+        prop_assert!(
+            carried <= allowed,
+            "{} of {} probes carried, {} allowed",
+            carried,
+            n,
+            allowed
+        );
+        prop_assert_eq!(usize::from(report.probes_with_riders), carried);
+        prop_assert_eq!(report.probes_sent, report.probes_requested);
+    }
+    let c = p.counters();
+    prop_assert!(c.riders_accounted(), "{:?}", c);
+    prop_assert_eq!(c.riders_in, s.riders.len() as u64);
+    prop_assert_eq!(
+        c.riders_piggybacked + c.riders_sent_unchanged,
+        out.accepted.len() as u64
+    );
+    // Every accepted rider left exactly once: all of its bytes in MGRP packets (each
+    // byte once, and right), or whole and unchanged.
+    let mut sent_bytes: HashMap<u32, Vec<u8>> = HashMap::new();
+    for pkt in &out.mgrp {
+        for ch in Packet::new_checked(&pkt[..]).unwrap().chunks() {
+            let original = &out.accepted[ch.rider_id as usize];
+            let at = usize::from(ch.offset);
+            prop_assert_eq!(ch.data, &original[at..at + ch.data.len()]);
+            let count = sent_bytes
+                .entry(ch.rider_id)
+                .or_insert_with(|| vec![0; original.len()]);
+            count[at..at + ch.data.len()]
+                .iter_mut()
+                .for_each(|n| *n += 1);
+        }
+    }
+    prop_assert!(
+        sent_bytes.values().all(|n| n.iter().all(|&n| n == 1)),
+        "rider bytes not sent exactly once"
+    );
+    prop_assert_eq!(sent_bytes.len() as u64, c.riders_piggybacked);
+    let mut left_unchanged: Vec<&Bytes> = (0..out.accepted.len())
+        .filter(|i| !sent_bytes.contains_key(&(*i as u32)))
+        .map(|i| &out.accepted[i])
+        .collect();
+    let mut unchanged: Vec<&Bytes> = out.unchanged.iter().collect();
+    left_unchanged.sort();
+    unchanged.sort();
+    prop_assert_eq!(left_unchanged, unchanged);
+    Ok(out)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn planned_riders_reassemble_exactly_or_count_as_incomplete(s in scenario_strategy()) {
+        let out = run(&s)?;
+        // The network: reorder, lose, duplicate.
+        let mut rng = Rng(s.seed | 1);
+        let mut wire: Vec<(u64, &Vec<u8>)> = Vec::new();
+        for pkt in &out.mgrp {
+            if rng.next() % 100 < s.loss_percent {
+                continue;
+            }
+            wire.push((rng.next(), pkt));
+            if rng.next() % 100 < s.dup_percent {
+                wire.push((rng.next(), pkt));
+            }
+        }
+        wire.sort_by_key(|w| w.0);
+        // Which bytes of which riders survived the network.
+        let mut arrived: HashMap<u32, Vec<bool>> = HashMap::new();
+        for (_, pkt) in &wire {
+            for c in Packet::new_checked(&pkt[..]).unwrap().chunks() {
+                let have = arrived.entry(c.rider_id).or_insert_with(|| vec![false; usize::from(c.rider_len)]);
+                have[usize::from(c.offset)..usize::from(c.offset) + c.data.len()].fill(true);
+            }
+        }
+        let limits = Limits { per_peer_bytes: 1 << 26, total_bytes: 1 << 26, timeout: Duration::from_secs(3600), remembered: 1 << 20 };
+        let mut r = Reassembler::new(limits);
+        let mut delivered: HashMap<u32, usize> = HashMap::new();
+        for (_, pkt) in &wire {
+            for c in Packet::new_checked(&pkt[..]).unwrap().chunks() {
+                if let ChunkOutcome::Complete(bytes) = r.handle_chunk(MonoTime::ZERO, 0u8, &c) {
+                    let original = &out.accepted[c.rider_id as usize];
+                    prop_assert_eq!(&bytes[..], &original[..], "rider {} delivered wrong", c.rider_id);
+                    *delivered.entry(c.rider_id).or_default() += 1;
+                }
+            }
+        }
+        let complete = arrived.values().filter(|have| have.iter().all(|&b| b)).count();
+        prop_assert_eq!(delivered.len(), complete);
+        prop_assert!(delivered.values().all(|&n| n == 1), "a rider was delivered twice");
+        for (id, have) in &arrived {
+            prop_assert_eq!(delivered.contains_key(id), have.iter().all(|&b| b));
+        }
+        let counters = r.counters();
+        prop_assert_eq!(counters.riders_pending as usize, arrived.len() - complete);
+        prop_assert_eq!(counters.riders_inconsistent, 0);
+    }
+}

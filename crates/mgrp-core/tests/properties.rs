@@ -175,13 +175,16 @@ proptest! {
 
 const PATH: Path = Path::ipv4(1500);
 
+/// A probe as (size, gap µs, piggyback, tool header length).
+type SimProbe = (u16, u64, bool, usize);
+
 #[derive(Debug, Clone)]
 struct Scenario {
     policy: Policy,
     /// (arrival µs, length, fill byte)
     riders: Vec<(u64, usize, u8)>,
-    /// (submission µs, probes as (size, gap µs, piggyback, tool header length))
-    trains: Vec<(u64, Vec<(u16, u64, bool, usize)>)>,
+    /// (submission µs, probes)
+    trains: Vec<(u64, Vec<SimProbe>)>,
     /// Drives the shuffling, duplication and loss of MGRP packets.
     seed: u64,
     loss_percent: u64,

@@ -13,6 +13,7 @@
 //! - [`reassembly`]: rebuilding riders from chunks that arrive in any order, duplicated
 //!   or not at all, within bounded memory.
 //! - [`stats`]: what a tool learns about its transaction, and the planner's counters.
+//! - [`api`]: the messages of the daemon's Unix-socket API.
 //! - [`schedule`]: absolute departure deadlines of a train and the summary of how well
 //!   a sent train kept them.
 //!
@@ -22,6 +23,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod api;
 pub mod planner;
 pub mod reassembly;
 pub mod schedule;

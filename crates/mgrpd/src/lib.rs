@@ -2,9 +2,182 @@
 //!
 //! Its job: read application packets ("riders") from a TUN device, hand them to the
 //! `mgrp-core` planner of their destination, pace the probe trains that tools submit
-//! over a real-time thread onto a raw IP socket (protocol 253 by default), and on the
+//! on a real-time thread onto a raw IP socket (protocol 253 by default), and on the
 //! receiving side take riders out of probes, write them back through the TUN and hand
 //! the probes, with kernel receive timestamps, to the tools listening for them.
 //!
-//! The data path is not built yet: this crate currently holds only its name and its
-//! place in the workspace. See the project's `DESIGN.md` for the architecture.
+//! - [`config`]: the TOML file and the flags.
+//! - [`daemon`]: the data-path threads (TUN reader, pacer, receiver) and counters.
+//! - [`server`]: the Unix-socket API.
+//! - [`routes`] and [`demand`]: policy routing into the TUN, permanent or on demand.
+//! - [`sys`]: every raw system call.
+
+pub mod config;
+pub mod daemon;
+pub mod demand;
+pub mod routes;
+pub mod server;
+pub mod sys;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+use tun_rs::DeviceBuilder;
+
+use crate::config::Config;
+use crate::daemon::Shared;
+use crate::demand::Demand;
+use crate::routes::Routes;
+
+fn create_tun(config: &Config) -> anyhow::Result<tun_rs::SyncDevice> {
+    let dev = DeviceBuilder::new()
+        .name(config.tun.clone())
+        .mtu(config.mtu)
+        .ipv4(config.tun_address, 32u8, None)
+        .enable(false)
+        .build_sync()
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot create TUN {}: {e}; is another mgrpd using that name, or does an interface of that name exist? choose another with --tun",
+                config.tun
+            )
+        })?;
+    // No IPv6 link-local address, so the kernel sends no IPv6 housekeeping into the
+    // TUN; loose reverse-path filtering, so riders written into it are accepted although
+    // the route back to their source is elsewhere.
+    let _ = sys::set_if_sysctl("ipv6", &config.tun, "addr_gen_mode", "1");
+    sys::set_if_sysctl("ipv4", &config.tun, "rp_filter", "2")
+        .with_context(|| format!("cannot set rp_filter on {}", config.tun))?;
+    dev.enabled(true)
+        .with_context(|| format!("cannot bring {} up", config.tun))?;
+    Ok(dev)
+}
+
+/// Runs the daemon until SIGINT or SIGTERM.
+pub fn run(config: Config) -> anyhow::Result<()> {
+    if !sys::is_root() {
+        anyhow::bail!(
+            "mgrpd needs CAP_NET_ADMIN and CAP_NET_RAW to create its TUN, routes and raw sockets; run it as root"
+        );
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    rt.block_on(run_async(config))
+}
+
+async fn run_async(config: Config) -> anyhow::Result<()> {
+    let tun = Arc::new(create_tun(&config)?);
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let shared = Arc::new(Shared::new(config.clone(), tun, events_tx)?);
+    let recv4 = sys::mgrp_recv_socket(false, config.protocol, Duration::from_millis(100))
+        .context("cannot open the MGRP receive socket")?;
+    let routes = if config.manage_routes {
+        let mut r = Routes::new(
+            &config.tun,
+            config.table,
+            config.fwmark,
+            config.rule_priority,
+        )
+        .await?;
+        let v6 = config
+            .routes
+            .iter()
+            .any(|n| matches!(n, ipnet::IpNet::V6(_)));
+        if let Err(e) = r.add_rules(v6).await {
+            let _ = r.remove_all().await;
+            anyhow::bail!(
+                "{e}; is another mgrpd running with the same --fwmark/--table/--rule-priority?"
+            );
+        }
+        Some(r)
+    } else {
+        None
+    };
+    let demand = Demand::new(routes, &config);
+    let result = serve(&config, &shared, &demand, recv4, events_rx).await;
+    shared.begin_shutdown();
+    for e in demand.remove_all().await {
+        warn!("cleanup: {e}");
+    }
+    let _ = std::fs::remove_file(&config.socket);
+    result
+}
+
+async fn serve(
+    config: &Config,
+    shared: &Arc<Shared>,
+    demand: &Demand,
+    recv4: socket2::Socket,
+    events: mpsc::UnboundedReceiver<daemon::TrainEvent>,
+) -> anyhow::Result<()> {
+    if config.manage_routes && !config.route_on_demand {
+        let mut st = demand.clone();
+        for net in &config.routes {
+            st.add_permanent(*net).await?;
+        }
+    }
+    let listener = server::bind(&config.socket)?;
+    if let Err(e) = sys::lock_memory() {
+        warn!("cannot lock memory ({e}); page faults may delay probes");
+    }
+    let s = shared.clone();
+    std::thread::Builder::new()
+        .name("mgrp-tun".into())
+        .spawn(move || daemon::run_tun_reader(&s))?;
+    let s = shared.clone();
+    let receiver = std::thread::Builder::new()
+        .name("mgrp-rx".into())
+        .spawn(move || daemon::run_receiver(&s, &recv4))?;
+    let s = shared.clone();
+    let pacer = std::thread::Builder::new()
+        .name("mgrp-pacer".into())
+        .spawn(move || daemon::run_pacer(&s))?;
+    tokio::spawn(demand.clone().watch(events));
+    tokio::spawn(server::serve(listener, shared.clone(), demand.clone()));
+    info!(
+        "mgrpd ready: tun {} mtu {}, protocol {}, fwmark {:#x}, table {}, hold {:?} ({:?}{}), socket {}",
+        config.tun,
+        config.mtu,
+        config.protocol,
+        config.fwmark,
+        config.table,
+        config.policy.hold,
+        config.policy.hold_mode,
+        if config.route_on_demand {
+            ", routes on demand"
+        } else {
+            ""
+        },
+        config.socket.display()
+    );
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = int.recv() => info!("SIGINT: shutting down"),
+    }
+    shared.begin_shutdown();
+    // The pacer sends every held rider unchanged before it returns.
+    let _ = tokio::task::spawn_blocking(move || {
+        let _ = pacer.join();
+        let _ = receiver.join();
+    })
+    .await;
+    let stats = shared.stats();
+    info!(
+        "stopped: riders in {}, piggybacked {}, unchanged {}, dropped {}, held {}; probes sent {}",
+        stats.planner.riders_in,
+        stats.planner.riders_piggybacked,
+        stats.planner.riders_sent_unchanged,
+        stats.planner.riders_dropped(),
+        stats.planner.riders_held,
+        stats.daemon.probes_sent
+    );
+    Ok(())
+}

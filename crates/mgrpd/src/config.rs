@@ -1,0 +1,529 @@
+//! mgrpd's configuration: a TOML file, every key of which a command-line flag can
+//! override, validated in one place so that a bad value is reported in one line that
+//! names the key and what would be accepted.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::Parser;
+use ipnet::IpNet;
+use mgrp_core::planner::{HoldMode, Packing, Policy};
+use serde::{Deserialize, Deserializer};
+
+/// The daemon's command line. Every flag overrides the key of the same name in the
+/// configuration file.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mgrpd",
+    version,
+    about = "MGRP daemon: piggybacks application packets in measurement probe trains",
+    long_about = "MGRP daemon: piggybacks application packets in measurement probe trains.\n\n\
+        Application traffic for the --route prefixes is routed into a TUN device; tools \
+        submit probe trains over the Unix socket; mgrpd fills the probes' padding with the \
+        queued packets and sends the trains over raw IP with exact gaps. On the receiving \
+        side it takes the packets out again, writes them back through its TUN, and hands \
+        the probes with kernel timestamps to the tools listening for them.\n\n\
+        Needs CAP_NET_ADMIN and CAP_NET_RAW (run as root). See mgrpd.example.toml for a \
+        commented configuration file."
+)]
+pub struct Cli {
+    /// Read settings from this TOML file (flags given as well override it).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Validate this configuration file, print the settings in force, and exit.
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    pub check_config: Option<PathBuf>,
+    /// Name of the TUN device to create [default: mgrp0].
+    #[arg(long, value_name = "NAME")]
+    pub tun: Option<String>,
+    /// IPv4 address given to the TUN as /32 (the kernel drops packets written into a
+    /// TUN without an IPv4 address while reverse-path filtering is on)
+    /// [default: 169.254.77.1].
+    #[arg(long, value_name = "ADDR")]
+    pub tun_address: Option<std::net::Ipv4Addr>,
+    /// MTU of the TUN device and largest IP packet sent on the path [default: 1500].
+    #[arg(long, value_name = "BYTES")]
+    pub mtu: Option<u16>,
+    /// Destination prefix whose traffic enters the tunnel (repeatable), e.g. 10.0.0.2/32.
+    #[arg(long = "route", value_name = "PREFIX")]
+    pub routes: Vec<IpNet>,
+    /// Path of the API socket [default: /run/mgrp/mgrpd.sock].
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// IP protocol number of MGRP packets [default: 253].
+    #[arg(long, value_name = "N")]
+    pub protocol: Option<u8>,
+    /// Firewall mark on everything mgrpd sends, so policy routing skips the tunnel
+    /// [default: 0x4d47].
+    #[arg(long, value_name = "N", value_parser = parse_u32)]
+    pub fwmark: Option<u32>,
+    /// Routing table holding the tunnel routes [default: 4242].
+    #[arg(long, value_name = "N")]
+    pub table: Option<u32>,
+    /// Priority of the `not fwmark M lookup T` rule [default: 4242].
+    #[arg(long, value_name = "N")]
+    pub rule_priority: Option<u32>,
+    /// Install no rule and no routes (route traffic into the TUN yourself).
+    #[arg(long)]
+    pub no_routes: bool,
+    /// How long a packet may wait for a probe, e.g. 10ms, 500us [default: 10ms].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub hold: Option<Duration>,
+    /// `always`: packets wait up to the hold time whether or not a train comes (the
+    /// paper's mode); `on-demand`: packets wait only while a train to their destination
+    /// is queued or in flight [default: always].
+    #[arg(long, value_name = "MODE")]
+    pub hold_mode: Option<HoldModeArg>,
+    /// With on-demand hold: route a destination into the tunnel only while a train to it
+    /// is queued or in flight, plus the hold time (`true`/`false`) [default: true].
+    #[arg(long, value_name = "BOOL")]
+    pub route_on_demand: Option<bool>,
+    /// Pin the pacer thread to this CPU.
+    #[arg(long, value_name = "N")]
+    pub pacer_cpu: Option<usize>,
+    /// Do not ask for SCHED_FIFO for the pacer (lower timing precision).
+    #[arg(long)]
+    pub no_realtime: bool,
+    /// How long before a deadline the pacer stops sleeping and spins [default: 150us].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub busy_poll_margin: Option<Duration>,
+    /// Log level: error, warn, info, debug or trace [default: info].
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+}
+
+/// `--hold-mode` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HoldModeArg {
+    /// Wait up to the hold time always.
+    Always,
+    /// Wait only while a train is queued or in flight.
+    OnDemand,
+}
+
+/// `piggyback.packing` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PackingArg {
+    /// One rider per probe.
+    One,
+    /// As many riders as fit.
+    Multiple,
+}
+
+/// The configuration file, as written. Missing keys take their defaults.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct File {
+    tun: Option<String>,
+    tun_address: Option<std::net::Ipv4Addr>,
+    mtu: Option<u16>,
+    routes: Option<Vec<IpNet>>,
+    socket: Option<PathBuf>,
+    socket_group: Option<String>,
+    protocol: Option<u8>,
+    fwmark: Option<u32>,
+    table: Option<u32>,
+    rule_priority: Option<u32>,
+    no_routes: Option<bool>,
+    #[serde(default, deserialize_with = "de_duration")]
+    hold: Option<Duration>,
+    hold_mode: Option<HoldModeArg>,
+    route_on_demand: Option<bool>,
+    pacer_cpu: Option<usize>,
+    realtime: Option<bool>,
+    #[serde(default, deserialize_with = "de_duration")]
+    busy_poll_margin: Option<Duration>,
+    log_level: Option<String>,
+    #[serde(default)]
+    piggyback: PiggybackFile,
+    #[serde(default)]
+    peers: BTreeMap<IpAddr, IpAddr>,
+    #[serde(default)]
+    limits: LimitsFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct PiggybackFile {
+    packing: Option<PackingArg>,
+    max_train_fraction: Option<f64>,
+    first_n: Option<u16>,
+    min_fragment: Option<usize>,
+    max_queued_riders: Option<usize>,
+    max_queued_bytes: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct LimitsFile {
+    max_probes_per_train: Option<usize>,
+    #[serde(default, deserialize_with = "de_duration")]
+    min_gap: Option<Duration>,
+    max_queued_trains: Option<usize>,
+    reassembly_bytes: Option<usize>,
+    reassembly_bytes_per_peer: Option<usize>,
+    #[serde(default, deserialize_with = "de_duration")]
+    reassembly_timeout: Option<Duration>,
+}
+
+/// The settings in force, after the file, the flags and the defaults are merged and
+/// checked.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// TUN device name.
+    pub tun: String,
+    /// IPv4 address of the TUN (/32).
+    pub tun_address: std::net::Ipv4Addr,
+    /// MTU of the TUN and of the path.
+    pub mtu: u16,
+    /// Prefixes routed into the tunnel.
+    pub routes: Vec<IpNet>,
+    /// API socket path.
+    pub socket: PathBuf,
+    /// Group owning the API socket, if not root's.
+    pub socket_group: Option<String>,
+    /// IP protocol number of MGRP.
+    pub protocol: u8,
+    /// Firewall mark on everything mgrpd sends.
+    pub fwmark: u32,
+    /// Routing table of the tunnel routes.
+    pub table: u32,
+    /// Priority of the policy rule.
+    pub rule_priority: u32,
+    /// Whether mgrpd installs the rule and routes.
+    pub manage_routes: bool,
+    /// Whether routes are installed only while trains run (on-demand hold only).
+    pub route_on_demand: bool,
+    /// Piggyback policy of every destination.
+    pub policy: Policy,
+    /// MGRP peer of each destination that is not its own peer.
+    pub peers: BTreeMap<IpAddr, IpAddr>,
+    /// CPU to pin the pacer to.
+    pub pacer_cpu: Option<usize>,
+    /// Whether to ask for SCHED_FIFO.
+    pub realtime: bool,
+    /// Sleep-then-spin margin of the pacer.
+    pub busy_poll_margin: Duration,
+    /// Log level.
+    pub log_level: tracing::Level,
+    /// Most probes in one train.
+    pub max_probes_per_train: usize,
+    /// Smallest gap between probes.
+    pub min_gap: Duration,
+    /// Most trains queued in the daemon.
+    pub max_queued_trains: usize,
+    /// Reassembly bounds.
+    pub reassembly: mgrp_core::reassembly::Limits,
+}
+
+/// A configuration problem, in one line naming the key and the fix.
+#[derive(Debug)]
+pub struct ConfigError(String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn bad(msg: impl Into<String>) -> ConfigError {
+    ConfigError(msg.into())
+}
+
+impl Config {
+    /// Reads the file named by `--config` or `--check-config` (if any) and applies the
+    /// flags on top.
+    pub fn load(cli: &Cli) -> Result<Self, ConfigError> {
+        let file = match cli.config.as_ref().or(cli.check_config.as_ref()) {
+            Some(path) => read_file(path)?,
+            None => File::default(),
+        };
+        Self::merge(file, cli)
+    }
+
+    /// Parses configuration text (no flags), for tests and `--check-config`.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let file: File = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
+        Self::merge(file, &Cli::parse_from(["mgrpd"]))
+    }
+
+    fn merge(f: File, cli: &Cli) -> Result<Self, ConfigError> {
+        let hold_mode = match cli.hold_mode.or(f.hold_mode).unwrap_or(HoldModeArg::Always) {
+            HoldModeArg::Always => HoldMode::Always,
+            HoldModeArg::OnDemand => HoldMode::OnDemand,
+        };
+        let pb = &f.piggyback;
+        let defaults = Policy::default();
+        let policy = Policy {
+            hold: cli.hold.or(f.hold).unwrap_or(defaults.hold),
+            hold_mode,
+            packing: match pb.packing.unwrap_or(PackingArg::One) {
+                PackingArg::One => Packing::OnePerProbe,
+                PackingArg::Multiple => Packing::Multiple,
+            },
+            max_train_fraction: pb.max_train_fraction.unwrap_or(defaults.max_train_fraction),
+            first_n: pb.first_n.filter(|&n| n > 0),
+            max_queued_riders: pb.max_queued_riders.unwrap_or(defaults.max_queued_riders),
+            max_queued_bytes: pb.max_queued_bytes.unwrap_or(defaults.max_queued_bytes),
+            min_fragment: pb.min_fragment.unwrap_or(defaults.min_fragment),
+            trailer_len: 0,
+        };
+        if !(0.0..=1.0).contains(&policy.max_train_fraction) {
+            return Err(bad(format!(
+                "piggyback.max-train-fraction must be between 0 and 1, got {}",
+                policy.max_train_fraction
+            )));
+        }
+        if policy.hold > Duration::from_secs(1) {
+            return Err(bad(format!(
+                "hold of {:?} is too long: riders would stall their connections; use at most 1s",
+                policy.hold
+            )));
+        }
+        let tun = cli.tun.clone().or(f.tun).unwrap_or_else(|| "mgrp0".into());
+        if tun.is_empty() || tun.len() > 15 || tun.contains(['/', ' ', '\0']) {
+            return Err(bad(format!(
+                "tun name {tun:?} is not a valid interface name (1-15 characters, no '/' or spaces)"
+            )));
+        }
+        let mtu = cli.mtu.or(f.mtu).unwrap_or(1500);
+        if !(576..=9000).contains(&mtu) {
+            return Err(bad(format!("mtu {mtu} is out of range; use 576 to 9000")));
+        }
+        let mut routes = f.routes.unwrap_or_default();
+        routes.extend(cli.routes.iter().copied());
+        routes.sort();
+        routes.dedup();
+        let fwmark = cli.fwmark.or(f.fwmark).unwrap_or(0x4d47);
+        if fwmark == 0 {
+            return Err(bad(
+                "fwmark must not be 0: the rule `not fwmark 0` would match nothing",
+            ));
+        }
+        let table = cli.table.or(f.table).unwrap_or(4242);
+        if matches!(table, 0 | 253..=255) {
+            return Err(bad(format!(
+                "table {table} is reserved (unspec, default, main or local); choose another, e.g. 4242"
+            )));
+        }
+        let protocol = cli.protocol.or(f.protocol).unwrap_or(253);
+        if matches!(protocol, 0 | 1 | 4 | 6 | 17 | 41 | 58 | 255) {
+            return Err(bad(format!(
+                "protocol {protocol} is taken by a standard protocol; use 253 or 254 (reserved for experiments)"
+            )));
+        }
+        let level = cli
+            .log_level
+            .clone()
+            .or(f.log_level)
+            .unwrap_or_else(|| "info".into());
+        let log_level = tracing::Level::from_str(&level).map_err(|_| {
+            bad(format!(
+                "log level {level:?} is unknown; use error, warn, info, debug or trace"
+            ))
+        })?;
+        let limits = &f.limits;
+        let min_gap = limits.min_gap.unwrap_or(Duration::ZERO);
+        let rd = mgrp_core::reassembly::Limits::default();
+        let reassembly = mgrp_core::reassembly::Limits {
+            per_peer_bytes: limits
+                .reassembly_bytes_per_peer
+                .unwrap_or(rd.per_peer_bytes),
+            total_bytes: limits.reassembly_bytes.unwrap_or(rd.total_bytes),
+            timeout: limits.reassembly_timeout.unwrap_or(rd.timeout),
+            remembered: rd.remembered,
+        };
+        let busy_poll_margin = cli
+            .busy_poll_margin
+            .or(f.busy_poll_margin)
+            .unwrap_or(Duration::from_micros(150));
+        if busy_poll_margin > Duration::from_millis(5) {
+            return Err(bad(format!(
+                "busy-poll-margin of {busy_poll_margin:?} would spin too long; use at most 5ms"
+            )));
+        }
+        Ok(Self {
+            tun,
+            tun_address: cli
+                .tun_address
+                .or(f.tun_address)
+                .unwrap_or(std::net::Ipv4Addr::new(169, 254, 77, 1)),
+            mtu,
+            routes,
+            socket: cli
+                .socket
+                .clone()
+                .or(f.socket)
+                .unwrap_or_else(|| PathBuf::from("/run/mgrp/mgrpd.sock")),
+            socket_group: f.socket_group,
+            protocol,
+            fwmark,
+            table,
+            rule_priority: cli.rule_priority.or(f.rule_priority).unwrap_or(4242),
+            manage_routes: !(cli.no_routes || f.no_routes.unwrap_or(false)),
+            route_on_demand: hold_mode == HoldMode::OnDemand
+                && cli.route_on_demand.or(f.route_on_demand).unwrap_or(true),
+            policy,
+            peers: f.peers,
+            pacer_cpu: cli.pacer_cpu.or(f.pacer_cpu),
+            realtime: !cli.no_realtime && f.realtime.unwrap_or(true),
+            busy_poll_margin,
+            log_level,
+            max_probes_per_train: limits.max_probes_per_train.unwrap_or(10_000),
+            min_gap,
+            max_queued_trains: limits.max_queued_trains.unwrap_or(64),
+            reassembly,
+        })
+    }
+
+    /// The MGRP peer that carries traffic for `dst`.
+    pub fn peer_of(&self, dst: IpAddr) -> IpAddr {
+        self.peers.get(&dst).copied().unwrap_or(dst)
+    }
+}
+
+fn read_file(path: &Path) -> Result<File, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad(format!("cannot read config file {}: {e}", path.display())))?;
+    toml::from_str(&text).map_err(|e| {
+        let msg = e.to_string().replace('\n', " ");
+        bad(format!("config file {}: {}", path.display(), msg.trim()))
+    })
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_duration(&s)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+/// Parses `10ms`, `150us`, `150µs`, `2s`, `500ns`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration; write a number and a unit, e.g. 10ms"))?;
+    let scale = match unit.trim() {
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        _ => return Err(format!("{s:?} has no known unit; use ns, us, ms or s")),
+    };
+    let secs = value * scale;
+    if !secs.is_finite() || secs > 3600.0 {
+        return Err(format!("{s:?} is out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn parse_u32(s: &str) -> Result<u32, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    r.map_err(|_| format!("{s:?} is not a 32-bit number (decimal or 0x hex)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10ms"), Ok(Duration::from_millis(10)));
+        assert_eq!(parse_duration("150us"), Ok(Duration::from_micros(150)));
+        assert_eq!(parse_duration("150µs"), Ok(Duration::from_micros(150)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("10").unwrap_err().contains("unit"));
+        assert!(parse_duration("ms").is_err());
+    }
+
+    #[test]
+    fn defaults() {
+        let c = Config::from_toml("").unwrap();
+        assert_eq!(c.tun, "mgrp0");
+        assert_eq!(c.protocol, 253);
+        assert_eq!(c.policy.hold, Duration::from_millis(10));
+        assert_eq!(c.policy.hold_mode, HoldMode::Always);
+        assert!(!c.route_on_demand);
+        assert_eq!(c.busy_poll_margin, Duration::from_micros(150));
+        assert_eq!(c.socket, PathBuf::from("/run/mgrp/mgrpd.sock"));
+    }
+
+    #[test]
+    fn file_and_flags() {
+        let c = Config::from_toml(
+            r#"
+            tun = "m1"
+            routes = ["10.9.0.0/24"]
+            hold = "5ms"
+            hold-mode = "on-demand"
+            [piggyback]
+            packing = "multiple"
+            max-train-fraction = 0.5
+            first-n = 10
+            [peers]
+            "10.9.0.7" = "10.9.0.1"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.tun, "m1");
+        assert_eq!(c.policy.packing, Packing::Multiple);
+        assert_eq!(c.policy.first_n, Some(10));
+        assert!(c.route_on_demand);
+        assert_eq!(
+            c.peer_of("10.9.0.7".parse().unwrap()),
+            "10.9.0.1".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            c.peer_of("10.9.0.8".parse().unwrap()),
+            "10.9.0.8".parse::<IpAddr>().unwrap()
+        );
+
+        let cli = Cli::parse_from([
+            "mgrpd",
+            "--hold",
+            "2ms",
+            "--route",
+            "10.1.0.0/16",
+            "--fwmark",
+            "0x10",
+        ]);
+        let c = Config::merge(toml::from_str("hold = \"5ms\"").unwrap(), &cli).unwrap();
+        assert_eq!(c.policy.hold, Duration::from_millis(2));
+        assert_eq!(c.fwmark, 0x10);
+        assert_eq!(c.routes, ["10.1.0.0/16".parse::<IpNet>().unwrap()]);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = Config::from_toml("holdd = \"5ms\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("holdd"), "{e}");
+        let e = Config::from_toml("hold = \"5\"").unwrap_err().to_string();
+        assert!(e.contains("unit"), "{e}");
+        let e = Config::from_toml("table = 254").unwrap_err().to_string();
+        assert!(e.contains("reserved"), "{e}");
+        let e = Config::from_toml("[piggyback]\nmax-train-fraction = 2.0")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max-train-fraction"), "{e}");
+        let e = Config::from_toml("tun = \"a/b\"").unwrap_err().to_string();
+        assert!(e.contains("interface name"), "{e}");
+    }
+}

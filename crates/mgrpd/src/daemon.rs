@@ -1,0 +1,697 @@
+//! The daemon's data path and its threads.
+//!
+//! - The **TUN reader** reads application packets, hands each to the planner of its
+//!   destination's MGRP peer, and sends at once whatever the planner releases (with
+//!   on-demand hold and no train, that is the packet itself).
+//! - The **pacer** (a real-time thread when permitted) runs one train at a time: it
+//!   sleeps on a timerfd until a margin before each deadline, builds the probe from the
+//!   riders queued by then, spins to the deadline, stamps and sends it. Between trains it
+//!   sleeps on a condition variable until a rider's hold time runs out or a train comes.
+//! - The **receiver** reads MGRP packets with kernel timestamps, reassembles riders
+//!   and writes them to the TUN, and hands probes to the listening tools.
+//!
+//! All planners live under one mutex; each thread holds it only to plan, never while
+//! sleeping or sending.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mgrp_core::api::{DaemonCounters, DaemonStats, ReceivedProbe, Response};
+use mgrp_core::planner::{Path, Planner, ProbeToSend, Transaction, Transmit};
+use mgrp_core::reassembly::{ChunkOutcome, Reassembler};
+use mgrp_core::stats::{PlannerCounters, ReassemblyCounters, TransactionReport};
+use mgrp_core::wire::{self, Kind, Packet};
+use socket2::Socket;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+use tun_rs::SyncDevice;
+
+use crate::config::Config;
+use crate::sys;
+
+macro_rules! counters {
+    ($($name:ident),* $(,)?) => {
+        /// The daemon's own counters, updated lock-free by the data-path threads.
+        #[derive(Debug, Default)]
+        pub struct Counters { $(pub(crate) $name: AtomicU64,)* }
+
+        impl Counters {
+            /// A consistent-enough copy for reporting.
+            pub fn snapshot(&self) -> DaemonCounters {
+                DaemonCounters { $($name: self.$name.load(Ordering::Relaxed),)* }
+            }
+        }
+    };
+}
+
+counters!(
+    tun_packets_in,
+    tun_ignored,
+    probes_sent,
+    probe_send_errors,
+    unchanged_sent,
+    unchanged_send_errors,
+    continuations_sent,
+    continuation_send_errors,
+    mgrp_received,
+    mgrp_malformed,
+    riders_delivered,
+    rider_bytes_delivered,
+    tun_write_errors,
+    probes_delivered,
+    probes_unclaimed,
+    probes_dropped_slow_listener,
+    trains_accepted,
+    trains_rejected,
+);
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What happens when a train ends, for whoever watches (the route manager).
+#[derive(Debug, Clone, Copy)]
+pub enum TrainEvent {
+    /// A train to this peer finished or was cancelled.
+    Done(IpAddr),
+}
+
+/// A listener registered by an API connection.
+#[derive(Debug)]
+pub(crate) struct Listener {
+    pub(crate) conn: u64,
+    pub(crate) source: Option<IpAddr>,
+    pub(crate) tx: mpsc::Sender<Response>,
+}
+
+/// State shared under the planners' mutex.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    planners: HashMap<IpAddr, Planner>,
+    waiters: HashMap<u32, oneshot::Sender<TransactionReport>>,
+    next_tx: u32,
+    queued_trains: usize,
+    /// Planners of retired peers keep counting in the totals.
+    retired: PlannerCounters,
+}
+
+/// Everything the threads share.
+pub struct Shared {
+    pub(crate) config: Config,
+    pub(crate) state: Mutex<State>,
+    pub(crate) wake: Condvar,
+    pub(crate) counters: Counters,
+    pub(crate) shutdown: AtomicBool,
+    pub(crate) listeners: Mutex<HashMap<u16, Vec<Listener>>>,
+    pub(crate) reassembly: Mutex<ReassemblyCounters>,
+    tun: Arc<SyncDevice>,
+    mgrp4: Socket,
+    mgrp6: Option<Socket>,
+    raw4: Socket,
+    raw6: Option<Socket>,
+    events: mpsc::UnboundedSender<TrainEvent>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("tun", &self.config.tun)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a train was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The train breaks a rule.
+    #[error("{0}")]
+    Invalid(String),
+    /// Too many trains queued.
+    #[error("{0} trains are queued already; wait for reports before submitting more")]
+    Busy(usize),
+    /// The daemon is stopping.
+    #[error("mgrpd is shutting down")]
+    ShuttingDown,
+}
+
+impl Shared {
+    /// Opens the sockets the data path needs.
+    pub fn new(
+        config: Config,
+        tun: Arc<SyncDevice>,
+        events: mpsc::UnboundedSender<TrainEvent>,
+    ) -> anyhow::Result<Self> {
+        let mark = config.fwmark;
+        let mgrp4 = sys::mgrp_send_socket(false, config.protocol, mark)
+            .map_err(|e| anyhow::anyhow!("cannot open a raw IPv4 socket for protocol {}: {e}; run mgrpd as root (it needs CAP_NET_RAW)", config.protocol))?;
+        let raw4 = sys::raw_ip_socket(false, mark).map_err(|e| {
+            anyhow::anyhow!("cannot open an IPPROTO_RAW socket: {e}; run mgrpd as root")
+        })?;
+        let mgrp6 = sys::mgrp_send_socket(true, config.protocol, mark).ok();
+        let raw6 = sys::raw_ip_socket(true, mark).ok();
+        Ok(Self {
+            config,
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+            counters: Counters::default(),
+            shutdown: AtomicBool::new(false),
+            listeners: Mutex::new(HashMap::new()),
+            reassembly: Mutex::new(ReassemblyCounters::default()),
+            tun,
+            mgrp4,
+            mgrp6,
+            raw4,
+            raw6,
+            events,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panicked thread leaves the planners consistent enough to flush riders.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn planner<'a>(&self, st: &'a mut State, peer: IpAddr) -> &'a mut Planner {
+        st.planners.entry(peer).or_insert_with(|| {
+            let path = if peer.is_ipv4() {
+                Path::ipv4(self.config.mtu)
+            } else {
+                Path::ipv6(self.config.mtu)
+            };
+            // Policy and path were validated with the configuration.
+            Planner::new(self.config.policy.clone(), path).unwrap_or_else(|e| {
+                panic!("planner for {peer}: {e} (the configuration check missed this)")
+            })
+        })
+    }
+
+    /// All counters.
+    pub fn stats(&self) -> DaemonStats {
+        let st = self.lock();
+        let mut planner = st.retired;
+        for p in st.planners.values() {
+            add_planner_counters(&mut planner, &p.counters());
+        }
+        drop(st);
+        DaemonStats {
+            daemon: self.counters.snapshot(),
+            planner,
+            reassembly: *self
+                .reassembly
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        }
+    }
+
+    /// Queues a train; the report arrives on the returned channel once it was sent.
+    pub fn submit(
+        &self,
+        destination: IpAddr,
+        mut tx: Transaction,
+    ) -> Result<(IpAddr, oneshot::Receiver<TransactionReport>), SubmitError> {
+        if self.shutdown.load(Ordering::Relaxed) {
+            return Err(SubmitError::ShuttingDown);
+        }
+        let limits = &self.config;
+        if tx.probes.len() > limits.max_probes_per_train {
+            bump(&self.counters.trains_rejected);
+            return Err(SubmitError::Invalid(format!(
+                "train of {} probes exceeds the limit of {} (limits.max-probes-per-train)",
+                tx.probes.len(),
+                limits.max_probes_per_train
+            )));
+        }
+        if let Some((i, p)) = tx
+            .probes
+            .iter()
+            .enumerate()
+            .skip(1)
+            .find(|(_, p)| p.gap < limits.min_gap)
+        {
+            bump(&self.counters.trains_rejected);
+            return Err(SubmitError::Invalid(format!(
+                "probe {i} has a gap of {:?}, below the smallest allowed {:?} (limits.min-gap)",
+                p.gap, limits.min_gap
+            )));
+        }
+        let peer = self.config.peer_of(destination);
+        let mut st = self.lock();
+        if st.queued_trains >= limits.max_queued_trains {
+            bump(&self.counters.trains_rejected);
+            return Err(SubmitError::Busy(st.queued_trains));
+        }
+        st.next_tx = st.next_tx.wrapping_add(1);
+        tx.id = st.next_tx;
+        let id = tx.id;
+        let now = sys::mono_now();
+        if let Err(e) = self.planner(&mut st, peer).handle_transaction(now, tx) {
+            bump(&self.counters.trains_rejected);
+            return Err(SubmitError::Invalid(e.to_string()));
+        }
+        let (done, report) = oneshot::channel();
+        st.waiters.insert(id, done);
+        st.queued_trains += 1;
+        drop(st);
+        bump(&self.counters.trains_accepted);
+        self.wake.notify_all();
+        Ok((peer, report))
+    }
+
+    /// Asks every thread to stop; the pacer flushes held riders unchanged first.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        let _guard = self.lock();
+        self.wake.notify_all();
+    }
+
+    fn send_mgrp(&self, peer: IpAddr, packet: &[u8]) -> std::io::Result<usize> {
+        let dst = sys::raw_dest(peer);
+        match peer {
+            IpAddr::V4(_) => self.mgrp4.send_to(packet, &dst),
+            IpAddr::V6(_) => match &self.mgrp6 {
+                Some(s) => s.send_to(packet, &dst),
+                None => Err(std::io::Error::other("no IPv6 raw socket")),
+            },
+        }
+    }
+
+    fn send_transmits(&self, peer: IpAddr, transmits: Vec<Transmit>) {
+        for t in transmits {
+            match t {
+                Transmit::Unchanged(pkt) => {
+                    let Some(dst) = sys::packet_destination(&pkt) else {
+                        continue;
+                    };
+                    let sock = match dst {
+                        IpAddr::V4(_) => Some(&self.raw4),
+                        IpAddr::V6(_) => self.raw6.as_ref(),
+                    };
+                    let r = match sock {
+                        Some(s) => s.send_to(&pkt, &sys::raw_dest(dst)),
+                        None => Err(std::io::Error::other("no IPv6 raw socket")),
+                    };
+                    match r {
+                        Ok(_) => bump(&self.counters.unchanged_sent),
+                        Err(e) => {
+                            bump(&self.counters.unchanged_send_errors);
+                            debug!("sending a rider unchanged to {dst} failed: {e}");
+                        }
+                    }
+                }
+                Transmit::Continuation(mut pkt) => {
+                    wire::stamp_sender_time(&mut pkt, sys::wall_now());
+                    match self.send_mgrp(peer, &pkt) {
+                        Ok(_) => bump(&self.counters.continuations_sent),
+                        Err(e) => {
+                            bump(&self.counters.continuation_send_errors);
+                            debug!("sending a continuation to {peer} failed: {e}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Everything every planner releases at `now`.
+    fn due_transmits(
+        &self,
+        st: &mut State,
+        now: mgrp_core::MonoTime,
+    ) -> Vec<(IpAddr, Vec<Transmit>)> {
+        let mut out = Vec::new();
+        for (peer, p) in &mut st.planners {
+            let mut v = Vec::new();
+            while let Some(t) = p.poll_transmit(now) {
+                v.push(t);
+            }
+            if !v.is_empty() {
+                out.push((*peer, v));
+            }
+        }
+        out
+    }
+}
+
+fn add_planner_counters(sum: &mut PlannerCounters, c: &PlannerCounters) {
+    sum.riders_in += c.riders_in;
+    sum.rider_bytes_in += c.rider_bytes_in;
+    sum.riders_piggybacked += c.riders_piggybacked;
+    sum.riders_finished_by_continuation += c.riders_finished_by_continuation;
+    sum.riders_sent_unchanged += c.riders_sent_unchanged;
+    sum.riders_dropped_queue_full += c.riders_dropped_queue_full;
+    sum.riders_dropped_too_large += c.riders_dropped_too_large;
+    sum.riders_dropped_empty += c.riders_dropped_empty;
+    sum.riders_held += c.riders_held;
+    sum.probes_planned += c.probes_planned;
+    sum.probes_with_riders += c.probes_with_riders;
+    sum.rider_bytes_in_probes += c.rider_bytes_in_probes;
+    sum.continuation_packets += c.continuation_packets;
+    sum.rider_bytes_in_continuations += c.rider_bytes_in_continuations;
+    sum.transactions_accepted += c.transactions_accepted;
+    sum.transactions_rejected += c.transactions_rejected;
+    sum.transactions_completed += c.transactions_completed;
+    sum.transactions_cancelled += c.transactions_cancelled;
+}
+
+/// Whether a packet read from the TUN is kernel housekeeping rather than traffic to a
+/// peer (multicast, link-local, unspecified).
+fn is_housekeeping(dst: IpAddr) -> bool {
+    match dst {
+        IpAddr::V4(a) => a.is_multicast() || a.is_broadcast() || a.is_unspecified(),
+        IpAddr::V6(a) => {
+            a.is_multicast() || a.is_unspecified() || (a.segments()[0] & 0xffc0) == 0xfe80
+        }
+    }
+}
+
+/// The TUN reader thread.
+pub fn run_tun_reader(shared: &Shared) {
+    let mut buf = vec![0u8; 65_536];
+    loop {
+        let n = match shared.tun.recv(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                if !shared.shutdown.load(Ordering::Relaxed) {
+                    warn!("reading the TUN failed: {e}; stopping the TUN reader");
+                }
+                return;
+            }
+        };
+        bump(&shared.counters.tun_packets_in);
+        let pkt = &buf[..n];
+        let Some(dst) = sys::packet_destination(pkt).filter(|d| !is_housekeeping(*d)) else {
+            bump(&shared.counters.tun_ignored);
+            continue;
+        };
+        let peer = shared.config.peer_of(dst);
+        let now = sys::mono_now();
+        let mut st = shared.lock();
+        let planner = shared.planner(&mut st, peer);
+        let was_empty = planner.held_riders() == 0;
+        if let Err(reason) = planner.handle_rider(now, Bytes::copy_from_slice(pkt)) {
+            debug!("rider to {dst} dropped: {reason}");
+        }
+        let mut out = Vec::new();
+        while let Some(t) = planner.poll_transmit(now) {
+            out.push(t);
+        }
+        let held = planner.held_riders();
+        drop(st);
+        if was_empty && held > 0 {
+            shared.wake.notify_all();
+        }
+        if !out.is_empty() {
+            shared.send_transmits(peer, out);
+        }
+    }
+}
+
+/// Settings the pacer could not get, reported once at start.
+fn prepare_pacer(config: &Config) {
+    sys::set_timer_slack(1);
+    if let Some(cpu) = config.pacer_cpu {
+        if let Err(e) = sys::pin_to_cpu(cpu) {
+            warn!("cannot pin the pacer to CPU {cpu}: {e}; it runs unpinned");
+        }
+    }
+    if config.realtime {
+        match sys::set_realtime(50) {
+            Ok(()) => info!("pacer runs SCHED_FIFO"),
+            Err(e) => warn!(
+                "cannot run the pacer SCHED_FIFO ({e}); pacing falls back to the normal scheduler, expect millisecond tails (use --no-realtime to silence this)"
+            ),
+        }
+    }
+}
+
+/// The pacer thread: runs trains and releases riders whose wait is over.
+pub fn run_pacer(shared: &Shared) {
+    prepare_pacer(&shared.config);
+    let timer = match sys::Timer::new() {
+        Ok(t) => t,
+        Err(e) => {
+            warn!("cannot create a timerfd ({e}); the pacer stops");
+            return;
+        }
+    };
+    let mut next_peer = 0usize;
+    loop {
+        let stopping = shared.shutdown.load(Ordering::SeqCst);
+        let mut st = shared.lock();
+        if stopping {
+            for p in st.planners.values_mut() {
+                p.handle_shutdown();
+            }
+        }
+        let now = sys::mono_now();
+        let due = shared.due_transmits(&mut st, now);
+        // Trains run one at a time, taking destinations in turn.
+        let mut peers: Vec<IpAddr> = st
+            .planners
+            .iter()
+            .filter(|(_, p)| p.has_transaction())
+            .map(|(a, _)| *a)
+            .collect();
+        peers.sort();
+        let train = if stopping || peers.is_empty() {
+            None
+        } else {
+            next_peer = next_peer.wrapping_add(1);
+            Some(peers[next_peer % peers.len()])
+        };
+        let timeout = st.planners.values().filter_map(Planner::poll_timeout).min();
+        if train.is_none() && due.is_empty() {
+            if stopping {
+                // Everything is flushed: cancelled trains still owe their reports.
+                deliver_reports(shared, &mut st);
+                return;
+            }
+            let wait = timeout
+                .map_or(Duration::from_millis(200), |t| t.saturating_since(now))
+                .min(Duration::from_millis(200));
+            if !wait.is_zero() {
+                let (guard, _) = shared
+                    .wake
+                    .wait_timeout(st, wait)
+                    .unwrap_or_else(PoisonError::into_inner);
+                drop(guard);
+            }
+            continue;
+        }
+        deliver_reports(shared, &mut st);
+        drop(st);
+        for (peer, t) in due {
+            shared.send_transmits(peer, t);
+        }
+        if let Some(peer) = train {
+            run_train(shared, &timer, peer);
+        }
+    }
+}
+
+fn deliver_reports(shared: &Shared, st: &mut State) {
+    let mut done = Vec::new();
+    for (peer, p) in &mut st.planners {
+        while let Some(r) = p.poll_report() {
+            done.push((*peer, r));
+        }
+    }
+    for (peer, report) in done {
+        st.queued_trains = st.queued_trains.saturating_sub(1);
+        if let Some(w) = st.waiters.remove(&report.transaction) {
+            let _ = w.send(report);
+        }
+        let _ = shared.events.send(TrainEvent::Done(peer));
+    }
+}
+
+/// Sends one train to `peer`, probe by probe, against absolute deadlines.
+fn run_train(shared: &Shared, timer: &sys::Timer, peer: IpAddr) {
+    let margin = shared.config.busy_poll_margin;
+    let mut next_deadline = None;
+    loop {
+        if let Some(d) = next_deadline {
+            let wake = mgrp_core::MonoTime::from_nanos(
+                mgrp_core::MonoTime::as_nanos(d)
+                    .saturating_sub(u64::try_from(margin.as_nanos()).unwrap_or(0)),
+            );
+            if sys::mono_now() < wake {
+                let _ = timer.sleep_until(wake);
+            }
+        }
+        let probe: Option<ProbeToSend> = {
+            let mut st = shared.lock();
+            if shared.shutdown.load(Ordering::Relaxed) {
+                None
+            } else {
+                shared.planner(&mut st, peer).poll_probe(sys::mono_now())
+            }
+        };
+        let Some(mut probe) = probe else { return };
+        sys::wait_until(timer, probe.deadline, Duration::ZERO);
+        let stamp = sys::wall_now();
+        wire::stamp_sender_time(&mut probe.packet, stamp);
+        let departed = sys::mono_now();
+        let sent = match shared.send_mgrp(peer, &probe.packet) {
+            Ok(_) => {
+                bump(&shared.counters.probes_sent);
+                Some((departed, stamp))
+            }
+            Err(e) => {
+                bump(&shared.counters.probe_send_errors);
+                debug!(
+                    "sending probe {} of train {} failed: {e}",
+                    probe.seq, probe.transaction
+                );
+                None
+            }
+        };
+        let mut st = shared.lock();
+        let planner = shared.planner(&mut st, peer);
+        planner.handle_probe_sent(probe.transaction, probe.seq, sent);
+        next_deadline = planner.next_deadline();
+        let due = shared.due_transmits(&mut st, sys::mono_now());
+        deliver_reports(shared, &mut st);
+        drop(st);
+        for (peer, t) in due {
+            shared.send_transmits(peer, t);
+        }
+        if next_deadline.is_none() {
+            return;
+        }
+    }
+}
+
+/// Rate-limits a log line to one per interval, counting what it skipped.
+#[derive(Debug)]
+struct LogLimiter {
+    last: Option<Instant>,
+    skipped: u64,
+}
+
+impl LogLimiter {
+    fn allow(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|l| now.duration_since(l) < Duration::from_secs(1))
+        {
+            self.skipped += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.skipped))
+    }
+}
+
+/// The receiver thread (IPv4 MGRP packets).
+pub fn run_receiver(shared: &Shared, sock: &Socket) {
+    let mut reasm: Reassembler<IpAddr> = Reassembler::new(shared.config.reassembly);
+    let mut buf = vec![0u8; 65_536];
+    let mut limiter = LogLimiter {
+        last: None,
+        skipped: 0,
+    };
+    let fd = sock.as_raw_fd();
+    while !shared.shutdown.load(Ordering::Relaxed) {
+        let r = match sys::recv_stamped(fd, &mut buf) {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                reasm.handle_timeout(sys::mono_now());
+                *shared
+                    .reassembly
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = reasm.counters();
+                continue;
+            }
+            Err(e) => {
+                warn!("receiving MGRP packets failed: {e}; stopping the receiver");
+                return;
+            }
+        };
+        bump(&shared.counters.mgrp_received);
+        let data = &buf[..r.len];
+        // A raw IPv4 socket hands over the IP header too.
+        let ihl = data.first().map_or(0, |b| usize::from(b & 0x0f) * 4);
+        let payload = data.get(ihl..).filter(|_| ihl >= 20).unwrap_or(&[]);
+        let packet = match Packet::new_checked(payload) {
+            Ok(p) => p,
+            Err(e) => {
+                bump(&shared.counters.mgrp_malformed);
+                if let Some(skipped) = limiter.allow() {
+                    warn!(
+                        "dropped a malformed MGRP packet from {}: {e} ({skipped} more since the last report)",
+                        r.from
+                    );
+                }
+                continue;
+            }
+        };
+        let now = sys::mono_now();
+        for chunk in packet.chunks() {
+            if let ChunkOutcome::Complete(rider) = reasm.handle_chunk(now, r.from, &chunk) {
+                match shared.tun.send(&rider) {
+                    Ok(_) => {
+                        bump(&shared.counters.riders_delivered);
+                        shared
+                            .counters
+                            .rider_bytes_delivered
+                            .fetch_add(rider.len() as u64, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        bump(&shared.counters.tun_write_errors);
+                        debug!("writing a rider to the TUN failed: {e}");
+                    }
+                }
+            }
+        }
+        *shared
+            .reassembly
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = reasm.counters();
+        if packet.kind() == Kind::Probe {
+            let probe = ReceivedProbe {
+                source: r.from,
+                src_port: packet.src_port(),
+                dst_port: packet.dst_port(),
+                transaction: packet.transaction(),
+                seq: packet.seq(),
+                train_len: packet.train_len(),
+                size: u16::try_from(r.len).unwrap_or(u16::MAX),
+                header: packet.tool_header().to_vec(),
+                sender_time: packet.sender_time(),
+                receive_time: r.stamp.unwrap_or_else(sys::wall_now),
+                rider_bytes: u32::try_from(packet.rider_bytes()).unwrap_or(u32::MAX),
+            };
+            deliver_probe(shared, probe);
+        }
+    }
+}
+
+fn deliver_probe(shared: &Shared, probe: ReceivedProbe) {
+    let listeners = shared
+        .listeners
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let Some(ls) = listeners.get(&probe.dst_port) else {
+        bump(&shared.counters.probes_unclaimed);
+        return;
+    };
+    let Some(l) = ls
+        .iter()
+        .find(|l| l.source.is_none_or(|s| s == probe.source))
+    else {
+        bump(&shared.counters.probes_unclaimed);
+        return;
+    };
+    match l.tx.try_send(Response::Probe(probe)) {
+        Ok(()) => bump(&shared.counters.probes_delivered),
+        Err(_) => bump(&shared.counters.probes_dropped_slow_listener),
+    }
+}

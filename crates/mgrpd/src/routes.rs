@@ -1,0 +1,247 @@
+//! Policy routing the WireGuard way: a rule `not fwmark M lookup T` sends unmarked
+//! traffic to table T, whose routes point destinations at the TUN; everything mgrpd
+//! sends carries mark M and so takes the main table out the real interface.
+//!
+//! [`Routes`] installs the rule and the routes, remembers exactly what it installed,
+//! and removes only that on exit. With route on demand it adds a destination's host
+//! route while trains to it are queued or in flight (plus the hold time) and removes it
+//! afterwards, so that when nobody measures, traffic never enters user space.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use futures_util::TryStreamExt;
+use ipnet::IpNet;
+use rtnetlink::packet_route::AddressFamily;
+use rtnetlink::packet_route::route::RouteScope;
+use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute, RuleFlags, RuleMessage};
+use rtnetlink::{Handle, RouteMessageBuilder};
+
+use crate::sys;
+
+/// A netlink request that failed, in words.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+pub struct RouteError {
+    what: String,
+    #[source]
+    source: rtnetlink::Error,
+}
+
+fn errno(e: &rtnetlink::Error) -> Option<i32> {
+    match e {
+        rtnetlink::Error::NetlinkError(m) => Some(-m.raw_code()),
+        _ => None,
+    }
+}
+
+/// The rule and routes mgrpd installed.
+#[derive(Debug)]
+pub struct Routes {
+    handle: Handle,
+    ifindex: u32,
+    table: u32,
+    fwmark: u32,
+    priority: u32,
+    rules: Vec<bool>,
+    routes: BTreeSet<IpNet>,
+}
+
+impl Routes {
+    /// Opens a netlink connection (on the current tokio runtime) for the TUN `tun`.
+    pub async fn new(tun: &str, table: u32, fwmark: u32, priority: u32) -> anyhow::Result<Self> {
+        let (conn, handle, _) = rtnetlink::new_connection()?;
+        tokio::spawn(conn);
+        let link = handle
+            .link()
+            .get()
+            .match_name(tun.to_string())
+            .execute()
+            .try_next()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot find interface {tun}: {e}"))?
+            .ok_or_else(|| anyhow::anyhow!("cannot find interface {tun}"))?;
+        Ok(Self {
+            handle,
+            ifindex: link.header.index,
+            table,
+            fwmark,
+            priority,
+            rules: Vec::new(),
+            routes: BTreeSet::new(),
+        })
+    }
+
+    fn rule_message(&self, v6: bool) -> RuleMessage {
+        let mut m = RuleMessage::default();
+        m.header.family = if v6 {
+            AddressFamily::Inet6
+        } else {
+            AddressFamily::Inet
+        };
+        m.header.action = RuleAction::ToTable;
+        m.header.flags = RuleFlags::Invert;
+        m.attributes.extend([
+            RuleAttribute::FwMark(self.fwmark),
+            RuleAttribute::Table(self.table),
+            RuleAttribute::Priority(self.priority),
+        ]);
+        m
+    }
+
+    /// Installs `not fwmark M lookup T` for IPv4 (and IPv6 if `v6`).
+    pub async fn add_rules(&mut self, v6: bool) -> Result<(), RouteError> {
+        for family_v6 in [false, true] {
+            if family_v6 && !v6 {
+                continue;
+            }
+            let mut req = self
+                .handle
+                .rule()
+                .add()
+                .fw_mark(self.fwmark)
+                .table_id(self.table)
+                .priority(self.priority)
+                .action(RuleAction::ToTable);
+            req.message_mut().header.family = if family_v6 {
+                AddressFamily::Inet6
+            } else {
+                AddressFamily::Inet
+            };
+            req.message_mut().header.flags |= RuleFlags::Invert;
+            req.execute().await.map_err(|source| RouteError {
+                what: format!(
+                    "adding rule `not fwmark {:#x} lookup {} priority {}`{}",
+                    self.fwmark,
+                    self.table,
+                    self.priority,
+                    if family_v6 { " (IPv6)" } else { "" }
+                ),
+                source,
+            })?;
+            self.rules.push(family_v6);
+        }
+        Ok(())
+    }
+
+    /// The route of `net` into the TUN. Its preferred source is the address the host
+    /// would use for `net` without the tunnel, so that applications keep their usual
+    /// source address (otherwise the kernel would pick the TUN's own address).
+    fn route_message(&self, net: IpNet) -> rtnetlink::packet_route::route::RouteMessage {
+        let src = sys::source_for(net.network(), self.fwmark).ok();
+        match net {
+            IpNet::V4(n) => {
+                let mut b = RouteMessageBuilder::<Ipv4Addr>::new()
+                    .destination_prefix(n.network(), n.prefix_len())
+                    .output_interface(self.ifindex)
+                    .table_id(self.table)
+                    .scope(RouteScope::Link);
+                if let Some(IpAddr::V4(s)) = src {
+                    b = b.pref_source(s);
+                }
+                b.build()
+            }
+            IpNet::V6(n) => {
+                let mut b = RouteMessageBuilder::<Ipv6Addr>::new()
+                    .destination_prefix(n.network(), n.prefix_len())
+                    .output_interface(self.ifindex)
+                    .table_id(self.table);
+                if let Some(IpAddr::V6(s)) = src {
+                    b = b.pref_source(s);
+                }
+                b.build()
+            }
+        }
+    }
+
+    /// Routes `net` into the TUN in table T. Adding a route that is there already is
+    /// not an error.
+    pub async fn add_route(&mut self, net: IpNet) -> Result<(), RouteError> {
+        if self.routes.contains(&net) {
+            return Ok(());
+        }
+        match self
+            .handle
+            .route()
+            .add(self.route_message(net))
+            .execute()
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if errno(&e) == Some(libc::EEXIST) => {}
+            Err(source) => {
+                return Err(RouteError {
+                    what: format!("adding route {net} dev tun table {}", self.table),
+                    source,
+                });
+            }
+        }
+        self.routes.insert(net);
+        Ok(())
+    }
+
+    /// Removes a route this instance added.
+    pub async fn del_route(&mut self, net: IpNet) -> Result<(), RouteError> {
+        if !self.routes.remove(&net) {
+            return Ok(());
+        }
+        match self
+            .handle
+            .route()
+            .del(self.route_message(net))
+            .execute()
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if matches!(errno(&e), Some(libc::ESRCH | libc::ENOENT | libc::ENODEV)) => {
+                Ok(())
+            }
+            Err(source) => Err(RouteError {
+                what: format!("removing route {net} table {}", self.table),
+                source,
+            }),
+        }
+    }
+
+    /// Whether a route for `net` is installed.
+    pub fn has_route(&self, net: &IpNet) -> bool {
+        self.routes.contains(net)
+    }
+
+    /// Removes every route and rule this instance installed. Routes through the TUN
+    /// vanish with it anyway; the rule would not, so this must run on exit.
+    pub async fn remove_all(&mut self) -> Vec<RouteError> {
+        let mut errors = Vec::new();
+        for net in std::mem::take(&mut self.routes) {
+            self.routes.insert(net);
+            if let Err(e) = self.del_route(net).await {
+                errors.push(e);
+            }
+        }
+        for v6 in std::mem::take(&mut self.rules) {
+            if let Err(source) = self
+                .handle
+                .rule()
+                .del(self.rule_message(v6))
+                .execute()
+                .await
+            {
+                if errno(&source) != Some(libc::ENOENT) {
+                    errors.push(RouteError {
+                        what: format!(
+                            "removing rule `not fwmark {:#x} lookup {}`",
+                            self.fwmark, self.table
+                        ),
+                        source,
+                    });
+                }
+            }
+        }
+        errors
+    }
+}
+
+/// The host route of one address.
+pub fn host_net(ip: IpAddr) -> IpNet {
+    IpNet::from(ip)
+}

@@ -1,0 +1,264 @@
+//! The Unix-socket API server: JSON lines (see `mgrp_core::api`), one task per
+//! connection, a writer task per connection so that reports and probe notifications
+//! interleave safely. A bad request gets an error answer and never disturbs other
+//! connections; a connection that goes away takes its listeners with it.
+
+use std::net::IpAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use mgrp_core::api::{
+    ApiError, ErrorKind, MAX_LINE, PROTOCOL_VERSION, Request, Response, TrainRequest,
+};
+use mgrp_core::planner::{ProbeSpec, Transaction};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use crate::daemon::{Listener, Shared, SubmitError};
+use crate::demand::Demand;
+
+/// Binds the API socket at `path`, creating its directory, mode 0660.
+pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            anyhow::anyhow!("cannot create the socket directory {}: {e}", dir.display())
+        })?;
+    }
+    if path.exists() {
+        // A live daemon answers; a stale socket from a crashed one does not.
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            anyhow::bail!(
+                "another mgrpd is listening on {}; stop it or choose another --socket",
+                path.display()
+            );
+        }
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path)
+        .map_err(|e| anyhow::anyhow!("cannot bind the API socket {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    Ok(listener)
+}
+
+/// Accepts connections until the daemon stops.
+pub async fn serve(listener: UnixListener, shared: Arc<Shared>, demand: Demand) {
+    let ids = AtomicU64::new(1);
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                warn!("accepting an API connection failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let id = ids.fetch_add(1, Ordering::Relaxed);
+        if let Ok(cred) = stream.peer_cred() {
+            info!(
+                "API connection {id} from pid {:?} uid {} gid {}",
+                cred.pid(),
+                cred.uid(),
+                cred.gid()
+            );
+        }
+        tokio::spawn(connection(id, stream, shared.clone(), demand.clone()));
+    }
+}
+
+fn error(kind: ErrorKind, message: impl Into<String>) -> Response {
+    Response::Error(ApiError {
+        kind,
+        message: message.into(),
+    })
+}
+
+async fn connection(id: u64, stream: UnixStream, shared: Arc<Shared>, demand: Demand) {
+    let (read, mut write) = stream.into_split();
+    let (tx, mut rx) = mpsc::channel::<Response>(4096);
+    let writer = tokio::spawn(async move {
+        let mut line = Vec::with_capacity(512);
+        while let Some(msg) = rx.recv().await {
+            line.clear();
+            if serde_json::to_writer(&mut line, &msg).is_err() {
+                continue;
+            }
+            line.push(b'\n');
+            if write.write_all(&line).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut reader = BufReader::new(read);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = match (&mut reader)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .await
+        {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if n > MAX_LINE {
+            let _ = tx
+                .send(error(
+                    ErrorKind::BadRequest,
+                    format!("request longer than {MAX_LINE} bytes"),
+                ))
+                .await;
+            break;
+        }
+        let req: Request = match serde_json::from_slice(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = tx
+                    .send(error(ErrorKind::BadRequest, format!("bad request: {e}")))
+                    .await;
+                continue;
+            }
+        };
+        handle(id, req, &shared, &demand, &tx).await;
+    }
+    forget_listeners(&shared, id);
+    drop(tx);
+    let _ = writer.await;
+    debug!("API connection {id} closed");
+}
+
+fn forget_listeners(shared: &Shared, id: u64) {
+    let mut listeners = shared
+        .listeners
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    for ls in listeners.values_mut() {
+        ls.retain(|l| l.conn != id);
+    }
+    listeners.retain(|_, ls| !ls.is_empty());
+}
+
+async fn handle(
+    id: u64,
+    req: Request,
+    shared: &Arc<Shared>,
+    demand: &Demand,
+    tx: &mpsc::Sender<Response>,
+) {
+    let reply = match req {
+        Request::Hello { version, client } => {
+            if version != PROTOCOL_VERSION {
+                error(
+                    ErrorKind::Version,
+                    format!(
+                        "client speaks protocol {version}, this mgrpd speaks {PROTOCOL_VERSION}; upgrade the older side"
+                    ),
+                )
+            } else {
+                debug!("API connection {id} is {client:?}");
+                Response::Hello {
+                    version: PROTOCOL_VERSION,
+                    daemon: format!("mgrpd {}", env!("CARGO_PKG_VERSION")),
+                }
+            }
+        }
+        Request::SubmitTrain(train) => {
+            let shared = shared.clone();
+            let demand = demand.clone();
+            let tx = tx.clone();
+            // The report comes when the train has been sent; other requests go on.
+            tokio::spawn(async move {
+                let reply = submit(train, &shared, &demand).await;
+                let _ = tx.send(reply).await;
+            });
+            return;
+        }
+        Request::Listen { port, source } => listen(id, port, source, shared, tx),
+        Request::Unlisten { port } => {
+            let mut listeners = shared
+                .listeners
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(ls) = listeners.get_mut(&port) {
+                ls.retain(|l| l.conn != id);
+            }
+            listeners.retain(|_, ls| !ls.is_empty());
+            Response::Unlistened { port }
+        }
+        Request::Stats => Response::Stats(Box::new(shared.stats())),
+    };
+    let _ = tx.send(reply).await;
+}
+
+fn listen(
+    id: u64,
+    port: u16,
+    source: Option<IpAddr>,
+    shared: &Shared,
+    tx: &mpsc::Sender<Response>,
+) -> Response {
+    let mut listeners = shared
+        .listeners
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let ls = listeners.entry(port).or_default();
+    if ls
+        .iter()
+        .any(|l| l.conn != id && (l.source.is_none() || source.is_none() || l.source == source))
+    {
+        return error(
+            ErrorKind::PortInUse,
+            format!("another tool listens on port {port}; choose another port"),
+        );
+    }
+    ls.retain(|l| l.conn != id || l.source != source);
+    ls.push(Listener {
+        conn: id,
+        source,
+        tx: tx.clone(),
+    });
+    Response::Listening { port }
+}
+
+async fn submit(train: TrainRequest, shared: &Shared, demand: &Demand) -> Response {
+    let tx = Transaction {
+        id: 0,
+        src_port: train.src_port,
+        dst_port: train.dst_port,
+        probes: train
+            .probes
+            .into_iter()
+            .map(|p| ProbeSpec {
+                header: p.header.into(),
+                size: p.size,
+                gap: Duration::from_nanos(p.gap_ns),
+                piggyback: p.piggyback,
+            })
+            .collect(),
+    };
+    let peer = shared.config.peer_of(train.destination);
+    // Route the destination into the tunnel before the train can start.
+    demand.train_queued(peer).await;
+    match shared.submit(train.destination, tx) {
+        Ok((_, report)) => match report.await {
+            Ok(r) => Response::Report(r),
+            Err(_) => error(
+                ErrorKind::ShuttingDown,
+                "mgrpd stopped before the train was sent",
+            ),
+        },
+        Err(e) => {
+            demand.train_refused(peer);
+            let kind = match e {
+                SubmitError::Invalid(_) => ErrorKind::InvalidTrain,
+                SubmitError::Busy(_) => ErrorKind::Busy,
+                SubmitError::ShuttingDown => ErrorKind::ShuttingDown,
+            };
+            error(kind, e.to_string())
+        }
+    }
+}

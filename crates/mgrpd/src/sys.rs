@@ -1,0 +1,393 @@
+//! Every system call of the daemon that the standard library and socket2 do not wrap,
+//! and so every `unsafe` block: clocks, raw-socket receive with kernel timestamps,
+//! timerfd, real-time scheduling, CPU pinning, memory locking.
+//!
+//! This is also the one place where kernel times become the two clock types of
+//! mgrp-core: `CLOCK_MONOTONIC` → [`MonoTime`], `CLOCK_REALTIME` → [`WallTime`].
+
+#![allow(unsafe_code)]
+
+use std::io;
+use std::mem::{MaybeUninit, size_of};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use mgrp_core::{MonoTime, WallTime};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+fn clock(id: libc::clockid_t) -> u64 {
+    let mut ts = MaybeUninit::<libc::timespec>::uninit();
+    // SAFETY: `ts` is a valid out-pointer; both clocks always exist on Linux.
+    unsafe { libc::clock_gettime(id, ts.as_mut_ptr()) };
+    // SAFETY: clock_gettime filled it (it cannot fail for these clock ids).
+    let ts = unsafe { ts.assume_init() };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Now, on the monotonic clock.
+pub fn mono_now() -> MonoTime {
+    MonoTime::from_nanos(clock(libc::CLOCK_MONOTONIC))
+}
+
+/// Now, on the realtime clock.
+pub fn wall_now() -> WallTime {
+    WallTime::from_nanos(clock(libc::CLOCK_REALTIME))
+}
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// A raw IP socket of protocol `protocol` for sending MGRP packets (the kernel writes
+/// the IP header), carrying `mark` so policy routing keeps it out of the tunnel.
+pub fn mgrp_send_socket(v6: bool, protocol: u8, mark: u32) -> io::Result<Socket> {
+    let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
+    let s = Socket::new(domain, Type::RAW, Some(Protocol::from(i32::from(protocol))))?;
+    s.set_mark(mark)?;
+    s.set_nonblocking(false)?;
+    // Large enough for a long back-to-back train.
+    let _ = s.set_send_buffer_size(4 << 20);
+    Ok(s)
+}
+
+/// An `IPPROTO_RAW` socket for sending riders unchanged (the packet brings its own IP
+/// header), carrying `mark`.
+pub fn raw_ip_socket(v6: bool, mark: u32) -> io::Result<Socket> {
+    let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
+    let s = Socket::new(domain, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW)))?;
+    s.set_mark(mark)?;
+    if v6 {
+        let one: libc::c_int = 1;
+        // SAFETY: valid fd, option value points at a c_int of the stated size.
+        check(unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_IPV6,
+                libc::IPV6_HDRINCL,
+                (&raw const one).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        })?;
+    }
+    let _ = s.set_send_buffer_size(4 << 20);
+    Ok(s)
+}
+
+/// A raw IP socket receiving MGRP packets, with kernel receive timestamps
+/// (`SO_TIMESTAMPNS`) and a read timeout so its thread can notice shutdown.
+pub fn mgrp_recv_socket(v6: bool, protocol: u8, timeout: Duration) -> io::Result<Socket> {
+    let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
+    let s = Socket::new(domain, Type::RAW, Some(Protocol::from(i32::from(protocol))))?;
+    let one: libc::c_int = 1;
+    // SAFETY: valid fd, option value points at a c_int of the stated size.
+    check(unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&raw const one).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    s.set_read_timeout(Some(timeout))?;
+    let _ = s.set_recv_buffer_size(8 << 20);
+    Ok(s)
+}
+
+/// One datagram from [`recv_stamped`].
+#[derive(Debug, Clone, Copy)]
+pub struct Received {
+    /// Bytes read.
+    pub len: usize,
+    /// Sender address.
+    pub from: IpAddr,
+    /// Kernel receive stamp, if the kernel gave one.
+    pub stamp: Option<WallTime>,
+}
+
+/// Receives one datagram with its kernel timestamp. Returns `Ok(None)` on timeout.
+pub fn recv_stamped(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Received>> {
+    let mut addr = MaybeUninit::<libc::sockaddr_storage>::zeroed();
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // Room for one timespec control message, aligned.
+    let mut control = [0u64; 8];
+    // SAFETY: zeroed msghdr is a valid starting value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = addr.as_mut_ptr().cast();
+    msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = size_of::<[u64; 8]>();
+    // SAFETY: every pointer in msg refers to live buffers of the stated sizes.
+    let n = unsafe { libc::recvmsg(fd, &raw mut msg, 0) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted => {
+                Ok(None)
+            }
+            _ => Err(e),
+        };
+    }
+    let mut stamp = None;
+    // SAFETY: the kernel filled msg_control with well-formed cmsgs up to
+    // msg_controllen; the CMSG_* macros walk them within those bounds.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_TIMESTAMPNS {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                stamp = Some(WallTime::from_nanos(
+                    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
+                ));
+            }
+            c = libc::CMSG_NXTHDR(&raw const msg, c);
+        }
+    }
+    // SAFETY: zero-initialised storage that the kernel may have overwritten with a
+    // sockaddr of the family it names.
+    let from = unsafe { storage_ip(&addr.assume_init()) };
+    Ok(Some(Received {
+        len: n as usize,
+        from,
+        stamp,
+    }))
+}
+
+/// The IP address in a socket address the kernel filled in.
+///
+/// # Safety
+/// `ss` must hold a valid sockaddr of the family in `ss_family` (or zeros).
+unsafe fn storage_ip(ss: &libc::sockaddr_storage) -> IpAddr {
+    match libc::c_int::from(ss.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says it is a sockaddr_in, which fits in the storage.
+            let sin: libc::sockaddr_in = unsafe { std::ptr::read((&raw const *ss).cast()) };
+            IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6: libc::sockaddr_in6 = unsafe { std::ptr::read((&raw const *ss).cast()) };
+            IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr))
+        }
+        _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+    }
+}
+
+/// The source address the kernel picks for traffic to `dst` that carries `mark`
+/// (and so bypasses the tunnel's table): the address riders must keep as their source.
+pub fn source_for(dst: IpAddr, mark: u32) -> io::Result<IpAddr> {
+    let domain = if dst.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(domain, Type::DGRAM, None)?;
+    s.set_mark(mark)?;
+    s.connect(&SockAddr::from(SocketAddr::new(dst, 9)))?;
+    s.local_addr()?
+        .as_socket()
+        .map(|a| a.ip())
+        .ok_or_else(|| io::Error::other("no IP source address"))
+}
+
+/// The socket address raw sockets send to.
+pub fn raw_dest(ip: IpAddr) -> SockAddr {
+    SockAddr::from(SocketAddr::new(ip, 0))
+}
+
+/// Destination address of an IPv4 or IPv6 packet, if it is one.
+pub fn packet_destination(pkt: &[u8]) -> Option<IpAddr> {
+    match pkt.first()? >> 4 {
+        4 if pkt.len() >= 20 => Some(IpAddr::V4(Ipv4Addr::new(
+            pkt[16], pkt[17], pkt[18], pkt[19],
+        ))),
+        6 if pkt.len() >= 40 => {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&pkt[24..40]);
+            Some(IpAddr::V6(Ipv6Addr::from(a)))
+        }
+        _ => None,
+    }
+}
+
+/// A `CLOCK_MONOTONIC` timerfd armed with absolute deadlines.
+#[derive(Debug)]
+pub struct Timer {
+    fd: OwnedFd,
+}
+
+impl Timer {
+    /// A new, disarmed timer.
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: plain syscall; the returned fd is owned below.
+        let fd = check(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC) })?;
+        // SAFETY: fd is a fresh descriptor we own.
+        Ok(Self {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Blocks until the monotonic clock reaches `at` (returns at once if it has).
+    pub fn sleep_until(&self, at: MonoTime) -> io::Result<()> {
+        let n = at.as_nanos();
+        if n == 0 {
+            return Ok(());
+        }
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: (n / 1_000_000_000) as libc::time_t,
+                tv_nsec: (n % 1_000_000_000) as libc::c_long,
+            },
+        };
+        // SAFETY: valid fd and itimerspec pointer.
+        check(unsafe {
+            libc::timerfd_settime(
+                self.fd.as_raw_fd(),
+                libc::TFD_TIMER_ABSTIME,
+                &raw const spec,
+                std::ptr::null_mut(),
+            )
+        })?;
+        let mut expirations = 0u64;
+        loop {
+            // SAFETY: reading 8 bytes into a u64.
+            let r = unsafe {
+                libc::read(
+                    self.fd.as_raw_fd(),
+                    (&raw mut expirations).cast(),
+                    size_of::<u64>(),
+                )
+            };
+            if r >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Sleeps on the timer until `margin` before `deadline`, then spins on the monotonic
+/// clock until `deadline`. Returns the time the spin ended.
+pub fn wait_until(timer: &Timer, deadline: MonoTime, margin: Duration) -> MonoTime {
+    let wake = MonoTime::from_nanos(
+        deadline
+            .as_nanos()
+            .saturating_sub(u64::try_from(margin.as_nanos()).unwrap_or(u64::MAX)),
+    );
+    if mono_now() < wake {
+        let _ = timer.sleep_until(wake);
+    }
+    loop {
+        let now = mono_now();
+        if now >= deadline {
+            return now;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Asks for SCHED_FIFO at `priority` for the calling thread.
+pub fn set_realtime(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: pid 0 = calling thread; param is valid.
+    check(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const param) }).map(drop)
+}
+
+/// Sets the calling thread's timer slack (nanoseconds); 1 is the smallest.
+pub fn set_timer_slack(ns: libc::c_ulong) {
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns, 0, 0, 0) };
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if cpu >= 8 * size_of::<libc::cpu_set_t>() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "CPU index out of range",
+            ));
+        }
+        libc::CPU_SET(cpu, &mut set);
+        check(libc::sched_setaffinity(
+            0,
+            size_of::<libc::cpu_set_t>(),
+            &raw const set,
+        ))
+        .map(drop)
+    }
+}
+
+/// Locks the process's memory so the pacer never takes a page fault mid-train.
+pub fn lock_memory() -> io::Result<()> {
+    // SAFETY: plain syscall with flag arguments.
+    check(unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) }).map(drop)
+}
+
+/// Whether the process may create network devices and raw sockets.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Sets a /proc/sys knob of an interface, e.g. `("ipv4", "mgrp0", "rp_filter", "2")`.
+pub fn set_if_sysctl(family: &str, ifname: &str, key: &str, value: &str) -> io::Result<()> {
+    std::fs::write(format!("/proc/sys/net/{family}/conf/{ifname}/{key}"), value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clocks_move_forward() {
+        let a = mono_now();
+        let b = mono_now();
+        assert!(b >= a);
+        // Realtime is after 2020.
+        assert!(wall_now().as_nanos() > 1_577_836_800_000_000_000);
+    }
+
+    #[test]
+    fn destinations() {
+        let mut v4 = [0u8; 20];
+        v4[0] = 0x45;
+        v4[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        assert_eq!(packet_destination(&v4), Some("10.0.0.2".parse().unwrap()));
+        let mut v6 = [0u8; 40];
+        v6[0] = 0x60;
+        v6[39] = 1;
+        assert_eq!(packet_destination(&v6), Some("::1".parse().unwrap()));
+        assert_eq!(packet_destination(&v4[..10]), None);
+        assert_eq!(packet_destination(&[0x10; 40]), None);
+    }
+
+    #[test]
+    fn timer_waits_until_deadline() {
+        let t = Timer::new().unwrap();
+        let deadline = mono_now().saturating_add(Duration::from_micros(500));
+        let done = wait_until(&t, deadline, Duration::from_micros(150));
+        assert!(done >= deadline);
+    }
+}

@@ -1,0 +1,538 @@
+//! Test hosts on one machine: network namespaces joined by veth pairs (optionally
+//! through a tbf bottleneck), guards that remove them and stop the processes started
+//! in them even when a test fails, a blocking client of mgrpd's API, and TCP transfers
+//! that check every byte.
+//!
+//! Everything here creates its own uniquely named namespaces and touches nothing else;
+//! processes are ended only by the PIDs this crate started.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use mgrp_core::api::{
+    DaemonStats, PROTOCOL_VERSION, ReceivedProbe, Request, Response, TrainRequest,
+};
+use mgrp_core::stats::TransactionReport;
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A name unique to this process and call, short enough for an interface name.
+pub fn unique(tag: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{tag}{}x{n}", std::process::id() % 100_000)
+}
+
+/// Whether this process may create namespaces (root).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Runs a command and fails with its stderr if it fails.
+pub fn sh(args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {}", args[0]))?;
+    if !out.status.success() {
+        bail!(
+            "`{}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A network namespace, deleted on drop.
+#[derive(Debug)]
+pub struct Netns {
+    name: String,
+}
+
+impl Netns {
+    /// Creates a namespace with a unique name and its loopback up.
+    pub fn new(tag: &str) -> anyhow::Result<Self> {
+        let name = unique(tag);
+        sh(&["ip", "netns", "add", &name])?;
+        let ns = Self { name };
+        ns.ip(&["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs `ip -n NAME ARGS`.
+    pub fn ip(&self, args: &[&str]) -> anyhow::Result<String> {
+        let mut v = vec!["ip", "-n", &self.name];
+        v.extend_from_slice(args);
+        sh(&v)
+    }
+
+    /// Runs a command inside the namespace.
+    pub fn exec(&self, args: &[&str]) -> anyhow::Result<String> {
+        let mut v = vec!["ip", "netns", "exec", &self.name];
+        v.extend_from_slice(args);
+        sh(&v)
+    }
+
+    /// Runs `f` on a thread that lives in this namespace; sockets it creates stay in
+    /// the namespace wherever they are used afterwards.
+    pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> anyhow::Result<T> {
+        let path = format!("/var/run/netns/{}", self.name);
+        let file = std::fs::File::open(&path).with_context(|| format!("cannot open {path}"))?;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: setns on a namespace fd we opened; it affects only this thread.
+                let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+                if r != 0 {
+                    bail!(
+                        "setns into {} failed: {}",
+                        self.name,
+                        std::io::Error::last_os_error()
+                    );
+                }
+                Ok(f())
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("thread in {} panicked", self.name))?
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Options of a two-host topology.
+#[derive(Debug, Clone, Default)]
+pub struct TwoHostOptions {
+    /// A tbf bottleneck on A's side of the link: (rate, burst), e.g. ("10mbit", "16kb").
+    pub bottleneck: Option<(String, String)>,
+}
+
+/// Two hosts, A (10.77.0.1) and B (10.77.0.2), on one veth pair.
+#[derive(Debug)]
+pub struct TwoHosts {
+    /// Host A.
+    pub a: Netns,
+    /// Host B.
+    pub b: Netns,
+    /// A's veth.
+    pub veth_a: String,
+    /// B's veth.
+    pub veth_b: String,
+}
+
+/// Address of host A.
+pub const ADDR_A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+/// Address of host B.
+pub const ADDR_B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+
+impl TwoHosts {
+    /// Builds the topology.
+    pub fn new(opts: &TwoHostOptions) -> anyhow::Result<Self> {
+        let a = Netns::new("mga")?;
+        let b = Netns::new("mgb")?;
+        let veth_a = unique("va");
+        let veth_b = unique("vb");
+        sh(&[
+            "ip",
+            "link",
+            "add",
+            &veth_a,
+            "netns",
+            a.name(),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &veth_b,
+            "netns",
+            b.name(),
+        ])?;
+        a.ip(&["addr", "add", "10.77.0.1/24", "dev", &veth_a])?;
+        b.ip(&["addr", "add", "10.77.0.2/24", "dev", &veth_b])?;
+        a.ip(&["link", "set", &veth_a, "up"])?;
+        b.ip(&["link", "set", &veth_b, "up"])?;
+        if let Some((rate, burst)) = &opts.bottleneck {
+            a.exec(&[
+                "tc", "qdisc", "add", "dev", &veth_a, "root", "tbf", "rate", rate, "burst", burst,
+                "latency", "100ms",
+            ])?;
+        }
+        Ok(Self {
+            a,
+            b,
+            veth_a,
+            veth_b,
+        })
+    }
+}
+
+/// A process started in a namespace, stopped (SIGTERM, then SIGKILL) on drop.
+#[derive(Debug)]
+pub struct Process {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Process {
+    /// Starts `program args` in `ns`, stderr and stdout to a log file.
+    pub fn spawn(ns: &Netns, program: &Path, args: &[String]) -> anyhow::Result<Self> {
+        let log = std::env::temp_dir().join(format!("{}.log", unique("mgrp-proc")));
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns.name()])
+            .arg(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("cannot start {}", program.display()))?;
+        Ok(Self {
+            child: Some(child),
+            log,
+        })
+    }
+
+    /// The process id (`ip netns exec` execs the program, so it is the program's).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// What the process wrote so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: i32) {
+        if let Some(pid) = self.pid() {
+            // SAFETY: signalling a child we started and have not reaped.
+            unsafe { libc::kill(pid as libc::pid_t, signal) };
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit; returns its exit code.
+    pub fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// SIGTERM, wait up to 5 s, then SIGKILL.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        self.signal(libc::SIGTERM);
+        if let Some(s) = self.wait(Duration::from_secs(5)) {
+            return Some(s);
+        }
+        self.signal(libc::SIGKILL);
+        self.wait(Duration::from_secs(5))
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.stop();
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// Sends SIGKILL to `pid`, which must be a process this test started.
+pub fn kill_pid(pid: u32) {
+    // SAFETY: plain signal delivery.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+}
+
+/// mgrpd running in a namespace, with its API socket.
+#[derive(Debug)]
+pub struct Daemon {
+    /// The process.
+    pub process: Process,
+    /// Its API socket.
+    pub socket: PathBuf,
+    /// Its TUN's name.
+    pub tun: String,
+}
+
+impl Daemon {
+    /// Starts `mgrpd` in `ns` with a unique TUN and socket plus `args`, and waits until
+    /// its API answers.
+    pub fn start(ns: &Netns, mgrpd: &Path, args: &[&str]) -> anyhow::Result<Self> {
+        let tun = unique("mt");
+        let socket = std::env::temp_dir().join(format!("{}.sock", unique("mgrpd")));
+        let mut all = vec![
+            "--tun".to_string(),
+            tun.clone(),
+            "--socket".into(),
+            socket.display().to_string(),
+        ];
+        all.extend(args.iter().map(ToString::to_string));
+        let mut process = Process::spawn(ns, mgrpd, &all)?;
+        let start = Instant::now();
+        loop {
+            if let Ok(mut c) = Api::connect(&socket) {
+                if c.hello().is_ok() {
+                    break;
+                }
+            }
+            if let Some(status) = process.wait(Duration::from_millis(50)) {
+                bail!("mgrpd exited at start ({status}): {}", process.log());
+            }
+            if start.elapsed() > Duration::from_secs(15) {
+                bail!(
+                    "mgrpd did not answer on {} within 15 s: {}",
+                    socket.display(),
+                    process.log()
+                );
+            }
+        }
+        Ok(Self {
+            process,
+            socket,
+            tun,
+        })
+    }
+
+    /// A new API connection, greeted.
+    pub fn api(&self) -> anyhow::Result<Api> {
+        let mut c = Api::connect(&self.socket)?;
+        c.hello()?;
+        Ok(c)
+    }
+
+    /// The daemon's counters.
+    pub fn stats(&self) -> anyhow::Result<DaemonStats> {
+        self.api()?.stats()
+    }
+
+    /// Waits until no rider is held and the counters stop moving, then returns them.
+    pub fn quiescent_stats(&self) -> anyhow::Result<DaemonStats> {
+        let start = Instant::now();
+        let mut last = self.stats()?;
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = self.stats()?;
+            if now == last && now.planner.riders_held == 0 {
+                return Ok(now);
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                return Ok(now);
+            }
+            last = now;
+        }
+    }
+}
+
+/// A blocking client of mgrpd's JSON-lines API.
+#[derive(Debug)]
+pub struct Api {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Api {
+    /// Connects to the socket at `path`.
+    pub fn connect(path: &Path) -> anyhow::Result<Self> {
+        let s = UnixStream::connect(path)
+            .with_context(|| format!("cannot connect to {}", path.display()))?;
+        s.set_read_timeout(Some(Duration::from_secs(60)))?;
+        Ok(Self {
+            reader: BufReader::new(s.try_clone()?),
+            writer: s,
+        })
+    }
+
+    /// Sends one request.
+    pub fn send(&mut self, req: &Request) -> anyhow::Result<()> {
+        let mut line = serde_json::to_vec(req)?;
+        line.push(b'\n');
+        self.writer.write_all(&line)?;
+        Ok(())
+    }
+
+    /// Reads one response.
+    pub fn recv(&mut self) -> anyhow::Result<Response> {
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            bail!("mgrpd closed the connection");
+        }
+        Ok(serde_json::from_str(&line)?)
+    }
+
+    fn call(&mut self, req: &Request) -> anyhow::Result<Response> {
+        self.send(req)?;
+        match self.recv()? {
+            Response::Error(e) => bail!("mgrpd: {:?}: {}", e.kind, e.message),
+            r => Ok(r),
+        }
+    }
+
+    /// Greets the daemon.
+    pub fn hello(&mut self) -> anyhow::Result<()> {
+        self.call(&Request::Hello {
+            version: PROTOCOL_VERSION,
+            client: "mgrp-testbed".into(),
+        })
+        .map(drop)
+    }
+
+    /// Submits a train and waits for its report.
+    pub fn send_train(&mut self, train: TrainRequest) -> anyhow::Result<TransactionReport> {
+        match self.call(&Request::SubmitTrain(train))? {
+            Response::Report(r) => Ok(r),
+            r => bail!("unexpected answer {r:?}"),
+        }
+    }
+
+    /// The daemon's counters.
+    pub fn stats(&mut self) -> anyhow::Result<DaemonStats> {
+        match self.call(&Request::Stats)? {
+            Response::Stats(s) => Ok(*s),
+            r => bail!("unexpected answer {r:?}"),
+        }
+    }
+
+    /// Starts listening for probes on `port`.
+    pub fn listen(&mut self, port: u16) -> anyhow::Result<()> {
+        self.call(&Request::Listen { port, source: None }).map(drop)
+    }
+
+    /// The next probe notification.
+    pub fn next_probe(&mut self) -> anyhow::Result<ReceivedProbe> {
+        match self.recv()? {
+            Response::Probe(p) => Ok(p),
+            r => bail!("unexpected answer {r:?}"),
+        }
+    }
+}
+
+/// A train of `n` probes of `size` bytes, `gap` apart, to `dst`.
+pub fn uniform_train(dst: IpAddr, n: usize, size: u16, gap: Duration) -> TrainRequest {
+    TrainRequest {
+        destination: dst,
+        src_port: 7000,
+        dst_port: 7001,
+        probes: (0..n)
+            .map(|i| mgrp_core::api::ProbeRequest {
+                header: (i as u32).to_be_bytes().to_vec(),
+                size,
+                gap_ns: if i == 0 {
+                    0
+                } else {
+                    u64::try_from(gap.as_nanos()).unwrap_or(u64::MAX)
+                },
+                piggyback: true,
+            })
+            .collect(),
+    }
+}
+
+/// The byte at position `i` of every test transfer.
+pub fn pattern(i: u64) -> u8 {
+    (i.wrapping_mul(2_654_435_761) >> 13) as u8
+}
+
+/// Result of [`tcp_transfer`].
+#[derive(Debug, Clone, Copy)]
+pub struct Transfer {
+    /// Bytes the receiver read.
+    pub received: u64,
+    /// Whether every byte matched the pattern.
+    pub intact: bool,
+    /// Seconds from connect to the receiver's end of stream.
+    pub seconds: f64,
+}
+
+impl Transfer {
+    /// Throughput in Mbit/s.
+    pub fn mbps(&self) -> f64 {
+        self.received as f64 * 8.0 / self.seconds / 1e6
+    }
+}
+
+/// A TCP listener in `server_ns` on `port`, ready before the client connects.
+pub fn tcp_listen(server_ns: &Netns, addr: IpAddr, port: u16) -> anyhow::Result<TcpListener> {
+    server_ns
+        .run(|| TcpListener::bind(SocketAddr::new(addr, port)))?
+        .map_err(Into::into)
+}
+
+/// Sends `bytes` of the test pattern from `client_ns` to `listener` (bound in the
+/// server's namespace at `addr:port`) and checks every byte on arrival.
+pub fn tcp_transfer(
+    client_ns: &Netns,
+    listener: TcpListener,
+    addr: IpAddr,
+    port: u16,
+    bytes: u64,
+) -> anyhow::Result<Transfer> {
+    let receiver = std::thread::spawn(move || -> anyhow::Result<(u64, bool)> {
+        let (mut s, _) = listener.accept()?;
+        s.set_read_timeout(Some(Duration::from_secs(120)))?;
+        let mut buf = vec![0u8; 1 << 16];
+        let mut at = 0u64;
+        let mut intact = true;
+        loop {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                return Ok((at, intact));
+            }
+            for &b in &buf[..n] {
+                intact &= b == pattern(at);
+                at += 1;
+            }
+        }
+    });
+    let start = Instant::now();
+    let stream = client_ns.run(|| {
+        TcpStream::connect_timeout(&SocketAddr::new(addr, port), Duration::from_secs(10))
+    })??;
+    let mut stream = stream;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut sent = 0u64;
+    while sent < bytes {
+        let n = ((bytes - sent) as usize).min(buf.len());
+        for (i, b) in buf[..n].iter_mut().enumerate() {
+            *b = pattern(sent + i as u64);
+        }
+        stream.write_all(&buf[..n])?;
+        sent += n as u64;
+    }
+    stream.shutdown(std::net::Shutdown::Write)?;
+    let (received, intact) = receiver
+        .join()
+        .map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
+    Ok(Transfer {
+        received,
+        intact,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}

@@ -1,0 +1,376 @@
+//! End-to-end tests of mgrpd: two hosts in network namespaces on a veth pair, a daemon
+//! on each, real TUN devices, raw sockets and TCP. They need root (CI runs as root);
+//! without it they say so and pass vacuously. They run one at a time, since each starts
+//! two real-time pacers on a 2-CPU machine, and they assert behaviour, never timing.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use mgrp_core::api::DaemonStats;
+use mgrp_testbed::{
+    ADDR_A, ADDR_B, Daemon, TwoHostOptions, TwoHosts, tcp_listen, tcp_transfer, uniform_train,
+};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// One test at a time; a failed test must not stop the others.
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+const MB: u64 = 1 << 20;
+
+fn mgrpd() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_mgrpd"))
+}
+
+fn root_or_skip(name: &str) -> bool {
+    if mgrp_testbed::is_root() {
+        return true;
+    }
+    eprintln!("{name}: skipped, needs root to create network namespaces");
+    false
+}
+
+/// Daemons on both hosts, each routing the other host into its tunnel.
+fn daemons(net: &TwoHosts, extra: &[&str]) -> (Daemon, Daemon) {
+    let route_b = format!("{ADDR_B}/32");
+    let route_a = format!("{ADDR_A}/32");
+    let mut args_a = vec!["--route", &route_b, "--log-level", "debug"];
+    args_a.extend_from_slice(extra);
+    let mut args_b = vec!["--route", &route_a, "--log-level", "debug"];
+    args_b.extend_from_slice(extra);
+    let a = Daemon::start(&net.a, mgrpd(), &args_a).expect("mgrpd on A");
+    let b = Daemon::start(&net.b, mgrpd(), &args_b).expect("mgrpd on B");
+    (a, b)
+}
+
+/// Runs pk2-like trains (20 × 500 B, 1 ms apart, every 20 ms) from A to B until `stop`.
+fn trains_until(daemon: &Daemon, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    let mut api = daemon.api().expect("API of A");
+    std::thread::spawn(move || {
+        let mut sent = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let train = uniform_train(IpAddr::V4(ADDR_B), 20, 500, Duration::from_millis(1));
+            let report = api.send_train(train).expect("train report");
+            assert_eq!(report.probes_sent, 20);
+            sent += 1;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        sent
+    })
+}
+
+fn check_conserved(name: &str, s: &DaemonStats) {
+    assert!(
+        s.conserved(),
+        "{name}: rider counters do not balance: {s:#?}"
+    );
+    assert_eq!(
+        s.planner.riders_held, 0,
+        "{name}: riders still held: {s:#?}"
+    );
+}
+
+/// A transfer from A to B, with trains running alongside if `with_trains`.
+fn transfer(net: &TwoHosts, a: &Daemon, bytes: u64, port: u16, with_trains: bool) -> u64 {
+    let listener = tcp_listen(&net.b, IpAddr::V4(ADDR_B), port).expect("listen on B");
+    let stop = Arc::new(AtomicBool::new(false));
+    let trains = with_trains.then(|| trains_until(a, stop.clone()));
+    let t = tcp_transfer(&net.a, listener, IpAddr::V4(ADDR_B), port, bytes).expect("transfer");
+    stop.store(true, Ordering::Relaxed);
+    let n = trains.map_or(0, |h| h.join().expect("train thread"));
+    assert_eq!(t.received, bytes, "bytes lost");
+    assert!(t.intact, "bytes corrupted");
+    eprintln!(
+        "transfer of {bytes} B: {:.0} Mbit/s, {n} trains alongside",
+        t.mbps()
+    );
+    n
+}
+
+#[test]
+fn tcp_through_the_tunnel_with_and_without_trains() {
+    let _serial = serial();
+    if !root_or_skip("tcp_through_the_tunnel") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let (a, b) = daemons(&net, &[]);
+    transfer(&net, &a, 20 * MB, 5001, false);
+    let before = a.quiescent_stats().unwrap();
+    assert!(
+        before.daemon.tun_packets_in > 10_000,
+        "traffic did not enter the tunnel: {before:#?}"
+    );
+    assert_eq!(before.planner.riders_piggybacked, 0);
+    let trains = transfer(&net, &a, 40 * MB, 5002, true);
+    assert!(trains > 0);
+    let sa = a.quiescent_stats().unwrap();
+    let sb = b.quiescent_stats().unwrap();
+    assert!(
+        sa.planner.riders_piggybacked > 0,
+        "nothing rode in the probes: {sa:#?}"
+    );
+    assert!(
+        sb.daemon.riders_delivered > 0,
+        "B delivered no rider: {sb:#?}"
+    );
+    assert_eq!(sb.reassembly.riders_inconsistent, 0);
+    check_conserved("A", &sa);
+    check_conserved("B", &sb);
+    assert!(a.process.log().contains("mgrpd ready"));
+}
+
+#[test]
+fn tcp_through_a_10mbit_bottleneck_with_trains() {
+    let _serial = serial();
+    if !root_or_skip("tcp_through_a_10mbit_bottleneck") {
+        return;
+    }
+    let opts = TwoHostOptions {
+        bottleneck: Some(("10mbit".into(), "16kb".into())),
+    };
+    let net = TwoHosts::new(&opts).expect("topology");
+    let (a, b) = daemons(&net, &[]);
+    transfer(&net, &a, 20 * MB, 5003, false);
+    transfer(&net, &a, 20 * MB, 5004, true);
+    let sa = a.quiescent_stats().unwrap();
+    let sb = b.quiescent_stats().unwrap();
+    assert!(sa.planner.riders_piggybacked > 0, "{sa:#?}");
+    assert!(sb.daemon.riders_delivered > 0, "{sb:#?}");
+    check_conserved("A", &sa);
+    check_conserved("B", &sb);
+}
+
+#[test]
+fn killed_daemon_fails_open() {
+    let _serial = serial();
+    if !root_or_skip("killed_daemon_fails_open") {
+        return;
+    }
+    // A bottleneck makes the transfer last long enough to kill the daemon under it.
+    let opts = TwoHostOptions {
+        bottleneck: Some(("40mbit".into(), "32kb".into())),
+    };
+    let net = TwoHosts::new(&opts).expect("topology");
+    let (mut a, _b) = daemons(&net, &[]);
+    let listener = tcp_listen(&net.b, IpAddr::V4(ADDR_B), 5005).unwrap();
+    let killer = {
+        let pid = a.process.pid().unwrap();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            mgrp_testbed::kill_pid(pid);
+        })
+    };
+    let t = tcp_transfer(&net.a, listener, IpAddr::V4(ADDR_B), 5005, 20 * MB).unwrap();
+    killer.join().unwrap();
+    assert!(
+        a.process.wait(Duration::from_secs(5)).is_some(),
+        "mgrpd did not die"
+    );
+    assert_eq!(t.received, 20 * MB);
+    assert!(t.intact);
+    assert!(
+        t.seconds > 1.5,
+        "the transfer ended before the daemon was killed"
+    );
+    // The TUN and its routes are gone; the rule falls through to the main table.
+    assert!(
+        net.a.ip(&["link", "show", &a.tun]).is_err(),
+        "TUN survived its daemon"
+    );
+}
+
+#[test]
+fn garbage_on_protocol_253_is_counted_and_ignored() {
+    let _serial = serial();
+    if !root_or_skip("garbage_on_protocol_253") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let (a, b) = daemons(&net, &[]);
+    let garbage = garbage_packets();
+    let listener = tcp_listen(&net.b, IpAddr::V4(ADDR_B), 5006).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let trains = trains_until(&a, stop.clone());
+    let sender = {
+        let sock = net
+            .a
+            .run(|| {
+                socket2::Socket::new(
+                    socket2::Domain::IPV4,
+                    socket2::Type::RAW,
+                    Some(socket2::Protocol::from(253)),
+                )
+            })
+            .unwrap()
+            .unwrap();
+        // Marked like mgrpd's own packets, so it goes straight out, not into A's tunnel.
+        sock.set_mark(0x4d47).unwrap();
+        let garbage = garbage.clone();
+        std::thread::spawn(move || {
+            let dst = socket2::SockAddr::from(SocketAddr::new(IpAddr::V4(ADDR_B), 0));
+            for g in &garbage {
+                sock.send_to(g, &dst).unwrap();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    };
+    let t = tcp_transfer(&net.a, listener, IpAddr::V4(ADDR_B), 5006, 20 * MB).unwrap();
+    sender.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    trains.join().unwrap();
+    assert_eq!(t.received, 20 * MB);
+    assert!(t.intact);
+    let sb = b.quiescent_stats().unwrap();
+    assert_eq!(sb.daemon.mgrp_malformed, garbage.len() as u64, "{sb:#?}");
+    assert!(sb.daemon.mgrp_received > garbage.len() as u64);
+    check_conserved("B", &sb);
+    assert!(b.process.log().contains("malformed MGRP packet"));
+}
+
+/// Random bytes, truncated headers and headers whose lengths lie; all malformed.
+fn garbage_packets() -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for i in 0..300usize {
+        let len = 1 + (rnd() % 1400) as usize;
+        let mut p: Vec<u8> = (0..len).map(|_| rnd() as u8).collect();
+        // Never version 1, so none is valid by chance.
+        p[0] = 2 + (p[0] % 200);
+        if i % 3 == 0 {
+            p.truncate(1 + i % 27);
+        }
+        out.push(p);
+    }
+    for i in 0..300u16 {
+        // A valid probe header whose lengths claim more than the packet has.
+        let mut p = vec![0u8; 60];
+        p[0] = 1;
+        p[1] = 1;
+        p[3] = 1 + (i % 50) as u8; // chunk descriptors that do not fit
+        p[14..16].copy_from_slice(&1u16.to_be_bytes());
+        p[24..26].copy_from_slice(&(i * 7).to_be_bytes());
+        out.push(p);
+    }
+    out
+}
+
+/// A's routes in the tunnel table ("" when the table is empty or does not exist).
+fn tunnel_routes(net: &TwoHosts) -> String {
+    net.a
+        .ip(&["route", "show", "table", "4242"])
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn on_demand_routes_only_while_trains_run() {
+    let _serial = serial();
+    if !root_or_skip("on_demand_routes_only_while_trains_run") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let (a, b) = daemons(&net, &["--hold-mode", "on-demand"]);
+    // No trains: no route, so no packet reaches the TUN at all.
+    transfer(&net, &a, 20 * MB, 5007, false);
+    let idle = a.quiescent_stats().unwrap();
+    assert_eq!(idle.daemon.tun_packets_in, 0, "{idle:#?}");
+    assert_eq!(tunnel_routes(&net), "");
+    // A transfer across many trains: its packets move in and out of the tunnel.
+    let trains = transfer(&net, &a, 60 * MB, 5008, true);
+    assert!(trains > 1);
+    let sa = a.quiescent_stats().unwrap();
+    let sb = b.quiescent_stats().unwrap();
+    assert!(sa.daemon.tun_packets_in > 0, "{sa:#?}");
+    assert!(sa.planner.riders_piggybacked > 0, "{sa:#?}");
+    check_conserved("A", &sa);
+    check_conserved("B", &sb);
+    // After the last train and the hold time, the route is gone again.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(tunnel_routes(&net), "");
+    let before = a.stats().unwrap().daemon.tun_packets_in;
+    transfer(&net, &a, 5 * MB, 5009, false);
+    assert_eq!(a.quiescent_stats().unwrap().daemon.tun_packets_in, before);
+}
+
+#[test]
+fn clean_shutdown_removes_rule_and_socket() {
+    let _serial = serial();
+    if !root_or_skip("clean_shutdown_removes_rule_and_socket") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let (mut a, _b) = daemons(&net, &[]);
+    assert!(net.a.ip(&["rule"]).unwrap().contains("lookup 4242"));
+    let status = a.process.stop().expect("mgrpd stopped");
+    assert!(
+        status.success(),
+        "exit status {status}: {}",
+        a.process.log()
+    );
+    assert!(
+        !net.a.ip(&["rule"]).unwrap().contains("lookup 4242"),
+        "rule left behind"
+    );
+    assert!(!a.socket.exists(), "socket left behind");
+    assert!(a.process.log().contains("stopped: riders in"));
+}
+
+#[test]
+fn startup_failures_say_what_to_do() {
+    let _serial = serial();
+    if !root_or_skip("startup_failures_say_what_to_do") {
+        return;
+    }
+    let out = std::process::Command::new(mgrpd())
+        .args(["--hold", "10"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unit"), "{err}");
+    let dir = std::env::temp_dir().join(mgrp_testbed::unique("mgrp-cfg"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("bad.toml");
+    std::fs::write(&cfg, "hold = \"5ms\"\nbogus = 1\n").unwrap();
+    let out = std::process::Command::new(mgrpd())
+        .arg("--check-config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"));
+    std::fs::write(&cfg, "hold = \"5ms\"\n").unwrap();
+    let out = std::process::Command::new(mgrpd())
+        .arg("--check-config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::fs::remove_dir_all(&dir).unwrap();
+    // A TUN name that is taken: the second daemon explains and exits non-zero.
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let (a, _b) = daemons(&net, &[]);
+    let other_sock = std::env::temp_dir().join(format!("{}.sock", mgrp_testbed::unique("x")));
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", net.a.name()])
+        .arg(mgrpd())
+        .args(["--tun", &a.tun, "--no-routes", "--socket"])
+        .arg(&other_sock)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot create TUN"), "{err}");
+}

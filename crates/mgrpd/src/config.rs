@@ -94,6 +94,31 @@ pub struct Cli {
     /// Log level: error, warn, info, debug or trace [default: info].
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
+    /// Group owning the API socket, so its members may use mgrpd [default: root's].
+    #[arg(long, value_name = "GROUP")]
+    pub socket_group: Option<String>,
+    /// Riders per probe: `one` (the paper's) or `multiple` [default: one].
+    #[arg(long, value_name = "HOW")]
+    pub packing: Option<PackingArg>,
+    /// Largest fraction of a train's probes that may carry riders [default: 1.0].
+    #[arg(long, value_name = "F")]
+    pub max_train_fraction: Option<f64>,
+    /// Only the first N probes of a train may carry riders (0 = all) [default: 0].
+    #[arg(long, value_name = "N")]
+    pub first_n: Option<u16>,
+    /// Most probes in one train [default: 10000].
+    #[arg(long, value_name = "N")]
+    pub max_probes_per_train: Option<usize>,
+    /// Most trains queued in the daemon [default: 64].
+    #[arg(long, value_name = "N")]
+    pub max_queued_trains: Option<usize>,
+    /// Smallest gap a train may ask for [default: 0us].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub min_gap: Option<Duration>,
+    /// Traffic to DST rides in trains to PEER, as DST=PEER (repeatable) [default: every
+    /// destination is its own peer].
+    #[arg(long = "peer", value_name = "DST=PEER", value_parser = parse_peer)]
+    pub peers: Vec<(IpAddr, IpAddr)>,
 }
 
 /// `--hold-mode` values.
@@ -107,7 +132,7 @@ pub enum HoldModeArg {
 }
 
 /// `piggyback.packing` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PackingArg {
     /// One rider per probe.
@@ -265,12 +290,15 @@ impl Config {
         let policy = Policy {
             hold: cli.hold.or(f.hold).unwrap_or(defaults.hold),
             hold_mode,
-            packing: match pb.packing.unwrap_or(PackingArg::One) {
+            packing: match cli.packing.or(pb.packing).unwrap_or(PackingArg::One) {
                 PackingArg::One => Packing::OnePerProbe,
                 PackingArg::Multiple => Packing::Multiple,
             },
-            max_train_fraction: pb.max_train_fraction.unwrap_or(defaults.max_train_fraction),
-            first_n: pb.first_n.filter(|&n| n > 0),
+            max_train_fraction: cli
+                .max_train_fraction
+                .or(pb.max_train_fraction)
+                .unwrap_or(defaults.max_train_fraction),
+            first_n: cli.first_n.or(pb.first_n).filter(|&n| n > 0),
             max_queued_riders: pb.max_queued_riders.unwrap_or(defaults.max_queued_riders),
             max_queued_bytes: pb.max_queued_bytes.unwrap_or(defaults.max_queued_bytes),
             min_fragment: pb.min_fragment.unwrap_or(defaults.min_fragment),
@@ -331,7 +359,7 @@ impl Config {
             ))
         })?;
         let limits = &f.limits;
-        let min_gap = limits.min_gap.unwrap_or(Duration::ZERO);
+        let min_gap = cli.min_gap.or(limits.min_gap).unwrap_or(Duration::ZERO);
         let rd = mgrp_core::reassembly::Limits::default();
         let reassembly = mgrp_core::reassembly::Limits {
             per_peer_bytes: limits
@@ -363,7 +391,7 @@ impl Config {
                 .clone()
                 .or(f.socket)
                 .unwrap_or_else(|| PathBuf::from("/run/mgrp/mgrpd.sock")),
-            socket_group: f.socket_group,
+            socket_group: cli.socket_group.clone().or(f.socket_group),
             protocol,
             fwmark,
             table,
@@ -372,14 +400,24 @@ impl Config {
             route_on_demand: hold_mode == HoldMode::OnDemand
                 && cli.route_on_demand.or(f.route_on_demand).unwrap_or(true),
             policy,
-            peers: f.peers,
+            peers: {
+                let mut p = f.peers;
+                p.extend(cli.peers.iter().copied());
+                p
+            },
             pacer_cpu: cli.pacer_cpu.or(f.pacer_cpu),
             realtime: !cli.no_realtime && f.realtime.unwrap_or(true),
             busy_poll_margin,
             log_level,
-            max_probes_per_train: limits.max_probes_per_train.unwrap_or(10_000),
+            max_probes_per_train: cli
+                .max_probes_per_train
+                .or(limits.max_probes_per_train)
+                .unwrap_or(10_000),
             min_gap,
-            max_queued_trains: limits.max_queued_trains.unwrap_or(64),
+            max_queued_trains: cli
+                .max_queued_trains
+                .or(limits.max_queued_trains)
+                .unwrap_or(64),
             reassembly,
         })
     }
@@ -428,6 +466,18 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?} is out of range"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+fn parse_peer(s: &str) -> Result<(IpAddr, IpAddr), String> {
+    let (dst, peer) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not DST=PEER"))?;
+    let ip = |x: &str| {
+        x.trim()
+            .parse::<IpAddr>()
+            .map_err(|_| format!("{x:?} is not an IP address"))
+    };
+    Ok((ip(dst)?, ip(peer)?))
 }
 
 fn parse_u32(s: &str) -> Result<u32, String> {
@@ -507,6 +557,14 @@ mod tests {
         assert_eq!(c.policy.hold, Duration::from_millis(2));
         assert_eq!(c.fwmark, 0x10);
         assert_eq!(c.routes, ["10.1.0.0/16".parse::<IpNet>().unwrap()]);
+    }
+
+    #[test]
+    fn example_config_is_valid() {
+        let c = Config::from_toml(include_str!("../mgrpd.example.toml")).unwrap();
+        assert_eq!(c.routes.len(), 2);
+        assert_eq!(c.policy.max_queued_bytes, 4_194_304);
+        assert_eq!(c.reassembly.timeout, Duration::from_secs(1));
     }
 
     #[test]

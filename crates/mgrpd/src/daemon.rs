@@ -534,7 +534,9 @@ fn run_train(shared: &Shared, timer: &sys::Timer, peer: IpAddr) {
             }
         };
         let Some(mut probe) = probe else { return };
-        sys::wait_until(timer, probe.deadline, Duration::ZERO);
+        // Usually we woke within the margin already and this only spins; a train's
+        // first probe may still be far off.
+        sys::wait_until(timer, probe.deadline, margin);
         let stamp = sys::wall_now();
         wire::stamp_sender_time(&mut probe.packet, stamp);
         let departed = sys::mono_now();
@@ -590,8 +592,9 @@ impl LogLimiter {
     }
 }
 
-/// The receiver thread (IPv4 MGRP packets).
-pub fn run_receiver(shared: &Shared, sock: &Socket) {
+/// A receiver thread, for IPv4 or IPv6 MGRP packets. Raw IPv4 sockets hand over the
+/// IP header too; raw IPv6 sockets only the payload.
+pub fn run_receiver(shared: &Shared, sock: &Socket, v6: bool) {
     let mut reasm: Reassembler<IpAddr> = Reassembler::new(shared.config.reassembly);
     let mut buf = vec![0u8; 65_536];
     let mut limiter = LogLimiter {
@@ -617,9 +620,12 @@ pub fn run_receiver(shared: &Shared, sock: &Socket) {
         };
         bump(&shared.counters.mgrp_received);
         let data = &buf[..r.len];
-        // A raw IPv4 socket hands over the IP header too.
-        let ihl = data.first().map_or(0, |b| usize::from(b & 0x0f) * 4);
-        let payload = data.get(ihl..).filter(|_| ihl >= 20).unwrap_or(&[]);
+        let (payload, ip_len) = if v6 {
+            (data, r.len + 40)
+        } else {
+            let ihl = data.first().map_or(0, |b| usize::from(b & 0x0f) * 4);
+            (data.get(ihl..).filter(|_| ihl >= 20).unwrap_or(&[]), r.len)
+        };
         let packet = match Packet::new_checked(payload) {
             Ok(p) => p,
             Err(e) => {
@@ -663,7 +669,7 @@ pub fn run_receiver(shared: &Shared, sock: &Socket) {
                 transaction: packet.transaction(),
                 seq: packet.seq(),
                 train_len: packet.train_len(),
-                size: u16::try_from(r.len).unwrap_or(u16::MAX),
+                size: u16::try_from(ip_len).unwrap_or(u16::MAX),
                 header: packet.tool_header().to_vec(),
                 sender_time: packet.sender_time(),
                 receive_time: r.stamp.unwrap_or_else(sys::wall_now),

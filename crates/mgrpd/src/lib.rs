@@ -122,7 +122,7 @@ async fn serve(
             st.add_permanent(*net).await?;
         }
     }
-    let listener = server::bind(&config.socket)?;
+    let listener = server::bind(&config.socket, config.socket_group.as_deref())?;
     if let Err(e) = sys::lock_memory() {
         warn!("cannot lock memory ({e}); page faults may delay probes");
     }
@@ -131,9 +131,22 @@ async fn serve(
         .name("mgrp-tun".into())
         .spawn(move || daemon::run_tun_reader(&s))?;
     let s = shared.clone();
-    let receiver = std::thread::Builder::new()
-        .name("mgrp-rx".into())
-        .spawn(move || daemon::run_receiver(&s, &recv4))?;
+    let mut receivers = vec![
+        std::thread::Builder::new()
+            .name("mgrp-rx4".into())
+            .spawn(move || daemon::run_receiver(&s, &recv4, false))?,
+    ];
+    match sys::mgrp_recv_socket(true, config.protocol, Duration::from_millis(100)) {
+        Ok(recv6) => {
+            let s = shared.clone();
+            receivers.push(
+                std::thread::Builder::new()
+                    .name("mgrp-rx6".into())
+                    .spawn(move || daemon::run_receiver(&s, &recv6, true))?,
+            );
+        }
+        Err(e) => warn!("no IPv6 MGRP receive socket ({e}); IPv6 peers cannot reach this host"),
+    }
     let s = shared.clone();
     let pacer = std::thread::Builder::new()
         .name("mgrp-pacer".into())
@@ -166,7 +179,9 @@ async fn serve(
     // The pacer sends every held rider unchanged before it returns.
     let _ = tokio::task::spawn_blocking(move || {
         let _ = pacer.join();
-        let _ = receiver.join();
+        for r in receivers {
+            let _ = r.join();
+        }
     })
     .await;
     let stats = shared.stats();

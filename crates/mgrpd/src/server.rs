@@ -22,8 +22,9 @@ use tracing::{debug, info, warn};
 use crate::daemon::{Listener, Shared, SubmitError};
 use crate::demand::Demand;
 
-/// Binds the API socket at `path`, creating its directory, mode 0660.
-pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
+/// Binds the API socket at `path`, creating its directory, mode 0660, owned by
+/// `group` if given.
+pub fn bind(path: &Path, group: Option<&str>) -> anyhow::Result<UnixListener> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| {
             anyhow::anyhow!("cannot create the socket directory {}: {e}", dir.display())
@@ -42,6 +43,12 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     let listener = UnixListener::bind(path)
         .map_err(|e| anyhow::anyhow!("cannot bind the API socket {}: {e}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    if let Some(group) = group {
+        let gid = crate::sys::group_id(group).ok_or_else(|| {
+            anyhow::anyhow!("socket-group {group:?} does not exist; create it or remove the key")
+        })?;
+        std::os::unix::fs::chown(path, None, Some(gid))?;
+    }
     Ok(listener)
 }
 

@@ -294,6 +294,11 @@ pub fn wait_until(timer: &Timer, deadline: MonoTime, margin: Duration) -> MonoTi
     if mono_now() < wake {
         let _ = timer.sleep_until(wake);
     }
+    spin_until(deadline)
+}
+
+/// Spins on the monotonic clock until `deadline`; returns the time the spin ended.
+pub fn spin_until(deadline: MonoTime) -> MonoTime {
     loop {
         let now = mono_now();
         if now >= deadline {
@@ -349,6 +354,17 @@ pub fn lock_memory() -> io::Result<()> {
 pub fn is_root() -> bool {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// The id of the group called `name`.
+pub fn group_id(name: &str) -> Option<u32> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: getgrnam returns a pointer into static storage or null, and we read one
+    // field at once; mgrpd calls this once, at start-up, from one thread.
+    unsafe {
+        let g = libc::getgrnam(c.as_ptr());
+        if g.is_null() { None } else { Some((*g).gr_gid) }
+    }
 }
 
 /// Sets a /proc/sys knob of an interface, e.g. `("ipv4", "mgrp0", "rp_filter", "2")`.

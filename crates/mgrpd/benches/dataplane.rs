@@ -1,0 +1,222 @@
+//! System bench of mgrpd's data path, on two namespaces joined by a veth pair:
+//!
+//! - TCP throughput A→B directly over the veth, through two daemons with permanent
+//!   routes, through them while trains run, and with route on demand;
+//! - round-trip time of 1-byte TCP exchanges, direct and through the daemons;
+//! - pacing lateness of 1000-probe trains at 200 µs and 1 ms gaps, with and without
+//!   SCHED_FIFO.
+//!
+//! Needs root. Run with `cargo bench -p mgrpd --bench dataplane` (add `-- quick` for a
+//! shorter run). Prints a table; the numbers depend on the machine's load, so note it.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use mgrp_core::schedule::percentile;
+use mgrp_testbed::{
+    ADDR_A, ADDR_B, Daemon, TwoHostOptions, TwoHosts, tcp_listen, tcp_transfer, uniform_train,
+};
+
+fn mgrpd() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_mgrpd"))
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+fn daemons(net: &TwoHosts, extra: &[&str]) -> (Daemon, Daemon) {
+    let rb = format!("{ADDR_B}/32");
+    let ra = format!("{ADDR_A}/32");
+    let mut a_args = vec!["--route", rb.as_str(), "--log-level", "warn"];
+    a_args.extend_from_slice(extra);
+    let mut b_args = vec!["--route", ra.as_str(), "--log-level", "warn"];
+    b_args.extend_from_slice(extra);
+    (
+        Daemon::start(&net.a, mgrpd(), &a_args).expect("mgrpd A"),
+        Daemon::start(&net.b, mgrpd(), &b_args).expect("mgrpd B"),
+    )
+}
+
+fn throughput(net: &TwoHosts, bytes: u64, runs: usize, port: &mut u16) -> f64 {
+    let mut v: Vec<f64> = (0..runs)
+        .map(|_| {
+            *port += 1;
+            let l = tcp_listen(&net.b, IpAddr::V4(ADDR_B), *port).unwrap();
+            let t = tcp_transfer(&net.a, l, IpAddr::V4(ADDR_B), *port, bytes).unwrap();
+            assert!(t.intact && t.received == bytes);
+            t.mbps()
+        })
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn with_trains<T>(a: &Daemon, f: impl FnOnce() -> T) -> T {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut api = a.api().unwrap();
+    let s = stop.clone();
+    let h = std::thread::spawn(move || {
+        while !s.load(Ordering::Relaxed) {
+            api.send_train(uniform_train(
+                IpAddr::V4(ADDR_B),
+                20,
+                500,
+                Duration::from_millis(1),
+            ))
+            .unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let r = f();
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+    r
+}
+
+/// Median and p99 round-trip time of 1-byte exchanges, in µs.
+fn rtt(net: &TwoHosts, n: usize, port: &mut u16) -> (f64, f64) {
+    *port += 1;
+    let l = tcp_listen(&net.b, IpAddr::V4(ADDR_B), *port).unwrap();
+    let echo = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut b = [0u8; 1];
+        while s.read_exact(&mut b).is_ok() {
+            s.write_all(&b).unwrap();
+        }
+    });
+    let p = *port;
+    let mut s = net
+        .a
+        .run(|| TcpStream::connect(SocketAddr::new(IpAddr::V4(ADDR_B), p)))
+        .unwrap()
+        .unwrap();
+    s.set_nodelay(true).unwrap();
+    let mut b = [7u8; 1];
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n + 100 {
+        let t = Instant::now();
+        s.write_all(&b).unwrap();
+        s.read_exact(&mut b).unwrap();
+        if i >= 100 {
+            v.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    drop(s);
+    echo.join().unwrap();
+    v.sort_by(f64::total_cmp);
+    (percentile(&v, 50.0).unwrap(), percentile(&v, 99.0).unwrap())
+}
+
+/// Lateness (departure − deadline, µs) of `trains` trains of 1000 probes `gap` apart:
+/// median, p99, max, and the count of stalls (gaps stretched by > half a gap).
+fn pacing(a: &Daemon, gap: Duration, trains: usize) -> (f64, f64, f64, u32) {
+    let mut api = a.api().unwrap();
+    let mut late = Vec::new();
+    let mut stalls = 0;
+    for _ in 0..trains {
+        let r = api
+            .send_train(uniform_train(IpAddr::V4(ADDR_B), 1000, 300, gap))
+            .unwrap();
+        let deps: Vec<_> = r.departures.iter().filter_map(|d| d.departed).collect();
+        let schedule = mgrp_core::schedule::Schedule::new(
+            r.departures[0].deadline,
+            std::iter::once(Duration::ZERO).chain(std::iter::repeat_n(gap, 999)),
+        );
+        stalls += schedule.summarize(&deps, Duration::from_micros(20)).stalls;
+        for d in &r.departures {
+            if let Some(t) = d.departed {
+                late.push(t.signed_nanos_since(d.deadline) as f64 / 1e3);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    late.sort_by(f64::total_cmp);
+    (
+        percentile(&late, 50.0).unwrap(),
+        percentile(&late, 99.0).unwrap(),
+        *late.last().unwrap(),
+        stalls,
+    )
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    if !mgrp_testbed::is_root() {
+        eprintln!("dataplane bench: needs root (network namespaces); nothing measured");
+        return;
+    }
+    let quick = std::env::args().any(|a| a == "quick");
+    let (bytes, runs, rtts, trains) = if quick {
+        (200 << 20, 1, 2000, 2)
+    } else {
+        (1u64 << 30, 3, 20_000, 5)
+    };
+    println!("load before: {}", load());
+    let net = TwoHosts::new(&TwoHostOptions::default()).unwrap();
+    let mut port = 6000;
+
+    let direct = throughput(&net, bytes, runs, &mut port);
+    let (direct_rtt, direct_rtt99) = rtt(&net, rtts, &mut port);
+    println!(
+        "direct veth: {direct:.0} Mbit/s, rtt median {direct_rtt:.1} µs p99 {direct_rtt99:.1} µs"
+    );
+
+    {
+        let (a, _b) = daemons(&net, &[]);
+        let tput = throughput(&net, bytes, runs, &mut port);
+        let trains_tput = with_trains(&a, || throughput(&net, bytes, runs, &mut port));
+        println!(
+            "permanent routes, hold always 10ms: {tput:.0} Mbit/s; with pk2 trains {trains_tput:.0} Mbit/s"
+        );
+        for gap in [Duration::from_micros(200), Duration::from_millis(1)] {
+            let (m, p99, max, stalls) = pacing(&a, gap, trains);
+            println!(
+                "pacing SCHED_FIFO, {trains} x 1000 probes at {gap:?}: lateness median {m:.2} µs, p99 {p99:.1} µs, max {max:.0} µs, stalls {stalls}"
+            );
+        }
+    }
+    {
+        let (a, _b) = daemons(
+            &net,
+            &["--hold-mode", "on-demand", "--route-on-demand", "false"],
+        );
+        let tput = throughput(&net, bytes, runs, &mut port);
+        let (r, r99) = rtt(&net, rtts, &mut port);
+        println!(
+            "permanent routes, hold on-demand, no trains: {tput:.0} Mbit/s, rtt median {r:.1} µs (+{:.1}) p99 {r99:.1} µs",
+            r - direct_rtt
+        );
+        drop(a);
+    }
+    {
+        let (a, _b) = daemons(&net, &["--hold-mode", "on-demand"]);
+        let tput = throughput(&net, bytes, runs, &mut port);
+        let (r, r99) = rtt(&net, rtts, &mut port);
+        let trains_tput = with_trains(&a, || throughput(&net, bytes, runs, &mut port));
+        println!(
+            "route on demand, no trains: {tput:.0} Mbit/s, rtt median {r:.1} µs (+{:.1}) p99 {r99:.1} µs; with pk2 trains {trains_tput:.0} Mbit/s",
+            r - direct_rtt
+        );
+    }
+    {
+        let (a, _b) = daemons(&net, &["--no-realtime"]);
+        for gap in [Duration::from_micros(200), Duration::from_millis(1)] {
+            let (m, p99, max, stalls) = pacing(&a, gap, trains);
+            println!(
+                "pacing normal scheduler, {trains} x 1000 probes at {gap:?}: lateness median {m:.2} µs, p99 {p99:.1} µs, max {max:.0} µs, stalls {stalls}"
+            );
+        }
+    }
+    println!("load after: {}", load());
+}

@@ -50,6 +50,9 @@ pub enum Request {
     },
     /// Asks for the daemon's counters.
     Stats,
+    /// Asks for the report of this connection's most recent finished train (the
+    /// paper's `ioctl`); answered with [`Response::Report`] or [`Response::NoReport`].
+    LastReport,
 }
 
 /// A train as a tool submits it.
@@ -112,6 +115,8 @@ pub enum Response {
     Probe(ReceivedProbe),
     /// The daemon's counters.
     Stats(Box<DaemonStats>),
+    /// No train of this connection has finished yet.
+    NoReport,
     /// A request failed.
     Error(ApiError),
 }

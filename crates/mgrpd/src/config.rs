@@ -191,6 +191,8 @@ struct LimitsFile {
     #[serde(default, deserialize_with = "de_duration")]
     min_gap: Option<Duration>,
     max_queued_trains: Option<usize>,
+    max_trains_per_client: Option<usize>,
+    max_listeners: Option<usize>,
     reassembly_bytes: Option<usize>,
     reassembly_bytes_per_peer: Option<usize>,
     #[serde(default, deserialize_with = "de_duration")]
@@ -243,6 +245,10 @@ pub struct Config {
     pub min_gap: Duration,
     /// Most trains queued in the daemon.
     pub max_queued_trains: usize,
+    /// Most trains one API connection may have queued.
+    pub max_trains_per_client: usize,
+    /// Most probe listeners over all connections.
+    pub max_listeners: usize,
     /// Reassembly bounds.
     pub reassembly: mgrp_core::reassembly::Limits,
 }
@@ -418,6 +424,8 @@ impl Config {
                 .max_queued_trains
                 .or(limits.max_queued_trains)
                 .unwrap_or(64),
+            max_trains_per_client: limits.max_trains_per_client.unwrap_or(16),
+            max_listeners: limits.max_listeners.unwrap_or(256),
             reassembly,
         })
     }

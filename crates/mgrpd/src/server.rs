@@ -84,7 +84,15 @@ fn error(kind: ErrorKind, message: impl Into<String>) -> Response {
     })
 }
 
+/// What the daemon remembers of one connection.
+#[derive(Debug, Default)]
+struct Conn {
+    last_report: Option<mgrp_core::stats::TransactionReport>,
+    trains_pending: usize,
+}
+
 async fn connection(id: u64, stream: UnixStream, shared: Arc<Shared>, demand: Demand) {
+    let conn = Arc::new(std::sync::Mutex::new(Conn::default()));
     let (read, mut write) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Response>(4096);
     let writer = tokio::spawn(async move {
@@ -130,7 +138,7 @@ async fn connection(id: u64, stream: UnixStream, shared: Arc<Shared>, demand: De
                 continue;
             }
         };
-        handle(id, req, &shared, &demand, &tx).await;
+        handle(id, req, &shared, &demand, &tx, &conn).await;
     }
     forget_listeners(&shared, id);
     drop(tx);
@@ -155,6 +163,7 @@ async fn handle(
     shared: &Arc<Shared>,
     demand: &Demand,
     tx: &mpsc::Sender<Response>,
+    conn: &Arc<std::sync::Mutex<Conn>>,
 ) {
     let reply = match req {
         Request::Hello { version, client } => {
@@ -174,15 +183,50 @@ async fn handle(
             }
         }
         Request::SubmitTrain(train) => {
+            let admitted = {
+                let mut c = conn.lock().unwrap_or_else(PoisonError::into_inner);
+                let ok = c.trains_pending < shared.config.max_trains_per_client;
+                if ok {
+                    c.trains_pending += 1;
+                }
+                ok
+            };
+            if !admitted {
+                let msg = format!(
+                    "this connection has {} trains queued, the most allowed (limits.max-trains-per-client); wait for their reports",
+                    shared.config.max_trains_per_client
+                );
+                let _ = tx.send(error(ErrorKind::Busy, msg)).await;
+                return;
+            }
             let shared = shared.clone();
             let demand = demand.clone();
             let tx = tx.clone();
+            let conn = conn.clone();
             // The report comes when the train has been sent; other requests go on.
             tokio::spawn(async move {
                 let reply = submit(train, &shared, &demand).await;
+                {
+                    let mut c = conn.lock().unwrap_or_else(PoisonError::into_inner);
+                    c.trains_pending -= 1;
+                    if let Response::Report(r) = &reply {
+                        c.last_report = Some(r.clone());
+                    }
+                }
                 let _ = tx.send(reply).await;
             });
             return;
+        }
+        Request::LastReport => {
+            match conn
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .last_report
+                .clone()
+            {
+                Some(r) => Response::Report(r),
+                None => Response::NoReport,
+            }
         }
         Request::Listen { port, source } => listen(id, port, source, shared, tx),
         Request::Unlisten { port } => {

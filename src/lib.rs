@@ -1,3 +1,7 @@
-//! Home of the workspace's end-to-end tests (`tests/`), benches (`benches/`) and
-//! examples (`examples/`). The library itself is empty: the protocol lives in
-//! `mgrp-core`, the daemon in `mgrpd`, the tool API in `mgrp-client`.
+//! Home of the workspace's benches (`benches/`) and examples (`examples/`), and of the
+//! pieces the examples share: [`pktrain`], the paper's synthetic packet-train tool.
+//!
+//! The protocol lives in `mgrp-core`, the daemon in `mgrpd`, the tool API in
+//! `mgrp-client`, the namespace test hosts in `mgrp-testbed`.
+
+pub mod pktrain;

@@ -286,16 +286,28 @@ impl Daemon {
     /// Starts `mgrpd` in `ns` with a unique TUN and socket plus `args`, and waits until
     /// its API answers.
     pub fn start(ns: &Netns, mgrpd: &Path, args: &[&str]) -> anyhow::Result<Self> {
+        Self::start_via(ns, mgrpd, &[], args)
+    }
+
+    /// Like [`Self::start`] for a program that runs mgrpd when given `prefix` first
+    /// (a program that embeds the daemon and re-executes itself).
+    pub fn start_via(
+        ns: &Netns,
+        program: &Path,
+        prefix: &[&str],
+        args: &[&str],
+    ) -> anyhow::Result<Self> {
         let tun = unique("mt");
         let socket = std::env::temp_dir().join(format!("{}.sock", unique("mgrpd")));
-        let mut all = vec![
+        let mut all: Vec<String> = prefix.iter().map(ToString::to_string).collect();
+        all.extend([
             "--tun".to_string(),
             tun.clone(),
             "--socket".into(),
             socket.display().to_string(),
-        ];
+        ]);
         all.extend(args.iter().map(ToString::to_string));
-        let mut process = Process::spawn(ns, mgrpd, &all)?;
+        let mut process = Process::spawn(ns, program, &all)?;
         let start = Instant::now();
         loop {
             if let Ok(mut c) = Api::connect(&socket) {

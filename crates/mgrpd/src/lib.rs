@@ -33,6 +33,56 @@ use crate::daemon::Shared;
 use crate::demand::Demand;
 use crate::routes::Routes;
 
+/// The whole `mgrpd` command: parses `args` (the first is the program name), checks
+/// or loads the configuration, and runs the daemon. Exit codes: 0 after a clean
+/// shutdown, 1 when the daemon could not start or failed, 2 for bad configuration.
+pub fn main_with_args<I, T>(args: I) -> std::process::ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::Parser as _;
+    use std::process::ExitCode;
+
+    let cli = match config::Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let config = match Config::load(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mgrpd: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(path) = &cli.check_config {
+        println!("{}: configuration is valid", path.display());
+        println!("{config:#?}");
+        return ExitCode::SUCCESS;
+    }
+    // A second subscriber (when embedded) is not an error worth stopping for.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(config.log_level)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
+    match run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mgrpd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn create_tun(config: &Config) -> anyhow::Result<tun_rs::SyncDevice> {
     let dev = DeviceBuilder::new()
         .name(config.tun.clone())

@@ -109,12 +109,25 @@ pub struct Shared {
     pub(crate) shutdown: AtomicBool,
     pub(crate) listeners: Mutex<HashMap<u16, Vec<Listener>>>,
     pub(crate) reassembly: Mutex<ReassemblyCounters>,
-    tun: Arc<SyncDevice>,
-    mgrp4: Socket,
-    mgrp6: Option<Socket>,
-    raw4: Socket,
-    raw6: Option<Socket>,
+    malformed_log: Mutex<LogLimiter>,
+    io: Io,
     events: mpsc::UnboundedSender<TrainEvent>,
+}
+
+/// Where the data path's packets go.
+enum Io {
+    /// The real thing: a TUN device and raw sockets.
+    Kernel {
+        tun: Arc<SyncDevice>,
+        mgrp4: Socket,
+        mgrp6: Option<Socket>,
+        raw4: Socket,
+        raw6: Option<Socket>,
+    },
+    /// In-process: MGRP packets the pacer sends are received at once by this same
+    /// daemon, as if from 127.0.0.1; riders are counted instead of written to a TUN.
+    /// Runs without privileges, for testing the API and the pipeline end to end.
+    Loopback(Mutex<Reassembler<IpAddr>>),
 }
 
 impl std::fmt::Debug for Shared {
@@ -147,14 +160,34 @@ impl Shared {
         events: mpsc::UnboundedSender<TrainEvent>,
     ) -> anyhow::Result<Self> {
         let mark = config.fwmark;
-        let mgrp4 = sys::mgrp_send_socket(false, config.protocol, mark)
-            .map_err(|e| anyhow::anyhow!("cannot open a raw IPv4 socket for protocol {}: {e}; run mgrpd as root (it needs CAP_NET_RAW)", config.protocol))?;
+        let mgrp4 = sys::mgrp_send_socket(false, config.protocol, mark).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot open a raw IPv4 socket for protocol {}: {e}; run mgrpd as root (it needs CAP_NET_RAW)",
+                config.protocol
+            )
+        })?;
         let raw4 = sys::raw_ip_socket(false, mark).map_err(|e| {
             anyhow::anyhow!("cannot open an IPPROTO_RAW socket: {e}; run mgrpd as root")
         })?;
-        let mgrp6 = sys::mgrp_send_socket(true, config.protocol, mark).ok();
-        let raw6 = sys::raw_ip_socket(true, mark).ok();
-        Ok(Self {
+        let io = Io::Kernel {
+            tun,
+            mgrp4,
+            mgrp6: sys::mgrp_send_socket(true, config.protocol, mark).ok(),
+            raw4,
+            raw6: sys::raw_ip_socket(true, mark).ok(),
+        };
+        Ok(Self::with_io(config, io, events))
+    }
+
+    /// A daemon whose data path loops back in-process (see `Io::Loopback`): no TUN, no
+    /// raw sockets, no privileges needed.
+    pub fn loopback(config: Config, events: mpsc::UnboundedSender<TrainEvent>) -> Self {
+        let reasm = Reassembler::new(config.reassembly);
+        Self::with_io(config, Io::Loopback(Mutex::new(reasm)), events)
+    }
+
+    fn with_io(config: Config, io: Io, events: mpsc::UnboundedSender<TrainEvent>) -> Self {
+        Self {
             config,
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
@@ -162,13 +195,21 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             listeners: Mutex::new(HashMap::new()),
             reassembly: Mutex::new(ReassemblyCounters::default()),
-            tun,
-            mgrp4,
-            mgrp6,
-            raw4,
-            raw6,
+            malformed_log: Mutex::new(LogLimiter {
+                last: None,
+                skipped: 0,
+            }),
+            io,
             events,
-        })
+        }
+    }
+
+    /// The TUN device, unless the data path loops back.
+    pub fn tun(&self) -> Option<&Arc<SyncDevice>> {
+        match &self.io {
+            Io::Kernel { tun, .. } => Some(tun),
+            Io::Loopback(_) => None,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -270,13 +311,40 @@ impl Shared {
     }
 
     fn send_mgrp(&self, peer: IpAddr, packet: &[u8]) -> std::io::Result<usize> {
-        let dst = sys::raw_dest(peer);
-        match peer {
-            IpAddr::V4(_) => self.mgrp4.send_to(packet, &dst),
-            IpAddr::V6(_) => match &self.mgrp6 {
-                Some(s) => s.send_to(packet, &dst),
-                None => Err(std::io::Error::other("no IPv6 raw socket")),
+        match &self.io {
+            Io::Kernel { mgrp4, mgrp6, .. } => {
+                let dst = sys::raw_dest(peer);
+                match (peer, mgrp6) {
+                    (IpAddr::V4(_), _) => mgrp4.send_to(packet, &dst),
+                    (IpAddr::V6(_), Some(s)) => s.send_to(packet, &dst),
+                    (IpAddr::V6(_), None) => Err(std::io::Error::other("no IPv6 raw socket")),
+                }
+            }
+            Io::Loopback(reasm) => {
+                let mut reasm = reasm.lock().unwrap_or_else(PoisonError::into_inner);
+                let from = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+                let ip_len = packet.len() + if peer.is_ipv4() { 20 } else { 40 };
+                self.handle_mgrp(&mut reasm, from, packet, ip_len, sys::wall_now());
+                Ok(packet.len())
+            }
+        }
+    }
+
+    fn send_unchanged(&self, pkt: &[u8], dst: IpAddr) -> std::io::Result<usize> {
+        match &self.io {
+            Io::Kernel { raw4, raw6, .. } => match (dst, raw6) {
+                (IpAddr::V4(_), _) => raw4.send_to(pkt, &sys::raw_dest(dst)),
+                (IpAddr::V6(_), Some(s)) => s.send_to(pkt, &sys::raw_dest(dst)),
+                (IpAddr::V6(_), None) => Err(std::io::Error::other("no IPv6 raw socket")),
             },
+            Io::Loopback(_) => Ok(pkt.len()),
+        }
+    }
+
+    fn write_tun(&self, rider: &[u8]) -> std::io::Result<usize> {
+        match &self.io {
+            Io::Kernel { tun, .. } => tun.send(rider),
+            Io::Loopback(_) => Ok(rider.len()),
         }
     }
 
@@ -287,15 +355,7 @@ impl Shared {
                     let Some(dst) = sys::packet_destination(&pkt) else {
                         continue;
                     };
-                    let sock = match dst {
-                        IpAddr::V4(_) => Some(&self.raw4),
-                        IpAddr::V6(_) => self.raw6.as_ref(),
-                    };
-                    let r = match sock {
-                        Some(s) => s.send_to(&pkt, &sys::raw_dest(dst)),
-                        None => Err(std::io::Error::other("no IPv6 raw socket")),
-                    };
-                    match r {
+                    match self.send_unchanged(&pkt, dst) {
                         Ok(_) => bump(&self.counters.unchanged_sent),
                         Err(e) => {
                             bump(&self.counters.unchanged_send_errors);
@@ -369,11 +429,12 @@ fn is_housekeeping(dst: IpAddr) -> bool {
     }
 }
 
-/// The TUN reader thread.
+/// The TUN reader thread (does nothing when the data path loops back).
 pub fn run_tun_reader(shared: &Shared) {
+    let Some(tun) = shared.tun() else { return };
     let mut buf = vec![0u8; 65_536];
     loop {
-        let n = match shared.tun.recv(&mut buf) {
+        let n = match tun.recv(&mut buf) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
@@ -383,16 +444,23 @@ pub fn run_tun_reader(shared: &Shared) {
                 return;
             }
         };
-        bump(&shared.counters.tun_packets_in);
-        let pkt = &buf[..n];
+        shared.handle_tun_packet(&buf[..n]);
+    }
+}
+
+impl Shared {
+    /// Takes in one packet read from the TUN (or, with a loopback data path, handed in
+    /// by a test): queues it with its peer's planner and sends whatever is due.
+    pub fn handle_tun_packet(&self, pkt: &[u8]) {
+        bump(&self.counters.tun_packets_in);
         let Some(dst) = sys::packet_destination(pkt).filter(|d| !is_housekeeping(*d)) else {
-            bump(&shared.counters.tun_ignored);
-            continue;
+            bump(&self.counters.tun_ignored);
+            return;
         };
-        let peer = shared.config.peer_of(dst);
+        let peer = self.config.peer_of(dst);
         let now = sys::mono_now();
-        let mut st = shared.lock();
-        let planner = shared.planner(&mut st, peer);
+        let mut st = self.lock();
+        let planner = self.planner(&mut st, peer);
         let was_empty = planner.held_riders() == 0;
         if let Err(reason) = planner.handle_rider(now, Bytes::copy_from_slice(pkt)) {
             debug!("rider to {dst} dropped: {reason}");
@@ -404,10 +472,10 @@ pub fn run_tun_reader(shared: &Shared) {
         let held = planner.held_riders();
         drop(st);
         if was_empty && held > 0 {
-            shared.wake.notify_all();
+            self.wake.notify_all();
         }
         if !out.is_empty() {
-            shared.send_transmits(peer, out);
+            self.send_transmits(peer, out);
         }
     }
 }
@@ -597,20 +665,13 @@ impl LogLimiter {
 pub fn run_receiver(shared: &Shared, sock: &Socket, v6: bool) {
     let mut reasm: Reassembler<IpAddr> = Reassembler::new(shared.config.reassembly);
     let mut buf = vec![0u8; 65_536];
-    let mut limiter = LogLimiter {
-        last: None,
-        skipped: 0,
-    };
     let fd = sock.as_raw_fd();
     while !shared.shutdown.load(Ordering::Relaxed) {
         let r = match sys::recv_stamped(fd, &mut buf) {
             Ok(Some(r)) => r,
             Ok(None) => {
                 reasm.handle_timeout(sys::mono_now());
-                *shared
-                    .reassembly
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) = reasm.counters();
+                shared.publish_reassembly(&reasm);
                 continue;
             }
             Err(e) => {
@@ -618,7 +679,6 @@ pub fn run_receiver(shared: &Shared, sock: &Socket, v6: bool) {
                 return;
             }
         };
-        bump(&shared.counters.mgrp_received);
         let data = &buf[..r.len];
         let (payload, ip_len) = if v6 {
             (data, r.len + 40)
@@ -626,44 +686,66 @@ pub fn run_receiver(shared: &Shared, sock: &Socket, v6: bool) {
             let ihl = data.first().map_or(0, |b| usize::from(b & 0x0f) * 4);
             (data.get(ihl..).filter(|_| ihl >= 20).unwrap_or(&[]), r.len)
         };
+        let stamp = r.stamp.unwrap_or_else(sys::wall_now);
+        shared.handle_mgrp(&mut reasm, r.from, payload, ip_len, stamp);
+    }
+}
+
+impl Shared {
+    fn publish_reassembly(&self, reasm: &Reassembler<IpAddr>) {
+        *self
+            .reassembly
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = reasm.counters();
+    }
+
+    /// Takes in one received MGRP packet: riders to the TUN, the probe to its listener.
+    fn handle_mgrp(
+        &self,
+        reasm: &mut Reassembler<IpAddr>,
+        from: IpAddr,
+        payload: &[u8],
+        ip_len: usize,
+        stamp: mgrp_core::WallTime,
+    ) {
+        bump(&self.counters.mgrp_received);
         let packet = match Packet::new_checked(payload) {
             Ok(p) => p,
             Err(e) => {
-                bump(&shared.counters.mgrp_malformed);
+                bump(&self.counters.mgrp_malformed);
+                let mut limiter = self
+                    .malformed_log
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
                 if let Some(skipped) = limiter.allow() {
                     warn!(
-                        "dropped a malformed MGRP packet from {}: {e} ({skipped} more since the last report)",
-                        r.from
+                        "dropped a malformed MGRP packet from {from}: {e} ({skipped} more since the last report)"
                     );
                 }
-                continue;
+                return;
             }
         };
         let now = sys::mono_now();
         for chunk in packet.chunks() {
-            if let ChunkOutcome::Complete(rider) = reasm.handle_chunk(now, r.from, &chunk) {
-                match shared.tun.send(&rider) {
+            if let ChunkOutcome::Complete(rider) = reasm.handle_chunk(now, from, &chunk) {
+                match self.write_tun(&rider) {
                     Ok(_) => {
-                        bump(&shared.counters.riders_delivered);
-                        shared
-                            .counters
+                        bump(&self.counters.riders_delivered);
+                        self.counters
                             .rider_bytes_delivered
                             .fetch_add(rider.len() as u64, Ordering::Relaxed);
                     }
                     Err(e) => {
-                        bump(&shared.counters.tun_write_errors);
+                        bump(&self.counters.tun_write_errors);
                         debug!("writing a rider to the TUN failed: {e}");
                     }
                 }
             }
         }
-        *shared
-            .reassembly
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = reasm.counters();
+        self.publish_reassembly(reasm);
         if packet.kind() == Kind::Probe {
             let probe = ReceivedProbe {
-                source: r.from,
+                source: from,
                 src_port: packet.src_port(),
                 dst_port: packet.dst_port(),
                 transaction: packet.transaction(),
@@ -672,10 +754,10 @@ pub fn run_receiver(shared: &Shared, sock: &Socket, v6: bool) {
                 size: u16::try_from(ip_len).unwrap_or(u16::MAX),
                 header: packet.tool_header().to_vec(),
                 sender_time: packet.sender_time(),
-                receive_time: r.stamp.unwrap_or_else(sys::wall_now),
+                receive_time: stamp,
                 rider_bytes: u32::try_from(packet.rider_bytes()).unwrap_or(u32::MAX),
             };
-            deliver_probe(shared, probe);
+            deliver_probe(self, probe);
         }
     }
 }

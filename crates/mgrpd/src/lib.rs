@@ -246,3 +246,46 @@ async fn serve(
     );
     Ok(())
 }
+
+/// A daemon whose data path loops back in-process: the real API server, planners and
+/// pacer, with MGRP packets received by the same daemon as if from 127.0.0.1 and
+/// riders counted instead of written to a TUN. Needs no privileges; for testing tools
+/// and the API without namespaces.
+#[derive(Debug)]
+pub struct LoopbackDaemon {
+    /// The daemon's shared state (inject riders with [`Shared::handle_tun_packet`]).
+    pub shared: Arc<Shared>,
+    pacer: Option<std::thread::JoinHandle<()>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl LoopbackDaemon {
+    /// Starts it on the current tokio runtime, serving the API at `config.socket`.
+    pub async fn start(config: Config) -> anyhow::Result<Self> {
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::loopback(config.clone(), events_tx));
+        let demand = Demand::new(None, &config);
+        let listener = server::bind(&config.socket, config.socket_group.as_deref())?;
+        let s = shared.clone();
+        let pacer = std::thread::Builder::new()
+            .name("mgrp-pacer".into())
+            .spawn(move || daemon::run_pacer(&s))?;
+        tokio::spawn(demand.clone().watch(events_rx));
+        let server = tokio::spawn(server::serve(listener, shared.clone(), demand));
+        Ok(Self {
+            shared,
+            pacer: Some(pacer),
+            server,
+        })
+    }
+
+    /// Stops it the way SIGTERM stops mgrpd: held riders leave, the socket goes.
+    pub async fn stop(mut self) {
+        self.shared.begin_shutdown();
+        if let Some(p) = self.pacer.take() {
+            let _ = tokio::task::spawn_blocking(move || p.join()).await;
+        }
+        self.server.abort();
+        let _ = std::fs::remove_file(&self.shared.config.socket);
+    }
+}

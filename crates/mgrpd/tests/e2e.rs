@@ -374,3 +374,76 @@ fn startup_failures_say_what_to_do() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot create TUN"), "{err}");
 }
+
+#[test]
+fn pk2_probes_arrive_with_stamps_and_riders_balance() {
+    let _serial = serial();
+    if !root_or_skip("pk2_probes_arrive_with_stamps_and_riders_balance") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let (a, b) = daemons(&net, &[]);
+    let listener = tcp_listen(&net.b, IpAddr::V4(ADDR_B), 5010).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (sock_a, sock_b) = (a.socket.clone(), b.socket.clone());
+    let probes_task = rt.spawn(async move {
+        let rx = mgrp_client::Client::connect(&sock_b).await.unwrap();
+        let mut stream = rx.listen(7001).await.unwrap();
+        let tx = mgrp_client::Client::connect(&sock_a).await.unwrap();
+        let mut reports = Vec::new();
+        let mut received = Vec::new();
+        for _ in 0..100 {
+            let train =
+                mgrp_client::Train::uniform(IpAddr::V4(ADDR_B), 20, 500, Duration::from_millis(1))
+                    .ports(7000, 7001);
+            reports.push(tx.send_train(train).await.unwrap());
+            while let Some(p) = stream
+                .next_probe_timeout(Duration::from_millis(5))
+                .await
+                .unwrap()
+            {
+                received.push(p);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        while let Some(p) = stream
+            .next_probe_timeout(Duration::from_millis(500))
+            .await
+            .unwrap()
+        {
+            received.push(p);
+        }
+        (reports, received)
+    });
+    let t = tcp_transfer(&net.a, listener, IpAddr::V4(ADDR_B), 5010, 200 * MB).unwrap();
+    let (reports, received) = rt.block_on(probes_task).unwrap();
+    assert!(t.intact && t.received == 200 * MB);
+    assert_eq!(
+        received.len(),
+        2000,
+        "every probe arrives on a lossless link"
+    );
+    for (i, r) in reports.iter().enumerate() {
+        let mine: Vec<_> = received
+            .iter()
+            .filter(|p| p.transaction == r.transaction)
+            .collect();
+        assert_eq!(mine.len(), 20, "train {i}");
+        for (seq, p) in mine.iter().enumerate() {
+            assert_eq!(usize::from(p.seq), seq, "sequence numbers increase");
+            assert!(p.sender_time.as_nanos() > 0 && p.receive_time.as_nanos() > 0);
+            assert_eq!(p.sender_time, r.departures[seq].stamp);
+            assert_eq!(p.size, 500);
+        }
+    }
+    let claimed: u64 = reports.iter().map(|r| r.rider_bytes).sum();
+    let extracted: u64 = received.iter().map(|p| u64::from(p.rider_bytes)).sum();
+    assert!(claimed > 0, "no rider bytes rode while TCP ran");
+    assert_eq!(extracted, claimed);
+    check_conserved("A", &a.quiescent_stats().unwrap());
+    check_conserved("B", &b.quiescent_stats().unwrap());
+}

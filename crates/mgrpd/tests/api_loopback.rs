@@ -1,0 +1,267 @@
+//! The probe API against the real server, planners and pacer over an in-process
+//! (loopback) data path: no root, no namespaces. Round trips through mgrp-client, and
+//! what a daemon must survive from clients: malformed and oversized frames, a wrong
+//! version, a client that stalls mid-frame, a flood of requests, a client that leaves
+//! mid-train.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mgrp_client::{Client, Error, Probe, Train};
+use mgrpd::LoopbackDaemon;
+use mgrpd::config::Config;
+
+const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+fn socket_path(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("mgrp-loop-{tag}-{}.sock", std::process::id()))
+}
+
+async fn daemon(tag: &str, extra: &str) -> LoopbackDaemon {
+    let path = socket_path(tag);
+    let toml = format!("socket = \"{}\"\nrealtime = false\n{extra}", path.display());
+    LoopbackDaemon::start(Config::from_toml(&toml).unwrap())
+        .await
+        .unwrap()
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// An IPv4 packet of `len` bytes to 127.0.0.1, its payload numbered by `n`.
+fn rider(n: u8, len: usize) -> Vec<u8> {
+    let mut p = vec![n; len];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+    p[9] = 17;
+    p[12..16].copy_from_slice(&[127, 0, 0, 1]);
+    p[16..20].copy_from_slice(&[127, 0, 0, 1]);
+    p
+}
+
+#[test]
+fn train_round_trip_with_stamps() {
+    rt().block_on(async {
+        let d = daemon("rt", "").await;
+        let client = Client::connect(socket_path("rt")).await.unwrap();
+        assert_eq!(client.last_report().await.unwrap(), None);
+        let mut probes = client.listen(9000).await.unwrap();
+        let train = Train::uniform(LOCAL, 10, 300, Duration::from_micros(200)).ports(8999, 9000);
+        let report = client.send_train(train).await.unwrap();
+        assert_eq!((report.probes_requested, report.probes_sent), (10, 10));
+        assert_eq!(report.departures.len(), 10);
+        assert!(
+            report
+                .departures
+                .iter()
+                .all(|d| d.departed.is_some() && d.stamp.as_nanos() > 0)
+        );
+        for seq in 0..10u16 {
+            let p = probes
+                .next_probe_timeout(Duration::from_secs(5))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(p.seq, seq);
+            assert_eq!(p.train_len, 10);
+            assert_eq!(p.size, 300);
+            assert_eq!(p.header, u32::from(seq).to_be_bytes());
+            assert_eq!(p.transaction, report.transaction);
+            assert!(p.sender_time.as_nanos() > 0 && p.receive_time >= p.sender_time);
+            assert_eq!(p.sender_time, report.departures[usize::from(seq)].stamp);
+        }
+        assert_eq!(client.last_report().await.unwrap().unwrap(), report);
+        d.stop().await;
+        assert!(!socket_path("rt").exists());
+    });
+}
+
+#[test]
+fn riders_ride_and_are_delivered() {
+    rt().block_on(async {
+        let d = daemon("riders", "hold = \"500ms\"").await;
+        let client = Client::connect(socket_path("riders")).await.unwrap();
+        let mut probes = client.listen(9001).await.unwrap();
+        for i in 0..40 {
+            d.shared
+                .handle_tun_packet(&rider(i, 100 + usize::from(i) * 20));
+        }
+        let mut claimed = 0;
+        for _ in 0..4 {
+            let train = Train::uniform(LOCAL, 20, 1000, Duration::from_micros(100)).ports(1, 9001);
+            claimed += client.send_train(train).await.unwrap().rider_bytes;
+        }
+        let mut extracted = 0;
+        for _ in 0..80 {
+            let p = probes
+                .next_probe_timeout(Duration::from_secs(5))
+                .await
+                .unwrap()
+                .unwrap();
+            extracted += u64::from(p.rider_bytes);
+        }
+        assert!(claimed > 0);
+        assert_eq!(extracted, claimed);
+        let s = client.stats().await.unwrap();
+        assert_eq!(s.planner.riders_in, 40);
+        assert_eq!(s.planner.riders_piggybacked, 40, "{s:#?}");
+        assert_eq!(s.daemon.riders_delivered, 40);
+        assert!(s.conserved());
+        d.stop().await;
+    });
+}
+
+#[test]
+fn refused_trains_say_why() {
+    rt().block_on(async {
+        let d = daemon(
+            "refuse",
+            "[limits]\nmax-probes-per-train = 50\nmin-gap = \"10us\"",
+        )
+        .await;
+        let client = Client::connect(socket_path("refuse")).await.unwrap();
+        let small = Train::new(LOCAL).probe(Probe::new(40));
+        match client.send_train(small).await {
+            Err(Error::InvalidTrain(m)) => assert!(m.contains("needs at least"), "{m}"),
+            r => panic!("{r:?}"),
+        }
+        let long = Train::uniform(LOCAL, 51, 100, Duration::from_micros(20));
+        match client.send_train(long).await {
+            Err(Error::InvalidTrain(m)) => assert!(m.contains("max-probes-per-train"), "{m}"),
+            r => panic!("{r:?}"),
+        }
+        let tight = Train::uniform(LOCAL, 5, 100, Duration::from_micros(1));
+        match client.send_train(tight).await {
+            Err(Error::InvalidTrain(m)) => assert!(m.contains("min-gap"), "{m}"),
+            r => panic!("{r:?}"),
+        }
+        let empty = Train::new(LOCAL);
+        assert!(matches!(
+            client.send_train(empty).await,
+            Err(Error::InvalidTrain(_))
+        ));
+        // The connection is still good.
+        let ok = Train::uniform(LOCAL, 3, 100, Duration::from_micros(20));
+        assert_eq!(client.send_train(ok).await.unwrap().probes_sent, 3);
+        let _l = client.listen(9002).await.unwrap();
+        let other = Client::connect(socket_path("refuse")).await.unwrap();
+        assert!(matches!(other.listen(9002).await, Err(Error::PortInUse(_))));
+        d.stop().await;
+    });
+}
+
+#[test]
+fn missing_daemon_is_explained() {
+    rt().block_on(async {
+        let err = Client::connect("/nonexistent/mgrpd.sock")
+            .await
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::DaemonNotRunning { .. }));
+        assert!(
+            msg.contains("/nonexistent/mgrpd.sock") && msg.contains("mgrpd --socket"),
+            "{msg}"
+        );
+    });
+}
+
+fn raw(path: &PathBuf) -> (UnixStream, BufReader<UnixStream>) {
+    let s = UnixStream::connect(path).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let r = BufReader::new(s.try_clone().unwrap());
+    (s, r)
+}
+
+fn line(r: &mut BufReader<UnixStream>) -> String {
+    let mut l = String::new();
+    r.read_line(&mut l).unwrap();
+    l
+}
+
+#[test]
+fn bad_frames_get_errors_and_never_disturb_others() {
+    let rt = rt();
+    let d = rt.block_on(daemon("frames", ""));
+    let path = socket_path("frames");
+    let (mut w, mut r) = raw(&path);
+    w.write_all(b"{\"op\":\"hello\",\"version\":99}\n").unwrap();
+    let l = line(&mut r);
+    assert!(
+        l.contains("\"kind\":\"version\"") && l.contains("99"),
+        "{l}"
+    );
+    w.write_all(b"this is not json\n").unwrap();
+    assert!(line(&mut r).contains("bad_request"));
+    w.write_all(b"{\"op\":\"launch_missiles\"}\n").unwrap();
+    assert!(line(&mut r).contains("bad_request"));
+    w.write_all(b"{\"op\":\"stats\"}\n").unwrap();
+    assert!(
+        line(&mut r).contains("\"type\":\"stats\""),
+        "connection survives bad requests"
+    );
+
+    // Half a frame, then silence: the daemon keeps serving everyone else.
+    let (mut stalled, _sr) = raw(&path);
+    stalled
+        .write_all(b"{\"op\":\"submit_train\",\"destination\":\"127.0.")
+        .unwrap();
+    // A flood of pipelined requests on another connection, all answered in order.
+    let (mut f, mut fr) = raw(&path);
+    let flood = "{\"op\":\"stats\"}\n".repeat(5000);
+    let writer = std::thread::spawn(move || f.write_all(flood.as_bytes()).map(|()| f));
+    for _ in 0..5000 {
+        assert!(line(&mut fr).contains("\"type\":\"stats\""));
+    }
+    let _f = writer.join().unwrap().unwrap();
+    rt.block_on(async {
+        let c = Client::connect(&path).await.unwrap();
+        let t = Train::uniform(LOCAL, 5, 200, Duration::from_micros(50));
+        assert_eq!(c.send_train(t).await.unwrap().probes_sent, 5);
+    });
+
+    // An oversized frame is refused and its connection closed.
+    let (mut big, mut br) = raw(&path);
+    let huge = vec![b' '; mgrp_core::api::MAX_LINE + 10];
+    let _ = big.write_all(&huge);
+    assert!(line(&mut br).contains("longer than"));
+    assert_eq!(line(&mut br), "", "connection should be closed");
+    drop(stalled);
+    rt.block_on(d.stop());
+}
+
+#[test]
+fn client_leaving_mid_train_leaves_the_daemon_consistent() {
+    rt().block_on(async {
+        let d = daemon("leave", "").await;
+        let path = socket_path("leave");
+        {
+            let (mut w, _r) = raw(&path);
+            let probes: Vec<String> = (0..300)
+                .map(|_| "{\"size\":200,\"gap_ns\":1000000}".to_string())
+                .collect();
+            let req = format!(
+                "{{\"op\":\"submit_train\",\"destination\":\"127.0.0.1\",\"src_port\":1,\"dst_port\":2,\"probes\":[{}]}}\n",
+                probes.join(",")
+            );
+            w.write_all(req.as_bytes()).unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // The other client's train waits for the first one and still completes.
+        let c = Client::connect(&path).await.unwrap();
+        let r = c.send_train(Train::uniform(LOCAL, 4, 200, Duration::from_micros(50))).await;
+        assert_eq!(r.unwrap().probes_sent, 4);
+        let s = c.stats().await.unwrap();
+        assert_eq!(s.planner.transactions_completed, 2, "{s:#?}");
+        assert_eq!(s.daemon.probes_sent, 304);
+        assert!(s.conserved());
+        d.stop().await;
+    });
+}

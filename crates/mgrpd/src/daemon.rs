@@ -127,7 +127,7 @@ enum Io {
     /// In-process: MGRP packets the pacer sends are received at once by this same
     /// daemon, as if from 127.0.0.1; riders are counted instead of written to a TUN.
     /// Runs without privileges, for testing the API and the pipeline end to end.
-    Loopback(Mutex<Reassembler<IpAddr>>),
+    Loopback(Box<Mutex<Reassembler<IpAddr>>>),
 }
 
 impl std::fmt::Debug for Shared {
@@ -183,7 +183,7 @@ impl Shared {
     /// raw sockets, no privileges needed.
     pub fn loopback(config: Config, events: mpsc::UnboundedSender<TrainEvent>) -> Self {
         let reasm = Reassembler::new(config.reassembly);
-        Self::with_io(config, Io::Loopback(Mutex::new(reasm)), events)
+        Self::with_io(config, Io::Loopback(Box::new(Mutex::new(reasm))), events)
     }
 
     fn with_io(config: Config, io: Io, events: mpsc::UnboundedSender<TrainEvent>) -> Self {

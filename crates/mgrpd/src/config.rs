@@ -48,6 +48,9 @@ pub struct Cli {
     /// MTU of the TUN device and largest IP packet sent on the path [default: 1500].
     #[arg(long, value_name = "BYTES")]
     pub mtu: Option<u16>,
+    /// Do not use TUN offloads (TSO/GSO super-packets read in one system call).
+    #[arg(long)]
+    pub no_tun_offload: bool,
     /// Destination prefix whose traffic enters the tunnel (repeatable), e.g. 10.0.0.2/32.
     #[arg(long = "route", value_name = "PREFIX")]
     pub routes: Vec<IpNet>,
@@ -148,6 +151,7 @@ struct File {
     tun: Option<String>,
     tun_address: Option<std::net::Ipv4Addr>,
     mtu: Option<u16>,
+    tun_offload: Option<bool>,
     routes: Option<Vec<IpNet>>,
     socket: Option<PathBuf>,
     socket_group: Option<String>,
@@ -209,6 +213,8 @@ pub struct Config {
     pub tun_address: std::net::Ipv4Addr,
     /// MTU of the TUN and of the path.
     pub mtu: u16,
+    /// Whether the TUN uses offloads.
+    pub tun_offload: bool,
     /// Prefixes routed into the tunnel.
     pub routes: Vec<IpNet>,
     /// API socket path.
@@ -391,6 +397,7 @@ impl Config {
                 .or(f.tun_address)
                 .unwrap_or(std::net::Ipv4Addr::new(169, 254, 77, 1)),
             mtu,
+            tun_offload: !cli.no_tun_offload && f.tun_offload.unwrap_or(true),
             routes,
             socket: cli
                 .socket

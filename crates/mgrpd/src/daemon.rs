@@ -119,6 +119,8 @@ enum Io {
     /// The real thing: a TUN device and raw sockets.
     Kernel {
         tun: Arc<SyncDevice>,
+        /// Whether TUN frames carry a virtio-net header (offloads on).
+        vnet: bool,
         mgrp4: Socket,
         mgrp6: Option<Socket>,
         raw4: Socket,
@@ -170,6 +172,7 @@ impl Shared {
             anyhow::anyhow!("cannot open an IPPROTO_RAW socket: {e}; run mgrpd as root")
         })?;
         let io = Io::Kernel {
+            vnet: config.tun_offload,
             tun,
             mgrp4,
             mgrp6: sys::mgrp_send_socket(true, config.protocol, mark).ok(),
@@ -343,34 +346,50 @@ impl Shared {
 
     fn write_tun(&self, rider: &[u8]) -> std::io::Result<usize> {
         match &self.io {
-            Io::Kernel { tun, .. } => tun.send(rider),
+            Io::Kernel {
+                tun, vnet: false, ..
+            } => tun.send(rider),
+            Io::Kernel {
+                tun, vnet: true, ..
+            } => {
+                // With offloads every frame starts with a virtio-net header; all zeros
+                // says: no segmentation, checksum already complete.
+                let mut frame = vec![0u8; tun_rs::VIRTIO_NET_HDR_LEN + rider.len()];
+                frame[tun_rs::VIRTIO_NET_HDR_LEN..].copy_from_slice(rider);
+                tun.send(&frame)
+                    .map(|n| n.saturating_sub(tun_rs::VIRTIO_NET_HDR_LEN))
+            }
             Io::Loopback(_) => Ok(rider.len()),
         }
     }
 
     fn send_transmits(&self, peer: IpAddr, transmits: Vec<Transmit>) {
         for t in transmits {
-            match t {
-                Transmit::Unchanged(pkt) => {
-                    let Some(dst) = sys::packet_destination(&pkt) else {
-                        continue;
-                    };
-                    match self.send_unchanged(&pkt, dst) {
-                        Ok(_) => bump(&self.counters.unchanged_sent),
-                        Err(e) => {
-                            bump(&self.counters.unchanged_send_errors);
-                            debug!("sending a rider unchanged to {dst} failed: {e}");
-                        }
+            self.send_transmit(peer, t);
+        }
+    }
+
+    fn send_transmit(&self, peer: IpAddr, t: Transmit) {
+        match t {
+            Transmit::Unchanged(pkt) => {
+                let Some(dst) = sys::packet_destination(&pkt) else {
+                    return;
+                };
+                match self.send_unchanged(&pkt, dst) {
+                    Ok(_) => bump(&self.counters.unchanged_sent),
+                    Err(e) => {
+                        bump(&self.counters.unchanged_send_errors);
+                        debug!("sending a rider unchanged to {dst} failed: {e}");
                     }
                 }
-                Transmit::Continuation(mut pkt) => {
-                    wire::stamp_sender_time(&mut pkt, sys::wall_now());
-                    match self.send_mgrp(peer, &pkt) {
-                        Ok(_) => bump(&self.counters.continuations_sent),
-                        Err(e) => {
-                            bump(&self.counters.continuation_send_errors);
-                            debug!("sending a continuation to {peer} failed: {e}");
-                        }
+            }
+            Transmit::Continuation(mut pkt) => {
+                wire::stamp_sender_time(&mut pkt, sys::wall_now());
+                match self.send_mgrp(peer, &pkt) {
+                    Ok(_) => bump(&self.counters.continuations_sent),
+                    Err(e) => {
+                        bump(&self.counters.continuation_send_errors);
+                        debug!("sending a continuation to {peer} failed: {e}");
                     }
                 }
             }
@@ -429,22 +448,32 @@ fn is_housekeeping(dst: IpAddr) -> bool {
     }
 }
 
-/// The TUN reader thread (does nothing when the data path loops back).
+/// The TUN reader thread (does nothing when the data path loops back). With TUN
+/// offloads one read returns a TCP super-packet, split here into its segments: one
+/// system call for up to 64 KB of traffic.
 pub fn run_tun_reader(shared: &Shared) {
     let Some(tun) = shared.tun() else { return };
-    let mut buf = vec![0u8; 65_536];
+    let mut original = vec![0u8; tun_rs::VIRTIO_NET_HDR_LEN + 65_535];
+    let seg = usize::from(shared.config.mtu) + 64;
+    let mut bufs = vec![vec![0u8; seg]; tun_rs::IDEAL_BATCH_SIZE];
+    let mut sizes = vec![0usize; tun_rs::IDEAL_BATCH_SIZE];
     loop {
-        let n = match tun.recv(&mut buf) {
+        let n = match tun.recv_multiple(&mut original, &mut bufs, &mut sizes, 0) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                if !shared.shutdown.load(Ordering::Relaxed) {
-                    warn!("reading the TUN failed: {e}; stopping the TUN reader");
+                if shared.shutdown.load(Ordering::Relaxed) {
+                    return;
                 }
-                return;
+                // A malformed frame from the kernel costs that frame, not the reader.
+                warn!("reading the TUN failed: {e}");
+                if e.raw_os_error().is_some() {
+                    return;
+                }
+                continue;
             }
         };
-        shared.handle_tun_packet(&buf[..n]);
+        shared.handle_tun_packets(bufs.iter().zip(&sizes).take(n).map(|(b, &len)| &b[..len]));
     }
 }
 
@@ -452,30 +481,38 @@ impl Shared {
     /// Takes in one packet read from the TUN (or, with a loopback data path, handed in
     /// by a test): queues it with its peer's planner and sends whatever is due.
     pub fn handle_tun_packet(&self, pkt: &[u8]) {
-        bump(&self.counters.tun_packets_in);
-        let Some(dst) = sys::packet_destination(pkt).filter(|d| !is_housekeeping(*d)) else {
-            bump(&self.counters.tun_ignored);
-            return;
-        };
-        let peer = self.config.peer_of(dst);
+        self.handle_tun_packets(std::iter::once(pkt));
+    }
+
+    /// Takes in a batch of packets read from the TUN under one lock.
+    pub fn handle_tun_packets<'a>(&self, pkts: impl Iterator<Item = &'a [u8]>) {
         let now = sys::mono_now();
+        let mut out: Vec<(IpAddr, Transmit)> = Vec::new();
+        let mut wake = false;
         let mut st = self.lock();
-        let planner = self.planner(&mut st, peer);
-        let was_empty = planner.held_riders() == 0;
-        if let Err(reason) = planner.handle_rider(now, Bytes::copy_from_slice(pkt)) {
-            debug!("rider to {dst} dropped: {reason}");
+        for pkt in pkts {
+            bump(&self.counters.tun_packets_in);
+            let Some(dst) = sys::packet_destination(pkt).filter(|d| !is_housekeeping(*d)) else {
+                bump(&self.counters.tun_ignored);
+                continue;
+            };
+            let peer = self.config.peer_of(dst);
+            let planner = self.planner(&mut st, peer);
+            let was_empty = planner.held_riders() == 0;
+            if let Err(reason) = planner.handle_rider(now, Bytes::copy_from_slice(pkt)) {
+                debug!("rider to {dst} dropped: {reason}");
+            }
+            while let Some(t) = planner.poll_transmit(now) {
+                out.push((peer, t));
+            }
+            wake |= was_empty && planner.held_riders() > 0;
         }
-        let mut out = Vec::new();
-        while let Some(t) = planner.poll_transmit(now) {
-            out.push(t);
-        }
-        let held = planner.held_riders();
         drop(st);
-        if was_empty && held > 0 {
+        if wake {
             self.wake.notify_all();
         }
-        if !out.is_empty() {
-            self.send_transmits(peer, out);
+        for (peer, t) in out {
+            self.send_transmit(peer, t);
         }
     }
 }

@@ -88,6 +88,7 @@ fn create_tun(config: &Config) -> anyhow::Result<tun_rs::SyncDevice> {
         .name(config.tun.clone())
         .mtu(config.mtu)
         .ipv4(config.tun_address, 32u8, None)
+        .offload(config.tun_offload)
         .enable(false)
         .build_sync()
         .map_err(|e| {

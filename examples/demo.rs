@@ -8,7 +8,7 @@
 //! The demo embeds the daemon: it starts `mgrpd` by running itself with `mgrpd` as the
 //! first argument inside each namespace.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use mgrp::pktrain::{self, SenderSummary, TrainShape};
 use mgrp_core::api::DaemonStats;
-use mgrp_testbed::{ADDR_A, ADDR_B, Daemon, TwoHostOptions, TwoHosts, pattern, tcp_listen};
+use mgrp_testbed::{
+    ADDR_B, TwoHostOptions, TwoHosts, daemon_pair, fill_pattern, read_pattern, tcp_listen,
+};
 
 const STREAM_MBPS: f64 = 4.0;
 const PORT: u16 = 7001;
@@ -188,37 +190,13 @@ fn phase(me: &std::path::Path, piggyback: bool, duration: Duration) -> anyhow::R
     let net = TwoHosts::new(&TwoHostOptions {
         bottleneck: Some(("10mbit".into(), "1540".into())),
     })?;
-    let rb = format!("{ADDR_B}/32");
-    let ra = format!("{ADDR_A}/32");
-    let a = Daemon::start_via(
-        &net.a,
-        me,
-        &["mgrpd"],
-        &["--route", &rb, "--log-level", "warn"],
-    )?;
-    let b = Daemon::start_via(
-        &net.b,
-        me,
-        &["mgrpd"],
-        &["--route", &ra, "--log-level", "warn"],
-    )?;
+    let (a, b) = daemon_pair(&net, me, &["mgrpd"], &["--log-level", "warn"])?;
 
     // The TCP stream, paced at STREAM_MBPS by the application.
     let listener = tcp_listen(&net.b, IpAddr::V4(ADDR_B), 5001)?;
     let receiver = std::thread::spawn(move || -> anyhow::Result<(u64, bool)> {
         let (mut s, _) = listener.accept()?;
-        let mut buf = vec![0u8; 1 << 16];
-        let (mut at, mut intact) = (0u64, true);
-        loop {
-            let n = s.read(&mut buf)?;
-            if n == 0 {
-                return Ok((at, intact));
-            }
-            for &x in &buf[..n] {
-                intact &= x == pattern(at);
-                at += 1;
-            }
-        }
+        Ok(read_pattern(&mut s)?)
     });
     let mut stream = net
         .a
@@ -230,9 +208,7 @@ fn phase(me: &std::path::Path, piggyback: bool, duration: Duration) -> anyhow::R
         let mut tick = 0u32;
         let mut buf = vec![0u8; per_tick];
         while start.elapsed() < duration {
-            for (i, b) in buf.iter_mut().enumerate() {
-                *b = pattern(sent + i as u64);
-            }
+            fill_pattern(&mut buf, sent);
             stream.write_all(&buf)?;
             sent += per_tick as u64;
             tick += 1;

@@ -472,6 +472,47 @@ pub fn pattern(i: u64) -> u8 {
     (i.wrapping_mul(2_654_435_761) >> 13) as u8
 }
 
+/// Reads `r` to its end, checking every byte against [`pattern`]; returns the bytes
+/// read and whether all matched.
+pub fn read_pattern(r: &mut impl Read) -> std::io::Result<(u64, bool)> {
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut at, mut intact) = (0u64, true);
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            return Ok((at, intact));
+        }
+        for &b in &buf[..n] {
+            intact &= b == pattern(at);
+            at += 1;
+        }
+    }
+}
+
+/// Fills `buf` with the pattern bytes from position `at` on.
+pub fn fill_pattern(buf: &mut [u8], at: u64) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = pattern(at + i as u64);
+    }
+}
+
+/// The two daemons of a [`TwoHosts`] topology, each routing the other host into its
+/// tunnel, started as `program prefix.. --route OTHER/32 args..`.
+pub fn daemon_pair(
+    net: &TwoHosts,
+    program: &Path,
+    prefix: &[&str],
+    args: &[&str],
+) -> anyhow::Result<(Daemon, Daemon)> {
+    let start = |ns: &Netns, other: Ipv4Addr| {
+        let route = format!("{other}/32");
+        let mut all = vec!["--route", route.as_str()];
+        all.extend_from_slice(args);
+        Daemon::start_via(ns, program, prefix, &all)
+    };
+    Ok((start(&net.a, ADDR_B)?, start(&net.b, ADDR_A)?))
+}
+
 /// Result of [`tcp_transfer`].
 #[derive(Debug, Clone, Copy)]
 pub struct Transfer {
@@ -509,19 +550,7 @@ pub fn tcp_transfer(
     let receiver = std::thread::spawn(move || -> anyhow::Result<(u64, bool)> {
         let (mut s, _) = listener.accept()?;
         s.set_read_timeout(Some(Duration::from_secs(120)))?;
-        let mut buf = vec![0u8; 1 << 16];
-        let mut at = 0u64;
-        let mut intact = true;
-        loop {
-            let n = s.read(&mut buf)?;
-            if n == 0 {
-                return Ok((at, intact));
-            }
-            for &b in &buf[..n] {
-                intact &= b == pattern(at);
-                at += 1;
-            }
-        }
+        Ok(read_pattern(&mut s)?)
     });
     let start = Instant::now();
     let stream = client_ns.run(|| {
@@ -532,9 +561,7 @@ pub fn tcp_transfer(
     let mut sent = 0u64;
     while sent < bytes {
         let n = ((bytes - sent) as usize).min(buf.len());
-        for (i, b) in buf[..n].iter_mut().enumerate() {
-            *b = pattern(sent + i as u64);
-        }
+        fill_pattern(&mut buf[..n], sent);
         stream.write_all(&buf[..n])?;
         sent += n as u64;
     }

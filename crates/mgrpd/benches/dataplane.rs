@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use mgrp_core::schedule::percentile;
 use mgrp_testbed::{
-    ADDR_A, ADDR_B, Daemon, TwoHostOptions, TwoHosts, tcp_listen, tcp_transfer, uniform_train,
+    ADDR_B, Daemon, TwoHostOptions, TwoHosts, tcp_listen, tcp_transfer, uniform_train,
 };
 
 fn mgrpd() -> &'static Path {
@@ -33,16 +33,9 @@ fn load() -> String {
 }
 
 fn daemons(net: &TwoHosts, extra: &[&str]) -> (Daemon, Daemon) {
-    let rb = format!("{ADDR_B}/32");
-    let ra = format!("{ADDR_A}/32");
-    let mut a_args = vec!["--route", rb.as_str(), "--log-level", "warn"];
-    a_args.extend_from_slice(extra);
-    let mut b_args = vec!["--route", ra.as_str(), "--log-level", "warn"];
-    b_args.extend_from_slice(extra);
-    (
-        Daemon::start(&net.a, mgrpd(), &a_args).expect("mgrpd A"),
-        Daemon::start(&net.b, mgrpd(), &b_args).expect("mgrpd B"),
-    )
+    let mut args = vec!["--log-level", "warn"];
+    args.extend_from_slice(extra);
+    mgrp_testbed::daemon_pair(net, mgrpd(), &[], &args).expect("mgrpd on A and B")
 }
 
 fn throughput(net: &TwoHosts, bytes: u64, runs: usize, port: &mut u16) -> f64 {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use mgrp_core::api::DaemonStats;
 use mgrp_testbed::{
-    ADDR_A, ADDR_B, Daemon, TwoHostOptions, TwoHosts, tcp_listen, tcp_transfer, uniform_train,
+    ADDR_B, Daemon, TwoHostOptions, TwoHosts, tcp_listen, tcp_transfer, uniform_train,
 };
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -37,15 +37,9 @@ fn root_or_skip(name: &str) -> bool {
 
 /// Daemons on both hosts, each routing the other host into its tunnel.
 fn daemons(net: &TwoHosts, extra: &[&str]) -> (Daemon, Daemon) {
-    let route_b = format!("{ADDR_B}/32");
-    let route_a = format!("{ADDR_A}/32");
-    let mut args_a = vec!["--route", &route_b, "--log-level", "debug"];
-    args_a.extend_from_slice(extra);
-    let mut args_b = vec!["--route", &route_a, "--log-level", "debug"];
-    args_b.extend_from_slice(extra);
-    let a = Daemon::start(&net.a, mgrpd(), &args_a).expect("mgrpd on A");
-    let b = Daemon::start(&net.b, mgrpd(), &args_b).expect("mgrpd on B");
-    (a, b)
+    let mut args = vec!["--log-level", "debug"];
+    args.extend_from_slice(extra);
+    mgrp_testbed::daemon_pair(net, mgrpd(), &[], &args).expect("mgrpd on A and B")
 }
 
 /// Runs pk2-like trains (20 × 500 B, 1 ms apart, every 20 ms) from A to B until `stop`.

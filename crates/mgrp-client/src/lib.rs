@@ -117,6 +117,13 @@ pub enum Error {
     /// The daemon sent something this client does not understand.
     #[error("unexpected answer from mgrpd: {0}")]
     Protocol(String),
+    /// An earlier call on this client was abandoned before its answer came (its future
+    /// was dropped, for example by a timeout), so answers can no longer be paired with
+    /// calls.
+    #[error(
+        "an earlier call on this client was abandoned before mgrpd answered; connect a new client"
+    )]
+    Abandoned,
     /// The connection broke.
     #[error("connection to mgrpd lost: {0}")]
     Io(#[from] std::io::Error),
@@ -281,6 +288,10 @@ struct Conn {
     reader: BufReader<OwnedReadHalf>,
     writer: OwnedWriteHalf,
     line: Vec<u8>,
+    /// A call is between its request and its answer. Still set when a call starts, it
+    /// means an earlier call was abandoned (its future dropped, e.g. by a timeout) and
+    /// its answer is still coming: the connection can no longer pair answers.
+    in_call: bool,
 }
 
 impl Conn {
@@ -302,6 +313,7 @@ impl Conn {
             reader: BufReader::new(r),
             writer: w,
             line: Vec::with_capacity(512),
+            in_call: false,
         };
         let hello = Request::Hello {
             version: PROTOCOL_VERSION,
@@ -346,8 +358,14 @@ impl Conn {
     }
 
     async fn call(&mut self, req: &Request) -> Result<Response, Error> {
+        if self.in_call {
+            return Err(Error::Abandoned);
+        }
+        self.in_call = true;
         self.send(req).await?;
-        self.recv().await?.ok_or_else(|| {
+        let answer = self.recv().await;
+        self.in_call = false;
+        answer?.ok_or_else(|| {
             Error::Io(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 "mgrpd closed the connection",

@@ -194,6 +194,11 @@ struct LimitsFile {
     max_probes_per_train: Option<usize>,
     #[serde(default, deserialize_with = "de_duration")]
     min_gap: Option<Duration>,
+    #[serde(default, deserialize_with = "de_duration")]
+    max_gap: Option<Duration>,
+    #[serde(default, deserialize_with = "de_duration")]
+    max_train_duration: Option<Duration>,
+    max_connections: Option<usize>,
     max_queued_trains: Option<usize>,
     max_trains_per_client: Option<usize>,
     max_listeners: Option<usize>,
@@ -249,6 +254,12 @@ pub struct Config {
     pub max_probes_per_train: usize,
     /// Smallest gap between probes.
     pub min_gap: Duration,
+    /// Largest gap between probes.
+    pub max_gap: Duration,
+    /// Largest sum of a train's gaps.
+    pub max_train_duration: Duration,
+    /// Most API connections at once.
+    pub max_connections: usize,
     /// Most trains queued in the daemon.
     pub max_queued_trains: usize,
     /// Most trains one API connection may have queued.
@@ -427,6 +438,9 @@ impl Config {
                 .or(limits.max_probes_per_train)
                 .unwrap_or(10_000),
             min_gap,
+            max_gap: limits.max_gap.unwrap_or(Duration::from_secs(1)),
+            max_train_duration: limits.max_train_duration.unwrap_or(Duration::from_secs(30)),
+            max_connections: limits.max_connections.unwrap_or(128),
             max_queued_trains: cli
                 .max_queued_trains
                 .or(limits.max_queued_trains)

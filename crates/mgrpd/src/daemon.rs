@@ -54,6 +54,7 @@ counters!(
     tun_ignored,
     probes_sent,
     probe_send_errors,
+    rider_chunks_in_failed_probes,
     unchanged_sent,
     unchanged_send_errors,
     continuations_sent,
@@ -112,6 +113,7 @@ pub struct Shared {
     malformed_log: Mutex<LogLimiter>,
     io: Io,
     events: mpsc::UnboundedSender<TrainEvent>,
+    fatal: Mutex<Option<oneshot::Sender<String>>>,
 }
 
 /// Where the data path's packets go.
@@ -138,6 +140,17 @@ impl std::fmt::Debug for Shared {
             .field("tun", &self.config.tun)
             .finish_non_exhaustive()
     }
+}
+
+/// A train accepted by [`Shared::submit`].
+#[derive(Debug)]
+pub struct Submitted {
+    /// The MGRP peer it goes to.
+    pub peer: IpAddr,
+    /// Its transaction id.
+    pub id: u32,
+    /// Where its report arrives once it was sent (or cancelled).
+    pub report: oneshot::Receiver<TransactionReport>,
 }
 
 /// Why a train was refused.
@@ -204,6 +217,30 @@ impl Shared {
             }),
             io,
             events,
+            fatal: Mutex::new(None),
+        }
+    }
+
+    /// A channel on which the daemon hears that a data-path thread died.
+    pub fn fatal_channel(&self) -> oneshot::Receiver<String> {
+        let (tx, rx) = oneshot::channel();
+        *self.fatal.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx);
+        rx
+    }
+
+    /// Reports that a data-path thread cannot go on; the daemon shuts down.
+    fn fatal(&self, why: String) {
+        if self.shutdown.load(Ordering::Relaxed) {
+            return;
+        }
+        tracing::error!("{why}; mgrpd stops");
+        if let Some(tx) = self
+            .fatal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = tx.send(why);
         }
     }
 
@@ -228,9 +265,11 @@ impl Shared {
                 Path::ipv6(self.config.mtu)
             };
             // Policy and path were validated with the configuration.
-            Planner::new(self.config.policy.clone(), path).unwrap_or_else(|e| {
+            let mut p = Planner::new(self.config.policy.clone(), path).unwrap_or_else(|e| {
                 panic!("planner for {peer}: {e} (the configuration check missed this)")
-            })
+            });
+            p.set_next_rider_id(rider_id_seed(peer));
+            p
         })
     }
 
@@ -257,10 +296,7 @@ impl Shared {
         &self,
         destination: IpAddr,
         mut tx: Transaction,
-    ) -> Result<(IpAddr, oneshot::Receiver<TransactionReport>), SubmitError> {
-        if self.shutdown.load(Ordering::Relaxed) {
-            return Err(SubmitError::ShuttingDown);
-        }
+    ) -> Result<Submitted, SubmitError> {
         let limits = &self.config;
         if tx.probes.len() > limits.max_probes_per_train {
             bump(&self.counters.trains_rejected);
@@ -283,8 +319,33 @@ impl Shared {
                 p.gap, limits.min_gap
             )));
         }
+        if let Some((i, p)) = tx
+            .probes
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.gap > limits.max_gap)
+        {
+            bump(&self.counters.trains_rejected);
+            return Err(SubmitError::Invalid(format!(
+                "probe {i} has a gap of {:?}, above the largest allowed {:?} (limits.max-gap)",
+                p.gap, limits.max_gap
+            )));
+        }
+        let total: Duration = tx.probes.iter().map(|p| p.gap).sum();
+        if total > limits.max_train_duration {
+            bump(&self.counters.trains_rejected);
+            return Err(SubmitError::Invalid(format!(
+                "the train's gaps add up to {total:?}, more than {:?} (limits.max-train-duration)",
+                limits.max_train_duration
+            )));
+        }
         let peer = self.config.peer_of(destination);
         let mut st = self.lock();
+        // Checked under the lock the pacer takes before it flushes for shutdown, so no
+        // train is accepted after the pacer stopped taking them.
+        if self.shutdown.load(Ordering::SeqCst) {
+            return Err(SubmitError::ShuttingDown);
+        }
         if st.queued_trains >= limits.max_queued_trains {
             bump(&self.counters.trains_rejected);
             return Err(SubmitError::Busy(st.queued_trains));
@@ -303,7 +364,19 @@ impl Shared {
         drop(st);
         bump(&self.counters.trains_accepted);
         self.wake.notify_all();
-        Ok((peer, report))
+        Ok(Submitted { peer, id, report })
+    }
+
+    /// Cancels a train of `peer` that has not finished; its submitter gets a report that
+    /// says so. Returns whether it was found.
+    pub fn cancel(&self, peer: IpAddr, id: u32) -> bool {
+        let mut st = self.lock();
+        let found = st
+            .planners
+            .get_mut(&peer)
+            .is_some_and(|p| p.cancel_transaction(id));
+        deliver_reports(self, &mut st);
+        found
     }
 
     /// Asks every thread to stop; the pacer flushes held riders unchanged first.
@@ -325,7 +398,9 @@ impl Shared {
             }
             Io::Loopback(reasm) => {
                 let mut reasm = reasm.lock().unwrap_or_else(PoisonError::into_inner);
-                let from = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+                // Received as if from the peer it was sent to, so each peer's riders keep
+                // their own ids apart in reassembly.
+                let from = peer;
                 let ip_len = packet.len() + if peer.is_ipv4() { 20 } else { 40 };
                 self.handle_mgrp(&mut reasm, from, packet, ip_len, sys::wall_now());
                 Ok(packet.len())
@@ -416,6 +491,13 @@ impl Shared {
     }
 }
 
+/// A start for a planner's rider ids that differs between daemon lives and peers.
+fn rider_id_seed(peer: IpAddr) -> u32 {
+    use std::hash::BuildHasher;
+    let state = std::collections::hash_map::RandomState::new();
+    state.hash_one((peer, sys::wall_now(), std::process::id())) as u32
+}
+
 fn add_planner_counters(sum: &mut PlannerCounters, c: &PlannerCounters) {
     sum.riders_in += c.riders_in;
     sum.rider_bytes_in += c.rider_bytes_in;
@@ -465,11 +547,14 @@ pub fn run_tun_reader(shared: &Shared) {
                 if shared.shutdown.load(Ordering::Relaxed) {
                     return;
                 }
-                // A malformed frame from the kernel costs that frame, not the reader.
-                warn!("reading the TUN failed: {e}");
                 if e.raw_os_error().is_some() {
+                    // Traffic routed into a TUN nobody reads would be black-holed:
+                    // better to stop, which takes the TUN and its routes away.
+                    shared.fatal(format!("reading the TUN failed: {e}"));
                     return;
                 }
+                // A malformed frame from the kernel costs that frame, not the reader.
+                warn!("dropped a TUN frame: {e}");
                 continue;
             }
         };
@@ -535,16 +620,20 @@ fn prepare_pacer(config: &Config) {
     }
 }
 
-/// The pacer thread: runs trains and releases riders whose wait is over.
+/// The pacer thread: runs trains and releases riders whose wait is over. If it ends
+/// for any reason but shutdown, the daemon stops (trains could no longer run and held
+/// riders would never leave).
 pub fn run_pacer(shared: &Shared) {
     prepare_pacer(&shared.config);
-    let timer = match sys::Timer::new() {
-        Ok(t) => t,
-        Err(e) => {
-            warn!("cannot create a timerfd ({e}); the pacer stops");
-            return;
-        }
-    };
+    match sys::Timer::new() {
+        Ok(timer) => pace(shared, &timer),
+        Err(e) => shared.fatal(format!("cannot create a timerfd for the pacer: {e}")),
+    }
+    // Whoever still waits for a report is told the daemon stopped.
+    shared.lock().waiters.clear();
+}
+
+fn pace(shared: &Shared, timer: &sys::Timer) {
     let mut next_peer = 0usize;
     loop {
         let stopping = shared.shutdown.load(Ordering::SeqCst);
@@ -556,6 +645,7 @@ pub fn run_pacer(shared: &Shared) {
         }
         let now = sys::mono_now();
         let due = shared.due_transmits(&mut st, now);
+        deliver_reports(shared, &mut st);
         // Trains run one at a time, taking destinations in turn.
         let mut peers: Vec<IpAddr> = st
             .planners
@@ -570,13 +660,11 @@ pub fn run_pacer(shared: &Shared) {
             next_peer = next_peer.wrapping_add(1);
             Some(peers[next_peer % peers.len()])
         };
-        let timeout = st.planners.values().filter_map(Planner::poll_timeout).min();
         if train.is_none() && due.is_empty() {
             if stopping {
-                // Everything is flushed: cancelled trains still owe their reports.
-                deliver_reports(shared, &mut st);
                 return;
             }
+            let timeout = st.planners.values().filter_map(Planner::poll_timeout).min();
             let wait = timeout
                 .map_or(Duration::from_millis(200), |t| t.saturating_since(now))
                 .min(Duration::from_millis(200));
@@ -589,14 +677,88 @@ pub fn run_pacer(shared: &Shared) {
             }
             continue;
         }
-        deliver_reports(shared, &mut st);
         drop(st);
         for (peer, t) in due {
             shared.send_transmits(peer, t);
         }
         if let Some(peer) = train {
-            run_train(shared, &timer, peer);
+            run_train(shared, timer, peer);
         }
+    }
+}
+
+/// Sleeps until `wake`, getting up on the way to release riders whose hold time runs
+/// out and to notice shutdown (at least every 100 ms). Returns false on shutdown.
+fn sleep_releasing(shared: &Shared, timer: &sys::Timer, wake: mgrp_core::MonoTime) -> bool {
+    loop {
+        if shared.shutdown.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = sys::mono_now();
+        if now >= wake {
+            return true;
+        }
+        let mut st = shared.lock();
+        let due = shared.due_transmits(&mut st, now);
+        let rider_due = st.planners.values().filter_map(Planner::poll_timeout).min();
+        drop(st);
+        for (peer, t) in due {
+            shared.send_transmits(peer, t);
+        }
+        // Planners with a train report their next probe, which is not earlier than
+        // `wake`'s; riders of other destinations may fall due before it.
+        let until = rider_due
+            .filter(|&t| t > now)
+            .map_or(wake, |t| t.min(wake))
+            .min(now.saturating_add(Duration::from_millis(100)));
+        let _ = timer.sleep_until(until);
+    }
+}
+
+/// Sends one train to `peer`, probe by probe, against absolute deadlines. Each probe
+/// is built only a margin before it is due, so riders that came meanwhile ride in it.
+fn run_train(shared: &Shared, timer: &sys::Timer, peer: IpAddr) {
+    let margin = shared.config.busy_poll_margin;
+    let margin_ns = u64::try_from(margin.as_nanos()).unwrap_or(u64::MAX);
+    let mut next = shared
+        .planner(&mut shared.lock(), peer)
+        .poll_start(sys::mono_now());
+    while let Some(deadline) = next {
+        let wake = mgrp_core::MonoTime::from_nanos(deadline.as_nanos().saturating_sub(margin_ns));
+        if !sleep_releasing(shared, timer, wake) {
+            return;
+        }
+        let probe: Option<ProbeToSend> = shared
+            .planner(&mut shared.lock(), peer)
+            .poll_probe(sys::mono_now());
+        let Some(mut probe) = probe else { return };
+        sys::wait_until(timer, probe.deadline, margin);
+        let stamp = sys::wall_now();
+        wire::stamp_sender_time(&mut probe.packet, stamp);
+        let departed = sys::mono_now();
+        let sent = match shared.send_mgrp(peer, &probe.packet) {
+            Ok(_) => {
+                bump(&shared.counters.probes_sent);
+                Some((departed, stamp))
+            }
+            Err(e) => {
+                bump(&shared.counters.probe_send_errors);
+                shared
+                    .counters
+                    .rider_chunks_in_failed_probes
+                    .fetch_add(probe.rider_chunks as u64, Ordering::Relaxed);
+                debug!(
+                    "sending probe {} of train {} failed: {e}",
+                    probe.seq, probe.transaction
+                );
+                None
+            }
+        };
+        let mut st = shared.lock();
+        let planner = shared.planner(&mut st, peer);
+        planner.handle_probe_sent(probe.transaction, probe.seq, sent);
+        next = planner.next_deadline();
+        deliver_reports(shared, &mut st);
     }
 }
 
@@ -613,65 +775,6 @@ fn deliver_reports(shared: &Shared, st: &mut State) {
             let _ = w.send(report);
         }
         let _ = shared.events.send(TrainEvent::Done(peer));
-    }
-}
-
-/// Sends one train to `peer`, probe by probe, against absolute deadlines.
-fn run_train(shared: &Shared, timer: &sys::Timer, peer: IpAddr) {
-    let margin = shared.config.busy_poll_margin;
-    let mut next_deadline = None;
-    loop {
-        if let Some(d) = next_deadline {
-            let wake = mgrp_core::MonoTime::from_nanos(
-                mgrp_core::MonoTime::as_nanos(d)
-                    .saturating_sub(u64::try_from(margin.as_nanos()).unwrap_or(0)),
-            );
-            if sys::mono_now() < wake {
-                let _ = timer.sleep_until(wake);
-            }
-        }
-        let probe: Option<ProbeToSend> = {
-            let mut st = shared.lock();
-            if shared.shutdown.load(Ordering::Relaxed) {
-                None
-            } else {
-                shared.planner(&mut st, peer).poll_probe(sys::mono_now())
-            }
-        };
-        let Some(mut probe) = probe else { return };
-        // Usually we woke within the margin already and this only spins; a train's
-        // first probe may still be far off.
-        sys::wait_until(timer, probe.deadline, margin);
-        let stamp = sys::wall_now();
-        wire::stamp_sender_time(&mut probe.packet, stamp);
-        let departed = sys::mono_now();
-        let sent = match shared.send_mgrp(peer, &probe.packet) {
-            Ok(_) => {
-                bump(&shared.counters.probes_sent);
-                Some((departed, stamp))
-            }
-            Err(e) => {
-                bump(&shared.counters.probe_send_errors);
-                debug!(
-                    "sending probe {} of train {} failed: {e}",
-                    probe.seq, probe.transaction
-                );
-                None
-            }
-        };
-        let mut st = shared.lock();
-        let planner = shared.planner(&mut st, peer);
-        planner.handle_probe_sent(probe.transaction, probe.seq, sent);
-        next_deadline = planner.next_deadline();
-        let due = shared.due_transmits(&mut st, sys::mono_now());
-        deliver_reports(shared, &mut st);
-        drop(st);
-        for (peer, t) in due {
-            shared.send_transmits(peer, t);
-        }
-        if next_deadline.is_none() {
-            return;
-        }
     }
 }
 

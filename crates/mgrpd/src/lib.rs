@@ -174,6 +174,7 @@ async fn serve(
         }
     }
     let listener = server::bind(&config.socket, config.socket_group.as_deref())?;
+    let fatal = shared.fatal_channel();
     if let Err(e) = sys::lock_memory() {
         warn!("cannot lock memory ({e}); page faults may delay probes");
     }
@@ -222,9 +223,11 @@ async fn serve(
     );
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let mut failure = None;
     tokio::select! {
         _ = term.recv() => info!("SIGTERM: shutting down"),
         _ = int.recv() => info!("SIGINT: shutting down"),
+        why = fatal => failure = why.ok(),
     }
     shared.begin_shutdown();
     // The pacer sends every held rider unchanged before it returns.
@@ -245,7 +248,10 @@ async fn serve(
         stats.planner.riders_held,
         stats.daemon.probes_sent
     );
-    Ok(())
+    match failure {
+        Some(why) => anyhow::bail!("{why}"),
+        None => Ok(()),
+    }
 }
 
 /// A daemon whose data path loops back in-process: the real API server, planners and

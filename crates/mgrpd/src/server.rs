@@ -55,8 +55,9 @@ pub fn bind(path: &Path, group: Option<&str>) -> anyhow::Result<UnixListener> {
 /// Accepts connections until the daemon stops.
 pub async fn serve(listener: UnixListener, shared: Arc<Shared>, demand: Demand) {
     let ids = AtomicU64::new(1);
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     loop {
-        let (stream, _) = match listener.accept().await {
+        let (mut stream, _) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
                 warn!("accepting an API connection failed: {e}");
@@ -73,7 +74,26 @@ pub async fn serve(listener: UnixListener, shared: Arc<Shared>, demand: Demand) 
                 cred.gid()
             );
         }
-        tokio::spawn(connection(id, stream, shared.clone(), demand.clone()));
+        if open.load(Ordering::Relaxed) >= shared.config.max_connections {
+            let msg = error(
+                ErrorKind::Busy,
+                format!(
+                    "{} API connections are open, the most allowed (limits.max-connections)",
+                    shared.config.max_connections
+                ),
+            );
+            if let Ok(mut line) = serde_json::to_vec(&msg) {
+                line.push(b'\n');
+                let _ = stream.write_all(&line).await;
+            }
+            continue;
+        }
+        open.fetch_add(1, Ordering::Relaxed);
+        let (shared, demand, open) = (shared.clone(), demand.clone(), open.clone());
+        tokio::spawn(async move {
+            connection(id, stream, shared, demand).await;
+            open.fetch_sub(1, Ordering::Relaxed);
+        });
     }
 }
 
@@ -88,7 +108,10 @@ fn error(kind: ErrorKind, message: impl Into<String>) -> Response {
 #[derive(Debug, Default)]
 struct Conn {
     last_report: Option<mgrp_core::stats::TransactionReport>,
-    trains_pending: usize,
+    /// Trains submitted and not yet reported, with the peer they go to.
+    pending: std::collections::HashSet<(IpAddr, u32)>,
+    /// Submissions accepted from this connection and not yet answered.
+    in_flight: usize,
 }
 
 async fn connection(id: u64, stream: UnixStream, shared: Arc<Shared>, demand: Demand) {
@@ -141,6 +164,13 @@ async fn connection(id: u64, stream: UnixStream, shared: Arc<Shared>, demand: De
         handle(id, req, &shared, &demand, &tx, &conn).await;
     }
     forget_listeners(&shared, id);
+    // A client that left does not want its trains any more.
+    let pending: Vec<_> = lock(&conn).pending.iter().copied().collect();
+    for (peer, tx_id) in pending {
+        if shared.cancel(peer, tx_id) {
+            debug!("API connection {id} left: train {tx_id} cancelled");
+        }
+    }
     drop(tx);
     let _ = writer.await;
     debug!("API connection {id} closed");
@@ -185,9 +215,9 @@ async fn handle(
         Request::SubmitTrain(train) => {
             let admitted = {
                 let mut c = conn.lock().unwrap_or_else(PoisonError::into_inner);
-                let ok = c.trains_pending < shared.config.max_trains_per_client;
+                let ok = c.in_flight < shared.config.max_trains_per_client;
                 if ok {
-                    c.trains_pending += 1;
+                    c.in_flight += 1;
                 }
                 ok
             };
@@ -205,10 +235,10 @@ async fn handle(
             let conn = conn.clone();
             // The report comes when the train has been sent; other requests go on.
             tokio::spawn(async move {
-                let reply = submit(train, &shared, &demand).await;
+                let reply = submit(train, &shared, &demand, &conn).await;
                 {
                     let mut c = conn.lock().unwrap_or_else(PoisonError::into_inner);
-                    c.trains_pending -= 1;
+                    c.in_flight -= 1;
                     if let Response::Report(r) = &reply {
                         c.last_report = Some(r.clone());
                     }
@@ -275,7 +305,12 @@ fn listen(
     Response::Listening { port }
 }
 
-async fn submit(train: TrainRequest, shared: &Shared, demand: &Demand) -> Response {
+async fn submit(
+    train: TrainRequest,
+    shared: &Shared,
+    demand: &Demand,
+    conn: &std::sync::Mutex<Conn>,
+) -> Response {
     let tx = Transaction {
         id: 0,
         src_port: train.src_port,
@@ -295,13 +330,18 @@ async fn submit(train: TrainRequest, shared: &Shared, demand: &Demand) -> Respon
     // Route the destination into the tunnel before the train can start.
     demand.train_queued(peer).await;
     match shared.submit(train.destination, tx) {
-        Ok((_, report)) => match report.await {
-            Ok(r) => Response::Report(r),
-            Err(_) => error(
-                ErrorKind::ShuttingDown,
-                "mgrpd stopped before the train was sent",
-            ),
-        },
+        Ok(s) => {
+            lock(conn).pending.insert((s.peer, s.id));
+            let reply = match s.report.await {
+                Ok(r) => Response::Report(r),
+                Err(_) => error(
+                    ErrorKind::ShuttingDown,
+                    "mgrpd stopped before the train was sent",
+                ),
+            };
+            lock(conn).pending.remove(&(s.peer, s.id));
+            reply
+        }
         Err(e) => {
             demand.train_refused(peer);
             let kind = match e {
@@ -312,4 +352,8 @@ async fn submit(train: TrainRequest, shared: &Shared, demand: &Demand) -> Respon
             error(kind, e.to_string())
         }
     }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }

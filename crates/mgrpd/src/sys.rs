@@ -359,11 +359,27 @@ pub fn is_root() -> bool {
 /// The id of the group called `name`.
 pub fn group_id(name: &str) -> Option<u32> {
     let c = std::ffi::CString::new(name).ok()?;
-    // SAFETY: getgrnam returns a pointer into static storage or null, and we read one
-    // field at once; mgrpd calls this once, at start-up, from one thread.
-    unsafe {
-        let g = libc::getgrnam(c.as_ptr());
-        if g.is_null() { None } else { Some((*g).gr_gid) }
+    let mut buf: Vec<libc::c_char> = vec![0; 16 * 1024];
+    loop {
+        let mut grp = MaybeUninit::<libc::group>::uninit();
+        let mut result: *mut libc::group = std::ptr::null_mut();
+        // SAFETY: every pointer refers to live memory of the stated size; the
+        // re-entrant call writes only into `grp` and `buf`.
+        let rc = unsafe {
+            libc::getgrnam_r(
+                c.as_ptr(),
+                grp.as_mut_ptr(),
+                buf.as_mut_ptr(),
+                buf.len(),
+                &raw mut result,
+            )
+        };
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 2, 0);
+            continue;
+        }
+        // SAFETY: on success with a non-null result, `grp` was filled in.
+        return (rc == 0 && !result.is_null()).then(|| unsafe { grp.assume_init() }.gr_gid);
     }
 }
 

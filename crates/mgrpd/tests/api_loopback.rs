@@ -143,6 +143,11 @@ fn refused_trains_say_why() {
             Err(Error::InvalidTrain(m)) => assert!(m.contains("min-gap"), "{m}"),
             r => panic!("{r:?}"),
         }
+        let slow = Train::uniform(LOCAL, 2, 100, Duration::from_secs(2));
+        match client.send_train(slow).await {
+            Err(Error::InvalidTrain(m)) => assert!(m.contains("max-gap"), "{m}"),
+            r => panic!("{r:?}"),
+        }
         let empty = Train::new(LOCAL);
         assert!(matches!(
             client.send_train(empty).await,
@@ -154,6 +159,21 @@ fn refused_trains_say_why() {
         let _l = client.listen(9002).await.unwrap();
         let other = Client::connect(socket_path("refuse")).await.unwrap();
         assert!(matches!(other.listen(9002).await, Err(Error::PortInUse(_))));
+        d.stop().await;
+    });
+}
+
+#[test]
+fn an_abandoned_call_poisons_only_its_client() {
+    rt().block_on(async {
+        let d = daemon("abandon", "").await;
+        let c = Client::connect(socket_path("abandon")).await.unwrap();
+        let long = Train::uniform(LOCAL, 200, 100, Duration::from_millis(1));
+        let cut = tokio::time::timeout(Duration::from_millis(20), c.send_train(long)).await;
+        assert!(cut.is_err(), "the call should have timed out");
+        assert!(matches!(c.stats().await, Err(Error::Abandoned)));
+        let fresh = Client::connect(socket_path("abandon")).await.unwrap();
+        assert!(fresh.stats().await.is_ok());
         d.stop().await;
     });
 }
@@ -254,13 +274,14 @@ fn client_leaving_mid_train_leaves_the_daemon_consistent() {
             w.write_all(req.as_bytes()).unwrap();
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        // The other client's train waits for the first one and still completes.
+        // The train of the client that left is cancelled; the next client's train runs.
         let c = Client::connect(&path).await.unwrap();
         let r = c.send_train(Train::uniform(LOCAL, 4, 200, Duration::from_micros(50))).await;
         assert_eq!(r.unwrap().probes_sent, 4);
         let s = c.stats().await.unwrap();
-        assert_eq!(s.planner.transactions_completed, 2, "{s:#?}");
-        assert_eq!(s.daemon.probes_sent, 304);
+        assert_eq!(s.planner.transactions_completed, 1, "{s:#?}");
+        assert_eq!(s.planner.transactions_cancelled, 1, "{s:#?}");
+        assert!(s.daemon.probes_sent > 4 && s.daemon.probes_sent < 304, "{s:#?}");
         assert!(s.conserved());
         d.stop().await;
     });

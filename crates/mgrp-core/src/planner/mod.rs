@@ -309,6 +309,13 @@ impl Planner {
         })
     }
 
+    /// Sets the id of the next rider. A daemon starts each planner at an unpredictable
+    /// id, so that after a restart its riders are not taken for duplicates of the ones
+    /// its previous life sent (receivers remember delivered ids for a while).
+    pub fn set_next_rider_id(&mut self, id: u32) {
+        self.next_rider_id = id;
+    }
+
     /// The policy in force.
     pub fn policy(&self) -> &Policy {
         &self.policy
@@ -415,12 +422,13 @@ impl Planner {
     }
 
     /// Cancels a transaction, queued or in flight. A train in flight stops after the
-    /// probes already built and reports [`Outcome::Cancelled`]; a queued one vanishes.
+    /// probes already built; either way its report says [`Outcome::Cancelled`].
     /// Returns whether the transaction was found.
     pub fn cancel_transaction(&mut self, id: u32) -> bool {
         if let Some(pos) = self.pending.iter().position(|(_, t)| t.id == id) {
-            self.pending.remove(pos);
-            self.counters.transactions_cancelled += 1;
+            if let Some((_, tx)) = self.pending.remove(pos) {
+                self.report_unsent(&tx);
+            }
             return true;
         }
         if self.active.as_ref().is_some_and(|a| a.tx.id == id) {
@@ -430,16 +438,36 @@ impl Planner {
         false
     }
 
-    /// Stops taking trains and makes every held rider due now: queued transactions are
-    /// dropped, the one in flight is cancelled, and [`Self::poll_transmit`] then
-    /// releases everything. For a clean shutdown.
+    /// Stops taking trains and makes every held rider due now: queued transactions and
+    /// the one in flight are cancelled (each still gets its report), and
+    /// [`Self::poll_transmit`] then releases everything. For a clean shutdown.
     pub fn handle_shutdown(&mut self) {
         self.flushing = true;
-        self.counters.transactions_cancelled += self.pending.len() as u64;
-        self.pending.clear();
+        for (_, tx) in std::mem::take(&mut self.pending) {
+            self.report_unsent(&tx);
+        }
         if self.active.is_some() {
             self.finish(Outcome::Cancelled);
         }
+    }
+
+    /// The report of a transaction cancelled before any of its probes left.
+    fn report_unsent(&mut self, tx: &Transaction) {
+        self.counters.transactions_cancelled += 1;
+        self.reports.push_back(TransactionReport {
+            transaction: tx.id,
+            outcome: Outcome::Cancelled,
+            probes_requested: tx.probes.len() as u16,
+            probes_sent: 0,
+            probes_with_riders: 0,
+            rider_bytes: 0,
+            rider_chunks: 0,
+            competing_rider_bytes: 0,
+            competing_rider_chunks: 0,
+            queue_ns: 0,
+            send_ns: 0,
+            departures: Vec::new(),
+        });
     }
 
     /// When the next probe of the train in flight is due, if one is in flight.
@@ -447,34 +475,52 @@ impl Planner {
         self.active.as_ref().map(|a| a.next_deadline)
     }
 
+    /// Starts the next queued train at `now` if none is in flight, and says when its
+    /// next probe is due (for a train just started: `now` plus its first gap). Nothing
+    /// is built yet, so a pacer can sleep until shortly before the deadline and only then
+    /// call [`Self::poll_probe`], letting riders that arrive meanwhile ride.
+    pub fn poll_start(&mut self, now: MonoTime) -> Option<MonoTime> {
+        if let Some(a) = &self.active {
+            return Some(a.next_deadline);
+        }
+        let (submitted, tx) = self.pending.pop_front()?;
+        let n = tx.probes.len();
+        let eligible = tx
+            .probes
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| p.piggyback && self.policy.first_n.is_none_or(|f| *i < usize::from(f)))
+            .count();
+        let by_fraction = (self.policy.max_train_fraction * n as f64).floor() as usize;
+        let first_gap = tx.probes[0].gap;
+        let deadline = now.saturating_add(first_gap);
+        self.active = Some(Active {
+            departures: Vec::with_capacity(n),
+            carried: Vec::new(),
+            next_deadline: deadline,
+            next_seq: 0,
+            carry_budget: eligible.min(by_fraction),
+            probes_sent: 0,
+            probes_with_riders: 0,
+            submitted,
+            tx,
+        });
+        Some(deadline)
+    }
+
     /// Builds the next probe, starting the next queued train at `now` if none is in
-    /// flight. Call it shortly before the probe is due (see [`Self::next_deadline`]) so
-    /// riders that arrived meanwhile can ride.
+    /// flight. Call it shortly before the probe is due (see [`Self::poll_start`] and
+    /// [`Self::next_deadline`]) so riders that arrived meanwhile can ride. Returns `None`
+    /// when nothing is queued, or when every probe of the train in flight has been built
+    /// and waits for [`Self::handle_probe_sent`].
     pub fn poll_probe(&mut self, now: MonoTime) -> Option<ProbeToSend> {
-        if self.active.is_none() {
-            let (submitted, tx) = self.pending.pop_front()?;
-            let n = tx.probes.len();
-            let eligible = tx
-                .probes
-                .iter()
-                .enumerate()
-                .filter(|(i, p)| {
-                    p.piggyback && self.policy.first_n.is_none_or(|f| *i < usize::from(f))
-                })
-                .count();
-            let by_fraction = (self.policy.max_train_fraction * n as f64).floor() as usize;
-            let first_gap = tx.probes[0].gap;
-            self.active = Some(Active {
-                departures: Vec::with_capacity(n),
-                carried: Vec::new(),
-                next_deadline: now.saturating_add(first_gap),
-                next_seq: 0,
-                carry_budget: eligible.min(by_fraction),
-                probes_sent: 0,
-                probes_with_riders: 0,
-                submitted,
-                tx,
-            });
+        self.poll_start(now)?;
+        if self
+            .active
+            .as_ref()
+            .is_some_and(|a| a.next_seq >= a.tx.probes.len())
+        {
+            return None;
         }
         let active = self.active.as_mut()?;
         let seq = active.next_seq;

@@ -380,6 +380,12 @@ fn cancel_and_shutdown() {
     assert!(p.cancel_transaction(2));
     assert!(!p.cancel_transaction(2));
     assert!(p.poll_probe(ms(0)).is_none());
+    // A train cancelled while queued still reports, so its submitter is answered.
+    let report = p.poll_report().unwrap();
+    assert_eq!(
+        (report.transaction, report.outcome, report.probes_sent),
+        (2, Outcome::Cancelled, 0)
+    );
 
     p.handle_rider(ms(0), rider(10, 1)).unwrap();
     p.handle_transaction(ms(0), train(3, 3, 300, us(10)))
@@ -390,7 +396,50 @@ fn cancel_and_shutdown() {
         Some(Transmit::Unchanged(_))
     ));
     assert!(p.poll_probe(ms(0)).is_none());
+    assert_eq!(
+        p.poll_report().map(|r| (r.transaction, r.outcome)),
+        Some((3, Outcome::Cancelled))
+    );
     assert!(p.counters().riders_accounted());
+}
+
+#[test]
+fn poll_start_builds_nothing_until_asked() {
+    let mut p = planner(Policy::default());
+    assert_eq!(p.poll_start(ms(0)), None);
+    let mut tx = train(1, 2, 500, us(100));
+    tx.probes[0].gap = Duration::from_millis(3);
+    p.handle_transaction(ms(0), tx).unwrap();
+    assert_eq!(p.poll_start(ms(1)), Some(ms(4)));
+    // A rider that arrives before the first probe is built still rides in it.
+    p.handle_rider(ms(2), rider(60, 9)).unwrap();
+    assert_eq!(p.poll_start(ms(3)), Some(ms(4)));
+    let first = p.poll_probe(ms(4)).unwrap();
+    assert_eq!((first.deadline, first.rider_bytes), (ms(4), 60));
+    let second = p.poll_probe(ms(4)).unwrap();
+    // Both probes are built; until the last is reported sent there is nothing more.
+    assert_eq!(second.seq, 1);
+    assert!(p.poll_probe(ms(4)).is_none());
+    p.handle_probe_sent(1, 1, Some((ms(5), WallTime::from_nanos(5))));
+    assert!(p.poll_report().is_some());
+}
+
+#[test]
+fn next_rider_id_is_settable() {
+    let mut p = planner(Policy::default());
+    p.set_next_rider_id(u32::MAX);
+    p.handle_rider(ms(0), rider(30, 1)).unwrap();
+    p.handle_rider(ms(0), rider(30, 2)).unwrap();
+    p.handle_transaction(ms(0), train(1, 2, 300, us(10)))
+        .unwrap();
+    let ids: Vec<u32> = send_all(&mut p, ms(0))
+        .iter()
+        .flat_map(|pr| {
+            let view = Packet::new_checked(&pr.packet[..]).unwrap();
+            view.chunks().map(|c| c.rider_id).collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(ids, [u32::MAX, 0]);
 }
 
 #[test]

@@ -127,7 +127,7 @@ pub struct TwoHostOptions {
     pub bottleneck: Option<(String, String)>,
 }
 
-/// Two hosts, A (10.77.0.1) and B (10.77.0.2), on one veth pair.
+/// Two hosts, A (10.77.0.1, fd77::1) and B (10.77.0.2, fd77::2), on one veth pair.
 #[derive(Debug)]
 pub struct TwoHosts {
     /// Host A.
@@ -144,6 +144,10 @@ pub struct TwoHosts {
 pub const ADDR_A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 /// Address of host B.
 pub const ADDR_B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+/// IPv6 address of host A.
+pub const ADDR6_A: std::net::Ipv6Addr = std::net::Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 1);
+/// IPv6 address of host B.
+pub const ADDR6_B: std::net::Ipv6Addr = std::net::Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 2);
 
 impl TwoHosts {
     /// Builds the topology.
@@ -169,6 +173,8 @@ impl TwoHosts {
         ])?;
         a.ip(&["addr", "add", "10.77.0.1/24", "dev", &veth_a])?;
         b.ip(&["addr", "add", "10.77.0.2/24", "dev", &veth_b])?;
+        a.ip(&["-6", "addr", "add", "fd77::1/64", "dev", &veth_a, "nodad"])?;
+        b.ip(&["-6", "addr", "add", "fd77::2/64", "dev", &veth_b, "nodad"])?;
         a.ip(&["link", "set", &veth_a, "up"])?;
         b.ip(&["link", "set", &veth_b, "up"])?;
         if let Some((rate, burst)) = &opts.bottleneck {

@@ -441,3 +441,48 @@ fn pk2_probes_arrive_with_stamps_and_riders_balance() {
     check_conserved("A", &a.quiescent_stats().unwrap());
     check_conserved("B", &b.quiescent_stats().unwrap());
 }
+
+#[test]
+fn ipv6_riders_ride_in_ipv6_probes() {
+    let _serial = serial();
+    if !root_or_skip("ipv6_riders_ride_in_ipv6_probes") {
+        return;
+    }
+    use mgrp_testbed::{ADDR6_A, ADDR6_B};
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let route_b = format!("{ADDR6_B}/128");
+    let route_a = format!("{ADDR6_A}/128");
+    let a = Daemon::start(&net.a, mgrpd(), &["--route", &route_b]).expect("mgrpd on A");
+    let b = Daemon::start(&net.b, mgrpd(), &["--route", &route_a]).expect("mgrpd on B");
+    let listener = tcp_listen(&net.b, IpAddr::V6(ADDR6_B), 5011).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let trains = {
+        let mut api = a.api().unwrap();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let t = uniform_train(IpAddr::V6(ADDR6_B), 20, 500, Duration::from_millis(1));
+                assert_eq!(api.send_train(t).unwrap().probes_sent, 20);
+                n += 1;
+            }
+            n
+        })
+    };
+    let t = tcp_transfer(&net.a, listener, IpAddr::V6(ADDR6_B), 5011, 40 * MB).unwrap();
+    stop.store(true, Ordering::Relaxed);
+    assert!(trains.join().unwrap() > 0);
+    assert_eq!(t.received, 40 * MB);
+    assert!(t.intact);
+    let sa = a.quiescent_stats().unwrap();
+    let sb = b.quiescent_stats().unwrap();
+    assert!(
+        sa.daemon.tun_packets_in > 1000,
+        "IPv6 traffic did not enter the tunnel: {sa:#?}"
+    );
+    assert!(sa.planner.riders_piggybacked > 0, "{sa:#?}");
+    assert!(sb.daemon.riders_delivered > 0, "{sb:#?}");
+    assert_eq!(sb.daemon.mgrp_malformed, 0);
+    check_conserved("A", &sa);
+    check_conserved("B", &sb);
+}

@@ -602,20 +602,28 @@ impl Shared {
     }
 }
 
-/// Settings the pacer could not get, reported once at start.
-fn prepare_pacer(config: &Config) {
+/// Settings the pacer could not get, reported once at start. Returns whether the
+/// pacer runs SCHED_FIFO.
+fn prepare_pacer(config: &Config) -> bool {
     sys::set_timer_slack(1);
     if let Some(cpu) = config.pacer_cpu {
         if let Err(e) = sys::pin_to_cpu(cpu) {
             warn!("cannot pin the pacer to CPU {cpu}: {e}; it runs unpinned");
         }
     }
-    if config.realtime {
-        match sys::set_realtime(50) {
-            Ok(()) => info!("pacer runs SCHED_FIFO"),
-            Err(e) => warn!(
+    if !config.realtime {
+        return false;
+    }
+    match sys::set_realtime(50) {
+        Ok(()) => {
+            info!("pacer runs SCHED_FIFO");
+            true
+        }
+        Err(e) => {
+            warn!(
                 "cannot run the pacer SCHED_FIFO ({e}); pacing falls back to the normal scheduler, expect millisecond tails (use --no-realtime to silence this)"
-            ),
+            );
+            false
         }
     }
 }
@@ -624,16 +632,16 @@ fn prepare_pacer(config: &Config) {
 /// for any reason but shutdown, the daemon stops (trains could no longer run and held
 /// riders would never leave).
 pub fn run_pacer(shared: &Shared) {
-    prepare_pacer(&shared.config);
+    let realtime = prepare_pacer(&shared.config);
     match sys::Timer::new() {
-        Ok(timer) => pace(shared, &timer),
+        Ok(timer) => pace(shared, &timer, realtime),
         Err(e) => shared.fatal(format!("cannot create a timerfd for the pacer: {e}")),
     }
     // Whoever still waits for a report is told the daemon stopped.
     shared.lock().waiters.clear();
 }
 
-fn pace(shared: &Shared, timer: &sys::Timer) {
+fn pace(shared: &Shared, timer: &sys::Timer, realtime: bool) {
     let mut next_peer = 0usize;
     loop {
         let stopping = shared.shutdown.load(Ordering::SeqCst);
@@ -682,7 +690,7 @@ fn pace(shared: &Shared, timer: &sys::Timer) {
             shared.send_transmits(peer, t);
         }
         if let Some(peer) = train {
-            run_train(shared, timer, peer);
+            run_train(shared, timer, peer, realtime);
         }
     }
 }
@@ -717,15 +725,21 @@ fn sleep_releasing(shared: &Shared, timer: &sys::Timer, wake: mgrp_core::MonoTim
 
 /// Sends one train to `peer`, probe by probe, against absolute deadlines. Each probe
 /// is built only a margin before it is due, so riders that came meanwhile ride in it.
-fn run_train(shared: &Shared, timer: &sys::Timer, peer: IpAddr) {
+fn run_train(shared: &Shared, timer: &sys::Timer, peer: IpAddr, realtime: bool) {
     let margin = shared.config.busy_poll_margin;
     let margin_ns = u64::try_from(margin.as_nanos()).unwrap_or(u64::MAX);
+    // A real-time pacer spins through gaps shorter than two margins: a timer wake-up
+    // that short buys little sleep and risks its own latency tail. Under the normal
+    // scheduler spinning is worse than sleeping, so it always sleeps.
+    let spin_below = if realtime { 2 * margin_ns } else { 0 };
     let mut next = shared
         .planner(&mut shared.lock(), peer)
         .poll_start(sys::mono_now());
     while let Some(deadline) = next {
+        let now = sys::mono_now();
         let wake = mgrp_core::MonoTime::from_nanos(deadline.as_nanos().saturating_sub(margin_ns));
-        if !sleep_releasing(shared, timer, wake) {
+        let short = deadline.saturating_since(now) < Duration::from_nanos(spin_below);
+        if !short && !sleep_releasing(shared, timer, wake) {
             return;
         }
         let probe: Option<ProbeToSend> = shared

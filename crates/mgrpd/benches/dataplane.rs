@@ -145,7 +145,10 @@ fn pacing(a: &Daemon, gap: Duration, trains: usize) -> (f64, f64, f64, u32) {
 fn pacing_only() {
     println!("load before: {}", load());
     let net = TwoHosts::new(&TwoHostOptions::default()).unwrap();
-    for (name, extra) in [("SCHED_FIFO", &[][..]), ("normal scheduler", &["--no-realtime"][..])] {
+    for (name, extra) in [
+        ("SCHED_FIFO", &[][..]),
+        ("normal scheduler", &["--no-realtime"][..]),
+    ] {
         let (a, _b) = daemons(&net, extra);
         for gap in [Duration::from_micros(200), Duration::from_millis(1)] {
             let (m, p99, max, stalls) = pacing(&a, gap, 10);

@@ -99,6 +99,47 @@ pub(crate) struct State {
     queued_trains: usize,
     /// Planners of retired peers keep counting in the totals.
     retired: PlannerCounters,
+    /// When each peer's planner was last handed a rider or a train.
+    last_used: HashMap<IpAddr, mgrp_core::MonoTime>,
+    /// When idle planners were last looked for.
+    last_sweep: mgrp_core::MonoTime,
+}
+
+/// How long a peer's planner may sit idle before it is retired.
+const PLANNER_IDLE: Duration = Duration::from_secs(30);
+
+impl State {
+    /// Retires planners that hold nothing and were not used for [`PLANNER_IDLE`], so
+    /// that a daemon routing many destinations does not keep one planner per
+    /// destination for ever. Their counters stay in the totals.
+    fn retire_idle(&mut self, now: mgrp_core::MonoTime) {
+        if now.saturating_since(self.last_sweep) < Duration::from_secs(1) {
+            return;
+        }
+        self.last_sweep = now;
+        let idle: Vec<IpAddr> = self
+            .planners
+            .iter()
+            .filter(|(peer, p)| {
+                p.held_riders() == 0
+                    && !p.has_transaction()
+                    && self
+                        .last_used
+                        .get(*peer)
+                        .is_none_or(|t| now.saturating_since(*t) > PLANNER_IDLE)
+            })
+            .map(|(peer, _)| *peer)
+            .collect();
+        for peer in idle {
+            if let Some(mut p) = self.planners.remove(&peer) {
+                // Nothing is held, so nothing is due; any finished report was delivered
+                // before the sweep.
+                debug_assert!(p.poll_report().is_none());
+                add_planner_counters(&mut self.retired, &p.counters());
+            }
+            self.last_used.remove(&peer);
+        }
+    }
 }
 
 /// Everything the threads share.
@@ -258,6 +299,7 @@ impl Shared {
     }
 
     fn planner<'a>(&self, st: &'a mut State, peer: IpAddr) -> &'a mut Planner {
+        st.last_used.insert(peer, sys::mono_now());
         st.planners.entry(peer).or_insert_with(|| {
             let path = if peer.is_ipv4() {
                 Path::ipv4(self.config.mtu)
@@ -654,6 +696,7 @@ fn pace(shared: &Shared, timer: &sys::Timer, realtime: bool) {
         let now = sys::mono_now();
         let due = shared.due_transmits(&mut st, now);
         deliver_reports(shared, &mut st);
+        st.retire_idle(now);
         // Trains run one at a time, taking destinations in turn.
         let mut peers: Vec<IpAddr> = st
             .planners
@@ -935,5 +978,60 @@ fn deliver_probe(shared: &Shared, probe: ReceivedProbe) {
     match l.tx.try_send(Response::Probe(probe)) {
         Ok(()) => bump(&shared.counters.probes_delivered),
         Err(_) => bump(&shared.counters.probes_dropped_slow_listener),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mgrp_core::MonoTime;
+    use mgrp_core::planner::Policy;
+
+    fn secs(n: u64) -> MonoTime {
+        MonoTime::from_nanos(n * 1_000_000_000)
+    }
+
+    #[test]
+    fn idle_planners_retire_and_keep_counting() {
+        let mut st = State::default();
+        let busy: IpAddr = "10.0.0.1".parse().unwrap();
+        let idle: IpAddr = "10.0.0.2".parse().unwrap();
+        for peer in [busy, idle] {
+            let mut p = Planner::new(Policy::default(), Path::ipv4(1500)).unwrap();
+            p.handle_rider(secs(1), Bytes::from_static(&[0x45; 40]))
+                .unwrap();
+            st.planners.insert(peer, p);
+            st.last_used.insert(peer, secs(1));
+        }
+        // The idle planner's rider leaves; the busy one's stays held.
+        assert!(
+            st.planners
+                .get_mut(&idle)
+                .unwrap()
+                .poll_transmit(secs(2))
+                .is_some()
+        );
+        st.retire_idle(secs(2));
+        assert_eq!(st.planners.len(), 2, "not idle long enough yet");
+        st.retire_idle(secs(40));
+        assert_eq!(st.planners.keys().collect::<Vec<_>>(), [&busy]);
+        assert_eq!(st.retired.riders_in, 1);
+        assert_eq!(st.retired.riders_sent_unchanged, 1);
+    }
+
+    #[test]
+    fn housekeeping_destinations() {
+        for a in [
+            "ff02::2",
+            "fe80::1",
+            "224.0.0.22",
+            "255.255.255.255",
+            "0.0.0.0",
+        ] {
+            assert!(is_housekeeping(a.parse().unwrap()), "{a}");
+        }
+        for a in ["10.0.0.2", "fd77::2", "2001:db8::1"] {
+            assert!(!is_housekeeping(a.parse().unwrap()), "{a}");
+        }
     }
 }

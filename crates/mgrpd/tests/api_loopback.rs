@@ -286,3 +286,32 @@ fn client_leaving_mid_train_leaves_the_daemon_consistent() {
         d.stop().await;
     });
 }
+
+#[test]
+fn mgrpctl_prints_counters() {
+    let rt = rt();
+    let d = rt.block_on(daemon("ctl", ""));
+    rt.block_on(async {
+        let c = Client::connect(socket_path("ctl")).await.unwrap();
+        c.send_train(Train::uniform(LOCAL, 3, 100, Duration::from_micros(10)))
+            .await
+            .unwrap();
+    });
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mgrpctl"))
+        .arg("--socket")
+        .arg(socket_path("ctl"))
+        .arg("stats")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("daemon.probes_sent 3"), "{text}");
+    assert!(text.contains("riders_balance ok"), "{text}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mgrpctl"))
+        .args(["--socket", "/nonexistent/x.sock", "stats"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mgrpd is not running"));
+    rt.block_on(d.stop());
+}

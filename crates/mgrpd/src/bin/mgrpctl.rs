@@ -1,0 +1,83 @@
+//! `mgrpctl`: look at a running mgrpd from the shell.
+//!
+//! ```text
+//! mgrpctl stats            # counters, one per line
+//! mgrpctl stats --json     # the same as one JSON object
+//! mgrpctl listen 7001      # print probes arriving for port 7001 as JSON lines
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use mgrp_client::blocking::Client;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mgrpctl",
+    version,
+    about = "Inspect a running mgrpd through its API socket"
+)]
+struct Args {
+    /// mgrpd's API socket.
+    #[arg(long, default_value = mgrp_client::DEFAULT_SOCKET)]
+    socket: PathBuf,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Print the daemon's counters and whether the rider counters balance.
+    Stats {
+        /// Print one JSON object instead of a line per counter.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print every probe that arrives for a measurement port, as JSON lines.
+    Listen {
+        /// The measurement port.
+        port: u16,
+    },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mgrpctl: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let client = Client::connect(&args.socket)?;
+    match &args.cmd {
+        Cmd::Stats { json } => {
+            let stats = client.stats()?;
+            if *json {
+                println!("{}", serde_json::to_string(&stats)?);
+                return Ok(());
+            }
+            let value = serde_json::to_value(stats)?;
+            for (group, fields) in value.as_object().into_iter().flatten() {
+                for (name, v) in fields.as_object().into_iter().flatten() {
+                    println!("{group}.{name} {v}");
+                }
+            }
+            println!(
+                "riders_balance {}",
+                if stats.conserved() { "ok" } else { "MISMATCH" }
+            );
+        }
+        Cmd::Listen { port } => {
+            let mut probes = client.listen(*port)?;
+            while let Some(p) = probes.next_probe()? {
+                println!("{}", serde_json::to_string(&p)?);
+            }
+        }
+    }
+    Ok(())
+}

@@ -240,8 +240,3 @@ impl Routes {
         errors
     }
 }
-
-/// The host route of one address.
-pub fn host_net(ip: IpAddr) -> IpNet {
-    IpNet::from(ip)
-}

@@ -188,9 +188,9 @@ pub struct DaemonCounters {
     pub probes_sent: u64,
     /// Probes whose send failed.
     pub probe_send_errors: u64,
-    /// Rider chunks lost in probes whose send failed (their riders count as
-    /// piggybacked: the loss happened on the way out, as on a lossy link).
-    pub rider_chunks_in_failed_probes: u64,
+    /// Riders that had a chunk in a probe whose send failed and were sent unchanged
+    /// instead (they also count as piggybacked in the planner's counters).
+    pub riders_resent_after_failed_probe: u64,
     /// Riders sent unchanged.
     pub unchanged_sent: u64,
     /// Unchanged riders whose send failed.

@@ -54,7 +54,7 @@ counters!(
     tun_ignored,
     probes_sent,
     probe_send_errors,
-    rider_chunks_in_failed_probes,
+    riders_resent_after_failed_probe,
     unchanged_sent,
     unchanged_send_errors,
     continuations_sent,
@@ -800,10 +800,6 @@ fn run_train(shared: &Shared, timer: &sys::Timer, peer: IpAddr, realtime: bool) 
             }
             Err(e) => {
                 bump(&shared.counters.probe_send_errors);
-                shared
-                    .counters
-                    .rider_chunks_in_failed_probes
-                    .fetch_add(probe.rider_chunks as u64, Ordering::Relaxed);
                 debug!(
                     "sending probe {} of train {} failed: {e}",
                     probe.seq, probe.transaction
@@ -811,6 +807,15 @@ fn run_train(shared: &Shared, timer: &sys::Timer, peer: IpAddr, realtime: bool) 
                 None
             }
         };
+        if sent.is_none() {
+            // Its riders would be lost: send them as they came instead. A rider whose
+            // other pieces did leave is then delivered whole by this copy, and its
+            // incomplete reassembly on the far side times out.
+            for rider in std::mem::take(&mut probe.riders) {
+                bump(&shared.counters.riders_resent_after_failed_probe);
+                shared.send_transmit(peer, Transmit::Unchanged(rider));
+            }
+        }
         let mut st = shared.lock();
         let planner = shared.planner(&mut st, peer);
         planner.handle_probe_sent(probe.transaction, probe.seq, sent);

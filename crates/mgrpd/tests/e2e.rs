@@ -486,3 +486,43 @@ fn ipv6_riders_ride_in_ipv6_probes() {
     check_conserved("A", &sa);
     check_conserved("B", &sb);
 }
+
+#[test]
+fn riders_of_probes_that_cannot_be_sent_are_not_lost_silently() {
+    let _serial = serial();
+    if !root_or_skip("riders_of_probes_that_cannot_be_sent") {
+        return;
+    }
+    // 10.99.0.1 is routed into A's tunnel but nowhere beyond it, so every probe to it
+    // fails to send; its riders must be sent unchanged instead (which fails too here),
+    // and every counter must still balance.
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let a = Daemon::start(
+        &net.a,
+        mgrpd(),
+        &["--route", "10.99.0.1/32", "--hold", "200ms"],
+    )
+    .expect("mgrpd on A");
+    let sock = net
+        .a
+        .run(|| std::net::UdpSocket::bind("0.0.0.0:0"))
+        .unwrap()
+        .unwrap();
+    let dst: SocketAddr = "10.99.0.1:9".parse().unwrap();
+    for _ in 0..50 {
+        sock.send_to(&[7u8; 200], dst).unwrap();
+    }
+    let mut api = a.api().unwrap();
+    let dest = IpAddr::V4("10.99.0.1".parse().unwrap());
+    let report = api
+        .send_train(uniform_train(dest, 20, 500, Duration::from_micros(100)))
+        .unwrap();
+    assert_eq!(report.probes_sent, 0, "{report:?}");
+    assert!(report.probes_with_riders > 0, "{report:?}");
+    let s = a.quiescent_stats().unwrap();
+    assert_eq!(s.daemon.probe_send_errors, 20, "{s:#?}");
+    assert!(s.daemon.riders_resent_after_failed_probe > 0, "{s:#?}");
+    assert!(s.daemon.unchanged_send_errors >= s.daemon.riders_resent_after_failed_probe);
+    check_conserved("A", &s);
+    assert!(a.process.log().contains("mgrpd ready"));
+}

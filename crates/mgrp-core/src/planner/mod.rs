@@ -212,6 +212,10 @@ pub struct ProbeToSend {
     pub rider_bytes: usize,
     /// Rider chunks the probe carries.
     pub rider_chunks: usize,
+    /// The whole riders that have a chunk in this probe (shared, not copied). If the
+    /// probe cannot be sent, the driver can send these unchanged instead, so that a
+    /// failed send does not lose them.
+    pub riders: Vec<Bytes>,
 }
 
 /// Something to send now that is not a probe.
@@ -600,6 +604,10 @@ impl Planner {
             active.next_deadline = deadline.saturating_add(next.gap);
         }
         let transaction = active.tx.id;
+        let riders = plan
+            .iter()
+            .map(|&(i, _)| self.riders[i].data.clone())
+            .collect();
         self.consume(&plan);
         Some(ProbeToSend {
             transaction,
@@ -608,6 +616,7 @@ impl Planner {
             packet,
             rider_bytes,
             rider_chunks: plan.len(),
+            riders,
         })
     }
 

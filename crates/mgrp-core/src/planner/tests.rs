@@ -109,6 +109,11 @@ fn large_rider_is_fragmented_across_probes() {
     // 600 - 20 - 28 - 3 = 549 bytes of room, 537 of data after the descriptor.
     assert_eq!(probes[0].rider_bytes, 537);
     assert_eq!(probes[2].rider_bytes, 1400 - 2 * 537);
+    // Every probe that carries a piece of the rider can hand back the whole rider.
+    for probe in &probes[..3] {
+        assert_eq!(probe.riders, [Bytes::from(data.clone())]);
+    }
+    assert!(probes[3].riders.is_empty());
     assert_eq!(p.counters().riders_piggybacked, 1);
 }
 

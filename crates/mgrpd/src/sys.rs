@@ -43,6 +43,26 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// Sets an integer socket option that socket2 does not wrap.
+fn set_int_option(
+    s: &Socket,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: valid fd; the option value points at a c_int of the stated size.
+    check(unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            level,
+            name,
+            (&raw const value).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
 /// A raw IP socket of protocol `protocol` for sending MGRP packets (the kernel writes
 /// the IP header), carrying `mark` so policy routing keeps it out of the tunnel.
 pub fn mgrp_send_socket(v6: bool, protocol: u8, mark: u32) -> io::Result<Socket> {
@@ -62,17 +82,7 @@ pub fn raw_ip_socket(v6: bool, mark: u32) -> io::Result<Socket> {
     let s = Socket::new(domain, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW)))?;
     s.set_mark(mark)?;
     if v6 {
-        let one: libc::c_int = 1;
-        // SAFETY: valid fd, option value points at a c_int of the stated size.
-        check(unsafe {
-            libc::setsockopt(
-                s.as_raw_fd(),
-                libc::IPPROTO_IPV6,
-                libc::IPV6_HDRINCL,
-                (&raw const one).cast(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        })?;
+        set_int_option(&s, libc::IPPROTO_IPV6, libc::IPV6_HDRINCL, 1)?;
     }
     let _ = s.set_send_buffer_size(4 << 20);
     Ok(s)
@@ -83,17 +93,7 @@ pub fn raw_ip_socket(v6: bool, mark: u32) -> io::Result<Socket> {
 pub fn mgrp_recv_socket(v6: bool, protocol: u8, timeout: Duration) -> io::Result<Socket> {
     let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
     let s = Socket::new(domain, Type::RAW, Some(Protocol::from(i32::from(protocol))))?;
-    let one: libc::c_int = 1;
-    // SAFETY: valid fd, option value points at a c_int of the stated size.
-    check(unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            (&raw const one).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    })?;
+    set_int_option(&s, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
     s.set_read_timeout(Some(timeout))?;
     let _ = s.set_recv_buffer_size(8 << 20);
     Ok(s)

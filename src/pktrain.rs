@@ -193,8 +193,7 @@ impl TrainSeen {
     }
 }
 
-/// Receives probes on `stream` until `duration` passes with `idle` of silence at the
-/// end, keyed by (source, transaction).
+/// Receives probes on `stream` for `duration`, grouped by (source, transaction).
 pub async fn receive(
     stream: &mut ProbeStream,
     duration: Duration,

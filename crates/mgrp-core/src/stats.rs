@@ -132,6 +132,51 @@ impl PlannerCounters {
     }
 }
 
+impl std::ops::AddAssign<&Self> for PlannerCounters {
+    /// Adds another planner's counters, for totals over destinations.
+    fn add_assign(&mut self, c: &Self) {
+        let Self {
+            riders_in,
+            rider_bytes_in,
+            riders_piggybacked,
+            riders_finished_by_continuation,
+            riders_sent_unchanged,
+            riders_dropped_queue_full,
+            riders_dropped_too_large,
+            riders_dropped_empty,
+            riders_held,
+            probes_planned,
+            probes_with_riders,
+            rider_bytes_in_probes,
+            continuation_packets,
+            rider_bytes_in_continuations,
+            transactions_accepted,
+            transactions_rejected,
+            transactions_completed,
+            transactions_cancelled,
+        } = c;
+        // Destructured so that a new counter cannot be forgotten here.
+        self.riders_in += riders_in;
+        self.rider_bytes_in += rider_bytes_in;
+        self.riders_piggybacked += riders_piggybacked;
+        self.riders_finished_by_continuation += riders_finished_by_continuation;
+        self.riders_sent_unchanged += riders_sent_unchanged;
+        self.riders_dropped_queue_full += riders_dropped_queue_full;
+        self.riders_dropped_too_large += riders_dropped_too_large;
+        self.riders_dropped_empty += riders_dropped_empty;
+        self.riders_held += riders_held;
+        self.probes_planned += probes_planned;
+        self.probes_with_riders += probes_with_riders;
+        self.rider_bytes_in_probes += rider_bytes_in_probes;
+        self.continuation_packets += continuation_packets;
+        self.rider_bytes_in_continuations += rider_bytes_in_continuations;
+        self.transactions_accepted += transactions_accepted;
+        self.transactions_rejected += transactions_rejected;
+        self.transactions_completed += transactions_completed;
+        self.transactions_cancelled += transactions_cancelled;
+    }
+}
+
 /// Counters of a reassembler.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReassemblyCounters {

@@ -96,7 +96,6 @@ pub(crate) struct State {
     planners: HashMap<IpAddr, Planner>,
     waiters: HashMap<u32, oneshot::Sender<TransactionReport>>,
     next_tx: u32,
-    queued_trains: usize,
     /// Planners of retired peers keep counting in the totals.
     retired: PlannerCounters,
     /// When each peer's planner was last handed a rider or a train.
@@ -135,7 +134,7 @@ impl State {
                 // Nothing is held, so nothing is due; any finished report was delivered
                 // before the sweep.
                 debug_assert!(p.poll_report().is_none());
-                add_planner_counters(&mut self.retired, &p.counters());
+                self.retired += &p.counters();
             }
             self.last_used.remove(&peer);
         }
@@ -299,7 +298,6 @@ impl Shared {
     }
 
     fn planner<'a>(&self, st: &'a mut State, peer: IpAddr) -> &'a mut Planner {
-        st.last_used.insert(peer, sys::mono_now());
         st.planners.entry(peer).or_insert_with(|| {
             let path = if peer.is_ipv4() {
                 Path::ipv4(self.config.mtu)
@@ -320,7 +318,7 @@ impl Shared {
         let st = self.lock();
         let mut planner = st.retired;
         for p in st.planners.values() {
-            add_planner_counters(&mut planner, &p.counters());
+            planner += &p.counters();
         }
         drop(st);
         DaemonStats {
@@ -388,9 +386,10 @@ impl Shared {
         if self.shutdown.load(Ordering::SeqCst) {
             return Err(SubmitError::ShuttingDown);
         }
-        if st.queued_trains >= limits.max_queued_trains {
+        // Every queued or running train has a waiter until its report is delivered.
+        if st.waiters.len() >= limits.max_queued_trains {
             bump(&self.counters.trains_rejected);
-            return Err(SubmitError::Busy(st.queued_trains));
+            return Err(SubmitError::Busy(st.waiters.len()));
         }
         st.next_tx = st.next_tx.wrapping_add(1);
         tx.id = st.next_tx;
@@ -402,7 +401,7 @@ impl Shared {
         }
         let (done, report) = oneshot::channel();
         st.waiters.insert(id, done);
-        st.queued_trains += 1;
+        st.last_used.insert(peer, now);
         drop(st);
         bump(&self.counters.trains_accepted);
         self.wake.notify_all();
@@ -470,10 +469,15 @@ impl Shared {
                 tun, vnet: true, ..
             } => {
                 // With offloads every frame starts with a virtio-net header; all zeros
-                // says: no segmentation, checksum already complete.
-                let mut frame = vec![0u8; tun_rs::VIRTIO_NET_HDR_LEN + rider.len()];
-                frame[tun_rs::VIRTIO_NET_HDR_LEN..].copy_from_slice(rider);
-                tun.send(&frame)
+                // says: no segmentation, checksum already complete. Written with the
+                // rider in one writev, so the rider is not copied.
+                const NO_OFFLOAD: [u8; tun_rs::VIRTIO_NET_HDR_LEN] =
+                    [0; tun_rs::VIRTIO_NET_HDR_LEN];
+                let frame = [
+                    std::io::IoSlice::new(&NO_OFFLOAD),
+                    std::io::IoSlice::new(rider),
+                ];
+                tun.send_vectored(&frame)
                     .map(|n| n.saturating_sub(tun_rs::VIRTIO_NET_HDR_LEN))
             }
             Io::Loopback(_) => Ok(rider.len()),
@@ -540,27 +544,6 @@ fn rider_id_seed(peer: IpAddr) -> u32 {
     state.hash_one((peer, sys::wall_now(), std::process::id())) as u32
 }
 
-fn add_planner_counters(sum: &mut PlannerCounters, c: &PlannerCounters) {
-    sum.riders_in += c.riders_in;
-    sum.rider_bytes_in += c.rider_bytes_in;
-    sum.riders_piggybacked += c.riders_piggybacked;
-    sum.riders_finished_by_continuation += c.riders_finished_by_continuation;
-    sum.riders_sent_unchanged += c.riders_sent_unchanged;
-    sum.riders_dropped_queue_full += c.riders_dropped_queue_full;
-    sum.riders_dropped_too_large += c.riders_dropped_too_large;
-    sum.riders_dropped_empty += c.riders_dropped_empty;
-    sum.riders_held += c.riders_held;
-    sum.probes_planned += c.probes_planned;
-    sum.probes_with_riders += c.probes_with_riders;
-    sum.rider_bytes_in_probes += c.rider_bytes_in_probes;
-    sum.continuation_packets += c.continuation_packets;
-    sum.rider_bytes_in_continuations += c.rider_bytes_in_continuations;
-    sum.transactions_accepted += c.transactions_accepted;
-    sum.transactions_rejected += c.transactions_rejected;
-    sum.transactions_completed += c.transactions_completed;
-    sum.transactions_cancelled += c.transactions_cancelled;
-}
-
 /// Whether a packet read from the TUN is kernel housekeeping rather than traffic to a
 /// peer (multicast, link-local, unspecified).
 fn is_housekeeping(dst: IpAddr) -> bool {
@@ -624,6 +607,7 @@ impl Shared {
                 continue;
             };
             let peer = self.config.peer_of(dst);
+            st.last_used.insert(peer, now);
             let planner = self.planner(&mut st, peer);
             let was_empty = planner.held_riders() == 0;
             if let Err(reason) = planner.handle_rider(now, Bytes::copy_from_slice(pkt)) {
@@ -832,7 +816,6 @@ fn deliver_reports(shared: &Shared, st: &mut State) {
         }
     }
     for (peer, report) in done {
-        st.queued_trains = st.queued_trains.saturating_sub(1);
         if let Some(w) = st.waiters.remove(&report.transaction) {
             let _ = w.send(report);
         }

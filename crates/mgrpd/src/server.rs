@@ -177,10 +177,7 @@ async fn connection(id: u64, stream: UnixStream, shared: Arc<Shared>, demand: De
 }
 
 fn forget_listeners(shared: &Shared, id: u64) {
-    let mut listeners = shared
-        .listeners
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
+    let mut listeners = lock(&shared.listeners);
     for ls in listeners.values_mut() {
         ls.retain(|l| l.conn != id);
     }
@@ -214,7 +211,7 @@ async fn handle(
         }
         Request::SubmitTrain(train) => {
             let admitted = {
-                let mut c = conn.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut c = lock(conn);
                 let ok = c.in_flight < shared.config.max_trains_per_client;
                 if ok {
                     c.in_flight += 1;
@@ -237,7 +234,7 @@ async fn handle(
             tokio::spawn(async move {
                 let reply = submit(train, &shared, &demand, &conn).await;
                 {
-                    let mut c = conn.lock().unwrap_or_else(PoisonError::into_inner);
+                    let mut c = lock(&conn);
                     c.in_flight -= 1;
                     if let Response::Report(r) = &reply {
                         c.last_report = Some(r.clone());
@@ -247,23 +244,13 @@ async fn handle(
             });
             return;
         }
-        Request::LastReport => {
-            match conn
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .last_report
-                .clone()
-            {
-                Some(r) => Response::Report(r),
-                None => Response::NoReport,
-            }
-        }
+        Request::LastReport => match lock(conn).last_report.clone() {
+            Some(r) => Response::Report(r),
+            None => Response::NoReport,
+        },
         Request::Listen { port, source } => listen(id, port, source, shared, tx),
         Request::Unlisten { port } => {
-            let mut listeners = shared
-                .listeners
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut listeners = lock(&shared.listeners);
             if let Some(ls) = listeners.get_mut(&port) {
                 ls.retain(|l| l.conn != id);
             }
@@ -282,10 +269,7 @@ fn listen(
     shared: &Shared,
     tx: &mpsc::Sender<Response>,
 ) -> Response {
-    let mut listeners = shared
-        .listeners
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
+    let mut listeners = lock(&shared.listeners);
     let ls = listeners.entry(port).or_default();
     if ls
         .iter()

@@ -1,7 +1,35 @@
-//! `pathload-rs`: the pathload available-bandwidth estimator (Jain and Dovrolis' SLoPS).
+//! `pathload-rs`: the pathload available-bandwidth estimator (Jain and Dovrolis' SLoPS)
+//! on MGRP, with a plain-UDP baseline.
 //!
-//! Its job: a sans-IO estimator that is fed the sender and receiver timestamps of probe
-//! streams and answers per-stream trends, per-fleet verdicts and the rate search, plus
-//! a CLI that drives it over `mgrp-client` or over plain UDP as the no-MGRP baseline.
+//! The library is the estimator, with no I/O and no clock: feed an [`Estimator`] the
+//! sender and receiver stamps of the trains and streams it asks for, and it answers
+//! per-stream trends, per-fleet verdicts, the next fleet's rate, and the final range
+//! with the reason it stopped. [`sim`] is a deterministic simulated path that drives it
+//! without a network. The `pathload-rs` binary drives it over `mgrp-client` (probe
+//! transactions through `mgrpd`) or over plain UDP.
 //!
-//! Nothing is implemented yet; this crate holds its place in the workspace.
+//! ```
+//! use pathload_rs::sim::{Link, LinkConfig, run};
+//! use pathload_rs::{Config, Estimator, Mode};
+//!
+//! // 10 Mbit/s bottleneck with 4 Mbit/s of cross traffic, simulated.
+//! let cfg = LinkConfig { cross_mbps: 4.0, ..LinkConfig::default() };
+//! let truth = cfg.truth(228);
+//! let mut est = Estimator::new(Config { mode: Mode::Fast, ..Config::default() });
+//! let (outcome, _seconds) = run(&mut est, &mut Link::new(cfg));
+//! assert!(outcome.low - 0.5 <= truth && truth <= outcome.high + 0.5);
+//! ```
+
+pub mod control;
+pub mod estimator;
+pub mod params;
+pub mod rate;
+pub mod search;
+pub mod sim;
+pub mod trend;
+
+pub use estimator::{
+    Action, Config, Estimator, Event, FleetEnd, FleetReport, FleetVerdict, Mode, Outcome,
+    StopReason, StreamResult, StreamSpec, TrainResult, TrainSpec,
+};
+pub use trend::{Arrival, StreamAnalysis, Trend};

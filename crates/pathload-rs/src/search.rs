@@ -1,0 +1,372 @@
+//! The rate search: from fleet verdicts to the next fleet's rate and to the end.
+//!
+//! pathload 1.3.2's search: Rmin is the largest rate seen without a trend, Rmax the
+//! smallest rate seen increasing, and [Gmin, Gmax] the grey region between them where
+//! fleets were neither. While nothing has been seen increasing or grey the rate
+//! doubles (the exponential phase); then the search bisects between Rmin and Rmax, or,
+//! with a grey region, between Rmin and Gmin or Gmax and Rmax, whichever edge is still
+//! wider than χ. It ends when Rmax − Rmin ≤ ω (the user's resolution), when both grey
+//! edges are within χ (the grey region's resolution), or when the rate would have to
+//! exceed what the sender can send.
+//!
+//! A verdict that contradicts an earlier one (increasing below Rmin, no trend above
+//! Rmax) is taken as news: the bound it contradicts falls back to the nearest earlier
+//! verdict that still agrees, so the search recovers instead of looping.
+//!
+//! Every bound remembers the rate of competing application traffic that rode in its
+//! fleet's probes (MGRP §2.4), so the range can be reported adjusted as well.
+
+use serde::Serialize;
+
+use crate::trend::Trend;
+
+/// A rate the search learnt something at.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Bound {
+    /// The fleet's actual sending rate, Mbit/s.
+    pub rate: f64,
+    /// The rate of application traffic that rode in the fleet's probes and would
+    /// otherwise have competed with them, Mbit/s (0 without MGRP).
+    pub competing: f64,
+}
+
+impl Bound {
+    /// The rate less the competing traffic: what is available to that traffic's
+    /// owner too (MGRP §2.4).
+    pub fn adjusted(&self) -> f64 {
+        (self.rate - self.competing).max(0.0)
+    }
+}
+
+/// Where the search stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Bounds {
+    /// Largest rate with no trend.
+    pub rmin: Option<Bound>,
+    /// Smallest rate with an increasing trend.
+    pub rmax: Option<Bound>,
+    /// Lowest grey rate.
+    pub gmin: Option<Bound>,
+    /// Highest grey rate.
+    pub gmax: Option<Bound>,
+}
+
+/// What the search wants next.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Next {
+    /// A fleet at this rate, Mbit/s.
+    Rate(f64),
+    /// Done.
+    Converged(Convergence),
+}
+
+/// How the search ended by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Convergence {
+    /// Rmax − Rmin ≤ ω: the range is [Rmin, Rmax].
+    UserResolution,
+    /// Both grey edges within χ: the range is [Gmin, Gmax].
+    GreyResolution,
+    /// No trend at the highest rate the sender can send: the available bandwidth is
+    /// above it.
+    AboveMaxRate,
+}
+
+/// The rate search.
+#[derive(Debug, Clone)]
+pub struct Search {
+    omega: f64,
+    chi: f64,
+    max_rate: f64,
+    bounds: Bounds,
+    history: Vec<(Bound, Trend)>,
+}
+
+impl Search {
+    /// A search with resolution `omega`, grey resolution `chi` and the sender's highest
+    /// rate `max_rate`, all Mbit/s.
+    pub fn new(omega: f64, chi: f64, max_rate: f64) -> Self {
+        Self {
+            omega,
+            chi,
+            max_rate,
+            bounds: Bounds::default(),
+            history: Vec::new(),
+        }
+    }
+
+    /// The bounds so far.
+    pub fn bounds(&self) -> Bounds {
+        self.bounds
+    }
+
+    /// ω, Mbit/s.
+    pub fn omega(&self) -> f64 {
+        self.omega
+    }
+
+    /// χ, Mbit/s.
+    pub fn chi(&self) -> f64 {
+        self.chi
+    }
+
+    /// The highest rate, Mbit/s.
+    pub fn max_rate(&self) -> f64 {
+        self.max_rate
+    }
+
+    /// Records a fleet's verdict at its rate.
+    pub fn record(&mut self, at: Bound, verdict: Trend) {
+        self.history.push((at, verdict));
+        let h = &self.history;
+        let b = &mut self.bounds;
+        match verdict {
+            Trend::Increasing => {
+                if b.rmax.is_none_or(|r| at.rate < r.rate) {
+                    b.rmax = Some(at);
+                }
+                if b.rmin.is_some_and(|r| r.rate >= at.rate) {
+                    b.rmin = best_below(h, at.rate, Trend::NoTrend);
+                }
+            }
+            Trend::NoTrend => {
+                if b.rmin.is_none_or(|r| at.rate > r.rate) {
+                    b.rmin = Some(at);
+                }
+                if b.rmax.is_some_and(|r| r.rate <= at.rate) {
+                    b.rmax = best_above(h, at.rate, Trend::Increasing);
+                }
+            }
+            Trend::Ambiguous => {
+                if b.gmin.is_none_or(|g| at.rate < g.rate) {
+                    b.gmin = Some(at);
+                }
+                if b.gmax.is_none_or(|g| at.rate > g.rate) {
+                    b.gmax = Some(at);
+                }
+                if b.rmin.is_some_and(|r| r.rate >= at.rate) {
+                    b.rmin = best_below(h, at.rate, Trend::NoTrend);
+                }
+                if b.rmax.is_some_and(|r| r.rate <= at.rate) {
+                    b.rmax = best_above(h, at.rate, Trend::Increasing);
+                }
+            }
+        }
+        self.clip_grey();
+    }
+
+    /// The grey region lives strictly between Rmin and Rmax; grey rates outside it were
+    /// overruled by later verdicts.
+    fn clip_grey(&mut self) {
+        let lo = self.bounds.rmin.map_or(f64::NEG_INFINITY, |r| r.rate);
+        let hi = self.bounds.rmax.map_or(f64::INFINITY, |r| r.rate);
+        let inside = self
+            .history
+            .iter()
+            .filter(|(b, t)| *t == Trend::Ambiguous && b.rate > lo && b.rate < hi)
+            .map(|(b, _)| *b);
+        let mut gmin: Option<Bound> = None;
+        let mut gmax: Option<Bound> = None;
+        for b in inside {
+            if gmin.is_none_or(|g| b.rate < g.rate) {
+                gmin = Some(b);
+            }
+            if gmax.is_none_or(|g| b.rate > g.rate) {
+                gmax = Some(b);
+            }
+        }
+        self.bounds.gmin = gmin;
+        self.bounds.gmax = gmax;
+    }
+
+    /// The next rate after a fleet asked to send at `requested` Mbit/s that sent at
+    /// `last`, or the end.
+    pub fn next(&self, requested: f64, last: f64) -> Next {
+        let b = &self.bounds;
+        let lo = b.rmin.map_or(0.0, |r| r.rate);
+        let Some(rmax) = b.rmax else {
+            // Exponential phase (or a grey region with nothing above it yet): double.
+            if requested >= self.max_rate * (1.0 - 1e-9) {
+                return Next::Converged(Convergence::AboveMaxRate);
+            }
+            let from = b.gmax.map_or(last.max(lo), |g| g.rate.max(last));
+            return Next::Rate((2.0 * from).min(self.max_rate));
+        };
+        let hi = rmax.rate;
+        if hi - lo <= self.omega {
+            return Next::Converged(Convergence::UserResolution);
+        }
+        match (b.gmin, b.gmax) {
+            (Some(gmin), Some(gmax)) => {
+                let upper = hi - gmax.rate;
+                let lower = gmin.rate - lo;
+                if upper <= self.chi && lower <= self.chi {
+                    Next::Converged(Convergence::GreyResolution)
+                } else if upper > self.chi {
+                    Next::Rate((gmax.rate + hi) / 2.0)
+                } else {
+                    Next::Rate((lo + gmin.rate) / 2.0)
+                }
+            }
+            _ => Next::Rate((lo + hi) / 2.0),
+        }
+    }
+
+    /// The range the search supports now, as (low, high) bounds: [Gmin, Gmax] once the
+    /// grey region is resolved, else [Rmin, Rmax], with 0 and the highest rate where a
+    /// side is still unknown.
+    pub fn range(&self, how: Option<Convergence>) -> (Bound, Bound) {
+        let b = &self.bounds;
+        let zero = Bound {
+            rate: 0.0,
+            competing: 0.0,
+        };
+        let top = Bound {
+            rate: self.max_rate,
+            competing: 0.0,
+        };
+        match (how, b.gmin, b.gmax) {
+            (Some(Convergence::GreyResolution), Some(g0), Some(g1)) => (g0, g1),
+            _ => (b.rmin.unwrap_or(zero), b.rmax.unwrap_or(top)),
+        }
+    }
+}
+
+/// The highest rate below `rate` whose verdict was `t`.
+fn best_below(h: &[(Bound, Trend)], rate: f64, t: Trend) -> Option<Bound> {
+    h.iter()
+        .filter(|(b, v)| *v == t && b.rate < rate)
+        .map(|(b, _)| *b)
+        .max_by(|a, b| a.rate.total_cmp(&b.rate))
+}
+
+/// The lowest rate above `rate` whose verdict was `t`.
+fn best_above(h: &[(Bound, Trend)], rate: f64, t: Trend) -> Option<Bound> {
+    h.iter()
+        .filter(|(b, v)| *v == t && b.rate > rate)
+        .map(|(b, _)| *b)
+        .min_by(|a, b| a.rate.total_cmp(&b.rate))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(rate: f64) -> Bound {
+        Bound {
+            rate,
+            competing: 0.0,
+        }
+    }
+
+    /// Runs the search against a perfect oracle: no trend below `avail`, increasing
+    /// above, grey within `grey` of it.
+    fn run(avail: f64, grey: f64, start: f64) -> (Convergence, (f64, f64), u32) {
+        let mut s = Search::new(0.2, 0.5, 100.0);
+        let mut rate = start;
+        for fleets in 1..=100 {
+            let v = if grey > 0.0 && (rate - avail).abs() <= grey {
+                Trend::Ambiguous
+            } else if rate > avail {
+                Trend::Increasing
+            } else {
+                Trend::NoTrend
+            };
+            s.record(at(rate), v);
+            match s.next(rate, rate) {
+                Next::Rate(r) => rate = r,
+                Next::Converged(c) => {
+                    let (lo, hi) = s.range(Some(c));
+                    return (c, (lo.rate, hi.rate), fleets);
+                }
+            }
+        }
+        panic!("no convergence");
+    }
+
+    #[test]
+    fn bisection_brackets_the_truth_within_omega() {
+        for avail in [0.7, 3.3, 5.54, 9.42, 42.0, 77.7] {
+            for start in [1.0, 9.9, 60.0] {
+                let (c, (lo, hi), fleets) = run(avail, 0.0, start);
+                assert_eq!(c, Convergence::UserResolution, "{avail} {start}");
+                assert!(lo <= avail && avail <= hi, "{avail}: {lo}-{hi}");
+                assert!(hi - lo <= 0.2);
+                assert!(fleets < 20, "{fleets}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_grey_region_is_resolved_to_chi() {
+        let (c, (lo, hi), _) = run(5.0, 1.0, 9.9);
+        assert_eq!(c, Convergence::GreyResolution);
+        assert!(lo >= 4.0 - 1e-9 && hi <= 6.0 + 1e-9 && lo <= 5.0 && hi >= 5.0);
+        let s_hi_edge = 6.0 + 0.5;
+        assert!(hi < s_hi_edge);
+    }
+
+    #[test]
+    fn no_trend_at_the_top_stops_above_max_rate() {
+        let (c, (lo, _), fleets) = run(500.0, 0.0, 10.0);
+        assert_eq!(c, Convergence::AboveMaxRate);
+        assert_eq!(lo, 100.0);
+        assert_eq!(fleets, 5); // 10, 20, 40, 80, 100
+    }
+
+    #[test]
+    fn the_exponential_phase_doubles_until_increasing() {
+        let mut s = Search::new(0.2, 0.5, 100.0);
+        s.record(at(2.0), Trend::NoTrend);
+        assert_eq!(s.next(2.0, 2.0), Next::Rate(4.0));
+        s.record(at(4.0), Trend::NoTrend);
+        assert_eq!(s.next(4.0, 4.0), Next::Rate(8.0));
+        s.record(at(8.0), Trend::Increasing);
+        assert_eq!(s.next(8.0, 8.0), Next::Rate(6.0));
+    }
+
+    #[test]
+    fn a_contradiction_falls_back_to_agreeing_verdicts() {
+        let mut s = Search::new(0.2, 0.5, 100.0);
+        s.record(at(4.0), Trend::NoTrend);
+        s.record(at(6.0), Trend::NoTrend);
+        s.record(at(10.0), Trend::Increasing);
+        // Increasing at 5 overrules the no-trend at 6; 4 still stands.
+        s.record(at(5.0), Trend::Increasing);
+        let b = s.bounds();
+        assert_eq!(b.rmin.unwrap().rate, 4.0);
+        assert_eq!(b.rmax.unwrap().rate, 5.0);
+        // No trend at 7 overrules the increasing at 5 and 10? Only those at or below.
+        s.record(at(7.0), Trend::NoTrend);
+        let b = s.bounds();
+        assert_eq!(b.rmin.unwrap().rate, 7.0);
+        assert_eq!(b.rmax.unwrap().rate, 10.0);
+        assert_eq!(s.next(7.0, 7.0), Next::Rate(8.5));
+    }
+
+    #[test]
+    fn grey_outside_the_bounds_is_dropped() {
+        let mut s = Search::new(0.2, 0.5, 100.0);
+        s.record(at(6.0), Trend::Ambiguous);
+        s.record(at(8.0), Trend::Increasing);
+        assert_eq!(s.bounds().gmax.unwrap().rate, 6.0);
+        s.record(at(5.0), Trend::Increasing);
+        assert_eq!(s.bounds().gmax, None);
+        assert_eq!(s.next(5.0, 5.0), Next::Rate(2.5));
+    }
+
+    #[test]
+    fn adjusted_bounds_subtract_competing_traffic() {
+        let b = Bound {
+            rate: 7.0,
+            competing: 2.5,
+        };
+        assert_eq!(b.adjusted(), 4.5);
+        let b = Bound {
+            rate: 1.0,
+            competing: 2.5,
+        };
+        assert_eq!(b.adjusted(), 0.0);
+    }
+}

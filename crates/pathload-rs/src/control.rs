@@ -89,6 +89,8 @@ pub enum Request {
         /// How many of the first probes may carry riders.
         rider_probes: u32,
     },
+    /// Asks for a [`Reply::Pong`], to time the control path's round trip.
+    Ping,
     /// The measurement is over.
     Bye,
 }
@@ -123,6 +125,8 @@ pub enum Reply {
         /// IP bytes of the probes that carried riders.
         riding_probe_bytes: u64,
     },
+    /// Answer to [`Request::Ping`].
+    Pong,
     /// The request could not be served; the message says why.
     Error {
         /// What went wrong.

@@ -1,0 +1,61 @@
+//! `pathload-rs`: the pathload available-bandwidth tool, over MGRP or plain UDP.
+//!
+//! `snd` serves measurements; `rcv` drives one and prints the range. See `--help`.
+
+mod cli;
+mod conn;
+mod output;
+mod plot;
+mod receiver;
+mod sender;
+mod sys;
+mod transport;
+
+use clap::Parser;
+
+/// Exit codes of `rcv`.
+mod exit {
+    use pathload_rs::StopReason;
+
+    /// Any other error.
+    pub(crate) const ERROR: i32 = 1;
+    /// A time or fleet limit ended the run; the best range so far was printed.
+    pub(crate) const LIMIT: i32 = 3;
+    /// The available bandwidth is above the highest rate the sender reaches, or the
+    /// rates asked for could not be sent.
+    pub(crate) const RATE: i32 = 4;
+    /// No usable measurement (no back-to-back train came through, or too few usable
+    /// streams).
+    pub(crate) const UNUSABLE: i32 = 5;
+    /// The sender could not be reached or went away.
+    pub(crate) const PEER: i32 = 6;
+    /// Interrupted by a signal.
+    pub(crate) const INTERRUPTED: i32 = 130;
+
+    /// The exit code for how a run ended.
+    pub(crate) fn for_reason(r: StopReason) -> i32 {
+        match r {
+            StopReason::UserResolution | StopReason::GreyResolution => 0,
+            StopReason::TimeLimit | StopReason::FleetLimit => LIMIT,
+            StopReason::AboveMaxRate | StopReason::RateUnreachable => RATE,
+            StopReason::Unusable | StopReason::NoInitialRate => UNUSABLE,
+            StopReason::Interrupted => INTERRUPTED,
+        }
+    }
+}
+
+fn main() {
+    let cli = cli::Cli::parse();
+    sys::catch_interrupts();
+    let code = match cli.role {
+        cli::Role::Snd(args) => match sender::run(&args) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("pathload-rs: {e:#}");
+                exit::ERROR
+            }
+        },
+        cli::Role::Rcv(args) => receiver::run(&args),
+    };
+    std::process::exit(code);
+}

@@ -21,6 +21,8 @@ use mgrp_core::api::{
 };
 use mgrp_core::stats::TransactionReport;
 
+pub mod traffic;
+
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// A name unique to this process and call, short enough for an interface name.

@@ -59,6 +59,8 @@ pub struct Config {
     pub max_size: u32,
     /// Streams per fleet.
     pub streams_per_fleet: u32,
+    /// Packets per stream (300 at least once interrupt coalescence is seen).
+    pub stream_packets: u32,
     /// Fleets after which the run stops with the best range so far.
     pub max_fleets: u32,
     /// End a fleet once its verdict is certain.
@@ -73,6 +75,7 @@ impl Default for Config {
             omega_mbps: None,
             max_size: MAX_PROBE_IP_BYTES,
             streams_per_fleet: STREAMS_PER_FLEET,
+            stream_packets: PACKETS_PER_STREAM,
             max_fleets: DEFAULT_MAX_FLEETS,
             early_verdict: true,
         }
@@ -375,13 +378,13 @@ impl Estimator {
     pub fn new(config: Config) -> Self {
         let limits = Limits::new(config.max_size, 0);
         Self {
+            packets_per_stream: config.stream_packets.max(2),
             config,
             phase: Phase::Adr { attempt: 0 },
             events: VecDeque::new(),
             limits,
             search: None,
             adr: None,
-            packets_per_stream: PACKETS_PER_STREAM,
             fleets: 0,
             streams: 0,
             rate_misses: 0,
@@ -471,7 +474,7 @@ impl Estimator {
         };
         self.limits = Limits::new(self.config.max_size, j.send_cost_ns);
         if j.coalescence {
-            self.packets_per_stream = PACKETS_PER_STREAM_COALESCED;
+            self.packets_per_stream = self.packets_per_stream.max(PACKETS_PER_STREAM_COALESCED);
         }
         let adr = j.adr.min(self.limits.max_rate());
         let omega = self
@@ -641,14 +644,9 @@ impl Estimator {
     }
 
     fn finish(&mut self, reason: StopReason) {
-        let how = match reason {
-            StopReason::UserResolution => Some(Convergence::UserResolution),
-            StopReason::GreyResolution => Some(Convergence::GreyResolution),
-            _ => None,
-        };
         let (lo, hi, omega, chi) = match &self.search {
             Some(s) => {
-                let (lo, hi) = s.range(how);
+                let (lo, hi) = s.range();
                 (lo, hi, s.omega(), s.chi())
             }
             None => {

@@ -111,10 +111,6 @@ pub const MIN_USABLE_STREAMS: u32 = 6;
 /// the same share, else GREY (pathload 1.3.2: 60 %).
 pub const FLEET_AGREEMENT: f64 = 0.6;
 
-/// The actual sending rate drops the largest this share of the sender's gaps and
-/// averages the rest (pathload 1.3.2: drop the largest 15 %).
-pub const SEND_RATE_TRIM: f64 = 0.15;
-
 /// A fleet whose actual rate is off the requested one by more than this share missed
 /// its rate (this project: pathload 1.3.2 gives up after rates cannot be reached, with
 /// no stated tolerance; 10 % keeps a fleet inside the binary-search interval it was

@@ -66,7 +66,7 @@ pub enum Next {
 pub enum Convergence {
     /// Rmax − Rmin ≤ ω: the range is [Rmin, Rmax].
     UserResolution,
-    /// Both grey edges within χ: the range is [Gmin, Gmax].
+    /// Both grey edges within χ of Rmin and Rmax.
     GreyResolution,
     /// No trend at the highest rate the sender can send: the available bandwidth is
     /// above it.
@@ -213,10 +213,12 @@ impl Search {
         }
     }
 
-    /// The range the search supports now, as (low, high) bounds: [Gmin, Gmax] once the
-    /// grey region is resolved, else [Rmin, Rmax], with 0 and the highest rate where a
-    /// side is still unknown.
-    pub fn range(&self, how: Option<Convergence>) -> (Bound, Bound) {
+    /// The range the search supports now: [Rmin, Rmax], with 0 and the highest rate
+    /// where a side is still unknown. When the grey region ended the search, its
+    /// edges are within χ of these, and [Gmin, Gmax] lies inside (the original
+    /// printed [Gmin, Gmax], which one grey fleet makes a single rate; the bounds
+    /// around it say what was measured).
+    pub fn range(&self) -> (Bound, Bound) {
         let b = &self.bounds;
         let zero = Bound {
             rate: 0.0,
@@ -226,10 +228,7 @@ impl Search {
             rate: self.max_rate,
             competing: 0.0,
         };
-        match (how, b.gmin, b.gmax) {
-            (Some(Convergence::GreyResolution), Some(g0), Some(g1)) => (g0, g1),
-            _ => (b.rmin.unwrap_or(zero), b.rmax.unwrap_or(top)),
-        }
+        (b.rmin.unwrap_or(zero), b.rmax.unwrap_or(top))
     }
 }
 
@@ -277,7 +276,7 @@ mod tests {
             match s.next(rate, rate) {
                 Next::Rate(r) => rate = r,
                 Next::Converged(c) => {
-                    let (lo, hi) = s.range(Some(c));
+                    let (lo, hi) = s.range();
                     return (c, (lo.rate, hi.rate), fleets);
                 }
             }
@@ -302,9 +301,9 @@ mod tests {
     fn a_grey_region_is_resolved_to_chi() {
         let (c, (lo, hi), _) = run(5.0, 1.0, 9.9);
         assert_eq!(c, Convergence::GreyResolution);
-        assert!(lo >= 4.0 - 1e-9 && hi <= 6.0 + 1e-9 && lo <= 5.0 && hi >= 5.0);
-        let s_hi_edge = 6.0 + 0.5;
-        assert!(hi < s_hi_edge);
+        // [Rmin, Rmax] holds the grey region [4, 6], each edge within χ of it.
+        assert!((4.0 - 0.5 - 1e-9..=4.0).contains(&lo), "{lo}");
+        assert!((6.0..=6.0 + 0.5 + 1e-9).contains(&hi), "{hi}");
     }
 
     #[test]

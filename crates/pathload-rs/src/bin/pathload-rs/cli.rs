@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use pathload_rs::control::{
     DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, DEFAULT_SENDER_PROBE_PORT, Transport,
 };
-use pathload_rs::params::{DEFAULT_MAX_FLEETS, DEFAULT_MAX_SECONDS};
+use pathload_rs::params::{DEFAULT_MAX_FLEETS, DEFAULT_MAX_SECONDS, PACKETS_PER_STREAM};
 
 /// Where mgrpd listens unless told otherwise.
 const DEFAULT_SOCKET: &str = mgrp_client::DEFAULT_SOCKET;
@@ -136,6 +136,10 @@ pub(crate) struct RcvArgs {
     /// Resolution ω in Mbit/s (default: 2 % of the initial rate); pathload's -w.
     #[arg(long, short = 'w')]
     pub(crate) resolution: Option<f64>,
+    /// Packets per stream (pathload's K). Longer streams read a token-bucket shaper's
+    /// rate rather than its burst, at the cost of longer runs.
+    #[arg(long, default_value_t = PACKETS_PER_STREAM, value_parser = clap::value_parser!(u32).range(40..=3000))]
+    pub(crate) packets: u32,
     /// Keep application traffic out of the probes (MGRP without piggybacking).
     #[arg(long)]
     pub(crate) no_piggyback: bool,

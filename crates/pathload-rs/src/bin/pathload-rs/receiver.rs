@@ -121,6 +121,7 @@ fn measure(
         max_size,
         max_fleets: args.max_fleets,
         early_verdict: !args.full_fleets,
+        stream_packets: args.packets,
         ..Config::default()
     });
     let mut out = Output::new(args.json, args.verbose);
@@ -315,6 +316,14 @@ fn exchange(
                 return Err(anyhow!("the probe listener stopped")).context("receiving probes");
             }
         }
+    }
+    if std::env::var_os("PATHLOAD_DEBUG").is_some() {
+        eprintln!(
+            "debug: {id:?} sent {} got {} after {:?}",
+            report.sent,
+            arrivals.len(),
+            replied.elapsed()
+        );
     }
     Ok((report, arrivals, replied))
 }

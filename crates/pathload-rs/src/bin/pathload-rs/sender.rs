@@ -119,7 +119,9 @@ fn serve(args: &SndArgs, stream: std::net::TcpStream, peer: SocketAddr) -> anyho
                         ),
                     }
                 } else {
-                    let dst = SocketAddr::new(address.unwrap_or(peer.ip()), probe_port);
+                    // A dual-stack listener sees IPv4 receivers as IPv4-mapped IPv6.
+                    let ip = address.unwrap_or(peer.ip()).to_canonical();
+                    let dst = SocketAddr::new(ip, probe_port);
                     let made = match transport {
                         Transport::Udp => Sender::udp(dst, args.probe_port),
                         Transport::Mgrp => Sender::mgrp(

@@ -227,6 +227,12 @@ fn send_mgrp(
             }
         }
     }
+    if sent.stamps.is_empty() {
+        anyhow::bail!(
+            "mgrpd could not send any of the {} probes to {destination} (its log says why)",
+            b.packets
+        );
+    }
     Ok(sent)
 }
 

@@ -1,0 +1,313 @@
+//! End-to-end: `pathload-rs snd` on host A, `pathload-rs rcv` on host B, a
+//! `tbf rate 10mbit burst 1540` bottleneck on A's side of the veth between them, over
+//! plain UDP and over MGRP (a real mgrpd on each host), without and with 4 Mbit/s of
+//! UDP cross traffic, and over MGRP with a 4 Mbit/s TCP source whose packets ride in
+//! the probes. Each run must end by itself within its limits and report a range that
+//! lies within a wide band of the truth computed at the IP level; timing is never
+//! asserted tightly (the machine is shared).
+//!
+//! This test has its own `main` (no libtest harness) so that it can also be mgrpd: the
+//! daemons are this very binary started as `namespaces mgrpd ...`, so the test never
+//! runs a stale mgrpd build. It needs root, as CI has; without root it fails and says
+//! so. Arguments that are not flags filter the tests by name.
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use mgrp_testbed::traffic::{ip_level_truth, tcp_source, udp_cbr};
+use mgrp_testbed::{ADDR_A, ADDR_B, Daemon, Process, TwoHostOptions, TwoHosts, daemon_pair};
+use serde_json::Value;
+
+const PATHLOAD: &str = env!("CARGO_BIN_EXE_pathload-rs");
+/// The run's own limit.
+const MAX_TIME: u64 = 45;
+/// The share of the truth by which the range is widened before it must hold the
+/// truth: short streams read a token bucket's burst too (about +7 % here), and cross
+/// traffic of 1500-byte packets makes a 20 ms stream see steps rather than a rate.
+const BAND: f64 = 0.25;
+
+fn net() -> anyhow::Result<TwoHosts> {
+    TwoHosts::new(&TwoHostOptions {
+        bottleneck: Some(("10mbit".into(), "1540".into())),
+    })
+}
+
+fn daemons(net: &TwoHosts) -> anyhow::Result<(Daemon, Daemon)> {
+    let me = std::env::current_exe()?;
+    daemon_pair(net, &me, &["mgrpd"], &[])
+}
+
+/// Runs a measurement from A to B and returns the result object.
+fn measure(
+    net: &TwoHosts,
+    transport: &str,
+    sockets: Option<(&Daemon, &Daemon)>,
+) -> anyhow::Result<Value> {
+    let mut snd: Vec<String> = ["snd", "--transport", transport]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let mut rcv: Vec<String> = [
+        "rcv",
+        "--sender",
+        &ADDR_A.to_string(),
+        "--transport",
+        transport,
+        "--mode",
+        "fast",
+        "--json",
+        "--max-time",
+        &MAX_TIME.to_string(),
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    if let Some((a, b)) = sockets {
+        snd.extend(["--socket".into(), a.socket.display().to_string()]);
+        rcv.extend(["--socket".into(), b.socket.display().to_string()]);
+    }
+    let mut sender = Process::spawn(&net.a, Path::new(PATHLOAD), &snd)?;
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let mut receiver = Process::spawn(&net.b, Path::new(PATHLOAD), &rcv)?;
+    let Some(status) = receiver.wait(Duration::from_secs(MAX_TIME + 20)) else {
+        bail!("rcv did not end within its limit: {}", receiver.log());
+    };
+    let took = started.elapsed();
+    let log = receiver.log();
+    ensure!(
+        matches!(status.code(), Some(0 | 3)),
+        "rcv exited with {status}: {log}\nsender: {}",
+        sender.log()
+    );
+    ensure!(
+        took < Duration::from_secs(MAX_TIME + 10),
+        "rcv took {took:?}"
+    );
+    // The sender serves one measurement and exits by itself.
+    let s = sender.wait(Duration::from_secs(10));
+    ensure!(
+        s.is_some_and(|s| s.success()),
+        "snd did not end cleanly: {}",
+        sender.log()
+    );
+    let result = log
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["event"] == "result")
+        .with_context(|| format!("no result line: {log}"))?;
+    eprintln!("    {transport}: {result}");
+    Ok(result)
+}
+
+fn f(v: &Value, key: &str) -> anyhow::Result<f64> {
+    v[key]
+        .as_f64()
+        .with_context(|| format!("{key} missing in {v}"))
+}
+
+/// The range, widened by `BAND` of the truth, holds the truth.
+fn check_range(result: &Value, truth: f64) -> anyhow::Result<()> {
+    let (lo, hi) = (f(result, "low_mbps")?, f(result, "high_mbps")?);
+    ensure!(lo > 0.0 && lo <= hi, "bad range {lo}-{hi}");
+    ensure!(
+        lo - BAND * truth <= truth && truth <= hi + BAND * truth,
+        "truth {truth:.2} Mbit/s is not within {lo:.2}-{hi:.2} ± {:.0} %",
+        BAND * 100.0
+    );
+    ensure!(f(result, "fleets")? >= 1.0);
+    ensure!(f(result, "probe_bytes")? > 0.0);
+    ensure!(f(result, "seconds")? <= MAX_TIME as f64 + 5.0);
+    Ok(())
+}
+
+const CROSS: (f64, u32) = (4.0, 1490);
+
+/// A second address of B, outside the tunnel's routes.
+const OTHER_B: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 3);
+
+fn udp_quiet() -> anyhow::Result<()> {
+    let net = net()?;
+    let r = measure(&net, "udp", None)?;
+    check_range(&r, ip_level_truth(10.0, 228, &[]))?;
+    ensure!(f(&r, "rider_bytes")? == 0.0);
+    Ok(())
+}
+
+fn udp_cross_traffic() -> anyhow::Result<()> {
+    let net = net()?;
+    let cross = udp_cbr(
+        &net.a,
+        &net.b,
+        IpAddr::V4(ADDR_B),
+        9000,
+        CROSS.0,
+        CROSS.1 as usize,
+    )?;
+    let r = measure(&net, "udp", None)?;
+    drop(cross);
+    check_range(&r, ip_level_truth(10.0, 228, &[CROSS]))
+}
+
+fn mgrp_quiet() -> anyhow::Result<()> {
+    let net = net()?;
+    let (a, b) = daemons(&net)?;
+    let r = measure(&net, "mgrp", Some((&a, &b)))?;
+    check_range(&r, ip_level_truth(10.0, 228, &[]))
+}
+
+/// Cross traffic that does not enter the tunnel: the daemons route only B's address,
+/// so datagrams to a second address of B cross the bottleneck beside the probes, as
+/// another host's traffic would.
+fn mgrp_cross_traffic() -> anyhow::Result<()> {
+    let net = net()?;
+    let (a, b) = daemons(&net)?;
+    let other = format!("{OTHER_B}/24");
+    net.b.ip(&["addr", "add", &other, "dev", &net.veth_b])?;
+    let cross = udp_cbr(
+        &net.a,
+        &net.b,
+        IpAddr::V4(OTHER_B),
+        9000,
+        CROSS.0,
+        CROSS.1 as usize,
+    )?;
+    let r = measure(&net, "mgrp", Some((&a, &b)))?;
+    let cross_mbps = cross.mbps();
+    ensure!(
+        cross_mbps > 3.5,
+        "cross traffic reached only {cross_mbps:.2} Mbit/s"
+    );
+    drop(cross);
+    ensure!(
+        f(&r, "unadjusted_low_mbps")? - f(&r, "low_mbps")? < 0.05,
+        "cross traffic outside the tunnel rode in the probes: {r}"
+    );
+    check_range(&r, ip_level_truth(10.0, 228, &[CROSS]))
+}
+
+/// Cross traffic to the routed address enters the tunnel and rides in the probes:
+/// it is application traffic to MGRP, and the adjusted range must still find the
+/// truth while the unadjusted one reads the path as emptier than it is.
+fn mgrp_cross_traffic_riding() -> anyhow::Result<()> {
+    let net = net()?;
+    let (a, b) = daemons(&net)?;
+    let cross = udp_cbr(
+        &net.a,
+        &net.b,
+        IpAddr::V4(ADDR_B),
+        9000,
+        CROSS.0,
+        CROSS.1 as usize,
+    )?;
+    let r = measure(&net, "mgrp", Some((&a, &b)))?;
+    drop(cross);
+    let truth = ip_level_truth(10.0, 228, &[CROSS]);
+    ensure!(f(&r, "rider_bytes")? > 0.0, "no rider rode: {r}");
+    ensure!(
+        f(&r, "unadjusted_low_mbps")? > truth,
+        "the unadjusted range should read high: {r}"
+    );
+    check_range(&r, truth)
+}
+
+/// A 4 Mbit/s TCP stream from A to B runs through the tunnel; its packets ride in the
+/// probes. The adjusted range must account for it; the unadjusted one may not be
+/// lower.
+fn mgrp_riders_adjusted() -> anyhow::Result<()> {
+    let net = net()?;
+    let (a, b) = daemons(&net)?;
+    let tcp = tcp_source(&net.a, &net.b, IpAddr::V4(ADDR_B), 9100, Some(4.0))?;
+    std::thread::sleep(Duration::from_millis(500));
+    let r = measure(&net, "mgrp", Some((&a, &b)))?;
+    let tcp_mbps = tcp.mbps();
+    drop(tcp);
+    ensure!(
+        tcp_mbps > 2.0,
+        "the TCP source only reached {tcp_mbps:.2} Mbit/s"
+    );
+    ensure!(f(&r, "rider_bytes")? > 0.0, "no rider rode: {r}");
+    ensure!(f(&r, "unadjusted_high_mbps")? >= f(&r, "high_mbps")?);
+    ensure!(f(&r, "unadjusted_low_mbps")? >= f(&r, "low_mbps")?);
+    // 1448 payload bytes per 1500-byte IP packet.
+    let truth = ip_level_truth(10.0, 228, &[(tcp_mbps * 1500.0 / 1448.0, 1500)]);
+    check_range(&r, truth)
+}
+
+type Test = (&'static str, fn() -> anyhow::Result<()>);
+
+const TESTS: &[Test] = &[
+    ("udp_quiet", udp_quiet),
+    ("udp_cross_traffic", udp_cross_traffic),
+    ("mgrp_quiet", mgrp_quiet),
+    ("mgrp_cross_traffic", mgrp_cross_traffic),
+    ("mgrp_cross_traffic_riding", mgrp_cross_traffic_riding),
+    ("mgrp_riders_adjusted", mgrp_riders_adjusted),
+];
+
+fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "mgrpd") {
+        return mgrpd::main_with_args(&args[1..]);
+    }
+    let filters: Vec<String> = args
+        .iter()
+        .skip(1)
+        .filter_map(|a| a.to_str())
+        .filter(|a| !a.starts_with('-'))
+        .map(ToString::to_string)
+        .collect();
+    let list = args.iter().any(|a| a == "--list");
+    let chosen: Vec<&Test> = TESTS
+        .iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .collect();
+    if list {
+        for (name, _) in &chosen {
+            println!("{name}: test");
+        }
+        return ExitCode::SUCCESS;
+    }
+    let start = Instant::now();
+    println!("\nrunning {} tests", chosen.len());
+    let (mut passed, mut failed) = (0, 0);
+    let mut failures = Vec::new();
+    for (name, test) in &chosen {
+        let outcome = if mgrp_testbed::is_root() {
+            std::panic::catch_unwind(test).unwrap_or_else(|_| Err(anyhow::anyhow!("panicked")))
+        } else {
+            Err(anyhow::anyhow!(
+                "needs root to create network namespaces (CI runs as root)"
+            ))
+        };
+        match outcome {
+            Ok(()) => {
+                println!("test {name} ... ok");
+                passed += 1;
+            }
+            Err(e) => {
+                println!("test {name} ... FAILED");
+                failures.push(format!("---- {name} ----\n{e:#}"));
+                failed += 1;
+            }
+        }
+    }
+    for f in &failures {
+        println!("\n{f}");
+    }
+    println!(
+        "\ntest result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; {} filtered out; finished in {:.2}s\n",
+        if failed == 0 { "ok" } else { "FAILED" },
+        TESTS.len() - chosen.len(),
+        start.elapsed().as_secs_f64()
+    );
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -11,17 +11,18 @@
 //! runs a stale mgrpd build. It needs root, as CI has; without root it fails and says
 //! so. Arguments that are not flags filter the tests by name.
 
+mod common;
+
 use std::net::IpAddr;
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail, ensure};
+use anyhow::ensure;
+use common::{daemons, f, net};
 use mgrp_testbed::traffic::{ip_level_truth, tcp_source, udp_cbr};
-use mgrp_testbed::{ADDR_A, ADDR_B, Daemon, Process, TwoHostOptions, TwoHosts, daemon_pair};
+use mgrp_testbed::{ADDR_B, Daemon, TwoHosts};
 use serde_json::Value;
 
-const PATHLOAD: &str = env!("CARGO_BIN_EXE_pathload-rs");
 /// The run's own limit.
 const MAX_TIME: u64 = 45;
 /// The share of the truth by which the range is widened before it must hold the
@@ -29,85 +30,26 @@ const MAX_TIME: u64 = 45;
 /// traffic of 1500-byte packets makes a 20 ms stream see steps rather than a rate.
 const BAND: f64 = 0.25;
 
-fn net() -> anyhow::Result<TwoHosts> {
-    TwoHosts::new(&TwoHostOptions {
-        bottleneck: Some(("10mbit".into(), "1540".into())),
-    })
-}
-
-fn daemons(net: &TwoHosts) -> anyhow::Result<(Daemon, Daemon)> {
-    let me = std::env::current_exe()?;
-    daemon_pair(net, &me, &["mgrpd"], &[])
-}
-
-/// Runs a measurement from A to B and returns the result object.
+/// A fast-mode measurement that must end by itself, converged or at its limit.
 fn measure(
     net: &TwoHosts,
     transport: &str,
     sockets: Option<(&Daemon, &Daemon)>,
 ) -> anyhow::Result<Value> {
-    let mut snd: Vec<String> = ["snd", "--transport", transport]
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    let mut rcv: Vec<String> = [
-        "rcv",
-        "--sender",
-        &ADDR_A.to_string(),
-        "--transport",
-        transport,
-        "--mode",
-        "fast",
-        "--json",
-        "--max-time",
-        &MAX_TIME.to_string(),
-    ]
-    .iter()
-    .map(ToString::to_string)
-    .collect();
-    if let Some((a, b)) = sockets {
-        snd.extend(["--socket".into(), a.socket.display().to_string()]);
-        rcv.extend(["--socket".into(), b.socket.display().to_string()]);
-    }
-    let mut sender = Process::spawn(&net.a, Path::new(PATHLOAD), &snd)?;
-    std::thread::sleep(Duration::from_millis(300));
-    let started = Instant::now();
-    let mut receiver = Process::spawn(&net.b, Path::new(PATHLOAD), &rcv)?;
-    let Some(status) = receiver.wait(Duration::from_secs(MAX_TIME + 20)) else {
-        bail!("rcv did not end within its limit: {}", receiver.log());
-    };
-    let took = started.elapsed();
-    let log = receiver.log();
+    let run = common::measure(net, transport, sockets, MAX_TIME, &["--mode", "fast"])?;
+    eprintln!("    {transport}: {}", run.result);
     ensure!(
-        matches!(status.code(), Some(0 | 3)),
-        "rcv exited with {status}: {log}\nsender: {}",
-        sender.log()
+        matches!(run.code, 0 | 3),
+        "rcv exited with {}: {}",
+        run.code,
+        run.result
     );
     ensure!(
-        took < Duration::from_secs(MAX_TIME + 10),
-        "rcv took {took:?}"
+        run.wall < Duration::from_secs(MAX_TIME + 10),
+        "rcv took {:?}",
+        run.wall
     );
-    // The sender serves one measurement and exits by itself.
-    let s = sender.wait(Duration::from_secs(10));
-    ensure!(
-        s.is_some_and(|s| s.success()),
-        "snd did not end cleanly: {}",
-        sender.log()
-    );
-    let result = log
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["event"] == "result")
-        .with_context(|| format!("no result line: {log}"))?;
-    eprintln!("    {transport}: {result}");
-    Ok(result)
-}
-
-fn f(v: &Value, key: &str) -> anyhow::Result<f64> {
-    v[key]
-        .as_f64()
-        .with_context(|| format!("{key} missing in {v}"))
+    Ok(run.result)
 }
 
 /// The range, widened by `BAND` of the truth, holds the truth.
@@ -250,10 +192,10 @@ const TESTS: &[Test] = &[
 ];
 
 fn main() -> ExitCode {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if args.get(1).is_some_and(|a| a == "mgrpd") {
-        return mgrpd::main_with_args(&args[1..]);
+    if let Some(code) = common::mgrpd_if_asked() {
+        return code;
     }
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let filters: Vec<String> = args
         .iter()
         .skip(1)

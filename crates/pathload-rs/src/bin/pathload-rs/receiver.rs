@@ -317,13 +317,5 @@ fn exchange(
             }
         }
     }
-    if std::env::var_os("PATHLOAD_DEBUG").is_some() {
-        eprintln!(
-            "debug: {id:?} sent {} got {} after {:?}",
-            report.sent,
-            arrivals.len(),
-            replied.elapsed()
-        );
-    }
     Ok((report, arrivals, replied))
 }

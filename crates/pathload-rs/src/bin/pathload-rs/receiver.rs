@@ -229,8 +229,10 @@ fn measure(
     }
     drop(listener);
     let seconds = started.elapsed().as_secs_f64();
+    // Printed when the adjustment moved the range by at least the printed precision.
     let show_unadjusted = transport == Transport::Mgrp
-        && (outcome.unadjusted_low != outcome.low || outcome.unadjusted_high != outcome.high);
+        && ((outcome.unadjusted_low - outcome.low).abs() >= 0.005
+            || (outcome.unadjusted_high - outcome.high).abs() >= 0.005);
     out.result(
         &outcome,
         seconds,

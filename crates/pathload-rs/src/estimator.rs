@@ -534,7 +534,7 @@ impl Estimator {
         if let (Some(first), Some(last)) =
             (result.sender_stamps.first(), result.sender_stamps.last())
         {
-            let span = (last - first) as f64;
+            let span = last.saturating_sub(*first) as f64;
             if span > 0.0 {
                 f.sending_ns += span;
                 f.competing_bits += result.competing_rider_bytes as f64 * 8.0;
@@ -696,7 +696,7 @@ fn judge_train(size: u32, t: &TrainResult) -> Option<JudgedTrain> {
     if !in_order {
         return None;
     }
-    let span = a[a.len() - 1].received_ns - a[0].received_ns;
+    let span = a[a.len() - 1].received_ns.saturating_sub(a[0].received_ns);
     if span <= 0 {
         return None;
     }
@@ -704,9 +704,12 @@ fn judge_train(size: u32, t: &TrainResult) -> Option<JudgedTrain> {
     let adr = gaps as f64 * f64::from(size) * 8.0 * 1_000.0 / span as f64;
     let batched = a
         .windows(2)
-        .filter(|w| w[1].received_ns - w[0].received_ns <= COALESCENCE_GAP_NS)
+        .filter(|w| w[1].received_ns.saturating_sub(w[0].received_ns) <= COALESCENCE_GAP_NS)
         .count();
-    let mut send_gaps: Vec<i64> = a.windows(2).map(|w| w[1].sent_ns - w[0].sent_ns).collect();
+    let mut send_gaps: Vec<i64> = a
+        .windows(2)
+        .map(|w| w[1].sent_ns.saturating_sub(w[0].sent_ns))
+        .collect();
     send_gaps.sort_unstable();
     let send_cost_ns = u64::try_from(send_gaps[send_gaps.len() / 2]).unwrap_or(0);
     Some(JudgedTrain {

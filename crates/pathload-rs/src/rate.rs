@@ -113,11 +113,15 @@ pub fn actual_rate(size: u32, stamps: &[i64]) -> Option<f64> {
     }
     let base = stamps[0];
     let mean_x = (n - 1) as f64 / 2.0;
-    let mean_y = stamps.iter().map(|&t| (t - base) as f64).sum::<f64>() / n as f64;
+    let mean_y = stamps
+        .iter()
+        .map(|&t| t.saturating_sub(base) as f64)
+        .sum::<f64>()
+        / n as f64;
     let (mut sxy, mut sxx) = (0.0, 0.0);
     for (i, &t) in stamps.iter().enumerate() {
         let dx = i as f64 - mean_x;
-        sxy += dx * ((t - base) as f64 - mean_y);
+        sxy += dx * (t.saturating_sub(base) as f64 - mean_y);
         sxx += dx * dx;
     }
     let spacing = sxy / sxx;

@@ -112,9 +112,9 @@ pub fn analyse(sent: u32, spacing_ns: u64, arrivals: &[Arrival]) -> StreamAnalys
     let before = pkts.len();
     let mut kept: Vec<Arrival> = Vec::with_capacity(before);
     for (i, p) in pkts.iter().enumerate() {
-        let batched = pkts
-            .get(i + 1)
-            .is_some_and(|next| (next.received_ns - p.received_ns).abs() < BATCH_GAP_NS);
+        let batched = pkts.get(i + 1).is_some_and(|next| {
+            next.received_ns.saturating_sub(p.received_ns).abs() < BATCH_GAP_NS
+        });
         if !batched {
             kept.push(*p);
         }
@@ -130,7 +130,7 @@ pub fn analyse(sent: u32, spacing_ns: u64, arrivals: &[Arrival]) -> StreamAnalys
         let split = i == kept.len() || {
             let (a, b) = (kept[i - 1], kept[i]);
             let expected = i64::from(b.seq - a.seq).saturating_mul(spacing);
-            b.sent_ns - a.sent_ns > expected.saturating_add(slack)
+            b.sent_ns.saturating_sub(a.sent_ns) > expected.saturating_add(slack)
         };
         if split {
             if i > start {
@@ -174,7 +174,11 @@ fn group_medians(sub: &[Arrival]) -> Vec<f64> {
     let mut buf: Vec<i64> = Vec::with_capacity(g);
     for chunk in sub.chunks_exact(g) {
         buf.clear();
-        buf.extend(chunk.iter().map(|a| a.received_ns - a.sent_ns));
+        buf.extend(
+            chunk
+                .iter()
+                .map(|a| a.received_ns.saturating_sub(a.sent_ns)),
+        );
         buf.sort_unstable();
         let m = if g % 2 == 1 {
             buf[g / 2] as f64

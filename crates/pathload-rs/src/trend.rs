@@ -113,7 +113,10 @@ pub fn analyse(sent: u32, spacing_ns: u64, arrivals: &[Arrival]) -> StreamAnalys
     let mut kept: Vec<Arrival> = Vec::with_capacity(before);
     for (i, p) in pkts.iter().enumerate() {
         let batched = pkts.get(i + 1).is_some_and(|next| {
-            next.received_ns.saturating_sub(p.received_ns).abs() < BATCH_GAP_NS
+            next.received_ns
+                .saturating_sub(p.received_ns)
+                .unsigned_abs()
+                < BATCH_GAP_NS.unsigned_abs()
         });
         if !batched {
             kept.push(*p);

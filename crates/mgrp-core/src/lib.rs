@@ -14,6 +14,8 @@
 //!   or not at all, within bounded memory.
 //! - [`stats`]: what a tool learns about its transaction, and the planner's counters.
 //! - [`api`]: the messages of the daemon's Unix-socket API.
+//! - [`peers`]: which hosts MGRP packets are taken from, and which riders may be
+//!   written into this host.
 //! - [`schedule`]: absolute departure deadlines of a train and the summary of how well
 //!   a sent train kept them.
 //!
@@ -24,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod peers;
 pub mod planner;
 pub mod reassembly;
 pub mod schedule;

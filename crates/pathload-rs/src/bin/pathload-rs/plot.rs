@@ -36,10 +36,11 @@ pub(crate) fn draw(path: &Path, fleets: &[FleetReport], o: &Outcome) -> anyhow::
         .x_desc("fleet")
         .y_desc("rate (Mbit/s)")
         .x_labels(fleets.len().clamp(2, 20))
+        .x_label_formatter(&|x| format!("{x:.0}"))
         .draw()?;
 
     // The final range as a band across the plot.
-    let band = RGBColor(120, 170, 230).mix(0.25);
+    let band = RGBColor(90, 140, 220).mix(0.35);
     chart
         .draw_series(std::iter::once(Rectangle::new(
             [(0.5, o.low), (n + 0.5, o.high.max(o.low + top * 0.002))],

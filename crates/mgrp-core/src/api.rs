@@ -178,6 +178,7 @@ pub struct ApiError {
 
 /// Counters of the daemon as a whole.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct DaemonCounters {
     /// Packets read from the TUN.
     pub tun_packets_in: u64,
@@ -219,6 +220,22 @@ pub struct DaemonCounters {
     pub trains_accepted: u64,
     /// Trains refused.
     pub trains_rejected: u64,
+    /// Of `trains_rejected`, trains to a destination that is no peer.
+    pub trains_refused_not_peer: u64,
+    /// MGRP packets dropped unread because their sender is no peer.
+    pub mgrp_not_peer: u64,
+    /// Riders refused as not sound IP packets.
+    pub riders_refused_malformed: u64,
+    /// Riders refused because their source is not an address their peer may speak for.
+    pub riders_refused_foreign_source: u64,
+    /// Riders refused because their destination is not the address their MGRP packet
+    /// was sent to (nor a local prefix).
+    pub riders_refused_foreign_destination: u64,
+    /// Riders refused because they are MGRP packets themselves.
+    pub riders_refused_inner_mgrp: u64,
+    /// Riders refused for a broadcast, multicast, loopback, link-local or unspecified
+    /// destination.
+    pub riders_refused_special_destination: u64,
 }
 
 /// Everything the daemon counts.

@@ -211,6 +211,21 @@ impl Peers {
         &self.peers
     }
 
+    /// The local prefixes.
+    pub fn local(&self) -> &[Prefix] {
+        &self.local
+    }
+
+    /// Adds a peer.
+    pub fn add_peer(&mut self, peer: Peer) {
+        self.peers.push(peer);
+    }
+
+    /// Adds a local prefix.
+    pub fn add_local(&mut self, prefix: Prefix) {
+        self.local.push(prefix);
+    }
+
     /// The peer `ip` belongs to: the one with the longest matching prefix.
     pub fn find(&self, ip: IpAddr) -> Option<&Peer> {
         self.peers
@@ -233,11 +248,14 @@ impl Peers {
         if !own && !peer.allowed_sources.iter().any(|p| p.contains(h.src)) {
             return Err(Refusal::ForeignSource);
         }
-        if is_special(h.dst) {
-            return Err(Refusal::SpecialDestination);
-        }
-        if h.dst != outer_dst && !self.local.iter().any(|p| p.contains(h.dst)) {
-            return Err(Refusal::ForeignDestination);
+        // A configured local prefix is trusted as written, even a special one.
+        if !self.local.iter().any(|p| p.contains(h.dst)) {
+            if is_special(h.dst) {
+                return Err(Refusal::SpecialDestination);
+            }
+            if h.dst != outer_dst {
+                return Err(Refusal::ForeignDestination);
+            }
         }
         if h.protocol == self.protocol {
             return Err(Refusal::InnerMgrp);
@@ -457,6 +475,11 @@ mod tests {
         assert_eq!(p.admit(ip("10.0.0.2"), ip("10.0.0.1"), &r), Ok(()));
         // To a local prefix too.
         let r = v4("10.0.0.2", "10.9.3.3", 17, 60);
+        assert_eq!(p.admit(ip("10.0.0.2"), ip("10.0.0.1"), &r), Ok(()));
+        // A configured local prefix overrides the special-address rule.
+        let mut p = p;
+        p.add_local("127.0.0.0/8".parse().unwrap());
+        let r = v4("10.0.0.2", "127.0.0.1", 17, 60);
         assert_eq!(p.admit(ip("10.0.0.2"), ip("10.0.0.1"), &r), Ok(()));
     }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use ipnet::IpNet;
+use mgrp_core::peers::{Peer, Peers, Prefix};
 use mgrp_core::planner::{HoldMode, Packing, Policy};
 use serde::{Deserialize, Deserializer};
 
@@ -119,9 +120,17 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub min_gap: Option<Duration>,
     /// Traffic to DST rides in trains to PEER, as DST=PEER (repeatable) [default: every
-    /// destination is its own peer].
-    #[arg(long = "peer", value_name = "DST=PEER", value_parser = parse_peer)]
-    pub peers: Vec<(IpAddr, IpAddr)>,
+    /// destination is its own peer]. PEER becomes a peer.
+    #[arg(long = "via", value_name = "DST=PEER", value_parser = parse_peer)]
+    pub via: Vec<(IpAddr, IpAddr)>,
+    /// Also take MGRP packets from the hosts in PREFIX (repeatable); the hosts inside
+    /// the --route prefixes are always peers, and nobody else is.
+    #[arg(long = "peer", value_name = "PREFIX")]
+    pub peers: Vec<Prefix>,
+    /// Also accept riders addressed to PREFIX (repeatable), besides the address each
+    /// MGRP packet was sent to.
+    #[arg(long = "local", value_name = "PREFIX")]
+    pub local: Vec<Prefix>,
 }
 
 /// `--hold-mode` values.
@@ -172,9 +181,22 @@ struct File {
     #[serde(default)]
     piggyback: PiggybackFile,
     #[serde(default)]
-    peers: BTreeMap<IpAddr, IpAddr>,
+    via: BTreeMap<IpAddr, IpAddr>,
+    #[serde(default)]
+    peers: Vec<PeerFile>,
+    #[serde(default)]
+    local_prefixes: Vec<Prefix>,
     #[serde(default)]
     limits: LimitsFile,
+}
+
+/// One `[[peers]]` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct PeerFile {
+    prefix: Prefix,
+    #[serde(default)]
+    allowed_sources: Vec<Prefix>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -241,7 +263,10 @@ pub struct Config {
     /// Piggyback policy of every destination.
     pub policy: Policy,
     /// MGRP peer of each destination that is not its own peer.
-    pub peers: BTreeMap<IpAddr, IpAddr>,
+    pub via: BTreeMap<IpAddr, IpAddr>,
+    /// The hosts MGRP packets are taken from, what their riders may claim, and the
+    /// local prefixes riders may be addressed to.
+    pub peers: Peers,
     /// CPU to pin the pacer to.
     pub pacer_cpu: Option<usize>,
     /// Whether to ask for SCHED_FIFO.
@@ -353,6 +378,11 @@ impl Config {
         routes.extend(cli.routes.iter().copied());
         routes.sort();
         routes.dedup();
+        let via = {
+            let mut v = f.via.clone();
+            v.extend(cli.via.iter().copied());
+            v
+        };
         let fwmark = cli.fwmark.or(f.fwmark).unwrap_or(0x4d47);
         if fwmark == 0 {
             return Err(bad(
@@ -401,6 +431,30 @@ impl Config {
                 "busy-poll-margin of {busy_poll_margin:?} would spin too long; use at most 5ms"
             )));
         }
+        let peers = {
+            let mut peers = Peers::new(Vec::new(), Vec::new(), protocol);
+            for r in &routes {
+                let prefix = Prefix::new(r.addr(), r.prefix_len())
+                    .map_err(|e| bad(format!("route {r}: {e}")))?;
+                peers.add_peer(Peer::new(prefix));
+            }
+            for p in &cli.peers {
+                peers.add_peer(Peer::new(*p));
+            }
+            for p in f.peers {
+                peers.add_peer(Peer {
+                    prefix: p.prefix,
+                    allowed_sources: p.allowed_sources,
+                });
+            }
+            for peer in via.values() {
+                peers.add_peer(Peer::new(Prefix::host(*peer)));
+            }
+            for l in f.local_prefixes.iter().chain(&cli.local) {
+                peers.add_local(*l);
+            }
+            peers
+        };
         Ok(Self {
             tun,
             tun_address: cli
@@ -424,11 +478,8 @@ impl Config {
             route_on_demand: hold_mode == HoldMode::OnDemand
                 && cli.route_on_demand.or(f.route_on_demand).unwrap_or(true),
             policy,
-            peers: {
-                let mut p = f.peers;
-                p.extend(cli.peers.iter().copied());
-                p
-            },
+            peers,
+            via,
             pacer_cpu: cli.pacer_cpu.or(f.pacer_cpu),
             realtime: !cli.no_realtime && f.realtime.unwrap_or(true),
             busy_poll_margin,
@@ -453,7 +504,7 @@ impl Config {
 
     /// The MGRP peer that carries traffic for `dst`.
     pub fn peer_of(&self, dst: IpAddr) -> IpAddr {
-        self.peers.get(&dst).copied().unwrap_or(dst)
+        self.via.get(&dst).copied().unwrap_or(dst)
     }
 }
 
@@ -551,12 +602,16 @@ mod tests {
             routes = ["10.9.0.0/24"]
             hold = "5ms"
             hold-mode = "on-demand"
+            local-prefixes = ["10.200.0.0/16"]
             [piggyback]
             packing = "multiple"
             max-train-fraction = 0.5
             first-n = 10
-            [peers]
+            [via]
             "10.9.0.7" = "10.9.0.1"
+            [[peers]]
+            prefix = "10.50.0.0/24"
+            allowed-sources = ["192.168.0.0/16"]
             "#,
         )
         .unwrap();
@@ -572,6 +627,24 @@ mod tests {
             c.peer_of("10.9.0.8".parse().unwrap()),
             "10.9.0.8".parse::<IpAddr>().unwrap()
         );
+        // Peers: the route, the via target, the table; nobody else.
+        for (ip, peer) in [
+            ("10.9.0.200", true),
+            ("10.9.0.1", true),
+            ("10.50.0.3", true),
+            ("10.9.1.1", false),
+            ("10.50.1.3", false),
+        ] {
+            assert_eq!(c.peers.is_peer(ip.parse().unwrap()), peer, "{ip}");
+        }
+        let table = c.peers.find("10.50.0.3".parse().unwrap()).unwrap();
+        assert_eq!(table.allowed_sources.len(), 1);
+        assert_eq!(c.peers.local().len(), 1);
+        let cli = Cli::parse_from(["mgrpd", "--peer", "fd00::/64", "--local", "10.1.2.3"]);
+        let c = Config::merge(File::default(), &cli).unwrap();
+        assert!(c.peers.is_peer("fd00::9".parse().unwrap()));
+        assert!(!c.peers.is_peer("10.9.0.200".parse().unwrap()));
+        assert_eq!(c.peers.local().len(), 1);
 
         let cli = Cli::parse_from([
             "mgrpd",

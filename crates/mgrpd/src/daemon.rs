@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mgrp_core::api::{DaemonCounters, DaemonStats, ReceivedProbe, Response};
+use mgrp_core::peers::{Peer, Prefix, Refusal};
 use mgrp_core::planner::{Path, Planner, ProbeToSend, Transaction, Transmit};
 use mgrp_core::reassembly::{ChunkOutcome, Reassembler};
 use mgrp_core::stats::{PlannerCounters, ReassemblyCounters, TransactionReport};
@@ -69,6 +70,13 @@ counters!(
     probes_dropped_slow_listener,
     trains_accepted,
     trains_rejected,
+    trains_refused_not_peer,
+    mgrp_not_peer,
+    riders_refused_malformed,
+    riders_refused_foreign_source,
+    riders_refused_foreign_destination,
+    riders_refused_inner_mgrp,
+    riders_refused_special_destination,
 );
 
 fn bump(c: &AtomicU64) {
@@ -151,6 +159,8 @@ pub struct Shared {
     pub(crate) listeners: Mutex<HashMap<u16, Vec<Listener>>>,
     pub(crate) reassembly: Mutex<ReassemblyCounters>,
     malformed_log: Mutex<LogLimiter>,
+    refused_log: Mutex<LogLimiter>,
+    not_peer_log: Mutex<LogLimiter>,
     io: Io,
     events: mpsc::UnboundedSender<TrainEvent>,
     fatal: Mutex<Option<oneshot::Sender<String>>>,
@@ -237,7 +247,14 @@ impl Shared {
 
     /// A daemon whose data path loops back in-process (see `Io::Loopback`): no TUN, no
     /// raw sockets, no privileges needed.
-    pub fn loopback(config: Config, events: mpsc::UnboundedSender<TrainEvent>) -> Self {
+    /// The loopback addresses are its peers: it receives what it sends.
+    pub fn loopback(mut config: Config, events: mpsc::UnboundedSender<TrainEvent>) -> Self {
+        for lo in [
+            Prefix::host(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
+            Prefix::host(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)),
+        ] {
+            config.peers.add_peer(Peer::new(lo));
+        }
         let reasm = Reassembler::new(config.reassembly);
         Self::with_io(config, Io::Loopback(Box::new(Mutex::new(reasm))), events)
     }
@@ -251,6 +268,14 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             listeners: Mutex::new(HashMap::new()),
             reassembly: Mutex::new(ReassemblyCounters::default()),
+            refused_log: Mutex::new(LogLimiter {
+                last: None,
+                skipped: 0,
+            }),
+            not_peer_log: Mutex::new(LogLimiter {
+                last: None,
+                skipped: 0,
+            }),
             malformed_log: Mutex::new(LogLimiter {
                 last: None,
                 skipped: 0,
@@ -331,6 +356,19 @@ impl Shared {
         }
     }
 
+    /// Refuses trains to a host that is no peer (it would drop the probes, and with
+    /// route on demand the host's traffic to it would be diverted into probes).
+    pub fn check_peer(&self, peer: IpAddr) -> Result<(), SubmitError> {
+        if self.config.peers.is_peer(peer) {
+            return Ok(());
+        }
+        bump(&self.counters.trains_rejected);
+        bump(&self.counters.trains_refused_not_peer);
+        Err(SubmitError::Invalid(format!(
+            "{peer} is not a peer of this mgrpd: probes would go to a host that drops them; add it with --peer or a --route that covers it"
+        )))
+    }
+
     /// Queues a train; the report arrives on the returned channel once it was sent.
     pub fn submit(
         &self,
@@ -380,6 +418,7 @@ impl Shared {
             )));
         }
         let peer = self.config.peer_of(destination);
+        self.check_peer(peer)?;
         let mut st = self.lock();
         // Checked under the lock the pacer takes before it flushes for shutdown, so no
         // train is accepted after the pacer stopped taking them.
@@ -443,7 +482,14 @@ impl Shared {
                 // their own ids apart in reassembly.
                 let from = peer;
                 let ip_len = packet.len() + if peer.is_ipv4() { 20 } else { 40 };
-                self.handle_mgrp(&mut reasm, from, packet, ip_len, sys::wall_now());
+                self.handle_mgrp(
+                    &mut reasm,
+                    from,
+                    Some(peer),
+                    packet,
+                    ip_len,
+                    sys::wall_now(),
+                );
                 Ok(packet.len())
             }
         }
@@ -865,18 +911,58 @@ pub fn run_receiver(shared: &Shared, sock: &Socket, v6: bool) {
             }
         };
         let data = &buf[..r.len];
-        let (payload, ip_len) = if v6 {
-            (data, r.len + 40)
+        let (payload, ip_len, to) = if v6 {
+            (data, r.len + 40, r.to)
         } else {
             let ihl = data.first().map_or(0, |b| usize::from(b & 0x0f) * 4);
-            (data.get(ihl..).filter(|_| ihl >= 20).unwrap_or(&[]), r.len)
+            let to = data
+                .get(16..20)
+                .map(|a| IpAddr::V4(std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3])));
+            (
+                data.get(ihl..).filter(|_| ihl >= 20).unwrap_or(&[]),
+                r.len,
+                to,
+            )
         };
         let stamp = r.stamp.unwrap_or_else(sys::wall_now);
-        shared.handle_mgrp(&mut reasm, r.from, payload, ip_len, stamp);
+        shared.handle_mgrp(&mut reasm, r.from, to, payload, ip_len, stamp);
     }
 }
 
 impl Shared {
+    /// Whether a rider may be written into this host. The loopback data path writes
+    /// riders nowhere, so it admits every one.
+    fn admit(&self, from: IpAddr, to: Option<IpAddr>, rider: &[u8]) -> Result<(), Refusal> {
+        match self.io {
+            Io::Kernel { .. } => {
+                let to = to.unwrap_or(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED));
+                self.config.peers.admit(from, to, rider)
+            }
+            Io::Loopback(_) => Ok(()),
+        }
+    }
+
+    fn count_refusal(&self, from: IpAddr, refusal: Refusal) {
+        let c = &self.counters;
+        bump(match refusal {
+            Refusal::NotPeer => &c.mgrp_not_peer,
+            Refusal::Malformed => &c.riders_refused_malformed,
+            Refusal::ForeignSource => &c.riders_refused_foreign_source,
+            Refusal::ForeignDestination => &c.riders_refused_foreign_destination,
+            Refusal::InnerMgrp => &c.riders_refused_inner_mgrp,
+            Refusal::SpecialDestination => &c.riders_refused_special_destination,
+        });
+        let mut limiter = self
+            .refused_log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(skipped) = limiter.allow() {
+            warn!(
+                "refused a rider from peer {from}: {refusal:?} ({skipped} more refusals since the last report)"
+            );
+        }
+    }
+
     fn publish_reassembly(&self, reasm: &Reassembler<IpAddr>) {
         *self
             .reassembly
@@ -884,16 +970,32 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner) = reasm.counters();
     }
 
-    /// Takes in one received MGRP packet: riders to the TUN, the probe to its listener.
+    /// Takes in one received MGRP packet, sent by `from` to `to`: riders admitted by
+    /// [`Peers::admit`] to the TUN, the probe to its listener. Packets from non-peers
+    /// are counted and dropped unread.
     fn handle_mgrp(
         &self,
         reasm: &mut Reassembler<IpAddr>,
         from: IpAddr,
+        to: Option<IpAddr>,
         payload: &[u8],
         ip_len: usize,
         stamp: mgrp_core::WallTime,
     ) {
         bump(&self.counters.mgrp_received);
+        if !self.config.peers.is_peer(from) {
+            bump(&self.counters.mgrp_not_peer);
+            let mut limiter = self
+                .not_peer_log
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(skipped) = limiter.allow() {
+                warn!(
+                    "dropped an MGRP packet from {from}, which is no peer; add it with --peer if it should be one ({skipped} more since the last report)"
+                );
+            }
+            return;
+        }
         let packet = match Packet::new_checked(payload) {
             Ok(p) => p,
             Err(e) => {
@@ -913,6 +1015,10 @@ impl Shared {
         let now = sys::mono_now();
         for chunk in packet.chunks() {
             if let ChunkOutcome::Complete(rider) = reasm.handle_chunk(now, from, &chunk) {
+                if let Err(refusal) = self.admit(from, to, &rider) {
+                    self.count_refusal(from, refusal);
+                    continue;
+                }
                 match self.write_tun(&rider) {
                     Ok(_) => {
                         bump(&self.counters.riders_delivered);

@@ -42,7 +42,7 @@ impl Demand {
     /// Takes ownership of the installed routes (if mgrpd manages routes).
     pub fn new(routes: Option<Routes>, config: &Config) -> Self {
         let mut via: HashMap<IpAddr, Vec<IpAddr>> = HashMap::new();
-        for (dst, peer) in &config.peers {
+        for (dst, peer) in &config.via {
             via.entry(*peer).or_default().push(*dst);
         }
         Self {

@@ -311,6 +311,10 @@ async fn submit(
             .collect(),
     };
     let peer = shared.config.peer_of(train.destination);
+    // A train to a non-peer is refused before any route changes.
+    if let Err(e) = shared.check_peer(peer) {
+        return error(ErrorKind::InvalidTrain, e.to_string());
+    }
     // Route the destination into the tunnel before the train can start.
     demand.train_queued(peer).await;
     match shared.submit(train.destination, tx) {

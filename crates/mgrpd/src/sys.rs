@@ -89,11 +89,16 @@ pub fn raw_ip_socket(v6: bool, mark: u32) -> io::Result<Socket> {
 }
 
 /// A raw IP socket receiving MGRP packets, with kernel receive timestamps
-/// (`SO_TIMESTAMPNS`) and a read timeout so its thread can notice shutdown.
+/// (`SO_TIMESTAMPNS`), for IPv6 the address each packet was sent to
+/// (`IPV6_RECVPKTINFO`; an IPv4 raw socket hands over the whole header), and a read
+/// timeout so its thread can notice shutdown.
 pub fn mgrp_recv_socket(v6: bool, protocol: u8, timeout: Duration) -> io::Result<Socket> {
     let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
     let s = Socket::new(domain, Type::RAW, Some(Protocol::from(i32::from(protocol))))?;
     set_int_option(&s, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
+    if v6 {
+        set_int_option(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
+    }
     s.set_read_timeout(Some(timeout))?;
     let _ = s.set_recv_buffer_size(8 << 20);
     Ok(s)
@@ -108,6 +113,8 @@ pub struct Received {
     pub from: IpAddr,
     /// Kernel receive stamp, if the kernel gave one.
     pub stamp: Option<WallTime>,
+    /// The address the packet was sent to, when the kernel said (IPv6 packet info).
+    pub to: Option<IpAddr>,
 }
 
 /// Receives one datagram with its kernel timestamp. Returns `Ok(None)` on timeout.
@@ -117,8 +124,8 @@ pub fn recv_stamped(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Received>> {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    // Room for one timespec control message, aligned.
-    let mut control = [0u64; 8];
+    // Room for a timespec and an IPv6 packet-info control message, aligned.
+    let mut control = [0u64; 16];
     // SAFETY: zeroed msghdr is a valid starting value.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_name = addr.as_mut_ptr().cast();
@@ -126,7 +133,7 @@ pub fn recv_stamped(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Received>> {
     msg.msg_iov = &raw mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = size_of::<[u64; 8]>();
+    msg.msg_controllen = size_of::<[u64; 16]>();
     // SAFETY: every pointer in msg refers to live buffers of the stated sizes.
     let n = unsafe { libc::recvmsg(fd, &raw mut msg, 0) };
     if n < 0 {
@@ -139,6 +146,7 @@ pub fn recv_stamped(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Received>> {
         };
     }
     let mut stamp = None;
+    let mut to = None;
     // SAFETY: the kernel filled msg_control with well-formed cmsgs up to
     // msg_controllen; the CMSG_* macros walk them within those bounds.
     unsafe {
@@ -150,6 +158,10 @@ pub fn recv_stamped(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Received>> {
                     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
                 ));
             }
+            if (*c).cmsg_level == libc::IPPROTO_IPV6 && (*c).cmsg_type == libc::IPV6_PKTINFO {
+                let info: libc::in6_pktinfo = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                to = Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
+            }
             c = libc::CMSG_NXTHDR(&raw const msg, c);
         }
     }
@@ -160,6 +172,7 @@ pub fn recv_stamped(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Received>> {
         len: n as usize,
         from,
         stamp,
+        to,
     }))
 }
 

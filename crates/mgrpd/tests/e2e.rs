@@ -526,3 +526,162 @@ fn riders_of_probes_that_cannot_be_sent_are_not_lost_silently() {
     check_conserved("A", &s);
     assert!(a.process.log().contains("mgrpd ready"));
 }
+
+/// An IPv4 header (with its checksum) in front of `payload`.
+fn ipv4_packet(src: [u8; 4], dst: [u8; 4], protocol: u8, payload: &[u8]) -> Vec<u8> {
+    let len = 20 + payload.len();
+    let mut p = vec![0u8; 20];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&u16::try_from(len).unwrap().to_be_bytes());
+    p[8] = 64;
+    p[9] = protocol;
+    p[12..16].copy_from_slice(&src);
+    p[16..20].copy_from_slice(&dst);
+    let mut sum: u32 = p
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    p[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    p.extend_from_slice(payload);
+    p
+}
+
+/// A UDP datagram to port 7777 (checksum 0: none, allowed over IPv4) as a whole IP
+/// packet.
+fn udp_rider(src: [u8; 4], dst: [u8; 4], protocol: u8, text: &[u8]) -> Vec<u8> {
+    let mut udp = vec![0u8; 8];
+    udp[0..2].copy_from_slice(&4000u16.to_be_bytes());
+    udp[2..4].copy_from_slice(&7777u16.to_be_bytes());
+    udp[4..6].copy_from_slice(&u16::try_from(8 + text.len()).unwrap().to_be_bytes());
+    udp.extend_from_slice(text);
+    ipv4_packet(src, dst, protocol, &udp)
+}
+
+/// An MGRP continuation packet carrying `rider` whole.
+fn continuation(rider_id: u32, rider: &[u8]) -> Vec<u8> {
+    use mgrp_core::wire::{Chunk, Header, Kind, Repr};
+    let repr = Repr {
+        header: Header {
+            kind: Kind::Continuation,
+            last_in_train: false,
+            src_port: 0,
+            dst_port: 0,
+            transaction: 0,
+            seq: 0,
+            train_len: 0,
+            sender_time: mgrp_core::WallTime::UNIX_EPOCH,
+        },
+        tool_header: &[],
+        chunks: vec![Chunk {
+            rider_id,
+            offset: 0,
+            rider_len: u16::try_from(rider.len()).unwrap(),
+            data: rider,
+        }],
+        trailer_len: 0,
+    };
+    let mut buf = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut buf).unwrap();
+    buf
+}
+
+/// Hand-made MGRP packets from A, a peer, and from a spoofed stranger: only the sound
+/// rider from A's own address to the address the packet was sent to reaches B's UDP
+/// socket; every other one is refused and counted by its reason. A train to a host
+/// that is no peer is refused and installs no route.
+#[test]
+fn forged_riders_are_refused_and_counted() {
+    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+    let _serial = serial();
+    if !root_or_skip("forged_riders_are_refused_and_counted") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    // B's second address, which no MGRP packet is sent to.
+    net.b
+        .ip(&["addr", "add", "10.77.0.3/24", "dev", &net.veth_b])
+        .unwrap();
+    let (a, b) = daemons(&net, &[]);
+    let sink = net
+        .b
+        .run(|| std::net::UdpSocket::bind("0.0.0.0:7777"))
+        .unwrap()
+        .unwrap();
+    sink.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let (me, other, peer, stranger) = (
+        [10, 77, 0, 2],
+        [10, 77, 0, 3],
+        [10, 77, 0, 1],
+        [10, 77, 0, 9],
+    );
+    let to_b = SockAddr::from(SocketAddr::new(IpAddr::V4(ADDR_B), 0));
+    // MGRP from A's own address.
+    let mgrp = net
+        .a
+        .run(|| Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(253))))
+        .unwrap()
+        .unwrap();
+    let cases: [(&[u8], Vec<u8>); 5] = [
+        (b"good", udp_rider(peer, me, 17, b"good")),
+        (
+            b"spoofed source",
+            udp_rider(stranger, me, 17, b"spoofed source"),
+        ),
+        (
+            b"other address",
+            udp_rider(peer, other, 17, b"other address"),
+        ),
+        (b"inner mgrp", udp_rider(peer, me, 253, b"inner mgrp")),
+        (
+            b"broadcast",
+            udp_rider(peer, [255, 255, 255, 255], 17, b"broadcast"),
+        ),
+    ];
+    for (i, (_, rider)) in cases.iter().enumerate() {
+        let id = 0x7000_0000 + u32::try_from(i).unwrap();
+        mgrp.send_to(&continuation(id, rider), &to_b).unwrap();
+    }
+    // The same good rider from a stranger: the outer source is spoofed, so the whole
+    // IP header is ours (IPPROTO_RAW).
+    let raw = net
+        .a
+        .run(|| Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(255))))
+        .unwrap()
+        .unwrap();
+    let inner = udp_rider(stranger, me, 17, b"stranger");
+    let outer = ipv4_packet(stranger, me, 253, &continuation(0x7100_0000, &inner));
+    raw.send_to(&outer, &to_b).unwrap();
+
+    let mut got = Vec::new();
+    let mut buf = [0u8; 2048];
+    while let Ok(n) = sink.recv(&mut buf) {
+        got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert_eq!(got, ["good"], "only the sound rider may reach the host");
+    let s = b.quiescent_stats().unwrap().daemon;
+    assert_eq!(s.riders_delivered, 1, "{s:#?}");
+    assert_eq!(s.riders_refused_foreign_source, 1, "{s:#?}");
+    assert_eq!(s.riders_refused_foreign_destination, 1, "{s:#?}");
+    assert_eq!(s.riders_refused_inner_mgrp, 1, "{s:#?}");
+    assert_eq!(s.riders_refused_special_destination, 1, "{s:#?}");
+    assert_eq!(s.mgrp_not_peer, 1, "{s:#?}");
+    assert!(b.process.log().contains("no peer"), "{}", b.process.log());
+
+    // A train from A to B's other address: refused, and no route for it appears.
+    let mut api = a.api().unwrap();
+    let to_other = IpAddr::V4("10.77.0.3".parse().unwrap());
+    let refused = api.send_train(uniform_train(to_other, 5, 300, Duration::from_micros(100)));
+    let e = refused.expect_err("a train to a non-peer is refused");
+    assert!(e.to_string().contains("not a peer"), "{e:#}");
+    let routes = net
+        .a
+        .ip(&["route", "show", "table", "all"])
+        .unwrap_or_default();
+    assert!(!routes.contains("10.77.0.3 "), "{routes}");
+    let sa = a.stats().unwrap().daemon;
+    assert_eq!(sa.trains_refused_not_peer, 1, "{sa:#?}");
+}

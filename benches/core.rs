@@ -209,5 +209,44 @@ fn reassembly(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, wire, planner, reassembly);
+/// The cost the keyed tag adds to every MGRP packet, for the sizes pathload and the
+/// paper's trains use: sealing happens on the pacer's path right before each send.
+fn auth(c: &mut Criterion) {
+    use mgrp_core::auth::{Key, ReplayWindow, TRAILER_LEN, open, seal};
+    let key = Key::from_bytes([7; 32]);
+    let mut g = c.benchmark_group("auth");
+    for size in [228usize, 1000, 1500] {
+        let len = size - 20;
+        let repr = Repr {
+            header: header(),
+            tool_header: &[0; 24],
+            chunks: Vec::new(),
+            trailer_len: TRAILER_LEN,
+        };
+        let mut buf = vec![0u8; len];
+        repr.emit(&mut buf).unwrap();
+        g.throughput(Throughput::Bytes(len as u64));
+        let mut counter = 0u64;
+        g.bench_function(format!("seal {size}-byte probe"), |b| {
+            b.iter(|| {
+                counter += 1;
+                seal(&key, black_box(&mut buf), counter).unwrap();
+            });
+        });
+        g.bench_function(format!("open {size}-byte probe"), |b| {
+            b.iter(|| open(&key, black_box(&buf)).unwrap());
+        });
+    }
+    let mut w = ReplayWindow::default();
+    let mut n = 0u64;
+    g.bench_function("replay window, in order", |b| {
+        b.iter(|| {
+            n += 1;
+            black_box(w.check_and_update(n))
+        });
+    });
+    g.finish();
+}
+
+criterion_group!(benches, wire, planner, reassembly, auth);
 criterion_main!(benches);

@@ -14,6 +14,7 @@
 //!   or not at all, within bounded memory.
 //! - [`stats`]: what a tool learns about its transaction, and the planner's counters.
 //! - [`api`]: the messages of the daemon's Unix-socket API.
+//! - [`auth`]: keyed tags and replay protection in the packet trailer.
 //! - [`peers`]: which hosts MGRP packets are taken from, and which riders may be
 //!   written into this host.
 //! - [`schedule`]: absolute departure deadlines of a train and the summary of how well
@@ -26,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod auth;
 pub mod peers;
 pub mod planner;
 pub mod reassembly;

@@ -236,6 +236,14 @@ pub struct DaemonCounters {
     /// Riders refused for a broadcast, multicast, loopback, link-local or unspecified
     /// destination.
     pub riders_refused_special_destination: u64,
+    /// MGRP packets from a peer with a key that carried no authentication trailer.
+    pub mgrp_unauthenticated: u64,
+    /// MGRP packets whose tag did not match (another key, or altered).
+    pub mgrp_bad_tag: u64,
+    /// MGRP packets whose counter was seen already or is too old.
+    pub mgrp_replayed: u64,
+    /// Authenticated MGRP packets from a peer for which no key is configured.
+    pub mgrp_unexpected_auth: u64,
 }
 
 /// Everything the daemon counts.

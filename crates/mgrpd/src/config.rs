@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use ipnet::IpNet;
+use mgrp_core::auth::{Key, TRAILER_LEN};
 use mgrp_core::peers::{Peer, Peers, Prefix};
 use mgrp_core::planner::{HoldMode, Packing, Policy};
 use serde::{Deserialize, Deserializer};
@@ -29,7 +30,7 @@ use serde::{Deserialize, Deserializer};
         side it takes the packets out again, writes them back through its TUN, and hands \
         the probes with kernel timestamps to the tools listening for them.\n\n\
         Needs CAP_NET_ADMIN and CAP_NET_RAW (run as root). See mgrpd.example.toml for a \
-        commented configuration file."
+        commented configuration file. `mgrpd genkey` prints a new key for --key-file."
 )]
 pub struct Cli {
     /// Read settings from this TOML file (flags given as well override it).
@@ -131,6 +132,10 @@ pub struct Cli {
     /// MGRP packet was sent to.
     #[arg(long = "local", value_name = "PREFIX")]
     pub local: Vec<Prefix>,
+    /// Authenticate every MGRP packet with the key in FILE (32 bytes as hex or base64,
+    /// file mode 0600; make one with `mgrpd genkey`). Peers need the same key.
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
 }
 
 /// `--hold-mode` values.
@@ -186,6 +191,7 @@ struct File {
     peers: Vec<PeerFile>,
     #[serde(default)]
     local_prefixes: Vec<Prefix>,
+    key_file: Option<PathBuf>,
     #[serde(default)]
     limits: LimitsFile,
 }
@@ -197,6 +203,53 @@ struct PeerFile {
     prefix: Prefix,
     #[serde(default)]
     allowed_sources: Vec<Prefix>,
+    key_file: Option<PathBuf>,
+}
+
+/// The keys that authenticate MGRP packets, if any.
+#[derive(Debug, Clone, Default)]
+pub struct Keys {
+    /// The key of every peer without one of its own.
+    pub default: Option<Key>,
+    /// Keys of `[[peers]]` tables.
+    pub per_peer: Vec<(Prefix, Key)>,
+}
+
+impl Keys {
+    /// Whether packets are authenticated at all.
+    pub fn enabled(&self) -> bool {
+        self.default.is_some() || !self.per_peer.is_empty()
+    }
+
+    /// The key for packets to or from `ip`: its `[[peers]]` key (longest prefix), else
+    /// the default one.
+    pub fn key_for(&self, ip: IpAddr) -> Option<&Key> {
+        self.per_peer
+            .iter()
+            .filter(|(p, _)| p.contains(ip))
+            .max_by_key(|(p, _)| p.len())
+            .map(|(_, k)| k)
+            .or(self.default.as_ref())
+    }
+}
+
+/// Reads a key file, which only its owner may read.
+fn read_key(path: &Path) -> Result<Key, ConfigError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| bad(format!("cannot read key file {}: {e}", path.display())))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(bad(format!(
+            "key file {} has mode {mode:04o}, so others may read it; run `chmod 600 {}`",
+            path.display(),
+            path.display()
+        )));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad(format!("cannot read key file {}: {e}", path.display())))?;
+    text.parse()
+        .map_err(|e| bad(format!("key file {}: {e}", path.display())))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -267,6 +320,8 @@ pub struct Config {
     /// The hosts MGRP packets are taken from, what their riders may claim, and the
     /// local prefixes riders may be addressed to.
     pub peers: Peers,
+    /// Keys authenticating MGRP packets.
+    pub keys: Keys,
     /// CPU to pin the pacer to.
     pub pacer_cpu: Option<usize>,
     /// Whether to ask for SCHED_FIFO.
@@ -335,7 +390,7 @@ impl Config {
         };
         let pb = &f.piggyback;
         let defaults = Policy::default();
-        let policy = Policy {
+        let mut policy = Policy {
             hold: cli.hold.or(f.hold).unwrap_or(defaults.hold),
             hold_mode,
             packing: match cli.packing.or(pb.packing).unwrap_or(PackingArg::One) {
@@ -431,8 +486,15 @@ impl Config {
                 "busy-poll-margin of {busy_poll_margin:?} would spin too long; use at most 5ms"
             )));
         }
-        let peers = {
+        let (peers, keys) = {
             let mut peers = Peers::new(Vec::new(), Vec::new(), protocol);
+            let mut keys = Keys {
+                default: match cli.key_file.as_ref().or(f.key_file.as_ref()) {
+                    Some(path) => Some(read_key(path)?),
+                    None => None,
+                },
+                per_peer: Vec::new(),
+            };
             for r in &routes {
                 let prefix = Prefix::new(r.addr(), r.prefix_len())
                     .map_err(|e| bad(format!("route {r}: {e}")))?;
@@ -442,6 +504,9 @@ impl Config {
                 peers.add_peer(Peer::new(*p));
             }
             for p in f.peers {
+                if let Some(path) = &p.key_file {
+                    keys.per_peer.push((p.prefix, read_key(path)?));
+                }
                 peers.add_peer(Peer {
                     prefix: p.prefix,
                     allowed_sources: p.allowed_sources,
@@ -453,8 +518,21 @@ impl Config {
             for l in f.local_prefixes.iter().chain(&cli.local) {
                 peers.add_local(*l);
             }
-            peers
+            (peers, keys)
         };
+        if keys.enabled() {
+            if let Some(p) = peers
+                .peers()
+                .iter()
+                .find(|p| keys.key_for(p.prefix.addr()).is_none())
+            {
+                return Err(bad(format!(
+                    "peer {} has no key while others do; give every peer a key (key-file in its [[peers]] table, or --key-file for all)",
+                    p.prefix
+                )));
+            }
+            policy.trailer_len = TRAILER_LEN;
+        }
         Ok(Self {
             tun,
             tun_address: cli
@@ -479,6 +557,7 @@ impl Config {
                 && cli.route_on_demand.or(f.route_on_demand).unwrap_or(true),
             policy,
             peers,
+            keys,
             via,
             pacer_cpu: cli.pacer_cpu.or(f.pacer_cpu),
             realtime: !cli.no_realtime && f.realtime.unwrap_or(true),
@@ -685,5 +764,42 @@ mod tests {
         assert!(e.contains("max-train-fraction"), "{e}");
         let e = Config::from_toml("tun = \"a/b\"").unwrap_err().to_string();
         assert!(e.contains("interface name"), "{e}");
+    }
+
+    #[test]
+    fn keys_come_from_private_files_and_every_peer_needs_one() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir();
+        let key = dir.join(format!("mgrpd-test-{}.key", std::process::id()));
+        std::fs::write(&key, "ab".repeat(32)).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let toml = format!(
+            "routes = [\"10.0.0.2/32\"]\nkey-file = \"{}\"",
+            key.display()
+        );
+        let e = Config::from_toml(&toml).unwrap_err().to_string();
+        assert!(e.contains("chmod 600"), "{e}");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let c = Config::from_toml(&toml).unwrap();
+        assert!(c.keys.enabled());
+        assert_eq!(c.policy.trailer_len, TRAILER_LEN);
+        assert!(c.keys.key_for("10.0.0.2".parse().unwrap()).is_some());
+        assert!(
+            !format!("{c:?}").contains(&"ab".repeat(32)),
+            "keys never print"
+        );
+        // A per-peer key only: the route's peer has none.
+        let toml = format!(
+            "routes = [\"10.0.0.2/32\"]\n[[peers]]\nprefix = \"10.0.1.0/24\"\nkey-file = \"{}\"",
+            key.display()
+        );
+        let e = Config::from_toml(&toml).unwrap_err().to_string();
+        assert!(e.contains("10.0.0.2/32 has no key"), "{e}");
+        std::fs::write(&key, "short").unwrap();
+        let toml = format!("key-file = \"{}\"", key.display());
+        let e = Config::from_toml(&toml).unwrap_err().to_string();
+        assert!(e.contains("mgrpd genkey"), "{e}");
+        let _ = std::fs::remove_file(&key);
+        assert!(!Config::from_toml("").unwrap().keys.enabled());
     }
 }

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mgrp_core::api::{DaemonCounters, DaemonStats, ReceivedProbe, Response};
+use mgrp_core::auth::{self, AuthError, ReplayWindow};
 use mgrp_core::peers::{Peer, Prefix, Refusal};
 use mgrp_core::planner::{Path, Planner, ProbeToSend, Transaction, Transmit};
 use mgrp_core::reassembly::{ChunkOutcome, Reassembler};
@@ -77,6 +78,10 @@ counters!(
     riders_refused_foreign_destination,
     riders_refused_inner_mgrp,
     riders_refused_special_destination,
+    mgrp_unauthenticated,
+    mgrp_bad_tag,
+    mgrp_replayed,
+    mgrp_unexpected_auth,
 );
 
 fn bump(c: &AtomicU64) {
@@ -161,6 +166,12 @@ pub struct Shared {
     malformed_log: Mutex<LogLimiter>,
     refused_log: Mutex<LogLimiter>,
     not_peer_log: Mutex<LogLimiter>,
+    auth_log: Mutex<LogLimiter>,
+    /// The counter of the next authenticated packet; starts at the clock's nanoseconds
+    /// so a restarted daemon's packets are not taken for replays.
+    tx_counter: AtomicU64,
+    /// Replay windows of the peers, used by the receiver threads only.
+    replay: Mutex<HashMap<IpAddr, ReplayWindow>>,
     io: Io,
     events: mpsc::UnboundedSender<TrainEvent>,
     fatal: Mutex<Option<oneshot::Sender<String>>>,
@@ -276,6 +287,12 @@ impl Shared {
                 last: None,
                 skipped: 0,
             }),
+            auth_log: Mutex::new(LogLimiter {
+                last: None,
+                skipped: 0,
+            }),
+            tx_counter: AtomicU64::new(sys::wall_now().as_nanos()),
+            replay: Mutex::new(HashMap::new()),
             malformed_log: Mutex::new(LogLimiter {
                 last: None,
                 skipped: 0,
@@ -552,6 +569,7 @@ impl Shared {
             }
             Transmit::Continuation(mut pkt) => {
                 wire::stamp_sender_time(&mut pkt, sys::wall_now());
+                self.seal(peer, &mut pkt);
                 match self.send_mgrp(peer, &pkt) {
                     Ok(_) => bump(&self.counters.continuations_sent),
                     Err(e) => {
@@ -822,6 +840,7 @@ fn run_train(shared: &Shared, timer: &sys::Timer, peer: IpAddr, realtime: bool) 
         sys::wait_until(timer, probe.deadline, margin);
         let stamp = sys::wall_now();
         wire::stamp_sender_time(&mut probe.packet, stamp);
+        shared.seal(peer, &mut probe.packet);
         let departed = sys::mono_now();
         let sent = match shared.send_mgrp(peer, &probe.packet) {
             Ok(_) => {
@@ -930,6 +949,59 @@ pub fn run_receiver(shared: &Shared, sock: &Socket, v6: bool) {
 }
 
 impl Shared {
+    /// Writes the counter and tag into an MGRP packet's trailer when its peer has a
+    /// key; the last step before the packet is sent.
+    fn seal(&self, peer: IpAddr, packet: &mut [u8]) {
+        if let Some(key) = self.config.keys.key_for(peer) {
+            let counter = self.tx_counter.fetch_add(1, Ordering::Relaxed);
+            // The planner reserves the trailer whenever keys are configured.
+            let _ = auth::seal(key, packet, counter);
+        }
+    }
+
+    /// Whether a peer's packet passes authentication (tag, then replay window), or
+    /// needs none; refusals are counted and logged at a limited rate.
+    fn authentic(&self, from: IpAddr, payload: &[u8]) -> bool {
+        let (counter, what) = match self.config.keys.key_for(from) {
+            Some(key) => match auth::open(key, payload) {
+                Ok(counter) => {
+                    let fresh = self
+                        .replay
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .entry(from)
+                        .or_default()
+                        .check_and_update(counter);
+                    if fresh {
+                        return true;
+                    }
+                    (&self.counters.mgrp_replayed, "a replayed or too old packet")
+                }
+                // Left to the parser, which counts it as malformed.
+                Err(AuthError::Malformed) => return true,
+                Err(AuthError::Unauthenticated) => (
+                    &self.counters.mgrp_unauthenticated,
+                    "an unauthenticated packet, but a key is configured for it; give it the same key",
+                ),
+                Err(AuthError::BadTag) => (
+                    &self.counters.mgrp_bad_tag,
+                    "a packet with a wrong tag (another key, or altered on the way)",
+                ),
+            },
+            None if auth::has_trailer(payload) => (
+                &self.counters.mgrp_unexpected_auth,
+                "an authenticated packet, but no key is configured for it; give this mgrpd the same key with --key-file",
+            ),
+            None => return true,
+        };
+        bump(counter);
+        let mut limiter = self.auth_log.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(skipped) = limiter.allow() {
+            warn!("dropped {what} from peer {from} ({skipped} more since the last report)");
+        }
+        false
+    }
+
     /// Whether a rider may be written into this host. The loopback data path writes
     /// riders nowhere, so it admits every one.
     fn admit(&self, from: IpAddr, to: Option<IpAddr>, rider: &[u8]) -> Result<(), Refusal> {
@@ -994,6 +1066,9 @@ impl Shared {
                     "dropped an MGRP packet from {from}, which is no peer; add it with --peer if it should be one ({skipped} more since the last report)"
                 );
             }
+            return;
+        }
+        if !self.authentic(from, payload) {
             return;
         }
         let packet = match Packet::new_checked(payload) {

@@ -44,6 +44,19 @@ where
     use clap::Parser as _;
     use std::process::ExitCode;
 
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    if args.get(1).is_some_and(|a| a == "genkey") {
+        return match genkey() {
+            Ok(key) => {
+                println!("{}", key.to_hex());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("mgrpd: cannot read random bytes from /dev/urandom: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let cli = match config::Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
@@ -81,6 +94,14 @@ where
             ExitCode::FAILURE
         }
     }
+}
+
+/// A new random key (`mgrpd genkey > FILE; chmod 600 FILE`).
+fn genkey() -> std::io::Result<mgrp_core::auth::Key> {
+    use std::io::Read as _;
+    let mut bytes = [0u8; mgrp_core::auth::KEY_LEN];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(mgrp_core::auth::Key::from_bytes(bytes))
 }
 
 fn create_tun(config: &Config) -> anyhow::Result<tun_rs::SyncDevice> {

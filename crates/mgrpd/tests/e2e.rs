@@ -685,3 +685,154 @@ fn forged_riders_are_refused_and_counted() {
     let sa = a.stats().unwrap().daemon;
     assert_eq!(sa.trains_refused_not_peer, 1, "{sa:#?}");
 }
+
+/// A key file of mode 0600 holding `key`, removed on drop.
+struct KeyFile(std::path::PathBuf);
+
+impl KeyFile {
+    fn new(key: &mgrp_core::auth::Key) -> Self {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = std::env::temp_dir().join(format!("{}.key", mgrp_testbed::unique("mgk")));
+        std::fs::write(&path, key.to_hex()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        Self(path)
+    }
+
+    fn arg(&self) -> String {
+        self.0.display().to_string()
+    }
+}
+
+impl Drop for KeyFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A hand-made continuation with an authentication trailer, sealed with `key`.
+fn sealed_continuation(
+    key: &mgrp_core::auth::Key,
+    counter: u64,
+    rider_id: u32,
+    rider: &[u8],
+) -> Vec<u8> {
+    use mgrp_core::wire::{Chunk, Header, Kind, Repr};
+    let repr = Repr {
+        header: Header {
+            kind: Kind::Continuation,
+            last_in_train: false,
+            src_port: 0,
+            dst_port: 0,
+            transaction: 0,
+            seq: 0,
+            train_len: 0,
+            sender_time: mgrp_core::WallTime::UNIX_EPOCH,
+        },
+        tool_header: &[],
+        chunks: vec![Chunk {
+            rider_id,
+            offset: 0,
+            rider_len: u16::try_from(rider.len()).unwrap(),
+            data: rider,
+        }],
+        trailer_len: mgrp_core::auth::TRAILER_LEN,
+    };
+    let mut buf = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut buf).unwrap();
+    mgrp_core::auth::seal(key, &mut buf, counter).unwrap();
+    buf
+}
+
+/// Both daemons keyed: a transfer with trains arrives intact and riders are delivered.
+/// Then, by hand from A: an unauthenticated packet, one sealed with another key, and
+/// one sealed right but sent twice; only the first copy of the last is delivered. A
+/// daemon without a key refuses an authenticated packet rather than ignore its tag.
+#[test]
+fn keyed_daemons_refuse_unauthenticated_wrong_key_and_replayed_packets() {
+    use mgrp_core::auth::Key;
+    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+    let _serial = serial();
+    if !root_or_skip("keyed_daemons") {
+        return;
+    }
+    let key = Key::from_bytes([0x5a; 32]);
+    let file = KeyFile::new(&key);
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let (a, b) = daemons(&net, &["--key-file", &file.arg()]);
+    transfer(&net, &a, 4 * MB, 5020, true);
+    let sb = b.quiescent_stats().unwrap();
+    assert!(sb.daemon.riders_delivered > 0, "{sb:#?}");
+    assert_eq!(
+        (
+            sb.daemon.mgrp_bad_tag,
+            sb.daemon.mgrp_unauthenticated,
+            sb.daemon.mgrp_replayed
+        ),
+        (0, 0, 0),
+        "{sb:#?}"
+    );
+    let before = sb.daemon;
+
+    let sink = net
+        .b
+        .run(|| std::net::UdpSocket::bind("0.0.0.0:7777"))
+        .unwrap()
+        .unwrap();
+    sink.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mgrp = net
+        .a
+        .run(|| Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(253))))
+        .unwrap()
+        .unwrap();
+    let to_b = SockAddr::from(SocketAddr::new(IpAddr::V4(ADDR_B), 0));
+    let (peer, me) = ([10, 77, 0, 1], [10, 77, 0, 2]);
+    let plain = continuation(0x7200_0000, &udp_rider(peer, me, 17, b"plain"));
+    mgrp.send_to(&plain, &to_b).unwrap();
+    let wrong = Key::from_bytes([0x11; 32]);
+    let forged = sealed_continuation(
+        &wrong,
+        u64::MAX / 2,
+        0x7200_0001,
+        &udp_rider(peer, me, 17, b"forged"),
+    );
+    mgrp.send_to(&forged, &to_b).unwrap();
+    let good = sealed_continuation(
+        &key,
+        u64::MAX / 2,
+        0x7200_0002,
+        &udp_rider(peer, me, 17, b"sealed"),
+    );
+    mgrp.send_to(&good, &to_b).unwrap();
+    mgrp.send_to(&good, &to_b).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 2048];
+    while let Ok(n) = sink.recv(&mut buf) {
+        got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert_eq!(got, ["sealed"]);
+    let s = b.quiescent_stats().unwrap().daemon;
+    assert_eq!(
+        s.mgrp_unauthenticated - before.mgrp_unauthenticated,
+        1,
+        "{s:#?}"
+    );
+    assert_eq!(s.mgrp_bad_tag - before.mgrp_bad_tag, 1, "{s:#?}");
+    assert_eq!(s.mgrp_replayed - before.mgrp_replayed, 1, "{s:#?}");
+    let log = b.process.log();
+    assert!(log.contains("unauthenticated packet"), "{log}");
+
+    // The reverse: B without a key gets an authenticated packet.
+    drop((a, b));
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let (_a, b) = daemons(&net, &[]);
+    let mgrp = net
+        .a
+        .run(|| Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(253))))
+        .unwrap()
+        .unwrap();
+    mgrp.send_to(&good, &to_b).unwrap();
+    let s = b.quiescent_stats().unwrap().daemon;
+    assert_eq!(s.mgrp_unexpected_auth, 1, "{s:#?}");
+    assert!(b.process.log().contains("no key is configured"));
+}

@@ -129,7 +129,7 @@ fn create_tun(config: &Config) -> anyhow::Result<tun_rs::SyncDevice> {
     Ok(dev)
 }
 
-/// Runs the daemon until SIGINT or SIGTERM.
+/// Runs the daemon until SIGINT, SIGTERM or SIGHUP (all three shut it down cleanly).
 pub fn run(config: Config) -> anyhow::Result<()> {
     if !sys::is_root() {
         anyhow::bail!(
@@ -244,10 +244,15 @@ async fn serve(
     );
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    // SIGHUP would otherwise end the daemon without removing its rule and routes.
+    // There is no reload: a changed configuration takes a restart, which this clean
+    // exit makes safe under `Restart=` supervision.
+    let mut hup = signal(SignalKind::hangup())?;
     let mut failure = None;
     tokio::select! {
         _ = term.recv() => info!("SIGTERM: shutting down"),
         _ = int.recv() => info!("SIGINT: shutting down"),
+        _ = hup.recv() => info!("SIGHUP: shutting down cleanly (configuration is read at start; restart to apply changes)"),
         why = fatal => failure = why.ok(),
     }
     shared.begin_shutdown();

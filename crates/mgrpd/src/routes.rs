@@ -89,39 +89,67 @@ impl Routes {
         m
     }
 
-    /// Installs `not fwmark M lookup T` for IPv4 (and IPv6 if `v6`).
+    /// Installs `not fwmark M lookup T` for IPv4 (and IPv6 if `v6`). An identical rule
+    /// already there is the leftover of an mgrpd that was killed without cleaning up
+    /// (`kill -9`): it is removed, logged, and installed anew, so that a restart after
+    /// a crash succeeds.
     pub async fn add_rules(&mut self, v6: bool) -> Result<(), RouteError> {
         for family_v6 in [false, true] {
             if family_v6 && !v6 {
                 continue;
             }
-            let mut req = self
-                .handle
-                .rule()
-                .add()
-                .fw_mark(self.fwmark)
-                .table_id(self.table)
-                .priority(self.priority)
-                .action(RuleAction::ToTable);
-            req.message_mut().header.family = if family_v6 {
-                AddressFamily::Inet6
-            } else {
-                AddressFamily::Inet
-            };
-            req.message_mut().header.flags |= RuleFlags::Invert;
-            req.execute().await.map_err(|source| RouteError {
-                what: format!(
-                    "adding rule `not fwmark {:#x} lookup {} priority {}`{}",
-                    self.fwmark,
-                    self.table,
-                    self.priority,
-                    if family_v6 { " (IPv6)" } else { "" }
-                ),
-                source,
-            })?;
+            let what = format!(
+                "adding rule `not fwmark {:#x} lookup {} priority {}`{}",
+                self.fwmark,
+                self.table,
+                self.priority,
+                if family_v6 { " (IPv6)" } else { "" }
+            );
+            match self.add_rule(family_v6).await {
+                Ok(()) => {}
+                Err(e) if errno(&e) == Some(libc::EEXIST) => {
+                    tracing::warn!(
+                        "removing a stale rule `not fwmark {:#x} lookup {} priority {}` left by an earlier mgrpd that did not clean up",
+                        self.fwmark,
+                        self.table,
+                        self.priority
+                    );
+                    self.handle
+                        .rule()
+                        .del(self.rule_message(family_v6))
+                        .execute()
+                        .await
+                        .map_err(|source| RouteError {
+                            what: format!("{what}: removing the stale one"),
+                            source,
+                        })?;
+                    self.add_rule(family_v6)
+                        .await
+                        .map_err(|source| RouteError { what, source })?;
+                }
+                Err(source) => return Err(RouteError { what, source }),
+            }
             self.rules.push(family_v6);
         }
         Ok(())
+    }
+
+    async fn add_rule(&self, family_v6: bool) -> Result<(), rtnetlink::Error> {
+        let mut req = self
+            .handle
+            .rule()
+            .add()
+            .fw_mark(self.fwmark)
+            .table_id(self.table)
+            .priority(self.priority)
+            .action(RuleAction::ToTable);
+        req.message_mut().header.family = if family_v6 {
+            AddressFamily::Inet6
+        } else {
+            AddressFamily::Inet
+        };
+        req.message_mut().header.flags |= RuleFlags::Invert;
+        req.execute().await
     }
 
     /// The route of `net` into the TUN. Its preferred source is the address the host

@@ -836,3 +836,45 @@ fn keyed_daemons_refuse_unauthenticated_wrong_key_and_replayed_packets() {
     assert_eq!(s.mgrp_unexpected_auth, 1, "{s:#?}");
     assert!(b.process.log().contains("no key is configured"));
 }
+
+/// `kill -9` leaves the policy rule behind; the next start removes it, says so, and
+/// runs; a clean stop then leaves no rule.
+#[test]
+fn a_restart_after_kill_9_succeeds() {
+    let _serial = serial();
+    if !root_or_skip("a_restart_after_kill_9_succeeds") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let route = format!("{ADDR_B}/32");
+    let mut first = Daemon::start(&net.a, mgrpd(), &["--route", &route]).expect("mgrpd");
+    assert!(net.a.ip(&["rule"]).unwrap().contains("lookup 4242"));
+    mgrp_testbed::kill_pid(first.process.pid().unwrap());
+    assert!(first.process.wait(Duration::from_secs(5)).is_some());
+    assert!(
+        net.a.ip(&["rule"]).unwrap().contains("lookup 4242"),
+        "kill -9 leaves the rule behind"
+    );
+    let mut second = Daemon::start(&net.a, mgrpd(), &["--route", &route]).expect("restart");
+    assert!(
+        second.process.log().contains("stale rule"),
+        "{}",
+        second.process.log()
+    );
+    let mut api = second.api().unwrap();
+    let report = api
+        .send_train(uniform_train(
+            IpAddr::V4(ADDR_B),
+            5,
+            300,
+            Duration::from_micros(200),
+        ))
+        .unwrap();
+    assert_eq!(report.probes_sent, 5);
+    // SIGHUP is a clean exit: the rule goes.
+    second.process.signal(libc::SIGHUP);
+    let status = second.process.wait(Duration::from_secs(10));
+    assert_eq!(status.and_then(|s| s.code()), Some(0));
+    assert!(second.process.log().contains("SIGHUP"));
+    assert!(!net.a.ip(&["rule"]).unwrap().contains("lookup 4242"));
+}

@@ -16,6 +16,7 @@ fuzz_target!(|data: &[u8]| {
         total_bytes: 1000,
         timeout: Duration::from_millis(5),
         remembered: 8,
+        max_rider_len: 400,
     };
     let mut r = Reassembler::new(limits);
     let mut now = 0u64;

@@ -29,7 +29,15 @@ pub struct Limits {
     pub timeout: Duration,
     /// Most delivered riders remembered for duplicate detection.
     pub remembered: usize,
+    /// Longest rider accepted, bytes (the path MTU: no sender makes a longer one, so
+    /// a longer claimed length is a forgery that would reserve memory for nothing).
+    pub max_rider_len: usize,
 }
+
+/// Bytes an incomplete rider costs beyond its own length (entry, range list, order
+/// queues), counted against the memory bounds so that a flood of tiny riders is
+/// bounded as well as a few large ones.
+pub const ENTRY_OVERHEAD: usize = 160;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -38,6 +46,7 @@ impl Default for Limits {
             total_bytes: 16 << 20,
             timeout: Duration::from_secs(1),
             remembered: 16_384,
+            max_rider_len: usize::from(u16::MAX),
         }
     }
 }
@@ -82,6 +91,9 @@ pub struct Reassembler<P> {
     /// Entries in the order they started, with their generation; stale pairs (entries
     /// since completed or discarded) are skipped lazily.
     order: VecDeque<(Key<P>, u64)>,
+    /// The same per peer, so that evicting a peer's oldest rider costs O(1) amortised
+    /// instead of a scan past every other peer's riders.
+    peer_order: HashMap<P, VecDeque<(u32, u64)>>,
     per_peer: HashMap<P, usize>,
     total: usize,
     delivered: HashSet<Key<P>>,
@@ -97,6 +109,7 @@ impl<P: Copy + Eq + Hash> Reassembler<P> {
             limits,
             entries: HashMap::new(),
             order: VecDeque::new(),
+            peer_order: HashMap::new(),
             per_peer: HashMap::new(),
             total: 0,
             delivered: HashSet::new(),
@@ -137,11 +150,15 @@ impl<P: Copy + Eq + Hash> Reassembler<P> {
                 self.deliver(now, key, chunk.data.len());
                 return ChunkOutcome::Complete(chunk.data.to_vec());
             }
-            if rider_len > self.limits.per_peer_bytes || rider_len > self.limits.total_bytes {
+            let cost = rider_len + ENTRY_OVERHEAD;
+            if rider_len > self.limits.max_rider_len
+                || cost > self.limits.per_peer_bytes
+                || cost > self.limits.total_bytes
+            {
                 self.counters.chunks_too_large += 1;
                 return ChunkOutcome::TooLarge;
             }
-            self.make_room(peer, rider_len);
+            self.make_room(peer, cost);
             self.generation += 1;
             self.entries.insert(
                 key,
@@ -153,8 +170,12 @@ impl<P: Copy + Eq + Hash> Reassembler<P> {
                 },
             );
             self.order.push_back((key, self.generation));
-            *self.per_peer.entry(peer).or_insert(0) += rider_len;
-            self.total += rider_len;
+            self.peer_order
+                .entry(peer)
+                .or_default()
+                .push_back((chunk.rider_id, self.generation));
+            *self.per_peer.entry(peer).or_insert(0) += cost;
+            self.total += cost;
         }
         let Some(entry) = self.entries.get_mut(&key) else {
             return ChunkOutcome::Pending;
@@ -195,12 +216,13 @@ impl<P: Copy + Eq + Hash> Reassembler<P> {
 
     fn remove(&mut self, key: &Key<P>) -> Option<Entry> {
         let e = self.entries.remove(key)?;
-        let len = e.data.len();
-        self.total -= len;
+        let cost = e.data.len() + ENTRY_OVERHEAD;
+        self.total -= cost;
         if let Some(n) = self.per_peer.get_mut(&key.0) {
-            *n -= len;
+            *n -= cost;
             if *n == 0 {
                 self.per_peer.remove(&key.0);
+                self.peer_order.remove(&key.0);
             }
         }
         Some(e)
@@ -209,14 +231,17 @@ impl<P: Copy + Eq + Hash> Reassembler<P> {
     /// Evicts the oldest incomplete riders until `len` more bytes for `peer` fit.
     fn make_room(&mut self, peer: P, len: usize) {
         while self.per_peer.get(&peer).copied().unwrap_or(0) + len > self.limits.per_peer_bytes {
-            let victim = self
-                .order
-                .iter()
-                .find(|(k, g)| k.0 == peer && self.is_live(k, *g))
-                .map(|(k, _)| *k);
-            let Some(k) = victim else { break };
-            self.remove(&k);
-            self.counters.riders_evicted_peer_limit += 1;
+            let Some(q) = self.peer_order.get_mut(&peer) else {
+                break;
+            };
+            let Some((id, g)) = q.pop_front() else {
+                break;
+            };
+            let k = (peer, id);
+            if self.is_live(&k, g) {
+                self.remove(&k);
+                self.counters.riders_evicted_peer_limit += 1;
+            }
         }
         while self.total + len > self.limits.total_bytes {
             let Some((k, g)) = self.order.pop_front() else {
@@ -420,9 +445,11 @@ mod tests {
 
     #[test]
     fn memory_bounds_evict_oldest() {
+        let o = ENTRY_OVERHEAD;
         let limits = Limits {
-            per_peer_bytes: 20,
-            total_bytes: 30,
+            per_peer_bytes: 2 * (10 + o),
+            total_bytes: 3 * (10 + o),
+            max_rider_len: 30,
             ..Limits::default()
         };
         let mut r = Reassembler::new(limits);
@@ -431,11 +458,15 @@ mod tests {
         // A third 10-byte rider of peer 0 evicts rider 1.
         r.handle_chunk(t(2), 0u8, &chunk(3, 0, 10, b"c"));
         assert_eq!(r.counters().riders_evicted_peer_limit, 1);
-        // Peer 1 needs 15 more bytes: total would be 35 > 30, so rider 2 goes.
+        // Peer 1 needs 15 more bytes: the total would be over, so rider 2 goes.
         r.handle_chunk(t(3), 1u8, &chunk(1, 0, 15, b"d"));
         let c = r.counters();
         assert_eq!(c.riders_evicted_total_limit, 1);
-        assert_eq!((c.riders_pending, c.bytes_pending), (2, 25));
+        assert_eq!(
+            (c.riders_pending, c.bytes_pending),
+            (2, (25 + 2 * o) as u64)
+        );
+        // Longer than any rider a sender makes.
         assert_eq!(
             r.handle_chunk(t(4), 1u8, &chunk(9, 0, 31, b"e")),
             ChunkOutcome::TooLarge
@@ -453,5 +484,36 @@ mod tests {
         assert_eq!(h, [(0, 7), (9, 10)]);
         assert!(covered(&h, 1, 7));
         assert!(!covered(&h, 6, 9));
+    }
+
+    #[test]
+    fn a_flood_of_tiny_chunks_stays_within_its_bounds() {
+        let limits = Limits {
+            max_rider_len: 1500,
+            ..Limits::default()
+        };
+        let mut r = Reassembler::new(limits);
+        // 100,000 one-byte chunks of distinct 1500-byte riders from one peer, and one
+        // honest rider of another peer in the middle.
+        for id in 0..100_000u32 {
+            r.handle_chunk(t(0), 0u8, &chunk(id, 0, 1500, b"x"));
+            if id == 50_000 {
+                r.handle_chunk(t(0), 1u8, &chunk(7, 0, 4, b"ab"));
+            }
+            assert!(r.counters().bytes_pending as usize <= limits.total_bytes);
+        }
+        let c = r.counters();
+        assert!(c.bytes_pending as usize <= limits.per_peer_bytes + 1500 + ENTRY_OVERHEAD);
+        assert!(c.riders_evicted_peer_limit > 90_000);
+        // The other peer's rider was not evicted by the flood and completes.
+        assert_eq!(
+            r.handle_chunk(t(1), 1u8, &chunk(7, 2, 4, b"cd")),
+            ChunkOutcome::Complete(b"abcd".to_vec())
+        );
+        // A claimed length beyond the MTU reserves nothing.
+        assert_eq!(
+            r.handle_chunk(t(1), 2u8, &chunk(1, 0, 60_000, b"x")),
+            ChunkOutcome::TooLarge
+        );
     }
 }

@@ -475,7 +475,7 @@ proptest! {
                 have[usize::from(c.offset)..usize::from(c.offset) + c.data.len()].fill(true);
             }
         }
-        let limits = Limits { per_peer_bytes: 1 << 26, total_bytes: 1 << 26, timeout: Duration::from_secs(3600), remembered: 1 << 20 };
+        let limits = Limits { per_peer_bytes: 1 << 26, total_bytes: 1 << 26, timeout: Duration::from_secs(3600), remembered: 1 << 20, max_rider_len: usize::from(u16::MAX) };
         let mut r = Reassembler::new(limits);
         let mut delivered: HashMap<u32, usize> = HashMap::new();
         for (_, pkt) in &wire {

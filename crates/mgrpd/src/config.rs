@@ -476,6 +476,7 @@ impl Config {
             total_bytes: limits.reassembly_bytes.unwrap_or(rd.total_bytes),
             timeout: limits.reassembly_timeout.unwrap_or(rd.timeout),
             remembered: rd.remembered,
+            max_rider_len: usize::from(mtu),
         };
         let busy_poll_margin = cli
             .busy_poll_margin

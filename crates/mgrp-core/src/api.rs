@@ -222,6 +222,8 @@ pub struct DaemonCounters {
     pub trains_rejected: u64,
     /// Of `trains_rejected`, trains to a destination that is no peer.
     pub trains_refused_not_peer: u64,
+    /// Of `trains_rejected`, trains over their user's or the total rate limit.
+    pub trains_refused_rate_limit: u64,
     /// MGRP packets dropped unread because their sender is no peer.
     pub mgrp_not_peer: u64,
     /// Riders refused as not sound IP packets.

@@ -17,6 +17,7 @@
 //! - [`auth`]: keyed tags and replay protection in the packet trailer.
 //! - [`peers`]: which hosts MGRP packets are taken from, and which riders may be
 //!   written into this host.
+//! - [`ratelimit`]: token buckets for the probes and bytes users may submit.
 //! - [`schedule`]: absolute departure deadlines of a train and the summary of how well
 //!   a sent train kept them.
 //!
@@ -30,6 +31,7 @@ pub mod api;
 pub mod auth;
 pub mod peers;
 pub mod planner;
+pub mod ratelimit;
 pub mod reassembly;
 pub mod schedule;
 pub mod stats;

@@ -33,7 +33,7 @@ fn main() {
         .unwrap();
     rt.block_on(async {
         let path = std::env::temp_dir().join(format!("mgrp-bench-api-{}.sock", std::process::id()));
-        let toml = format!("socket = \"{}\"\n[limits]\nmax-probes-per-train = 65535", path.display());
+        let toml = format!("socket = \"{}\"\n[limits]\nmax-probes-per-train = 65535\nprobes-per-second-per-user = 1e9\nprobes-per-second = 1e9\nprobe-bytes-per-second-per-user = 1e12\nprobe-bytes-per-second = 1e12", path.display());
         let d = LoopbackDaemon::start(Config::from_toml(&toml).unwrap()).await.unwrap();
         let client = Client::connect(&path).await.unwrap();
         println!("load before: {}", std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());

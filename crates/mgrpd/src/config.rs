@@ -277,6 +277,10 @@ struct LimitsFile {
     max_queued_trains: Option<usize>,
     max_trains_per_client: Option<usize>,
     max_listeners: Option<usize>,
+    probes_per_second_per_user: Option<f64>,
+    probe_bytes_per_second_per_user: Option<f64>,
+    probes_per_second: Option<f64>,
+    probe_bytes_per_second: Option<f64>,
     reassembly_bytes: Option<usize>,
     reassembly_bytes_per_peer: Option<usize>,
     #[serde(default, deserialize_with = "de_duration")]
@@ -346,6 +350,10 @@ pub struct Config {
     pub max_trains_per_client: usize,
     /// Most probe listeners over all connections.
     pub max_listeners: usize,
+    /// Probes and probe bytes per second one user (by uid) may submit.
+    pub per_user_rate: (f64, f64),
+    /// Probes and probe bytes per second all users together may submit.
+    pub total_rate: (f64, f64),
     /// Reassembly bounds.
     pub reassembly: mgrp_core::reassembly::Limits,
 }
@@ -487,6 +495,24 @@ impl Config {
                 "busy-poll-margin of {busy_poll_margin:?} would spin too long; use at most 5ms"
             )));
         }
+        for (name, v) in [
+            (
+                "probes-per-second-per-user",
+                limits.probes_per_second_per_user,
+            ),
+            (
+                "probe-bytes-per-second-per-user",
+                limits.probe_bytes_per_second_per_user,
+            ),
+            ("probes-per-second", limits.probes_per_second),
+            ("probe-bytes-per-second", limits.probe_bytes_per_second),
+        ] {
+            if let Some(v) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                return Err(bad(format!(
+                    "limits.{name} must be a positive number, got {v}"
+                )));
+            }
+        }
         let (peers, keys) = {
             let mut peers = Peers::new(Vec::new(), Vec::new(), protocol);
             let mut keys = Keys {
@@ -578,6 +604,16 @@ impl Config {
                 .unwrap_or(64),
             max_trains_per_client: limits.max_trains_per_client.unwrap_or(16),
             max_listeners: limits.max_listeners.unwrap_or(256),
+            per_user_rate: (
+                limits.probes_per_second_per_user.unwrap_or(50_000.0),
+                limits
+                    .probe_bytes_per_second_per_user
+                    .unwrap_or(50_000_000.0),
+            ),
+            total_rate: (
+                limits.probes_per_second.unwrap_or(100_000.0),
+                limits.probe_bytes_per_second.unwrap_or(100_000_000.0),
+            ),
             reassembly,
         })
     }

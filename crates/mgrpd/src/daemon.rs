@@ -25,6 +25,7 @@ use mgrp_core::api::{DaemonCounters, DaemonStats, ReceivedProbe, Response};
 use mgrp_core::auth::{self, AuthError, ReplayWindow};
 use mgrp_core::peers::{Peer, Prefix, Refusal};
 use mgrp_core::planner::{Path, Planner, ProbeToSend, Transaction, Transmit};
+use mgrp_core::ratelimit::{OverBudget, TrainBudget};
 use mgrp_core::reassembly::{ChunkOutcome, Reassembler};
 use mgrp_core::stats::{PlannerCounters, ReassemblyCounters, TransactionReport};
 use mgrp_core::wire::{self, Kind, Packet};
@@ -72,6 +73,7 @@ counters!(
     trains_accepted,
     trains_rejected,
     trains_refused_not_peer,
+    trains_refused_rate_limit,
     mgrp_not_peer,
     riders_refused_malformed,
     riders_refused_foreign_source,
@@ -172,6 +174,9 @@ pub struct Shared {
     tx_counter: AtomicU64,
     /// Replay windows of the peers, used by the receiver threads only.
     replay: Mutex<HashMap<IpAddr, ReplayWindow>>,
+    /// Rate budgets of the API's users (by uid) and of all of them, used by the API
+    /// server only.
+    budgets: Mutex<Budgets>,
     io: Io,
     events: mpsc::UnboundedSender<TrainEvent>,
     fatal: Mutex<Option<oneshot::Sender<String>>>,
@@ -226,6 +231,9 @@ pub enum SubmitError {
     /// The daemon is stopping.
     #[error("mgrpd is shutting down")]
     ShuttingDown,
+    /// Over the user's or the total rate limit.
+    #[error("{0}")]
+    RateLimited(String),
 }
 
 impl Shared {
@@ -271,6 +279,7 @@ impl Shared {
     }
 
     fn with_io(config: Config, io: Io, events: mpsc::UnboundedSender<TrainEvent>) -> Self {
+        let budgets = Mutex::new(Budgets::new(&config));
         Self {
             config,
             state: Mutex::new(State::default()),
@@ -292,6 +301,7 @@ impl Shared {
                 skipped: 0,
             }),
             tx_counter: AtomicU64::new(sys::wall_now().as_nanos()),
+            budgets,
             replay: Mutex::new(HashMap::new()),
             malformed_log: Mutex::new(LogLimiter {
                 last: None,
@@ -384,6 +394,51 @@ impl Shared {
         Err(SubmitError::Invalid(format!(
             "{peer} is not a peer of this mgrpd: probes would go to a host that drops them; add it with --peer or a --route that covers it"
         )))
+    }
+
+    /// Charges a train of `probes` probes and `bytes` bytes to user `uid` and to the
+    /// total, or refuses it (nothing is charged then) with when to retry.
+    pub fn charge(&self, uid: Option<u32>, probes: u64, bytes: u64) -> Result<(), SubmitError> {
+        let now = sys::mono_now();
+        let mut b = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
+        let Budgets {
+            per_user,
+            total,
+            user_rate,
+            burst,
+        } = &mut *b;
+        let user = per_user
+            .entry(uid.unwrap_or(u32::MAX))
+            .or_insert_with(|| TrainBudget::new(user_rate.0, burst.0, user_rate.1, burst.1));
+        let who = uid.map_or_else(|| "this client".to_string(), |u| format!("user {u}"));
+        let refused = match (
+            user.check(now, probes, bytes),
+            total.check(now, probes, bytes),
+        ) {
+            (Ok(()), Ok(())) => None,
+            (Err(e), _) => Some((e, who, "-per-user")),
+            (_, Err(e)) => Some((e, "all users together".to_string(), "")),
+        };
+        if let Some((e, who, key)) = refused {
+            bump(&self.counters.trains_rejected);
+            bump(&self.counters.trains_refused_rate_limit);
+            let (what, wait) = match e {
+                OverBudget::Probes(w) => (format!("limits.probes-per-second{key}"), w),
+                OverBudget::Bytes(w) => (format!("limits.probe-bytes-per-second{key}"), w),
+            };
+            let when = if wait == Duration::MAX {
+                "never: the train is larger than the burst; split it".to_string()
+            } else {
+                format!("in {} ms", wait.as_millis().max(1))
+            };
+            return Err(SubmitError::RateLimited(format!(
+                "{who} reached the rate limit ({what}) with a train of {probes} probes, {bytes} bytes; retry {when}"
+            )));
+        }
+        user.take(probes, bytes);
+        total.take(probes, bytes);
+        drop(b);
+        Ok(())
     }
 
     /// Queues a train; the report arrives on the returned channel once it was sent.
@@ -885,6 +940,29 @@ fn deliver_reports(shared: &Shared, st: &mut State) {
             let _ = w.send(report);
         }
         let _ = shared.events.send(TrainEvent::Done(peer));
+    }
+}
+
+/// The API's rate budgets.
+#[derive(Debug)]
+struct Budgets {
+    per_user: HashMap<u32, TrainBudget>,
+    total: TrainBudget,
+    user_rate: (f64, f64),
+    /// Bursts of every budget: two of the largest trains.
+    burst: (f64, f64),
+}
+
+impl Budgets {
+    fn new(config: &Config) -> Self {
+        let probes = 2.0 * config.max_probes_per_train as f64;
+        let burst = (probes, probes * f64::from(config.mtu));
+        Self {
+            per_user: HashMap::new(),
+            total: TrainBudget::new(config.total_rate.0, burst.0, config.total_rate.1, burst.1),
+            user_rate: config.per_user_rate,
+            burst,
+        }
     }
 }
 

@@ -66,6 +66,7 @@ pub async fn serve(listener: UnixListener, shared: Arc<Shared>, demand: Demand) 
             }
         };
         let id = ids.fetch_add(1, Ordering::Relaxed);
+        let uid = stream.peer_cred().ok().map(|c| c.uid());
         if let Ok(cred) = stream.peer_cred() {
             info!(
                 "API connection {id} from pid {:?} uid {} gid {}",
@@ -91,7 +92,7 @@ pub async fn serve(listener: UnixListener, shared: Arc<Shared>, demand: Demand) 
         open.fetch_add(1, Ordering::Relaxed);
         let (shared, demand, open) = (shared.clone(), demand.clone(), open.clone());
         tokio::spawn(async move {
-            connection(id, stream, shared, demand).await;
+            connection(id, uid, stream, shared, demand).await;
             open.fetch_sub(1, Ordering::Relaxed);
         });
     }
@@ -112,10 +113,21 @@ struct Conn {
     pending: std::collections::HashSet<(IpAddr, u32)>,
     /// Submissions accepted from this connection and not yet answered.
     in_flight: usize,
+    /// The connecting user, whose rate budget its trains are charged to.
+    uid: Option<u32>,
 }
 
-async fn connection(id: u64, stream: UnixStream, shared: Arc<Shared>, demand: Demand) {
-    let conn = Arc::new(std::sync::Mutex::new(Conn::default()));
+async fn connection(
+    id: u64,
+    uid: Option<u32>,
+    stream: UnixStream,
+    shared: Arc<Shared>,
+    demand: Demand,
+) {
+    let conn = Arc::new(std::sync::Mutex::new(Conn {
+        uid,
+        ..Conn::default()
+    }));
     let (read, mut write) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Response>(4096);
     let writer = tokio::spawn(async move {
@@ -311,9 +323,16 @@ async fn submit(
             .collect(),
     };
     let peer = shared.config.peer_of(train.destination);
-    // A train to a non-peer is refused before any route changes.
+    // A train to a non-peer, or over its user's rate, is refused before any route
+    // changes.
     if let Err(e) = shared.check_peer(peer) {
         return error(ErrorKind::InvalidTrain, e.to_string());
+    }
+    let probes = tx.probes.len() as u64;
+    let bytes: u64 = tx.probes.iter().map(|p| u64::from(p.size)).sum();
+    let uid = lock(conn).uid;
+    if let Err(e) = shared.charge(uid, probes, bytes) {
+        return error(ErrorKind::Busy, e.to_string());
     }
     // Route the destination into the tunnel before the train can start.
     demand.train_queued(peer).await;
@@ -334,7 +353,7 @@ async fn submit(
             demand.train_refused(peer);
             let kind = match e {
                 SubmitError::Invalid(_) => ErrorKind::InvalidTrain,
-                SubmitError::Busy(_) => ErrorKind::Busy,
+                SubmitError::Busy(_) | SubmitError::RateLimited(_) => ErrorKind::Busy,
                 SubmitError::ShuttingDown => ErrorKind::ShuttingDown,
             };
             error(kind, e.to_string())

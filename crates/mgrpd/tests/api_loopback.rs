@@ -315,3 +315,29 @@ fn mgrpctl_prints_counters() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("mgrpd is not running"));
     rt.block_on(d.stop());
 }
+
+/// A user's trains beyond its rate budget are refused as busy, with what to do, and
+/// counted; the budget's burst is two of the largest trains.
+#[test]
+fn trains_over_the_users_rate_are_refused() {
+    rt().block_on(async {
+        let d = daemon(
+            "rate",
+            "[limits]\nmax-probes-per-train = 10\nprobes-per-second-per-user = 1.0\n",
+        )
+        .await;
+        let client = Client::connect(socket_path("rate")).await.unwrap();
+        let train = || Train::uniform(LOCAL, 10, 300, Duration::from_micros(100)).ports(1, 2);
+        client.send_train(train()).await.unwrap();
+        client.send_train(train()).await.unwrap();
+        let e = client.send_train(train()).await.unwrap_err();
+        assert!(matches!(e, Error::Busy(_)), "{e}");
+        let text = e.to_string();
+        assert!(text.contains("limits.probes-per-second-per-user"), "{text}");
+        assert!(text.contains("retry in"), "{text}");
+        let s = client.stats().await.unwrap();
+        assert_eq!(s.daemon.trains_refused_rate_limit, 1);
+        assert_eq!(s.daemon.trains_accepted, 2);
+        drop(d);
+    });
+}

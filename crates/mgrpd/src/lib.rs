@@ -131,11 +131,37 @@ fn create_tun(config: &Config) -> anyhow::Result<tun_rs::SyncDevice> {
 
 /// Runs the daemon until SIGINT, SIGTERM or SIGHUP (all three shut it down cleanly).
 pub fn run(config: Config) -> anyhow::Result<()> {
-    if !sys::is_root() {
+    use sys::cap;
+    let caps = sys::effective_capabilities().context("cannot read this process's capabilities")?;
+    let missing: Vec<&str> = [
+        (cap::NET_ADMIN, "CAP_NET_ADMIN"),
+        (cap::NET_RAW, "CAP_NET_RAW"),
+    ]
+    .into_iter()
+    .filter(|(bit, _)| caps & (1 << bit) == 0)
+    .map(|(_, name)| name)
+    .collect();
+    if !missing.is_empty() {
         anyhow::bail!(
-            "mgrpd needs CAP_NET_ADMIN and CAP_NET_RAW to create its TUN, routes and raw sockets; run it as root"
+            "mgrpd lacks {} (to create its TUN, routes and raw sockets); run it as root, under the shipped mgrpd.service, or with those ambient capabilities",
+            missing.join(" and ")
         );
     }
+    for (bit, name, what) in [
+        (
+            cap::SYS_NICE,
+            "CAP_SYS_NICE",
+            "the pacer runs without real-time priority",
+        ),
+        (cap::IPC_LOCK, "CAP_IPC_LOCK", "memory may not be locked"),
+    ] {
+        if caps & (1 << bit) == 0 {
+            tracing::warn!("no {name}: {what}");
+        }
+    }
+    // mgrpd never executes anything; make sure nothing it could be tricked into
+    // running gains privileges.
+    sys::no_new_privileges().context("cannot set no-new-privileges")?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

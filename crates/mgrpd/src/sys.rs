@@ -363,10 +363,34 @@ pub fn lock_memory() -> io::Result<()> {
     check(unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) }).map(drop)
 }
 
-/// Whether the process may create network devices and raw sockets.
-pub fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
+/// Capability numbers mgrpd cares about (linux/capability.h).
+pub mod cap {
+    /// Interfaces, routes, rules, sysctls of the network namespace.
+    pub const NET_ADMIN: u32 = 12;
+    /// Raw sockets.
+    pub const NET_RAW: u32 = 13;
+    /// Locking memory beyond RLIMIT_MEMLOCK.
+    pub const IPC_LOCK: u32 = 14;
+    /// Real-time scheduling.
+    pub const SYS_NICE: u32 = 23;
+}
+
+/// The process's effective capability set, from `/proc/self/status`.
+pub fn effective_capabilities() -> io::Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .ok_or_else(|| io::Error::other("no CapEff line in /proc/self/status"))
+}
+
+/// Forbids this process and its children ever gaining privileges through exec.
+pub fn no_new_privileges() -> io::Result<()> {
+    let one: libc::c_ulong = 1;
+    let zero: libc::c_ulong = 0;
+    // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments only.
+    check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, one, zero, zero, zero) }).map(drop)
 }
 
 /// The id of the group called `name`.

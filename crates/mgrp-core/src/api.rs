@@ -246,6 +246,11 @@ pub struct DaemonCounters {
     pub mgrp_replayed: u64,
     /// Authenticated MGRP packets from a peer for which no key is configured.
     pub mgrp_unexpected_auth: u64,
+    /// ICMP errors saying a peer does not take MGRP packets (its mgrpd is gone).
+    pub peer_unreachable: u64,
+    /// Riders read from the TUN while their peer was unreachable, sent unchanged
+    /// without entering a planner.
+    pub riders_bypassed_peer_down: u64,
 }
 
 /// Everything the daemon counts.
@@ -261,11 +266,15 @@ pub struct DaemonStats {
 
 impl DaemonStats {
     /// Whether the rider conservation identities hold: every rider read from the TUN
-    /// is ignored or handed to a planner, and every rider handed to a planner is
+    /// is ignored, sent straight on because its peer was unreachable, or handed to a
+    /// planner, and every rider handed to a planner is
     /// piggybacked, sent unchanged, dropped with a reason, or still held.
     pub fn conserved(&self) -> bool {
         self.planner.riders_accounted()
-            && self.daemon.tun_packets_in == self.daemon.tun_ignored + self.planner.riders_in
+            && self.daemon.tun_packets_in
+                == self.daemon.tun_ignored
+                    + self.daemon.riders_bypassed_peer_down
+                    + self.planner.riders_in
     }
 }
 

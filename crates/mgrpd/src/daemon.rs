@@ -84,7 +84,13 @@ counters!(
     mgrp_bad_tag,
     mgrp_replayed,
     mgrp_unexpected_auth,
+    peer_unreachable,
+    riders_bypassed_peer_down,
 );
+
+/// How long riders to a peer that answered "protocol unreachable" bypass the
+/// planners (sent unchanged) before piggybacking is tried again.
+const PEER_DOWN_BACKOFF: Duration = Duration::from_secs(5);
 
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
@@ -177,6 +183,9 @@ pub struct Shared {
     /// Rate budgets of the API's users (by uid) and of all of them, used by the API
     /// server only.
     budgets: Mutex<Budgets>,
+    /// Peers that answered MGRP with an ICMP error, until when they count as down.
+    /// Used by the liveness threads and the TUN reader, never by the pacer.
+    down: Mutex<HashMap<IpAddr, mgrp_core::MonoTime>>,
     io: Io,
     events: mpsc::UnboundedSender<TrainEvent>,
     fatal: Mutex<Option<oneshot::Sender<String>>>,
@@ -302,6 +311,7 @@ impl Shared {
             }),
             tx_counter: AtomicU64::new(sys::wall_now().as_nanos()),
             budgets,
+            down: Mutex::new(HashMap::new()),
             replay: Mutex::new(HashMap::new()),
             malformed_log: Mutex::new(LogLimiter {
                 last: None,
@@ -718,6 +728,7 @@ impl Shared {
         let now = sys::mono_now();
         let mut out: Vec<(IpAddr, Transmit)> = Vec::new();
         let mut wake = false;
+        let down = self.peers_down(now);
         let mut st = self.lock();
         for pkt in pkts {
             bump(&self.counters.tun_packets_in);
@@ -726,6 +737,12 @@ impl Shared {
                 continue;
             };
             let peer = self.config.peer_of(dst);
+            if down.contains(&peer) {
+                // Its probes are dropped on arrival: riders would be lost with them.
+                bump(&self.counters.riders_bypassed_peer_down);
+                out.push((peer, Transmit::Unchanged(Bytes::copy_from_slice(pkt))));
+                continue;
+            }
             st.last_used.insert(peer, now);
             let planner = self.planner(&mut st, peer);
             let was_empty = planner.held_riders() == 0;
@@ -743,6 +760,62 @@ impl Shared {
         }
         for (peer, t) in out {
             self.send_transmit(peer, t);
+        }
+    }
+}
+
+impl Shared {
+    /// The peers counted as down at `now`.
+    fn peers_down(&self, now: mgrp_core::MonoTime) -> Vec<IpAddr> {
+        let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
+        down.retain(|_, until| *until > now);
+        down.keys().copied().collect()
+    }
+
+    /// Watches the error queue of the IPv4 or IPv6 MGRP socket until shutdown: an
+    /// ICMP "destination unreachable" (or, over IPv6, "unrecognised next header")
+    /// about an MGRP packet means its peer takes no MGRP any more (its mgrpd died),
+    /// so riders to it stop riding for a while.
+    pub fn run_liveness(&self, v6: bool) {
+        let fd = match &self.io {
+            Io::Kernel { mgrp4, mgrp6, .. } => match (v6, mgrp6) {
+                (false, _) => mgrp4.as_raw_fd(),
+                (true, Some(s)) => s.as_raw_fd(),
+                (true, None) => return,
+            },
+            Io::Loopback(_) => return,
+        };
+        while !self.shutdown.load(Ordering::Relaxed) {
+            let e = match sys::recv_error(fd, Duration::from_millis(200)) {
+                Ok(Some(e)) => e,
+                Ok(None) => continue,
+                Err(e) => {
+                    warn!("reading ICMP errors failed: {e}; peer liveness is no longer watched");
+                    return;
+                }
+            };
+            let unreachable = if v6 {
+                e.icmp_type == 1 || (e.icmp_type == 4 && e.icmp_code == 1)
+            } else {
+                e.icmp_type == 3
+            };
+            if !unreachable {
+                continue;
+            }
+            bump(&self.counters.peer_unreachable);
+            let until = sys::mono_now().saturating_add(PEER_DOWN_BACKOFF);
+            let was_up = self
+                .down
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(e.destination, until)
+                .is_none();
+            if was_up {
+                warn!(
+                    "peer {} answered MGRP with ICMP type {} code {}: its mgrpd is gone; its riders go unchanged for {:?}",
+                    e.destination, e.icmp_type, e.icmp_code, PEER_DOWN_BACKOFF
+                );
+            }
         }
     }
 }

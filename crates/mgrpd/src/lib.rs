@@ -250,6 +250,12 @@ async fn serve(
     let pacer = std::thread::Builder::new()
         .name("mgrp-pacer".into())
         .spawn(move || daemon::run_pacer(&s))?;
+    for v6 in [false, true] {
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("mgrp-liveness".into())
+            .spawn(move || s.run_liveness(v6))?;
+    }
     tokio::spawn(demand.clone().watch(events));
     tokio::spawn(server::serve(listener, shared.clone(), demand.clone()));
     info!(

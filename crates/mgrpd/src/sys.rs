@@ -72,7 +72,98 @@ pub fn mgrp_send_socket(v6: bool, protocol: u8, mark: u32) -> io::Result<Socket>
     s.set_nonblocking(false)?;
     // Large enough for a long back-to-back train.
     let _ = s.set_send_buffer_size(4 << 20);
+    // ICMP errors about what it sent (a peer whose mgrpd is gone answers "protocol
+    // unreachable") queue on its error queue, read by `recv_error`.
+    if v6 {
+        set_int_option(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVERR, 1)?;
+    } else {
+        set_int_option(&s, libc::IPPROTO_IP, libc::IP_RECVERR, 1)?;
+    }
     Ok(s)
+}
+
+/// An ICMP error about a packet a socket sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IcmpError {
+    /// Where the packet that drew it was going.
+    pub destination: IpAddr,
+    /// ICMP (or ICMPv6) type.
+    pub icmp_type: u8,
+    /// ICMP code.
+    pub icmp_code: u8,
+}
+
+/// Waits up to `timeout` for an error on `fd`'s error queue and takes one. `Ok(None)`
+/// when none came, or what came was not an ICMP error.
+pub fn recv_error(fd: RawFd, timeout: Duration) -> io::Result<Option<IcmpError>> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&raw mut pfd, 1, ms) };
+    if n <= 0 || pfd.revents & libc::POLLERR == 0 {
+        return Ok(None);
+    }
+    let mut addr = MaybeUninit::<libc::sockaddr_storage>::zeroed();
+    let mut data = [0u8; 256];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    let mut control = [0u64; 32];
+    // SAFETY: zeroed msghdr is a valid starting value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = addr.as_mut_ptr().cast();
+    msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = size_of::<[u64; 32]>();
+    // SAFETY: every pointer in msg refers to live buffers of the stated sizes.
+    let r = unsafe { libc::recvmsg(fd, &raw mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            _ => Err(e),
+        };
+    }
+    let mut found = None;
+    // SAFETY: the kernel filled msg_control with well-formed cmsgs up to
+    // msg_controllen; the CMSG_* macros walk them within those bounds.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
+        while !c.is_null() {
+            let level = (*c).cmsg_level;
+            let ty = (*c).cmsg_type;
+            if (level == libc::IPPROTO_IP && ty == libc::IP_RECVERR)
+                || (level == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR)
+            {
+                let ee: libc::sock_extended_err =
+                    std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                if ee.ee_origin == libc::SO_EE_ORIGIN_ICMP
+                    || ee.ee_origin == libc::SO_EE_ORIGIN_ICMP6
+                {
+                    found = Some((ee.ee_type, ee.ee_code));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&raw const msg, c);
+        }
+    }
+    let Some((icmp_type, icmp_code)) = found else {
+        return Ok(None);
+    };
+    // SAFETY: zero-initialised storage that the kernel may have overwritten with the
+    // destination of the packet that drew the error.
+    let destination = unsafe { storage_ip(&addr.assume_init()) };
+    Ok(Some(IcmpError {
+        destination,
+        icmp_type,
+        icmp_code,
+    }))
 }
 
 /// An `IPPROTO_RAW` socket for sending riders unchanged (the packet brings its own IP

@@ -955,3 +955,29 @@ fn which(program: &str) -> std::io::Result<std::path::PathBuf> {
         .find(|p| p.is_file())
         .ok_or_else(|| std::io::Error::other(format!("{program} not found")))
 }
+
+/// The far daemon is killed in the middle of a transfer that rides in trains: its
+/// kernel answers the next probes with "protocol unreachable", the near daemon stops
+/// piggybacking to it, and the transfer completes intact with the counters balanced.
+#[test]
+fn killing_the_far_daemon_mid_transfer_does_not_sink_the_transfer() {
+    let _serial = serial();
+    if !root_or_skip("killing_the_far_daemon") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let (a, b) = daemons(&net, &[]);
+    let pid = b.process.pid().unwrap();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(700));
+        mgrp_testbed::kill_pid(pid);
+    });
+    transfer(&net, &a, 200 * MB, 5030, true);
+    killer.join().unwrap();
+    let s = a.quiescent_stats().unwrap();
+    assert!(s.daemon.peer_unreachable > 0, "{s:#?}");
+    assert!(s.daemon.riders_bypassed_peer_down > 0, "{s:#?}");
+    assert!(a.process.log().contains("its mgrpd is gone"));
+    check_conserved("A", &s);
+    drop(b);
+}

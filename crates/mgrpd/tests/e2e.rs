@@ -560,8 +560,9 @@ fn udp_rider(src: [u8; 4], dst: [u8; 4], protocol: u8, text: &[u8]) -> Vec<u8> {
     ipv4_packet(src, dst, protocol, &udp)
 }
 
-/// An MGRP continuation packet carrying `rider` whole.
-fn continuation(rider_id: u32, rider: &[u8]) -> Vec<u8> {
+/// An MGRP continuation packet carrying `rider` whole, with a trailer of
+/// `trailer_len` zero bytes.
+fn continuation_with(rider_id: u32, rider: &[u8], trailer_len: u16) -> Vec<u8> {
     use mgrp_core::wire::{Chunk, Header, Kind, Repr};
     let repr = Repr {
         header: Header {
@@ -581,11 +582,16 @@ fn continuation(rider_id: u32, rider: &[u8]) -> Vec<u8> {
             rider_len: u16::try_from(rider.len()).unwrap(),
             data: rider,
         }],
-        trailer_len: 0,
+        trailer_len,
     };
     let mut buf = vec![0u8; repr.buffer_len()];
     repr.emit(&mut buf).unwrap();
     buf
+}
+
+/// An unauthenticated continuation carrying `rider` whole.
+fn continuation(rider_id: u32, rider: &[u8]) -> Vec<u8> {
+    continuation_with(rider_id, rider, 0)
 }
 
 /// Hand-made MGRP packets from A, a peer, and from a spoofed stranger: only the sound
@@ -716,29 +722,7 @@ fn sealed_continuation(
     rider_id: u32,
     rider: &[u8],
 ) -> Vec<u8> {
-    use mgrp_core::wire::{Chunk, Header, Kind, Repr};
-    let repr = Repr {
-        header: Header {
-            kind: Kind::Continuation,
-            last_in_train: false,
-            src_port: 0,
-            dst_port: 0,
-            transaction: 0,
-            seq: 0,
-            train_len: 0,
-            sender_time: mgrp_core::WallTime::UNIX_EPOCH,
-        },
-        tool_header: &[],
-        chunks: vec![Chunk {
-            rider_id,
-            offset: 0,
-            rider_len: u16::try_from(rider.len()).unwrap(),
-            data: rider,
-        }],
-        trailer_len: mgrp_core::auth::TRAILER_LEN,
-    };
-    let mut buf = vec![0u8; repr.buffer_len()];
-    repr.emit(&mut buf).unwrap();
+    let mut buf = continuation_with(rider_id, rider, mgrp_core::auth::TRAILER_LEN);
     mgrp_core::auth::seal(key, &mut buf, counter).unwrap();
     buf
 }

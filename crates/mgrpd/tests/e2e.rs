@@ -589,6 +589,14 @@ fn continuation_with(rider_id: u32, rider: &[u8], trailer_len: u16) -> Vec<u8> {
     buf
 }
 
+/// A raw IPv4 socket of protocol 253 in `ns`, for hand-made MGRP packets.
+fn mgrp_socket(ns: &mgrp_testbed::Netns) -> socket2::Socket {
+    use socket2::{Domain, Protocol, Socket, Type};
+    ns.run(|| Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(253))))
+        .unwrap()
+        .unwrap()
+}
+
 /// An unauthenticated continuation carrying `rider` whole.
 fn continuation(rider_id: u32, rider: &[u8]) -> Vec<u8> {
     continuation_with(rider_id, rider, 0)
@@ -626,11 +634,7 @@ fn forged_riders_are_refused_and_counted() {
     );
     let to_b = SockAddr::from(SocketAddr::new(IpAddr::V4(ADDR_B), 0));
     // MGRP from A's own address.
-    let mgrp = net
-        .a
-        .run(|| Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(253))))
-        .unwrap()
-        .unwrap();
+    let mgrp = mgrp_socket(&net.a);
     let cases: [(&[u8], Vec<u8>); 5] = [
         (b"good", udp_rider(peer, me, 17, b"good")),
         (
@@ -734,7 +738,7 @@ fn sealed_continuation(
 #[test]
 fn keyed_daemons_refuse_unauthenticated_wrong_key_and_replayed_packets() {
     use mgrp_core::auth::Key;
-    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+    use socket2::SockAddr;
     let _serial = serial();
     if !root_or_skip("keyed_daemons") {
         return;
@@ -764,11 +768,7 @@ fn keyed_daemons_refuse_unauthenticated_wrong_key_and_replayed_packets() {
         .unwrap();
     sink.set_read_timeout(Some(Duration::from_millis(300)))
         .unwrap();
-    let mgrp = net
-        .a
-        .run(|| Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(253))))
-        .unwrap()
-        .unwrap();
+    let mgrp = mgrp_socket(&net.a);
     let to_b = SockAddr::from(SocketAddr::new(IpAddr::V4(ADDR_B), 0));
     let (peer, me) = ([10, 77, 0, 1], [10, 77, 0, 2]);
     let plain = continuation(0x7200_0000, &udp_rider(peer, me, 17, b"plain"));
@@ -810,11 +810,7 @@ fn keyed_daemons_refuse_unauthenticated_wrong_key_and_replayed_packets() {
     drop((a, b));
     let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
     let (_a, b) = daemons(&net, &[]);
-    let mgrp = net
-        .a
-        .run(|| Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(253))))
-        .unwrap()
-        .unwrap();
+    let mgrp = mgrp_socket(&net.a);
     mgrp.send_to(&good, &to_b).unwrap();
     let s = b.quiescent_stats().unwrap().daemon;
     assert_eq!(s.mgrp_unexpected_auth, 1, "{s:#?}");

@@ -846,6 +846,33 @@ fn prepare_pacer(config: &Config) -> bool {
     }
 }
 
+/// Held by each data-path thread: when the thread ends while the daemon is not
+/// shutting down, a panic included, the daemon stops in order (rules and routes
+/// removed) instead of running on with a black-holed TUN.
+#[derive(Debug)]
+pub struct EndsDaemon<'a> {
+    shared: &'a Shared,
+    name: &'static str,
+}
+
+impl<'a> EndsDaemon<'a> {
+    /// A guard for the thread called `name`.
+    pub fn new(shared: &'a Shared, name: &'static str) -> Self {
+        Self { shared, name }
+    }
+}
+
+impl Drop for EndsDaemon<'_> {
+    fn drop(&mut self) {
+        let how = if std::thread::panicking() {
+            "panicked"
+        } else {
+            "stopped"
+        };
+        self.shared.fatal(format!("the {} thread {how}", self.name));
+    }
+}
+
 /// The pacer thread: runs trains and releases riders whose wait is over. If it ends
 /// for any reason but shutdown, the daemon stops (trains could no longer run and held
 /// riders would never leave).
@@ -1076,7 +1103,7 @@ pub fn run_receiver(shared: &Shared, sock: &Socket, v6: bool) {
                 continue;
             }
             Err(e) => {
-                warn!("receiving MGRP packets failed: {e}; stopping the receiver");
+                shared.fatal(format!("receiving MGRP packets failed: {e}"));
                 return;
             }
         };
@@ -1353,5 +1380,28 @@ mod tests {
         for a in ["10.0.0.2", "fd77::2", "2001:db8::1"] {
             assert!(!is_housekeeping(a.parse().unwrap()), "{a}");
         }
+    }
+
+    #[test]
+    fn a_panicking_thread_stops_the_daemon_and_a_shutdown_does_not() {
+        let config = Config::from_toml("realtime = false").unwrap();
+        let (events, _rx) = mpsc::unbounded_channel();
+        let shared = Shared::loopback(config, events);
+        let mut fatal = shared.fatal_channel();
+        std::thread::scope(|s| {
+            let r = s
+                .spawn(|| {
+                    let _ends = EndsDaemon::new(&shared, "test");
+                    panic!("on purpose");
+                })
+                .join();
+            assert!(r.is_err());
+        });
+        assert_eq!(fatal.try_recv().unwrap(), "the test thread panicked");
+        // During shutdown a thread ending is expected and says nothing.
+        let mut fatal = shared.fatal_channel();
+        shared.begin_shutdown();
+        drop(EndsDaemon::new(&shared, "quiet"));
+        assert!(fatal.try_recv().is_err());
     }
 }

@@ -228,28 +228,39 @@ async fn serve(
     let s = shared.clone();
     std::thread::Builder::new()
         .name("mgrp-tun".into())
-        .spawn(move || daemon::run_tun_reader(&s))?;
+        .spawn(move || {
+            let _ends = daemon::EndsDaemon::new(&s, "TUN reader");
+            daemon::run_tun_reader(&s);
+        })?;
     let s = shared.clone();
-    let mut receivers = vec![
-        std::thread::Builder::new()
-            .name("mgrp-rx4".into())
-            .spawn(move || daemon::run_receiver(&s, &recv4, false))?,
-    ];
+    let mut receivers =
+        vec![
+            std::thread::Builder::new()
+                .name("mgrp-rx4".into())
+                .spawn(move || {
+                    let _ends = daemon::EndsDaemon::new(&s, "IPv4 receiver");
+                    daemon::run_receiver(&s, &recv4, false);
+                })?,
+        ];
     match sys::mgrp_recv_socket(true, config.protocol, Duration::from_millis(100)) {
         Ok(recv6) => {
             let s = shared.clone();
-            receivers.push(
-                std::thread::Builder::new()
-                    .name("mgrp-rx6".into())
-                    .spawn(move || daemon::run_receiver(&s, &recv6, true))?,
-            );
+            receivers.push(std::thread::Builder::new().name("mgrp-rx6".into()).spawn(
+                move || {
+                    let _ends = daemon::EndsDaemon::new(&s, "IPv6 receiver");
+                    daemon::run_receiver(&s, &recv6, true);
+                },
+            )?);
         }
         Err(e) => warn!("no IPv6 MGRP receive socket ({e}); IPv6 peers cannot reach this host"),
     }
     let s = shared.clone();
     let pacer = std::thread::Builder::new()
         .name("mgrp-pacer".into())
-        .spawn(move || daemon::run_pacer(&s))?;
+        .spawn(move || {
+            let _ends = daemon::EndsDaemon::new(&s, "pacer");
+            daemon::run_pacer(&s);
+        })?;
     for v6 in [false, true] {
         let s = shared.clone();
         std::thread::Builder::new()

@@ -204,3 +204,20 @@ pub struct ReassemblyCounters {
     /// Bytes reserved for riders being reassembled.
     pub bytes_pending: u64,
 }
+
+impl std::ops::AddAssign<&Self> for ReassemblyCounters {
+    /// Adds another reassembler's counters (one per receiving address family).
+    fn add_assign(&mut self, c: &Self) {
+        self.chunks_in += c.chunks_in;
+        self.chunks_duplicate += c.chunks_duplicate;
+        self.riders_delivered += c.riders_delivered;
+        self.rider_bytes_delivered += c.rider_bytes_delivered;
+        self.riders_timed_out += c.riders_timed_out;
+        self.riders_evicted_peer_limit += c.riders_evicted_peer_limit;
+        self.riders_evicted_total_limit += c.riders_evicted_total_limit;
+        self.riders_inconsistent += c.riders_inconsistent;
+        self.chunks_too_large += c.chunks_too_large;
+        self.riders_pending += c.riders_pending;
+        self.bytes_pending += c.bytes_pending;
+    }
+}

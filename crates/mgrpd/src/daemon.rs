@@ -170,7 +170,8 @@ pub struct Shared {
     pub(crate) counters: Counters,
     pub(crate) shutdown: AtomicBool,
     pub(crate) listeners: Mutex<HashMap<u16, Vec<Listener>>>,
-    pub(crate) reassembly: Mutex<ReassemblyCounters>,
+    /// Reassembly counters of each receiver: IPv4 (and the loopback path) and IPv6.
+    pub(crate) reassembly: Mutex<[ReassemblyCounters; 2]>,
     malformed_log: Mutex<LogLimiter>,
     refused_log: Mutex<LogLimiter>,
     not_peer_log: Mutex<LogLimiter>,
@@ -296,7 +297,7 @@ impl Shared {
             counters: Counters::default(),
             shutdown: AtomicBool::new(false),
             listeners: Mutex::new(HashMap::new()),
-            reassembly: Mutex::new(ReassemblyCounters::default()),
+            reassembly: Mutex::new([ReassemblyCounters::default(); 2]),
             refused_log: Mutex::new(LogLimiter {
                 last: None,
                 skipped: 0,
@@ -386,10 +387,15 @@ impl Shared {
         DaemonStats {
             daemon: self.counters.snapshot(),
             planner,
-            reassembly: *self
-                .reassembly
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
+            reassembly: {
+                let per = *self
+                    .reassembly
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                let mut sum = per[0];
+                sum += &per[1];
+                sum
+            },
         }
     }
 
@@ -564,8 +570,10 @@ impl Shared {
                 // their own ids apart in reassembly.
                 let from = peer;
                 let ip_len = packet.len() + if peer.is_ipv4() { 20 } else { 40 };
+                // One reassembler serves both families here: one counter slot.
                 self.handle_mgrp(
                     &mut reasm,
+                    false,
                     from,
                     Some(peer),
                     packet,
@@ -1099,7 +1107,7 @@ pub fn run_receiver(shared: &Shared, sock: &Socket, v6: bool) {
             Ok(Some(r)) => r,
             Ok(None) => {
                 reasm.handle_timeout(sys::mono_now());
-                shared.publish_reassembly(&reasm);
+                shared.publish_reassembly(&reasm, v6);
                 continue;
             }
             Err(e) => {
@@ -1122,7 +1130,7 @@ pub fn run_receiver(shared: &Shared, sock: &Socket, v6: bool) {
             )
         };
         let stamp = r.stamp.unwrap_or_else(sys::wall_now);
-        shared.handle_mgrp(&mut reasm, r.from, to, payload, ip_len, stamp);
+        shared.handle_mgrp(&mut reasm, v6, r.from, to, payload, ip_len, stamp);
     }
 }
 
@@ -1213,19 +1221,24 @@ impl Shared {
         }
     }
 
-    fn publish_reassembly(&self, reasm: &Reassembler<IpAddr>) {
-        *self
-            .reassembly
+    /// Publishes one receiver's reassembly counters; the IPv4 and IPv6 receivers
+    /// each have a slot, so that neither overwrites the other's.
+    fn publish_reassembly(&self, reasm: &Reassembler<IpAddr>, v6: bool) {
+        self.reassembly
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = reasm.counters();
+            .unwrap_or_else(PoisonError::into_inner)[usize::from(v6)] = reasm.counters();
     }
 
     /// Takes in one received MGRP packet, sent by `from` to `to`: riders admitted by
     /// [`Peers::admit`] to the TUN, the probe to its listener. Packets from non-peers
     /// are counted and dropped unread.
+    // Each argument is one fact about the packet as the socket gave it; a struct
+    // holding them would be built and taken apart at the two call sites only.
+    #[allow(clippy::too_many_arguments)]
     fn handle_mgrp(
         &self,
         reasm: &mut Reassembler<IpAddr>,
+        v6: bool,
         from: IpAddr,
         to: Option<IpAddr>,
         payload: &[u8],
@@ -1286,7 +1299,7 @@ impl Shared {
                 }
             }
         }
-        self.publish_reassembly(reasm);
+        self.publish_reassembly(reasm, v6);
         if packet.kind() == Kind::Probe {
             let probe = ReceivedProbe {
                 source: from,

@@ -130,21 +130,20 @@ fn tag(key: &Key, covered: &[u8]) -> [u8; TAG_LEN] {
     t
 }
 
-/// Whether `packet` carries an authentication trailer.
-pub fn has_trailer(packet: &[u8]) -> bool {
-    Packet::new_checked(packet).is_ok_and(|p| p.trailer().len() == usize::from(TRAILER_LEN))
+/// One checked parse: the packet is sound and ends in an authentication trailer.
+fn check(packet: &[u8]) -> Result<(), AuthError> {
+    let p = Packet::new_checked(packet).map_err(|_| AuthError::Malformed)?;
+    if p.trailer().len() != usize::from(TRAILER_LEN) {
+        return Err(AuthError::Unauthenticated);
+    }
+    Ok(())
 }
 
 /// Writes `counter` and the tag into the trailer of `packet`, an emitted MGRP packet
 /// whose trailer is [`TRAILER_LEN`] bytes long. Call it after the last change to the
 /// packet (the sender stamp).
 pub fn seal(key: &Key, packet: &mut [u8], counter: u64) -> Result<(), AuthError> {
-    if Packet::new_checked(&*packet).is_err() {
-        return Err(AuthError::Malformed);
-    }
-    if !has_trailer(packet) {
-        return Err(AuthError::Unauthenticated);
-    }
+    check(packet)?;
     let n = packet.len();
     let t0 = n - usize::from(TRAILER_LEN);
     packet[t0..t0 + 8].copy_from_slice(&counter.to_be_bytes());
@@ -156,12 +155,7 @@ pub fn seal(key: &Key, packet: &mut [u8], counter: u64) -> Result<(), AuthError>
 /// Checks the tag of `packet` and returns its counter (still to be checked against a
 /// [`ReplayWindow`]).
 pub fn open(key: &Key, packet: &[u8]) -> Result<u64, AuthError> {
-    if Packet::new_checked(packet).is_err() {
-        return Err(AuthError::Malformed);
-    }
-    if !has_trailer(packet) {
-        return Err(AuthError::Unauthenticated);
-    }
+    check(packet)?;
     let n = packet.len();
     let want = tag(key, &packet[..n - TAG_LEN]);
     // Constant time: every byte is compared whatever the first difference.
@@ -281,7 +275,6 @@ mod tests {
             Err(AuthError::Unauthenticated)
         );
         assert_eq!(open(&key(1), &[1, 2, 3]), Err(AuthError::Malformed));
-        assert!(has_trailer(&p) && !has_trailer(&plain));
     }
 
     #[test]

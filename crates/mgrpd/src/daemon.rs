@@ -187,6 +187,8 @@ pub struct Shared {
     /// Peers that answered MGRP with an ICMP error, until when they count as down.
     /// Used by the liveness threads and the TUN reader, never by the pacer.
     down: Mutex<HashMap<IpAddr, mgrp_core::MonoTime>>,
+    /// Whether `down` may hold a peer (changed only with its lock held).
+    any_down: AtomicBool,
     io: Io,
     events: mpsc::UnboundedSender<TrainEvent>,
     fatal: Mutex<Option<oneshot::Sender<String>>>,
@@ -313,6 +315,7 @@ impl Shared {
             tx_counter: AtomicU64::new(sys::wall_now().as_nanos()),
             budgets,
             down: Mutex::new(HashMap::new()),
+            any_down: AtomicBool::new(false),
             replay: Mutex::new(HashMap::new()),
             malformed_log: Mutex::new(LogLimiter {
                 last: None,
@@ -774,9 +777,16 @@ impl Shared {
 
 impl Shared {
     /// The peers counted as down at `now`.
+    /// Costs one atomic load on the rider path while every peer is up.
     fn peers_down(&self, now: mgrp_core::MonoTime) -> Vec<IpAddr> {
+        if !self.any_down.load(Ordering::Acquire) {
+            return Vec::new();
+        }
         let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
         down.retain(|_, until| *until > now);
+        if down.is_empty() {
+            self.any_down.store(false, Ordering::Release);
+        }
         down.keys().copied().collect()
     }
 
@@ -812,12 +822,11 @@ impl Shared {
             }
             bump(&self.counters.peer_unreachable);
             let until = sys::mono_now().saturating_add(PEER_DOWN_BACKOFF);
-            let was_up = self
-                .down
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(e.destination, until)
-                .is_none();
+            let was_up = {
+                let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
+                self.any_down.store(true, Ordering::Release);
+                down.insert(e.destination, until).is_none()
+            };
             if was_up {
                 warn!(
                     "peer {} answered MGRP with ICMP type {} code {}: its mgrpd is gone; its riders go unchanged for {:?}",
@@ -1147,8 +1156,12 @@ impl Shared {
 
     /// Whether a peer's packet passes authentication (tag, then replay window), or
     /// needs none; refusals are counted and logged at a limited rate.
-    fn authentic(&self, from: IpAddr, payload: &[u8]) -> bool {
+    fn authentic(&self, from: IpAddr, payload: &[u8], has_trailer: bool) -> bool {
         let (counter, what) = match self.config.keys.key_for(from) {
+            Some(_) if !has_trailer => (
+                &self.counters.mgrp_unauthenticated,
+                "an unauthenticated packet, but a key is configured for it; give it the same key",
+            ),
             Some(key) => match auth::open(key, payload) {
                 Ok(counter) => {
                     let fresh = self
@@ -1163,18 +1176,13 @@ impl Shared {
                     }
                     (&self.counters.mgrp_replayed, "a replayed or too old packet")
                 }
-                // Left to the parser, which counts it as malformed.
-                Err(AuthError::Malformed) => return true,
-                Err(AuthError::Unauthenticated) => (
-                    &self.counters.mgrp_unauthenticated,
-                    "an unauthenticated packet, but a key is configured for it; give it the same key",
-                ),
-                Err(AuthError::BadTag) => (
+                // A checked packet with a trailer is neither malformed nor unauthenticated.
+                Err(AuthError::BadTag | AuthError::Malformed | AuthError::Unauthenticated) => (
                     &self.counters.mgrp_bad_tag,
                     "a packet with a wrong tag (another key, or altered on the way)",
                 ),
             },
-            None if auth::has_trailer(payload) => (
+            None if has_trailer => (
                 &self.counters.mgrp_unexpected_auth,
                 "an authenticated packet, but no key is configured for it; give this mgrpd the same key with --key-file",
             ),
@@ -1259,9 +1267,6 @@ impl Shared {
             }
             return;
         }
-        if !self.authentic(from, payload) {
-            return;
-        }
         let packet = match Packet::new_checked(payload) {
             Ok(p) => p,
             Err(e) => {
@@ -1278,6 +1283,11 @@ impl Shared {
                 return;
             }
         };
+        // Before anything of the packet is used.
+        let has_trailer = packet.trailer().len() == usize::from(auth::TRAILER_LEN);
+        if !self.authentic(from, payload, has_trailer) {
+            return;
+        }
         let now = sys::mono_now();
         for chunk in packet.chunks() {
             if let ChunkOutcome::Complete(rider) = reasm.handle_chunk(now, from, &chunk) {

@@ -107,58 +107,30 @@ pub fn recv_error(fd: RawFd, timeout: Duration) -> io::Result<Option<IcmpError>>
     if n <= 0 || pfd.revents & libc::POLLERR == 0 {
         return Ok(None);
     }
-    let mut addr = MaybeUninit::<libc::sockaddr_storage>::zeroed();
     let mut data = [0u8; 256];
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
-    };
-    let mut control = [0u64; 32];
-    // SAFETY: zeroed msghdr is a valid starting value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = addr.as_mut_ptr().cast();
-    msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    msg.msg_iov = &raw mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = size_of::<[u64; 32]>();
-    // SAFETY: every pointer in msg refers to live buffers of the stated sizes.
-    let r = unsafe { libc::recvmsg(fd, &raw mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
-            _ => Err(e),
-        };
-    }
     let mut found = None;
-    // SAFETY: the kernel filled msg_control with well-formed cmsgs up to
-    // msg_controllen; the CMSG_* macros walk them within those bounds.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
-        while !c.is_null() {
-            let level = (*c).cmsg_level;
-            let ty = (*c).cmsg_type;
+    let got = recvmsg_cmsgs(
+        fd,
+        &mut data,
+        libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+        |level, ty, d| {
             if (level == libc::IPPROTO_IP && ty == libc::IP_RECVERR)
                 || (level == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR)
             {
-                let ee: libc::sock_extended_err =
-                    std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                if ee.ee_origin == libc::SO_EE_ORIGIN_ICMP
-                    || ee.ee_origin == libc::SO_EE_ORIGIN_ICMP6
-                {
-                    found = Some((ee.ee_type, ee.ee_code));
+                if let Some(ee) = cmsg_value::<libc::sock_extended_err>(d) {
+                    if ee.ee_origin == libc::SO_EE_ORIGIN_ICMP
+                        || ee.ee_origin == libc::SO_EE_ORIGIN_ICMP6
+                    {
+                        found = Some((ee.ee_type, ee.ee_code));
+                    }
                 }
             }
-            c = libc::CMSG_NXTHDR(&raw const msg, c);
-        }
-    }
-    let Some((icmp_type, icmp_code)) = found else {
+        },
+    )?;
+    // The address is the destination of the packet that drew the error.
+    let (Some((_, destination)), Some((icmp_type, icmp_code))) = (got, found) else {
         return Ok(None);
     };
-    // SAFETY: zero-initialised storage that the kernel may have overwritten with the
-    // destination of the packet that drew the error.
-    let destination = unsafe { storage_ip(&addr.assume_init()) };
     Ok(Some(IcmpError {
         destination,
         icmp_type,
@@ -210,13 +182,47 @@ pub struct Received {
 
 /// Receives one datagram with its kernel timestamp. Returns `Ok(None)` on timeout.
 pub fn recv_stamped(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Received>> {
+    let mut stamp = None;
+    let mut to = None;
+    let got = recvmsg_cmsgs(fd, buf, 0, |level, ty, d| {
+        if level == libc::SOL_SOCKET && ty == libc::SO_TIMESTAMPNS {
+            if let Some(ts) = cmsg_value::<libc::timespec>(d) {
+                stamp = Some(WallTime::from_nanos(
+                    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
+                ));
+            }
+        }
+        if level == libc::IPPROTO_IPV6 && ty == libc::IPV6_PKTINFO {
+            if let Some(info) = cmsg_value::<libc::in6_pktinfo>(d) {
+                to = Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
+            }
+        }
+    })?;
+    Ok(got.map(|(len, from)| Received {
+        len,
+        from,
+        stamp,
+        to,
+    }))
+}
+
+/// One `recvmsg` into `buf` with `flags`, handing each control message to `cmsg` as
+/// (level, type, data). Returns the bytes read and the address the kernel gave (the
+/// sender, or for the error queue the original destination), or `None` when the call
+/// would block, timed out or was interrupted.
+fn recvmsg_cmsgs(
+    fd: RawFd,
+    buf: &mut [u8],
+    flags: libc::c_int,
+    mut cmsg: impl FnMut(libc::c_int, libc::c_int, &[u8]),
+) -> io::Result<Option<(usize, IpAddr)>> {
     let mut addr = MaybeUninit::<libc::sockaddr_storage>::zeroed();
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    // Room for a timespec and an IPv6 packet-info control message, aligned.
-    let mut control = [0u64; 16];
+    // Room for a few control messages (timestamp, packet info, extended error), aligned.
+    let mut control = [0u64; 32];
     // SAFETY: zeroed msghdr is a valid starting value.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_name = addr.as_mut_ptr().cast();
@@ -224,9 +230,9 @@ pub fn recv_stamped(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Received>> {
     msg.msg_iov = &raw mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = size_of::<[u64; 16]>();
+    msg.msg_controllen = size_of::<[u64; 32]>();
     // SAFETY: every pointer in msg refers to live buffers of the stated sizes.
-    let n = unsafe { libc::recvmsg(fd, &raw mut msg, 0) };
+    let n = unsafe { libc::recvmsg(fd, &raw mut msg, flags) };
     if n < 0 {
         let e = io::Error::last_os_error();
         return match e.kind() {
@@ -236,35 +242,35 @@ pub fn recv_stamped(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Received>> {
             _ => Err(e),
         };
     }
-    let mut stamp = None;
-    let mut to = None;
     // SAFETY: the kernel filled msg_control with well-formed cmsgs up to
-    // msg_controllen; the CMSG_* macros walk them within those bounds.
+    // msg_controllen; the CMSG_* macros walk them within those bounds, and each data
+    // slice ends where its cmsg_len says.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_TIMESTAMPNS {
-                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                stamp = Some(WallTime::from_nanos(
-                    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
-                ));
-            }
-            if (*c).cmsg_level == libc::IPPROTO_IPV6 && (*c).cmsg_type == libc::IPV6_PKTINFO {
-                let info: libc::in6_pktinfo = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                to = Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
-            }
+            let data = libc::CMSG_DATA(c);
+            let header = data as usize - c as usize;
+            let len = (*c).cmsg_len.saturating_sub(header);
+            cmsg(
+                (*c).cmsg_level,
+                (*c).cmsg_type,
+                std::slice::from_raw_parts(data, len),
+            );
             c = libc::CMSG_NXTHDR(&raw const msg, c);
         }
     }
     // SAFETY: zero-initialised storage that the kernel may have overwritten with a
     // sockaddr of the family it names.
     let from = unsafe { storage_ip(&addr.assume_init()) };
-    Ok(Some(Received {
-        len: n as usize,
-        from,
-        stamp,
-        to,
-    }))
+    Ok(Some((n as usize, from)))
+}
+
+/// A plain C struct read from a control message's data, if the data is long enough.
+fn cmsg_value<T: Copy>(data: &[u8]) -> Option<T> {
+    // SAFETY: the length is checked; the types read here (timespec, in6_pktinfo,
+    // sock_extended_err) are integers only, valid for any bytes.
+    (data.len() >= size_of::<T>())
+        .then(|| unsafe { std::ptr::read_unaligned(data.as_ptr().cast()) })
 }
 
 /// The IP address in a socket address the kernel filled in.

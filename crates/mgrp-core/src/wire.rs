@@ -506,6 +506,22 @@ pub struct Header {
     pub sender_time: WallTime,
 }
 
+impl Header {
+    /// The header of a continuation packet: no probe fields, no stamp yet.
+    pub fn continuation() -> Self {
+        Self {
+            kind: Kind::Continuation,
+            last_in_train: false,
+            src_port: 0,
+            dst_port: 0,
+            transaction: 0,
+            seq: 0,
+            train_len: 0,
+            sender_time: WallTime::UNIX_EPOCH,
+        }
+    }
+}
+
 /// A parsed MGRP packet; the input of [`Repr::emit`] and the output of [`Repr::parse`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Repr<'a> {

@@ -8,14 +8,14 @@
 //! Needs root. `cargo bench -p mgrpd --bench soak -- [SECONDS] [FLOOD_PPS]`
 //! (defaults 600 s and 5000 packets/s). Not run in CI.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mgrp_core::auth::{Key, TRAILER_LEN, seal};
-use mgrp_core::wire::{Chunk, Header, Kind, Repr};
+use mgrp_testbed::forge;
 use mgrp_testbed::{
     ADDR_A, ADDR_B, Netns, TwoHostOptions, TwoHosts, sh, tcp_listen, tcp_transfer, uniform_train,
     unique,
@@ -35,56 +35,10 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// An IPv4 header in front of `payload`, checksum included.
-fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, payload: &[u8]) -> Vec<u8> {
-    let mut p = vec![0u8; 20];
-    p[0] = 0x45;
-    p[2..4].copy_from_slice(&u16::try_from(20 + payload.len()).unwrap().to_be_bytes());
-    p[8] = 64;
-    p[9] = protocol;
-    p[12..16].copy_from_slice(&src.octets());
-    p[16..20].copy_from_slice(&dst.octets());
-    let mut sum: u32 = p
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    p[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    p.extend_from_slice(payload);
-    p
-}
-
 /// A continuation carrying a UDP rider from A to B, with a trailer of `trailer_len`.
 fn continuation(rider_id: u32, trailer_len: u16) -> Vec<u8> {
-    let mut udp = vec![0u8; 8 + 64];
-    udp[2..4].copy_from_slice(&9u16.to_be_bytes());
-    udp[4..6].copy_from_slice(&72u16.to_be_bytes());
-    let rider = ipv4(ADDR_A, ADDR_B, 17, &udp);
-    let repr = Repr {
-        header: Header {
-            kind: Kind::Continuation,
-            last_in_train: false,
-            src_port: 0,
-            dst_port: 0,
-            transaction: 0,
-            seq: 0,
-            train_len: 0,
-            sender_time: mgrp_core::WallTime::UNIX_EPOCH,
-        },
-        tool_header: &[],
-        chunks: vec![Chunk {
-            rider_id,
-            offset: 0,
-            rider_len: u16::try_from(rider.len()).unwrap(),
-            data: &rider,
-        }],
-        trailer_len,
-    };
-    let mut buf = vec![0u8; repr.buffer_len()];
-    repr.emit(&mut buf).unwrap();
-    buf
+    let rider = forge::udp_packet(ADDR_A, ADDR_B, 17, 9, &[0; 64]);
+    forge::continuation(rider_id, &rider, trailer_len)
 }
 
 /// splitmix64, for garbage.
@@ -128,17 +82,20 @@ fn flood(c: &Netns, key: &Key, pps: u64, stop: Arc<AtomicBool>) -> std::thread::
                     let junk: Vec<u8> = (0..len).map(|_| next(&mut rng) as u8).collect();
                     mgrp.send_to(&junk, &to_b)
                 }
-                1 => raw.send_to(&ipv4(ADDR_A, ADDR_B, 253, &continuation(id, 0)), &to_b),
+                1 => raw.send_to(
+                    &forge::ipv4_packet(ADDR_A, ADDR_B, 253, &continuation(id, 0)),
+                    &to_b,
+                ),
                 2 => {
                     let mut p = continuation(id, TRAILER_LEN);
                     seal(&wrong, &mut p, next(&mut rng)).unwrap();
-                    raw.send_to(&ipv4(ADDR_A, ADDR_B, 253, &p), &to_b)
+                    raw.send_to(&forge::ipv4_packet(ADDR_A, ADDR_B, 253, &p), &to_b)
                 }
                 _ => {
                     // Sealed right, but with a counter long past: a replay.
                     let mut p = continuation(id, TRAILER_LEN);
                     seal(&key, &mut p, 1 + sent % 1000).unwrap();
-                    raw.send_to(&ipv4(ADDR_A, ADDR_B, 253, &p), &to_b)
+                    raw.send_to(&forge::ipv4_packet(ADDR_A, ADDR_B, 253, &p), &to_b)
                 }
             };
             sent += 1;

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use mgrp_core::api::DaemonStats;
+use mgrp_testbed::forge;
 use mgrp_testbed::{
     ADDR_B, Daemon, TwoHostOptions, TwoHosts, tcp_listen, tcp_transfer, uniform_train,
 };
@@ -527,66 +528,9 @@ fn riders_of_probes_that_cannot_be_sent_are_not_lost_silently() {
     assert!(a.process.log().contains("mgrpd ready"));
 }
 
-/// An IPv4 header (with its checksum) in front of `payload`.
-fn ipv4_packet(src: [u8; 4], dst: [u8; 4], protocol: u8, payload: &[u8]) -> Vec<u8> {
-    let len = 20 + payload.len();
-    let mut p = vec![0u8; 20];
-    p[0] = 0x45;
-    p[2..4].copy_from_slice(&u16::try_from(len).unwrap().to_be_bytes());
-    p[8] = 64;
-    p[9] = protocol;
-    p[12..16].copy_from_slice(&src);
-    p[16..20].copy_from_slice(&dst);
-    let mut sum: u32 = p
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    p[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    p.extend_from_slice(payload);
-    p
-}
-
-/// A UDP datagram to port 7777 (checksum 0: none, allowed over IPv4) as a whole IP
-/// packet.
+/// A UDP datagram to port 7777 as a whole IP packet.
 fn udp_rider(src: [u8; 4], dst: [u8; 4], protocol: u8, text: &[u8]) -> Vec<u8> {
-    let mut udp = vec![0u8; 8];
-    udp[0..2].copy_from_slice(&4000u16.to_be_bytes());
-    udp[2..4].copy_from_slice(&7777u16.to_be_bytes());
-    udp[4..6].copy_from_slice(&u16::try_from(8 + text.len()).unwrap().to_be_bytes());
-    udp.extend_from_slice(text);
-    ipv4_packet(src, dst, protocol, &udp)
-}
-
-/// An MGRP continuation packet carrying `rider` whole, with a trailer of
-/// `trailer_len` zero bytes.
-fn continuation_with(rider_id: u32, rider: &[u8], trailer_len: u16) -> Vec<u8> {
-    use mgrp_core::wire::{Chunk, Header, Kind, Repr};
-    let repr = Repr {
-        header: Header {
-            kind: Kind::Continuation,
-            last_in_train: false,
-            src_port: 0,
-            dst_port: 0,
-            transaction: 0,
-            seq: 0,
-            train_len: 0,
-            sender_time: mgrp_core::WallTime::UNIX_EPOCH,
-        },
-        tool_header: &[],
-        chunks: vec![Chunk {
-            rider_id,
-            offset: 0,
-            rider_len: u16::try_from(rider.len()).unwrap(),
-            data: rider,
-        }],
-        trailer_len,
-    };
-    let mut buf = vec![0u8; repr.buffer_len()];
-    repr.emit(&mut buf).unwrap();
-    buf
+    forge::udp_packet(src.into(), dst.into(), protocol, 7777, text)
 }
 
 /// A raw IPv4 socket of protocol 253 in `ns`, for hand-made MGRP packets.
@@ -599,7 +543,7 @@ fn mgrp_socket(ns: &mgrp_testbed::Netns) -> socket2::Socket {
 
 /// An unauthenticated continuation carrying `rider` whole.
 fn continuation(rider_id: u32, rider: &[u8]) -> Vec<u8> {
-    continuation_with(rider_id, rider, 0)
+    forge::continuation(rider_id, rider, 0)
 }
 
 /// Hand-made MGRP packets from A, a peer, and from a spoofed stranger: only the sound
@@ -663,7 +607,12 @@ fn forged_riders_are_refused_and_counted() {
         .unwrap()
         .unwrap();
     let inner = udp_rider(stranger, me, 17, b"stranger");
-    let outer = ipv4_packet(stranger, me, 253, &continuation(0x7100_0000, &inner));
+    let outer = forge::ipv4_packet(
+        stranger.into(),
+        me.into(),
+        253,
+        &continuation(0x7100_0000, &inner),
+    );
     raw.send_to(&outer, &to_b).unwrap();
 
     let mut got = Vec::new();
@@ -726,7 +675,7 @@ fn sealed_continuation(
     rider_id: u32,
     rider: &[u8],
 ) -> Vec<u8> {
-    let mut buf = continuation_with(rider_id, rider, mgrp_core::auth::TRAILER_LEN);
+    let mut buf = forge::continuation(rider_id, rider, mgrp_core::auth::TRAILER_LEN);
     mgrp_core::auth::seal(key, &mut buf, counter).unwrap();
     buf
 }

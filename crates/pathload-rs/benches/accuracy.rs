@@ -17,15 +17,12 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::process::ExitCode;
 
-use common::{daemons, f, measure, net};
+use common::{OTHER_B, add_other_b, daemons, f, measure, net};
 use mgrp_testbed::traffic::{ip_level_truth, tcp_source, udp_cbr};
 use mgrp_testbed::{ADDR_B, Daemon};
-
-/// A second address of B, outside the tunnel's routes.
-const OTHER_B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 3);
 
 const MAX_TIME: u64 = 60;
 
@@ -102,8 +99,7 @@ fn one(transport: &str, mode: &str, scenario: &str, packets: Option<&str>) -> an
     } else {
         None
     };
-    let other = format!("{OTHER_B}/24");
-    net.b.ip(&["addr", "add", &other, "dev", &net.veth_b])?;
+    add_other_b(&net)?;
     let mut extra = vec!["--mode", mode];
     if let Some(k) = packets {
         extra.extend(["--packets", k]);

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::ensure;
-use common::{daemons, f, net};
+use common::{OTHER_B, add_other_b, daemons, f, net};
 use mgrp_testbed::traffic::{ip_level_truth, tcp_source, udp_cbr};
 use mgrp_testbed::{ADDR_B, Daemon, TwoHosts};
 use serde_json::Value;
@@ -69,9 +69,6 @@ fn check_range(result: &Value, truth: f64) -> anyhow::Result<()> {
 
 const CROSS: (f64, u32) = (4.0, 1490);
 
-/// A second address of B, outside the tunnel's routes.
-const OTHER_B: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 3);
-
 fn udp_quiet() -> anyhow::Result<()> {
     let net = net()?;
     let r = measure(&net, "udp", None)?;
@@ -108,8 +105,7 @@ fn mgrp_quiet() -> anyhow::Result<()> {
 fn mgrp_cross_traffic() -> anyhow::Result<()> {
     let net = net()?;
     let (a, b) = daemons(&net)?;
-    let other = format!("{OTHER_B}/24");
-    net.b.ip(&["addr", "add", &other, "dev", &net.veth_b])?;
+    add_other_b(&net)?;
     let cross = udp_cbr(
         &net.a,
         &net.b,

@@ -752,16 +752,7 @@ impl Planner {
             data: &front.data[front.sent..front.sent + take],
         };
         let repr = Repr {
-            header: Header {
-                kind: Kind::Continuation,
-                last_in_train: false,
-                src_port: 0,
-                dst_port: 0,
-                transaction: 0,
-                seq: 0,
-                train_len: 0,
-                sender_time: WallTime::UNIX_EPOCH,
-            },
+            header: Header::continuation(),
             tool_header: &[],
             chunks: vec![chunk],
             trailer_len: trailer,

@@ -28,6 +28,17 @@ pub(crate) fn net() -> anyhow::Result<TwoHosts> {
     })
 }
 
+/// A second address of B, outside the tunnel's routes: traffic to it crosses the
+/// bottleneck beside the probes, as another host's traffic would.
+pub(crate) const OTHER_B: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 3);
+
+/// Gives B its [`OTHER_B`] address.
+pub(crate) fn add_other_b(net: &TwoHosts) -> anyhow::Result<()> {
+    net.b
+        .ip(&["addr", "add", &format!("{OTHER_B}/24"), "dev", &net.veth_b])?;
+    Ok(())
+}
+
 /// mgrpd on both hosts, each routing the other host's address into its tunnel.
 pub(crate) fn daemons(net: &TwoHosts) -> anyhow::Result<(Daemon, Daemon)> {
     let me = std::env::current_exe()?;

@@ -140,11 +140,9 @@ impl Output {
                         f(analysis.pct),
                         f(analysis.pdt),
                         analysis.loss * 100.0,
-                        analysis.trend.map_or("discarded", |t| match t {
-                            pathload_rs::Trend::Increasing => "I",
-                            pathload_rs::Trend::NoTrend => "N",
-                            pathload_rs::Trend::Ambiguous => "U",
-                        })
+                        analysis
+                            .trend
+                            .map_or_else(|| "discarded".to_string(), |t| t.letter().to_string())
                     ));
                 }
             }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail};
 use pathload_rs::control::{CONTROL_VERSION, ProbeKind, Reply, Request, Transport};
 use pathload_rs::{
-    Action, Arrival, Config, Estimator, Mode, Outcome, StopReason, StreamResult, TrainResult,
+    Action, Config, Estimator, Mode, Outcome, StopReason, StreamResult, TrainResult,
 };
 
 use crate::cli::{ModeArg, RcvArgs};
@@ -161,11 +161,11 @@ fn measure(
                 Duration::ZERO,
                 rtt,
             )
-            .map(|(sent, arrivals, _)| {
+            .map(|(r, _)| {
                 est.handle_train(&TrainResult {
                     id: t.id,
-                    sent: sent.sent,
-                    arrivals,
+                    sent: r.sent,
+                    arrivals: r.arrivals,
                 });
             }),
             Action::Stream(s) => {
@@ -194,19 +194,10 @@ fn measure(
                     Duration::from_nanos(s.duration_ns()),
                     rtt,
                 )
-                .map(|(sent, arrivals, replied)| {
+                .map(|(r, replied)| {
                     let idle = Duration::from_nanos(s.idle_ns);
                     next_at = (replied + idle).checked_sub(rtt).unwrap_or(replied);
-                    est.handle_stream(&StreamResult {
-                        fleet: s.fleet,
-                        stream: s.stream,
-                        sent: sent.sent,
-                        sender_stamps: sent.stamps,
-                        arrivals,
-                        competing_rider_bytes: sent.competing_rider_bytes,
-                        rider_bytes: sent.rider_bytes,
-                        riding_probe_bytes: sent.riding_probe_bytes,
-                    });
+                    est.handle_stream(&r);
                 })
             }
         };
@@ -250,18 +241,9 @@ fn measure(
     Ok(exit::for_reason(outcome.reason))
 }
 
-/// What the sender reported.
-#[derive(Debug, Default)]
-struct SentReport {
-    sent: u32,
-    stamps: Vec<i64>,
-    competing_rider_bytes: u64,
-    rider_bytes: u64,
-    riding_probe_bytes: u64,
-}
-
 /// Asks for one train or stream, waits for the sender's report, then drains the
-/// probes that belong to it. Returns the report, the arrivals and when the report came.
+/// probes that belong to it. Returns what the sender reported with the arrivals, and
+/// when the report came.
 fn exchange(
     conn: &mut Conn,
     rx: &Receiver<Seen>,
@@ -269,13 +251,13 @@ fn exchange(
     id: (ProbeKind, u32, u32),
     duration: Duration,
     rtt: Duration,
-) -> anyhow::Result<(SentReport, Vec<Arrival>, Instant)> {
+) -> anyhow::Result<(StreamResult, Instant)> {
     // Anything still queued belongs to earlier streams.
     while rx.try_recv().is_ok() {}
     conn.stream()
         .set_read_timeout(Some(duration + rtt + REPLY_SLACK))?;
     conn.send(req)?;
-    let report = loop {
+    let mut result = loop {
         match conn.recv::<Reply>()? {
             Some(Reply::Sent {
                 fleet,
@@ -289,9 +271,12 @@ fn exchange(
                 if (fleet, stream) != (id.1, id.2) {
                     continue;
                 }
-                break SentReport {
+                break StreamResult {
+                    fleet,
+                    stream,
                     sent,
-                    stamps: sender_stamps,
+                    sender_stamps,
+                    arrivals: Vec::with_capacity(sent as usize),
                     competing_rider_bytes,
                     rider_bytes,
                     riding_probe_bytes,
@@ -304,14 +289,13 @@ fn exchange(
     };
     let replied = Instant::now();
     let deadline = replied + DRAIN.max(rtt);
-    let mut arrivals = Vec::with_capacity(report.sent as usize);
-    while arrivals.len() < report.sent as usize {
+    while result.arrivals.len() < result.sent as usize {
         let now = Instant::now();
         if now >= deadline {
             break;
         }
         match rx.recv_timeout(deadline - now) {
-            Ok(s) if (s.kind, s.fleet, s.stream) == id => arrivals.push(s.arrival),
+            Ok(s) if (s.kind, s.fleet, s.stream) == id => result.arrivals.push(s.arrival),
             Ok(_) => {}
             Err(RecvTimeoutError::Timeout) => break,
             Err(RecvTimeoutError::Disconnected) => {
@@ -319,5 +303,5 @@ fn exchange(
             }
         }
     }
-    Ok((report, arrivals, replied))
+    Ok((result, replied))
 }

@@ -251,6 +251,9 @@ pub struct DaemonCounters {
     /// Riders read from the TUN while their peer was unreachable, sent unchanged
     /// without entering a planner.
     pub riders_bypassed_peer_down: u64,
+    /// Riders read from the TUN for a destination beyond `limits.max-destinations`,
+    /// sent unchanged without entering a planner.
+    pub riders_bypassed_too_many_destinations: u64,
 }
 
 /// Everything the daemon counts.
@@ -266,14 +269,15 @@ pub struct DaemonStats {
 
 impl DaemonStats {
     /// Whether the rider conservation identities hold: every rider read from the TUN
-    /// is ignored, sent straight on because its peer was unreachable, or handed to a
-    /// planner, and every rider handed to a planner is
+    /// is ignored, sent straight on because its peer was unreachable or because too
+    /// many destinations hold riders already, or handed to a planner, and every rider handed to a planner is
     /// piggybacked, sent unchanged, dropped with a reason, or still held.
     pub fn conserved(&self) -> bool {
         self.planner.riders_accounted()
             && self.daemon.tun_packets_in
                 == self.daemon.tun_ignored
                     + self.daemon.riders_bypassed_peer_down
+                    + self.daemon.riders_bypassed_too_many_destinations
                     + self.planner.riders_in
     }
 }

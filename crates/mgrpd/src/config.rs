@@ -261,6 +261,7 @@ struct PiggybackFile {
     min_fragment: Option<usize>,
     max_queued_riders: Option<usize>,
     max_queued_bytes: Option<usize>,
+    max_held_bytes: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -277,6 +278,7 @@ struct LimitsFile {
     max_queued_trains: Option<usize>,
     max_trains_per_client: Option<usize>,
     max_listeners: Option<usize>,
+    max_destinations: Option<usize>,
     probes_per_second_per_user: Option<f64>,
     probe_bytes_per_second_per_user: Option<f64>,
     probes_per_second: Option<f64>,
@@ -356,6 +358,12 @@ pub struct Config {
     pub total_rate: (f64, f64),
     /// Reassembly bounds.
     pub reassembly: mgrp_core::reassembly::Limits,
+    /// Most rider bytes held over all destinations (each destination's own bound is
+    /// in the policy).
+    pub max_held_bytes: usize,
+    /// Most destinations with a planner at once; riders to further destinations are
+    /// sent unchanged.
+    pub max_destinations: usize,
 }
 
 /// A configuration problem, in one line naming the key and the fix.
@@ -495,6 +503,19 @@ impl Config {
                 "busy-poll-margin of {busy_poll_margin:?} would spin too long; use at most 5ms"
             )));
         }
+        if f.piggyback
+            .max_held_bytes
+            .is_some_and(|b| b < usize::from(mtu))
+        {
+            return Err(bad(format!(
+                "piggyback.max-held-bytes must hold at least one packet of the MTU ({mtu} bytes)"
+            )));
+        }
+        if limits.max_destinations == Some(0) {
+            return Err(bad(
+                "limits.max-destinations must be at least 1 (it bounds the destinations riders wait for)",
+            ));
+        }
         for (name, v) in [
             (
                 "probes-per-second-per-user",
@@ -615,6 +636,8 @@ impl Config {
                 limits.probe_bytes_per_second.unwrap_or(100_000_000.0),
             ),
             reassembly,
+            max_held_bytes: pb.max_held_bytes.unwrap_or(32 << 20),
+            max_destinations: limits.max_destinations.unwrap_or(1024),
         })
     }
 
@@ -801,6 +824,14 @@ mod tests {
         assert!(e.contains("max-train-fraction"), "{e}");
         let e = Config::from_toml("tun = \"a/b\"").unwrap_err().to_string();
         assert!(e.contains("interface name"), "{e}");
+        let e = Config::from_toml("[piggyback]\nmax-held-bytes = 1000")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max-held-bytes"), "{e}");
+        let e = Config::from_toml("[limits]\nmax-destinations = 0")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max-destinations"), "{e}");
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! sleeping or sending.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,7 +25,7 @@ use bytes::Bytes;
 use mgrp_core::api::{DaemonCounters, DaemonStats, ReceivedProbe, Response};
 use mgrp_core::auth::{self, AuthError, ReplayWindow};
 use mgrp_core::peers::{Peer, Prefix, Refusal};
-use mgrp_core::planner::{Path, Planner, ProbeToSend, Transaction, Transmit};
+use mgrp_core::planner::{Path, Planner, ProbeToSend, RiderDrop, Transaction, Transmit};
 use mgrp_core::ratelimit::{OverBudget, TrainBudget};
 use mgrp_core::reassembly::{ChunkOutcome, Reassembler};
 use mgrp_core::stats::{PlannerCounters, ReassemblyCounters, TransactionReport};
@@ -86,6 +87,7 @@ counters!(
     mgrp_unexpected_auth,
     peer_unreachable,
     riders_bypassed_peer_down,
+    riders_bypassed_too_many_destinations,
 );
 
 /// How long riders to a peer that answered "protocol unreachable" bypass the
@@ -123,6 +125,9 @@ pub(crate) struct State {
     last_used: HashMap<IpAddr, mgrp_core::MonoTime>,
     /// When idle planners were last looked for.
     last_sweep: mgrp_core::MonoTime,
+    /// Rider bytes held over all planners, never below the truth: riders taken in
+    /// add to it at once, and every pass of the pacer sets it to the exact sum.
+    held_bytes: usize,
 }
 
 /// How long a peer's planner may sit idle before it is retired.
@@ -176,6 +181,7 @@ pub struct Shared {
     refused_log: Mutex<LogLimiter>,
     not_peer_log: Mutex<LogLimiter>,
     auth_log: Mutex<LogLimiter>,
+    bounds_log: Mutex<LogLimiter>,
     /// The counter of the next authenticated packet; starts at the clock's nanoseconds
     /// so a restarted daemon's packets are not taken for replays.
     tx_counter: AtomicU64,
@@ -212,8 +218,8 @@ enum Io {
     Loopback(Box<Mutex<Reassembler<IpAddr>>>),
 }
 
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Shared")
             .field("tun", &self.config.tun)
             .finish_non_exhaustive()
@@ -309,6 +315,10 @@ impl Shared {
                 skipped: 0,
             }),
             auth_log: Mutex::new(LogLimiter {
+                last: None,
+                skipped: 0,
+            }),
+            bounds_log: Mutex::new(LogLimiter {
                 last: None,
                 skipped: 0,
             }),
@@ -664,15 +674,18 @@ impl Shared {
         now: mgrp_core::MonoTime,
     ) -> Vec<(IpAddr, Vec<Transmit>)> {
         let mut out = Vec::new();
+        let mut held = 0;
         for (peer, p) in &mut st.planners {
             let mut v = Vec::new();
             while let Some(t) = p.poll_transmit(now) {
                 v.push(t);
             }
+            held += p.queued_bytes();
             if !v.is_empty() {
                 out.push((*peer, v));
             }
         }
+        st.held_bytes = held;
         out
     }
 }
@@ -740,6 +753,8 @@ impl Shared {
         let mut out: Vec<(IpAddr, Transmit)> = Vec::new();
         let mut wake = false;
         let down = self.peers_down(now);
+        // Logged once the lock is released: the pacer may be waiting for it.
+        let mut bound = None;
         let mut st = self.lock();
         for pkt in pkts {
             bump(&self.counters.tun_packets_in);
@@ -754,20 +769,47 @@ impl Shared {
                 out.push((peer, Transmit::Unchanged(Bytes::copy_from_slice(pkt))));
                 continue;
             }
+            if !st.planners.contains_key(&peer) && st.planners.len() >= self.config.max_destinations
+            {
+                // One more planner would pass the bound: the packet goes as it came.
+                bump(&self.counters.riders_bypassed_too_many_destinations);
+                bound.get_or_insert(Bound::Destinations(dst));
+                out.push((peer, Transmit::Unchanged(Bytes::copy_from_slice(pkt))));
+                continue;
+            }
             st.last_used.insert(peer, now);
+            let room = self.config.max_held_bytes.saturating_sub(st.held_bytes);
             let planner = self.planner(&mut st, peer);
             let was_empty = planner.held_riders() == 0;
-            if let Err(reason) = planner.handle_rider(now, Bytes::copy_from_slice(pkt)) {
-                debug!("rider to {dst} dropped: {reason}");
-            }
+            let before = planner.queued_bytes();
+            let queued = planner.handle_rider_within(now, Bytes::copy_from_slice(pkt), room);
             while let Some(t) = planner.poll_transmit(now) {
                 out.push((peer, t));
             }
             wake |= was_empty && planner.held_riders() > 0;
+            let after = planner.queued_bytes();
+            st.held_bytes = (st.held_bytes + after).saturating_sub(before);
+            match queued {
+                Ok(()) => {}
+                Err(RiderDrop::QueueFull) => {
+                    bound.get_or_insert(Bound::Queue(dst));
+                }
+                Err(reason) => debug!("rider to {dst} dropped: {reason}"),
+            }
         }
+        let destinations = st.planners.len();
         drop(st);
         if wake {
             self.wake.notify_all();
+        }
+        match bound {
+            Some(Bound::Destinations(dst)) => self.bound_reached(format_args!(
+                "packets to {dst} go unchanged: {destinations} destinations hold packets already (limits.max-destinations)"
+            )),
+            Some(Bound::Queue(dst)) => self.bound_reached(format_args!(
+                "dropped a packet to {dst}: its queue or all queues together are full (piggyback.max-queued-riders, max-queued-bytes, max-held-bytes)"
+            )),
+            None => {}
         }
         for (peer, t) in out {
             self.send_transmit(peer, t);
@@ -775,7 +817,26 @@ impl Shared {
     }
 }
 
+/// A bound the TUN reader reached, to be logged.
+enum Bound {
+    /// A rider's destination would have been one too many.
+    Destinations(IpAddr),
+    /// A rider found its queue, or all queues together, full.
+    Queue(IpAddr),
+}
+
 impl Shared {
+    /// Logs, at most once a second, that a bound was reached (each is also counted).
+    fn bound_reached(&self, what: fmt::Arguments<'_>) {
+        let mut limiter = self
+            .bounds_log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(skipped) = limiter.allow() {
+            warn!("{what} ({skipped} more bounds reached since the last report)");
+        }
+    }
+
     /// The peers counted as down at `now`.
     /// Costs one atomic load on the rider path while every peer is up.
     fn peers_down(&self, now: mgrp_core::MonoTime) -> Vec<IpAddr> {
@@ -1387,6 +1448,49 @@ mod tests {
         assert_eq!(st.planners.keys().collect::<Vec<_>>(), [&busy]);
         assert_eq!(st.retired.riders_in, 1);
         assert_eq!(st.retired.riders_sent_unchanged, 1);
+    }
+
+    /// An IPv4 packet of `len` bytes to `dst`, as the TUN would hand it over.
+    fn packet_to(dst: [u8; 4], len: u16) -> Vec<u8> {
+        let mut p = vec![0u8; usize::from(len)];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&len.to_be_bytes());
+        p[8] = 64;
+        p[9] = 17;
+        p[12..16].copy_from_slice(&[10, 0, 0, 100]);
+        p[16..20].copy_from_slice(&dst);
+        p
+    }
+
+    #[test]
+    fn held_riders_are_bounded_in_destinations_and_in_bytes() {
+        let config = Config::from_toml(
+            "realtime = false\n[piggyback]\nmax-held-bytes = 3000\n[limits]\nmax-destinations = 2\n",
+        )
+        .unwrap();
+        let (events, _rx) = mpsc::unbounded_channel();
+        let shared = Shared::loopback(config, events);
+        // Held for 10 ms (no train runs): three fit in the total, the fourth does not.
+        for _ in 0..4 {
+            shared.handle_tun_packet(&packet_to([10, 0, 0, 1], 1000));
+        }
+        shared.handle_tun_packet(&packet_to([10, 0, 0, 2], 100));
+        // A third destination would need a third planner: sent unchanged.
+        shared.handle_tun_packet(&packet_to([10, 0, 0, 3], 100));
+        let s = shared.stats();
+        assert_eq!(s.daemon.riders_bypassed_too_many_destinations, 1, "{s:#?}");
+        assert_eq!(s.planner.riders_dropped_queue_full, 2, "{s:#?}");
+        assert_eq!(s.planner.riders_held, 3, "{s:#?}");
+        assert!(s.conserved(), "{s:#?}");
+        assert!(shared.lock().held_bytes <= 3000);
+        // Once the hold is over everything leaves, and room is made again.
+        std::thread::sleep(Duration::from_millis(20));
+        let mut st = shared.lock();
+        let _ = shared.due_transmits(&mut st, sys::mono_now());
+        assert_eq!(st.held_bytes, 0);
+        drop(st);
+        shared.handle_tun_packet(&packet_to([10, 0, 0, 1], 1000));
+        assert_eq!(shared.stats().planner.riders_held, 1);
     }
 
     #[test]

@@ -231,7 +231,7 @@ pub enum Transmit {
 /// Why a rider was not queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum RiderDrop {
-    /// The queue held its most riders or bytes.
+    /// The queue held its most riders or bytes, or its owner's total was reached.
     #[error("rider queue full")]
     QueueFull,
     /// The rider is larger than the path MTU.
@@ -349,8 +349,25 @@ impl Planner {
             + wire::min_packet_len(tool_header_len, self.policy.trailer_len)
     }
 
+    /// Rider bytes held.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued_bytes
+    }
+
     /// Queues an application packet that arrived at `now`.
     pub fn handle_rider(&mut self, now: MonoTime, data: Bytes) -> Result<(), RiderDrop> {
+        self.handle_rider_within(now, data, usize::MAX)
+    }
+
+    /// Queues an application packet that arrived at `now` if it fits this planner's
+    /// queue and `room`, the bytes its owner still allows over all its planners; a
+    /// rider over either bound is dropped as [`RiderDrop::QueueFull`].
+    pub fn handle_rider_within(
+        &mut self,
+        now: MonoTime,
+        data: Bytes,
+        room: usize,
+    ) -> Result<(), RiderDrop> {
         self.counters.riders_in += 1;
         self.counters.rider_bytes_in += data.len() as u64;
         let drop = if data.is_empty() {
@@ -359,6 +376,7 @@ impl Planner {
             Some(RiderDrop::TooLarge)
         } else if self.riders.len() >= self.policy.max_queued_riders
             || self.queued_bytes + data.len() > self.policy.max_queued_bytes
+            || data.len() > room
         {
             Some(RiderDrop::QueueFull)
         } else {

@@ -364,6 +364,21 @@ fn drops_are_counted_by_reason() {
 }
 
 #[test]
+fn a_rider_over_the_owners_room_is_dropped_as_queue_full() {
+    let mut p = planner(Policy::default());
+    p.handle_rider_within(ms(0), rider(100, 0), 100).unwrap();
+    assert_eq!(p.queued_bytes(), 100);
+    assert_eq!(
+        p.handle_rider_within(ms(0), rider(101, 0), 100),
+        Err(RiderDrop::QueueFull)
+    );
+    assert_eq!(p.queued_bytes(), 100);
+    let c = p.counters();
+    assert_eq!((c.riders_in, c.riders_dropped_queue_full), (2, 1));
+    assert!(c.riders_accounted());
+}
+
+#[test]
 fn cancel_and_shutdown() {
     let mut p = planner(Policy::default());
     p.handle_transaction(ms(0), train(1, 3, 300, us(10)))

@@ -254,6 +254,9 @@ pub struct DaemonCounters {
     /// Riders read from the TUN for a destination beyond `limits.max-destinations`,
     /// sent unchanged without entering a planner.
     pub riders_bypassed_too_many_destinations: u64,
+    /// Trains that spun the pacer for `limits.max-train-spin` and were paced by the
+    /// timer alone for the rest.
+    pub trains_spin_capped: u64,
 }
 
 /// Everything the daemon counts.

@@ -274,6 +274,8 @@ struct LimitsFile {
     max_gap: Option<Duration>,
     #[serde(default, deserialize_with = "de_duration")]
     max_train_duration: Option<Duration>,
+    #[serde(default, deserialize_with = "de_duration")]
+    max_train_spin: Option<Duration>,
     max_connections: Option<usize>,
     max_queued_trains: Option<usize>,
     max_trains_per_client: Option<usize>,
@@ -344,6 +346,9 @@ pub struct Config {
     pub max_gap: Duration,
     /// Largest sum of a train's gaps.
     pub max_train_duration: Duration,
+    /// Longest the pacer spins for one train; the rest of it is paced by the timer
+    /// alone.
+    pub max_train_spin: Duration,
     /// Most API connections at once.
     pub max_connections: usize,
     /// Most trains queued in the daemon.
@@ -618,6 +623,7 @@ impl Config {
             min_gap,
             max_gap: limits.max_gap.unwrap_or(Duration::from_secs(1)),
             max_train_duration: limits.max_train_duration.unwrap_or(Duration::from_secs(30)),
+            max_train_spin: limits.max_train_spin.unwrap_or(Duration::from_millis(250)),
             max_connections: limits.max_connections.unwrap_or(128),
             max_queued_trains: cli
                 .max_queued_trains

@@ -88,6 +88,7 @@ counters!(
     peer_unreachable,
     riders_bypassed_peer_down,
     riders_bypassed_too_many_destinations,
+    trains_spin_capped,
 );
 
 /// How long riders to a peer that answered "protocol unreachable" bypass the
@@ -1049,13 +1050,17 @@ fn sleep_releasing(shared: &Shared, timer: &sys::Timer, wake: mgrp_core::MonoTim
 
 /// Sends one train to `peer`, probe by probe, against absolute deadlines. Each probe
 /// is built only a margin before it is due, so riders that came meanwhile ride in it.
+/// A train that spun its `limits.max-train-spin` is paced by the timer alone for the
+/// rest of its probes.
 fn run_train(shared: &Shared, timer: &sys::Timer, peer: IpAddr, realtime: bool) {
-    let margin = shared.config.busy_poll_margin;
-    let margin_ns = u64::try_from(margin.as_nanos()).unwrap_or(u64::MAX);
+    let mut margin = shared.config.busy_poll_margin;
+    let mut margin_ns = u64::try_from(margin.as_nanos()).unwrap_or(u64::MAX);
     // A real-time pacer spins through gaps shorter than two margins: a timer wake-up
     // that short buys little sleep and risks its own latency tail. Under the normal
     // scheduler spinning is worse than sleeping, so it always sleeps.
-    let spin_below = if realtime { 2 * margin_ns } else { 0 };
+    let mut spin_below = if realtime { 2 * margin_ns } else { 0 };
+    let mut spun = Duration::ZERO;
+    let mut capped = false;
     let mut next = shared
         .planner(&mut shared.lock(), peer)
         .poll_start(sys::mono_now());
@@ -1069,8 +1074,14 @@ fn run_train(shared: &Shared, timer: &sys::Timer, peer: IpAddr, realtime: bool) 
         let probe: Option<ProbeToSend> = shared
             .planner(&mut shared.lock(), peer)
             .poll_probe(sys::mono_now());
-        let Some(mut probe) = probe else { return };
-        sys::wait_until(timer, probe.deadline, margin);
+        let Some(mut probe) = probe else { break };
+        spun += sys::wait_until(timer, probe.deadline, margin);
+        if !capped && spun >= shared.config.max_train_spin {
+            // Spinning holds a CPU, at real-time priority even: enough for one train.
+            capped = true;
+            (margin, margin_ns, spin_below) = (Duration::ZERO, 0, 0);
+            bump(&shared.counters.trains_spin_capped);
+        }
         let stamp = sys::wall_now();
         wire::stamp_sender_time(&mut probe.packet, stamp);
         shared.seal(peer, &mut probe.packet);
@@ -1103,6 +1114,12 @@ fn run_train(shared: &Shared, timer: &sys::Timer, peer: IpAddr, realtime: bool) 
         planner.handle_probe_sent(probe.transaction, probe.seq, sent);
         next = planner.next_deadline();
         deliver_reports(shared, &mut st);
+    }
+    if capped {
+        shared.bound_reached(format_args!(
+            "a train to {peer} spun {spun:?} and was paced by the timer alone after {:?} (limits.max-train-spin): expect less precise gaps at its end",
+            shared.config.max_train_spin
+        ));
     }
 }
 

@@ -394,8 +394,8 @@ impl Timer {
 }
 
 /// Sleeps on the timer until `margin` before `deadline`, then spins on the monotonic
-/// clock until `deadline`. Returns the time the spin ended.
-pub fn wait_until(timer: &Timer, deadline: MonoTime, margin: Duration) -> MonoTime {
+/// clock until `deadline`. Returns how long it spun.
+pub fn wait_until(timer: &Timer, deadline: MonoTime, margin: Duration) -> Duration {
     let wake = MonoTime::from_nanos(
         deadline
             .as_nanos()
@@ -404,7 +404,8 @@ pub fn wait_until(timer: &Timer, deadline: MonoTime, margin: Duration) -> MonoTi
     if mono_now() < wake {
         let _ = timer.sleep_until(wake);
     }
-    spin_until(deadline)
+    let start = mono_now();
+    spin_until(deadline).saturating_since(start)
 }
 
 /// Spins on the monotonic clock until `deadline`; returns the time the spin ended.
@@ -553,7 +554,13 @@ mod tests {
     fn timer_waits_until_deadline() {
         let t = Timer::new().unwrap();
         let deadline = mono_now().saturating_add(Duration::from_micros(500));
-        let done = wait_until(&t, deadline, Duration::from_micros(150));
-        assert!(done >= deadline);
+        let spun = wait_until(&t, deadline, Duration::from_micros(150));
+        assert!(mono_now() >= deadline);
+        assert!(spun <= Duration::from_micros(500), "{spun:?}");
+        // Without a margin it only sleeps (the timer never fires early).
+        let deadline = mono_now().saturating_add(Duration::from_micros(500));
+        let spun = wait_until(&t, deadline, Duration::ZERO);
+        assert!(mono_now() >= deadline);
+        assert!(spun < Duration::from_micros(100), "{spun:?}");
     }
 }

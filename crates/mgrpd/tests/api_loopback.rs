@@ -341,3 +341,22 @@ fn trains_over_the_users_rate_are_refused() {
         drop(d);
     });
 }
+
+#[test]
+fn a_train_that_spins_too_long_is_paced_by_the_timer_for_the_rest() {
+    rt().block_on(async {
+        let d = daemon("spin", "[limits]\nmax-train-spin = \"1ms\"\n").await;
+        let client = Client::connect(socket_path("spin")).await.unwrap();
+        // Each probe spins through the last busy-poll margin (150 µs) before it.
+        let train = Train::uniform(LOCAL, 40, 300, Duration::from_millis(1)).ports(1, 2);
+        let report = client.send_train(train).await.unwrap();
+        assert_eq!(report.probes_sent, 40, "every probe still leaves");
+        let s = client.stats().await.unwrap();
+        assert_eq!(s.daemon.trains_spin_capped, 1, "{:#?}", s.daemon);
+        // A short train stays under the cap.
+        let train = Train::uniform(LOCAL, 2, 300, Duration::from_millis(1)).ports(1, 2);
+        client.send_train(train).await.unwrap();
+        assert_eq!(client.stats().await.unwrap().daemon.trains_spin_capped, 1);
+        drop(d);
+    });
+}

@@ -145,14 +145,18 @@ impl<P: Copy + Eq + Hash> Reassembler<P> {
             self.counters.riders_inconsistent += 1;
             return ChunkOutcome::Inconsistent;
         }
+        if rider_len > self.limits.max_rider_len {
+            // Whole or in pieces: no sender makes a rider over the MTU.
+            self.counters.chunks_too_large += 1;
+            return ChunkOutcome::TooLarge;
+        }
         if !self.entries.contains_key(&key) {
             if chunk.is_whole() {
                 self.deliver(now, key, chunk.data.len());
                 return ChunkOutcome::Complete(chunk.data.to_vec());
             }
             let cost = rider_len + ENTRY_OVERHEAD;
-            if rider_len > self.limits.max_rider_len
-                || cost > self.limits.per_peer_bytes
+            if cost > self.limits.per_peer_bytes
                 || cost > self.limits.total_bytes
             {
                 self.counters.chunks_too_large += 1;
@@ -484,6 +488,27 @@ mod tests {
         assert_eq!(h, [(0, 7), (9, 10)]);
         assert!(covered(&h, 1, 7));
         assert!(!covered(&h, 6, 9));
+    }
+
+    #[test]
+    fn a_whole_rider_over_the_longest_is_refused_too() {
+        // Found by the receive fuzz target: a rider in one chunk skipped the length
+        // bound, so a forged 64 KB MGRP packet could hand the TUN a rider over the MTU.
+        let limits = Limits {
+            max_rider_len: 1500,
+            ..Limits::default()
+        };
+        let mut r = Reassembler::new(limits);
+        let big = vec![0x45; 1501];
+        assert_eq!(
+            r.handle_chunk(t(0), 0u8, &chunk(1, 0, 1501, &big)),
+            ChunkOutcome::TooLarge
+        );
+        assert!(matches!(
+            r.handle_chunk(t(0), 0u8, &chunk(2, 0, 1500, &big[..1500])),
+            ChunkOutcome::Complete(v) if v.len() == 1500
+        ));
+        assert_eq!(r.counters().chunks_too_large, 1);
     }
 
     #[test]

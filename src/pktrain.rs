@@ -140,11 +140,14 @@ pub async fn send(
     let mut s = SenderSummary::default();
     let start = tokio::time::Instant::now();
     let mut next = start;
+    // Back-to-back probes (pk3) go as close as the daemon allows.
+    let gap = shape
+        .gap
+        .max(client.limits().map_or(Duration::ZERO, |l| l.min_gap()));
     while next.duration_since(start) < duration {
         tokio::time::sleep_until(next).await;
         next += shape.interval;
-        let mut train =
-            Train::uniform(dst, shape.probes, shape.size, shape.gap).ports(ports.0, ports.1);
+        let mut train = Train::uniform(dst, shape.probes, shape.size, gap).ports(ports.0, ports.1);
         if !piggyback {
             train = train.no_piggyback();
         }

@@ -28,6 +28,11 @@ impl Client {
         Ok(Self { rt, inner })
     }
 
+    /// What the daemon accepts in a train; see [`crate::Client::limits`].
+    pub fn limits(&self) -> Option<crate::TrainLimits> {
+        self.inner.limits()
+    }
+
     /// Submits a train and waits until it has been sent.
     pub fn send_train(&self, train: Train) -> Result<TransactionReport, Error> {
         self.rt.block_on(self.inner.send_train(train))

@@ -68,7 +68,7 @@ use tokio::sync::Mutex;
 
 pub mod blocking;
 
-pub use mgrp_core::api::{DaemonStats, ReceivedProbe};
+pub use mgrp_core::api::{DaemonStats, ReceivedProbe, TrainLimits};
 pub use mgrp_core::stats::{Outcome, ProbeDeparture, TransactionReport};
 pub use mgrp_core::{MonoTime, WallTime};
 
@@ -295,7 +295,9 @@ struct Conn {
 }
 
 impl Conn {
-    async fn open(path: &Path) -> Result<Self, Error> {
+    /// Connects and says hello; returns the connection and the daemon's train limits
+    /// if it tells them.
+    async fn open(path: &Path) -> Result<(Self, Option<TrainLimits>), Error> {
         let stream = UnixStream::connect(path).await.map_err(|source| {
             if source.kind() == std::io::ErrorKind::PermissionDenied {
                 Error::PermissionDenied {
@@ -320,7 +322,7 @@ impl Conn {
             client: format!("mgrp-client {}", env!("CARGO_PKG_VERSION")),
         };
         match c.call(&hello).await? {
-            Response::Hello { .. } => Ok(c),
+            Response::Hello { limits, .. } => Ok((c, limits)),
             other => Err(Error::Protocol(format!("{other:?}"))),
         }
     }
@@ -379,17 +381,25 @@ impl Conn {
 pub struct Client {
     path: PathBuf,
     conn: Mutex<Conn>,
+    limits: Option<TrainLimits>,
 }
 
 impl Client {
     /// Connects to the daemon's socket at `path` and agrees on a protocol version.
     pub async fn connect(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = path.as_ref().to_owned();
-        let conn = Conn::open(&path).await?;
+        let (conn, limits) = Conn::open(&path).await?;
         Ok(Self {
             path,
             conn: Mutex::new(conn),
+            limits,
         })
+    }
+
+    /// What the daemon accepts in a train (`None` from a daemon too old to say).
+    /// Back-to-back probes should ask for [`TrainLimits::min_gap`].
+    pub fn limits(&self) -> Option<TrainLimits> {
+        self.limits
     }
 
     /// Submits a train and waits until it has been sent.
@@ -430,7 +440,7 @@ impl Client {
         port: u16,
         source: Option<IpAddr>,
     ) -> Result<ProbeStream, Error> {
-        let mut conn = Conn::open(&self.path).await?;
+        let (mut conn, _) = Conn::open(&self.path).await?;
         match conn.call(&Request::Listen { port, source }).await? {
             Response::Listening { .. } => Ok(ProbeStream { conn, port }),
             other => Err(Error::Protocol(format!("{other:?}"))),

@@ -9,6 +9,7 @@
 //! speaks, or an error if it speaks none the client offered.
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -98,6 +99,9 @@ pub enum Response {
         version: u32,
         /// Daemon name and version.
         daemon: String,
+        /// What a train may ask for (absent from daemons older than this field).
+        #[serde(default)]
+        limits: Option<TrainLimits>,
     },
     /// The report of a submitted train.
     Report(TransactionReport),
@@ -119,6 +123,27 @@ pub enum Response {
     NoReport,
     /// A request failed.
     Error(ApiError),
+}
+
+/// What the daemon accepts in a train, so that a tool can shape its trains to fit
+/// rather than have them refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrainLimits {
+    /// Most probes in one train.
+    pub max_probes: u32,
+    /// Smallest gap between probes, in ns: back-to-back probes go this far apart.
+    pub min_gap_ns: u64,
+    /// Largest gap between probes, in ns.
+    pub max_gap_ns: u64,
+    /// Largest sum of a train's gaps, in ns.
+    pub max_duration_ns: u64,
+}
+
+impl TrainLimits {
+    /// The smallest gap.
+    pub fn min_gap(&self) -> Duration {
+        Duration::from_nanos(self.min_gap_ns)
+    }
 }
 
 /// A probe as the receiving tool gets it.

@@ -11,7 +11,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use mgrp_core::api::{
-    ApiError, ErrorKind, MAX_LINE, PROTOCOL_VERSION, Request, Response, TrainRequest,
+    ApiError, ErrorKind, MAX_LINE, PROTOCOL_VERSION, Request, Response, TrainLimits, TrainRequest,
 };
 use mgrp_core::planner::{ProbeSpec, Transaction};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -215,9 +215,17 @@ async fn handle(
                 )
             } else {
                 debug!("API connection {id} is {client:?}");
+                let c = &shared.config;
+                let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
                 Response::Hello {
                     version: PROTOCOL_VERSION,
                     daemon: format!("mgrpd {}", env!("CARGO_PKG_VERSION")),
+                    limits: Some(TrainLimits {
+                        max_probes: u32::try_from(c.max_probes_per_train).unwrap_or(u32::MAX),
+                        min_gap_ns: ns(c.min_gap),
+                        max_gap_ns: ns(c.max_gap),
+                        max_duration_ns: ns(c.max_train_duration),
+                    }),
                 }
             }
         }

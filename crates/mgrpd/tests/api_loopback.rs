@@ -360,3 +360,27 @@ fn a_train_that_spins_too_long_is_paced_by_the_timer_for_the_rest() {
         drop(d);
     });
 }
+
+#[test]
+fn clients_learn_the_train_limits_and_back_to_back_trains_fit_them() {
+    rt().block_on(async {
+        let d = daemon("limits", "[limits]\nmax-probes-per-train = 30\n").await;
+        let client = Client::connect(socket_path("limits")).await.unwrap();
+        let limits = client.limits().expect("this daemon tells its limits");
+        assert_eq!(limits.max_probes, 30);
+        assert_eq!(limits.min_gap(), mgrpd::config::DEFAULT_MIN_GAP);
+        assert!(limits.min_gap() > Duration::ZERO);
+        // Probes asked for with no gap at all are refused; at the smallest gap they go.
+        let e = client
+            .send_train(Train::uniform(LOCAL, 10, 300, Duration::ZERO))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("min-gap"), "{e}");
+        let r = client
+            .send_train(Train::uniform(LOCAL, 10, 300, limits.min_gap()))
+            .await
+            .unwrap();
+        assert_eq!(r.probes_sent, 10);
+        drop(d);
+    });
+}

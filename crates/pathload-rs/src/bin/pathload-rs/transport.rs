@@ -201,10 +201,17 @@ fn send_mgrp(
     let mut train = Train::new(destination).ports(ports.0, ports.1);
     let mut header = [0u8; PROBE_HEADER_LEN];
     let size = u16::try_from(b.size).context("probe size over 65535")?;
+    // Back-to-back trains go as close as the daemon allows; the sender stamps say how
+    // close that was, and streams are never closer than trains.
+    let min_gap = client.limits().map_or(0, |l| l.min_gap_ns);
     for seq in 0..b.packets {
         // MGRP stamps and numbers each probe itself; the header says which stream.
         b.header(seq, 0).emit(&mut header);
-        let gap = if seq == 0 { 0 } else { b.spacing_ns };
+        let gap = if seq == 0 {
+            0
+        } else {
+            b.spacing_ns.max(min_gap)
+        };
         let mut p = Probe::new(size)
             .gap(Duration::from_nanos(gap))
             .header(header.to_vec());

@@ -156,9 +156,7 @@ impl<P: Copy + Eq + Hash> Reassembler<P> {
                 return ChunkOutcome::Complete(chunk.data.to_vec());
             }
             let cost = rider_len + ENTRY_OVERHEAD;
-            if cost > self.limits.per_peer_bytes
-                || cost > self.limits.total_bytes
-            {
+            if cost > self.limits.per_peer_bytes || cost > self.limits.total_bytes {
                 self.counters.chunks_too_large += 1;
                 return ChunkOutcome::TooLarge;
             }

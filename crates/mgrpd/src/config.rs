@@ -102,6 +102,10 @@ pub struct Cli {
     /// Group owning the API socket, so its members may use mgrpd [default: root's].
     #[arg(long, value_name = "GROUP")]
     pub socket_group: Option<String>,
+    /// Once set up, run as this user (and its group) instead of root, keeping only
+    /// the capabilities the running daemon needs [default: keep the user id].
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
     /// Riders per probe: `one` (the paper's) or `multiple` [default: one].
     #[arg(long, value_name = "HOW")]
     pub packing: Option<PackingArg>,
@@ -170,6 +174,7 @@ struct File {
     routes: Option<Vec<IpNet>>,
     socket: Option<PathBuf>,
     socket_group: Option<String>,
+    user: Option<String>,
     protocol: Option<u8>,
     fwmark: Option<u32>,
     table: Option<u32>,
@@ -316,6 +321,8 @@ pub struct Config {
     pub socket: PathBuf,
     /// Group owning the API socket, if not root's.
     pub socket_group: Option<String>,
+    /// User to run as once set up.
+    pub user: Option<String>,
     /// IP protocol number of MGRP.
     pub protocol: u8,
     /// Firewall mark on everything mgrpd sends.
@@ -608,6 +615,7 @@ impl Config {
                 .or(f.socket)
                 .unwrap_or_else(|| PathBuf::from("/run/mgrp/mgrpd.sock")),
             socket_group: cli.socket_group.clone().or(f.socket_group),
+            user: cli.user.clone().or(f.user),
             protocol,
             fwmark,
             table,

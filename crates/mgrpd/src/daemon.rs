@@ -952,11 +952,13 @@ impl Drop for EndsDaemon<'_> {
     }
 }
 
-/// The pacer thread: runs trains and releases riders whose wait is over. If it ends
+/// The pacer thread: runs trains and releases riders whose wait is over. `prepared`
+/// runs once its scheduling is set up (to drop what that needed). If it ends
 /// for any reason but shutdown, the daemon stops (trains could no longer run and held
 /// riders would never leave).
-pub fn run_pacer(shared: &Shared) {
+pub fn run_pacer(shared: &Shared, prepared: impl FnOnce()) {
     let realtime = prepare_pacer(&shared.config);
+    prepared();
     match sys::Timer::new() {
         Ok(timer) => pace(shared, &timer, realtime),
         Err(e) => shared.fatal(format!("cannot create a timerfd for the pacer: {e}")),

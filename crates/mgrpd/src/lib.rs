@@ -129,6 +129,100 @@ fn create_tun(config: &Config) -> anyhow::Result<tun_rs::SyncDevice> {
     Ok(dev)
 }
 
+/// What each thread keeps once the daemon is set up (masks of [`sys::cap_bit`]s).
+#[derive(Debug, Clone, Copy)]
+struct Privileges {
+    /// While threads start: the pacer still asks for real-time priority.
+    start: u64,
+    /// The main thread afterwards: it installs and removes routes.
+    main: u64,
+    /// The data-path threads: nothing, unless memory is locked (allocating beyond
+    /// RLIMIT_MEMLOCK under `mlockall(MCL_FUTURE)` needs CAP_IPC_LOCK).
+    worker: u64,
+}
+
+impl Privileges {
+    fn after_setup(config: &Config, memory_locked: bool) -> Self {
+        use sys::{cap, cap_bit};
+        let lock = if memory_locked {
+            cap_bit(cap::IPC_LOCK)
+        } else {
+            0
+        };
+        let routes = if config.manage_routes {
+            cap_bit(cap::NET_ADMIN)
+        } else {
+            0
+        };
+        let nice = if config.realtime {
+            cap_bit(cap::SYS_NICE)
+        } else {
+            0
+        };
+        Self {
+            start: routes | lock | nice,
+            main: routes | lock,
+            worker: lock,
+        }
+    }
+
+    /// Limits the calling (main) thread to what starting the threads needs, as
+    /// `user` if given; threads started afterwards inherit it.
+    fn enter(&self, user: Option<&str>) -> anyhow::Result<()> {
+        match user {
+            Some(name) => {
+                let (uid, gid) = sys::user_ids(name).ok_or_else(|| {
+                    anyhow::anyhow!("user {name:?} does not exist; create it or drop --user")
+                })?;
+                sys::switch_user(uid, gid, self.start)
+                    .with_context(|| format!("cannot become user {name}"))?;
+                info!("running as user {name} (uid {uid}, gid {gid})");
+            }
+            None => sys::limit_capabilities(self.start).context("cannot drop capabilities")?,
+        }
+        Ok(())
+    }
+
+    /// Limits a data-path thread, once it no longer needs more.
+    fn worker(self) {
+        if let Err(e) = sys::limit_capabilities(self.worker) {
+            warn!("a data-path thread cannot drop its capabilities: {e}");
+        }
+    }
+
+    /// Limits the main thread, once every thread has started.
+    fn main(self) {
+        match sys::limit_capabilities(self.main) {
+            Ok(()) => info!(
+                "capabilities kept: main thread {}, data path {}",
+                cap_names(self.main),
+                cap_names(self.worker)
+            ),
+            Err(e) => warn!("the main thread cannot drop its capabilities: {e}"),
+        }
+    }
+}
+
+/// The names of the capabilities in `mask`, for logs.
+fn cap_names(mask: u64) -> String {
+    use sys::{cap, cap_bit};
+    let names: Vec<&str> = [
+        (cap::NET_ADMIN, "CAP_NET_ADMIN"),
+        (cap::NET_RAW, "CAP_NET_RAW"),
+        (cap::IPC_LOCK, "CAP_IPC_LOCK"),
+        (cap::SYS_NICE, "CAP_SYS_NICE"),
+    ]
+    .into_iter()
+    .filter(|(c, _)| mask & cap_bit(*c) != 0)
+    .map(|(_, n)| n)
+    .collect();
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(" ")
+    }
+}
+
 /// Runs the daemon until SIGINT, SIGTERM or SIGHUP (all three shut it down cleanly).
 pub fn run(config: Config) -> anyhow::Result<()> {
     use sys::cap;
@@ -157,6 +251,12 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     ] {
         if caps & (1 << bit) == 0 {
             tracing::warn!("no {name}: {what}");
+        }
+    }
+    if let Some(name) = &config.user {
+        // Checked before anything is set up, so a typo costs no TUN and no rule.
+        if sys::user_ids(name).is_none() {
+            anyhow::bail!("user {name:?} does not exist; create it or drop --user");
         }
     }
     // mgrpd never executes anything; make sure nothing it could be tricked into
@@ -222,14 +322,23 @@ async fn serve(
     }
     let listener = server::bind(&config.socket, config.socket_group.as_deref())?;
     let fatal = shared.fatal_channel();
-    if let Err(e) = sys::lock_memory() {
-        warn!("cannot lock memory ({e}); page faults may delay probes");
-    }
+    let locked = match sys::lock_memory() {
+        Ok(()) => true,
+        Err(e) => {
+            warn!("cannot lock memory ({e}); page faults may delay probes");
+            false
+        }
+    };
+    let recv6 = sys::mgrp_recv_socket(true, config.protocol, Duration::from_millis(100));
+    // Set up: from here on every thread keeps only what it needs.
+    let privileges = Privileges::after_setup(config, locked);
+    privileges.enter(config.user.as_deref())?;
     let s = shared.clone();
     std::thread::Builder::new()
         .name("mgrp-tun".into())
         .spawn(move || {
             let _ends = daemon::EndsDaemon::new(&s, "TUN reader");
+            privileges.worker();
             daemon::run_tun_reader(&s);
         })?;
     let s = shared.clone();
@@ -239,15 +348,17 @@ async fn serve(
                 .name("mgrp-rx4".into())
                 .spawn(move || {
                     let _ends = daemon::EndsDaemon::new(&s, "IPv4 receiver");
+                    privileges.worker();
                     daemon::run_receiver(&s, &recv4, false);
                 })?,
         ];
-    match sys::mgrp_recv_socket(true, config.protocol, Duration::from_millis(100)) {
+    match recv6 {
         Ok(recv6) => {
             let s = shared.clone();
             receivers.push(std::thread::Builder::new().name("mgrp-rx6".into()).spawn(
                 move || {
                     let _ends = daemon::EndsDaemon::new(&s, "IPv6 receiver");
+                    privileges.worker();
                     daemon::run_receiver(&s, &recv6, true);
                 },
             )?);
@@ -259,14 +370,20 @@ async fn serve(
         .name("mgrp-pacer".into())
         .spawn(move || {
             let _ends = daemon::EndsDaemon::new(&s, "pacer");
-            daemon::run_pacer(&s);
+            daemon::run_pacer(&s, || privileges.worker());
         })?;
     for v6 in [false, true] {
         let s = shared.clone();
         std::thread::Builder::new()
             .name("mgrp-liveness".into())
-            .spawn(move || s.run_liveness(v6))?;
+            .spawn(move || {
+                privileges.worker();
+                s.run_liveness(v6);
+            })?;
     }
+    // Every thread has started with what it needs; the pacer's real-time priority
+    // was the last use of CAP_SYS_NICE.
+    privileges.main();
     tokio::spawn(demand.clone().watch(events));
     tokio::spawn(server::serve(listener, shared.clone(), demand.clone()));
     info!(
@@ -345,7 +462,7 @@ impl LoopbackDaemon {
         let s = shared.clone();
         let pacer = std::thread::Builder::new()
             .name("mgrp-pacer".into())
-            .spawn(move || daemon::run_pacer(&s))?;
+            .spawn(move || daemon::run_pacer(&s, || {}))?;
         tokio::spawn(demand.clone().watch(events_rx));
         let server = tokio::spawn(server::serve(listener, shared.clone(), demand));
         Ok(Self {

@@ -483,6 +483,142 @@ pub fn effective_capabilities() -> io::Result<u64> {
         .ok_or_else(|| io::Error::other("no CapEff line in /proc/self/status"))
 }
 
+/// The bit of capability `cap` in a mask.
+pub const fn cap_bit(cap: u32) -> u64 {
+    1 << cap
+}
+
+/// Header of capget/capset (linux/capability.h, version 3: two 32-bit words).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// One 32-bit word of the three capability sets.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
+/// Keeps only the capabilities in `keep` (a mask of [`cap_bit`]s) in the calling
+/// thread's effective and permitted sets, for good: nothing is inheritable or
+/// ambient afterwards. Capabilities belong to threads, so each thread limits its
+/// own, and threads it starts later inherit what is left.
+pub fn limit_capabilities(keep: u64) -> io::Result<()> {
+    let mut header = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let mut now = [CapData::default(); 2];
+    // SAFETY: header and two data words as the version-3 ABI requires.
+    check(unsafe {
+        libc::syscall(libc::SYS_capget, &raw mut header, now.as_mut_ptr()) as libc::c_int
+    })?;
+    let had = u64::from(now[0].permitted) | (u64::from(now[1].permitted) << 32);
+    let keep = keep & had;
+    let data = [
+        CapData {
+            effective: keep as u32,
+            permitted: keep as u32,
+            inheritable: 0,
+        },
+        CapData {
+            effective: (keep >> 32) as u32,
+            permitted: (keep >> 32) as u32,
+            inheritable: 0,
+        },
+    ];
+    // SAFETY: as above; capset only reads both.
+    check(unsafe {
+        libc::syscall(libc::SYS_capset, &raw mut header, data.as_ptr()) as libc::c_int
+    })?;
+    let zero: libc::c_ulong = 0;
+    // SAFETY: integer arguments only. Fails on kernels without ambient sets, which
+    // then have nothing to clear.
+    let _ = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            zero,
+            zero,
+            zero,
+        )
+    };
+    Ok(())
+}
+
+/// The calling thread's effective capabilities (unlike [`effective_capabilities`],
+/// which reads the main thread's).
+pub fn thread_capabilities() -> io::Result<u64> {
+    let mut header = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let mut now = [CapData::default(); 2];
+    // SAFETY: header and two data words as the version-3 ABI requires.
+    check(unsafe {
+        libc::syscall(libc::SYS_capget, &raw mut header, now.as_mut_ptr()) as libc::c_int
+    })?;
+    Ok(u64::from(now[0].effective) | (u64::from(now[1].effective) << 32))
+}
+
+/// User and group ids of the user called `name`.
+pub fn user_ids(name: &str) -> Option<(u32, u32)> {
+    let c = std::ffi::CString::new(name).ok()?;
+    let mut buf: Vec<libc::c_char> = vec![0; 16 * 1024];
+    loop {
+        let mut pw = MaybeUninit::<libc::passwd>::uninit();
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer refers to live memory of the stated size; the
+        // re-entrant call writes only into `pw` and `buf`.
+        let rc = unsafe {
+            libc::getpwnam_r(
+                c.as_ptr(),
+                pw.as_mut_ptr(),
+                buf.as_mut_ptr(),
+                buf.len(),
+                &raw mut result,
+            )
+        };
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 2, 0);
+            continue;
+        }
+        if rc != 0 || result.is_null() {
+            return None;
+        }
+        // SAFETY: on success with a non-null result, `pw` was filled in.
+        let pw = unsafe { pw.assume_init() };
+        return Some((pw.pw_uid, pw.pw_gid));
+    }
+}
+
+/// Becomes user `uid` with group `gid` and no supplementary groups, keeping the
+/// capabilities in `keep`. Call it before starting threads: the ids change for the
+/// whole process, the capabilities only for the calling thread.
+pub fn switch_user(uid: u32, gid: u32, keep: u64) -> io::Result<()> {
+    let one: libc::c_ulong = 1;
+    let zero: libc::c_ulong = 0;
+    // SAFETY: integer arguments only; keeps the permitted set across setuid.
+    check(unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, one, zero, zero, zero) })?;
+    // SAFETY: an empty list.
+    check(unsafe { libc::setgroups(0, std::ptr::null()) })?;
+    // SAFETY: plain id arguments.
+    check(unsafe { libc::setresgid(gid, gid, gid) })?;
+    // SAFETY: plain id arguments.
+    check(unsafe { libc::setresuid(uid, uid, uid) })?;
+    // SAFETY: integer arguments only.
+    check(unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, zero, zero, zero, zero) })?;
+    // The change of user emptied the effective set; take back what is kept.
+    limit_capabilities(keep)
+}
+
 /// Forbids this process and its children ever gaining privileges through exec.
 pub fn no_new_privileges() -> io::Result<()> {
     let one: libc::c_ulong = 1;

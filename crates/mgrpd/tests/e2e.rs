@@ -368,6 +368,17 @@ fn startup_failures_say_what_to_do() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot create TUN"), "{err}");
+    // A user that does not exist: refused before anything is set up.
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", net.a.name()])
+        .arg(mgrpd())
+        .args(["--user", "no-such-user-mgrp", "--no-routes", "--socket"])
+        .arg(&other_sock)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("does not exist"), "{err}");
 }
 
 #[test]
@@ -909,4 +920,106 @@ fn killing_the_far_daemon_mid_transfer_does_not_sink_the_transfer() {
     assert!(a.process.log().contains("its mgrpd is gone"));
     check_conserved("A", &s);
     drop(b);
+}
+
+/// The effective and permitted capability masks of each thread of `pid`, main
+/// thread first.
+fn thread_capabilities(pid: u32) -> Vec<(u32, u64, u64)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let tid: u32 = entry
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .parse()
+            .unwrap();
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) else {
+            continue;
+        };
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+                .unwrap()
+        };
+        out.push((tid, field("CapEff:"), field("CapPrm:")));
+    }
+    out.sort_by_key(|(tid, ..)| (*tid != pid, *tid));
+    out
+}
+
+/// Once set up, mgrpd runs as the user `--user` names, its data-path threads hold no
+/// capability but CAP_IPC_LOCK (memory stays locked), its main thread only
+/// CAP_NET_ADMIN besides, and that is enough: routes on demand come and go, riders
+/// cross, and the rule is removed at exit.
+#[test]
+fn after_setup_only_what_is_needed_is_kept() {
+    let _serial = serial();
+    if !root_or_skip("after_setup_only_what_is_needed_is_kept") {
+        return;
+    }
+    const NET_ADMIN: u64 = 1 << 12;
+    const IPC_LOCK: u64 = 1 << 14;
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let (mut a, _b) = daemons(&net, &["--user", "nobody", "--hold-mode", "on-demand"]);
+    let pid = a.process.pid().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert_eq!(
+        uid_line.split_whitespace().skip(1).collect::<Vec<_>>(),
+        ["65534"; 4],
+        "{status}"
+    );
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    let threads = thread_capabilities(pid);
+    assert!(threads.len() >= 6, "{threads:?}");
+    for (i, (tid, eff, prm)) in threads.iter().enumerate() {
+        let allowed = if i == 0 {
+            NET_ADMIN | IPC_LOCK
+        } else {
+            IPC_LOCK
+        };
+        assert_eq!(
+            eff & !allowed,
+            0,
+            "thread {tid} keeps {eff:#x}: {threads:x?}"
+        );
+        assert_eq!(
+            prm & !allowed,
+            0,
+            "thread {tid} may regain {prm:#x}: {threads:x?}"
+        );
+    }
+    assert_eq!(
+        threads[0].1 & NET_ADMIN,
+        NET_ADMIN,
+        "routes on demand need it"
+    );
+    assert!(
+        a.process.log().contains("running as user nobody"),
+        "{}",
+        a.process.log()
+    );
+    assert!(
+        a.process.log().contains("pacer runs SCHED_FIFO"),
+        "{}",
+        a.process.log()
+    );
+    // Routes on demand are installed while trains run, so riders ride.
+    transfer(&net, &a, 2 * MB, 5301, true);
+    let s = a.quiescent_stats().unwrap();
+    assert!(s.planner.riders_piggybacked > 0, "{s:#?}");
+    check_conserved("A", &s);
+    let status = a.process.stop().expect("mgrpd stopped");
+    assert!(
+        status.success(),
+        "exit status {status}: {}",
+        a.process.log()
+    );
+    assert!(
+        !net.a.ip(&["rule"]).unwrap().contains("lookup 4242"),
+        "rule left behind: {}",
+        a.process.log()
+    );
 }

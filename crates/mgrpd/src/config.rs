@@ -662,6 +662,38 @@ impl Config {
         })
     }
 
+    /// Whether the kernel's strict reverse-path filter (`rp_filter=1`) can run on the
+    /// TUN, and if not, why. A rider written into the TUN passes it only if the route
+    /// back to its source leads into the TUN, which holds for the routed prefixes
+    /// while their routes are installed: so only with permanent routes, and only if
+    /// every IPv4 peer and every source a peer may speak for lies inside them.
+    /// (IPv6 has no such filter; rider admission checks sources in both families.)
+    pub fn strict_rp_filter(&self) -> Result<(), &'static str> {
+        if !self.manage_routes {
+            return Err("mgrpd installs no routes (--no-routes)");
+        }
+        if self.route_on_demand {
+            return Err("routes are installed only while trains run");
+        }
+        let routed = |p: &Prefix| {
+            p.addr().is_ipv6()
+                || self
+                    .routes
+                    .iter()
+                    .any(|r| r.prefix_len() <= p.len() && r.contains(&p.addr()))
+        };
+        let all_routed = self
+            .peers
+            .peers()
+            .iter()
+            .all(|peer| routed(&peer.prefix) && peer.allowed_sources.iter().all(routed));
+        if all_routed {
+            Ok(())
+        } else {
+            Err("a peer or a source it may speak for lies outside the routed prefixes")
+        }
+    }
+
     /// The MGRP peer that carries traffic for `dst`.
     pub fn peer_of(&self, dst: IpAddr) -> IpAddr {
         self.via.get(&dst).copied().unwrap_or(dst)
@@ -819,6 +851,36 @@ mod tests {
         assert_eq!(c.policy.hold, Duration::from_millis(2));
         assert_eq!(c.fwmark, 0x10);
         assert_eq!(c.routes, ["10.1.0.0/16".parse::<IpNet>().unwrap()]);
+    }
+
+    #[test]
+    fn strict_reverse_path_filtering_only_where_routes_lead_back() {
+        let permanent =
+            "hold-mode = \"on-demand\"\nroute-on-demand = false\nroutes = [\"10.1.0.0/16\"]\n";
+        let c = Config::from_toml(permanent).unwrap();
+        assert_eq!(c.strict_rp_filter(), Ok(()));
+        // On demand, the route back exists only while trains run.
+        let c = Config::from_toml("hold-mode = \"on-demand\"\nroutes = [\"10.1.0.0/16\"]").unwrap();
+        assert!(c.strict_rp_filter().is_err());
+        // Holding always keeps the routes installed.
+        let c = Config::from_toml("routes = [\"10.1.0.0/16\"]").unwrap();
+        assert_eq!(c.strict_rp_filter(), Ok(()));
+        // A peer outside the routes, or a source outside them, needs loose filtering.
+        let c = Config::from_toml(&format!(
+            "{permanent}[[peers]]\nprefix = \"192.0.2.1/32\"\n"
+        ))
+        .unwrap();
+        assert!(c.strict_rp_filter().is_err());
+        let c = Config::from_toml(&format!(
+            "{permanent}[[peers]]\nprefix = \"10.1.0.1/32\"\nallowed-sources = [\"10.0.0.0/8\"]\n"
+        ))
+        .unwrap();
+        assert!(c.strict_rp_filter().is_err());
+        let c = Config::from_toml(&format!(
+            "{permanent}[[peers]]\nprefix = \"10.1.0.1/32\"\nallowed-sources = [\"10.1.2.0/24\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(c.strict_rp_filter(), Ok(()));
     }
 
     #[test]

@@ -119,10 +119,22 @@ fn create_tun(config: &Config) -> anyhow::Result<tun_rs::SyncDevice> {
             )
         })?;
     // No IPv6 link-local address, so the kernel sends no IPv6 housekeeping into the
-    // TUN; loose reverse-path filtering, so riders written into it are accepted although
-    // the route back to their source is elsewhere.
+    // TUN. Reverse-path filtering as strict as the routes allow: loose where the route
+    // back to a rider's source may lead elsewhere (riders were admitted by source
+    // already). The kernel applies the larger of this value and `all`'s, so a host
+    // with `all` at 2 stays loose.
     let _ = sys::set_if_sysctl("ipv6", &config.tun, "addr_gen_mode", "1");
-    sys::set_if_sysctl("ipv4", &config.tun, "rp_filter", "2")
+    let rp = match config.strict_rp_filter() {
+        Ok(()) => {
+            info!("strict reverse-path filtering on {}", config.tun);
+            "1"
+        }
+        Err(why) => {
+            info!("loose reverse-path filtering on {}: {why}", config.tun);
+            "2"
+        }
+    };
+    sys::set_if_sysctl("ipv4", &config.tun, "rp_filter", rp)
         .with_context(|| format!("cannot set rp_filter on {}", config.tun))?;
     dev.enabled(true)
         .with_context(|| format!("cannot bring {} up", config.tun))?;

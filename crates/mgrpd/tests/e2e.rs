@@ -308,6 +308,8 @@ fn clean_shutdown_removes_rule_and_socket() {
     let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
     let (mut a, _b) = daemons(&net, &[]);
     assert!(net.a.ip(&["rule"]).unwrap().contains("lookup 4242"));
+    // Permanent routes lead back into the TUN for every peer: strict filtering.
+    assert_eq!(rp_filter(&net.a, &a.tun), "1", "{}", a.process.log());
     let status = a.process.stop().expect("mgrpd stopped");
     assert!(
         status.success(),
@@ -922,6 +924,16 @@ fn killing_the_far_daemon_mid_transfer_does_not_sink_the_transfer() {
     drop(b);
 }
 
+/// The IPv4 reverse-path filter setting of interface `dev` in namespace `ns`.
+fn rp_filter(ns: &mgrp_testbed::Netns, dev: &str) -> String {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns.name(), "cat"])
+        .arg(format!("/proc/sys/net/ipv4/conf/{dev}/rp_filter"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// The effective and permitted capability masks of each thread of `pid`, main
 /// thread first.
 fn thread_capabilities(pid: u32) -> Vec<(u32, u64, u64)> {
@@ -996,6 +1008,8 @@ fn after_setup_only_what_is_needed_is_kept() {
         NET_ADMIN,
         "routes on demand need it"
     );
+    // Routes on demand leave the way back elsewhere between trains: loose filtering.
+    assert_eq!(rp_filter(&net.a, &a.tun), "2", "{}", a.process.log());
     assert!(
         a.process.log().contains("running as user nobody"),
         "{}",

@@ -10,6 +10,8 @@
 //!   representation that emits into a caller's buffer.
 //! - [`planner`]: which rider bytes ride in which probe, when held riders must leave
 //!   unchanged, and the per-transaction report, driven by `handle_*` / `poll_*` calls.
+//! - [`endpoint`]: the sending side for all destinations at once: planners, the trains
+//!   of every client and their turns, routes on demand, reports, the next deadline.
 //! - [`reassembly`]: rebuilding riders from chunks that arrive in any order, duplicated
 //!   or not at all, within bounded memory.
 //! - [`stats`]: what a tool learns about its transaction, and the planner's counters.
@@ -29,6 +31,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod endpoint;
 pub mod peers;
 pub mod planner;
 pub mod ratelimit;

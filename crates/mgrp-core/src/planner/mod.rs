@@ -788,11 +788,9 @@ impl Planner {
         Some(Transmit::Continuation(packet))
     }
 
-    /// When to call back: the earliest of when the front rider falls due and, with a
-    /// transaction waiting or in flight, when its next probe is due (a queued train is
-    /// due at once). `None` when there is nothing to wait for.
-    pub fn poll_timeout(&self) -> Option<MonoTime> {
-        let rider = self.riders.front().map(|r| {
+    /// When the front rider falls due, if any rider is held.
+    pub fn rider_timeout(&self) -> Option<MonoTime> {
+        self.riders.front().map(|r| {
             if self.flushing
                 || (self.policy.hold_mode == HoldMode::OnDemand && !self.has_transaction())
             {
@@ -800,7 +798,14 @@ impl Planner {
             } else {
                 r.arrival.saturating_add(self.policy.hold)
             }
-        });
+        })
+    }
+
+    /// When to call back: the earliest of when the front rider falls due and, with a
+    /// transaction waiting or in flight, when its next probe is due (a queued train is
+    /// due at once). `None` when there is nothing to wait for.
+    pub fn poll_timeout(&self) -> Option<MonoTime> {
+        let rider = self.rider_timeout();
         let probe = match &self.active {
             Some(a) => Some(a.next_deadline),
             None => self.pending.front().map(|(submitted, _)| *submitted),

@@ -1,0 +1,667 @@
+//! Everything a sending daemon decides, for all destinations at once, without I/O and
+//! without a clock: the counterpart of [`crate::planner`] (one destination) the way
+//! quinn's `Endpoint` stands beside its `Connection`.
+//!
+//! An [`Endpoint`] owns one [`Planner`] per destination (created on first use, retired
+//! when idle), the trains of every client, whose turn it is, which destinations must be
+//! routed into the tunnel, and the reports. It is the one place that knows how many
+//! trains are queued or in flight per destination. Its driver — the pacer — feeds it:
+//!
+//! - [`Endpoint::handle_rider`]: an application packet for a destination's peer;
+//! - [`Endpoint::handle_submit`]: a client's train, checked and queued, or refused;
+//! - [`Endpoint::handle_cancel`] and [`Endpoint::handle_client_gone`];
+//! - [`Endpoint::handle_routed`]: the route a [`Action::RouteIn`] asked for is in;
+//! - [`Endpoint::handle_probe_sent`]: a probe left (with its departure) or failed;
+//! - [`Endpoint::handle_shutdown`];
+//!
+//! and asks it:
+//!
+//! - [`Endpoint::poll_action`]: something to do now that is not a probe — send a rider
+//!   unchanged or a continuation, deliver a report, route a destination in or out;
+//! - [`Endpoint::poll_probe_deadline`]: when the next probe is due (starting the next
+//!   train in turn if none is in flight), so the pacer can sleep until just before;
+//! - [`Endpoint::poll_probe`]: that probe, built as late as possible so riders that
+//!   came meanwhile ride in it;
+//! - [`Endpoint::poll_timeout`]: when to call back at the latest.
+//!
+//! Trains run one at a time. Destinations take turns in address order, round robin;
+//! each destination's trains run in the order they came. With routes on demand a
+//! destination's trains wait until its route is in, and its route goes out once no
+//! train to it is queued or in flight for the hold time (riders held during the last
+//! train may still be waiting that long).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::IpAddr;
+use std::ops::Bound;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::MonoTime;
+use crate::WallTime;
+use crate::planner::{
+    Path, PlanError, Planner, Policy, ProbeToSend, RiderDrop, Transaction, Transmit,
+};
+use crate::stats::{PlannerCounters, TransactionReport};
+
+#[cfg(test)]
+mod tests;
+
+/// Who submitted a train: the driver's name for an API connection.
+pub type ClientId = u64;
+
+/// The bounds and modes of an [`Endpoint`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointConfig {
+    /// Piggyback policy of every destination.
+    pub policy: Policy,
+    /// MTU of every path.
+    pub mtu: u16,
+    /// Whether destinations are routed into the tunnel only while trains to them are
+    /// queued or in flight (see [`Action::RouteIn`]).
+    pub route_on_demand: bool,
+    /// Most destinations with a planner; riders to more are sent unchanged.
+    pub max_destinations: usize,
+    /// Most rider bytes held over all destinations.
+    pub max_held_bytes: usize,
+    /// Most trains queued or in flight.
+    pub max_trains: usize,
+    /// Most trains one client may have queued or in flight.
+    pub max_trains_per_client: usize,
+    /// How long an empty planner stays before it is retired.
+    pub planner_idle: Duration,
+    /// Start of the rider ids of every planner, mixed with its destination; should
+    /// differ between lives of the daemon so a restart's ids are not taken for
+    /// duplicates by the far side.
+    pub rider_id_seed: u32,
+}
+
+impl EndpointConfig {
+    /// The defaults for `policy` and `mtu`.
+    pub fn new(policy: Policy, mtu: u16) -> Self {
+        Self {
+            policy,
+            mtu,
+            route_on_demand: false,
+            max_destinations: 1024,
+            max_held_bytes: 32 << 20,
+            max_trains: 64,
+            max_trains_per_client: 16,
+            planner_idle: Duration::from_secs(30),
+            rider_id_seed: 0,
+        }
+    }
+}
+
+/// Why a train was not queued.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// As many trains as the endpoint takes are queued or in flight.
+    #[error("{0} trains are queued or in flight, the most this daemon takes; retry later")]
+    Busy(usize),
+    /// As many trains as one client may have are queued or in flight.
+    #[error("this client has {0} trains queued or in flight, the most one client may")]
+    ClientBusy(usize),
+    /// The train does not fit the path.
+    #[error(transparent)]
+    Invalid(#[from] PlanError),
+    /// The endpoint is shutting down.
+    #[error("shutting down")]
+    ShuttingDown,
+}
+
+/// Something for the driver to do now that is not a probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Send a rider unchanged, or a continuation packet, to `peer`.
+    Transmit {
+        /// The destination's MGRP peer.
+        peer: IpAddr,
+        /// What to send.
+        transmit: Transmit,
+    },
+    /// A train ended: give its report to its client.
+    Report {
+        /// Who submitted it.
+        client: ClientId,
+        /// Where it went.
+        peer: IpAddr,
+        /// The report.
+        report: TransactionReport,
+    },
+    /// Route traffic for `peer` into the tunnel, then call
+    /// [`Endpoint::handle_routed`] (also if that failed: its trains then run without
+    /// riders rather than never).
+    RouteIn(IpAddr),
+    /// Traffic for this peer no longer needs to enter the tunnel.
+    RouteOut(IpAddr),
+}
+
+/// The endpoint's own counters (the planners' are summed apart).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndpointCounters {
+    /// Riders sent unchanged without entering a planner because
+    /// [`EndpointConfig::max_destinations`] planners exist already.
+    pub riders_bypassed_too_many_destinations: u64,
+    /// Trains queued.
+    pub trains_accepted: u64,
+    /// Trains refused because the endpoint or the client had too many.
+    pub trains_refused_busy: u64,
+    /// Trains refused as not fitting the path.
+    pub trains_refused_invalid: u64,
+    /// Planners retired while idle.
+    pub planners_retired: u64,
+    /// Routes asked for.
+    pub routes_in: u64,
+    /// Routes given back.
+    pub routes_out: u64,
+}
+
+/// Where a destination's route stands (with routes on demand).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// Not routed into the tunnel.
+    Out,
+    /// Asked for; its trains wait.
+    Requested,
+    /// Routed.
+    In,
+    /// Routed, with no train left; goes out at this time unless a train comes.
+    Leaving(MonoTime),
+}
+
+#[derive(Debug)]
+struct Dest {
+    planner: Planner,
+    /// Trains queued or in flight.
+    trains: usize,
+    route: Route,
+    last_used: MonoTime,
+}
+
+/// The sending side of a daemon; see the module documentation.
+#[derive(Debug)]
+pub struct Endpoint {
+    config: EndpointConfig,
+    dests: BTreeMap<IpAddr, Dest>,
+    /// The destination whose train is in flight.
+    active: Option<IpAddr>,
+    /// The destination that had the last turn.
+    last_turn: Option<IpAddr>,
+    /// Client and destination of every train queued or in flight.
+    owners: HashMap<u32, (ClientId, IpAddr)>,
+    per_client: HashMap<ClientId, usize>,
+    next_id: u32,
+    /// Rider bytes held over all planners.
+    held_bytes: usize,
+    actions: VecDeque<Action>,
+    retired: PlannerCounters,
+    counters: EndpointCounters,
+    shutting_down: bool,
+    last_sweep: MonoTime,
+    /// Rider ids used by retired planners, added to every new planner's first id so a
+    /// destination's new planner never reuses an id its far side remembers.
+    id_offset: u32,
+}
+
+impl Endpoint {
+    /// An endpoint with no destinations yet. Fails if the policy or MTU cannot work.
+    pub fn new(config: EndpointConfig) -> Result<Self, PlanError> {
+        // Both families must be able to carry an MGRP packet.
+        Planner::new(config.policy.clone(), Path::ipv6(config.mtu))?;
+        Ok(Self {
+            config,
+            dests: BTreeMap::new(),
+            active: None,
+            last_turn: None,
+            owners: HashMap::new(),
+            per_client: HashMap::new(),
+            next_id: 0,
+            held_bytes: 0,
+            actions: VecDeque::new(),
+            retired: PlannerCounters::default(),
+            counters: EndpointCounters::default(),
+            shutting_down: false,
+            last_sweep: MonoTime::ZERO,
+            id_offset: 0,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EndpointConfig {
+        &self.config
+    }
+
+    /// The planners' counters, summed over live and retired planners.
+    pub fn planner_counters(&self) -> PlannerCounters {
+        let mut sum = self.retired;
+        for d in self.dests.values() {
+            sum += &d.planner.counters();
+        }
+        sum
+    }
+
+    /// The endpoint's own counters.
+    pub fn counters(&self) -> EndpointCounters {
+        self.counters
+    }
+
+    /// Trains queued or in flight to `peer`.
+    pub fn trains_to(&self, peer: IpAddr) -> usize {
+        self.dests.get(&peer).map_or(0, |d| d.trains)
+    }
+
+    /// Trains queued or in flight in all.
+    pub fn trains(&self) -> usize {
+        self.owners.len()
+    }
+
+    /// Destinations with a planner.
+    pub fn destinations(&self) -> usize {
+        self.dests.len()
+    }
+
+    /// Rider bytes held over all destinations.
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes
+    }
+
+    /// Whether shutdown has been asked for and nothing is left: no rider held, no
+    /// train, no action waiting.
+    pub fn is_drained(&self) -> bool {
+        self.shutting_down
+            && self.actions.is_empty()
+            && self.owners.is_empty()
+            && self.dests.values().all(|d| d.planner.held_riders() == 0)
+    }
+
+    fn dest(&mut self, peer: IpAddr, now: MonoTime) -> &mut Dest {
+        let config = &self.config;
+        let id_offset = self.id_offset;
+        self.dests.entry(peer).or_insert_with(|| {
+            let path = if peer.is_ipv4() {
+                Path::ipv4(config.mtu)
+            } else {
+                Path::ipv6(config.mtu)
+            };
+            let mut planner = Planner::new(config.policy.clone(), path)
+                .expect("checked for the smaller IPv6 room in Endpoint::new");
+            planner.set_next_rider_id((config.rider_id_seed ^ mix(peer)).wrapping_add(id_offset));
+            Dest {
+                planner,
+                trains: 0,
+                route: if config.route_on_demand {
+                    Route::Out
+                } else {
+                    Route::In
+                },
+                last_used: now,
+            }
+        })
+    }
+
+    /// Takes in an application packet for `peer` that arrived at `now`. It is held for
+    /// a probe, or queued to leave unchanged (see [`Self::poll_action`]), or dropped
+    /// (counted) when its queue or the total is full.
+    pub fn handle_rider(
+        &mut self,
+        now: MonoTime,
+        peer: IpAddr,
+        data: Bytes,
+    ) -> Result<(), RiderDrop> {
+        if !self.dests.contains_key(&peer) && self.dests.len() >= self.config.max_destinations {
+            self.counters.riders_bypassed_too_many_destinations += 1;
+            self.actions.push_back(Action::Transmit {
+                peer,
+                transmit: Transmit::Unchanged(data),
+            });
+            return Ok(());
+        }
+        let room = self.config.max_held_bytes.saturating_sub(self.held_bytes);
+        let d = self.dest(peer, now);
+        d.last_used = now;
+        let before = d.planner.queued_bytes();
+        let queued = d.planner.handle_rider_within(now, data, room);
+        let mut out = Vec::new();
+        while let Some(t) = d.planner.poll_transmit(now) {
+            out.push(t);
+        }
+        let after = d.planner.queued_bytes();
+        self.held_bytes = (self.held_bytes + after).saturating_sub(before);
+        for transmit in out {
+            self.actions.push_back(Action::Transmit { peer, transmit });
+        }
+        queued
+    }
+
+    /// Queues `client`'s train to `peer`, submitted at `now`; returns the id it now
+    /// has (any id in `tx` is replaced). Its report comes as [`Action::Report`].
+    pub fn handle_submit(
+        &mut self,
+        now: MonoTime,
+        client: ClientId,
+        peer: IpAddr,
+        mut tx: Transaction,
+    ) -> Result<u32, SubmitError> {
+        if self.shutting_down {
+            return Err(SubmitError::ShuttingDown);
+        }
+        if self.owners.len() >= self.config.max_trains {
+            self.counters.trains_refused_busy += 1;
+            return Err(SubmitError::Busy(self.owners.len()));
+        }
+        let mine = self.per_client.get(&client).copied().unwrap_or(0);
+        if mine >= self.config.max_trains_per_client {
+            self.counters.trains_refused_busy += 1;
+            return Err(SubmitError::ClientBusy(mine));
+        }
+        let id = loop {
+            self.next_id = self.next_id.wrapping_add(1);
+            if self.next_id != 0 && !self.owners.contains_key(&self.next_id) {
+                break self.next_id;
+            }
+        };
+        tx.id = id;
+        let route_on_demand = self.config.route_on_demand;
+        let d = self.dest(peer, now);
+        if let Err(e) = d.planner.handle_transaction(now, tx) {
+            self.counters.trains_refused_invalid += 1;
+            return Err(e.into());
+        }
+        d.trains += 1;
+        d.last_used = now;
+        let mut route_in = false;
+        if route_on_demand {
+            match d.route {
+                Route::Out => {
+                    d.route = Route::Requested;
+                    route_in = true;
+                }
+                Route::Leaving(_) => d.route = Route::In,
+                Route::Requested | Route::In => {}
+            }
+        }
+        if route_in {
+            self.counters.routes_in += 1;
+            self.actions.push_back(Action::RouteIn(peer));
+        }
+        self.owners.insert(id, (client, peer));
+        *self.per_client.entry(client).or_default() += 1;
+        self.counters.trains_accepted += 1;
+        Ok(id)
+    }
+
+    /// The route asked for with [`Action::RouteIn`] is in place (or could not be put
+    /// in place): `peer`'s trains may run.
+    pub fn handle_routed(&mut self, peer: IpAddr) {
+        if let Some(d) = self.dests.get_mut(&peer) {
+            if d.route == Route::Requested {
+                d.route = Route::In;
+            }
+        }
+    }
+
+    /// Cancels `client`'s train `id`, queued or in flight; its report (saying so)
+    /// follows as an action. Returns whether the train was found.
+    pub fn handle_cancel(&mut self, now: MonoTime, client: ClientId, id: u32) -> bool {
+        let Some(&(owner, peer)) = self.owners.get(&id) else {
+            return false;
+        };
+        if owner != client {
+            return false;
+        }
+        let found = self
+            .dests
+            .get_mut(&peer)
+            .is_some_and(|d| d.planner.cancel_transaction(id));
+        self.collect_reports(now, peer);
+        found
+    }
+
+    /// `client` is gone: its trains are cancelled (their reports still come, for the
+    /// driver to drop).
+    pub fn handle_client_gone(&mut self, now: MonoTime, client: ClientId) {
+        let mut ids: Vec<u32> = self
+            .owners
+            .iter()
+            .filter(|(_, (c, _))| *c == client)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        for id in ids {
+            self.handle_cancel(now, client, id);
+        }
+        self.per_client.remove(&client);
+    }
+
+    /// Probe `seq` of train `transaction` left at `departed` with sender stamp
+    /// `stamp`, or could not be sent (`None`).
+    pub fn handle_probe_sent(
+        &mut self,
+        now: MonoTime,
+        transaction: u32,
+        seq: u16,
+        departed: Option<(MonoTime, WallTime)>,
+    ) {
+        let Some(&(_, peer)) = self.owners.get(&transaction) else {
+            return;
+        };
+        if let Some(d) = self.dests.get_mut(&peer) {
+            d.planner.handle_probe_sent(transaction, seq, departed);
+        }
+        self.collect_reports(now, peer);
+    }
+
+    /// Stops taking trains: every train is cancelled (each still reports) and every
+    /// held rider falls due. Routes are left to the driver, which removes them all.
+    pub fn handle_shutdown(&mut self, now: MonoTime) {
+        self.shutting_down = true;
+        let peers: Vec<IpAddr> = self.dests.keys().copied().collect();
+        for peer in peers {
+            if let Some(d) = self.dests.get_mut(&peer) {
+                d.planner.handle_shutdown();
+            }
+            self.collect_reports(now, peer);
+        }
+        self.active = None;
+    }
+
+    /// Moves `peer`'s finished trains' reports into the actions.
+    fn collect_reports(&mut self, now: MonoTime, peer: IpAddr) {
+        let Some(d) = self.dests.get_mut(&peer) else {
+            return;
+        };
+        let hold = self.config.policy.hold;
+        let mut reports = Vec::new();
+        while let Some(r) = d.planner.poll_report() {
+            d.trains = d.trains.saturating_sub(1);
+            reports.push(r);
+        }
+        if d.trains == 0 && d.route == Route::In && self.config.route_on_demand {
+            // Riders held during the last train may still wait this long.
+            d.route = Route::Leaving(
+                now.saturating_add(hold)
+                    .saturating_add(Duration::from_millis(1)),
+            );
+        }
+        if d.planner.next_deadline().is_none() && self.active == Some(peer) {
+            self.active = None;
+        }
+        for report in reports {
+            let Some((client, _)) = self.owners.remove(&report.transaction) else {
+                continue;
+            };
+            if let Some(n) = self.per_client.get_mut(&client) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.per_client.remove(&client);
+                }
+            }
+            self.actions.push_back(Action::Report {
+                client,
+                peer,
+                report,
+            });
+        }
+    }
+
+    /// When the next probe is due, if a train is in flight or one may start; starts
+    /// the next train in turn at `now` if none is in flight. Nothing is built yet.
+    pub fn poll_probe_deadline(&mut self, now: MonoTime) -> Option<MonoTime> {
+        if let Some(peer) = self.active {
+            match self
+                .dests
+                .get(&peer)
+                .and_then(|d| d.planner.next_deadline())
+            {
+                Some(deadline) => return Some(deadline),
+                None => self.active = None,
+            }
+        }
+        if self.shutting_down {
+            return None;
+        }
+        let ready = |d: &Dest| {
+            d.planner.has_transaction() && matches!(d.route, Route::In | Route::Leaving(_))
+        };
+        let after = self.last_turn.map_or(Bound::Unbounded, Bound::Excluded);
+        let peer = self
+            .dests
+            .range((after, Bound::Unbounded))
+            .chain(self.dests.range(..))
+            .find(|(_, d)| ready(d))
+            .map(|(p, _)| *p)?;
+        self.last_turn = Some(peer);
+        let d = self.dests.get_mut(&peer)?;
+        d.last_used = now;
+        let deadline = d.planner.poll_start(now)?;
+        self.active = Some(peer);
+        Some(deadline)
+    }
+
+    /// Builds the next probe of the train in flight, with the riders held at `now`.
+    /// Call it shortly before the deadline [`Self::poll_probe_deadline`] gave, send the
+    /// probe at that deadline, then report with [`Self::handle_probe_sent`].
+    pub fn poll_probe(&mut self, now: MonoTime) -> Option<(IpAddr, ProbeToSend)> {
+        let peer = self.active?;
+        let d = self.dests.get_mut(&peer)?;
+        d.planner.next_deadline()?;
+        let before = d.planner.queued_bytes();
+        let probe = d.planner.poll_probe(now);
+        let after = d.planner.queued_bytes();
+        self.held_bytes = (self.held_bytes + after).saturating_sub(before);
+        probe.map(|p| (peer, p))
+    }
+
+    /// The next thing to do at `now` that is not a probe, oldest first: riders and
+    /// continuations whose wait is over, reports, route changes. Each call does work
+    /// bounded by the number of destinations; the driver may stop calling at any
+    /// point (to keep a deadline) and continue later.
+    pub fn poll_action(&mut self, now: MonoTime) -> Option<Action> {
+        if self.actions.is_empty() {
+            self.refill(now);
+        }
+        self.actions.pop_front()
+    }
+
+    fn refill(&mut self, now: MonoTime) {
+        let mut held = 0;
+        for (peer, d) in &mut self.dests {
+            while let Some(transmit) = d.planner.poll_transmit(now) {
+                self.actions.push_back(Action::Transmit {
+                    peer: *peer,
+                    transmit,
+                });
+            }
+            held += d.planner.queued_bytes();
+            if let Route::Leaving(at) = d.route {
+                if at <= now && d.trains == 0 {
+                    d.route = Route::Out;
+                    self.counters.routes_out += 1;
+                    self.actions.push_back(Action::RouteOut(*peer));
+                }
+            }
+        }
+        self.held_bytes = held;
+        if now.saturating_since(self.last_sweep) >= Duration::from_secs(1) {
+            self.last_sweep = now;
+            self.retire_idle(now);
+        }
+    }
+
+    /// Retires planners that hold nothing, run nothing, have no route and were not
+    /// used for [`EndpointConfig::planner_idle`]; their counters stay in the totals.
+    fn retire_idle(&mut self, now: MonoTime) {
+        let idle = self.config.planner_idle;
+        let active = self.active;
+        let gone: Vec<IpAddr> = self
+            .dests
+            .iter()
+            .filter(|(peer, d)| {
+                Some(**peer) != active
+                    && d.trains == 0
+                    && d.planner.held_riders() == 0
+                    && !d.planner.has_transaction()
+                    && matches!(d.route, Route::Out | Route::In)
+                    && (d.route == Route::Out || !self.config.route_on_demand)
+                    && now.saturating_since(d.last_used) > idle
+            })
+            .map(|(p, _)| *p)
+            .collect();
+        for peer in gone {
+            if let Some(d) = self.dests.remove(&peer) {
+                let c = d.planner.counters();
+                // Each rider taken in used at most one id.
+                self.id_offset = self.id_offset.wrapping_add(c.riders_in as u32);
+                self.retired += &c;
+                self.counters.planners_retired += 1;
+            }
+        }
+    }
+
+    /// When to call back at the latest: the next probe's deadline, the first held
+    /// rider's, a route that goes out, or `now`-like (a past time) when a train may
+    /// start or an action waits. `None` when there is nothing to wait for.
+    pub fn poll_timeout(&self) -> Option<MonoTime> {
+        if !self.actions.is_empty() {
+            return Some(MonoTime::ZERO);
+        }
+        let mut t: Option<MonoTime> = None;
+        let mut at = |x: MonoTime| t = Some(t.map_or(x, |t| t.min(x)));
+        if let Some(deadline) = self
+            .active
+            .and_then(|p| self.dests.get(&p))
+            .and_then(|d| d.planner.next_deadline())
+        {
+            at(deadline);
+        }
+        for d in self.dests.values() {
+            if let Some(r) = d.planner.rider_timeout() {
+                at(r);
+            }
+            if let Route::Leaving(x) = d.route {
+                at(x);
+            }
+            if self.active.is_none()
+                && !self.shutting_down
+                && d.planner.has_transaction()
+                && matches!(d.route, Route::In | Route::Leaving(_))
+            {
+                at(MonoTime::ZERO);
+            }
+        }
+        t
+    }
+}
+
+/// Spreads a peer's address over a rider id seed.
+fn mix(peer: IpAddr) -> u32 {
+    let bytes: Vec<u8> = match peer {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    };
+    // FNV-1a: stable across runs, unlike the standard hasher.
+    bytes.iter().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+    })
+}

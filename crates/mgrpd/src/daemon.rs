@@ -1,16 +1,18 @@
 //! The daemon's data path and its threads.
 //!
-//! - The **TUN reader** reads application packets, hands each to the planner of its
-//!   destination's MGRP peer, and sends at once whatever the planner releases (with
-//!   on-demand hold and no train, that is the packet itself).
-//! - The **pacer** (a real-time thread when permitted) runs one train at a time: it
-//!   sleeps on a timerfd until a margin before each deadline, builds the probe from the
-//!   riders queued by then, spins to the deadline, stamps and sends it. Between trains it
-//!   sleeps on a condition variable until a rider's hold time runs out or a train comes.
+//! - The **TUN reader** reads application packets and hands each to the endpoint
+//!   (`mgrp_core::endpoint`) for its destination's MGRP peer, then sends at once
+//!   whatever the endpoint releases (with on-demand hold and no train, that is the
+//!   packet itself).
+//! - The **pacer** (a real-time thread when permitted) asks the endpoint for the next
+//!   probe: it sleeps on a timerfd until a margin before each deadline, builds the probe
+//!   from the riders queued by then, spins to the deadline, stamps and sends it. Between
+//!   trains it sleeps on a condition variable until a rider's hold time runs out or a
+//!   train comes.
 //! - The **receiver** reads MGRP packets with kernel timestamps, reassembles riders
 //!   and writes them to the TUN, and hands probes to the listening tools.
 //!
-//! All planners live under one mutex; each thread holds it only to plan, never while
+//! The endpoint lives under one mutex; each thread holds it only to plan, never while
 //! sleeping or sending.
 
 use std::collections::HashMap;
@@ -24,11 +26,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mgrp_core::api::{DaemonCounters, DaemonStats, ReceivedProbe, Response};
 use mgrp_core::auth::{self, AuthError, ReplayWindow};
+use mgrp_core::endpoint::{Action, Endpoint, EndpointConfig, SubmitError as EndpointRefusal};
 use mgrp_core::peers::{Peer, Prefix, Refusal};
-use mgrp_core::planner::{Path, Planner, ProbeToSend, RiderDrop, Transaction, Transmit};
+use mgrp_core::planner::{RiderDrop, Transaction, Transmit};
 use mgrp_core::ratelimit::{OverBudget, TrainBudget};
 use mgrp_core::reassembly::{ChunkOutcome, Reassembler};
-use mgrp_core::stats::{PlannerCounters, ReassemblyCounters, TransactionReport};
+use mgrp_core::stats::{ReassemblyCounters, TransactionReport};
 use mgrp_core::wire::{self, Kind, Packet};
 use socket2::Socket;
 use tokio::sync::{mpsc, oneshot};
@@ -99,11 +102,14 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-/// What happens when a train ends, for whoever watches (the route manager).
-#[derive(Debug, Clone, Copy)]
-pub enum TrainEvent {
-    /// A train to this peer finished or was cancelled.
-    Done(IpAddr),
+/// A route change the endpoint asks for, for the route manager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteEvent {
+    /// Route traffic for this peer (and the destinations it carries) into the
+    /// tunnel, then say so with [`Shared::routed`]: its trains wait until then.
+    In(IpAddr),
+    /// Traffic for this peer no longer needs to enter the tunnel.
+    Out(IpAddr),
 }
 
 /// A listener registered by an API connection.
@@ -114,58 +120,12 @@ pub(crate) struct Listener {
     pub(crate) tx: mpsc::Sender<Response>,
 }
 
-/// State shared under the planners' mutex.
-#[derive(Debug, Default)]
+/// State shared under the endpoint's mutex.
+#[derive(Debug)]
 pub(crate) struct State {
-    planners: HashMap<IpAddr, Planner>,
+    endpoint: Endpoint,
+    /// Who waits for the report of each train queued or in flight.
     waiters: HashMap<u32, oneshot::Sender<TransactionReport>>,
-    next_tx: u32,
-    /// Planners of retired peers keep counting in the totals.
-    retired: PlannerCounters,
-    /// When each peer's planner was last handed a rider or a train.
-    last_used: HashMap<IpAddr, mgrp_core::MonoTime>,
-    /// When idle planners were last looked for.
-    last_sweep: mgrp_core::MonoTime,
-    /// Rider bytes held over all planners, never below the truth: riders taken in
-    /// add to it at once, and every pass of the pacer sets it to the exact sum.
-    held_bytes: usize,
-}
-
-/// How long a peer's planner may sit idle before it is retired.
-const PLANNER_IDLE: Duration = Duration::from_secs(30);
-
-impl State {
-    /// Retires planners that hold nothing and were not used for [`PLANNER_IDLE`], so
-    /// that a daemon routing many destinations does not keep one planner per
-    /// destination for ever. Their counters stay in the totals.
-    fn retire_idle(&mut self, now: mgrp_core::MonoTime) {
-        if now.saturating_since(self.last_sweep) < Duration::from_secs(1) {
-            return;
-        }
-        self.last_sweep = now;
-        let idle: Vec<IpAddr> = self
-            .planners
-            .iter()
-            .filter(|(peer, p)| {
-                p.held_riders() == 0
-                    && !p.has_transaction()
-                    && self
-                        .last_used
-                        .get(*peer)
-                        .is_none_or(|t| now.saturating_since(*t) > PLANNER_IDLE)
-            })
-            .map(|(peer, _)| *peer)
-            .collect();
-        for peer in idle {
-            if let Some(mut p) = self.planners.remove(&peer) {
-                // Nothing is held, so nothing is due; any finished report was delivered
-                // before the sweep.
-                debug_assert!(p.poll_report().is_none());
-                self.retired += &p.counters();
-            }
-            self.last_used.remove(&peer);
-        }
-    }
 }
 
 /// Everything the threads share.
@@ -197,7 +157,7 @@ pub struct Shared {
     /// Whether `down` may hold a peer (changed only with its lock held).
     any_down: AtomicBool,
     io: Io,
-    events: mpsc::UnboundedSender<TrainEvent>,
+    events: mpsc::UnboundedSender<RouteEvent>,
     fatal: Mutex<Option<oneshot::Sender<String>>>,
 }
 
@@ -260,7 +220,7 @@ impl Shared {
     pub fn new(
         config: Config,
         tun: Arc<SyncDevice>,
-        events: mpsc::UnboundedSender<TrainEvent>,
+        events: mpsc::UnboundedSender<RouteEvent>,
     ) -> anyhow::Result<Self> {
         let mark = config.fwmark;
         let mgrp4 = sys::mgrp_send_socket(false, config.protocol, mark).map_err(|e| {
@@ -286,7 +246,7 @@ impl Shared {
     /// A daemon whose data path loops back in-process (see `Io::Loopback`): no TUN, no
     /// raw sockets, no privileges needed.
     /// The loopback addresses are its peers: it receives what it sends.
-    pub fn loopback(mut config: Config, events: mpsc::UnboundedSender<TrainEvent>) -> Self {
+    pub fn loopback(mut config: Config, events: mpsc::UnboundedSender<RouteEvent>) -> Self {
         for lo in [
             Prefix::host(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
             Prefix::host(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)),
@@ -297,11 +257,17 @@ impl Shared {
         Self::with_io(config, Io::Loopback(Box::new(Mutex::new(reasm))), events)
     }
 
-    fn with_io(config: Config, io: Io, events: mpsc::UnboundedSender<TrainEvent>) -> Self {
+    fn with_io(config: Config, io: Io, events: mpsc::UnboundedSender<RouteEvent>) -> Self {
         let budgets = Mutex::new(Budgets::new(&config));
+        let endpoint = Endpoint::new(endpoint_config(&config)).unwrap_or_else(|e| {
+            panic!("the endpoint refuses the policy: {e} (the configuration check missed this)")
+        });
         Self {
             config,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                endpoint,
+                waiters: HashMap::new(),
+            }),
             wake: Condvar::new(),
             counters: Counters::default(),
             shutdown: AtomicBool::new(false),
@@ -374,32 +340,18 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn planner<'a>(&self, st: &'a mut State, peer: IpAddr) -> &'a mut Planner {
-        st.planners.entry(peer).or_insert_with(|| {
-            let path = if peer.is_ipv4() {
-                Path::ipv4(self.config.mtu)
-            } else {
-                Path::ipv6(self.config.mtu)
-            };
-            // Policy and path were validated with the configuration.
-            let mut p = Planner::new(self.config.policy.clone(), path).unwrap_or_else(|e| {
-                panic!("planner for {peer}: {e} (the configuration check missed this)")
-            });
-            p.set_next_rider_id(rider_id_seed(peer));
-            p
-        })
-    }
-
     /// All counters.
     pub fn stats(&self) -> DaemonStats {
         let st = self.lock();
-        let mut planner = st.retired;
-        for p in st.planners.values() {
-            planner += &p.counters();
-        }
+        let planner = st.endpoint.planner_counters();
+        let endpoint = st.endpoint.counters();
         drop(st);
+        let mut daemon = self.counters.snapshot();
+        // Counted by the endpoint, which decides it.
+        daemon.riders_bypassed_too_many_destinations =
+            endpoint.riders_bypassed_too_many_destinations;
         DaemonStats {
-            daemon: self.counters.snapshot(),
+            daemon,
             planner,
             reassembly: {
                 let per = *self
@@ -471,11 +423,13 @@ impl Shared {
         Ok(())
     }
 
-    /// Queues a train; the report arrives on the returned channel once it was sent.
+    /// Queues `client`'s train; the report arrives on the returned channel once it was
+    /// sent.
     pub fn submit(
         &self,
+        client: u64,
         destination: IpAddr,
-        mut tx: Transaction,
+        tx: Transaction,
     ) -> Result<Submitted, SubmitError> {
         let limits = &self.config;
         if tx.probes.len() > limits.max_probes_per_train {
@@ -527,38 +481,68 @@ impl Shared {
         if self.shutdown.load(Ordering::SeqCst) {
             return Err(SubmitError::ShuttingDown);
         }
-        // Every queued or running train has a waiter until its report is delivered.
-        if st.waiters.len() >= limits.max_queued_trains {
-            bump(&self.counters.trains_rejected);
-            return Err(SubmitError::Busy(st.waiters.len()));
-        }
-        st.next_tx = st.next_tx.wrapping_add(1);
-        tx.id = st.next_tx;
-        let id = tx.id;
         let now = sys::mono_now();
-        if let Err(e) = self.planner(&mut st, peer).handle_transaction(now, tx) {
-            bump(&self.counters.trains_rejected);
-            return Err(SubmitError::Invalid(e.to_string()));
-        }
+        let id = match st.endpoint.handle_submit(now, client, peer, tx) {
+            Ok(id) => id,
+            Err(e) => {
+                bump(&self.counters.trains_rejected);
+                return Err(match e {
+                    EndpointRefusal::Busy(n) | EndpointRefusal::ClientBusy(n) => {
+                        SubmitError::Busy(n)
+                    }
+                    EndpointRefusal::Invalid(e) => SubmitError::Invalid(e.to_string()),
+                    EndpointRefusal::ShuttingDown => SubmitError::ShuttingDown,
+                });
+            }
+        };
         let (done, report) = oneshot::channel();
         st.waiters.insert(id, done);
-        st.last_used.insert(peer, now);
+        let actions = take_actions(&mut st, now);
         drop(st);
         bump(&self.counters.trains_accepted);
         self.wake.notify_all();
+        self.execute(actions);
         Ok(Submitted { peer, id, report })
     }
 
-    /// Cancels a train of `peer` that has not finished; its submitter gets a report that
-    /// says so. Returns whether it was found.
-    pub fn cancel(&self, peer: IpAddr, id: u32) -> bool {
+    /// Cancels `client`'s train `id` if it has not finished; its submitter gets a
+    /// report that says so. Returns whether it was found.
+    pub fn cancel(&self, client: u64, id: u32) -> bool {
+        let now = sys::mono_now();
         let mut st = self.lock();
-        let found = st
-            .planners
-            .get_mut(&peer)
-            .is_some_and(|p| p.cancel_transaction(id));
-        deliver_reports(self, &mut st);
+        let found = st.endpoint.handle_cancel(now, client, id);
+        let actions = take_actions(&mut st, now);
+        drop(st);
+        self.wake.notify_all();
+        self.execute(actions);
         found
+    }
+
+    /// The route asked for with [`RouteEvent::In`] is in place (or could not be put
+    /// in place): trains to `peer` may run.
+    pub fn routed(&self, peer: IpAddr) {
+        self.lock().endpoint.handle_routed(peer);
+        self.wake.notify_all();
+    }
+
+    /// Does what the endpoint asked for: sends riders and continuations, passes
+    /// route changes to the route manager (or, without one, takes them as done).
+    fn execute(&self, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Transmit { peer, transmit } => self.send_transmit(peer, transmit),
+                Action::RouteIn(peer) => {
+                    if self.events.send(RouteEvent::In(peer)).is_err() {
+                        self.routed(peer);
+                    }
+                }
+                Action::RouteOut(peer) => {
+                    let _ = self.events.send(RouteEvent::Out(peer));
+                }
+                // Delivered by `take_actions`.
+                Action::Report { .. } => {}
+            }
+        }
     }
 
     /// Asks every thread to stop; the pacer flushes held riders unchanged first.
@@ -634,12 +618,6 @@ impl Shared {
         }
     }
 
-    fn send_transmits(&self, peer: IpAddr, transmits: Vec<Transmit>) {
-        for t in transmits {
-            self.send_transmit(peer, t);
-        }
-    }
-
     fn send_transmit(&self, peer: IpAddr, t: Transmit) {
         match t {
             Transmit::Unchanged(pkt) => {
@@ -667,35 +645,39 @@ impl Shared {
             }
         }
     }
-
-    /// Everything every planner releases at `now`.
-    fn due_transmits(
-        &self,
-        st: &mut State,
-        now: mgrp_core::MonoTime,
-    ) -> Vec<(IpAddr, Vec<Transmit>)> {
-        let mut out = Vec::new();
-        let mut held = 0;
-        for (peer, p) in &mut st.planners {
-            let mut v = Vec::new();
-            while let Some(t) = p.poll_transmit(now) {
-                v.push(t);
-            }
-            held += p.queued_bytes();
-            if !v.is_empty() {
-                out.push((*peer, v));
-            }
-        }
-        st.held_bytes = held;
-        out
-    }
 }
 
-/// A start for a planner's rider ids that differs between daemon lives and peers.
-fn rider_id_seed(peer: IpAddr) -> u32 {
+/// Takes every action the endpoint has at `now`. Reports go to their waiters at once;
+/// the rest is for [`Shared::execute`] once the lock is released.
+fn take_actions(st: &mut State, now: mgrp_core::MonoTime) -> Vec<Action> {
+    let mut out = Vec::new();
+    while let Some(a) = st.endpoint.poll_action(now) {
+        match a {
+            Action::Report { report, .. } => {
+                if let Some(w) = st.waiters.remove(&report.transaction) {
+                    let _ = w.send(report);
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The endpoint's bounds and modes from the configuration.
+fn endpoint_config(config: &Config) -> EndpointConfig {
     use std::hash::BuildHasher;
-    let state = std::collections::hash_map::RandomState::new();
-    state.hash_one((peer, sys::wall_now(), std::process::id())) as u32
+    let mut c = EndpointConfig::new(config.policy.clone(), config.mtu);
+    c.route_on_demand = config.route_on_demand;
+    c.max_destinations = config.max_destinations;
+    c.max_held_bytes = config.max_held_bytes;
+    c.max_trains = config.max_queued_trains;
+    c.max_trains_per_client = config.max_trains_per_client;
+    // Rider ids differ between lives of the daemon, so the far side does not take a
+    // restarted daemon's riders for ones it delivered already.
+    c.rider_id_seed = std::collections::hash_map::RandomState::new()
+        .hash_one((sys::wall_now(), std::process::id())) as u32;
+    c
 }
 
 /// Whether a packet read from the TUN is kernel housekeeping rather than traffic to a
@@ -751,12 +733,13 @@ impl Shared {
     /// Takes in a batch of packets read from the TUN under one lock.
     pub fn handle_tun_packets<'a>(&self, pkts: impl Iterator<Item = &'a [u8]>) {
         let now = sys::mono_now();
-        let mut out: Vec<(IpAddr, Transmit)> = Vec::new();
-        let mut wake = false;
+        let mut direct: Vec<(IpAddr, Transmit)> = Vec::new();
         let down = self.peers_down(now);
         // Logged once the lock is released: the pacer may be waiting for it.
         let mut bound = None;
         let mut st = self.lock();
+        let was_idle = st.endpoint.held_bytes() == 0;
+        let bypassed_before = st.endpoint.counters().riders_bypassed_too_many_destinations;
         for pkt in pkts {
             bump(&self.counters.tun_packets_in);
             let Some(dst) = sys::packet_destination(pkt).filter(|d| !is_housekeeping(*d)) else {
@@ -767,30 +750,13 @@ impl Shared {
             if down.contains(&peer) {
                 // Its probes are dropped on arrival: riders would be lost with them.
                 bump(&self.counters.riders_bypassed_peer_down);
-                out.push((peer, Transmit::Unchanged(Bytes::copy_from_slice(pkt))));
+                direct.push((peer, Transmit::Unchanged(Bytes::copy_from_slice(pkt))));
                 continue;
             }
-            if !st.planners.contains_key(&peer) && st.planners.len() >= self.config.max_destinations
+            match st
+                .endpoint
+                .handle_rider(now, peer, Bytes::copy_from_slice(pkt))
             {
-                // One more planner would pass the bound: the packet goes as it came.
-                bump(&self.counters.riders_bypassed_too_many_destinations);
-                bound.get_or_insert(Bound::Destinations(dst));
-                out.push((peer, Transmit::Unchanged(Bytes::copy_from_slice(pkt))));
-                continue;
-            }
-            st.last_used.insert(peer, now);
-            let room = self.config.max_held_bytes.saturating_sub(st.held_bytes);
-            let planner = self.planner(&mut st, peer);
-            let was_empty = planner.held_riders() == 0;
-            let before = planner.queued_bytes();
-            let queued = planner.handle_rider_within(now, Bytes::copy_from_slice(pkt), room);
-            while let Some(t) = planner.poll_transmit(now) {
-                out.push((peer, t));
-            }
-            wake |= was_empty && planner.held_riders() > 0;
-            let after = planner.queued_bytes();
-            st.held_bytes = (st.held_bytes + after).saturating_sub(before);
-            match queued {
                 Ok(()) => {}
                 Err(RiderDrop::QueueFull) => {
                     bound.get_or_insert(Bound::Queue(dst));
@@ -798,30 +764,36 @@ impl Shared {
                 Err(reason) => debug!("rider to {dst} dropped: {reason}"),
             }
         }
-        let destinations = st.planners.len();
+        let bypassed = st.endpoint.counters().riders_bypassed_too_many_destinations;
+        if bypassed > bypassed_before {
+            bound.get_or_insert(Bound::Destinations(st.endpoint.destinations()));
+        }
+        let wake = was_idle && st.endpoint.held_bytes() > 0;
+        let actions = take_actions(&mut st, now);
         drop(st);
         if wake {
             self.wake.notify_all();
         }
         match bound {
-            Some(Bound::Destinations(dst)) => self.bound_reached(format_args!(
-                "packets to {dst} go unchanged: {destinations} destinations hold packets already (limits.max-destinations)"
+            Some(Bound::Destinations(n)) => self.bound_reached(format_args!(
+                "packets go unchanged: {n} destinations hold packets already (limits.max-destinations)"
             )),
             Some(Bound::Queue(dst)) => self.bound_reached(format_args!(
                 "dropped a packet to {dst}: its queue or all queues together are full (piggyback.max-queued-riders, max-queued-bytes, max-held-bytes)"
             )),
             None => {}
         }
-        for (peer, t) in out {
+        for (peer, t) in direct {
             self.send_transmit(peer, t);
         }
+        self.execute(actions);
     }
 }
 
 /// A bound the TUN reader reached, to be logged.
 enum Bound {
-    /// A rider's destination would have been one too many.
-    Destinations(IpAddr),
+    /// Riders went unchanged: this many destinations hold riders already.
+    Destinations(usize),
     /// A rider found its queue, or all queues together, full.
     Queue(IpAddr),
 }
@@ -968,39 +940,30 @@ pub fn run_pacer(shared: &Shared, prepared: impl FnOnce()) {
 }
 
 fn pace(shared: &Shared, timer: &sys::Timer, realtime: bool) {
-    let mut next_peer = 0usize;
+    let mut flushed = false;
+    let mut spin = SpinBudget::default();
     loop {
         let stopping = shared.shutdown.load(Ordering::SeqCst);
         let mut st = shared.lock();
-        if stopping {
-            for p in st.planners.values_mut() {
-                p.handle_shutdown();
-            }
-        }
         let now = sys::mono_now();
-        let due = shared.due_transmits(&mut st, now);
-        deliver_reports(shared, &mut st);
-        st.retire_idle(now);
-        // Trains run one at a time, taking destinations in turn.
-        let mut peers: Vec<IpAddr> = st
-            .planners
-            .iter()
-            .filter(|(_, p)| p.has_transaction())
-            .map(|(a, _)| *a)
-            .collect();
-        peers.sort();
-        let train = if stopping || peers.is_empty() {
+        if stopping && !flushed {
+            // Every train ends with a report; every held rider falls due.
+            st.endpoint.handle_shutdown(now);
+            flushed = true;
+        }
+        let actions = take_actions(&mut st, now);
+        let next = if stopping {
             None
         } else {
-            next_peer = next_peer.wrapping_add(1);
-            Some(peers[next_peer % peers.len()])
+            st.endpoint.poll_probe_deadline(now)
         };
-        if train.is_none() && due.is_empty() {
+        if next.is_none() && actions.is_empty() {
             if stopping {
                 return;
             }
-            let timeout = st.planners.values().filter_map(Planner::poll_timeout).min();
-            let wait = timeout
+            let wait = st
+                .endpoint
+                .poll_timeout()
                 .map_or(Duration::from_millis(200), |t| t.saturating_since(now))
                 .min(Duration::from_millis(200));
             if !wait.is_zero() {
@@ -1013,11 +976,9 @@ fn pace(shared: &Shared, timer: &sys::Timer, realtime: bool) {
             continue;
         }
         drop(st);
-        for (peer, t) in due {
-            shared.send_transmits(peer, t);
-        }
-        if let Some(peer) = train {
-            run_train(shared, timer, peer, realtime);
+        shared.execute(actions);
+        if let Some(deadline) = next {
+            send_probe(shared, timer, deadline, realtime, &mut spin);
         }
     }
 }
@@ -1034,15 +995,13 @@ fn sleep_releasing(shared: &Shared, timer: &sys::Timer, wake: mgrp_core::MonoTim
             return true;
         }
         let mut st = shared.lock();
-        let due = shared.due_transmits(&mut st, now);
-        let rider_due = st.planners.values().filter_map(Planner::poll_timeout).min();
+        let actions = take_actions(&mut st, now);
+        let due = st.endpoint.poll_timeout();
         drop(st);
-        for (peer, t) in due {
-            shared.send_transmits(peer, t);
-        }
-        // Planners with a train report their next probe, which is not earlier than
-        // `wake`'s; riders of other destinations may fall due before it.
-        let until = rider_due
+        shared.execute(actions);
+        // The train in flight's next probe is not due before `wake`'s; riders may
+        // fall due before it.
+        let until = due
             .filter(|&t| t > now)
             .map_or(wake, |t| t.min(wake))
             .min(now.saturating_add(Duration::from_millis(100)));
@@ -1050,94 +1009,94 @@ fn sleep_releasing(shared: &Shared, timer: &sys::Timer, wake: mgrp_core::MonoTim
     }
 }
 
-/// Sends one train to `peer`, probe by probe, against absolute deadlines. Each probe
-/// is built only a margin before it is due, so riders that came meanwhile ride in it.
-/// A train that spun its `limits.max-train-spin` is paced by the timer alone for the
-/// rest of its probes.
-fn run_train(shared: &Shared, timer: &sys::Timer, peer: IpAddr, realtime: bool) {
-    let mut margin = shared.config.busy_poll_margin;
-    let mut margin_ns = u64::try_from(margin.as_nanos()).unwrap_or(u64::MAX);
+/// How long the pacer spun for the train in flight.
+#[derive(Debug, Default)]
+struct SpinBudget {
+    transaction: Option<u32>,
+    spun: Duration,
+    capped: bool,
+}
+
+/// Sends the probe due at `deadline`: sleeps until a margin before it, builds it from
+/// the riders held by then, spins to the deadline, stamps, seals and sends it. Each
+/// train spins at most `limits.max-train-spin`; after that it is paced by the timer
+/// alone.
+fn send_probe(
+    shared: &Shared,
+    timer: &sys::Timer,
+    deadline: mgrp_core::MonoTime,
+    realtime: bool,
+    spin: &mut SpinBudget,
+) {
+    let margin = if spin.capped {
+        Duration::ZERO
+    } else {
+        shared.config.busy_poll_margin
+    };
+    let margin_ns = u64::try_from(margin.as_nanos()).unwrap_or(u64::MAX);
     // A real-time pacer spins through gaps shorter than two margins: a timer wake-up
     // that short buys little sleep and risks its own latency tail. Under the normal
     // scheduler spinning is worse than sleeping, so it always sleeps.
-    let mut spin_below = if realtime { 2 * margin_ns } else { 0 };
-    let mut spun = Duration::ZERO;
-    let mut capped = false;
-    let mut next = shared
-        .planner(&mut shared.lock(), peer)
-        .poll_start(sys::mono_now());
-    while let Some(deadline) = next {
-        let now = sys::mono_now();
-        let wake = mgrp_core::MonoTime::from_nanos(deadline.as_nanos().saturating_sub(margin_ns));
-        let short = deadline.saturating_since(now) < Duration::from_nanos(spin_below);
-        if !short && !sleep_releasing(shared, timer, wake) {
-            return;
-        }
-        let probe: Option<ProbeToSend> = shared
-            .planner(&mut shared.lock(), peer)
-            .poll_probe(sys::mono_now());
-        let Some(mut probe) = probe else { break };
-        spun += sys::wait_until(timer, probe.deadline, margin);
-        if !capped && spun >= shared.config.max_train_spin {
-            // Spinning holds a CPU, at real-time priority even: enough for one train.
-            capped = true;
-            (margin, margin_ns, spin_below) = (Duration::ZERO, 0, 0);
-            bump(&shared.counters.trains_spin_capped);
-        }
-        let stamp = sys::wall_now();
-        wire::stamp_sender_time(&mut probe.packet, stamp);
-        shared.seal(peer, &mut probe.packet);
-        let departed = sys::mono_now();
-        let sent = match shared.send_mgrp(peer, &probe.packet) {
-            Ok(_) => {
-                bump(&shared.counters.probes_sent);
-                Some((departed, stamp))
-            }
-            Err(e) => {
-                bump(&shared.counters.probe_send_errors);
-                debug!(
-                    "sending probe {} of train {} failed: {e}",
-                    probe.seq, probe.transaction
-                );
-                None
-            }
-        };
-        if sent.is_none() {
-            // Its riders would be lost: send them as they came instead. A rider whose
-            // other pieces did leave is then delivered whole by this copy, and its
-            // incomplete reassembly on the far side times out.
-            for rider in std::mem::take(&mut probe.riders) {
-                bump(&shared.counters.riders_resent_after_failed_probe);
-                shared.send_transmit(peer, Transmit::Unchanged(rider));
-            }
-        }
-        let mut st = shared.lock();
-        let planner = shared.planner(&mut st, peer);
-        planner.handle_probe_sent(probe.transaction, probe.seq, sent);
-        next = planner.next_deadline();
-        deliver_reports(shared, &mut st);
+    let spin_below = if realtime { 2 * margin_ns } else { 0 };
+    let now = sys::mono_now();
+    let wake = mgrp_core::MonoTime::from_nanos(deadline.as_nanos().saturating_sub(margin_ns));
+    let short = deadline.saturating_since(now) < Duration::from_nanos(spin_below);
+    if !short && !sleep_releasing(shared, timer, wake) {
+        return;
     }
-    if capped {
+    let Some((peer, mut probe)) = shared.lock().endpoint.poll_probe(sys::mono_now()) else {
+        return;
+    };
+    if spin.transaction != Some(probe.transaction) {
+        *spin = SpinBudget {
+            transaction: Some(probe.transaction),
+            ..SpinBudget::default()
+        };
+    }
+    spin.spun += sys::wait_until(timer, probe.deadline, margin);
+    if !spin.capped && spin.spun >= shared.config.max_train_spin {
+        // Spinning holds a CPU, at real-time priority even: enough for one train.
+        spin.capped = true;
+        bump(&shared.counters.trains_spin_capped);
         shared.bound_reached(format_args!(
-            "a train to {peer} spun {spun:?} and was paced by the timer alone after {:?} (limits.max-train-spin): expect less precise gaps at its end",
-            shared.config.max_train_spin
+            "a train to {peer} spun {:?} (limits.max-train-spin): the rest of it is paced by the timer alone, expect less precise gaps",
+            spin.spun
         ));
     }
-}
-
-fn deliver_reports(shared: &Shared, st: &mut State) {
-    let mut done = Vec::new();
-    for (peer, p) in &mut st.planners {
-        while let Some(r) = p.poll_report() {
-            done.push((*peer, r));
+    let stamp = sys::wall_now();
+    wire::stamp_sender_time(&mut probe.packet, stamp);
+    shared.seal(peer, &mut probe.packet);
+    let departed = sys::mono_now();
+    let sent = match shared.send_mgrp(peer, &probe.packet) {
+        Ok(_) => {
+            bump(&shared.counters.probes_sent);
+            Some((departed, stamp))
+        }
+        Err(e) => {
+            bump(&shared.counters.probe_send_errors);
+            debug!(
+                "sending probe {} of train {} failed: {e}",
+                probe.seq, probe.transaction
+            );
+            None
+        }
+    };
+    if sent.is_none() {
+        // Its riders would be lost: send them as they came instead. A rider whose
+        // other pieces did leave is then delivered whole by this copy, and its
+        // incomplete reassembly on the far side times out.
+        for rider in std::mem::take(&mut probe.riders) {
+            bump(&shared.counters.riders_resent_after_failed_probe);
+            shared.send_transmit(peer, Transmit::Unchanged(rider));
         }
     }
-    for (peer, report) in done {
-        if let Some(w) = st.waiters.remove(&report.transaction) {
-            let _ = w.send(report);
-        }
-        let _ = shared.events.send(TrainEvent::Done(peer));
-    }
+    let now = sys::mono_now();
+    let mut st = shared.lock();
+    st.endpoint
+        .handle_probe_sent(now, probe.transaction, probe.seq, sent);
+    let actions = take_actions(&mut st, now);
+    drop(st);
+    shared.execute(actions);
 }
 
 /// The API's rate budgets.
@@ -1434,41 +1393,6 @@ fn deliver_probe(shared: &Shared, probe: ReceivedProbe) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mgrp_core::MonoTime;
-    use mgrp_core::planner::Policy;
-
-    fn secs(n: u64) -> MonoTime {
-        MonoTime::from_nanos(n * 1_000_000_000)
-    }
-
-    #[test]
-    fn idle_planners_retire_and_keep_counting() {
-        let mut st = State::default();
-        let busy: IpAddr = "10.0.0.1".parse().unwrap();
-        let idle: IpAddr = "10.0.0.2".parse().unwrap();
-        for peer in [busy, idle] {
-            let mut p = Planner::new(Policy::default(), Path::ipv4(1500)).unwrap();
-            p.handle_rider(secs(1), Bytes::from_static(&[0x45; 40]))
-                .unwrap();
-            st.planners.insert(peer, p);
-            st.last_used.insert(peer, secs(1));
-        }
-        // The idle planner's rider leaves; the busy one's stays held.
-        assert!(
-            st.planners
-                .get_mut(&idle)
-                .unwrap()
-                .poll_transmit(secs(2))
-                .is_some()
-        );
-        st.retire_idle(secs(2));
-        assert_eq!(st.planners.len(), 2, "not idle long enough yet");
-        st.retire_idle(secs(40));
-        assert_eq!(st.planners.keys().collect::<Vec<_>>(), [&busy]);
-        assert_eq!(st.retired.riders_in, 1);
-        assert_eq!(st.retired.riders_sent_unchanged, 1);
-    }
-
     /// An IPv4 packet of `len` bytes to `dst`, as the TUN would hand it over.
     fn packet_to(dst: [u8; 4], len: u16) -> Vec<u8> {
         let mut p = vec![0u8; usize::from(len)];
@@ -1501,12 +1425,13 @@ mod tests {
         assert_eq!(s.planner.riders_dropped_queue_full, 2, "{s:#?}");
         assert_eq!(s.planner.riders_held, 3, "{s:#?}");
         assert!(s.conserved(), "{s:#?}");
-        assert!(shared.lock().held_bytes <= 3000);
+        assert!(shared.lock().endpoint.held_bytes() <= 3000);
         // Once the hold is over everything leaves, and room is made again.
         std::thread::sleep(Duration::from_millis(20));
         let mut st = shared.lock();
-        let _ = shared.due_transmits(&mut st, sys::mono_now());
-        assert_eq!(st.held_bytes, 0);
+        let actions = take_actions(&mut st, sys::mono_now());
+        assert_eq!(actions.len(), 3, "the three held riders leave");
+        assert_eq!(st.endpoint.held_bytes(), 0);
         drop(st);
         shared.handle_tun_packet(&packet_to([10, 0, 0, 1], 1000));
         assert_eq!(shared.stats().planner.riders_held, 1);

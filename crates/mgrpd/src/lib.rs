@@ -324,7 +324,7 @@ async fn serve(
     shared: &Arc<Shared>,
     demand: &Demand,
     recv4: socket2::Socket,
-    events: mpsc::UnboundedReceiver<daemon::TrainEvent>,
+    events: mpsc::UnboundedReceiver<daemon::RouteEvent>,
 ) -> anyhow::Result<()> {
     if config.manage_routes && !config.route_on_demand {
         let mut st = demand.clone();
@@ -396,8 +396,8 @@ async fn serve(
     // Every thread has started with what it needs; the pacer's real-time priority
     // was the last use of CAP_SYS_NICE.
     privileges.main();
-    tokio::spawn(demand.clone().watch(events));
-    tokio::spawn(server::serve(listener, shared.clone(), demand.clone()));
+    tokio::spawn(demand.clone().watch(events, shared.clone()));
+    tokio::spawn(server::serve(listener, shared.clone()));
     info!(
         "mgrpd ready: tun {} mtu {}, protocol {}, fwmark {:#x}, table {}, hold {:?} ({:?}{}), socket {}",
         config.tun,
@@ -475,8 +475,8 @@ impl LoopbackDaemon {
         let pacer = std::thread::Builder::new()
             .name("mgrp-pacer".into())
             .spawn(move || daemon::run_pacer(&s, || {}))?;
-        tokio::spawn(demand.clone().watch(events_rx));
-        let server = tokio::spawn(server::serve(listener, shared.clone(), demand));
+        tokio::spawn(demand.watch(events_rx, shared.clone()));
+        let server = tokio::spawn(server::serve(listener, shared.clone()));
         Ok(Self {
             shared,
             pacer: Some(pacer),

@@ -20,7 +20,6 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::daemon::{Listener, Shared, SubmitError};
-use crate::demand::Demand;
 
 /// Binds the API socket at `path`, creating its directory, mode 0660, owned by
 /// `group` if given.
@@ -53,7 +52,7 @@ pub fn bind(path: &Path, group: Option<&str>) -> anyhow::Result<UnixListener> {
 }
 
 /// Accepts connections until the daemon stops.
-pub async fn serve(listener: UnixListener, shared: Arc<Shared>, demand: Demand) {
+pub async fn serve(listener: UnixListener, shared: Arc<Shared>) {
     let ids = AtomicU64::new(1);
     let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     loop {
@@ -90,9 +89,9 @@ pub async fn serve(listener: UnixListener, shared: Arc<Shared>, demand: Demand) 
             continue;
         }
         open.fetch_add(1, Ordering::Relaxed);
-        let (shared, demand, open) = (shared.clone(), demand.clone(), open.clone());
+        let (shared, open) = (shared.clone(), open.clone());
         tokio::spawn(async move {
-            connection(id, uid, stream, shared, demand).await;
+            connection(id, uid, stream, shared).await;
             open.fetch_sub(1, Ordering::Relaxed);
         });
     }
@@ -110,20 +109,14 @@ fn error(kind: ErrorKind, message: impl Into<String>) -> Response {
 struct Conn {
     last_report: Option<mgrp_core::stats::TransactionReport>,
     /// Trains submitted and not yet reported, with the peer they go to.
-    pending: std::collections::HashSet<(IpAddr, u32)>,
+    pending: std::collections::HashSet<u32>,
     /// Submissions accepted from this connection and not yet answered.
     in_flight: usize,
     /// The connecting user, whose rate budget its trains are charged to.
     uid: Option<u32>,
 }
 
-async fn connection(
-    id: u64,
-    uid: Option<u32>,
-    stream: UnixStream,
-    shared: Arc<Shared>,
-    demand: Demand,
-) {
+async fn connection(id: u64, uid: Option<u32>, stream: UnixStream, shared: Arc<Shared>) {
     let conn = Arc::new(std::sync::Mutex::new(Conn {
         uid,
         ..Conn::default()
@@ -173,13 +166,13 @@ async fn connection(
                 continue;
             }
         };
-        handle(id, req, &shared, &demand, &tx, &conn).await;
+        handle(id, req, &shared, &tx, &conn).await;
     }
     forget_listeners(&shared, id);
     // A client that left does not want its trains any more.
     let pending: Vec<_> = lock(&conn).pending.iter().copied().collect();
-    for (peer, tx_id) in pending {
-        if shared.cancel(peer, tx_id) {
+    for tx_id in pending {
+        if shared.cancel(id, tx_id) {
             debug!("API connection {id} left: train {tx_id} cancelled");
         }
     }
@@ -200,7 +193,6 @@ async fn handle(
     id: u64,
     req: Request,
     shared: &Arc<Shared>,
-    demand: &Demand,
     tx: &mpsc::Sender<Response>,
     conn: &Arc<std::sync::Mutex<Conn>>,
 ) {
@@ -247,12 +239,11 @@ async fn handle(
                 return;
             }
             let shared = shared.clone();
-            let demand = demand.clone();
             let tx = tx.clone();
             let conn = conn.clone();
             // The report comes when the train has been sent; other requests go on.
             tokio::spawn(async move {
-                let reply = submit(train, &shared, &demand, &conn).await;
+                let reply = submit(id, train, &shared, &conn).await;
                 {
                     let mut c = lock(&conn);
                     c.in_flight -= 1;
@@ -310,9 +301,9 @@ fn listen(
 }
 
 async fn submit(
+    client: u64,
     train: TrainRequest,
     shared: &Shared,
-    demand: &Demand,
     conn: &std::sync::Mutex<Conn>,
 ) -> Response {
     let tx = Transaction {
@@ -342,11 +333,10 @@ async fn submit(
     if let Err(e) = shared.charge(uid, probes, bytes) {
         return error(ErrorKind::Busy, e.to_string());
     }
-    // Route the destination into the tunnel before the train can start.
-    demand.train_queued(peer).await;
-    match shared.submit(train.destination, tx) {
+    // With routes on demand the train waits until its destination is routed.
+    match shared.submit(client, train.destination, tx) {
         Ok(s) => {
-            lock(conn).pending.insert((s.peer, s.id));
+            lock(conn).pending.insert(s.id);
             let reply = match s.report.await {
                 Ok(r) => Response::Report(r),
                 Err(_) => error(
@@ -354,11 +344,10 @@ async fn submit(
                     "mgrpd stopped before the train was sent",
                 ),
             };
-            lock(conn).pending.remove(&(s.peer, s.id));
+            lock(conn).pending.remove(&s.id);
             reply
         }
         Err(e) => {
-            demand.train_refused(peer);
             let kind = match e {
                 SubmitError::Invalid(_) => ErrorKind::InvalidTrain,
                 SubmitError::Busy(_) | SubmitError::RateLimited(_) => ErrorKind::Busy,

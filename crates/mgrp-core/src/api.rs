@@ -282,6 +282,12 @@ pub struct DaemonCounters {
     /// Trains that spun the pacer for `limits.max-train-spin` and were paced by the
     /// timer alone for the rest.
     pub trains_spin_capped: u64,
+    /// Packets read from the TUN and sent on at once, with on-demand hold while no
+    /// train was queued or in flight anywhere.
+    pub riders_sent_direct: u64,
+    /// Packets read from the TUN and sent on at once because the pacer's queue was
+    /// full.
+    pub riders_bypassed_pacer_busy: u64,
 }
 
 /// Everything the daemon counts.
@@ -297,8 +303,9 @@ pub struct DaemonStats {
 
 impl DaemonStats {
     /// Whether the rider conservation identities hold: every rider read from the TUN
-    /// is ignored, sent straight on because its peer was unreachable or because too
-    /// many destinations hold riders already, or handed to a planner, and every rider handed to a planner is
+    /// is ignored, sent straight on (its peer unreachable, too many destinations
+    /// holding riders already, no train to ride in, or the pacer behind), or handed
+    /// to a planner, and every rider handed to a planner is
     /// piggybacked, sent unchanged, dropped with a reason, or still held.
     pub fn conserved(&self) -> bool {
         self.planner.riders_accounted()
@@ -306,6 +313,8 @@ impl DaemonStats {
                 == self.daemon.tun_ignored
                     + self.daemon.riders_bypassed_peer_down
                     + self.daemon.riders_bypassed_too_many_destinations
+                    + self.daemon.riders_sent_direct
+                    + self.daemon.riders_bypassed_pacer_busy
                     + self.planner.riders_in
     }
 }

@@ -1,44 +1,42 @@
 //! The daemon's data path and its threads.
 //!
-//! - The **TUN reader** reads application packets and hands each to the endpoint
-//!   (`mgrp_core::endpoint`) for its destination's MGRP peer, then sends at once
-//!   whatever the endpoint releases (with on-demand hold and no train, that is the
-//!   packet itself).
-//! - The **pacer** (a real-time thread when permitted) asks the endpoint for the next
-//!   probe: it sleeps on a timerfd until a margin before each deadline, builds the probe
-//!   from the riders queued by then, spins to the deadline, stamps and sends it. Between
-//!   trains it sleeps on a condition variable until a rider's hold time runs out or a
-//!   train comes.
+//! - The **TUN reader** reads application packets and hands them, in batches, to the
+//!   pacer through a lock-free queue (or, with on-demand hold while no train is queued
+//!   anywhere, sends them on at once).
+//! - The **pacer** (`crate::pacer`, a real-time thread when permitted) owns the
+//!   endpoint (`mgrp_core::endpoint`) and sends the probes; the **sender** thread does
+//!   what the endpoint decides besides: riders sent unchanged, continuations, reports,
+//!   route changes.
 //! - The **receiver** reads MGRP packets with kernel timestamps, reassembles riders
 //!   and writes them to the TUN, and hands probes to the listening tools.
 //!
-//! The endpoint lives under one mutex; each thread holds it only to plan, never while
-//! sleeping or sending.
+//! The pacer waits for no other thread: everything reaches it through queues.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mgrp_core::api::{DaemonCounters, DaemonStats, ReceivedProbe, Response};
 use mgrp_core::auth::{self, AuthError, ReplayWindow};
-use mgrp_core::endpoint::{Action, Endpoint, EndpointConfig, SubmitError as EndpointRefusal};
+use mgrp_core::endpoint::SubmitError as EndpointRefusal;
 use mgrp_core::peers::{Peer, Prefix, Refusal};
-use mgrp_core::planner::{RiderDrop, Transaction, Transmit};
+use mgrp_core::planner::{Transaction, Transmit};
 use mgrp_core::ratelimit::{OverBudget, TrainBudget};
 use mgrp_core::reassembly::{ChunkOutcome, Reassembler};
 use mgrp_core::stats::{ReassemblyCounters, TransactionReport};
 use mgrp_core::wire::{self, Kind, Packet};
 use socket2::Socket;
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 use tun_rs::SyncDevice;
 
 use crate::config::Config;
+use crate::pacer::{Control, Queues, RiderBatch, Snapshot};
 use crate::sys;
 
 macro_rules! counters {
@@ -92,6 +90,8 @@ counters!(
     riders_bypassed_peer_down,
     riders_bypassed_too_many_destinations,
     trains_spin_capped,
+    riders_sent_direct,
+    riders_bypassed_pacer_busy,
 );
 
 /// How long riders to a peer that answered "protocol unreachable" bypass the
@@ -120,19 +120,11 @@ pub(crate) struct Listener {
     pub(crate) tx: mpsc::Sender<Response>,
 }
 
-/// State shared under the endpoint's mutex.
-#[derive(Debug)]
-pub(crate) struct State {
-    endpoint: Endpoint,
-    /// Who waits for the report of each train queued or in flight.
-    waiters: HashMap<u32, oneshot::Sender<TransactionReport>>,
-}
-
 /// Everything the threads share.
 pub struct Shared {
     pub(crate) config: Config,
-    pub(crate) state: Mutex<State>,
-    pub(crate) wake: Condvar,
+    /// The queues to and from the pacer.
+    pub(crate) queues: Queues,
     pub(crate) counters: Counters,
     pub(crate) shutdown: AtomicBool,
     pub(crate) listeners: Mutex<HashMap<u16, Vec<Listener>>>,
@@ -157,7 +149,7 @@ pub struct Shared {
     /// Whether `down` may hold a peer (changed only with its lock held).
     any_down: AtomicBool,
     io: Io,
-    events: mpsc::UnboundedSender<RouteEvent>,
+    pub(crate) route_events: mpsc::UnboundedSender<RouteEvent>,
     fatal: Mutex<Option<oneshot::Sender<String>>>,
 }
 
@@ -240,13 +232,16 @@ impl Shared {
             raw4,
             raw6: sys::raw_ip_socket(true, mark).ok(),
         };
-        Ok(Self::with_io(config, io, events))
+        Self::with_io(config, io, events)
     }
 
     /// A daemon whose data path loops back in-process (see `Io::Loopback`): no TUN, no
     /// raw sockets, no privileges needed.
     /// The loopback addresses are its peers: it receives what it sends.
-    pub fn loopback(mut config: Config, events: mpsc::UnboundedSender<RouteEvent>) -> Self {
+    pub fn loopback(
+        mut config: Config,
+        events: mpsc::UnboundedSender<RouteEvent>,
+    ) -> anyhow::Result<Self> {
         for lo in [
             Prefix::host(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
             Prefix::host(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)),
@@ -257,18 +252,17 @@ impl Shared {
         Self::with_io(config, Io::Loopback(Box::new(Mutex::new(reasm))), events)
     }
 
-    fn with_io(config: Config, io: Io, events: mpsc::UnboundedSender<RouteEvent>) -> Self {
+    fn with_io(
+        config: Config,
+        io: Io,
+        events: mpsc::UnboundedSender<RouteEvent>,
+    ) -> anyhow::Result<Self> {
         let budgets = Mutex::new(Budgets::new(&config));
-        let endpoint = Endpoint::new(endpoint_config(&config)).unwrap_or_else(|e| {
-            panic!("the endpoint refuses the policy: {e} (the configuration check missed this)")
-        });
-        Self {
+        let queues = Queues::new(&config)
+            .map_err(|e| anyhow::anyhow!("cannot create the pacer's eventfds: {e}"))?;
+        Ok(Self {
             config,
-            state: Mutex::new(State {
-                endpoint,
-                waiters: HashMap::new(),
-            }),
-            wake: Condvar::new(),
+            queues,
             counters: Counters::default(),
             shutdown: AtomicBool::new(false),
             listeners: Mutex::new(HashMap::new()),
@@ -299,9 +293,9 @@ impl Shared {
                 skipped: 0,
             }),
             io,
-            events,
+            route_events: events,
             fatal: Mutex::new(None),
-        }
+        })
     }
 
     /// A channel on which the daemon hears that a data-path thread died.
@@ -312,7 +306,7 @@ impl Shared {
     }
 
     /// Reports that a data-path thread cannot go on; the daemon shuts down.
-    fn fatal(&self, why: String) {
+    pub(crate) fn fatal(&self, why: String) {
         if self.shutdown.load(Ordering::Relaxed) {
             return;
         }
@@ -335,17 +329,9 @@ impl Shared {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panicked thread leaves the planners consistent enough to flush riders.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// All counters.
     pub fn stats(&self) -> DaemonStats {
-        let st = self.lock();
-        let planner = st.endpoint.planner_counters();
-        let endpoint = st.endpoint.counters();
-        drop(st);
+        let Snapshot { planner, endpoint } = self.queues.snapshot();
         let mut daemon = self.counters.snapshot();
         // Counted by the endpoint, which decides it.
         daemon.riders_bypassed_too_many_destinations =
@@ -425,7 +411,7 @@ impl Shared {
 
     /// Queues `client`'s train; the report arrives on the returned channel once it was
     /// sent.
-    pub fn submit(
+    pub async fn submit(
         &self,
         client: u64,
         destination: IpAddr,
@@ -475,84 +461,69 @@ impl Shared {
         }
         let peer = self.config.peer_of(destination);
         self.check_peer(peer)?;
-        let mut st = self.lock();
-        // Checked under the lock the pacer takes before it flushes for shutdown, so no
-        // train is accepted after the pacer stopped taking them.
         if self.shutdown.load(Ordering::SeqCst) {
             return Err(SubmitError::ShuttingDown);
         }
-        let now = sys::mono_now();
-        let id = match st.endpoint.handle_submit(now, client, peer, tx) {
-            Ok(id) => id,
-            Err(e) => {
-                bump(&self.counters.trains_rejected);
-                return Err(match e {
-                    EndpointRefusal::Busy(n) | EndpointRefusal::ClientBusy(n) => {
-                        SubmitError::Busy(n)
-                    }
-                    EndpointRefusal::Invalid(e) => SubmitError::Invalid(e.to_string()),
-                    EndpointRefusal::ShuttingDown => SubmitError::ShuttingDown,
-                });
-            }
-        };
+        let (reply, accepted) = oneshot::channel();
         let (done, report) = oneshot::channel();
-        st.waiters.insert(id, done);
-        let actions = take_actions(&mut st, now);
-        drop(st);
-        bump(&self.counters.trains_accepted);
-        self.wake.notify_all();
-        self.execute(actions);
-        Ok(Submitted { peer, id, report })
+        let control = Control::Submit {
+            client,
+            peer,
+            tx,
+            reply,
+            report: done,
+        };
+        if self.queues.push_control(control).is_err() {
+            bump(&self.counters.trains_rejected);
+            return Err(SubmitError::Busy(self.config.max_queued_trains));
+        }
+        let refused = match accepted.await {
+            Ok(Ok(id)) => {
+                bump(&self.counters.trains_accepted);
+                return Ok(Submitted { peer, id, report });
+            }
+            Ok(Err(e)) => e,
+            // The pacer stopped before it took the train.
+            Err(_) => EndpointRefusal::ShuttingDown,
+        };
+        bump(&self.counters.trains_rejected);
+        Err(match refused {
+            EndpointRefusal::Busy(n) | EndpointRefusal::ClientBusy(n) => SubmitError::Busy(n),
+            EndpointRefusal::Invalid(e) => SubmitError::Invalid(e.to_string()),
+            EndpointRefusal::ShuttingDown => SubmitError::ShuttingDown,
+        })
     }
 
     /// Cancels `client`'s train `id` if it has not finished; its submitter gets a
-    /// report that says so. Returns whether it was found.
-    pub fn cancel(&self, client: u64, id: u32) -> bool {
-        let now = sys::mono_now();
-        let mut st = self.lock();
-        let found = st.endpoint.handle_cancel(now, client, id);
-        let actions = take_actions(&mut st, now);
-        drop(st);
-        self.wake.notify_all();
-        self.execute(actions);
-        found
+    /// report that says so.
+    pub fn cancel(&self, client: u64, id: u32) {
+        // A full queue means a busy pacer; the train then runs to its end.
+        let _ = self.queues.push_control(Control::Cancel { client, id });
     }
 
     /// The route asked for with [`RouteEvent::In`] is in place (or could not be put
     /// in place): trains to `peer` may run.
     pub fn routed(&self, peer: IpAddr) {
-        self.lock().endpoint.handle_routed(peer);
-        self.wake.notify_all();
-    }
-
-    /// Does what the endpoint asked for: sends riders and continuations, passes
-    /// route changes to the route manager (or, without one, takes them as done).
-    fn execute(&self, actions: Vec<Action>) {
-        for a in actions {
-            match a {
-                Action::Transmit { peer, transmit } => self.send_transmit(peer, transmit),
-                Action::RouteIn(peer) => {
-                    if self.events.send(RouteEvent::In(peer)).is_err() {
-                        self.routed(peer);
-                    }
-                }
-                Action::RouteOut(peer) => {
-                    let _ = self.events.send(RouteEvent::Out(peer));
-                }
-                // Delivered by `take_actions`.
-                Action::Report { .. } => {}
+        let mut control = Control::Routed(peer);
+        // Its trains wait for this, so it must get through: the queue holds far more
+        // than the trains there can be, so a full one drains within moments.
+        for _ in 0..1000 {
+            match self.queues.push_control(control) {
+                Ok(()) => return,
+                Err(c) => control = c,
             }
+            std::thread::sleep(Duration::from_millis(1));
         }
+        warn!("could not tell the pacer that {peer} is routed; its trains wait until cancelled");
     }
 
     /// Asks every thread to stop; the pacer flushes held riders unchanged first.
     pub fn begin_shutdown(&self) {
         self.shutdown.store(true, Ordering::SeqCst);
-        let _guard = self.lock();
-        self.wake.notify_all();
+        self.queues.wake_pacer();
     }
 
-    fn send_mgrp(&self, peer: IpAddr, packet: &[u8]) -> std::io::Result<usize> {
+    pub(crate) fn send_mgrp(&self, peer: IpAddr, packet: &[u8]) -> std::io::Result<usize> {
         match &self.io {
             Io::Kernel { mgrp4, mgrp6, .. } => {
                 let dst = sys::raw_dest(peer);
@@ -618,7 +589,7 @@ impl Shared {
         }
     }
 
-    fn send_transmit(&self, peer: IpAddr, t: Transmit) {
+    pub(crate) fn send_transmit(&self, peer: IpAddr, t: Transmit) {
         match t {
             Transmit::Unchanged(pkt) => {
                 let Some(dst) = sys::packet_destination(&pkt) else {
@@ -645,39 +616,6 @@ impl Shared {
             }
         }
     }
-}
-
-/// Takes every action the endpoint has at `now`. Reports go to their waiters at once;
-/// the rest is for [`Shared::execute`] once the lock is released.
-fn take_actions(st: &mut State, now: mgrp_core::MonoTime) -> Vec<Action> {
-    let mut out = Vec::new();
-    while let Some(a) = st.endpoint.poll_action(now) {
-        match a {
-            Action::Report { report, .. } => {
-                if let Some(w) = st.waiters.remove(&report.transaction) {
-                    let _ = w.send(report);
-                }
-            }
-            other => out.push(other),
-        }
-    }
-    out
-}
-
-/// The endpoint's bounds and modes from the configuration.
-fn endpoint_config(config: &Config) -> EndpointConfig {
-    use std::hash::BuildHasher;
-    let mut c = EndpointConfig::new(config.policy.clone(), config.mtu);
-    c.route_on_demand = config.route_on_demand;
-    c.max_destinations = config.max_destinations;
-    c.max_held_bytes = config.max_held_bytes;
-    c.max_trains = config.max_queued_trains;
-    c.max_trains_per_client = config.max_trains_per_client;
-    // Rider ids differ between lives of the daemon, so the far side does not take a
-    // restarted daemon's riders for ones it delivered already.
-    c.rider_id_seed = std::collections::hash_map::RandomState::new()
-        .hash_one((sys::wall_now(), std::process::id())) as u32;
-    c
 }
 
 /// Whether a packet read from the TUN is kernel housekeeping rather than traffic to a
@@ -733,13 +671,11 @@ impl Shared {
     /// Takes in a batch of packets read from the TUN under one lock.
     pub fn handle_tun_packets<'a>(&self, pkts: impl Iterator<Item = &'a [u8]>) {
         let now = sys::mono_now();
-        let mut direct: Vec<(IpAddr, Transmit)> = Vec::new();
         let down = self.peers_down(now);
-        // Logged once the lock is released: the pacer may be waiting for it.
-        let mut bound = None;
-        let mut st = self.lock();
-        let was_idle = st.endpoint.held_bytes() == 0;
-        let bypassed_before = st.endpoint.counters().riders_bypassed_too_many_destinations;
+        // With on-demand hold and no train anywhere the pacer would release them at
+        // once; after shutdown it takes none.
+        let direct = !self.queues.riders_wanted() || self.shutdown.load(Ordering::Relaxed);
+        let mut riders = Vec::new();
         for pkt in pkts {
             bump(&self.counters.tun_packets_in);
             let Some(dst) = sys::packet_destination(pkt).filter(|d| !is_housekeeping(*d)) else {
@@ -750,57 +686,32 @@ impl Shared {
             if down.contains(&peer) {
                 // Its probes are dropped on arrival: riders would be lost with them.
                 bump(&self.counters.riders_bypassed_peer_down);
-                direct.push((peer, Transmit::Unchanged(Bytes::copy_from_slice(pkt))));
+                self.send_transmit(peer, Transmit::Unchanged(Bytes::copy_from_slice(pkt)));
                 continue;
             }
-            match st
-                .endpoint
-                .handle_rider(now, peer, Bytes::copy_from_slice(pkt))
-            {
-                Ok(()) => {}
-                Err(RiderDrop::QueueFull) => {
-                    bound.get_or_insert(Bound::Queue(dst));
-                }
-                Err(reason) => debug!("rider to {dst} dropped: {reason}"),
+            if direct {
+                bump(&self.counters.riders_sent_direct);
+                self.send_transmit(peer, Transmit::Unchanged(Bytes::copy_from_slice(pkt)));
+                continue;
+            }
+            riders.push((peer, Bytes::copy_from_slice(pkt)));
+        }
+        if riders.is_empty() {
+            return;
+        }
+        if let Err(batch) = self.queues.push_riders(RiderBatch { at: now, riders }) {
+            // The pacer is behind: these go as they came rather than wait or be lost.
+            for (peer, data) in batch.riders {
+                bump(&self.counters.riders_bypassed_pacer_busy);
+                self.send_transmit(peer, Transmit::Unchanged(data));
             }
         }
-        let bypassed = st.endpoint.counters().riders_bypassed_too_many_destinations;
-        if bypassed > bypassed_before {
-            bound.get_or_insert(Bound::Destinations(st.endpoint.destinations()));
-        }
-        let wake = was_idle && st.endpoint.held_bytes() > 0;
-        let actions = take_actions(&mut st, now);
-        drop(st);
-        if wake {
-            self.wake.notify_all();
-        }
-        match bound {
-            Some(Bound::Destinations(n)) => self.bound_reached(format_args!(
-                "packets go unchanged: {n} destinations hold packets already (limits.max-destinations)"
-            )),
-            Some(Bound::Queue(dst)) => self.bound_reached(format_args!(
-                "dropped a packet to {dst}: its queue or all queues together are full (piggyback.max-queued-riders, max-queued-bytes, max-held-bytes)"
-            )),
-            None => {}
-        }
-        for (peer, t) in direct {
-            self.send_transmit(peer, t);
-        }
-        self.execute(actions);
     }
-}
-
-/// A bound the TUN reader reached, to be logged.
-enum Bound {
-    /// Riders went unchanged: this many destinations hold riders already.
-    Destinations(usize),
-    /// A rider found its queue, or all queues together, full.
-    Queue(IpAddr),
 }
 
 impl Shared {
     /// Logs, at most once a second, that a bound was reached (each is also counted).
-    fn bound_reached(&self, what: fmt::Arguments<'_>) {
+    pub(crate) fn bound_reached(&self, what: fmt::Arguments<'_>) {
         let mut limiter = self
             .bounds_log
             .lock()
@@ -871,32 +782,6 @@ impl Shared {
     }
 }
 
-/// Settings the pacer could not get, reported once at start. Returns whether the
-/// pacer runs SCHED_FIFO.
-fn prepare_pacer(config: &Config) -> bool {
-    sys::set_timer_slack(1);
-    if let Some(cpu) = config.pacer_cpu {
-        if let Err(e) = sys::pin_to_cpu(cpu) {
-            warn!("cannot pin the pacer to CPU {cpu}: {e}; it runs unpinned");
-        }
-    }
-    if !config.realtime {
-        return false;
-    }
-    match sys::set_realtime(50) {
-        Ok(()) => {
-            info!("pacer runs SCHED_FIFO");
-            true
-        }
-        Err(e) => {
-            warn!(
-                "cannot run the pacer SCHED_FIFO ({e}); pacing falls back to the normal scheduler, expect millisecond tails (use --no-realtime to silence this)"
-            );
-            false
-        }
-    }
-}
-
 /// Held by each data-path thread: when the thread ends while the daemon is not
 /// shutting down, a panic included, the daemon stops in order (rules and routes
 /// removed) instead of running on with a black-holed TUN.
@@ -922,181 +807,6 @@ impl Drop for EndsDaemon<'_> {
         };
         self.shared.fatal(format!("the {} thread {how}", self.name));
     }
-}
-
-/// The pacer thread: runs trains and releases riders whose wait is over. `prepared`
-/// runs once its scheduling is set up (to drop what that needed). If it ends
-/// for any reason but shutdown, the daemon stops (trains could no longer run and held
-/// riders would never leave).
-pub fn run_pacer(shared: &Shared, prepared: impl FnOnce()) {
-    let realtime = prepare_pacer(&shared.config);
-    prepared();
-    match sys::Timer::new() {
-        Ok(timer) => pace(shared, &timer, realtime),
-        Err(e) => shared.fatal(format!("cannot create a timerfd for the pacer: {e}")),
-    }
-    // Whoever still waits for a report is told the daemon stopped.
-    shared.lock().waiters.clear();
-}
-
-fn pace(shared: &Shared, timer: &sys::Timer, realtime: bool) {
-    let mut flushed = false;
-    let mut spin = SpinBudget::default();
-    loop {
-        let stopping = shared.shutdown.load(Ordering::SeqCst);
-        let mut st = shared.lock();
-        let now = sys::mono_now();
-        if stopping && !flushed {
-            // Every train ends with a report; every held rider falls due.
-            st.endpoint.handle_shutdown(now);
-            flushed = true;
-        }
-        let actions = take_actions(&mut st, now);
-        let next = if stopping {
-            None
-        } else {
-            st.endpoint.poll_probe_deadline(now)
-        };
-        if next.is_none() && actions.is_empty() {
-            if stopping {
-                return;
-            }
-            let wait = st
-                .endpoint
-                .poll_timeout()
-                .map_or(Duration::from_millis(200), |t| t.saturating_since(now))
-                .min(Duration::from_millis(200));
-            if !wait.is_zero() {
-                let (guard, _) = shared
-                    .wake
-                    .wait_timeout(st, wait)
-                    .unwrap_or_else(PoisonError::into_inner);
-                drop(guard);
-            }
-            continue;
-        }
-        drop(st);
-        shared.execute(actions);
-        if let Some(deadline) = next {
-            send_probe(shared, timer, deadline, realtime, &mut spin);
-        }
-    }
-}
-
-/// Sleeps until `wake`, getting up on the way to release riders whose hold time runs
-/// out and to notice shutdown (at least every 100 ms). Returns false on shutdown.
-fn sleep_releasing(shared: &Shared, timer: &sys::Timer, wake: mgrp_core::MonoTime) -> bool {
-    loop {
-        if shared.shutdown.load(Ordering::Relaxed) {
-            return false;
-        }
-        let now = sys::mono_now();
-        if now >= wake {
-            return true;
-        }
-        let mut st = shared.lock();
-        let actions = take_actions(&mut st, now);
-        let due = st.endpoint.poll_timeout();
-        drop(st);
-        shared.execute(actions);
-        // The train in flight's next probe is not due before `wake`'s; riders may
-        // fall due before it.
-        let until = due
-            .filter(|&t| t > now)
-            .map_or(wake, |t| t.min(wake))
-            .min(now.saturating_add(Duration::from_millis(100)));
-        let _ = timer.sleep_until(until);
-    }
-}
-
-/// How long the pacer spun for the train in flight.
-#[derive(Debug, Default)]
-struct SpinBudget {
-    transaction: Option<u32>,
-    spun: Duration,
-    capped: bool,
-}
-
-/// Sends the probe due at `deadline`: sleeps until a margin before it, builds it from
-/// the riders held by then, spins to the deadline, stamps, seals and sends it. Each
-/// train spins at most `limits.max-train-spin`; after that it is paced by the timer
-/// alone.
-fn send_probe(
-    shared: &Shared,
-    timer: &sys::Timer,
-    deadline: mgrp_core::MonoTime,
-    realtime: bool,
-    spin: &mut SpinBudget,
-) {
-    let margin = if spin.capped {
-        Duration::ZERO
-    } else {
-        shared.config.busy_poll_margin
-    };
-    let margin_ns = u64::try_from(margin.as_nanos()).unwrap_or(u64::MAX);
-    // A real-time pacer spins through gaps shorter than two margins: a timer wake-up
-    // that short buys little sleep and risks its own latency tail. Under the normal
-    // scheduler spinning is worse than sleeping, so it always sleeps.
-    let spin_below = if realtime { 2 * margin_ns } else { 0 };
-    let now = sys::mono_now();
-    let wake = mgrp_core::MonoTime::from_nanos(deadline.as_nanos().saturating_sub(margin_ns));
-    let short = deadline.saturating_since(now) < Duration::from_nanos(spin_below);
-    if !short && !sleep_releasing(shared, timer, wake) {
-        return;
-    }
-    let Some((peer, mut probe)) = shared.lock().endpoint.poll_probe(sys::mono_now()) else {
-        return;
-    };
-    if spin.transaction != Some(probe.transaction) {
-        *spin = SpinBudget {
-            transaction: Some(probe.transaction),
-            ..SpinBudget::default()
-        };
-    }
-    spin.spun += sys::wait_until(timer, probe.deadline, margin);
-    if !spin.capped && spin.spun >= shared.config.max_train_spin {
-        // Spinning holds a CPU, at real-time priority even: enough for one train.
-        spin.capped = true;
-        bump(&shared.counters.trains_spin_capped);
-        shared.bound_reached(format_args!(
-            "a train to {peer} spun {:?} (limits.max-train-spin): the rest of it is paced by the timer alone, expect less precise gaps",
-            spin.spun
-        ));
-    }
-    let stamp = sys::wall_now();
-    wire::stamp_sender_time(&mut probe.packet, stamp);
-    shared.seal(peer, &mut probe.packet);
-    let departed = sys::mono_now();
-    let sent = match shared.send_mgrp(peer, &probe.packet) {
-        Ok(_) => {
-            bump(&shared.counters.probes_sent);
-            Some((departed, stamp))
-        }
-        Err(e) => {
-            bump(&shared.counters.probe_send_errors);
-            debug!(
-                "sending probe {} of train {} failed: {e}",
-                probe.seq, probe.transaction
-            );
-            None
-        }
-    };
-    if sent.is_none() {
-        // Its riders would be lost: send them as they came instead. A rider whose
-        // other pieces did leave is then delivered whole by this copy, and its
-        // incomplete reassembly on the far side times out.
-        for rider in std::mem::take(&mut probe.riders) {
-            bump(&shared.counters.riders_resent_after_failed_probe);
-            shared.send_transmit(peer, Transmit::Unchanged(rider));
-        }
-    }
-    let now = sys::mono_now();
-    let mut st = shared.lock();
-    st.endpoint
-        .handle_probe_sent(now, probe.transaction, probe.seq, sent);
-    let actions = take_actions(&mut st, now);
-    drop(st);
-    shared.execute(actions);
 }
 
 /// The API's rate budgets.
@@ -1185,7 +895,7 @@ pub fn run_receiver(shared: &Shared, sock: &Socket, v6: bool) {
 impl Shared {
     /// Writes the counter and tag into an MGRP packet's trailer when its peer has a
     /// key; the last step before the packet is sent.
-    fn seal(&self, peer: IpAddr, packet: &mut [u8]) {
+    pub(crate) fn seal(&self, peer: IpAddr, packet: &mut [u8]) {
         if let Some(key) = self.config.keys.key_for(peer) {
             let counter = self.tx_counter.fetch_add(1, Ordering::Relaxed);
             // The planner reserves the trailer whenever keys are configured.
@@ -1393,50 +1103,6 @@ fn deliver_probe(shared: &Shared, probe: ReceivedProbe) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    /// An IPv4 packet of `len` bytes to `dst`, as the TUN would hand it over.
-    fn packet_to(dst: [u8; 4], len: u16) -> Vec<u8> {
-        let mut p = vec![0u8; usize::from(len)];
-        p[0] = 0x45;
-        p[2..4].copy_from_slice(&len.to_be_bytes());
-        p[8] = 64;
-        p[9] = 17;
-        p[12..16].copy_from_slice(&[10, 0, 0, 100]);
-        p[16..20].copy_from_slice(&dst);
-        p
-    }
-
-    #[test]
-    fn held_riders_are_bounded_in_destinations_and_in_bytes() {
-        let config = Config::from_toml(
-            "realtime = false\n[piggyback]\nmax-held-bytes = 3000\n[limits]\nmax-destinations = 2\n",
-        )
-        .unwrap();
-        let (events, _rx) = mpsc::unbounded_channel();
-        let shared = Shared::loopback(config, events);
-        // Held for 10 ms (no train runs): three fit in the total, the fourth does not.
-        for _ in 0..4 {
-            shared.handle_tun_packet(&packet_to([10, 0, 0, 1], 1000));
-        }
-        shared.handle_tun_packet(&packet_to([10, 0, 0, 2], 100));
-        // A third destination would need a third planner: sent unchanged.
-        shared.handle_tun_packet(&packet_to([10, 0, 0, 3], 100));
-        let s = shared.stats();
-        assert_eq!(s.daemon.riders_bypassed_too_many_destinations, 1, "{s:#?}");
-        assert_eq!(s.planner.riders_dropped_queue_full, 2, "{s:#?}");
-        assert_eq!(s.planner.riders_held, 3, "{s:#?}");
-        assert!(s.conserved(), "{s:#?}");
-        assert!(shared.lock().endpoint.held_bytes() <= 3000);
-        // Once the hold is over everything leaves, and room is made again.
-        std::thread::sleep(Duration::from_millis(20));
-        let mut st = shared.lock();
-        let actions = take_actions(&mut st, sys::mono_now());
-        assert_eq!(actions.len(), 3, "the three held riders leave");
-        assert_eq!(st.endpoint.held_bytes(), 0);
-        drop(st);
-        shared.handle_tun_packet(&packet_to([10, 0, 0, 1], 1000));
-        assert_eq!(shared.stats().planner.riders_held, 1);
-    }
-
     #[test]
     fn housekeeping_destinations() {
         for a in [
@@ -1457,7 +1123,7 @@ mod tests {
     fn a_panicking_thread_stops_the_daemon_and_a_shutdown_does_not() {
         let config = Config::from_toml("realtime = false").unwrap();
         let (events, _rx) = mpsc::unbounded_channel();
-        let shared = Shared::loopback(config, events);
+        let shared = Shared::loopback(config, events).unwrap();
         let mut fatal = shared.fatal_channel();
         std::thread::scope(|s| {
             let r = s

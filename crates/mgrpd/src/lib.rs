@@ -15,6 +15,7 @@
 pub mod config;
 pub mod daemon;
 pub mod demand;
+pub mod pacer;
 pub mod routes;
 pub mod server;
 pub mod sys;
@@ -382,7 +383,15 @@ async fn serve(
         .name("mgrp-pacer".into())
         .spawn(move || {
             let _ends = daemon::EndsDaemon::new(&s, "pacer");
-            daemon::run_pacer(&s, || privileges.worker());
+            pacer::run_pacer(&s, || privileges.worker());
+        })?;
+    let s = shared.clone();
+    let sender = std::thread::Builder::new()
+        .name("mgrp-sender".into())
+        .spawn(move || {
+            let _ends = daemon::EndsDaemon::new(&s, "sender");
+            privileges.worker();
+            pacer::run_sender(&s);
         })?;
     for v6 in [false, true] {
         let s = shared.clone();
@@ -431,6 +440,7 @@ async fn serve(
     // The pacer sends every held rider unchanged before it returns.
     let _ = tokio::task::spawn_blocking(move || {
         let _ = pacer.join();
+        let _ = sender.join();
         for r in receivers {
             let _ = r.join();
         }
@@ -461,6 +471,7 @@ pub struct LoopbackDaemon {
     /// The daemon's shared state (inject riders with [`Shared::handle_tun_packet`]).
     pub shared: Arc<Shared>,
     pacer: Option<std::thread::JoinHandle<()>>,
+    sender: Option<std::thread::JoinHandle<()>>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -468,18 +479,23 @@ impl LoopbackDaemon {
     /// Starts it on the current tokio runtime, serving the API at `config.socket`.
     pub async fn start(config: Config) -> anyhow::Result<Self> {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared::loopback(config.clone(), events_tx));
+        let shared = Arc::new(Shared::loopback(config.clone(), events_tx)?);
         let demand = Demand::new(None, &config);
         let listener = server::bind(&config.socket, config.socket_group.as_deref())?;
         let s = shared.clone();
         let pacer = std::thread::Builder::new()
             .name("mgrp-pacer".into())
-            .spawn(move || daemon::run_pacer(&s, || {}))?;
+            .spawn(move || pacer::run_pacer(&s, || {}))?;
+        let s = shared.clone();
+        let sender = std::thread::Builder::new()
+            .name("mgrp-sender".into())
+            .spawn(move || pacer::run_sender(&s))?;
         tokio::spawn(demand.watch(events_rx, shared.clone()));
         let server = tokio::spawn(server::serve(listener, shared.clone()));
         Ok(Self {
             shared,
             pacer: Some(pacer),
+            sender: Some(sender),
             server,
         })
     }
@@ -487,9 +503,13 @@ impl LoopbackDaemon {
     /// Stops it the way SIGTERM stops mgrpd: held riders leave, the socket goes.
     pub async fn stop(mut self) {
         self.shared.begin_shutdown();
-        if let Some(p) = self.pacer.take() {
-            let _ = tokio::task::spawn_blocking(move || p.join()).await;
-        }
+        let threads = [self.pacer.take(), self.sender.take()];
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in threads.into_iter().flatten() {
+                let _ = t.join();
+            }
+        })
+        .await;
         self.server.abort();
         let _ = std::fs::remove_file(&self.shared.config.socket);
     }

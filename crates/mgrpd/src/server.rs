@@ -172,9 +172,8 @@ async fn connection(id: u64, uid: Option<u32>, stream: UnixStream, shared: Arc<S
     // A client that left does not want its trains any more.
     let pending: Vec<_> = lock(&conn).pending.iter().copied().collect();
     for tx_id in pending {
-        if shared.cancel(id, tx_id) {
-            debug!("API connection {id} left: train {tx_id} cancelled");
-        }
+        shared.cancel(id, tx_id);
+        debug!("API connection {id} left: train {tx_id} cancelled");
     }
     drop(tx);
     let _ = writer.await;
@@ -334,7 +333,7 @@ async fn submit(
         return error(ErrorKind::Busy, e.to_string());
     }
     // With routes on demand the train waits until its destination is routed.
-    match shared.submit(client, train.destination, tx) {
+    match shared.submit(client, train.destination, tx).await {
         Ok(s) => {
             lock(conn).pending.insert(s.id);
             let reply = match s.report.await {

@@ -393,6 +393,126 @@ impl Timer {
     }
 }
 
+impl Timer {
+    /// Blocks until the monotonic clock reaches `at` or `event` is signalled,
+    /// whichever comes first; returns whether `event` was (its count is then cleared).
+    pub fn sleep_until_or(&self, at: MonoTime, event: &EventFd) -> io::Result<bool> {
+        let n = at.as_nanos().max(1);
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: (n / 1_000_000_000) as libc::time_t,
+                tv_nsec: (n % 1_000_000_000) as libc::c_long,
+            },
+        };
+        // SAFETY: valid fd and itimerspec pointer. Arming also clears an expiry that
+        // was never read.
+        check(unsafe {
+            libc::timerfd_settime(
+                self.fd.as_raw_fd(),
+                libc::TFD_TIMER_ABSTIME,
+                &raw const spec,
+                std::ptr::null_mut(),
+            )
+        })?;
+        let mut fds = [
+            libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: event.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        loop {
+            // SAFETY: two valid pollfd entries.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if r >= 0 {
+                break;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        let signalled = fds[1].revents & libc::POLLIN != 0;
+        if signalled {
+            event.clear();
+        }
+        Ok(signalled)
+    }
+}
+
+/// An eventfd: one thread signals, another sleeps until it is signalled.
+#[derive(Debug)]
+pub struct EventFd {
+    fd: OwnedFd,
+}
+
+impl EventFd {
+    /// A new, unsignalled eventfd (non-blocking).
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: plain syscall; the returned fd is owned below.
+        let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+        // SAFETY: fd is a fresh descriptor we own.
+        Ok(Self {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Signals it (a no-op if it is signalled already, short of 2^64 signals).
+    pub fn signal(&self) {
+        let one = 1u64;
+        // SAFETY: writing 8 bytes from a u64. It only fails when the count would
+        // overflow, which leaves it signalled anyway.
+        let _ = unsafe {
+            libc::write(
+                self.fd.as_raw_fd(),
+                (&raw const one).cast(),
+                size_of::<u64>(),
+            )
+        };
+    }
+
+    /// Clears it.
+    pub fn clear(&self) {
+        let mut count = 0u64;
+        // SAFETY: reading 8 bytes into a u64; non-blocking, so an unsignalled fd
+        // returns EAGAIN at once.
+        let _ = unsafe {
+            libc::read(
+                self.fd.as_raw_fd(),
+                (&raw mut count).cast(),
+                size_of::<u64>(),
+            )
+        };
+    }
+
+    /// Blocks until it is signalled or `timeout` passes, then clears it; returns
+    /// whether it was signalled.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let mut fd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&raw mut fd, 1, ms) };
+        let signalled = r > 0 && fd.revents & libc::POLLIN != 0;
+        if signalled {
+            self.clear();
+        }
+        signalled
+    }
+}
+
 /// Sleeps on the timer until `margin` before `deadline`, then spins on the monotonic
 /// clock until `deadline`. Returns how long it spun.
 pub fn wait_until(timer: &Timer, deadline: MonoTime, margin: Duration) -> Duration {

@@ -384,3 +384,37 @@ fn clients_learn_the_train_limits_and_back_to_back_trains_fit_them() {
         drop(d);
     });
 }
+
+/// An IPv4 packet of `len` bytes from 127.0.0.1 to `dst`.
+fn packet_to(dst: [u8; 4], len: usize) -> Vec<u8> {
+    let mut p = rider(0, len);
+    p[16..20].copy_from_slice(&dst);
+    p
+}
+
+#[test]
+fn held_riders_are_bounded_in_destinations_and_in_bytes() {
+    rt().block_on(async {
+        let d = daemon(
+            "held",
+            "[piggyback]\nmax-held-bytes = 3000\n[limits]\nmax-destinations = 2\n",
+        )
+        .await;
+        // Held for 10 ms (no train runs): three fit in the total, the fourth does not,
+        // nor does the one to the second destination.
+        for _ in 0..4 {
+            d.shared.handle_tun_packet(&packet_to([127, 0, 0, 1], 1000));
+        }
+        d.shared.handle_tun_packet(&packet_to([127, 0, 0, 2], 100));
+        // A third destination would need a third planner: sent unchanged.
+        d.shared.handle_tun_packet(&packet_to([127, 0, 0, 3], 100));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let s = d.shared.stats();
+        assert_eq!(s.daemon.riders_bypassed_too_many_destinations, 1, "{s:#?}");
+        assert_eq!(s.planner.riders_dropped_queue_full, 2, "{s:#?}");
+        assert_eq!(s.planner.riders_sent_unchanged, 3, "{s:#?}");
+        assert_eq!(s.planner.riders_held, 0, "{s:#?}");
+        assert!(s.conserved(), "{s:#?}");
+        drop(d);
+    });
+}

@@ -1,0 +1,618 @@
+//! The pacer and the sender: the one owner of the endpoint, and the thread that does
+//! its slow work.
+//!
+//! The pacer (a real-time thread when permitted) owns the [`Endpoint`]; no other
+//! thread touches it, and the pacer never waits for another thread. Riders from the
+//! TUN reader and requests from the API come in through bounded lock-free queues
+//! (`crossbeam-queue`), with an eventfd to wake the pacer when it sleeps. What the
+//! endpoint decides that is not a probe — riders sent unchanged, continuations,
+//! reports, replies, route changes — goes out through another such queue to the
+//! sender thread, which does the system calls and the waking of API tasks. The
+//! pacer's counters reach the rest of the daemon as a snapshot it publishes with
+//! `try_lock`, so a reader can delay the next snapshot but never the pacer.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use crossbeam_queue::ArrayQueue;
+use mgrp_core::MonoTime;
+use mgrp_core::endpoint::{
+    Action, Endpoint, EndpointConfig, EndpointCounters, SubmitError as EndpointRefusal,
+};
+use mgrp_core::planner::{HoldMode, RiderDrop, Transaction, Transmit};
+use mgrp_core::stats::{PlannerCounters, TransactionReport};
+use mgrp_core::wire;
+use tokio::sync::oneshot;
+use tracing::{debug, info, warn};
+
+use crate::config::Config;
+use crate::daemon::{RouteEvent, Shared};
+use crate::sys;
+
+/// Rider batches the TUN reader may have waiting for the pacer.
+const RIDER_BATCHES: usize = 1024;
+/// Requests the API and the route manager may have waiting for the pacer.
+const CONTROL_INPUTS: usize = 1024;
+/// Outputs the pacer may have waiting for the sender.
+const OUTPUTS: usize = 16_384;
+/// Most actions the pacer takes from the endpoint at one time, so that a flood of
+/// released riders cannot keep it from the next probe.
+const ACTIONS_PER_PUMP: usize = 512;
+/// How often the pacer publishes its counters while busy.
+const PUBLISH_EVERY: Duration = Duration::from_millis(2);
+
+/// A request for the pacer.
+#[derive(Debug)]
+pub(crate) enum Control {
+    /// A client's train; the reply says whether it was queued, `report` gets its
+    /// report.
+    Submit {
+        client: u64,
+        peer: IpAddr,
+        tx: Transaction,
+        reply: oneshot::Sender<Result<u32, EndpointRefusal>>,
+        report: oneshot::Sender<TransactionReport>,
+    },
+    /// A client gave up on a train.
+    Cancel { client: u64, id: u32 },
+    /// The route a [`RouteEvent::In`] asked for is in place (or failed).
+    Routed(IpAddr),
+}
+
+/// Riders read from the TUN at `at`, with their peers.
+#[derive(Debug)]
+pub(crate) struct RiderBatch {
+    pub(crate) at: MonoTime,
+    pub(crate) riders: Vec<(IpAddr, Bytes)>,
+}
+
+/// Work for the sender thread.
+#[derive(Debug)]
+pub(crate) enum Output {
+    Transmit(IpAddr, Transmit),
+    Route(RouteEvent),
+    Report(oneshot::Sender<TransactionReport>, TransactionReport),
+    Accepted(
+        oneshot::Sender<Result<u32, EndpointRefusal>>,
+        Result<u32, EndpointRefusal>,
+    ),
+    /// A bound was reached; the sender logs it (the pacer writes no logs while
+    /// running).
+    Bound(Bound),
+}
+
+/// A bound reached in the pacer, for the log.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Bound {
+    /// A rider found its queue, or all queues together, full.
+    Queue(IpAddr),
+    /// Riders went unchanged: this many destinations hold riders already.
+    Destinations(usize),
+    /// A train spun this long and is paced by the timer alone for the rest.
+    Spin(IpAddr, Duration),
+}
+
+/// The pacer's counters as last published.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Snapshot {
+    pub(crate) planner: PlannerCounters,
+    pub(crate) endpoint: EndpointCounters,
+}
+
+/// The queues between the pacer and every other thread.
+#[derive(Debug)]
+pub(crate) struct Queues {
+    riders: ArrayQueue<RiderBatch>,
+    control: ArrayQueue<Control>,
+    /// Signalled when input comes while the pacer sleeps.
+    inbox: sys::EventFd,
+    pacer_sleeping: AtomicBool,
+    outputs: ArrayQueue<Output>,
+    outbox: sys::EventFd,
+    /// Whether riders should go through the pacer at all: not with on-demand hold
+    /// while no train is queued or in flight anywhere, since they would only be
+    /// released at once.
+    riders_wanted: AtomicBool,
+    pacer_done: AtomicBool,
+    snapshot: Mutex<Snapshot>,
+    /// Outputs the pacer did itself because the sender's queue was full.
+    pub(crate) outputs_done_by_pacer: AtomicU64,
+}
+
+impl Queues {
+    pub(crate) fn new(config: &Config) -> std::io::Result<Self> {
+        Ok(Self {
+            riders: ArrayQueue::new(RIDER_BATCHES),
+            control: ArrayQueue::new(CONTROL_INPUTS),
+            inbox: sys::EventFd::new()?,
+            pacer_sleeping: AtomicBool::new(false),
+            outputs: ArrayQueue::new(OUTPUTS),
+            outbox: sys::EventFd::new()?,
+            riders_wanted: AtomicBool::new(config.policy.hold_mode == HoldMode::Always),
+            pacer_done: AtomicBool::new(false),
+            snapshot: Mutex::new(Snapshot::default()),
+            outputs_done_by_pacer: AtomicU64::new(0),
+        })
+    }
+
+    /// Wakes the pacer if it sleeps.
+    fn nudge(&self) {
+        if self.pacer_sleeping.load(Ordering::SeqCst) {
+            self.inbox.signal();
+        }
+    }
+
+    /// Hands the pacer a batch of riders; gives it back if the queue is full.
+    pub(crate) fn push_riders(&self, batch: RiderBatch) -> Result<(), RiderBatch> {
+        self.riders.push(batch)?;
+        self.nudge();
+        Ok(())
+    }
+
+    /// Hands the pacer a request; gives it back if the queue is full.
+    pub(crate) fn push_control(&self, c: Control) -> Result<(), Control> {
+        self.control.push(c)?;
+        self.nudge();
+        Ok(())
+    }
+
+    /// Wakes the pacer whatever it does (for shutdown).
+    pub(crate) fn wake_pacer(&self) {
+        self.inbox.signal();
+    }
+
+    /// Whether riders should be handed to the pacer.
+    pub(crate) fn riders_wanted(&self) -> bool {
+        self.riders_wanted.load(Ordering::Relaxed)
+    }
+
+    /// The pacer's counters as last published.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        *self.snapshot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The endpoint's bounds and modes from the configuration.
+fn endpoint_config(config: &Config) -> EndpointConfig {
+    use std::hash::BuildHasher;
+    let mut c = EndpointConfig::new(config.policy.clone(), config.mtu);
+    c.route_on_demand = config.route_on_demand;
+    c.max_destinations = config.max_destinations;
+    c.max_held_bytes = config.max_held_bytes;
+    c.max_trains = config.max_queued_trains;
+    c.max_trains_per_client = config.max_trains_per_client;
+    // Rider ids differ between lives of the daemon, so the far side does not take a
+    // restarted daemon's riders for ones it delivered already.
+    c.rider_id_seed = std::collections::hash_map::RandomState::new()
+        .hash_one((sys::wall_now(), std::process::id())) as u32;
+    c
+}
+
+/// Settings the pacer could not get, reported once at start. Returns whether the
+/// pacer runs SCHED_FIFO.
+fn prepare_pacer(config: &Config) -> bool {
+    sys::set_timer_slack(1);
+    if let Some(cpu) = config.pacer_cpu {
+        if let Err(e) = sys::pin_to_cpu(cpu) {
+            warn!("cannot pin the pacer to CPU {cpu}: {e}; it runs unpinned");
+        }
+    }
+    if !config.realtime {
+        return false;
+    }
+    match sys::set_realtime(50) {
+        Ok(()) => {
+            info!("pacer runs SCHED_FIFO");
+            true
+        }
+        Err(e) => {
+            warn!(
+                "cannot run the pacer SCHED_FIFO ({e}); pacing falls back to the normal scheduler, expect millisecond tails (use --no-realtime to silence this)"
+            );
+            false
+        }
+    }
+}
+
+/// The pacer thread: owns the endpoint, runs trains and releases riders whose wait
+/// is over. `prepared` runs once its scheduling is set up (to drop what that
+/// needed). If it ends for any reason but shutdown, the daemon stops (trains could no
+/// longer run and held riders would never leave).
+pub fn run_pacer(shared: &Shared, prepared: impl FnOnce()) {
+    let realtime = prepare_pacer(&shared.config);
+    prepared();
+    let timer = match sys::Timer::new() {
+        Ok(t) => t,
+        Err(e) => {
+            shared.fatal(format!("cannot create a timerfd for the pacer: {e}"));
+            return;
+        }
+    };
+    let endpoint = Endpoint::new(endpoint_config(&shared.config)).unwrap_or_else(|e| {
+        panic!("the endpoint refuses the policy: {e} (the configuration check missed this)")
+    });
+    let mut pacer = Pacer {
+        shared,
+        q: &shared.queues,
+        endpoint,
+        waiters: HashMap::new(),
+        timer,
+        realtime,
+        spin: SpinBudget::default(),
+        flushed: false,
+        last_publish: MonoTime::ZERO,
+        unsignalled: false,
+    };
+    pacer.run();
+    // Whoever still waits for a report hears that the daemon stopped.
+    drop(pacer);
+    shared.queues.pacer_done.store(true, Ordering::SeqCst);
+    shared.queues.outbox.signal();
+}
+
+/// How long the pacer spun for the train in flight.
+#[derive(Debug, Default)]
+struct SpinBudget {
+    transaction: Option<u32>,
+    spun: Duration,
+    capped: bool,
+}
+
+struct Pacer<'a> {
+    shared: &'a Shared,
+    q: &'a Queues,
+    endpoint: Endpoint,
+    waiters: HashMap<u32, oneshot::Sender<TransactionReport>>,
+    timer: sys::Timer,
+    realtime: bool,
+    spin: SpinBudget,
+    flushed: bool,
+    last_publish: MonoTime,
+    /// Outputs were queued since the sender was last signalled.
+    unsignalled: bool,
+}
+
+impl Pacer<'_> {
+    fn run(&mut self) {
+        loop {
+            let now = sys::mono_now();
+            self.ingest(now);
+            let stopping = self.shared.shutdown.load(Ordering::SeqCst);
+            if stopping && !self.flushed {
+                // Every train ends with a report; every held rider falls due.
+                self.endpoint.handle_shutdown(now);
+                self.flushed = true;
+            }
+            let more = self.pump(now);
+            let next = if stopping {
+                None
+            } else {
+                self.endpoint.poll_probe_deadline(now)
+            };
+            match next {
+                Some(deadline) => {
+                    self.publish(now, false);
+                    self.send_probe(deadline);
+                }
+                None if more => self.publish(now, false),
+                None if stopping => {
+                    self.publish(now, true);
+                    return;
+                }
+                None => {
+                    self.publish(now, true);
+                    let until = self
+                        .endpoint
+                        .poll_timeout()
+                        .map_or(now.saturating_add(Duration::from_millis(200)), |t| {
+                            t.min(now.saturating_add(Duration::from_millis(200)))
+                        });
+                    if until > now {
+                        self.sleep(until);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sleeps until `until` or until input comes or shutdown is asked for.
+    fn sleep(&self, until: MonoTime) {
+        self.q.pacer_sleeping.store(true, Ordering::SeqCst);
+        // Checked after the flag is up, so input pushed before it is not slept over.
+        if self.q.riders.is_empty()
+            && self.q.control.is_empty()
+            && !self.shared.shutdown.load(Ordering::SeqCst)
+        {
+            if let Err(e) = self.timer.sleep_until_or(until, &self.q.inbox) {
+                debug!("the pacer's sleep failed: {e}");
+            }
+        }
+        self.q.pacer_sleeping.store(false, Ordering::SeqCst);
+    }
+
+    /// Takes in what the other threads sent.
+    fn ingest(&mut self, now: MonoTime) {
+        let mut queue_full = None;
+        let bypassed = self
+            .endpoint
+            .counters()
+            .riders_bypassed_too_many_destinations;
+        // Bounded, so a flood of riders cannot keep the pacer from its deadlines; the
+        // rest waits for the next round.
+        for _ in 0..RIDER_BATCHES {
+            let Some(batch) = self.q.riders.pop() else {
+                break;
+            };
+            for (peer, data) in batch.riders {
+                if let Err(RiderDrop::QueueFull) = self.endpoint.handle_rider(batch.at, peer, data)
+                {
+                    queue_full = Some(peer);
+                }
+            }
+        }
+        while let Some(c) = self.q.control.pop() {
+            match c {
+                Control::Submit {
+                    client,
+                    peer,
+                    tx,
+                    reply,
+                    report,
+                } => {
+                    let result = self.endpoint.handle_submit(now, client, peer, tx);
+                    if let Ok(id) = result {
+                        self.waiters.insert(id, report);
+                    }
+                    self.output(Output::Accepted(reply, result));
+                }
+                Control::Cancel { client, id } => {
+                    self.endpoint.handle_cancel(now, client, id);
+                }
+                Control::Routed(peer) => self.endpoint.handle_routed(peer),
+            }
+        }
+        if let Some(peer) = queue_full {
+            self.output(Output::Bound(Bound::Queue(peer)));
+        }
+        if self
+            .endpoint
+            .counters()
+            .riders_bypassed_too_many_destinations
+            > bypassed
+        {
+            self.output(Output::Bound(Bound::Destinations(
+                self.endpoint.destinations(),
+            )));
+        }
+        let wanted =
+            self.shared.config.policy.hold_mode == HoldMode::Always || self.endpoint.trains() > 0;
+        self.q.riders_wanted.store(wanted, Ordering::Relaxed);
+        self.signal_sender();
+    }
+
+    /// Wakes the sender once for everything queued since the last time.
+    fn signal_sender(&mut self) {
+        if std::mem::take(&mut self.unsignalled) {
+            self.q.outbox.signal();
+        }
+    }
+
+    /// Moves what the endpoint decided to the sender; returns whether more is left.
+    fn pump(&mut self, now: MonoTime) -> bool {
+        let mut sent = 0;
+        while sent < ACTIONS_PER_PUMP {
+            let Some(a) = self.endpoint.poll_action(now) else {
+                break;
+            };
+            sent += 1;
+            match a {
+                Action::Transmit { peer, transmit } => {
+                    self.output(Output::Transmit(peer, transmit));
+                }
+                Action::Report { report, .. } => {
+                    // A client that reads the counters on its report sees its train
+                    // in them.
+                    self.publish(now, true);
+                    if let Some(w) = self.waiters.remove(&report.transaction) {
+                        self.output(Output::Report(w, report));
+                    }
+                }
+                Action::RouteIn(peer) => self.output(Output::Route(RouteEvent::In(peer))),
+                Action::RouteOut(peer) => self.output(Output::Route(RouteEvent::Out(peer))),
+            }
+        }
+        self.signal_sender();
+        sent == ACTIONS_PER_PUMP
+    }
+
+    /// Queues work for the sender, or does it here if the sender's queue is full (a
+    /// late probe beats a lost rider or a report that never comes).
+    fn output(&mut self, o: Output) {
+        match self.q.outputs.push(o) {
+            Ok(()) => self.unsignalled = true,
+            Err(o) => {
+                self.q.outputs_done_by_pacer.fetch_add(1, Ordering::Relaxed);
+                execute(self.shared, o);
+            }
+        }
+    }
+
+    /// Publishes the counters if `force` or if the last time is a while ago; never
+    /// waits for a reader.
+    fn publish(&mut self, now: MonoTime, force: bool) {
+        if !force && now.saturating_since(self.last_publish) < PUBLISH_EVERY {
+            return;
+        }
+        let snapshot = Snapshot {
+            planner: self.endpoint.planner_counters(),
+            endpoint: self.endpoint.counters(),
+        };
+        // A reader holds the lock for a copy; a few tries nearly always get it.
+        for _ in 0..8 {
+            if let Ok(mut s) = self.q.snapshot.try_lock() {
+                *s = snapshot;
+                self.last_publish = now;
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Sleeps until `wake`, taking in input and releasing riders whose wait is over on
+    /// the way. Returns false on shutdown.
+    fn sleep_releasing(&mut self, wake: MonoTime) -> bool {
+        loop {
+            if self.shared.shutdown.load(Ordering::Relaxed) {
+                return false;
+            }
+            let now = sys::mono_now();
+            if now >= wake {
+                return true;
+            }
+            self.ingest(now);
+            self.pump(now);
+            self.publish(now, false);
+            // The train in flight's next probe is not due before `wake`; riders may
+            // fall due before it.
+            let until = self
+                .endpoint
+                .poll_timeout()
+                .filter(|&t| t > now)
+                .map_or(wake, |t| t.min(wake))
+                .min(now.saturating_add(Duration::from_millis(100)));
+            self.sleep(until);
+        }
+    }
+
+    /// Sends the probe due at `deadline`: sleeps until a margin before it, builds it
+    /// from the riders held by then, spins to the deadline, stamps, seals and sends it.
+    /// Each train spins at most `limits.max-train-spin`; after that it is paced by the
+    /// timer alone.
+    fn send_probe(&mut self, deadline: MonoTime) {
+        let shared = self.shared;
+        let margin = if self.spin.capped {
+            Duration::ZERO
+        } else {
+            shared.config.busy_poll_margin
+        };
+        let margin_ns = u64::try_from(margin.as_nanos()).unwrap_or(u64::MAX);
+        // A real-time pacer spins through gaps shorter than two margins: a timer
+        // wake-up that short buys little sleep and risks its own latency tail. Under
+        // the normal scheduler spinning is worse than sleeping, so it always sleeps.
+        let spin_below = if self.realtime { 2 * margin_ns } else { 0 };
+        let now = sys::mono_now();
+        let wake = MonoTime::from_nanos(deadline.as_nanos().saturating_sub(margin_ns));
+        let short = deadline.saturating_since(now) < Duration::from_nanos(spin_below);
+        if !short && !self.sleep_releasing(wake) {
+            return;
+        }
+        // Riders that came during the wait ride too.
+        let now = sys::mono_now();
+        self.ingest(now);
+        let Some((peer, mut probe)) = self.endpoint.poll_probe(now) else {
+            return;
+        };
+        if self.spin.transaction != Some(probe.transaction) {
+            self.spin = SpinBudget {
+                transaction: Some(probe.transaction),
+                ..SpinBudget::default()
+            };
+        }
+        self.spin.spun += sys::wait_until(&self.timer, probe.deadline, margin);
+        let stamp = sys::wall_now();
+        wire::stamp_sender_time(&mut probe.packet, stamp);
+        shared.seal(peer, &mut probe.packet);
+        let departed = sys::mono_now();
+        let sent = match shared.send_mgrp(peer, &probe.packet) {
+            Ok(_) => {
+                shared.counters.probes_sent.fetch_add(1, Ordering::Relaxed);
+                Some((departed, stamp))
+            }
+            Err(_) => {
+                shared
+                    .counters
+                    .probe_send_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        };
+        if sent.is_none() {
+            // Its riders would be lost: send them as they came instead. A rider whose
+            // other pieces did leave is then delivered whole by this copy, and its
+            // incomplete reassembly on the far side times out.
+            for rider in std::mem::take(&mut probe.riders) {
+                shared
+                    .counters
+                    .riders_resent_after_failed_probe
+                    .fetch_add(1, Ordering::Relaxed);
+                self.output(Output::Transmit(peer, Transmit::Unchanged(rider)));
+            }
+        }
+        if !self.spin.capped && self.spin.spun >= shared.config.max_train_spin {
+            // Spinning holds a CPU, at real-time priority even: enough for one train.
+            self.spin.capped = true;
+            shared
+                .counters
+                .trains_spin_capped
+                .fetch_add(1, Ordering::Relaxed);
+            self.output(Output::Bound(Bound::Spin(peer, self.spin.spun)));
+        }
+        let now = sys::mono_now();
+        self.endpoint
+            .handle_probe_sent(now, probe.transaction, probe.seq, sent);
+        self.pump(now);
+        self.signal_sender();
+    }
+}
+
+/// Does one output (on the sender thread, or on the pacer when the sender's queue
+/// is full).
+fn execute(shared: &Shared, o: Output) {
+    match o {
+        Output::Transmit(peer, t) => shared.send_transmit(peer, t),
+        Output::Route(event) => {
+            if shared.route_events.send(event).is_err() {
+                // Nobody manages routes: take it as done.
+                if let RouteEvent::In(peer) = event {
+                    let _ = shared.queues.push_control(Control::Routed(peer));
+                }
+            }
+        }
+        Output::Report(w, r) => {
+            let _ = w.send(r);
+        }
+        Output::Accepted(reply, result) => {
+            let _ = reply.send(result);
+        }
+        Output::Bound(b) => match b {
+            Bound::Queue(peer) => shared.bound_reached(format_args!(
+                "dropped packets to {peer}: its queue or all queues together are full (piggyback.max-queued-riders, max-queued-bytes, max-held-bytes)"
+            )),
+            Bound::Destinations(n) => shared.bound_reached(format_args!(
+                "packets go unchanged: {n} destinations hold packets already (limits.max-destinations)"
+            )),
+            Bound::Spin(peer, spun) => shared.bound_reached(format_args!(
+                "a train to {peer} spun {spun:?} (limits.max-train-spin): the rest of it is paced by the timer alone, expect less precise gaps"
+            )),
+        },
+    }
+}
+
+/// The sender thread: does what the pacer queued, until the pacer is done and
+/// nothing is left.
+pub fn run_sender(shared: &Shared) {
+    let q = &shared.queues;
+    loop {
+        while let Some(o) = q.outputs.pop() {
+            execute(shared, o);
+        }
+        if q.pacer_done.load(Ordering::SeqCst) && q.outputs.is_empty() {
+            return;
+        }
+        q.outbox.wait(Duration::from_millis(100));
+    }
+}

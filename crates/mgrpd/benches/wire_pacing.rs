@@ -1,0 +1,359 @@
+//! Pacing as the wire sees it: probes captured as they leave the sender's veth
+//! (AF_PACKET, outgoing packets only, kernel receive-path stamps taken when the veth
+//! hands a copy to packet sockets), gaps taken between probes `seq` and `seq + 1` of
+//! one transaction (read from the MGRP header, so interleaved continuations do not
+//! count), against the nominal gap. Also how far the departures mgrpd reports lie
+//! from the capture.
+//!
+//! Settings: quiet; a 4 Mbit/s TCP stream riding; a greedy TCP transfer through the
+//! tunnel, with `--hold-mode always` and with `--hold-mode on-demand`.
+//!
+//! Needs root. `cargo bench -p mgrpd --bench wire_pacing -- [--trains N] [--gap-us G]
+//! [--probes N] [--mgrpd PATH]` (`--mgrpd` measures another build of the daemon, for
+//! before/after figures). Prints one line per setting; note the machine's load.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use mgrp_core::schedule::percentile;
+use mgrp_core::wire::{Kind, Packet};
+use mgrp_testbed::traffic::tcp_source;
+use mgrp_testbed::{ADDR_B, Daemon, TwoHostOptions, TwoHosts, uniform_train};
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// One captured probe: transaction, sequence number, capture stamp (ns, realtime).
+type Seen = (u32, u16, i64);
+
+/// An AF_PACKET socket on `dev` that sees packets of IP protocol 253 only. Only
+/// `ETH_P_ALL` sockets see outgoing packets.
+fn capture_socket(dev: &str) -> std::io::Result<OwnedFd> {
+    let proto = (libc::ETH_P_ALL as u16).to_be();
+    // SAFETY: plain syscall; the fd is owned below.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM, i32::from(proto)) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let name = std::ffi::CString::new(dev).unwrap();
+    // SAFETY: a NUL-terminated name.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if ifindex == 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // Classic BPF: the IP header starts at offset 0 of a cooked packet; keep protocol
+    // 253, drop the rest (a greedy transfer's segments would swamp the socket).
+    let code = [
+        libc::sock_filter {
+            code: 0x30,
+            jt: 0,
+            jf: 0,
+            k: 9,
+        }, // ldb [9]
+        libc::sock_filter {
+            code: 0x15,
+            jt: 0,
+            jf: 1,
+            k: 253,
+        }, // jeq #253
+        libc::sock_filter {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: 0xffff,
+        }, // ret #65535
+        libc::sock_filter {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }, // ret #0
+    ];
+    let prog = libc::sock_fprog {
+        len: code.len() as u16,
+        filter: code.as_ptr().cast_mut(),
+    };
+    let one: libc::c_int = 1;
+    let rcvbuf: libc::c_int = 16 << 20;
+    let timeout = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 100_000,
+    };
+    // SAFETY: option values of the sizes given, on a valid socket.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&raw const prog).cast(),
+            size_of::<libc::sock_fprog>() as u32,
+        );
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&raw const one).cast(),
+            4,
+        );
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&raw const rcvbuf).cast(),
+            4,
+        );
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&raw const timeout).cast(),
+            size_of::<libc::timeval>() as u32,
+        );
+    }
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = proto;
+    sll.sll_ifindex = ifindex as i32;
+    // SAFETY: a sockaddr_ll of its size.
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&raw const sll).cast(),
+            size_of::<libc::sockaddr_ll>() as u32,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Reads probes from `fd` until `stop`.
+fn capture(fd: &OwnedFd, stop: &AtomicBool) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    let mut buf = vec![0u8; 65_536];
+    let mut control = [0u8; 256];
+    while !stop.load(Ordering::Relaxed) {
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: zeroed msghdr, then pointed at live buffers.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&raw mut sll).cast();
+        msg.msg_namelen = size_of::<libc::sockaddr_ll>() as u32;
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = control.len();
+        // SAFETY: msg points at live buffers of the sizes given.
+        let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &raw mut msg, 0) };
+        if n <= 0 {
+            continue;
+        }
+        if sll.sll_pkttype != libc::PACKET_OUTGOING {
+            continue;
+        }
+        let mut stamp = None;
+        // SAFETY: walking the control messages recvmsg filled in.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                    let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::timespec>());
+                    stamp = Some(ts.tv_sec * 1_000_000_000 + ts.tv_nsec);
+                }
+                c = libc::CMSG_NXTHDR(&raw const msg, c);
+            }
+        }
+        let data = &buf[..n as usize];
+        if data.len() < 20 || data[0] >> 4 != 4 || data[9] != 253 {
+            continue;
+        }
+        let ihl = usize::from(data[0] & 0x0f) * 4;
+        let (Some(stamp), Some(payload)) = (stamp, data.get(ihl..)) else {
+            continue;
+        };
+        if let Ok(p) = Packet::new_checked(payload) {
+            if p.kind() == Kind::Probe {
+                seen.push((p.transaction(), p.seq(), stamp));
+            }
+        }
+    }
+    seen
+}
+
+struct Figures {
+    gaps: usize,
+    err_p50: f64,
+    err_p99: f64,
+    err_max: f64,
+    over_500: usize,
+    report_p50: f64,
+    report_p99: f64,
+    captured: usize,
+    sent: usize,
+}
+
+fn figures(
+    seen: &[Seen],
+    reports: &[mgrp_core::stats::TransactionReport],
+    gap: Duration,
+) -> Figures {
+    let mut by_tx: BTreeMap<u32, BTreeMap<u16, i64>> = BTreeMap::new();
+    for &(tx, seq, t) in seen {
+        by_tx.entry(tx).or_default().insert(seq, t);
+    }
+    let nominal = gap.as_nanos() as f64;
+    let mut errors = Vec::new();
+    let mut offsets = Vec::new();
+    let mut sent = 0;
+    for r in reports {
+        let Some(stamps) = by_tx.get(&r.transaction) else {
+            continue;
+        };
+        for (&seq, &t) in stamps {
+            if let Some(&next) = stamps.get(&(seq + 1)) {
+                errors.push(((next - t) as f64 - nominal).abs() / 1e3);
+            }
+            if let Some(d) = r.departures.get(usize::from(seq)) {
+                if d.departed.is_some() {
+                    offsets.push((t - d.stamp.as_nanos() as i64) as f64 / 1e3);
+                }
+            }
+        }
+        sent += r.departures.iter().filter(|d| d.departed.is_some()).count();
+    }
+    errors.sort_by(f64::total_cmp);
+    let mut abs: Vec<f64> = offsets.iter().map(|o| o.abs()).collect();
+    abs.sort_by(f64::total_cmp);
+    offsets.sort_by(f64::total_cmp);
+    Figures {
+        gaps: errors.len(),
+        err_p50: percentile(&errors, 50.0).unwrap_or(f64::NAN),
+        err_p99: percentile(&errors, 99.0).unwrap_or(f64::NAN),
+        err_max: errors.last().copied().unwrap_or(f64::NAN),
+        over_500: errors.iter().filter(|&&e| e > 500.0).count(),
+        report_p50: percentile(&offsets, 50.0).unwrap_or(f64::NAN),
+        report_p99: percentile(&abs, 99.0).unwrap_or(f64::NAN),
+        captured: seen.len(),
+        sent,
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Traffic {
+    Quiet,
+    Stream,
+    Greedy,
+}
+
+fn setting(
+    mgrpd: &Path,
+    name: &str,
+    hold: &str,
+    traffic: Traffic,
+    trains: usize,
+    probes: usize,
+    gap: Duration,
+) {
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let args = ["--log-level", "warn", "--hold-mode", hold];
+    let (a, _b): (Daemon, Daemon) =
+        mgrp_testbed::daemon_pair(&net, mgrpd, &[], &args).expect("mgrpd on A and B");
+    let dev = net.veth_a.clone();
+    let fd = net
+        .a
+        .run(|| capture_socket(&dev))
+        .expect("thread in A")
+        .expect("AF_PACKET socket");
+    let stop = Arc::new(AtomicBool::new(false));
+    let capturer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || capture(&fd, &stop))
+    };
+    let source = match traffic {
+        Traffic::Quiet => None,
+        Traffic::Stream => {
+            Some(tcp_source(&net.a, &net.b, IpAddr::V4(ADDR_B), 9300, Some(4.0)).unwrap())
+        }
+        Traffic::Greedy => {
+            Some(tcp_source(&net.a, &net.b, IpAddr::V4(ADDR_B), 9300, None).unwrap())
+        }
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let mut api = a.api().expect("API of A");
+    let mut reports = Vec::new();
+    for _ in 0..trains {
+        reports.push(
+            api.send_train(uniform_train(IpAddr::V4(ADDR_B), probes, 300, gap))
+                .expect("report"),
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mbps = source.as_ref().map(mgrp_testbed::traffic::Source::mbps);
+    drop(source);
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    let seen = capturer.join().expect("capture thread");
+    let f = figures(&seen, &reports, gap);
+    println!(
+        "{name:<34} gap error p50 {:6.2} µs  p99 {:7.1} µs  max {:8.0} µs  >500 µs: {:3}  | reported−wire p50 {:6.1} µs  |p99| {:6.1} µs  | {} gaps, {}/{} probes captured{}",
+        f.err_p50,
+        f.err_p99,
+        f.err_max,
+        f.over_500,
+        f.report_p50,
+        f.report_p99,
+        f.gaps,
+        f.captured,
+        f.sent,
+        mbps.map_or(String::new(), |m| format!(", TCP {m:.0} Mbit/s"))
+    );
+}
+
+fn main() {
+    if !mgrp_testbed::is_root() {
+        eprintln!("wire_pacing: needs root (network namespaces, AF_PACKET)");
+        return;
+    }
+    let args: Vec<String> = std::env::args().collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let trains: usize = value("--trains").map_or(14, |v| v.parse().expect("--trains N"));
+    let probes: usize = value("--probes").map_or(1000, |v| v.parse().expect("--probes N"));
+    let gap_us: u64 = value("--gap-us").map_or(200, |v| v.parse().expect("--gap-us G"));
+    let mgrpd: PathBuf =
+        value("--mgrpd").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_mgrpd")), PathBuf::from);
+    let gap = Duration::from_micros(gap_us);
+    println!(
+        "wire pacing: {trains} trains x {probes} probes of 300 B at {gap_us} µs, mgrpd {}, load {}",
+        mgrpd.display(),
+        load()
+    );
+    for (name, hold, traffic) in [
+        ("quiet, on-demand", "on-demand", Traffic::Quiet),
+        ("4 Mbit/s TCP riding, always", "always", Traffic::Stream),
+        ("greedy TCP, always", "always", Traffic::Greedy),
+        ("greedy TCP, on-demand", "on-demand", Traffic::Greedy),
+    ] {
+        setting(&mgrpd, name, hold, traffic, trains, probes, gap);
+    }
+    println!("load after {}", load());
+}

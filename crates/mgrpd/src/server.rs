@@ -280,6 +280,18 @@ fn listen(
     tx: &mpsc::Sender<Response>,
 ) -> Response {
     let mut listeners = lock(&shared.listeners);
+    let total: usize = listeners.values().map(Vec::len).sum();
+    let renewing = listeners
+        .get(&port)
+        .is_some_and(|ls| ls.iter().any(|l| l.conn == id && l.source == source));
+    if total >= shared.config.max_listeners && !renewing {
+        return error(
+            ErrorKind::Busy,
+            format!(
+                "{total} probe listeners are open, the most this mgrpd allows (limits.max-listeners); close one or raise the limit"
+            ),
+        );
+    }
     let ls = listeners.entry(port).or_default();
     if ls
         .iter()

@@ -418,3 +418,21 @@ fn held_riders_are_bounded_in_destinations_and_in_bytes() {
         drop(d);
     });
 }
+
+#[test]
+fn listeners_past_the_limit_are_refused() {
+    rt().block_on(async {
+        let d = daemon("listeners", "[limits]\nmax-listeners = 2\n").await;
+        let client = Client::connect(socket_path("listeners")).await.unwrap();
+        let first = client.listen(9101).await.unwrap();
+        let _second = client.listen(9102).await.unwrap();
+        let e = client.listen(9103).await.unwrap_err();
+        assert!(matches!(e, Error::Busy(_)), "{e}");
+        assert!(e.to_string().contains("limits.max-listeners"), "{e}");
+        // Room again once one is closed.
+        drop(first);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        client.listen(9103).await.unwrap();
+        drop(d);
+    });
+}

@@ -288,6 +288,9 @@ pub struct DaemonCounters {
     /// Packets read from the TUN and sent on at once because the pacer's queue was
     /// full.
     pub riders_bypassed_pacer_busy: u64,
+    /// Outputs (riders sent unchanged, continuations, reports) the pacer did itself
+    /// because the sender thread's queue was full.
+    pub outputs_done_by_pacer: u64,
 }
 
 /// Everything the daemon counts.

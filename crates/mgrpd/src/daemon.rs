@@ -48,7 +48,12 @@ macro_rules! counters {
         impl Counters {
             /// A consistent-enough copy for reporting.
             pub fn snapshot(&self) -> DaemonCounters {
-                DaemonCounters { $($name: self.$name.load(Ordering::Relaxed),)* }
+                // The rest is filled in by `Shared::stats` from the pacer's queues and
+                // snapshot.
+                DaemonCounters {
+                    $($name: self.$name.load(Ordering::Relaxed),)*
+                    ..DaemonCounters::default()
+                }
             }
         }
     };
@@ -88,7 +93,6 @@ counters!(
     mgrp_unexpected_auth,
     peer_unreachable,
     riders_bypassed_peer_down,
-    riders_bypassed_too_many_destinations,
     trains_spin_capped,
     riders_sent_direct,
     riders_bypassed_pacer_busy,
@@ -333,9 +337,10 @@ impl Shared {
     pub fn stats(&self) -> DaemonStats {
         let Snapshot { planner, endpoint } = self.queues.snapshot();
         let mut daemon = self.counters.snapshot();
-        // Counted by the endpoint, which decides it.
+        // Counted by the endpoint, which decides it, and by the pacer.
         daemon.riders_bypassed_too_many_destinations =
             endpoint.riders_bypassed_too_many_destinations;
+        daemon.outputs_done_by_pacer = self.queues.outputs_done_by_pacer.load(Ordering::Relaxed);
         DaemonStats {
             daemon,
             planner,

@@ -203,6 +203,11 @@ struct Figures {
     over_500: usize,
     report_p50: f64,
     report_p99: f64,
+    report_max: f64,
+    /// Gaps over 500 µs on the wire that the reports show too (time lost before the
+    /// send, in user space), and those they do not (lost inside the send).
+    stalls_reported: usize,
+    stalls_in_send: usize,
     captured: usize,
     sent: usize,
 }
@@ -220,13 +225,29 @@ fn figures(
     let mut errors = Vec::new();
     let mut offsets = Vec::new();
     let mut sent = 0;
+    let (mut stalls_reported, mut stalls_in_send) = (0, 0);
     for r in reports {
         let Some(stamps) = by_tx.get(&r.transaction) else {
             continue;
         };
+        let reported = |seq: u16| {
+            r.departures
+                .get(usize::from(seq))
+                .filter(|d| d.departed.is_some())
+                .map(|d| d.stamp.as_nanos() as i64)
+        };
         for (&seq, &t) in stamps {
             if let Some(&next) = stamps.get(&(seq + 1)) {
-                errors.push(((next - t) as f64 - nominal).abs() / 1e3);
+                let error = ((next - t) as f64 - nominal).abs() / 1e3;
+                errors.push(error);
+                if error > 500.0 {
+                    match (reported(seq), reported(seq + 1)) {
+                        (Some(a), Some(b)) if ((b - a) as f64 - nominal).abs() / 1e3 > 250.0 => {
+                            stalls_reported += 1;
+                        }
+                        _ => stalls_in_send += 1,
+                    }
+                }
             }
             if let Some(d) = r.departures.get(usize::from(seq)) {
                 if d.departed.is_some() {
@@ -248,6 +269,9 @@ fn figures(
         over_500: errors.iter().filter(|&&e| e > 500.0).count(),
         report_p50: percentile(&offsets, 50.0).unwrap_or(f64::NAN),
         report_p99: percentile(&abs, 99.0).unwrap_or(f64::NAN),
+        report_max: abs.last().copied().unwrap_or(f64::NAN),
+        stalls_reported,
+        stalls_in_send,
         captured: seen.len(),
         sent,
     }
@@ -310,13 +334,16 @@ fn setting(
     let seen = capturer.join().expect("capture thread");
     let f = figures(&seen, &reports, gap);
     println!(
-        "{name:<34} gap error p50 {:6.2} µs  p99 {:7.1} µs  max {:8.0} µs  >500 µs: {:3}  | reported−wire p50 {:6.1} µs  |p99| {:6.1} µs  | {} gaps, {}/{} probes captured{}",
+        "{name:<30} gap error p50 {:5.2} µs p99 {:6.1} µs max {:6.0} µs, >500 µs: {:2} ({} before the send, {} in it) | reported−wire p50 {:4.1} µs |p99| {:5.1} µs max {:6.0} µs | {} gaps, {}/{} probes captured{}",
         f.err_p50,
         f.err_p99,
         f.err_max,
         f.over_500,
+        f.stalls_reported,
+        f.stalls_in_send,
         f.report_p50,
         f.report_p99,
+        f.report_max,
         f.gaps,
         f.captured,
         f.sent,

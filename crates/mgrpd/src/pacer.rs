@@ -42,6 +42,13 @@ const OUTPUTS: usize = 16_384;
 /// Most actions the pacer takes from the endpoint at one time, so that a flood of
 /// released riders cannot keep it from the next probe.
 const ACTIONS_PER_PUMP: usize = 512;
+/// Most rider batches the pacer takes in at one time, for the same reason; what is
+/// left waits in the queue, and when that is full the TUN reader sends riders on
+/// itself.
+const BATCHES_PER_INGEST: usize = 32;
+/// Most rider batches taken in right before a probe is built, when its deadline is
+/// near.
+const BATCHES_BEFORE_PROBE: usize = 4;
 /// How often the pacer publishes its counters while busy.
 const PUBLISH_EVERY: Duration = Duration::from_millis(2);
 
@@ -280,7 +287,14 @@ impl Pacer<'_> {
     fn run(&mut self) {
         loop {
             let now = sys::mono_now();
-            self.ingest(now);
+            // With a train in flight its next probe is the deadline to keep.
+            let until = self
+                .endpoint
+                .next_probe_deadline()
+                .map_or(MonoTime::from_nanos(u64::MAX), |d| {
+                    MonoTime::from_nanos(d.as_nanos().saturating_sub(self.margin_ns()))
+                });
+            self.ingest(now, BATCHES_PER_INGEST, until);
             let stopping = self.shared.shutdown.load(Ordering::SeqCst);
             if stopping && !self.flushed {
                 // Every train ends with a report; every held rider falls due.
@@ -305,17 +319,30 @@ impl Pacer<'_> {
                 }
                 None => {
                     self.publish(now, true);
-                    let until = self
+                    let mut until = self
                         .endpoint
                         .poll_timeout()
                         .map_or(now.saturating_add(Duration::from_millis(200)), |t| {
                             t.min(now.saturating_add(Duration::from_millis(200)))
                         });
+                    if self.q.outputs.is_full() {
+                        // The sender is behind: give it time rather than spin.
+                        until = until.max(now.saturating_add(Duration::from_micros(200)));
+                    }
                     if until > now {
                         self.sleep(until);
                     }
                 }
             }
+        }
+    }
+
+    /// How long before a deadline the pacer stops sleeping.
+    fn margin_ns(&self) -> u64 {
+        if self.spin.capped {
+            0
+        } else {
+            u64::try_from(self.shared.config.busy_poll_margin.as_nanos()).unwrap_or(u64::MAX)
         }
     }
 
@@ -334,8 +361,9 @@ impl Pacer<'_> {
         self.q.pacer_sleeping.store(false, Ordering::SeqCst);
     }
 
-    /// Takes in what the other threads sent.
-    fn ingest(&mut self, now: MonoTime) {
+    /// Takes in what the other threads sent: every request, and at most `batches`
+    /// rider batches, stopping early at `until` so a deadline is kept.
+    fn ingest(&mut self, now: MonoTime, batches: usize, until: MonoTime) {
         let mut queue_full = None;
         let bypassed = self
             .endpoint
@@ -343,7 +371,10 @@ impl Pacer<'_> {
             .riders_bypassed_too_many_destinations;
         // Bounded, so a flood of riders cannot keep the pacer from its deadlines; the
         // rest waits for the next round.
-        for _ in 0..RIDER_BATCHES {
+        for _ in 0..batches {
+            if sys::mono_now() >= until {
+                break;
+            }
             let Some(batch) = self.q.riders.pop() else {
                 break;
             };
@@ -402,9 +433,11 @@ impl Pacer<'_> {
     }
 
     /// Moves what the endpoint decided to the sender; returns whether more is left.
+    /// Stops while the sender's queue is full: the pacer does not do the sender's
+    /// work, and what is left waits in the endpoint.
     fn pump(&mut self, now: MonoTime) -> bool {
         let mut sent = 0;
-        while sent < ACTIONS_PER_PUMP {
+        while sent < ACTIONS_PER_PUMP && !self.q.outputs.is_full() {
             let Some(a) = self.endpoint.poll_action(now) else {
                 break;
             };
@@ -473,7 +506,7 @@ impl Pacer<'_> {
             if now >= wake {
                 return true;
             }
-            self.ingest(now);
+            self.ingest(now, BATCHES_PER_INGEST, wake);
             self.pump(now);
             self.publish(now, false);
             // The train in flight's next probe is not due before `wake`; riders may
@@ -512,7 +545,7 @@ impl Pacer<'_> {
         }
         // Riders that came during the wait ride too.
         let now = sys::mono_now();
-        self.ingest(now);
+        self.ingest(now, BATCHES_BEFORE_PROBE, deadline);
         let Some((peer, mut probe)) = self.endpoint.poll_probe(now) else {
             return;
         };

@@ -505,6 +505,13 @@ impl Endpoint {
         }
     }
 
+    /// When the next probe of the train in flight is due; starts nothing.
+    pub fn next_probe_deadline(&self) -> Option<MonoTime> {
+        self.active
+            .and_then(|p| self.dests.get(&p))
+            .and_then(|d| d.planner.next_deadline())
+    }
+
     /// When the next probe is due, if a train is in flight or one may start; starts
     /// the next train in turn at `now` if none is in flight. Nothing is built yet.
     pub fn poll_probe_deadline(&mut self, now: MonoTime) -> Option<MonoTime> {

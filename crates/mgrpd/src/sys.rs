@@ -347,12 +347,9 @@ impl Timer {
         })
     }
 
-    /// Blocks until the monotonic clock reaches `at` (returns at once if it has).
-    pub fn sleep_until(&self, at: MonoTime) -> io::Result<()> {
+    /// Arms the timer to fire at `at` (absolute; zero disarms it).
+    fn arm(&self, at: MonoTime) -> io::Result<()> {
         let n = at.as_nanos();
-        if n == 0 {
-            return Ok(());
-        }
         let spec = libc::itimerspec {
             it_interval: libc::timespec {
                 tv_sec: 0,
@@ -371,7 +368,17 @@ impl Timer {
                 &raw const spec,
                 std::ptr::null_mut(),
             )
-        })?;
+        })
+        .map(drop)
+    }
+
+    /// Blocks until the monotonic clock reaches `at` (returns at once if it has).
+    pub fn sleep_until(&self, at: MonoTime) -> io::Result<()> {
+        let n = at.as_nanos();
+        if n == 0 {
+            return Ok(());
+        }
+        self.arm(at)?;
         let mut expirations = 0u64;
         loop {
             // SAFETY: reading 8 bytes into a u64.
@@ -397,27 +404,8 @@ impl Timer {
     /// Blocks until the monotonic clock reaches `at` or `event` is signalled,
     /// whichever comes first; returns whether `event` was (its count is then cleared).
     pub fn sleep_until_or(&self, at: MonoTime, event: &EventFd) -> io::Result<bool> {
-        let n = at.as_nanos().max(1);
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: libc::timespec {
-                tv_sec: (n / 1_000_000_000) as libc::time_t,
-                tv_nsec: (n % 1_000_000_000) as libc::c_long,
-            },
-        };
-        // SAFETY: valid fd and itimerspec pointer. Arming also clears an expiry that
-        // was never read.
-        check(unsafe {
-            libc::timerfd_settime(
-                self.fd.as_raw_fd(),
-                libc::TFD_TIMER_ABSTIME,
-                &raw const spec,
-                std::ptr::null_mut(),
-            )
-        })?;
+        // Arming also clears an expiry that was never read.
+        self.arm(MonoTime::from_nanos(at.as_nanos().max(1)))?;
         let mut fds = [
             libc::pollfd {
                 fd: self.fd.as_raw_fd(),

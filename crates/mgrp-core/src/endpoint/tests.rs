@@ -370,10 +370,19 @@ fn rider_number(data: &[u8]) -> u32 {
 struct Far {
     reassembly: BTreeMap<IpAddr, Reassembler<IpAddr>>,
     delivered: Vec<u32>,
+    /// Riders sent as they came.
+    unchanged: Vec<u32>,
     probes: Vec<(MonoTime, IpAddr, u32, u16, usize)>,
 }
 
 impl Far {
+    fn transmit(&mut self, now: MonoTime, to: IpAddr, t: Transmit) {
+        match t {
+            Transmit::Continuation(pkt) => self.mgrp(now, to, &pkt),
+            Transmit::Unchanged(data) => self.unchanged.push(rider_number(&data)),
+        }
+    }
+
     fn mgrp(&mut self, now: MonoTime, to: IpAddr, packet: &[u8]) {
         let p = Packet::new_checked(packet).expect("a well-formed MGRP packet");
         let r = self.reassembly.entry(to).or_insert_with(|| {
@@ -426,7 +435,6 @@ fn simulate(seed: u64) {
     let mut far = Far::default();
     let mut now = MonoTime::ZERO;
     let mut next_rider = 0u32;
-    let mut unchanged = Vec::new();
     let mut accepted: BTreeMap<u32, ClientId> = BTreeMap::new();
     let mut reported: HashSet<u32> = HashSet::new();
     let mut routed: HashSet<IpAddr> = HashSet::new();
@@ -479,14 +487,7 @@ fn simulate(seed: u64) {
         // The pacer's turn: actions, then the probe if it is due.
         while let Some(a) = e.poll_action(now) {
             match a {
-                Action::Transmit {
-                    peer,
-                    transmit: Transmit::Continuation(pkt),
-                } => far.mgrp(now, peer, &pkt),
-                Action::Transmit {
-                    transmit: Transmit::Unchanged(data),
-                    ..
-                } => unchanged.push(rider_number(&data)),
+                Action::Transmit { peer, transmit } => far.transmit(now, peer, transmit),
                 Action::Report { client, report, .. } => {
                     assert_eq!(accepted.remove(&report.transaction), Some(client));
                     assert!(reported.insert(report.transaction), "reported twice");
@@ -518,7 +519,7 @@ fn simulate(seed: u64) {
                 let sent = rng.below(50) != 0;
                 if !sent {
                     for r in &probe.riders {
-                        unchanged.push(rider_number(r));
+                        far.unchanged.push(rider_number(r));
                     }
                 }
                 e.handle_probe_sent(
@@ -534,14 +535,7 @@ fn simulate(seed: u64) {
     e.handle_shutdown(now);
     while let Some(a) = e.poll_action(now) {
         match a {
-            Action::Transmit {
-                peer,
-                transmit: Transmit::Continuation(pkt),
-            } => far.mgrp(now, peer, &pkt),
-            Action::Transmit {
-                transmit: Transmit::Unchanged(data),
-                ..
-            } => unchanged.push(rider_number(&data)),
+            Action::Transmit { peer, transmit } => far.transmit(now, peer, transmit),
             Action::Report { client, report, .. } => {
                 assert_eq!(accepted.remove(&report.transaction), Some(client));
             }
@@ -557,7 +551,7 @@ fn simulate(seed: u64) {
     // pieces in probes that did leave; its unchanged copy then arrives whole), or was
     // dropped for a counted reason.
     let mut arrived: Vec<u32> = far.delivered.clone();
-    arrived.extend(&unchanged);
+    arrived.extend(&far.unchanged);
     let distinct: HashSet<u32> = arrived.iter().copied().collect();
     let dropped = c.riders_dropped();
     let bypassed = e.counters().riders_bypassed_too_many_destinations;

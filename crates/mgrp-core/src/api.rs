@@ -291,6 +291,11 @@ pub struct DaemonCounters {
     /// Outputs (riders sent unchanged, continuations, reports) the pacer did itself
     /// because the sender thread's queue was full.
     pub outputs_done_by_pacer: u64,
+    /// MGRP probes that passed the peer check, parsing and authentication.
+    pub probes_received: u64,
+    /// MGRP continuation packets that passed the peer check, parsing and
+    /// authentication.
+    pub continuations_received: u64,
 }
 
 /// Everything the daemon counts.
@@ -319,6 +324,35 @@ impl DaemonStats {
                     + self.daemon.riders_sent_direct
                     + self.daemon.riders_bypassed_pacer_busy
                     + self.planner.riders_in
+    }
+
+    /// Whether the receiving side's identities hold: every MGRP packet received is
+    /// refused by one reason or taken as a probe or a continuation; every probe taken
+    /// is delivered to its listener, unclaimed, or dropped for a slow listener; and
+    /// every rider reassembly completed is written into the host, failed to be, or
+    /// was refused by admission. (Quiescent counters only: the receivers and the
+    /// reassembly counters are read at slightly different moments.)
+    pub fn receive_conserved(&self) -> bool {
+        let d = &self.daemon;
+        d.mgrp_received
+            == d.mgrp_not_peer
+                + d.mgrp_malformed
+                + d.mgrp_unauthenticated
+                + d.mgrp_bad_tag
+                + d.mgrp_replayed
+                + d.mgrp_unexpected_auth
+                + d.probes_received
+                + d.continuations_received
+            && d.probes_received
+                == d.probes_delivered + d.probes_unclaimed + d.probes_dropped_slow_listener
+            && self.reassembly.riders_delivered
+                == d.riders_delivered
+                    + d.tun_write_errors
+                    + d.riders_refused_malformed
+                    + d.riders_refused_foreign_source
+                    + d.riders_refused_foreign_destination
+                    + d.riders_refused_inner_mgrp
+                    + d.riders_refused_special_destination
     }
 }
 

@@ -239,19 +239,12 @@ fn main() {
     );
     println!("B resident memory: start {rss_start} KiB, peak {peak_rss} KiB, end {rss_end} KiB");
     println!("daemons alive at the end: A {a_alive}, B {b_alive}");
-    println!(
-        "conservation: A {}, B {}",
-        if sa.conserved() {
-            "balances"
-        } else {
-            "DOES NOT balance"
-        },
-        if sb.conserved() {
-            "balances"
-        } else {
-            "DOES NOT balance"
-        }
-    );
+    let balance = |s: &mgrp_core::api::DaemonStats| match (s.conserved(), s.receive_conserved()) {
+        (true, true) => "balances (sending and receiving)",
+        (false, _) => "DOES NOT balance (sending)",
+        (true, false) => "DOES NOT balance (receiving)",
+    };
+    println!("conservation: A {}, B {}", balance(&sa), balance(&sb));
     let d = sb.daemon;
     println!(
         "B refused: not peer {}, unauthenticated {}, bad tag {}, replayed {}, malformed {}; riders delivered {}, riders refused {}",

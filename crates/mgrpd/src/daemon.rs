@@ -96,6 +96,8 @@ counters!(
     trains_spin_capped,
     riders_sent_direct,
     riders_bypassed_pacer_busy,
+    probes_received,
+    continuations_received,
 );
 
 /// How long riders to a peer that answered "protocol unreachable" bypass the
@@ -1042,6 +1044,10 @@ impl Shared {
         if !self.authentic(from, payload, has_trailer) {
             return;
         }
+        bump(match packet.kind() {
+            Kind::Probe => &self.counters.probes_received,
+            Kind::Continuation => &self.counters.continuations_received,
+        });
         let now = sys::mono_now();
         for chunk in packet.chunks() {
             if let ChunkOutcome::Complete(rider) = reasm.handle_chunk(now, from, &chunk) {

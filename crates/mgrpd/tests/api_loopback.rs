@@ -115,6 +115,7 @@ fn riders_ride_and_are_delivered() {
         assert_eq!(s.planner.riders_piggybacked, 40, "{s:#?}");
         assert_eq!(s.daemon.riders_delivered, 40);
         assert!(s.conserved());
+        assert!(s.receive_conserved(), "{s:#?}");
         d.stop().await;
     });
 }

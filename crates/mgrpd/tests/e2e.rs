@@ -64,6 +64,10 @@ fn check_conserved(name: &str, s: &DaemonStats) {
         s.conserved(),
         "{name}: rider counters do not balance: {s:#?}"
     );
+    assert!(
+        s.receive_conserved(),
+        "{name}: receive counters do not balance: {s:#?}"
+    );
     assert_eq!(
         s.planner.riders_held, 0,
         "{name}: riders still held: {s:#?}"

@@ -71,6 +71,14 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 "riders_balance {}",
                 if stats.conserved() { "ok" } else { "MISMATCH" }
             );
+            println!(
+                "receive_balance {}",
+                if stats.receive_conserved() {
+                    "ok"
+                } else {
+                    "MISMATCH"
+                }
+            );
         }
         Cmd::Listen { port } => {
             let mut probes = client.listen(*port)?;

@@ -9,8 +9,10 @@
 //! tunnel, with `--hold-mode always` and with `--hold-mode on-demand`.
 //!
 //! Needs root. `cargo bench -p mgrpd --bench wire_pacing -- [--trains N] [--gap-us G]
-//! [--probes N] [--mgrpd PATH]` (`--mgrpd` measures another build of the daemon, for
-//! before/after figures). Prints one line per setting; note the machine's load.
+//! [--probes N] [--mgrpd PATH] [--pacer-cpu N] [--only TEXT]` (`--mgrpd` measures another
+//! build of the daemon, for before/after figures; `--pacer-cpu` pins both daemons'
+//! pacers; `--only` runs the settings whose name contains TEXT). Prints one line per
+//! setting; note the machine's load.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -284,17 +286,27 @@ enum Traffic {
     Greedy,
 }
 
-fn setting(
-    mgrpd: &Path,
-    name: &str,
-    hold: &str,
-    traffic: Traffic,
+/// What every setting shares.
+struct Run<'a> {
+    mgrpd: &'a Path,
+    /// More flags for both daemons.
+    extra: &'a [String],
     trains: usize,
     probes: usize,
     gap: Duration,
-) {
+}
+
+fn setting(run: &Run<'_>, name: &str, hold: &str, traffic: Traffic) {
+    let Run {
+        mgrpd,
+        extra,
+        trains,
+        probes,
+        gap,
+    } = *run;
     let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
-    let args = ["--log-level", "warn", "--hold-mode", hold];
+    let mut args = vec!["--log-level", "warn", "--hold-mode", hold];
+    args.extend(extra.iter().map(String::as_str));
     let (a, _b): (Daemon, Daemon) =
         mgrp_testbed::daemon_pair(&net, mgrpd, &[], &args).expect("mgrpd on A and B");
     let dev = net.veth_a.clone();
@@ -369,9 +381,14 @@ fn main() {
     let mgrpd: PathBuf =
         value("--mgrpd").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_mgrpd")), PathBuf::from);
     let gap = Duration::from_micros(gap_us);
+    let extra: Vec<String> = value("--pacer-cpu")
+        .map(|c| vec!["--pacer-cpu".to_string(), c])
+        .unwrap_or_default();
+    let only = value("--only");
     println!(
-        "wire pacing: {trains} trains x {probes} probes of 300 B at {gap_us} µs, mgrpd {}, load {}",
+        "wire pacing: {trains} trains x {probes} probes of 300 B at {gap_us} µs, mgrpd {} {}, load {}",
         mgrpd.display(),
+        extra.join(" "),
         load()
     );
     for (name, hold, traffic) in [
@@ -380,7 +397,16 @@ fn main() {
         ("greedy TCP, always", "always", Traffic::Greedy),
         ("greedy TCP, on-demand", "on-demand", Traffic::Greedy),
     ] {
-        setting(&mgrpd, name, hold, traffic, trains, probes, gap);
+        if only.as_ref().is_none_or(|o| name.contains(o.as_str())) {
+            let run = Run {
+                mgrpd: &mgrpd,
+                extra: &extra,
+                trains,
+                probes,
+                gap,
+            };
+            setting(&run, name, hold, traffic);
+        }
     }
     println!("load after {}", load());
 }

@@ -50,21 +50,27 @@
 //! same methods without `async`.
 //!
 //! Every call talks to the daemon over its Unix socket (JSON lines, see
-//! [`mgrp_core::api`]). One [`Client`] handles one request at a time: a second
-//! `send_train` on the same client waits for the first. Open more clients for
-//! concurrent trains; each [`ProbeStream`] has a connection of its own.
+//! [`mgrp_core::api`]). Each call carries an id that its answer echoes, so one
+//! [`Client`] may have several calls in flight (several trains, say, from tasks of
+//! its own) and a call given up on (a timeout dropping its future) harms no other;
+//! its answer is dropped when it comes. Each [`ProbeStream`] has a connection of its
+//! own.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use mgrp_core::api::{
-    ApiError, ErrorKind, MAX_LINE, PROTOCOL_VERSION, ProbeRequest, Request, Response, TrainRequest,
+    ApiError, ErrorKind, MAX_LINE, PROTOCOL_VERSION, ProbeRequest, Request, RequestFrame, Response,
+    ResponseFrame, TrainRequest,
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::Mutex;
+use tokio::sync::{mpsc, oneshot};
 
 pub mod blocking;
 
@@ -117,13 +123,6 @@ pub enum Error {
     /// The daemon sent something this client does not understand.
     #[error("unexpected answer from mgrpd: {0}")]
     Protocol(String),
-    /// An earlier call on this client was abandoned before its answer came (its future
-    /// was dropped, for example by a timeout), so answers can no longer be paired with
-    /// calls.
-    #[error(
-        "an earlier call on this client was abandoned before mgrpd answered; connect a new client"
-    )]
-    Abandoned,
     /// The connection broke.
     #[error("connection to mgrpd lost: {0}")]
     Io(#[from] std::io::Error),
@@ -288,10 +287,6 @@ struct Conn {
     reader: BufReader<OwnedReadHalf>,
     writer: OwnedWriteHalf,
     line: Vec<u8>,
-    /// A call is between its request and its answer. Still set when a call starts, it
-    /// means an earlier call was abandoned (its future dropped, e.g. by a timeout) and
-    /// its answer is still coming: the connection can no longer pair answers.
-    in_call: bool,
 }
 
 impl Conn {
@@ -315,7 +310,6 @@ impl Conn {
             reader: BufReader::new(r),
             writer: w,
             line: Vec::with_capacity(512),
-            in_call: false,
         };
         let hello = Request::Hello {
             version: PROTOCOL_VERSION,
@@ -359,15 +353,11 @@ impl Conn {
         }
     }
 
+    /// One request and its answer, in order (for the hello and for listening
+    /// connections, which carry no other calls).
     async fn call(&mut self, req: &Request) -> Result<Response, Error> {
-        if self.in_call {
-            return Err(Error::Abandoned);
-        }
-        self.in_call = true;
         self.send(req).await?;
-        let answer = self.recv().await;
-        self.in_call = false;
-        answer?.ok_or_else(|| {
+        self.recv().await?.ok_or_else(|| {
             Error::Io(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 "mgrpd closed the connection",
@@ -376,11 +366,125 @@ impl Conn {
     }
 }
 
+/// The calls waiting for their answers on a [`Mux`].
+#[derive(Debug, Default)]
+struct Waiting {
+    calls: HashMap<u64, oneshot::Sender<Result<Response, Error>>>,
+    /// Why the connection ended, once it has.
+    closed: Option<String>,
+}
+
+/// A connection on which every call carries an id: a writer task sends whole lines
+/// (so a call dropped halfway cannot cut one), a reader task hands each answer to the
+/// call that waits for its id.
+#[derive(Debug)]
+struct Mux {
+    lines: mpsc::UnboundedSender<Vec<u8>>,
+    waiting: Arc<std::sync::Mutex<Waiting>>,
+    next_id: AtomicU64,
+}
+
+impl Mux {
+    /// Takes over a connection that has said hello.
+    fn start(conn: Conn) -> Self {
+        let Conn {
+            mut reader,
+            mut writer,
+            mut line,
+        } = conn;
+        let waiting = Arc::new(std::sync::Mutex::new(Waiting::default()));
+        let (lines, mut outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
+        tokio::spawn(async move {
+            while let Some(l) = outgoing.recv().await {
+                if writer.write_all(&l).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let w = waiting.clone();
+        tokio::spawn(async move {
+            let why = loop {
+                line.clear();
+                match reader.read_until(b'\n', &mut line).await {
+                    Ok(0) => break "mgrpd closed the connection".to_string(),
+                    Err(e) => break e.to_string(),
+                    Ok(_) if line.len() > MAX_LINE => {
+                        break format!("answer of {} bytes", line.len());
+                    }
+                    Ok(_) => {}
+                }
+                let Ok(frame) = serde_json::from_slice::<ResponseFrame>(&line) else {
+                    continue;
+                };
+                // Answers without an id (none are expected here) and answers to calls
+                // given up on are dropped.
+                let Some(id) = frame.id else { continue };
+                let call = w
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .calls
+                    .remove(&id);
+                if let Some(call) = call {
+                    let _ = call.send(match frame.response {
+                        Response::Error(e) => Err(e.into()),
+                        r => Ok(r),
+                    });
+                }
+            };
+            let mut w = w.lock().unwrap_or_else(PoisonError::into_inner);
+            w.calls.clear();
+            w.closed = Some(why);
+        });
+        Self {
+            lines,
+            waiting,
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    async fn call(&self, request: Request) -> Result<Response, Error> {
+        let closed = |why: &str| {
+            Error::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                why.to_string(),
+            ))
+        };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut line = serde_json::to_vec(&RequestFrame {
+            id: Some(id),
+            request,
+        })
+        .map_err(|e| Error::Protocol(e.to_string()))?;
+        line.push(b'\n');
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut w = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(why) = &w.closed {
+                return Err(closed(why));
+            }
+            w.calls.insert(id, tx);
+        }
+        if self.lines.send(line).is_err() {
+            return Err(closed("mgrpd closed the connection"));
+        }
+        // Dropped here (a timeout), the call leaves its entry; the answer removes it.
+        match rx.await {
+            Ok(answer) => answer,
+            Err(_) => {
+                let w = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+                Err(closed(
+                    w.closed.as_deref().unwrap_or("mgrpd closed the connection"),
+                ))
+            }
+        }
+    }
+}
+
 /// A connection to `mgrpd` for submitting trains and reading counters.
 #[derive(Debug)]
 pub struct Client {
     path: PathBuf,
-    conn: Mutex<Conn>,
+    mux: Mux,
     limits: Option<TrainLimits>,
 }
 
@@ -391,7 +495,7 @@ impl Client {
         let (conn, limits) = Conn::open(&path).await?;
         Ok(Self {
             path,
-            conn: Mutex::new(conn),
+            mux: Mux::start(conn),
             limits,
         })
     }
@@ -405,7 +509,7 @@ impl Client {
     /// Submits a train and waits until it has been sent.
     pub async fn send_train(&self, train: Train) -> Result<TransactionReport, Error> {
         let req = Request::SubmitTrain(train.into_request());
-        match self.conn.lock().await.call(&req).await? {
+        match self.mux.call(req).await? {
             Response::Report(r) => Ok(r),
             other => Err(Error::Protocol(format!("{other:?}"))),
         }
@@ -413,7 +517,7 @@ impl Client {
 
     /// The report of this client's most recent finished train, if any.
     pub async fn last_report(&self) -> Result<Option<TransactionReport>, Error> {
-        match self.conn.lock().await.call(&Request::LastReport).await? {
+        match self.mux.call(Request::LastReport).await? {
             Response::Report(r) => Ok(Some(r)),
             Response::NoReport => Ok(None),
             other => Err(Error::Protocol(format!("{other:?}"))),
@@ -422,7 +526,7 @@ impl Client {
 
     /// The daemon's counters.
     pub async fn stats(&self) -> Result<DaemonStats, Error> {
-        match self.conn.lock().await.call(&Request::Stats).await? {
+        match self.mux.call(Request::Stats).await? {
             Response::Stats(s) => Ok(*s),
             other => Err(Error::Protocol(format!("{other:?}"))),
         }

@@ -7,6 +7,12 @@
 //! carry an `op` tag, responses a `type` tag. A connection starts with
 //! [`Request::Hello`]; the daemon answers [`Response::Hello`] with the version it
 //! speaks, or an error if it speaks none the client offered.
+//!
+//! Since version 2 a request may carry an `id` ([`RequestFrame`]), which the answer
+//! to it echoes ([`ResponseFrame`]): a client may then have several calls in flight
+//! on one connection and give up on one without confusing the others. Probe
+//! notifications carry no id. Version 1 clients send no ids and get answers in order,
+//! as before.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -17,7 +23,32 @@ use crate::WallTime;
 use crate::stats::{PlannerCounters, ReassemblyCounters, TransactionReport};
 
 /// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// The oldest version the daemon still speaks (version 1 had no request ids).
+pub const OLDEST_PROTOCOL_VERSION: u32 = 1;
+
+/// A request as it travels: the request and, since version 2, an id for its answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestFrame {
+    /// Echoed in the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    /// The request.
+    #[serde(flatten)]
+    pub request: Request,
+}
+
+/// An answer as it travels: the id of the request it answers, if that had one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResponseFrame {
+    /// The id of the request answered; none for probe notifications.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    /// The answer.
+    #[serde(flatten)]
+    pub response: Response,
+}
 
 /// Longest request line the daemon reads, in bytes.
 pub const MAX_LINE: usize = 4 << 20;
@@ -359,6 +390,39 @@ impl DaemonStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_carry_ids_beside_the_tags() {
+        let f: RequestFrame = serde_json::from_str(r#"{"op":"stats","id":7}"#).unwrap();
+        assert_eq!((f.id, f.request), (Some(7), Request::Stats));
+        let f: RequestFrame = serde_json::from_str(r#"{"op":"last_report"}"#).unwrap();
+        assert_eq!((f.id, f.request), (None, Request::LastReport));
+        let text = serde_json::to_string(&ResponseFrame {
+            id: Some(9),
+            response: Response::NoReport,
+        })
+        .unwrap();
+        assert_eq!(text, r#"{"id":9,"type":"no_report"}"#);
+        let back: ResponseFrame = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.id, Some(9));
+        // Without an id a frame is exactly the old message.
+        let text = serde_json::to_string(&ResponseFrame {
+            id: None,
+            response: Response::Listening { port: 3 },
+        })
+        .unwrap();
+        assert_eq!(
+            serde_json::from_str::<Response>(&text).unwrap(),
+            Response::Listening { port: 3 }
+        );
+        let stats = ResponseFrame {
+            id: Some(1),
+            response: Response::Stats(Box::default()),
+        };
+        let back: ResponseFrame =
+            serde_json::from_str(&serde_json::to_string(&stats).unwrap()).unwrap();
+        assert_eq!(back, stats);
+    }
 
     #[test]
     fn requests_read_as_documented() {

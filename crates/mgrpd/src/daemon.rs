@@ -123,7 +123,7 @@ pub enum RouteEvent {
 pub(crate) struct Listener {
     pub(crate) conn: u64,
     pub(crate) source: Option<IpAddr>,
-    pub(crate) tx: mpsc::Sender<Response>,
+    pub(crate) tx: mpsc::Sender<crate::server::Outgoing>,
 }
 
 /// Everything the threads share.
@@ -1105,7 +1105,7 @@ fn deliver_probe(shared: &Shared, probe: ReceivedProbe) {
         bump(&shared.counters.probes_unclaimed);
         return;
     };
-    match l.tx.try_send(Response::Probe(probe)) {
+    match l.tx.try_send((None, Response::Probe(probe))) {
         Ok(()) => bump(&shared.counters.probes_delivered),
         Err(_) => bump(&shared.counters.probes_dropped_slow_listener),
     }

@@ -11,7 +11,8 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use mgrp_core::api::{
-    ApiError, ErrorKind, MAX_LINE, PROTOCOL_VERSION, Request, Response, TrainLimits, TrainRequest,
+    ApiError, ErrorKind, MAX_LINE, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, Request,
+    RequestFrame, Response, ResponseFrame, TrainLimits, TrainRequest,
 };
 use mgrp_core::planner::{ProbeSpec, Transaction};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -122,12 +123,12 @@ async fn connection(id: u64, uid: Option<u32>, stream: UnixStream, shared: Arc<S
         ..Conn::default()
     }));
     let (read, mut write) = stream.into_split();
-    let (tx, mut rx) = mpsc::channel::<Response>(4096);
+    let (tx, mut rx) = mpsc::channel::<Outgoing>(4096);
     let writer = tokio::spawn(async move {
         let mut line = Vec::with_capacity(512);
-        while let Some(msg) = rx.recv().await {
+        while let Some((id, response)) = rx.recv().await {
             line.clear();
-            if serde_json::to_writer(&mut line, &msg).is_err() {
+            if serde_json::to_writer(&mut line, &ResponseFrame { id, response }).is_err() {
                 continue;
             }
             line.push(b'\n');
@@ -150,23 +151,33 @@ async fn connection(id: u64, uid: Option<u32>, stream: UnixStream, shared: Arc<S
         };
         if n > MAX_LINE {
             let _ = tx
-                .send(error(
-                    ErrorKind::BadRequest,
-                    format!("request longer than {MAX_LINE} bytes"),
+                .send((
+                    None,
+                    error(
+                        ErrorKind::BadRequest,
+                        format!("request longer than {MAX_LINE} bytes"),
+                    ),
                 ))
                 .await;
             break;
         }
-        let req: Request = match serde_json::from_slice(&line) {
+        let frame: RequestFrame = match serde_json::from_slice(&line) {
             Ok(r) => r,
             Err(e) => {
                 let _ = tx
-                    .send(error(ErrorKind::BadRequest, format!("bad request: {e}")))
+                    .send((
+                        None,
+                        error(ErrorKind::BadRequest, format!("bad request: {e}")),
+                    ))
                     .await;
                 continue;
             }
         };
-        handle(id, req, &shared, &tx, &conn).await;
+        let reply = Reply {
+            tx: tx.clone(),
+            id: frame.id,
+        };
+        handle(id, frame.request, &shared, &reply, &conn).await;
     }
     forget_listeners(&shared, id);
     // A client that left does not want its trains any more.
@@ -188,20 +199,37 @@ fn forget_listeners(shared: &Shared, id: u64) {
     listeners.retain(|_, ls| !ls.is_empty());
 }
 
+/// What goes out on a connection: an answer with the id of its request, or a probe
+/// notification (no id).
+pub(crate) type Outgoing = (Option<u64>, Response);
+
+/// Where the answer to one request goes.
+#[derive(Debug, Clone)]
+struct Reply {
+    tx: mpsc::Sender<Outgoing>,
+    id: Option<u64>,
+}
+
+impl Reply {
+    async fn send(&self, response: Response) {
+        let _ = self.tx.send((self.id, response)).await;
+    }
+}
+
 async fn handle(
     id: u64,
     req: Request,
     shared: &Arc<Shared>,
-    tx: &mpsc::Sender<Response>,
+    tx: &Reply,
     conn: &Arc<std::sync::Mutex<Conn>>,
 ) {
     let reply = match req {
         Request::Hello { version, client } => {
-            if version != PROTOCOL_VERSION {
+            if !(OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
                 error(
                     ErrorKind::Version,
                     format!(
-                        "client speaks protocol {version}, this mgrpd speaks {PROTOCOL_VERSION}; upgrade the older side"
+                        "client speaks protocol {version}, this mgrpd speaks {OLDEST_PROTOCOL_VERSION} to {PROTOCOL_VERSION}; upgrade the older side"
                     ),
                 )
             } else {
@@ -209,7 +237,7 @@ async fn handle(
                 let c = &shared.config;
                 let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
                 Response::Hello {
-                    version: PROTOCOL_VERSION,
+                    version,
                     daemon: format!("mgrpd {}", env!("CARGO_PKG_VERSION")),
                     limits: Some(TrainLimits {
                         max_probes: u32::try_from(c.max_probes_per_train).unwrap_or(u32::MAX),
@@ -234,7 +262,7 @@ async fn handle(
                     "this connection has {} trains queued, the most allowed (limits.max-trains-per-client); wait for their reports",
                     shared.config.max_trains_per_client
                 );
-                let _ = tx.send(error(ErrorKind::Busy, msg)).await;
+                tx.send(error(ErrorKind::Busy, msg)).await;
                 return;
             }
             let shared = shared.clone();
@@ -250,7 +278,7 @@ async fn handle(
                         c.last_report = Some(r.clone());
                     }
                 }
-                let _ = tx.send(reply).await;
+                tx.send(reply).await;
             });
             return;
         }
@@ -258,7 +286,7 @@ async fn handle(
             Some(r) => Response::Report(r),
             None => Response::NoReport,
         },
-        Request::Listen { port, source } => listen(id, port, source, shared, tx),
+        Request::Listen { port, source } => listen(id, port, source, shared, &tx.tx),
         Request::Unlisten { port } => {
             let mut listeners = lock(&shared.listeners);
             if let Some(ls) = listeners.get_mut(&port) {
@@ -269,7 +297,7 @@ async fn handle(
         }
         Request::Stats => Response::Stats(Box::new(shared.stats())),
     };
-    let _ = tx.send(reply).await;
+    tx.send(reply).await;
 }
 
 fn listen(
@@ -277,7 +305,7 @@ fn listen(
     port: u16,
     source: Option<IpAddr>,
     shared: &Shared,
-    tx: &mpsc::Sender<Response>,
+    tx: &mpsc::Sender<Outgoing>,
 ) -> Response {
     let mut listeners = lock(&shared.listeners);
     let total: usize = listeners.values().map(Vec::len).sum();

@@ -165,16 +165,42 @@ fn refused_trains_say_why() {
 }
 
 #[test]
-fn an_abandoned_call_poisons_only_its_client() {
+fn a_call_given_up_on_harms_no_other() {
     rt().block_on(async {
         let d = daemon("abandon", "").await;
         let c = Client::connect(socket_path("abandon")).await.unwrap();
         let long = Train::uniform(LOCAL, 200, 100, Duration::from_millis(1));
         let cut = tokio::time::timeout(Duration::from_millis(20), c.send_train(long)).await;
         assert!(cut.is_err(), "the call should have timed out");
-        assert!(matches!(c.stats().await, Err(Error::Abandoned)));
-        let fresh = Client::connect(socket_path("abandon")).await.unwrap();
-        assert!(fresh.stats().await.is_ok());
+        // The same client goes on; the given-up train's report is dropped when it comes.
+        assert!(c.stats().await.is_ok());
+        let r = c
+            .send_train(Train::uniform(LOCAL, 3, 100, Duration::from_micros(100)))
+            .await
+            .unwrap();
+        assert_eq!(r.probes_sent, 3);
+        d.stop().await;
+    });
+}
+
+#[test]
+fn several_trains_in_flight_on_one_connection() {
+    rt().block_on(async {
+        let d = daemon("several", "").await;
+        let c = Client::connect(socket_path("several")).await.unwrap();
+        let train = |n| Train::uniform(LOCAL, n, 200, Duration::from_micros(300)).ports(1, 2);
+        // Submitted together, answered each to its own call, whatever the order.
+        let (a, b, s, l) = tokio::join!(
+            c.send_train(train(30)),
+            c.send_train(train(5)),
+            c.stats(),
+            c.last_report()
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!((a.probes_requested, b.probes_requested), (30, 5));
+        assert_eq!((a.probes_sent, b.probes_sent), (30, 5));
+        assert_ne!(a.transaction, b.transaction);
+        assert!(s.is_ok() && l.is_ok());
         d.stop().await;
     });
 }

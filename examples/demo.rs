@@ -190,7 +190,14 @@ fn phase(me: &std::path::Path, piggyback: bool, duration: Duration) -> anyhow::R
     let net = TwoHosts::new(&TwoHostOptions {
         bottleneck: Some(("10mbit".into(), "1540".into())),
     })?;
-    let (a, b) = daemon_pair(&net, me, &["mgrpd"], &["--log-level", "warn"])?;
+    // The paper's mode (its "mgrp10"): every packet to the peer waits up to 10 ms for
+    // a probe, so the stream rides in the trains throughout.
+    let (a, b) = daemon_pair(
+        &net,
+        me,
+        &["mgrpd"],
+        &["--log-level", "warn", "--hold-mode", "always"],
+    )?;
 
     // The TCP stream, paced at STREAM_MBPS by the application.
     let listener = tcp_listen(&net.b, IpAddr::V4(ADDR_B), 5001)?;

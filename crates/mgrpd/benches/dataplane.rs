@@ -189,7 +189,7 @@ fn main() {
     );
 
     {
-        let (a, _b) = daemons(&net, &[]);
+        let (a, _b) = daemons(&net, &["--hold-mode", "always"]);
         let tput = throughput(&net, bytes, runs, &mut port);
         let trains_tput = with_trains(&a, || throughput(&net, bytes, runs, &mut port));
         println!(

@@ -78,9 +78,11 @@ pub struct Cli {
     /// How long a packet may wait for a probe, e.g. 10ms, 500us [default: 10ms].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub hold: Option<Duration>,
-    /// `always`: packets wait up to the hold time whether or not a train comes (the
-    /// paper's mode); `on-demand`: packets wait only while a train to their destination
-    /// is queued or in flight [default: always].
+    /// `on-demand`: packets wait only while a train to their destination is queued or
+    /// in flight, and with routes on demand they do not even enter the tunnel
+    /// otherwise; `always`: every packet of a routed destination waits up to the hold
+    /// time whether or not a train comes (the paper's mode, for experiments)
+    /// [default: on-demand].
     #[arg(long, value_name = "MODE")]
     pub hold_mode: Option<HoldModeArg>,
     /// With on-demand hold: route a destination into the tunnel only while a train to it
@@ -419,7 +421,11 @@ impl Config {
     }
 
     fn merge(f: File, cli: &Cli) -> Result<Self, ConfigError> {
-        let hold_mode = match cli.hold_mode.or(f.hold_mode).unwrap_or(HoldModeArg::Always) {
+        let hold_mode = match cli
+            .hold_mode
+            .or(f.hold_mode)
+            .unwrap_or(HoldModeArg::OnDemand)
+        {
             HoldModeArg::Always => HoldMode::Always,
             HoldModeArg::OnDemand => HoldMode::OnDemand,
         };
@@ -780,8 +786,9 @@ mod tests {
         assert_eq!(c.tun, "mgrp0");
         assert_eq!(c.protocol, 253);
         assert_eq!(c.policy.hold, Duration::from_millis(10));
-        assert_eq!(c.policy.hold_mode, HoldMode::Always);
-        assert!(!c.route_on_demand);
+        // Nothing waits and nothing is routed into the tunnel while nobody measures.
+        assert_eq!(c.policy.hold_mode, HoldMode::OnDemand);
+        assert!(c.route_on_demand);
         assert_eq!(c.busy_poll_margin, Duration::from_micros(150));
         assert_eq!(c.socket, PathBuf::from("/run/mgrp/mgrpd.sock"));
     }
@@ -862,9 +869,11 @@ mod tests {
         // On demand, the route back exists only while trains run.
         let c = Config::from_toml("hold-mode = \"on-demand\"\nroutes = [\"10.1.0.0/16\"]").unwrap();
         assert!(c.strict_rp_filter().is_err());
-        // Holding always keeps the routes installed.
-        let c = Config::from_toml("routes = [\"10.1.0.0/16\"]").unwrap();
+        // Holding always keeps the routes installed; the default is on demand.
+        let c = Config::from_toml("hold-mode = \"always\"\nroutes = [\"10.1.0.0/16\"]").unwrap();
         assert_eq!(c.strict_rp_filter(), Ok(()));
+        let c = Config::from_toml("routes = [\"10.1.0.0/16\"]").unwrap();
+        assert!(c.strict_rp_filter().is_err());
         // A peer outside the routes, or a source outside them, needs loose filtering.
         let c = Config::from_toml(&format!(
             "{permanent}[[peers]]\nprefix = \"192.0.2.1/32\"\n"

@@ -87,7 +87,8 @@ fn train_round_trip_with_stamps() {
 #[test]
 fn riders_ride_and_are_delivered() {
     rt().block_on(async {
-        let d = daemon("riders", "hold = \"500ms\"").await;
+        // The paper's mode: riders wait for a train that has not come yet.
+        let d = daemon("riders", "hold = \"500ms\"\nhold-mode = \"always\"").await;
         let client = Client::connect(socket_path("riders")).await.unwrap();
         let mut probes = client.listen(9001).await.unwrap();
         for i in 0..40 {
@@ -424,7 +425,7 @@ fn held_riders_are_bounded_in_destinations_and_in_bytes() {
     rt().block_on(async {
         let d = daemon(
             "held",
-            "[piggyback]\nmax-held-bytes = 3000\n[limits]\nmax-destinations = 2\n",
+            "hold-mode = \"always\"\n[piggyback]\nmax-held-bytes = 3000\n[limits]\nmax-destinations = 2\n",
         )
         .await;
         // Held for 10 ms (no train runs): three fit in the total, the fourth does not,

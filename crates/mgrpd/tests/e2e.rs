@@ -98,7 +98,8 @@ fn tcp_through_the_tunnel_with_and_without_trains() {
         return;
     }
     let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
-    let (a, b) = daemons(&net, &[]);
+    // Permanent routes (the paper's mode): traffic enters the tunnel with no train.
+    let (a, b) = daemons(&net, &["--hold-mode", "always"]);
     transfer(&net, &a, 20 * MB, 5001, false);
     let before = a.quiescent_stats().unwrap();
     assert!(
@@ -134,7 +135,10 @@ fn tcp_through_a_10mbit_bottleneck_with_trains() {
         bottleneck: Some(("10mbit".into(), "16kb".into())),
     };
     let net = TwoHosts::new(&opts).expect("topology");
-    let (a, b) = daemons(&net, &[]);
+    // The paper's mode: the transfer is in the tunnel throughout. (With routes on
+    // demand it fills the bottleneck's queue between trains, and a probe can then be
+    // refused by the qdisc, which `trains_until` does not allow.)
+    let (a, b) = daemons(&net, &["--hold-mode", "always"]);
     transfer(&net, &a, 20 * MB, 5003, false);
     transfer(&net, &a, 20 * MB, 5004, true);
     let sa = a.quiescent_stats().unwrap();
@@ -310,7 +314,7 @@ fn clean_shutdown_removes_rule_and_socket() {
         return;
     }
     let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
-    let (mut a, _b) = daemons(&net, &[]);
+    let (mut a, _b) = daemons(&net, &["--hold-mode", "always"]);
     assert!(net.a.ip(&["rule"]).unwrap().contains("lookup 4242"));
     // Permanent routes lead back into the TUN for every peer: strict filtering.
     assert_eq!(rp_filter(&net.a, &a.tun), "1", "{}", a.process.log());
@@ -470,8 +474,21 @@ fn ipv6_riders_ride_in_ipv6_probes() {
     let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
     let route_b = format!("{ADDR6_B}/128");
     let route_a = format!("{ADDR6_A}/128");
-    let a = Daemon::start(&net.a, mgrpd(), &["--route", &route_b]).expect("mgrpd on A");
-    let b = Daemon::start(&net.b, mgrpd(), &["--route", &route_a]).expect("mgrpd on B");
+    // Permanent routes, so the whole transfer is in the tunnel (with routes on demand
+    // the part before the first train goes direct).
+    let always = ["--hold-mode", "always"];
+    let a = Daemon::start(
+        &net.a,
+        mgrpd(),
+        &[&["--route", &route_b][..], &always].concat(),
+    )
+    .expect("mgrpd on A");
+    let b = Daemon::start(
+        &net.b,
+        mgrpd(),
+        &[&["--route", &route_a][..], &always].concat(),
+    )
+    .expect("mgrpd on B");
     let listener = tcp_listen(&net.b, IpAddr::V6(ADDR6_B), 5011).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let trains = {
@@ -518,7 +535,14 @@ fn riders_of_probes_that_cannot_be_sent_are_not_lost_silently() {
     let a = Daemon::start(
         &net.a,
         mgrpd(),
-        &["--route", "10.99.0.1/32", "--hold", "200ms"],
+        &[
+            "--route",
+            "10.99.0.1/32",
+            "--hold",
+            "200ms",
+            "--hold-mode",
+            "always",
+        ],
     )
     .expect("mgrpd on A");
     let sock = net

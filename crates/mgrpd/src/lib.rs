@@ -1,13 +1,16 @@
 //! `mgrpd`, the MGRP daemon.
 //!
 //! Its job: read application packets ("riders") from a TUN device, hand them to the
-//! `mgrp-core` planner of their destination, pace the probe trains that tools submit
-//! on a real-time thread onto a raw IP socket (protocol 253 by default), and on the
-//! receiving side take riders out of probes, write them back through the TUN and hand
-//! the probes, with kernel receive timestamps, to the tools listening for them.
+//! `mgrp-core` endpoint, which plans them into the probe trains that tools submit;
+//! pace those trains on a real-time thread onto a raw IP socket (protocol 253 by
+//! default); and on the receiving side take riders out of probes, write them back
+//! through the TUN and hand the probes, with kernel receive timestamps, to the tools
+//! listening for them.
 //!
 //! - [`config`]: the TOML file and the flags.
-//! - [`daemon`]: the data-path threads (TUN reader, pacer, receiver) and counters.
+//! - [`daemon`]: the data-path threads (TUN reader, receiver, peer liveness) and
+//!   counters.
+//! - [`pacer`]: the pacer, which owns the endpoint, and the sender thread.
 //! - [`server`]: the Unix-socket API.
 //! - [`routes`] and [`demand`]: policy routing into the TUN, permanent or on demand.
 //! - [`sys`]: every raw system call.

@@ -678,33 +678,8 @@ pub fn thread_capabilities() -> io::Result<u64> {
 
 /// User and group ids of the user called `name`.
 pub fn user_ids(name: &str) -> Option<(u32, u32)> {
-    let c = std::ffi::CString::new(name).ok()?;
-    let mut buf: Vec<libc::c_char> = vec![0; 16 * 1024];
-    loop {
-        let mut pw = MaybeUninit::<libc::passwd>::uninit();
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: every pointer refers to live memory of the stated size; the
-        // re-entrant call writes only into `pw` and `buf`.
-        let rc = unsafe {
-            libc::getpwnam_r(
-                c.as_ptr(),
-                pw.as_mut_ptr(),
-                buf.as_mut_ptr(),
-                buf.len(),
-                &raw mut result,
-            )
-        };
-        if rc == libc::ERANGE && buf.len() < 1 << 20 {
-            buf.resize(buf.len() * 2, 0);
-            continue;
-        }
-        if rc != 0 || result.is_null() {
-            return None;
-        }
-        // SAFETY: on success with a non-null result, `pw` was filled in.
-        let pw = unsafe { pw.assume_init() };
-        return Some((pw.pw_uid, pw.pw_gid));
-    }
+    let user = nix::unistd::User::from_name(name).ok()??;
+    Some((user.uid.as_raw(), user.gid.as_raw()))
 }
 
 /// Becomes user `uid` with group `gid` and no supplementary groups, keeping the
@@ -737,29 +712,7 @@ pub fn no_new_privileges() -> io::Result<()> {
 
 /// The id of the group called `name`.
 pub fn group_id(name: &str) -> Option<u32> {
-    let c = std::ffi::CString::new(name).ok()?;
-    let mut buf: Vec<libc::c_char> = vec![0; 16 * 1024];
-    loop {
-        let mut grp = MaybeUninit::<libc::group>::uninit();
-        let mut result: *mut libc::group = std::ptr::null_mut();
-        // SAFETY: every pointer refers to live memory of the stated size; the
-        // re-entrant call writes only into `grp` and `buf`.
-        let rc = unsafe {
-            libc::getgrnam_r(
-                c.as_ptr(),
-                grp.as_mut_ptr(),
-                buf.as_mut_ptr(),
-                buf.len(),
-                &raw mut result,
-            )
-        };
-        if rc == libc::ERANGE && buf.len() < 1 << 20 {
-            buf.resize(buf.len() * 2, 0);
-            continue;
-        }
-        // SAFETY: on success with a non-null result, `grp` was filled in.
-        return (rc == 0 && !result.is_null()).then(|| unsafe { grp.assume_init() }.gr_gid);
-    }
+    Some(nix::unistd::Group::from_name(name).ok()??.gid.as_raw())
 }
 
 /// Sets a /proc/sys knob of an interface, e.g. `("ipv4", "mgrp0", "rp_filter", "2")`.
@@ -792,6 +745,14 @@ mod tests {
         assert_eq!(packet_destination(&v6), Some("::1".parse().unwrap()));
         assert_eq!(packet_destination(&v4[..10]), None);
         assert_eq!(packet_destination(&[0x10; 40]), None);
+    }
+
+    #[test]
+    fn users_and_groups_by_name() {
+        assert_eq!(user_ids("root"), Some((0, 0)));
+        assert_eq!(group_id("root"), Some(0));
+        assert_eq!(user_ids("no-such-user-mgrp"), None);
+        assert_eq!(group_id("no-such-group-mgrp"), None);
     }
 
     #[test]

@@ -42,7 +42,11 @@ pub(crate) fn add_other_b(net: &TwoHosts) -> anyhow::Result<()> {
 /// mgrpd on both hosts, each routing the other host's address into its tunnel.
 pub(crate) fn daemons(net: &TwoHosts) -> anyhow::Result<(Daemon, Daemon)> {
     let me = std::env::current_exe()?;
-    daemon_pair(net, &me, &["mgrpd"], &[])
+    // The paper's mode: application traffic rides in the probes throughout, which is
+    // what the rider adjustment is measured against. (With routes on demand the
+    // stream rides only around the streams and competes with them between, a mix the
+    // wide bands here do not cover.)
+    daemon_pair(net, &me, &["mgrpd"], &["--hold-mode", "always"])
 }
 
 /// One finished measurement.

@@ -136,11 +136,11 @@ pub struct Shared {
     pub(crate) listeners: Mutex<HashMap<u16, Vec<Listener>>>,
     /// Reassembly counters of each receiver: IPv4 (and the loopback path) and IPv6.
     pub(crate) reassembly: Mutex<[ReassemblyCounters; 2]>,
-    malformed_log: Mutex<LogLimiter>,
-    refused_log: Mutex<LogLimiter>,
-    not_peer_log: Mutex<LogLimiter>,
-    auth_log: Mutex<LogLimiter>,
-    bounds_log: Mutex<LogLimiter>,
+    malformed_log: LimitedLog,
+    refused_log: LimitedLog,
+    not_peer_log: LimitedLog,
+    auth_log: LimitedLog,
+    bounds_log: LimitedLog,
     /// The counter of the next authenticated packet; starts at the clock's nanoseconds
     /// so a restarted daemon's packets are not taken for replays.
     tx_counter: AtomicU64,
@@ -188,8 +188,6 @@ impl fmt::Debug for Shared {
 /// A train accepted by [`Shared::submit`].
 #[derive(Debug)]
 pub struct Submitted {
-    /// The MGRP peer it goes to.
-    pub peer: IpAddr,
     /// Its transaction id.
     pub id: u32,
     /// Where its report arrives once it was sent (or cancelled).
@@ -273,31 +271,16 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             listeners: Mutex::new(HashMap::new()),
             reassembly: Mutex::new([ReassemblyCounters::default(); 2]),
-            refused_log: Mutex::new(LogLimiter {
-                last: None,
-                skipped: 0,
-            }),
-            not_peer_log: Mutex::new(LogLimiter {
-                last: None,
-                skipped: 0,
-            }),
-            auth_log: Mutex::new(LogLimiter {
-                last: None,
-                skipped: 0,
-            }),
-            bounds_log: Mutex::new(LogLimiter {
-                last: None,
-                skipped: 0,
-            }),
+            refused_log: LimitedLog::default(),
+            not_peer_log: LimitedLog::default(),
+            auth_log: LimitedLog::default(),
+            bounds_log: LimitedLog::default(),
             tx_counter: AtomicU64::new(sys::wall_now().as_nanos()),
             budgets,
             down: Mutex::new(HashMap::new()),
             any_down: AtomicBool::new(false),
             replay: Mutex::new(HashMap::new()),
-            malformed_log: Mutex::new(LogLimiter {
-                last: None,
-                skipped: 0,
-            }),
+            malformed_log: LimitedLog::default(),
             io,
             route_events: events,
             fatal: Mutex::new(None),
@@ -487,7 +470,7 @@ impl Shared {
         let refused = match accepted.await {
             Ok(Ok(id)) => {
                 bump(&self.counters.trains_accepted);
-                return Ok(Submitted { peer, id, report });
+                return Ok(Submitted { id, report });
             }
             Ok(Err(e)) => e,
             // The pacer stopped before it took the train.
@@ -719,13 +702,7 @@ impl Shared {
 impl Shared {
     /// Logs, at most once a second, that a bound was reached (each is also counted).
     pub(crate) fn bound_reached(&self, what: fmt::Arguments<'_>) {
-        let mut limiter = self
-            .bounds_log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(skipped) = limiter.allow() {
-            warn!("{what} ({skipped} more bounds reached since the last report)");
-        }
+        self.bounds_log.warn(what);
     }
 
     /// The peers counted as down at `now`.
@@ -839,25 +816,23 @@ impl Budgets {
     }
 }
 
-/// Rate-limits a log line to one per interval, counting what it skipped.
-#[derive(Debug)]
-struct LogLimiter {
-    last: Option<Instant>,
-    skipped: u64,
-}
+/// A warning written at most once a second, saying how many it skipped.
+#[derive(Debug, Default)]
+struct LimitedLog(Mutex<(Option<Instant>, u64)>);
 
-impl LogLimiter {
-    fn allow(&mut self) -> Option<u64> {
+impl LimitedLog {
+    fn warn(&self, what: fmt::Arguments<'_>) {
         let now = Instant::now();
-        if self
-            .last
-            .is_some_and(|l| now.duration_since(l) < Duration::from_secs(1))
-        {
-            self.skipped += 1;
-            return None;
+        let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (last, skipped) = &mut *state;
+        if last.is_some_and(|l| now.duration_since(l) < Duration::from_secs(1)) {
+            *skipped += 1;
+            return;
         }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.skipped))
+        *last = Some(now);
+        let skipped = std::mem::take(skipped);
+        drop(state);
+        warn!("{what} ({skipped} more since the last report)");
     }
 }
 
@@ -945,10 +920,8 @@ impl Shared {
             None => return true,
         };
         bump(counter);
-        let mut limiter = self.auth_log.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(skipped) = limiter.allow() {
-            warn!("dropped {what} from peer {from} ({skipped} more since the last report)");
-        }
+        self.auth_log
+            .warn(format_args!("dropped {what} from peer {from}"));
         false
     }
 
@@ -974,15 +947,9 @@ impl Shared {
             Refusal::InnerMgrp => &c.riders_refused_inner_mgrp,
             Refusal::SpecialDestination => &c.riders_refused_special_destination,
         });
-        let mut limiter = self
-            .refused_log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(skipped) = limiter.allow() {
-            warn!(
-                "refused a rider from peer {from}: {refusal:?} ({skipped} more refusals since the last report)"
-            );
-        }
+        self.refused_log.warn(format_args!(
+            "refused a rider from peer {from}: {refusal:?}"
+        ));
     }
 
     /// Publishes one receiver's reassembly counters; the IPv4 and IPv6 receivers
@@ -1012,30 +979,18 @@ impl Shared {
         bump(&self.counters.mgrp_received);
         if !self.config.peers.is_peer(from) {
             bump(&self.counters.mgrp_not_peer);
-            let mut limiter = self
-                .not_peer_log
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if let Some(skipped) = limiter.allow() {
-                warn!(
-                    "dropped an MGRP packet from {from}, which is no peer; add it with --peer if it should be one ({skipped} more since the last report)"
-                );
-            }
+            self.not_peer_log.warn(format_args!(
+                "dropped an MGRP packet from {from}, which is no peer; add it with --peer if it should be one"
+            ));
             return;
         }
         let packet = match Packet::new_checked(payload) {
             Ok(p) => p,
             Err(e) => {
                 bump(&self.counters.mgrp_malformed);
-                let mut limiter = self
-                    .malformed_log
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                if let Some(skipped) = limiter.allow() {
-                    warn!(
-                        "dropped a malformed MGRP packet from {from}: {e} ({skipped} more since the last report)"
-                    );
-                }
+                self.malformed_log.warn(format_args!(
+                    "dropped a malformed MGRP packet from {from}: {e}"
+                ));
                 return;
             }
         };

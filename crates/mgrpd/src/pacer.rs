@@ -291,9 +291,7 @@ impl Pacer<'_> {
             let until = self
                 .endpoint
                 .next_probe_deadline()
-                .map_or(MonoTime::from_nanos(u64::MAX), |d| {
-                    MonoTime::from_nanos(d.as_nanos().saturating_sub(self.margin_ns()))
-                });
+                .map_or(MonoTime::from_nanos(u64::MAX), |d| self.wake_for(d));
             self.ingest(now, BATCHES_PER_INGEST, until);
             let stopping = self.shared.shutdown.load(Ordering::SeqCst);
             if stopping && !self.flushed {
@@ -337,13 +335,20 @@ impl Pacer<'_> {
         }
     }
 
-    /// How long before a deadline the pacer stops sleeping.
-    fn margin_ns(&self) -> u64 {
+    /// How long before a deadline the pacer stops sleeping and spins: the busy-poll
+    /// margin, or nothing once the train in flight has spun its limit.
+    fn margin(&self) -> Duration {
         if self.spin.capped {
-            0
+            Duration::ZERO
         } else {
-            u64::try_from(self.shared.config.busy_poll_margin.as_nanos()).unwrap_or(u64::MAX)
+            self.shared.config.busy_poll_margin
         }
+    }
+
+    /// When to stop sleeping for a probe due at `deadline`.
+    fn wake_for(&self, deadline: MonoTime) -> MonoTime {
+        let margin = u64::try_from(self.margin().as_nanos()).unwrap_or(u64::MAX);
+        MonoTime::from_nanos(deadline.as_nanos().saturating_sub(margin))
     }
 
     /// Sleeps until `until` or until input comes or shutdown is asked for.
@@ -527,19 +532,18 @@ impl Pacer<'_> {
     /// timer alone.
     fn send_probe(&mut self, deadline: MonoTime) {
         let shared = self.shared;
-        let margin = if self.spin.capped {
-            Duration::ZERO
-        } else {
-            shared.config.busy_poll_margin
-        };
-        let margin_ns = u64::try_from(margin.as_nanos()).unwrap_or(u64::MAX);
+        let margin = self.margin();
         // A real-time pacer spins through gaps shorter than two margins: a timer
         // wake-up that short buys little sleep and risks its own latency tail. Under
         // the normal scheduler spinning is worse than sleeping, so it always sleeps.
-        let spin_below = if self.realtime { 2 * margin_ns } else { 0 };
+        let spin_below = if self.realtime {
+            2 * margin
+        } else {
+            Duration::ZERO
+        };
         let now = sys::mono_now();
-        let wake = MonoTime::from_nanos(deadline.as_nanos().saturating_sub(margin_ns));
-        let short = deadline.saturating_since(now) < Duration::from_nanos(spin_below);
+        let wake = self.wake_for(deadline);
+        let short = deadline.saturating_since(now) < spin_below;
         if !short && !self.sleep_releasing(wake) {
             return;
         }
@@ -597,8 +601,8 @@ impl Pacer<'_> {
         let now = sys::mono_now();
         self.endpoint
             .handle_probe_sent(now, probe.transaction, probe.seq, sent);
+        // Also wakes the sender for what this probe queued (riders of a failed send).
         self.pump(now);
-        self.signal_sender();
     }
 }
 

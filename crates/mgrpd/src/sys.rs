@@ -661,21 +661,6 @@ pub fn limit_capabilities(keep: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// The calling thread's effective capabilities (unlike [`effective_capabilities`],
-/// which reads the main thread's).
-pub fn thread_capabilities() -> io::Result<u64> {
-    let mut header = CapHeader {
-        version: CAP_VERSION_3,
-        pid: 0,
-    };
-    let mut now = [CapData::default(); 2];
-    // SAFETY: header and two data words as the version-3 ABI requires.
-    check(unsafe {
-        libc::syscall(libc::SYS_capget, &raw mut header, now.as_mut_ptr()) as libc::c_int
-    })?;
-    Ok(u64::from(now[0].effective) | (u64::from(now[1].effective) << 32))
-}
-
 /// User and group ids of the user called `name`.
 pub fn user_ids(name: &str) -> Option<(u32, u32)> {
     let user = nix::unistd::User::from_name(name).ok()??;

@@ -373,16 +373,21 @@ fn trains_over_the_users_rate_are_refused() {
 #[test]
 fn a_train_that_spins_too_long_is_paced_by_the_timer_for_the_rest() {
     rt().block_on(async {
-        let d = daemon("spin", "[limits]\nmax-train-spin = \"1ms\"\n").await;
+        let d = daemon(
+            "spin",
+            "busy-poll-margin = \"1ms\"\n[limits]\nmax-train-spin = \"2ms\"\n",
+        )
+        .await;
         let client = Client::connect(socket_path("spin")).await.unwrap();
-        // Each probe spins through the last busy-poll margin (150 µs) before it.
-        let train = Train::uniform(LOCAL, 40, 300, Duration::from_millis(1)).ports(1, 2);
+        // Each probe spins through the last busy-poll margin (1 ms) before it, less
+        // whatever the timer's wake-up was late: the cap comes within a few probes.
+        let train = Train::uniform(LOCAL, 40, 300, Duration::from_millis(2)).ports(1, 2);
         let report = client.send_train(train).await.unwrap();
         assert_eq!(report.probes_sent, 40, "every probe still leaves");
         let s = client.stats().await.unwrap();
         assert_eq!(s.daemon.trains_spin_capped, 1, "{:#?}", s.daemon);
-        // A short train stays under the cap.
-        let train = Train::uniform(LOCAL, 2, 300, Duration::from_millis(1)).ports(1, 2);
+        // A train of one probe, due at once, does not spin at all.
+        let train = Train::uniform(LOCAL, 1, 300, Duration::ZERO).ports(1, 2);
         client.send_train(train).await.unwrap();
         assert_eq!(client.stats().await.unwrap().daemon.trains_spin_capped, 1);
         drop(d);
@@ -425,19 +430,27 @@ fn held_riders_are_bounded_in_destinations_and_in_bytes() {
     rt().block_on(async {
         let d = daemon(
             "held",
-            "hold-mode = \"always\"\n[piggyback]\nmax-held-bytes = 3000\n[limits]\nmax-destinations = 2\n",
+            "hold-mode = \"always\"\nhold = \"300ms\"\n[piggyback]\nmax-held-bytes = 3000\n[limits]\nmax-destinations = 2\n",
         )
         .await;
-        // Held for 10 ms (no train runs): three fit in the total, the fourth does not,
-        // nor does the one to the second destination.
+        // Held for 300 ms (no train runs), long enough that none leaves before the last
+        // is taken in: three fit in the total, the fourth does not, nor does the one to
+        // the second destination.
         for _ in 0..4 {
             d.shared.handle_tun_packet(&packet_to([127, 0, 0, 1], 1000));
         }
         d.shared.handle_tun_packet(&packet_to([127, 0, 0, 2], 100));
         // A third destination would need a third planner: sent unchanged.
         d.shared.handle_tun_packet(&packet_to([127, 0, 0, 3], 100));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let s = d.shared.stats();
+        // Then the hold runs out and the three leave (waited for, not timed).
+        let mut s = d.shared.stats();
+        for _ in 0..100 {
+            if s.planner.riders_in == 5 && s.planner.riders_held == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            s = d.shared.stats();
+        }
         assert_eq!(s.daemon.riders_bypassed_too_many_destinations, 1, "{s:#?}");
         assert_eq!(s.planner.riders_dropped_queue_full, 2, "{s:#?}");
         assert_eq!(s.planner.riders_sent_unchanged, 3, "{s:#?}");

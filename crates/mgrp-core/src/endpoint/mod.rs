@@ -190,7 +190,6 @@ pub struct Endpoint {
     last_turn: Option<IpAddr>,
     /// Client and destination of every train queued or in flight.
     owners: HashMap<u32, (ClientId, IpAddr)>,
-    per_client: HashMap<ClientId, usize>,
     next_id: u32,
     /// Rider bytes held over all planners.
     held_bytes: usize,
@@ -215,7 +214,6 @@ impl Endpoint {
             active: None,
             last_turn: None,
             owners: HashMap::new(),
-            per_client: HashMap::new(),
             next_id: 0,
             held_bytes: 0,
             actions: VecDeque::new(),
@@ -350,7 +348,8 @@ impl Endpoint {
             self.counters.trains_refused_busy += 1;
             return Err(SubmitError::Busy(self.owners.len()));
         }
-        let mine = self.per_client.get(&client).copied().unwrap_or(0);
+        // At most `max_trains` of them: counting is as cheap as keeping a count.
+        let mine = self.owners.values().filter(|(c, _)| *c == client).count();
         if mine >= self.config.max_trains_per_client {
             self.counters.trains_refused_busy += 1;
             return Err(SubmitError::ClientBusy(mine));
@@ -386,7 +385,6 @@ impl Endpoint {
             self.actions.push_back(Action::RouteIn(peer));
         }
         self.owners.insert(id, (client, peer));
-        *self.per_client.entry(client).or_default() += 1;
         self.counters.trains_accepted += 1;
         Ok(id)
     }
@@ -431,7 +429,6 @@ impl Endpoint {
         for id in ids {
             self.handle_cancel(now, client, id);
         }
-        self.per_client.remove(&client);
     }
 
     /// Probe `seq` of train `transaction` left at `departed` with sender stamp
@@ -491,12 +488,6 @@ impl Endpoint {
             let Some((client, _)) = self.owners.remove(&report.transaction) else {
                 continue;
             };
-            if let Some(n) = self.per_client.get_mut(&client) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    self.per_client.remove(&client);
-                }
-            }
             self.actions.push_back(Action::Report {
                 client,
                 peer,

@@ -8,6 +8,8 @@
 //! departure, so a tool can check its gaps itself. These types are `serde` types
 //! because the client API returns them.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::{MonoTime, WallTime};
@@ -32,10 +34,37 @@ pub struct ProbeDeparture {
     pub deadline: MonoTime,
     /// When it actually left (monotonic clock), or `None` if sending it failed.
     pub departed: Option<MonoTime>,
-    /// The sender stamp written into the probe (realtime clock).
+    /// The sender stamp written into the probe (realtime clock), taken just before
+    /// the send.
     pub stamp: WallTime,
+    /// When the kernel handed the probe to the network device (realtime clock, a
+    /// software transmit timestamp), if the daemon's kernel gives such stamps. Closer
+    /// to the wire than `stamp`: it also counts time lost inside the send call. Tools
+    /// that compute the sending gaps should use it where present and `stamp`
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_departed: Option<WallTime>,
     /// Rider bytes (chunk data) the probe carried.
     pub rider_bytes: u32,
+}
+
+impl ProbeDeparture {
+    /// The best departure on the realtime clock: the kernel's stamp where there is
+    /// one, else the daemon's.
+    pub fn best_departure(&self) -> WallTime {
+        self.kernel_departed.unwrap_or(self.stamp)
+    }
+
+    /// How late the probe left: from its deadline to the send call, plus the time the
+    /// send call took to hand it to the device when the kernel stamped it. `None` for
+    /// a probe that did not leave.
+    pub fn lateness(&self) -> Option<Duration> {
+        let departed = self.departed?;
+        let in_send = self.kernel_departed.map_or(0, |k| {
+            u64::try_from(k.signed_nanos_since(self.stamp)).unwrap_or(0)
+        });
+        Some(departed.saturating_since(self.deadline) + Duration::from_nanos(in_send))
+    }
 }
 
 /// The report of one probe transaction.
@@ -68,6 +97,31 @@ pub struct TransactionReport {
     pub send_ns: u64,
     /// Every probe's departure, in sequence order (as many as left before the end).
     pub departures: Vec<ProbeDeparture>,
+    /// Probes that left more than `late_threshold_ns` after their deadline (see
+    /// [`ProbeDeparture::lateness`]). A tool that needs exact gaps should discard a
+    /// stream with late probes, or at least the gaps around them.
+    #[serde(default)]
+    pub probes_late: u16,
+    /// The lateness above which a probe counts in `probes_late`, in nanoseconds (the
+    /// daemon's `late-threshold`); 0 when lateness was not judged.
+    #[serde(default)]
+    pub late_threshold_ns: u64,
+}
+
+impl TransactionReport {
+    /// Counts the probes that left later than `threshold` after their deadline into
+    /// `probes_late`, and records the threshold. Call once every departure is final
+    /// (kernel stamps included).
+    pub fn judge_lateness(&mut self, threshold: Duration) {
+        let late = self
+            .departures
+            .iter()
+            .filter_map(ProbeDeparture::lateness)
+            .filter(|&l| l > threshold)
+            .count();
+        self.probes_late = u16::try_from(late).unwrap_or(u16::MAX);
+        self.late_threshold_ns = u64::try_from(threshold.as_nanos()).unwrap_or(u64::MAX);
+    }
 }
 
 /// Counters of one planner (one destination). Every rider pushed ends in exactly one
@@ -219,5 +273,71 @@ impl std::ops::AddAssign<&Self> for ReassemblyCounters {
         self.chunks_too_large += c.chunks_too_large;
         self.riders_pending += c.riders_pending;
         self.bytes_pending += c.bytes_pending;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn departure(seq: u16, deadline_us: u64, departed_us: Option<u64>) -> ProbeDeparture {
+        ProbeDeparture {
+            seq,
+            deadline: MonoTime::from_nanos(deadline_us * 1000),
+            departed: departed_us.map(|d| MonoTime::from_nanos(d * 1000)),
+            stamp: WallTime::from_nanos(1_000_000_000 + departed_us.unwrap_or(0) * 1000),
+            kernel_departed: None,
+            rider_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn lateness_counts_the_time_inside_the_send_when_the_kernel_stamped() {
+        let mut on_time = departure(0, 100, Some(103));
+        assert_eq!(on_time.lateness(), Some(Duration::from_micros(3)));
+        // The send call took 40 µs to reach the device.
+        on_time.kernel_departed = Some(WallTime::from_nanos(on_time.stamp.as_nanos() + 40_000));
+        assert_eq!(on_time.lateness(), Some(Duration::from_micros(43)));
+        assert_eq!(on_time.best_departure(), on_time.kernel_departed.unwrap());
+        // A probe that left early (the clocks disagree by a little) is not late.
+        let early = departure(1, 200, Some(199));
+        assert_eq!(early.lateness(), Some(Duration::ZERO));
+        assert_eq!(departure(2, 300, None).lateness(), None);
+    }
+
+    #[test]
+    fn judging_lateness_counts_probes_over_the_threshold_only() {
+        let mut r = TransactionReport {
+            transaction: 7,
+            outcome: Outcome::Completed,
+            probes_requested: 4,
+            probes_sent: 3,
+            probes_with_riders: 0,
+            rider_bytes: 0,
+            rider_chunks: 0,
+            competing_rider_bytes: 0,
+            competing_rider_chunks: 0,
+            queue_ns: 0,
+            send_ns: 0,
+            departures: vec![
+                departure(0, 0, Some(5)),
+                departure(1, 200, Some(251)),
+                departure(2, 400, Some(450)),
+                departure(3, 600, None),
+            ],
+            probes_late: 0,
+            late_threshold_ns: 0,
+        };
+        r.judge_lateness(Duration::from_micros(50));
+        assert_eq!(r.probes_late, 1, "only 51 µs is over 50 µs");
+        assert_eq!(r.late_threshold_ns, 50_000);
+        // Older daemons' reports, without the new fields, still parse.
+        let mut json = serde_json::to_value(&r).unwrap();
+        let obj = json.as_object_mut().unwrap();
+        obj.remove("probes_late");
+        obj.remove("late_threshold_ns");
+        let back: TransactionReport = serde_json::from_value(json).unwrap();
+        assert_eq!(back.probes_late, 0);
+        assert_eq!(back.departures[0].kernel_departed, None);
     }
 }

@@ -206,6 +206,14 @@ struct Figures {
     report_p50: f64,
     report_p99: f64,
     report_max: f64,
+    /// The same for the kernel's transmit stamps in the reports, and how many probes
+    /// had one.
+    kernel_p50: f64,
+    kernel_p99: f64,
+    kernel_max: f64,
+    kernel_stamped: usize,
+    /// Probes the reports counted late.
+    late: usize,
     /// Gaps over 500 µs on the wire that the reports show too (time lost before the
     /// send, in user space), and those they do not (lost inside the send).
     stalls_reported: usize,
@@ -226,6 +234,8 @@ fn figures(
     let nominal = gap.as_nanos() as f64;
     let mut errors = Vec::new();
     let mut offsets = Vec::new();
+    let mut kernel = Vec::new();
+    let mut late = 0;
     let mut sent = 0;
     let (mut stalls_reported, mut stalls_in_send) = (0, 0);
     for r in reports {
@@ -254,11 +264,18 @@ fn figures(
             if let Some(d) = r.departures.get(usize::from(seq)) {
                 if d.departed.is_some() {
                     offsets.push((t - d.stamp.as_nanos() as i64) as f64 / 1e3);
+                    if let Some(k) = d.kernel_departed {
+                        kernel.push((t - k.as_nanos() as i64) as f64 / 1e3);
+                    }
                 }
             }
         }
         sent += r.departures.iter().filter(|d| d.departed.is_some()).count();
+        late += usize::from(r.probes_late);
     }
+    let mut kernel_abs: Vec<f64> = kernel.iter().map(|o| o.abs()).collect();
+    kernel_abs.sort_by(f64::total_cmp);
+    kernel.sort_by(f64::total_cmp);
     errors.sort_by(f64::total_cmp);
     let mut abs: Vec<f64> = offsets.iter().map(|o| o.abs()).collect();
     abs.sort_by(f64::total_cmp);
@@ -272,6 +289,11 @@ fn figures(
         report_p50: percentile(&offsets, 50.0).unwrap_or(f64::NAN),
         report_p99: percentile(&abs, 99.0).unwrap_or(f64::NAN),
         report_max: abs.last().copied().unwrap_or(f64::NAN),
+        kernel_p50: percentile(&kernel, 50.0).unwrap_or(f64::NAN),
+        kernel_p99: percentile(&kernel_abs, 99.0).unwrap_or(f64::NAN),
+        kernel_max: kernel_abs.last().copied().unwrap_or(f64::NAN),
+        kernel_stamped: kernel.len(),
+        late,
         stalls_reported,
         stalls_in_send,
         captured: seen.len(),
@@ -346,7 +368,7 @@ fn setting(run: &Run<'_>, name: &str, hold: &str, traffic: Traffic) {
     let seen = capturer.join().expect("capture thread");
     let f = figures(&seen, &reports, gap);
     println!(
-        "{name:<30} gap error p50 {:5.2} µs p99 {:6.1} µs max {:6.0} µs, >500 µs: {:2} ({} before the send, {} in it) | reported−wire p50 {:4.1} µs |p99| {:5.1} µs max {:6.0} µs | {} gaps, {}/{} probes captured{}",
+        "{name:<30} gap error p50 {:5.2} µs p99 {:6.1} µs max {:6.0} µs, >500 µs: {:2} ({} before the send, {} in it) | reported−wire p50 {:4.1} µs |p99| {:5.1} µs max {:6.0} µs | kernel−wire p50 {:4.1} µs |p99| {:5.1} µs max {:6.0} µs ({} stamped) | {} late | {} gaps, {}/{} probes captured{}",
         f.err_p50,
         f.err_p99,
         f.err_max,
@@ -356,6 +378,11 @@ fn setting(run: &Run<'_>, name: &str, hold: &str, traffic: Traffic) {
         f.report_p50,
         f.report_p99,
         f.report_max,
+        f.kernel_p50,
+        f.kernel_p99,
+        f.kernel_max,
+        f.kernel_stamped,
+        f.late,
         f.gaps,
         f.captured,
         f.sent,

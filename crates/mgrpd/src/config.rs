@@ -98,6 +98,14 @@ pub struct Cli {
     /// How long before a deadline the pacer stops sleeping and spins [default: 150us].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub busy_poll_margin: Option<Duration>,
+    /// A probe that leaves more than this after its deadline counts as late in its
+    /// train's report (`probes_late`) [default: 50us].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub late_threshold: Option<Duration>,
+    /// Do not ask the kernel for transmit stamps of probes; reports then carry the
+    /// daemon's own departure stamps only.
+    #[arg(long)]
+    pub no_kernel_departures: bool,
     /// Log level: error, warn, info, debug or trace [default: info].
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -190,6 +198,9 @@ struct File {
     realtime: Option<bool>,
     #[serde(default, deserialize_with = "de_duration")]
     busy_poll_margin: Option<Duration>,
+    #[serde(default, deserialize_with = "de_duration")]
+    late_threshold: Option<Duration>,
+    kernel_departures: Option<bool>,
     log_level: Option<String>,
     #[serde(default)]
     piggyback: PiggybackFile,
@@ -352,6 +363,10 @@ pub struct Config {
     pub realtime: bool,
     /// Sleep-then-spin margin of the pacer.
     pub busy_poll_margin: Duration,
+    /// Lateness above which a probe counts as late in its report.
+    pub late_threshold: Duration,
+    /// Whether probes get kernel transmit stamps (where the kernel can name them).
+    pub kernel_departures: bool,
     /// Log level.
     pub log_level: tracing::Level,
     /// Most probes in one train.
@@ -636,6 +651,11 @@ impl Config {
             pacer_cpu: cli.pacer_cpu.or(f.pacer_cpu),
             realtime: !cli.no_realtime && f.realtime.unwrap_or(true),
             busy_poll_margin,
+            late_threshold: cli
+                .late_threshold
+                .or(f.late_threshold)
+                .unwrap_or(Duration::from_micros(50)),
+            kernel_departures: !cli.no_kernel_departures && f.kernel_departures.unwrap_or(true),
             log_level,
             max_probes_per_train: cli
                 .max_probes_per_train

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use mgrp_core::WallTime;
 use mgrp_core::api::{DaemonCounters, DaemonStats, ReceivedProbe, Response};
 use mgrp_core::auth::{self, AuthError, ReplayWindow};
 use mgrp_core::endpoint::SubmitError as EndpointRefusal;
@@ -155,6 +156,11 @@ pub struct Shared {
     /// Whether `down` may hold a peer (changed only with its lock held).
     any_down: AtomicBool,
     io: Io,
+    /// Whether probes get kernel transmit stamps.
+    kernel_stamps: bool,
+    /// Kernel transmit stamps read from the probe sockets' error queues, by id
+    /// ([`tx_id`]), until a report takes them.
+    departures: Mutex<HashMap<u32, WallTime>>,
     pub(crate) route_events: mpsc::UnboundedSender<RouteEvent>,
     fatal: Mutex<Option<oneshot::Sender<String>>>,
 }
@@ -166,6 +172,11 @@ enum Io {
         tun: Arc<SyncDevice>,
         /// Whether TUN frames carry a virtio-net header (offloads on).
         vnet: bool,
+        /// Probes leave through these, and only probes: with kernel transmit stamps on,
+        /// each stamp's id names its probe.
+        probe4: Socket,
+        probe6: Option<Socket>,
+        /// Continuations leave through these.
         mgrp4: Socket,
         mgrp6: Option<Socket>,
         raw4: Socket,
@@ -225,18 +236,36 @@ impl Shared {
                 config.protocol
             )
         })?;
+        let probe4 = sys::mgrp_send_socket(false, config.protocol, mark)?;
+        let probe6 = sys::mgrp_send_socket(true, config.protocol, mark).ok();
+        let tx_ids = config.kernel_departures && sys::kernel_takes_tx_ids();
+        let stamped = tx_ids
+            && std::iter::once(&probe4)
+                .chain(&probe6)
+                .try_for_each(sys::enable_tx_stamps)
+                .map_err(|e| warn!("cannot enable kernel transmit stamps: {e}; reports carry the daemon's stamps only"))
+                .is_ok();
+        if config.kernel_departures && !tx_ids {
+            warn!(
+                "this kernel cannot name transmit stamps per send (SCM_TS_OPT_ID, Linux 6.13): reports carry the daemon's departure stamps only"
+            );
+        }
         let raw4 = sys::raw_ip_socket(false, mark).map_err(|e| {
             anyhow::anyhow!("cannot open an IPPROTO_RAW socket: {e}; run mgrpd as root")
         })?;
         let io = Io::Kernel {
             vnet: config.tun_offload,
             tun,
+            probe4,
+            probe6,
             mgrp4,
             mgrp6: sys::mgrp_send_socket(true, config.protocol, mark).ok(),
             raw4,
             raw6: sys::raw_ip_socket(true, mark).ok(),
         };
-        Self::with_io(config, io, events)
+        let mut shared = Self::with_io(config, io, events)?;
+        shared.kernel_stamps = stamped;
+        Ok(shared)
     }
 
     /// A daemon whose data path loops back in-process (see `Io::Loopback`): no TUN, no
@@ -282,6 +311,8 @@ impl Shared {
             replay: Mutex::new(HashMap::new()),
             malformed_log: LimitedLog::default(),
             io,
+            kernel_stamps: false,
+            departures: Mutex::new(HashMap::new()),
             route_events: events,
             fatal: Mutex::new(None),
         })
@@ -513,6 +544,31 @@ impl Shared {
         self.queues.wake_pacer();
     }
 
+    /// Sends probe `seq` of train `transaction` (on the pacer thread).
+    pub(crate) fn send_probe(
+        &self,
+        peer: IpAddr,
+        packet: &[u8],
+        transaction: u32,
+        seq: u16,
+    ) -> std::io::Result<usize> {
+        let Io::Kernel { probe4, probe6, .. } = &self.io else {
+            return self.send_mgrp(peer, packet);
+        };
+        let socket = match (peer, probe6) {
+            (IpAddr::V4(_), _) => probe4,
+            (IpAddr::V6(_), Some(s)) => s,
+            (IpAddr::V6(_), None) => return Err(std::io::Error::other("no IPv6 raw socket")),
+        };
+        let dst = sys::raw_dest(peer);
+        if self.kernel_stamps {
+            sys::send_with_tx_id(socket, packet, &dst, tx_id(transaction, seq))
+        } else {
+            socket.send_to(packet, &dst)
+        }
+    }
+
+    /// Sends an MGRP packet that is not a probe.
     pub(crate) fn send_mgrp(&self, peer: IpAddr, packet: &[u8]) -> std::io::Result<usize> {
         match &self.io {
             Io::Kernel { mgrp4, mgrp6, .. } => {
@@ -719,51 +775,148 @@ impl Shared {
         down.keys().copied().collect()
     }
 
-    /// Watches the error queue of the IPv4 or IPv6 MGRP socket until shutdown: an
-    /// ICMP "destination unreachable" (or, over IPv6, "unrecognised next header")
-    /// about an MGRP packet means its peer takes no MGRP any more (its mgrpd died),
-    /// so riders to it stop riding for a while.
+    /// Watches the error queues of the IPv4 or IPv6 MGRP sockets until shutdown: kernel
+    /// transmit stamps of probes are kept for their reports (see
+    /// [`Self::complete_report`]), and an ICMP "destination unreachable" (or, over
+    /// IPv6, "unrecognised next header") about an MGRP packet means its peer takes no
+    /// MGRP any more (its mgrpd died), so riders to it stop riding for a while.
     pub fn run_liveness(&self, v6: bool) {
-        let fd = match &self.io {
-            Io::Kernel { mgrp4, mgrp6, .. } => match (v6, mgrp6) {
-                (false, _) => mgrp4.as_raw_fd(),
-                (true, Some(s)) => s.as_raw_fd(),
-                (true, None) => return,
+        let fds = match &self.io {
+            Io::Kernel {
+                probe4,
+                mgrp4,
+                probe6,
+                mgrp6,
+                ..
+            } => match (v6, probe6, mgrp6) {
+                (false, _, _) => [probe4.as_raw_fd(), mgrp4.as_raw_fd()],
+                (true, Some(p), Some(m)) => [p.as_raw_fd(), m.as_raw_fd()],
+                (true, _, _) => return,
             },
             Io::Loopback(_) => return,
         };
         while !self.shutdown.load(Ordering::Relaxed) {
-            let e = match sys::recv_error(fd, Duration::from_millis(200)) {
-                Ok(Some(e)) => e,
-                Ok(None) => continue,
-                Err(e) => {
-                    warn!("reading ICMP errors failed: {e}; peer liveness is no longer watched");
+            let ready = sys::wait_errors(fds, Duration::from_millis(200));
+            for (fd, _) in fds.iter().zip(ready).filter(|(_, r)| *r) {
+                if let Err(e) = self.drain_errors(*fd, v6) {
+                    warn!(
+                        "reading the MGRP sockets' error queues failed: {e}; peer liveness is no longer watched"
+                    );
                     return;
                 }
-            };
-            let unreachable = if v6 {
-                e.icmp_type == 1 || (e.icmp_type == 4 && e.icmp_code == 1)
-            } else {
-                e.icmp_type == 3
-            };
-            if !unreachable {
-                continue;
-            }
-            bump(&self.counters.peer_unreachable);
-            let until = sys::mono_now().saturating_add(PEER_DOWN_BACKOFF);
-            let was_up = {
-                let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
-                self.any_down.store(true, Ordering::Release);
-                down.insert(e.destination, until).is_none()
-            };
-            if was_up {
-                warn!(
-                    "peer {} answered MGRP with ICMP type {} code {}: its mgrpd is gone; its riders go unchanged for {:?}",
-                    e.destination, e.icmp_type, e.icmp_code, PEER_DOWN_BACKOFF
-                );
             }
         }
     }
+
+    /// Takes everything off one MGRP socket's error queue.
+    fn drain_errors(&self, fd: std::os::fd::RawFd, v6: bool) -> std::io::Result<()> {
+        while let Some(e) = sys::next_error(fd)? {
+            match e {
+                sys::QueuedError::Icmp(e) => self.icmp_error(e, v6),
+                sys::QueuedError::Departed { id, at } => {
+                    let mut d = self
+                        .departures
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    if d.len() >= MAX_UNCLAIMED_DEPARTURES {
+                        // Stamps of probes whose reports left without them (they came
+                        // too late); 64 Ki of them cover far more than any train.
+                        d.clear();
+                    }
+                    d.insert(id, at);
+                }
+                sys::QueuedError::Other => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn icmp_error(&self, e: sys::IcmpError, v6: bool) {
+        let unreachable = if v6 {
+            e.icmp_type == 1 || (e.icmp_type == 4 && e.icmp_code == 1)
+        } else {
+            e.icmp_type == 3
+        };
+        if !unreachable {
+            return;
+        }
+        bump(&self.counters.peer_unreachable);
+        let until = sys::mono_now().saturating_add(PEER_DOWN_BACKOFF);
+        let was_up = {
+            let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
+            self.any_down.store(true, Ordering::Release);
+            down.insert(e.destination, until).is_none()
+        };
+        if was_up {
+            warn!(
+                "peer {} answered MGRP with ICMP type {} code {}: its mgrpd is gone; its riders go unchanged for {:?}",
+                e.destination, e.icmp_type, e.icmp_code, PEER_DOWN_BACKOFF
+            );
+        }
+    }
+
+    /// Makes a report final before its tool gets it (on the sender thread): the
+    /// kernel's transmit stamp of each probe that left, and the count of late probes.
+    /// The stamps are on the error queue by the time the send returns (the device
+    /// stamps in its transmit function); what the liveness thread has not read yet is
+    /// read here, for at most [`STAMP_WAIT`].
+    pub(crate) fn complete_report(&self, report: &mut TransactionReport) {
+        if self.kernel_stamps {
+            let started = Instant::now();
+            loop {
+                let missing = {
+                    let mut d = self
+                        .departures
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    let mut missing = 0;
+                    for p in report
+                        .departures
+                        .iter_mut()
+                        .filter(|p| p.departed.is_some())
+                    {
+                        if p.kernel_departed.is_none() {
+                            p.kernel_departed = d.remove(&tx_id(report.transaction, p.seq));
+                            missing += usize::from(p.kernel_departed.is_none());
+                        }
+                    }
+                    missing
+                };
+                if missing == 0 || started.elapsed() >= STAMP_WAIT {
+                    if missing > 0 {
+                        self.bounds_log.warn(format_args!(
+                            "{missing} probes of train {} have no kernel transmit stamp",
+                            report.transaction
+                        ));
+                    }
+                    break;
+                }
+                if let Io::Kernel { probe4, probe6, .. } = &self.io {
+                    for (s, v6) in
+                        std::iter::once((probe4, false)).chain(probe6.iter().map(|s| (s, true)))
+                    {
+                        if let Err(e) = self.drain_errors(s.as_raw_fd(), v6) {
+                            debug!("reading transmit stamps failed: {e}");
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        report.judge_lateness(self.config.late_threshold);
+    }
+}
+
+/// How long a report waits for kernel transmit stamps that are missing.
+const STAMP_WAIT: Duration = Duration::from_millis(2);
+
+/// Kernel transmit stamps kept for reports at most.
+const MAX_UNCLAIMED_DEPARTURES: usize = 65_536;
+
+/// The transmit-stamp id of probe `seq` of train `transaction`: unique among the
+/// probes of the last 65,536 trains.
+fn tx_id(transaction: u32, seq: u16) -> u32 {
+    (transaction << 16) | u32::from(seq)
 }
 
 /// Held by each data-path thread: when the thread ends while the daemon is not
@@ -974,7 +1127,7 @@ impl Shared {
         to: Option<IpAddr>,
         payload: &[u8],
         ip_len: usize,
-        stamp: mgrp_core::WallTime,
+        stamp: WallTime,
     ) {
         bump(&self.counters.mgrp_received);
         if !self.config.peers.is_peer(from) {

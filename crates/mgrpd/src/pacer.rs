@@ -564,7 +564,7 @@ impl Pacer<'_> {
         wire::stamp_sender_time(&mut probe.packet, stamp);
         shared.seal(peer, &mut probe.packet);
         let departed = sys::mono_now();
-        let sent = match shared.send_mgrp(peer, &probe.packet) {
+        let sent = match shared.send_probe(peer, &probe.packet, probe.transaction, probe.seq) {
             Ok(_) => {
                 shared.counters.probes_sent.fetch_add(1, Ordering::Relaxed);
                 Some((departed, stamp))
@@ -619,7 +619,8 @@ fn execute(shared: &Shared, o: Output) {
                 }
             }
         }
-        Output::Report(w, r) => {
+        Output::Report(w, mut r) => {
+            shared.complete_report(&mut r);
             let _ = w.send(r);
         }
         Output::Accepted(reply, result) => {

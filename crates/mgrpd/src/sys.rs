@@ -93,48 +93,164 @@ pub struct IcmpError {
     pub icmp_code: u8,
 }
 
-/// Waits up to `timeout` for an error on `fd`'s error queue and takes one. `Ok(None)`
-/// when none came, or what came was not an ICMP error.
-pub fn recv_error(fd: RawFd, timeout: Duration) -> io::Result<Option<IcmpError>> {
-    let mut pfd = libc::pollfd {
+/// What a socket's error queue held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueuedError {
+    /// An ICMP error about a packet it sent.
+    Icmp(IcmpError),
+    /// The kernel's software transmit stamp of the packet sent with this id (see
+    /// [`send_with_tx_id`]).
+    Departed { id: u32, at: WallTime },
+    /// Something else (read and dropped).
+    Other,
+}
+
+/// `SCM_TS_OPT_ID` (Linux 6.13): the timestamp id of one `sendmsg`, given as a
+/// control message. Not in libc yet; the value of the generic socket header, which
+/// x86-64 and arm64 use.
+const SCM_TS_OPT_ID: libc::c_int = 81;
+
+/// Whether the running kernel takes [`SCM_TS_OPT_ID`] (Linux 6.13 and later). Older
+/// kernels refuse a `sendmsg` that carries it, so it must be known before the first
+/// probe.
+pub fn kernel_takes_tx_ids() -> bool {
+    let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else {
+        return false;
+    };
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (6, 13)
+}
+
+/// Asks the kernel for a software transmit stamp of every packet `s` sends, read
+/// back from its error queue with [`next_error`]: only the stamp and the send's id
+/// (`SOF_TIMESTAMPING_TX_SOFTWARE | SOFTWARE | OPT_ID | OPT_TSONLY`), not the packet.
+/// The error queue gets a large buffer so a long train's stamps fit while they wait.
+pub fn enable_tx_stamps(s: &Socket) -> io::Result<()> {
+    let flags = libc::SOF_TIMESTAMPING_TX_SOFTWARE
+        | libc::SOF_TIMESTAMPING_SOFTWARE
+        | libc::SOF_TIMESTAMPING_OPT_ID
+        | libc::SOF_TIMESTAMPING_OPT_TSONLY;
+    set_int_option(
+        s,
+        libc::SOL_SOCKET,
+        libc::SO_TIMESTAMPING,
+        flags as libc::c_int,
+    )?;
+    // Above net.core.rmem_max needs CAP_NET_ADMIN, which mgrpd has while it sets up.
+    if set_int_option(s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 8 << 20).is_err() {
+        let _ = s.set_recv_buffer_size(8 << 20);
+    }
+    Ok(())
+}
+
+/// Sends `packet` to `dst` with the transmit-stamp id `id` (`SCM_TS_OPT_ID`), so its
+/// stamp on the error queue names it whatever else the socket sent or failed to send.
+pub fn send_with_tx_id(s: &Socket, packet: &[u8], dst: &SockAddr, id: u32) -> io::Result<usize> {
+    let mut iov = libc::iovec {
+        iov_base: packet.as_ptr().cast_mut().cast(),
+        iov_len: packet.len(),
+    };
+    // One control message with a u32: header plus aligned data fit in 32 bytes.
+    let mut control = [0u64; 4];
+    // SAFETY: zeroed msghdr is a valid starting value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = dst.as_ptr().cast_mut().cast();
+    msg.msg_namelen = dst.len();
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is pure arithmetic.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u32>() as u32) } as usize;
+    // SAFETY: msg_control points at a zeroed, aligned buffer of at least
+    // msg_controllen bytes, so the first header and its data lie inside it.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&raw const msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = SCM_TS_OPT_ID;
+        (*c).cmsg_len = libc::CMSG_LEN(size_of::<u32>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u32>(), id);
+    }
+    // SAFETY: every pointer in msg refers to live buffers of the stated sizes; the
+    // kernel only reads them.
+    let n = unsafe { libc::sendmsg(s.as_raw_fd(), &raw const msg, 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Waits up to `timeout` until one of `fds` has something on its error queue;
+/// returns which (`POLLERR` set).
+pub fn wait_errors<const N: usize>(fds: [RawFd; N], timeout: Duration) -> [bool; N] {
+    let mut pfds = fds.map(|fd| libc::pollfd {
         fd,
         events: 0,
         revents: 0,
-    };
+    });
     let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: one valid pollfd.
-    let n = unsafe { libc::poll(&raw mut pfd, 1, ms) };
-    if n <= 0 || pfd.revents & libc::POLLERR == 0 {
-        return Ok(None);
-    }
+    // SAFETY: N valid pollfds.
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), N as libc::nfds_t, ms) };
+    pfds.map(|p| n > 0 && p.revents & libc::POLLERR != 0)
+}
+
+/// Takes one entry off `fd`'s error queue without waiting; `Ok(None)` when it is
+/// empty.
+pub fn next_error(fd: RawFd) -> io::Result<Option<QueuedError>> {
     let mut data = [0u8; 256];
-    let mut found = None;
+    let mut icmp = None;
+    let mut stamp = None;
+    let mut stamp_id = None;
     let got = recvmsg_cmsgs(
         fd,
         &mut data,
         libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
         |level, ty, d| {
+            if level == libc::SOL_SOCKET && ty == libc::SO_TIMESTAMPING {
+                // Three timespecs; the software stamp is the first.
+                if let Some(ts) = cmsg_value::<libc::timespec>(d) {
+                    stamp = Some(WallTime::from_nanos(
+                        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
+                    ));
+                }
+            }
             if (level == libc::IPPROTO_IP && ty == libc::IP_RECVERR)
                 || (level == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR)
             {
                 if let Some(ee) = cmsg_value::<libc::sock_extended_err>(d) {
-                    if ee.ee_origin == libc::SO_EE_ORIGIN_ICMP
-                        || ee.ee_origin == libc::SO_EE_ORIGIN_ICMP6
-                    {
-                        found = Some((ee.ee_type, ee.ee_code));
+                    match ee.ee_origin {
+                        libc::SO_EE_ORIGIN_ICMP | libc::SO_EE_ORIGIN_ICMP6 => {
+                            icmp = Some((ee.ee_type, ee.ee_code));
+                        }
+                        // `ee_info` 0 is SCM_TSTAMP_SND, the stamp taken at hand-off
+                        // to the device.
+                        libc::SO_EE_ORIGIN_TIMESTAMPING if ee.ee_info == 0 => {
+                            stamp_id = Some(ee.ee_data);
+                        }
+                        _ => {}
                     }
                 }
             }
         },
     )?;
-    // The address is the destination of the packet that drew the error.
-    let (Some((_, destination)), Some((icmp_type, icmp_code))) = (got, found) else {
+    let Some((_, destination)) = got else {
         return Ok(None);
     };
-    Ok(Some(IcmpError {
-        destination,
-        icmp_type,
-        icmp_code,
+    Ok(Some(match (icmp, stamp_id, stamp) {
+        // The address is the destination of the packet that drew the error.
+        (Some((icmp_type, icmp_code)), _, _) => QueuedError::Icmp(IcmpError {
+            destination,
+            icmp_type,
+            icmp_code,
+        }),
+        (None, Some(id), Some(at)) if at != WallTime::UNIX_EPOCH => {
+            QueuedError::Departed { id, at }
+        }
+        _ => QueuedError::Other,
     }))
 }
 

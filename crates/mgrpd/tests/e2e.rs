@@ -454,7 +454,22 @@ fn pk2_probes_arrive_with_stamps_and_riders_balance() {
             assert!(p.sender_time.as_nanos() > 0 && p.receive_time.as_nanos() > 0);
             assert_eq!(p.sender_time, r.departures[seq].stamp);
             assert_eq!(p.size, 500);
+            // The kernel stamped the probe as the veth took it: after the daemon's
+            // stamp, before the far side's receive stamp.
+            let kernel = r.departures[seq]
+                .kernel_departed
+                .unwrap_or_else(|| panic!("train {i} probe {seq} has no kernel stamp: {r:#?}"));
+            assert!(kernel >= p.sender_time, "train {i} probe {seq}: {r:#?}");
+            assert!(
+                kernel <= p.receive_time,
+                "train {i} probe {seq}: {p:#?} {r:#?}"
+            );
         }
+        assert_eq!(
+            r.late_threshold_ns, 50_000,
+            "the default threshold is judged"
+        );
+        assert!(r.probes_late <= r.probes_sent);
     }
     let claimed: u64 = reports.iter().map(|r| r.rider_bytes).sum();
     let extracted: u64 = received.iter().map(|p| u64::from(p.rider_bytes)).sum();

@@ -489,6 +489,8 @@ impl Planner {
             queue_ns: 0,
             send_ns: 0,
             departures: Vec::new(),
+            probes_late: 0,
+            late_threshold_ns: 0,
         });
     }
 
@@ -615,6 +617,7 @@ impl Planner {
             deadline,
             departed: None,
             stamp: WallTime::UNIX_EPOCH,
+            kernel_departed: None,
             rider_bytes: rider_bytes as u32,
         });
         active.next_seq += 1;
@@ -725,6 +728,8 @@ impl Planner {
                 _ => 0,
             },
             departures: a.departures,
+            probes_late: 0,
+            late_threshold_ns: 0,
         });
     }
 

@@ -228,7 +228,8 @@ fn send_mgrp(
     };
     for d in &report.departures {
         if d.departed.is_some() {
-            sent.stamps.push(d.stamp.as_nanos() as i64);
+            // The kernel's stamp where it gave one: closer to the wire.
+            sent.stamps.push(d.best_departure().as_nanos() as i64);
             if d.rider_bytes > 0 {
                 sent.riding_probe_bytes += u64::from(b.size);
             }

@@ -64,8 +64,8 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use mgrp_core::api::{
-    ApiError, ErrorKind, MAX_LINE, PROTOCOL_VERSION, ProbeRequest, Request, RequestFrame, Response,
-    ResponseFrame, TrainRequest,
+    ApiError, ErrorKind, MAX_ANSWER, PROTOCOL_VERSION, ProbeRequest, Request, RequestFrame,
+    Response, ResponseFrame, TrainRequest,
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
@@ -120,6 +120,17 @@ pub enum Error {
     /// The daemon did not understand a request (a bug on one side).
     #[error("mgrpd rejected the request: {0}")]
     BadRequest(String),
+    /// The request is longer than the daemon reads (`limits.max-request-bytes`): a
+    /// train whose probes all differ, too long for one request.
+    #[error(
+        "the request takes {bytes} bytes, more than mgrpd reads ({limit}, limits.max-request-bytes); split the train or raise the limit"
+    )]
+    RequestTooLarge {
+        /// Its length.
+        bytes: usize,
+        /// The daemon's limit.
+        limit: u64,
+    },
     /// The daemon sent something this client does not understand.
     #[error("unexpected answer from mgrpd: {0}")]
     Protocol(String),
@@ -206,13 +217,14 @@ impl Train {
         }
     }
 
-    /// `n` probes of `size` bytes, `gap` apart, each with its sequence number as a
-    /// 4-byte header.
+    /// `n` equal probes of `size` bytes, `gap` apart, with no tool header (the
+    /// receiver tells them apart by [`ReceivedProbe::seq`]). Such a train travels as
+    /// two runs of equal probes, so any length fits one request.
     pub fn uniform(destination: IpAddr, n: u32, size: u16, gap: Duration) -> Self {
         let mut t = Self::new(destination);
         for i in 0..n {
             let g = if i == 0 { Duration::ZERO } else { gap };
-            t = t.probe(Probe::new(size).gap(g).header(i.to_be_bytes()));
+            t = t.probe(Probe::new(size).gap(g));
         }
         t
     }
@@ -276,10 +288,18 @@ impl Train {
                     size: p.size,
                     gap_ns: u64::try_from(p.gap.as_nanos()).unwrap_or(u64::MAX),
                     piggyback: p.piggyback,
+                    count: 1,
                 })
                 .collect(),
         }
     }
+}
+
+/// What a connection's hello agreed on.
+#[derive(Debug, Clone, Copy)]
+struct Agreed {
+    version: u32,
+    limits: Option<TrainLimits>,
 }
 
 #[derive(Debug)]
@@ -292,7 +312,7 @@ struct Conn {
 impl Conn {
     /// Connects and says hello; returns the connection and the daemon's train limits
     /// if it tells them.
-    async fn open(path: &Path) -> Result<(Self, Option<TrainLimits>), Error> {
+    async fn open(path: &Path) -> Result<(Self, Agreed), Error> {
         let stream = UnixStream::connect(path).await.map_err(|source| {
             if source.kind() == std::io::ErrorKind::PermissionDenied {
                 Error::PermissionDenied {
@@ -311,14 +331,26 @@ impl Conn {
             writer: w,
             line: Vec::with_capacity(512),
         };
-        let hello = Request::Hello {
-            version: PROTOCOL_VERSION,
-            client: format!("mgrp-client {}", env!("CARGO_PKG_VERSION")),
-        };
-        match c.call(&hello).await? {
-            Response::Hello { limits, .. } => Ok((c, limits)),
-            other => Err(Error::Protocol(format!("{other:?}"))),
+        // A daemon of protocol 2 speaks everything this client needs but counts.
+        for version in [PROTOCOL_VERSION, 2] {
+            let hello = Request::Hello {
+                version,
+                client: format!("mgrp-client {}", env!("CARGO_PKG_VERSION")),
+            };
+            match c.call(&hello).await {
+                Ok(Response::Hello {
+                    version, limits, ..
+                }) => {
+                    return Ok((c, Agreed { version, limits }));
+                }
+                Ok(other) => return Err(Error::Protocol(format!("{other:?}"))),
+                Err(Error::Version(_)) if version == PROTOCOL_VERSION => {}
+                Err(e) => return Err(e),
+            }
         }
+        Err(Error::Version(format!(
+            "mgrpd speaks neither protocol {PROTOCOL_VERSION} nor 2; upgrade it"
+        )))
     }
 
     async fn send(&mut self, req: &Request) -> Result<(), Error> {
@@ -339,7 +371,7 @@ impl Conn {
                 Err(Error::Protocol("connection closed mid-answer".into()))
             };
         }
-        if self.line.len() > MAX_LINE {
+        if self.line.len() > MAX_ANSWER {
             return Err(Error::Protocol(format!(
                 "answer of {} bytes",
                 self.line.len()
@@ -408,7 +440,7 @@ impl Mux {
                 match reader.read_until(b'\n', &mut line).await {
                     Ok(0) => break "mgrpd closed the connection".to_string(),
                     Err(e) => break e.to_string(),
-                    Ok(_) if line.len() > MAX_LINE => {
+                    Ok(_) if line.len() > MAX_ANSWER => {
                         break format!("answer of {} bytes", line.len());
                     }
                     Ok(_) => {}
@@ -443,6 +475,11 @@ impl Mux {
     }
 
     async fn call(&self, request: Request) -> Result<Response, Error> {
+        self.call_within(request, 0).await
+    }
+
+    /// A call whose request line may be at most `limit` bytes long (0: no limit).
+    async fn call_within(&self, request: Request, limit: u64) -> Result<Response, Error> {
         let closed = |why: &str| {
             Error::Io(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
@@ -456,6 +493,12 @@ impl Mux {
         })
         .map_err(|e| Error::Protocol(e.to_string()))?;
         line.push(b'\n');
+        if limit > 0 && line.len() as u64 > limit {
+            return Err(Error::RequestTooLarge {
+                bytes: line.len(),
+                limit,
+            });
+        }
         let (tx, rx) = oneshot::channel();
         {
             let mut w = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
@@ -485,31 +528,42 @@ impl Mux {
 pub struct Client {
     path: PathBuf,
     mux: Mux,
-    limits: Option<TrainLimits>,
+    agreed: Agreed,
 }
 
 impl Client {
     /// Connects to the daemon's socket at `path` and agrees on a protocol version.
     pub async fn connect(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = path.as_ref().to_owned();
-        let (conn, limits) = Conn::open(&path).await?;
+        let (conn, agreed) = Conn::open(&path).await?;
         Ok(Self {
             path,
             mux: Mux::start(conn),
-            limits,
+            agreed,
         })
     }
 
     /// What the daemon accepts in a train (`None` from a daemon too old to say).
     /// Back-to-back probes should ask for [`TrainLimits::min_gap`].
     pub fn limits(&self) -> Option<TrainLimits> {
-        self.limits
+        self.agreed.limits
     }
 
-    /// Submits a train and waits until it has been sent.
+    /// The protocol version agreed with the daemon.
+    pub fn protocol_version(&self) -> u32 {
+        self.agreed.version
+    }
+
+    /// Submits a train and waits until it has been sent. Runs of equal probes travel
+    /// as one probe with a count where the daemon speaks protocol 3.
     pub async fn send_train(&self, train: Train) -> Result<TransactionReport, Error> {
-        let req = Request::SubmitTrain(train.into_request());
-        match self.mux.call(req).await? {
+        let mut train = train.into_request();
+        if self.agreed.version >= 3 {
+            train.fold_runs();
+        }
+        let limit = self.agreed.limits.map_or(0, |l| l.max_request_bytes);
+        let req = Request::SubmitTrain(train);
+        match self.mux.call_within(req, limit).await? {
             Response::Report(r) => Ok(r),
             other => Err(Error::Protocol(format!("{other:?}"))),
         }

@@ -13,6 +13,13 @@
 //! on one connection and give up on one without confusing the others. Probe
 //! notifications carry no id. Version 1 clients send no ids and get answers in order,
 //! as before.
+//!
+//! Since version 3 a probe of a train may stand for several equal probes in a row
+//! ([`ProbeRequest::count`]), so long uniform trains fit in a short request: the
+//! daemon reads request lines of at most [`DEFAULT_MAX_REQUEST`] bytes unless
+//! configured otherwise, and says its limit in [`TrainLimits::max_request_bytes`].
+//! A version 2 daemon would ignore `count`, so clients send it only to daemons that
+//! agreed on version 3.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -23,7 +30,7 @@ use crate::WallTime;
 use crate::stats::{PlannerCounters, ReassemblyCounters, TransactionReport};
 
 /// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The oldest version the daemon still speaks (version 1 had no request ids).
 pub const OLDEST_PROTOCOL_VERSION: u32 = 1;
@@ -50,8 +57,12 @@ pub struct ResponseFrame {
     pub response: Response,
 }
 
-/// Longest request line the daemon reads, in bytes.
-pub const MAX_LINE: usize = 4 << 20;
+/// Longest request line the daemon reads unless configured otherwise, in bytes.
+pub const DEFAULT_MAX_REQUEST: usize = 64 << 10;
+
+/// Longest answer line a client reads, in bytes: a report of a long train, with
+/// every probe's departure, takes about 130 bytes per probe.
+pub const MAX_ANSWER: usize = 16 << 20;
 
 /// A request from a tool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,6 +125,56 @@ pub struct ProbeRequest {
     /// Whether riders may use this probe's padding.
     #[serde(default = "yes")]
     pub piggyback: bool,
+    /// How many such probes follow one another (each with this gap before it);
+    /// since version 3.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub count: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+impl TrainRequest {
+    /// The number of probes the train stands for (counts included), saturating.
+    pub fn probe_count(&self) -> u64 {
+        self.probes
+            .iter()
+            .fold(0u64, |n, p| n.saturating_add(u64::from(p.count)))
+    }
+
+    /// Folds runs of equal probes into one probe with a count, for a daemon that
+    /// speaks version 3.
+    pub fn fold_runs(&mut self) {
+        let mut folded: Vec<ProbeRequest> = Vec::with_capacity(self.probes.len());
+        for p in self.probes.drain(..) {
+            match folded.last_mut() {
+                Some(last)
+                    if last.header == p.header
+                        && last.size == p.size
+                        && last.gap_ns == p.gap_ns
+                        && last.piggyback == p.piggyback
+                        && last.count.checked_add(p.count).is_some() =>
+                {
+                    last.count += p.count;
+                }
+                _ => folded.push(p),
+            }
+        }
+        self.probes = folded;
+    }
+
+    /// The probes one by one, counts unfolded. Check [`Self::probe_count`] against a
+    /// limit first: a count may be large.
+    pub fn unfolded(&self) -> impl Iterator<Item = &ProbeRequest> {
+        self.probes
+            .iter()
+            .flat_map(|p| std::iter::repeat_n(p, p.count as usize))
+    }
 }
 
 fn yes() -> bool {
@@ -168,6 +229,10 @@ pub struct TrainLimits {
     pub max_gap_ns: u64,
     /// Largest sum of a train's gaps, in ns.
     pub max_duration_ns: u64,
+    /// Longest request line the daemon reads, in bytes (0 from a daemon too old to
+    /// say: it read up to 4 MiB).
+    #[serde(default)]
+    pub max_request_bytes: u64,
 }
 
 impl TrainLimits {

@@ -498,3 +498,50 @@ proptest! {
         prop_assert_eq!(counters.riders_inconsistent, 0);
     }
 }
+
+fn train_request_strategy() -> impl Strategy<Value = mgrp_core::api::TrainRequest> {
+    // Few distinct values, so runs of equal probes are common.
+    let probe = (
+        0u8..3,
+        prop::sample::select(vec![100u16, 1500]),
+        0u64..3,
+        any::<bool>(),
+        1u32..4,
+    )
+        .prop_map(
+            |(h, size, gap, piggyback, count)| mgrp_core::api::ProbeRequest {
+                header: vec![h; usize::from(h)],
+                size,
+                gap_ns: gap * 1000,
+                piggyback,
+                count,
+            },
+        );
+    prop::collection::vec(probe, 0..40).prop_map(|probes| mgrp_core::api::TrainRequest {
+        destination: "192.0.2.7".parse().unwrap(),
+        src_port: 1,
+        dst_port: 2,
+        probes,
+    })
+}
+
+proptest! {
+    /// Folding runs changes the request's length, never the train it stands for, and
+    /// leaves no two neighbours that could be one.
+    #[test]
+    fn folded_trains_unfold_to_the_same_probes(t in train_request_strategy()) {
+        let before: Vec<_> = t.unfolded().cloned().map(|p| (p.header, p.size, p.gap_ns, p.piggyback)).collect();
+        let mut folded = t.clone();
+        folded.fold_runs();
+        let after: Vec<_> = folded.unfolded().cloned().map(|p| (p.header, p.size, p.gap_ns, p.piggyback)).collect();
+        prop_assert_eq!(&before, &after);
+        prop_assert_eq!(folded.probe_count(), before.len() as u64);
+        for w in folded.probes.windows(2) {
+            prop_assert!((&w[0].header, w[0].size, w[0].gap_ns, w[0].piggyback) != (&w[1].header, w[1].size, w[1].gap_ns, w[1].piggyback));
+        }
+        // And it survives the wire.
+        let json = serde_json::to_string(&folded).unwrap();
+        let back: mgrp_core::api::TrainRequest = serde_json::from_str(&json).unwrap();
+        prop_assert_eq!(back, folded);
+    }
+}

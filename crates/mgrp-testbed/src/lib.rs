@@ -455,23 +455,25 @@ impl Api {
     }
 }
 
-/// A train of `n` probes of `size` bytes, `gap` apart, to `dst`.
+/// A train of `n` probes of `size` bytes, `gap` apart, to `dst`, as two runs of
+/// equal probes (protocol 3): the first, then the rest.
 pub fn uniform_train(dst: IpAddr, n: usize, size: u16, gap: Duration) -> TrainRequest {
+    let probe = |gap_ns, count| mgrp_core::api::ProbeRequest {
+        header: Vec::new(),
+        size,
+        gap_ns,
+        piggyback: true,
+        count,
+    };
+    let gap_ns = u64::try_from(gap.as_nanos()).unwrap_or(u64::MAX);
+    let rest = u32::try_from(n.saturating_sub(1)).unwrap_or(u32::MAX);
     TrainRequest {
         destination: dst,
         src_port: 7000,
         dst_port: 7001,
-        probes: (0..n)
-            .map(|i| mgrp_core::api::ProbeRequest {
-                header: (i as u32).to_be_bytes().to_vec(),
-                size,
-                gap_ns: if i == 0 {
-                    0
-                } else {
-                    u64::try_from(gap.as_nanos()).unwrap_or(u64::MAX)
-                },
-                piggyback: true,
-            })
+        probes: std::iter::once(probe(0, 1))
+            .chain((rest > 0).then(|| probe(gap_ns, rest)))
+            .take(n)
             .collect(),
     }
 }

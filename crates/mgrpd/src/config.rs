@@ -299,6 +299,7 @@ struct LimitsFile {
     max_queued_trains: Option<usize>,
     max_trains_per_client: Option<usize>,
     max_listeners: Option<usize>,
+    max_request_bytes: Option<usize>,
     max_destinations: Option<usize>,
     probes_per_second_per_user: Option<f64>,
     probe_bytes_per_second_per_user: Option<f64>,
@@ -388,6 +389,8 @@ pub struct Config {
     pub max_trains_per_client: usize,
     /// Most probe listeners over all connections.
     pub max_listeners: usize,
+    /// Longest API request line, in bytes.
+    pub max_request_bytes: usize,
     /// Probes and probe bytes per second one user (by uid) may submit.
     pub per_user_rate: (f64, f64),
     /// Probes and probe bytes per second all users together may submit.
@@ -672,6 +675,9 @@ impl Config {
                 .unwrap_or(64),
             max_trains_per_client: limits.max_trains_per_client.unwrap_or(16),
             max_listeners: limits.max_listeners.unwrap_or(256),
+            max_request_bytes: limits
+                .max_request_bytes
+                .unwrap_or(mgrp_core::api::DEFAULT_MAX_REQUEST),
             per_user_rate: (
                 limits.probes_per_second_per_user.unwrap_or(50_000.0),
                 limits

@@ -133,7 +133,10 @@ pub struct Shared {
     /// The queues to and from the pacer.
     pub(crate) queues: Queues,
     pub(crate) counters: Counters,
+    /// Set once, by [`Self::begin_shutdown`]: the threads poll it, the API's tasks
+    /// wait on `stopping`, which changes at the same moment.
     pub(crate) shutdown: AtomicBool,
+    stopping: tokio::sync::watch::Sender<bool>,
     pub(crate) listeners: Mutex<HashMap<u16, Vec<Listener>>>,
     /// Reassembly counters of each receiver: IPv4 (and the loopback path) and IPv6.
     pub(crate) reassembly: Mutex<[ReassemblyCounters; 2]>,
@@ -298,6 +301,7 @@ impl Shared {
             queues,
             counters: Counters::default(),
             shutdown: AtomicBool::new(false),
+            stopping: tokio::sync::watch::Sender::new(false),
             listeners: Mutex::new(HashMap::new()),
             reassembly: Mutex::new([ReassemblyCounters::default(); 2]),
             refused_log: LimitedLog::default(),
@@ -541,7 +545,15 @@ impl Shared {
     /// Asks every thread to stop; the pacer flushes held riders unchanged first.
     pub fn begin_shutdown(&self) {
         self.shutdown.store(true, Ordering::SeqCst);
+        self.stopping.send_replace(true);
         self.queues.wake_pacer();
+    }
+
+    /// Returns once [`Self::begin_shutdown`] was called (at once if it was).
+    pub(crate) async fn stopped(&self) {
+        let mut rx = self.stopping.subscribe();
+        // Only an error if the sender is gone, which it is not while `self` lives.
+        let _ = rx.wait_for(|&stopping| stopping).await;
     }
 
     /// Sends probe `seq` of train `transaction` (on the pacer thread).

@@ -409,7 +409,7 @@ async fn serve(
     // was the last use of CAP_SYS_NICE.
     privileges.main();
     tokio::spawn(demand.clone().watch(events, shared.clone()));
-    tokio::spawn(server::serve(listener, shared.clone()));
+    let server = tokio::spawn(server::serve(listener, shared.clone()));
     info!(
         "mgrpd ready: tun {} mtu {}, protocol {}, fwmark {:#x}, table {}, hold {:?} ({:?}{}), socket {}",
         config.tun,
@@ -449,6 +449,9 @@ async fn serve(
         }
     })
     .await;
+    // Clients get the answers to what they had in flight (the reports of trains cut
+    // short by the shutdown) before the socket goes.
+    let _ = server.await;
     let stats = shared.stats();
     info!(
         "stopped: riders in {}, piggybacked {}, unchanged {}, dropped {}, held {}; probes sent {}",
@@ -503,7 +506,8 @@ impl LoopbackDaemon {
         })
     }
 
-    /// Stops it the way SIGTERM stops mgrpd: held riders leave, the socket goes.
+    /// Stops it the way SIGTERM stops mgrpd: held riders leave, clients get their
+    /// answers, the socket goes.
     pub async fn stop(mut self) {
         self.shared.begin_shutdown();
         let threads = [self.pacer.take(), self.sender.take()];
@@ -513,7 +517,7 @@ impl LoopbackDaemon {
             }
         })
         .await;
-        self.server.abort();
+        let _ = self.server.await;
         let _ = std::fs::remove_file(&self.shared.config.socket);
     }
 }

@@ -11,13 +11,13 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use mgrp_core::api::{
-    ApiError, ErrorKind, MAX_LINE, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, Request,
-    RequestFrame, Response, ResponseFrame, TrainLimits, TrainRequest,
+    ApiError, ErrorKind, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, Request, RequestFrame,
+    Response, ResponseFrame, TrainLimits, TrainRequest,
 };
 use mgrp_core::planner::{ProbeSpec, Transaction};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, info, warn};
 
 use crate::daemon::{Listener, Shared, SubmitError};
@@ -52,13 +52,23 @@ pub fn bind(path: &Path, group: Option<&str>) -> anyhow::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Accepts connections until the daemon stops.
+/// How long a stopping daemon waits for its API connections to answer what they
+/// have in flight and close.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// Accepts connections until the daemon stops, then waits (at most [`CLOSE_WAIT`])
+/// until every connection has answered what it had in flight and closed.
 pub async fn serve(listener: UnixListener, shared: Arc<Shared>) {
     let ids = AtomicU64::new(1);
-    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let max = shared.config.max_connections;
+    let permits = Arc::new(Semaphore::new(max));
     loop {
-        let (mut stream, _) = match listener.accept().await {
-            Ok(s) => s,
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = shared.stopped() => break,
+        };
+        let mut stream = match accepted {
+            Ok((s, _)) => s,
             Err(e) => {
                 warn!("accepting an API connection failed: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -75,12 +85,11 @@ pub async fn serve(listener: UnixListener, shared: Arc<Shared>) {
                 cred.gid()
             );
         }
-        if open.load(Ordering::Relaxed) >= shared.config.max_connections {
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
             let msg = error(
                 ErrorKind::Busy,
                 format!(
-                    "{} API connections are open, the most allowed (limits.max-connections)",
-                    shared.config.max_connections
+                    "{max} API connections are open, the most allowed (limits.max-connections)"
                 ),
             );
             if let Ok(mut line) = serde_json::to_vec(&msg) {
@@ -88,13 +97,24 @@ pub async fn serve(listener: UnixListener, shared: Arc<Shared>) {
                 let _ = stream.write_all(&line).await;
             }
             continue;
-        }
-        open.fetch_add(1, Ordering::Relaxed);
-        let (shared, open) = (shared.clone(), open.clone());
+        };
+        let shared = shared.clone();
         tokio::spawn(async move {
             connection(id, uid, stream, shared).await;
-            open.fetch_sub(1, Ordering::Relaxed);
+            drop(permit);
         });
+    }
+    drop(listener);
+    // Every permit back means every connection closed.
+    let all = u32::try_from(max).unwrap_or(u32::MAX);
+    if tokio::time::timeout(CLOSE_WAIT, permits.acquire_many(all))
+        .await
+        .is_err()
+    {
+        warn!(
+            "{} API connections still open {CLOSE_WAIT:?} after shutdown began; closing them",
+            max - permits.available_permits()
+        );
     }
 }
 
@@ -139,23 +159,29 @@ async fn connection(id: u64, uid: Option<u32>, stream: UnixStream, shared: Arc<S
     });
     let mut reader = BufReader::new(read);
     let mut line = Vec::new();
+    let max_line = shared.config.max_request_bytes;
     loop {
         line.clear();
-        let n = match (&mut reader)
-            .take(MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut line)
-            .await
-        {
+        // A stopping daemon takes no more requests; what is in flight is answered
+        // (trains with their reports, which the pacer gives every train as it stops).
+        let mut limited = (&mut reader).take(max_line as u64 + 1);
+        let read = tokio::select! {
+            r = limited.read_until(b'\n', &mut line) => r,
+            () = shared.stopped() => break,
+        };
+        let n = match read {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if n > MAX_LINE {
+        if n > max_line {
             let _ = tx
                 .send((
                     None,
                     error(
                         ErrorKind::BadRequest,
-                        format!("request longer than {MAX_LINE} bytes"),
+                        format!(
+                            "request longer than {max_line} bytes (limits.max-request-bytes); fold equal probes into counts (protocol 3) or split the train"
+                        ),
                     ),
                 ))
                 .await;
@@ -244,6 +270,7 @@ async fn handle(
                         min_gap_ns: ns(c.min_gap),
                         max_gap_ns: ns(c.max_gap),
                         max_duration_ns: ns(c.max_train_duration),
+                        max_request_bytes: c.max_request_bytes as u64,
                     }),
                 }
             }
@@ -345,15 +372,31 @@ async fn submit(
     shared: &Shared,
     conn: &std::sync::Mutex<Conn>,
 ) -> Response {
+    // Counts are checked before they are unfolded: a count may be large.
+    let count = train.probe_count();
+    if count > shared.config.max_probes_per_train as u64 {
+        return error(
+            ErrorKind::InvalidTrain,
+            format!(
+                "train of {count} probes exceeds the limit of {} (limits.max-probes-per-train)",
+                shared.config.max_probes_per_train
+            ),
+        );
+    }
+    if train.probes.iter().any(|p| p.count == 0) {
+        return error(
+            ErrorKind::InvalidTrain,
+            "a probe with count 0: leave it out instead",
+        );
+    }
     let tx = Transaction {
         id: 0,
         src_port: train.src_port,
         dst_port: train.dst_port,
         probes: train
-            .probes
-            .into_iter()
+            .unfolded()
             .map(|p| ProbeSpec {
-                header: p.header.into(),
+                header: p.header.clone().into(),
                 size: p.size,
                 gap: Duration::from_nanos(p.gap_ns),
                 piggyback: p.piggyback,

@@ -54,7 +54,14 @@ fn train_round_trip_with_stamps() {
         let client = Client::connect(socket_path("rt")).await.unwrap();
         assert_eq!(client.last_report().await.unwrap(), None);
         let mut probes = client.listen(9000).await.unwrap();
-        let train = Train::uniform(LOCAL, 10, 300, Duration::from_micros(200)).ports(8999, 9000);
+        // Each probe with its own header: no two fold into one.
+        let train = Train::new(LOCAL)
+            .ports(8999, 9000)
+            .probes((0..10u32).map(|i| {
+                Probe::new(300)
+                    .gap(Duration::from_micros(if i == 0 { 0 } else { 200 }))
+                    .header(i.to_be_bytes())
+            }));
         let report = client.send_train(train).await.unwrap();
         assert_eq!((report.probes_requested, report.probes_sent), (10, 10));
         assert_eq!(report.departures.len(), 10);
@@ -207,6 +214,88 @@ fn several_trains_in_flight_on_one_connection() {
 }
 
 #[test]
+fn long_uniform_trains_fit_a_short_request_and_long_varied_ones_are_refused() {
+    rt().block_on(async {
+        let d = daemon("runs", "[limits]\nmin-gap = \"1us\"").await;
+        let c = Client::connect(socket_path("runs")).await.unwrap();
+        assert_eq!(c.protocol_version(), 3);
+        let limits = c.limits().unwrap();
+        assert_eq!(limits.max_request_bytes, 65_536);
+        // 10,000 equal probes travel as two runs.
+        let long = Train::uniform(LOCAL, 10_000, 100, Duration::from_micros(1)).ports(1, 2);
+        let r = c.send_train(long).await.unwrap();
+        assert_eq!((r.probes_requested, r.probes_sent), (10_000, 10_000));
+        // 2,000 probes with a header each do not fit 64 KiB: the client says so
+        // before sending, and the connection stays usable.
+        let varied = Train::new(LOCAL).ports(1, 2).probes((0..2000u32).map(|i| {
+            Probe::new(100)
+                .gap(Duration::from_micros(5))
+                .header(i.to_be_bytes().repeat(4))
+        }));
+        let err = c.send_train(varied).await.unwrap_err();
+        assert!(
+            matches!(err, Error::RequestTooLarge { limit: 65_536, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("max-request-bytes"), "{err}");
+        assert!(c.stats().await.is_ok());
+        d.stop().await;
+    });
+    // Counts are checked before they are unfolded.
+    let rt = rt();
+    let d = rt.block_on(daemon("counts", ""));
+    let (mut w, mut r) = raw(&socket_path("counts"));
+    for (count, what) in [(4_000_000_000u64, "exceeds the limit"), (0, "count 0")] {
+        let req = format!(
+            "{{\"op\":\"submit_train\",\"destination\":\"127.0.0.1\",\"src_port\":1,\"dst_port\":2,\"probes\":[{{\"size\":200,\"gap_ns\":0}},{{\"size\":200,\"gap_ns\":1000000,\"count\":{count}}}]}}\n"
+        );
+        w.write_all(req.as_bytes()).unwrap();
+        let answer = line(&mut r);
+        assert!(
+            answer.contains("invalid_train") && answer.contains(what),
+            "{answer}"
+        );
+    }
+    rt.block_on(d.stop());
+}
+
+#[test]
+fn a_stopping_daemon_answers_what_is_in_flight_and_takes_nothing_new() {
+    rt().block_on(async {
+        let d = daemon("stopping", "").await;
+        let c = Client::connect(socket_path("stopping")).await.unwrap();
+        // Two seconds of probes: the shutdown comes in the middle.
+        let long = Train::uniform(LOCAL, 200, 200, Duration::from_millis(10)).ports(1, 2);
+        let train = tokio::spawn(async move {
+            let r = c.send_train(long).await;
+            (r, c)
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = std::time::Instant::now();
+        d.stop().await;
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "stopping took {:?}",
+            started.elapsed()
+        );
+        let (r, c) = tokio::time::timeout(Duration::from_secs(1), train)
+            .await
+            .expect("the train's call was answered")
+            .unwrap();
+        match r {
+            Ok(report) => {
+                assert_eq!(report.outcome, mgrp_client::Outcome::Cancelled);
+                assert!(report.probes_sent > 0 && report.probes_sent < 200);
+            }
+            Err(e) => assert!(matches!(e, Error::ShuttingDown(_)), "{e}"),
+        }
+        // The connection was closed: nothing more is taken.
+        assert!(c.stats().await.is_err());
+        assert!(Client::connect(socket_path("stopping")).await.is_err());
+    });
+}
+
+#[test]
 fn missing_daemon_is_explained() {
     rt().block_on(async {
         let err = Client::connect("/nonexistent/mgrpd.sock")
@@ -277,7 +366,7 @@ fn bad_frames_get_errors_and_never_disturb_others() {
 
     // An oversized frame is refused and its connection closed.
     let (mut big, mut br) = raw(&path);
-    let huge = vec![b' '; mgrp_core::api::MAX_LINE + 10];
+    let huge = vec![b' '; mgrp_core::api::DEFAULT_MAX_REQUEST + 10];
     let _ = big.write_all(&huge);
     assert!(line(&mut br).contains("longer than"));
     assert_eq!(line(&mut br), "", "connection should be closed");

@@ -15,7 +15,8 @@ use tokio::sync::{Mutex, mpsc};
 use tracing::{debug, warn};
 
 use crate::config::Config;
-use crate::daemon::{RouteEvent, Shared};
+use crate::daemon::RouteEvent;
+use crate::pacer::Queues;
 use crate::routes::{RouteError, Routes};
 
 /// Shared handle on the routes mgrpd installed.
@@ -49,7 +50,11 @@ impl Demand {
 
     /// Carries out the endpoint's route changes until the daemon stops. A route that
     /// cannot be added is logged, and its trains run anyway (without riders).
-    pub async fn watch(self, mut events: mpsc::UnboundedReceiver<RouteEvent>, shared: Arc<Shared>) {
+    pub(crate) async fn watch(
+        self,
+        mut events: mpsc::UnboundedReceiver<RouteEvent>,
+        queues: Arc<Queues>,
+    ) {
         while let Some(event) = events.recv().await {
             let mut routes = self.routes.lock().await;
             match event {
@@ -65,7 +70,7 @@ impl Demand {
                         }
                     }
                     drop(routes);
-                    shared.routed(peer);
+                    queues.routed(peer).await;
                 }
                 RouteEvent::Out(peer) => {
                     if let Some(routes) = routes.as_mut() {

@@ -8,20 +8,31 @@
 //! listening for them.
 //!
 //! - [`config`]: the TOML file and the flags.
-//! - [`daemon`]: the data-path threads (TUN reader, receiver, peer liveness) and
-//!   counters.
-//! - [`pacer`]: the pacer, which owns the endpoint, and the sender thread.
-//! - [`server`]: the Unix-socket API.
+//! - [`daemon`]: how the parts are put together and handed to the threads.
+//! - [`tun_reader`], [`pacer`] (the pacer, which owns the endpoint, and the sender
+//!   thread), [`receiver`], [`liveness`]: the data-path threads.
+//! - [`server`] and [`trains`]: the Unix-socket API and its way to the pacer;
+//!   [`listeners`]: the tools waiting for probes.
+//! - [`counters`], [`lifecycle`], [`net`]: the counters, the shutdown signal, the
+//!   sockets.
 //! - [`routes`] and [`demand`]: policy routing into the TUN, permanent or on demand.
 //! - [`sys`]: every raw system call.
 
 pub mod config;
+pub mod counters;
 pub mod daemon;
 pub mod demand;
+pub mod lifecycle;
+pub mod listeners;
+pub mod liveness;
+pub mod net;
 pub mod pacer;
+pub mod receiver;
 pub mod routes;
 pub mod server;
 pub mod sys;
+pub mod trains;
+pub mod tun_reader;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,7 +44,7 @@ use tracing::{info, warn};
 use tun_rs::DeviceBuilder;
 
 use crate::config::Config;
-use crate::daemon::Shared;
+use crate::daemon::Daemon;
 use crate::demand::Demand;
 use crate::routes::Routes;
 
@@ -288,7 +299,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 async fn run_async(config: Config) -> anyhow::Result<()> {
     let tun = Arc::new(create_tun(&config)?);
     let (events_tx, events_rx) = mpsc::unbounded_channel();
-    let shared = Arc::new(Shared::new(config.clone(), tun, events_tx)?);
+    let daemon = Daemon::new(config.clone(), tun, events_tx)?;
     let recv4 = sys::mgrp_recv_socket(false, config.protocol, Duration::from_millis(100))
         .context("cannot open the MGRP receive socket")?;
     let routes = if config.manage_routes {
@@ -314,8 +325,8 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         None
     };
     let demand = Demand::new(routes, &config);
-    let result = serve(&config, &shared, &demand, recv4, events_rx).await;
-    shared.begin_shutdown();
+    let result = serve(&config, &daemon, &demand, recv4, events_rx).await;
+    daemon.begin_shutdown();
     for e in demand.remove_all().await {
         warn!("cleanup: {e}");
     }
@@ -325,7 +336,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
 
 async fn serve(
     config: &Config,
-    shared: &Arc<Shared>,
+    daemon: &Daemon,
     demand: &Demand,
     recv4: socket2::Socket,
     events: mpsc::UnboundedReceiver<daemon::RouteEvent>,
@@ -337,7 +348,7 @@ async fn serve(
         }
     }
     let listener = server::bind(&config.socket, config.socket_group.as_deref())?;
-    let fatal = shared.fatal_channel();
+    let fatal = daemon.life.fatal_channel();
     let locked = match sys::lock_memory() {
         Ok(()) => true,
         Err(e) => {
@@ -349,67 +360,69 @@ async fn serve(
     // Set up: from here on every thread keeps only what it needs.
     let privileges = Privileges::after_setup(config, locked);
     privileges.enter(config.user.as_deref())?;
-    let s = shared.clone();
+    let life = &daemon.life;
+    let (l, reader) = (life.clone(), daemon.tun_reader());
     std::thread::Builder::new()
         .name("mgrp-tun".into())
         .spawn(move || {
-            let _ends = daemon::EndsDaemon::new(&s, "TUN reader");
+            let _ends = lifecycle::EndsDaemon::new(&l, "TUN reader");
             privileges.worker();
-            daemon::run_tun_reader(&s);
+            reader.run();
         })?;
-    let s = shared.clone();
+    let (l, receiver) = (life.clone(), daemon.receiver(false));
     let mut receivers =
         vec![
             std::thread::Builder::new()
                 .name("mgrp-rx4".into())
                 .spawn(move || {
-                    let _ends = daemon::EndsDaemon::new(&s, "IPv4 receiver");
+                    let _ends = lifecycle::EndsDaemon::new(&l, "IPv4 receiver");
                     privileges.worker();
-                    daemon::run_receiver(&s, &recv4, false);
+                    receiver.run(&recv4, &l);
                 })?,
         ];
     match recv6 {
         Ok(recv6) => {
-            let s = shared.clone();
+            let (l, receiver) = (life.clone(), daemon.receiver(true));
             receivers.push(std::thread::Builder::new().name("mgrp-rx6".into()).spawn(
                 move || {
-                    let _ends = daemon::EndsDaemon::new(&s, "IPv6 receiver");
+                    let _ends = lifecycle::EndsDaemon::new(&l, "IPv6 receiver");
                     privileges.worker();
-                    daemon::run_receiver(&s, &recv6, true);
+                    receiver.run(&recv6, &l);
                 },
             )?);
         }
         Err(e) => warn!("no IPv6 MGRP receive socket ({e}); IPv6 peers cannot reach this host"),
     }
-    let s = shared.clone();
+    let sender = Arc::new(daemon.sender());
+    let (l, s) = (life.clone(), sender.clone());
     let pacer = std::thread::Builder::new()
         .name("mgrp-pacer".into())
         .spawn(move || {
-            let _ends = daemon::EndsDaemon::new(&s, "pacer");
-            pacer::run_pacer(&s, || privileges.worker());
+            let _ends = lifecycle::EndsDaemon::new(&l, "pacer");
+            pacer::run_pacer(&s, &l, || privileges.worker());
         })?;
-    let s = shared.clone();
+    let l = life.clone();
     let sender = std::thread::Builder::new()
         .name("mgrp-sender".into())
         .spawn(move || {
-            let _ends = daemon::EndsDaemon::new(&s, "sender");
+            let _ends = lifecycle::EndsDaemon::new(&l, "sender");
             privileges.worker();
-            pacer::run_sender(&s);
+            sender.run();
         })?;
     for v6 in [false, true] {
-        let s = shared.clone();
+        let (l, errors) = (life.clone(), daemon.error_queues());
         std::thread::Builder::new()
             .name("mgrp-liveness".into())
             .spawn(move || {
                 privileges.worker();
-                s.run_liveness(v6);
+                errors.run(v6, &l);
             })?;
     }
     // Every thread has started with what it needs; the pacer's real-time priority
     // was the last use of CAP_SYS_NICE.
     privileges.main();
-    tokio::spawn(demand.clone().watch(events, shared.clone()));
-    let server = tokio::spawn(server::serve(listener, shared.clone()));
+    tokio::spawn(demand.clone().watch(events, daemon.queues.clone()));
+    let server = tokio::spawn(server::serve(listener, daemon.api()));
     info!(
         "mgrpd ready: tun {} mtu {}, protocol {}, fwmark {:#x}, table {}, hold {:?} ({:?}{}), socket {}",
         config.tun,
@@ -439,7 +452,7 @@ async fn serve(
         _ = hup.recv() => info!("SIGHUP: shutting down cleanly (configuration is read at start; restart to apply changes)"),
         why = fatal => failure = why.ok(),
     }
-    shared.begin_shutdown();
+    daemon.begin_shutdown();
     // The pacer sends every held rider unchanged before it returns.
     let _ = tokio::task::spawn_blocking(move || {
         let _ = pacer.join();
@@ -452,7 +465,7 @@ async fn serve(
     // Clients get the answers to what they had in flight (the reports of trains cut
     // short by the shutdown) before the socket goes.
     let _ = server.await;
-    let stats = shared.stats();
+    let stats = daemon.stats().get();
     info!(
         "stopped: riders in {}, piggybacked {}, unchanged {}, dropped {}, held {}; probes sent {}",
         stats.planner.riders_in,
@@ -474,8 +487,9 @@ async fn serve(
 /// and the API without namespaces.
 #[derive(Debug)]
 pub struct LoopbackDaemon {
-    /// The daemon's shared state (inject riders with [`Shared::handle_tun_packet`]).
-    pub shared: Arc<Shared>,
+    /// The daemon (inject riders with [`Daemon::handle_tun_packet`], read counters
+    /// with [`Daemon::stats`]).
+    pub daemon: Daemon,
     pacer: Option<std::thread::JoinHandle<()>>,
     sender: Option<std::thread::JoinHandle<()>>,
     server: tokio::task::JoinHandle<()>,
@@ -485,21 +499,21 @@ impl LoopbackDaemon {
     /// Starts it on the current tokio runtime, serving the API at `config.socket`.
     pub async fn start(config: Config) -> anyhow::Result<Self> {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared::loopback(config.clone(), events_tx)?);
+        let daemon = Daemon::loopback(config.clone(), events_tx)?;
         let demand = Demand::new(None, &config);
         let listener = server::bind(&config.socket, config.socket_group.as_deref())?;
-        let s = shared.clone();
+        let sender = Arc::new(daemon.sender());
+        let (l, s) = (daemon.life.clone(), sender.clone());
         let pacer = std::thread::Builder::new()
             .name("mgrp-pacer".into())
-            .spawn(move || pacer::run_pacer(&s, || {}))?;
-        let s = shared.clone();
+            .spawn(move || pacer::run_pacer(&s, &l, || {}))?;
         let sender = std::thread::Builder::new()
             .name("mgrp-sender".into())
-            .spawn(move || pacer::run_sender(&s))?;
-        tokio::spawn(demand.watch(events_rx, shared.clone()));
-        let server = tokio::spawn(server::serve(listener, shared.clone()));
+            .spawn(move || sender.run())?;
+        tokio::spawn(demand.watch(events_rx, daemon.queues.clone()));
+        let server = tokio::spawn(server::serve(listener, daemon.api()));
         Ok(Self {
-            shared,
+            daemon,
             pacer: Some(pacer),
             sender: Some(sender),
             server,
@@ -509,7 +523,7 @@ impl LoopbackDaemon {
     /// Stops it the way SIGTERM stops mgrpd: held riders leave, clients get their
     /// answers, the socket goes.
     pub async fn stop(mut self) {
-        self.shared.begin_shutdown();
+        self.daemon.begin_shutdown();
         let threads = [self.pacer.take(), self.sender.take()];
         let _ = tokio::task::spawn_blocking(move || {
             for t in threads.into_iter().flatten() {
@@ -518,6 +532,6 @@ impl LoopbackDaemon {
         })
         .await;
         let _ = self.server.await;
-        let _ = std::fs::remove_file(&self.shared.config.socket);
+        let _ = std::fs::remove_file(&self.daemon.config.socket);
     }
 }

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -30,7 +30,11 @@ use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
-use crate::daemon::{RouteEvent, Shared};
+use crate::counters::{Counters, LimitedLog};
+use crate::daemon::RouteEvent;
+use crate::lifecycle::Lifecycle;
+use crate::liveness::ErrorQueues;
+use crate::net::Net;
 use crate::sys;
 
 /// Rider batches the TUN reader may have waiting for the pacer.
@@ -167,6 +171,22 @@ impl Queues {
         Ok(())
     }
 
+    /// The route asked for with [`RouteEvent::In`] is in place (or could not be put
+    /// in place): trains to `peer` may run.
+    pub(crate) async fn routed(&self, peer: IpAddr) {
+        let mut control = Control::Routed(peer);
+        // Its trains wait for this, so it must get through: the queue holds far more
+        // than the trains there can be, so a full one drains within moments.
+        for _ in 0..1000 {
+            match self.push_control(control) {
+                Ok(()) => return,
+                Err(c) => control = c,
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        warn!("could not tell the pacer that {peer} is routed; its trains wait until cancelled");
+    }
+
     /// Wakes the pacer whatever it does (for shutdown).
     pub(crate) fn wake_pacer(&self) {
         self.inbox.signal();
@@ -229,22 +249,23 @@ fn prepare_pacer(config: &Config) -> bool {
 /// is over. `prepared` runs once its scheduling is set up (to drop what that
 /// needed). If it ends for any reason but shutdown, the daemon stops (trains could no
 /// longer run and held riders would never leave).
-pub fn run_pacer(shared: &Shared, prepared: impl FnOnce()) {
-    let realtime = prepare_pacer(&shared.config);
+pub(crate) fn run_pacer(s: &Sender, life: &Lifecycle, prepared: impl FnOnce()) {
+    let realtime = prepare_pacer(&s.config);
     prepared();
     let timer = match sys::Timer::new() {
         Ok(t) => t,
         Err(e) => {
-            shared.fatal(format!("cannot create a timerfd for the pacer: {e}"));
+            life.fatal(format!("cannot create a timerfd for the pacer: {e}"));
             return;
         }
     };
-    let endpoint = Endpoint::new(endpoint_config(&shared.config)).unwrap_or_else(|e| {
+    let endpoint = Endpoint::new(endpoint_config(&s.config)).unwrap_or_else(|e| {
         panic!("the endpoint refuses the policy: {e} (the configuration check missed this)")
     });
     let mut pacer = Pacer {
-        shared,
-        q: &shared.queues,
+        s,
+        life,
+        q: &s.queues,
         endpoint,
         waiters: HashMap::new(),
         timer,
@@ -257,8 +278,8 @@ pub fn run_pacer(shared: &Shared, prepared: impl FnOnce()) {
     pacer.run();
     // Whoever still waits for a report hears that the daemon stopped.
     drop(pacer);
-    shared.queues.pacer_done.store(true, Ordering::SeqCst);
-    shared.queues.outbox.signal();
+    s.queues.pacer_done.store(true, Ordering::SeqCst);
+    s.queues.outbox.signal();
 }
 
 /// How long the pacer spun for the train in flight.
@@ -270,7 +291,10 @@ struct SpinBudget {
 }
 
 struct Pacer<'a> {
-    shared: &'a Shared,
+    /// The sender's parts: the pacer does the sender's work itself when the sender's
+    /// queue is full.
+    s: &'a Sender,
+    life: &'a Lifecycle,
     q: &'a Queues,
     endpoint: Endpoint,
     waiters: HashMap<u32, oneshot::Sender<TransactionReport>>,
@@ -293,7 +317,7 @@ impl Pacer<'_> {
                 .next_probe_deadline()
                 .map_or(MonoTime::from_nanos(u64::MAX), |d| self.wake_for(d));
             self.ingest(now, BATCHES_PER_INGEST, until);
-            let stopping = self.shared.shutdown.load(Ordering::SeqCst);
+            let stopping = self.life.is_stopping();
             if stopping && !self.flushed {
                 // Every train ends with a report; every held rider falls due.
                 self.endpoint.handle_shutdown(now);
@@ -341,7 +365,7 @@ impl Pacer<'_> {
         if self.spin.capped {
             Duration::ZERO
         } else {
-            self.shared.config.busy_poll_margin
+            self.s.config.busy_poll_margin
         }
     }
 
@@ -355,10 +379,7 @@ impl Pacer<'_> {
     fn sleep(&self, until: MonoTime) {
         self.q.pacer_sleeping.store(true, Ordering::SeqCst);
         // Checked after the flag is up, so input pushed before it is not slept over.
-        if self.q.riders.is_empty()
-            && self.q.control.is_empty()
-            && !self.shared.shutdown.load(Ordering::SeqCst)
-        {
+        if self.q.riders.is_empty() && self.q.control.is_empty() && !self.life.is_stopping() {
             if let Err(e) = self.timer.sleep_until_or(until, &self.q.inbox) {
                 debug!("the pacer's sleep failed: {e}");
             }
@@ -425,7 +446,7 @@ impl Pacer<'_> {
             )));
         }
         let wanted =
-            self.shared.config.policy.hold_mode == HoldMode::Always || self.endpoint.trains() > 0;
+            self.s.config.policy.hold_mode == HoldMode::Always || self.endpoint.trains() > 0;
         self.q.riders_wanted.store(wanted, Ordering::Relaxed);
         self.signal_sender();
     }
@@ -474,7 +495,7 @@ impl Pacer<'_> {
             Ok(()) => self.unsignalled = true,
             Err(o) => {
                 self.q.outputs_done_by_pacer.fetch_add(1, Ordering::Relaxed);
-                execute(self.shared, o);
+                self.s.execute(o);
             }
         }
     }
@@ -504,7 +525,7 @@ impl Pacer<'_> {
     /// the way. Returns false on shutdown.
     fn sleep_releasing(&mut self, wake: MonoTime) -> bool {
         loop {
-            if self.shared.shutdown.load(Ordering::Relaxed) {
+            if self.life.is_stopping() {
                 return false;
             }
             let now = sys::mono_now();
@@ -531,7 +552,7 @@ impl Pacer<'_> {
     /// Each train spins at most `limits.max-train-spin`; after that it is paced by the
     /// timer alone.
     fn send_probe(&mut self, deadline: MonoTime) {
-        let shared = self.shared;
+        let s = self.s;
         let margin = self.margin();
         // A real-time pacer spins through gaps shorter than two margins: a timer
         // wake-up that short buys little sleep and risks its own latency tail. Under
@@ -562,18 +583,18 @@ impl Pacer<'_> {
         self.spin.spun += sys::wait_until(&self.timer, probe.deadline, margin);
         let stamp = sys::wall_now();
         wire::stamp_sender_time(&mut probe.packet, stamp);
-        shared.seal(peer, &mut probe.packet);
+        s.net.sealer.seal(peer, &mut probe.packet);
         let departed = sys::mono_now();
-        let sent = match shared.send_probe(peer, &probe.packet, probe.transaction, probe.seq) {
+        let sent = match s
+            .net
+            .send_probe(peer, &probe.packet, probe.transaction, probe.seq)
+        {
             Ok(_) => {
-                shared.counters.probes_sent.fetch_add(1, Ordering::Relaxed);
+                s.counters.probes_sent.fetch_add(1, Ordering::Relaxed);
                 Some((departed, stamp))
             }
             Err(_) => {
-                shared
-                    .counters
-                    .probe_send_errors
-                    .fetch_add(1, Ordering::Relaxed);
+                s.counters.probe_send_errors.fetch_add(1, Ordering::Relaxed);
                 None
             }
         };
@@ -582,18 +603,16 @@ impl Pacer<'_> {
             // other pieces did leave is then delivered whole by this copy, and its
             // incomplete reassembly on the far side times out.
             for rider in std::mem::take(&mut probe.riders) {
-                shared
-                    .counters
+                s.counters
                     .riders_resent_after_failed_probe
                     .fetch_add(1, Ordering::Relaxed);
                 self.output(Output::Transmit(peer, Transmit::Unchanged(rider)));
             }
         }
-        if !self.spin.capped && self.spin.spun >= shared.config.max_train_spin {
+        if !self.spin.capped && self.spin.spun >= s.config.max_train_spin {
             // Spinning holds a CPU, at real-time priority even: enough for one train.
             self.spin.capped = true;
-            shared
-                .counters
+            s.counters
                 .trains_spin_capped
                 .fetch_add(1, Ordering::Relaxed);
             self.output(Output::Bound(Bound::Spin(peer, self.spin.spun)));
@@ -606,51 +625,66 @@ impl Pacer<'_> {
     }
 }
 
-/// Does one output (on the sender thread, or on the pacer when the sender's queue
-/// is full).
-fn execute(shared: &Shared, o: Output) {
-    match o {
-        Output::Transmit(peer, t) => shared.send_transmit(peer, t),
-        Output::Route(event) => {
-            if shared.route_events.send(event).is_err() {
-                // Nobody manages routes: take it as done.
-                if let RouteEvent::In(peer) = event {
-                    let _ = shared.queues.push_control(Control::Routed(peer));
-                }
-            }
-        }
-        Output::Report(w, mut r) => {
-            shared.complete_report(&mut r);
-            let _ = w.send(r);
-        }
-        Output::Accepted(reply, result) => {
-            let _ = reply.send(result);
-        }
-        Output::Bound(b) => match b {
-            Bound::Queue(peer) => shared.bound_reached(format_args!(
-                "dropped packets to {peer}: its queue or all queues together are full (piggyback.max-queued-riders, max-queued-bytes, max-held-bytes)"
-            )),
-            Bound::Destinations(n) => shared.bound_reached(format_args!(
-                "packets go unchanged: {n} destinations hold packets already (limits.max-destinations)"
-            )),
-            Bound::Spin(peer, spun) => shared.bound_reached(format_args!(
-                "a train to {peer} spun {spun:?} (limits.max-train-spin): the rest of it is paced by the timer alone, expect less precise gaps"
-            )),
-        },
-    }
+/// What the sender thread uses (and the pacer, when the sender is behind).
+#[derive(Debug)]
+pub(crate) struct Sender {
+    pub(crate) config: Arc<Config>,
+    pub(crate) queues: Arc<Queues>,
+    pub(crate) net: Arc<Net>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) route_events: tokio::sync::mpsc::UnboundedSender<RouteEvent>,
+    pub(crate) errors: ErrorQueues,
+    pub(crate) bounds_log: Arc<LimitedLog>,
 }
 
-/// The sender thread: does what the pacer queued, until the pacer is done and
-/// nothing is left.
-pub fn run_sender(shared: &Shared) {
-    let q = &shared.queues;
-    loop {
-        while let Some(o) = q.outputs.pop() {
-            execute(shared, o);
+impl Sender {
+    /// Does one output (on the sender thread, or on the pacer when the sender's queue
+    /// is full).
+    fn execute(&self, o: Output) {
+        match o {
+            Output::Transmit(peer, t) => self.net.send_transmit(peer, t),
+            Output::Route(event) => {
+                if self.route_events.send(event).is_err() {
+                    // Nobody manages routes: take it as done.
+                    if let RouteEvent::In(peer) = event {
+                        let _ = self.queues.push_control(Control::Routed(peer));
+                    }
+                }
+            }
+            Output::Report(w, mut r) => {
+                self.errors
+                    .complete_report(&mut r, self.config.late_threshold, &self.bounds_log);
+                let _ = w.send(r);
+            }
+            Output::Accepted(reply, result) => {
+                let _ = reply.send(result);
+            }
+            Output::Bound(b) => match b {
+                Bound::Queue(peer) => self.bounds_log.warn(format_args!(
+                    "dropped packets to {peer}: its queue or all queues together are full (piggyback.max-queued-riders, max-queued-bytes, max-held-bytes)"
+                )),
+                Bound::Destinations(n) => self.bounds_log.warn(format_args!(
+                    "packets go unchanged: {n} destinations hold packets already (limits.max-destinations)"
+                )),
+                Bound::Spin(peer, spun) => self.bounds_log.warn(format_args!(
+                    "a train to {peer} spun {spun:?} (limits.max-train-spin): the rest of it is paced by the timer alone, expect less precise gaps"
+                )),
+            },
         }
-        if q.pacer_done.load(Ordering::SeqCst) && q.outputs.is_empty() {
-            return;
+    }
+
+    /// The sender thread: does what the pacer queued, until the pacer is done and
+    /// nothing is left.
+    pub(crate) fn run(&self) {
+        let q = &self.queues;
+        loop {
+            while let Some(o) = q.outputs.pop() {
+                self.execute(o);
+            }
+            if q.pacer_done.load(Ordering::SeqCst) && q.outputs.is_empty() {
+                return;
+            }
+            q.outbox.wait(Duration::from_millis(100));
         }
-        q.outbox.wait(Duration::from_millis(100));
     }
 }

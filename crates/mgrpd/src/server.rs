@@ -3,7 +3,6 @@
 //! interleave safely. A bad request gets an error answer and never disturbs other
 //! connections; a connection that goes away takes its listeners with it.
 
-use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +19,21 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, info, warn};
 
-use crate::daemon::{Listener, Shared, SubmitError};
+use crate::config::Config;
+use crate::counters::Stats;
+use crate::lifecycle::Lifecycle;
+use crate::listeners::{ListenError, Listeners};
+use crate::trains::{SubmitError, Trains};
+
+/// What the API server uses.
+#[derive(Debug, Clone)]
+pub struct Api {
+    pub(crate) config: Arc<Config>,
+    pub(crate) trains: Arc<Trains>,
+    pub(crate) listeners: Arc<Listeners>,
+    pub(crate) stats: Stats,
+    pub(crate) life: Arc<Lifecycle>,
+}
 
 /// Binds the API socket at `path`, creating its directory, mode 0660, owned by
 /// `group` if given.
@@ -58,14 +71,15 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// Accepts connections until the daemon stops, then waits (at most [`CLOSE_WAIT`])
 /// until every connection has answered what it had in flight and closed.
-pub async fn serve(listener: UnixListener, shared: Arc<Shared>) {
+pub async fn serve(listener: UnixListener, api: Api) {
+    let api = Arc::new(api);
     let ids = AtomicU64::new(1);
-    let max = shared.config.max_connections;
+    let max = api.config.max_connections;
     let permits = Arc::new(Semaphore::new(max));
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
-            () = shared.stopped() => break,
+            () = api.life.stopped() => break,
         };
         let mut stream = match accepted {
             Ok((s, _)) => s,
@@ -98,9 +112,9 @@ pub async fn serve(listener: UnixListener, shared: Arc<Shared>) {
             }
             continue;
         };
-        let shared = shared.clone();
+        let api = api.clone();
         tokio::spawn(async move {
-            connection(id, uid, stream, shared).await;
+            connection(id, uid, stream, api).await;
             drop(permit);
         });
     }
@@ -137,7 +151,7 @@ struct Conn {
     uid: Option<u32>,
 }
 
-async fn connection(id: u64, uid: Option<u32>, stream: UnixStream, shared: Arc<Shared>) {
+async fn connection(id: u64, uid: Option<u32>, stream: UnixStream, api: Arc<Api>) {
     let conn = Arc::new(std::sync::Mutex::new(Conn {
         uid,
         ..Conn::default()
@@ -159,7 +173,7 @@ async fn connection(id: u64, uid: Option<u32>, stream: UnixStream, shared: Arc<S
     });
     let mut reader = BufReader::new(read);
     let mut line = Vec::new();
-    let max_line = shared.config.max_request_bytes;
+    let max_line = api.config.max_request_bytes;
     loop {
         line.clear();
         // A stopping daemon takes no more requests; what is in flight is answered
@@ -167,7 +181,7 @@ async fn connection(id: u64, uid: Option<u32>, stream: UnixStream, shared: Arc<S
         let mut limited = (&mut reader).take(max_line as u64 + 1);
         let read = tokio::select! {
             r = limited.read_until(b'\n', &mut line) => r,
-            () = shared.stopped() => break,
+            () = api.life.stopped() => break,
         };
         let n = match read {
             Ok(0) | Err(_) => break,
@@ -203,26 +217,18 @@ async fn connection(id: u64, uid: Option<u32>, stream: UnixStream, shared: Arc<S
             tx: tx.clone(),
             id: frame.id,
         };
-        handle(id, frame.request, &shared, &reply, &conn).await;
+        handle(id, frame.request, &api, &reply, &conn).await;
     }
-    forget_listeners(&shared, id);
+    api.listeners.forget(id, None);
     // A client that left does not want its trains any more.
     let pending: Vec<_> = lock(&conn).pending.iter().copied().collect();
     for tx_id in pending {
-        shared.cancel(id, tx_id);
+        api.trains.cancel(id, tx_id);
         debug!("API connection {id} left: train {tx_id} cancelled");
     }
     drop(tx);
     let _ = writer.await;
     debug!("API connection {id} closed");
-}
-
-fn forget_listeners(shared: &Shared, id: u64) {
-    let mut listeners = lock(&shared.listeners);
-    for ls in listeners.values_mut() {
-        ls.retain(|l| l.conn != id);
-    }
-    listeners.retain(|_, ls| !ls.is_empty());
 }
 
 /// What goes out on a connection: an answer with the id of its request, or a probe
@@ -245,7 +251,7 @@ impl Reply {
 async fn handle(
     id: u64,
     req: Request,
-    shared: &Arc<Shared>,
+    api: &Arc<Api>,
     tx: &Reply,
     conn: &Arc<std::sync::Mutex<Conn>>,
 ) {
@@ -260,7 +266,7 @@ async fn handle(
                 )
             } else {
                 debug!("API connection {id} is {client:?}");
-                let c = &shared.config;
+                let c = &api.config;
                 let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
                 Response::Hello {
                     version,
@@ -278,7 +284,7 @@ async fn handle(
         Request::SubmitTrain(train) => {
             let admitted = {
                 let mut c = lock(conn);
-                let ok = c.in_flight < shared.config.max_trains_per_client;
+                let ok = c.in_flight < api.config.max_trains_per_client;
                 if ok {
                     c.in_flight += 1;
                 }
@@ -287,17 +293,17 @@ async fn handle(
             if !admitted {
                 let msg = format!(
                     "this connection has {} trains queued, the most allowed (limits.max-trains-per-client); wait for their reports",
-                    shared.config.max_trains_per_client
+                    api.config.max_trains_per_client
                 );
                 tx.send(error(ErrorKind::Busy, msg)).await;
                 return;
             }
-            let shared = shared.clone();
+            let api = api.clone();
             let tx = tx.clone();
             let conn = conn.clone();
             // The report comes when the train has been sent; other requests go on.
             tokio::spawn(async move {
-                let reply = submit(id, train, &shared, &conn).await;
+                let reply = submit(id, train, &api, &conn).await;
                 {
                     let mut c = lock(&conn);
                     c.in_flight -= 1;
@@ -313,73 +319,47 @@ async fn handle(
             Some(r) => Response::Report(r),
             None => Response::NoReport,
         },
-        Request::Listen { port, source } => listen(id, port, source, shared, &tx.tx),
-        Request::Unlisten { port } => {
-            let mut listeners = lock(&shared.listeners);
-            if let Some(ls) = listeners.get_mut(&port) {
-                ls.retain(|l| l.conn != id);
+        Request::Listen { port, source } => {
+            match api
+                .listeners
+                .listen(id, port, source, &tx.tx, api.config.max_listeners)
+            {
+                Ok(()) => Response::Listening { port },
+                Err(ListenError::TooMany(total)) => error(
+                    ErrorKind::Busy,
+                    format!(
+                        "{total} probe listeners are open, the most this mgrpd allows (limits.max-listeners); close one or raise the limit"
+                    ),
+                ),
+                Err(ListenError::PortInUse) => error(
+                    ErrorKind::PortInUse,
+                    format!("another tool listens on port {port}; choose another port"),
+                ),
             }
-            listeners.retain(|_, ls| !ls.is_empty());
+        }
+        Request::Unlisten { port } => {
+            api.listeners.forget(id, Some(port));
             Response::Unlistened { port }
         }
-        Request::Stats => Response::Stats(Box::new(shared.stats())),
+        Request::Stats => Response::Stats(Box::new(api.stats.get())),
     };
     tx.send(reply).await;
-}
-
-fn listen(
-    id: u64,
-    port: u16,
-    source: Option<IpAddr>,
-    shared: &Shared,
-    tx: &mpsc::Sender<Outgoing>,
-) -> Response {
-    let mut listeners = lock(&shared.listeners);
-    let total: usize = listeners.values().map(Vec::len).sum();
-    let renewing = listeners
-        .get(&port)
-        .is_some_and(|ls| ls.iter().any(|l| l.conn == id && l.source == source));
-    if total >= shared.config.max_listeners && !renewing {
-        return error(
-            ErrorKind::Busy,
-            format!(
-                "{total} probe listeners are open, the most this mgrpd allows (limits.max-listeners); close one or raise the limit"
-            ),
-        );
-    }
-    let ls = listeners.entry(port).or_default();
-    if ls
-        .iter()
-        .any(|l| l.conn != id && (l.source.is_none() || source.is_none() || l.source == source))
-    {
-        return error(
-            ErrorKind::PortInUse,
-            format!("another tool listens on port {port}; choose another port"),
-        );
-    }
-    ls.retain(|l| l.conn != id || l.source != source);
-    ls.push(Listener {
-        conn: id,
-        source,
-        tx: tx.clone(),
-    });
-    Response::Listening { port }
 }
 
 async fn submit(
     client: u64,
     train: TrainRequest,
-    shared: &Shared,
+    api: &Api,
     conn: &std::sync::Mutex<Conn>,
 ) -> Response {
     // Counts are checked before they are unfolded: a count may be large.
     let count = train.probe_count();
-    if count > shared.config.max_probes_per_train as u64 {
+    if count > api.config.max_probes_per_train as u64 {
         return error(
             ErrorKind::InvalidTrain,
             format!(
                 "train of {count} probes exceeds the limit of {} (limits.max-probes-per-train)",
-                shared.config.max_probes_per_train
+                api.config.max_probes_per_train
             ),
         );
     }
@@ -403,20 +383,20 @@ async fn submit(
             })
             .collect(),
     };
-    let peer = shared.config.peer_of(train.destination);
+    let peer = api.config.peer_of(train.destination);
     // A train to a non-peer, or over its user's rate, is refused before any route
     // changes.
-    if let Err(e) = shared.check_peer(peer) {
+    if let Err(e) = api.trains.check_peer(peer) {
         return error(ErrorKind::InvalidTrain, e.to_string());
     }
     let probes = tx.probes.len() as u64;
     let bytes: u64 = tx.probes.iter().map(|p| u64::from(p.size)).sum();
     let uid = lock(conn).uid;
-    if let Err(e) = shared.charge(uid, probes, bytes) {
+    if let Err(e) = api.trains.charge(uid, probes, bytes) {
         return error(ErrorKind::Busy, e.to_string());
     }
     // With routes on demand the train waits until its destination is routed.
-    match shared.submit(client, train.destination, tx).await {
+    match api.trains.submit(client, train.destination, tx).await {
         Ok(s) => {
             lock(conn).pending.insert(s.id);
             let reply = match s.report.await {

@@ -99,7 +99,7 @@ fn riders_ride_and_are_delivered() {
         let client = Client::connect(socket_path("riders")).await.unwrap();
         let mut probes = client.listen(9001).await.unwrap();
         for i in 0..40 {
-            d.shared
+            d.daemon
                 .handle_tun_packet(&rider(i, 100 + usize::from(i) * 20));
         }
         let mut claimed = 0;
@@ -526,19 +526,19 @@ fn held_riders_are_bounded_in_destinations_and_in_bytes() {
         // is taken in: three fit in the total, the fourth does not, nor does the one to
         // the second destination.
         for _ in 0..4 {
-            d.shared.handle_tun_packet(&packet_to([127, 0, 0, 1], 1000));
+            d.daemon.handle_tun_packet(&packet_to([127, 0, 0, 1], 1000));
         }
-        d.shared.handle_tun_packet(&packet_to([127, 0, 0, 2], 100));
+        d.daemon.handle_tun_packet(&packet_to([127, 0, 0, 2], 100));
         // A third destination would need a third planner: sent unchanged.
-        d.shared.handle_tun_packet(&packet_to([127, 0, 0, 3], 100));
+        d.daemon.handle_tun_packet(&packet_to([127, 0, 0, 3], 100));
         // Then the hold runs out and the three leave (waited for, not timed).
-        let mut s = d.shared.stats();
+        let mut s = d.daemon.stats().get();
         for _ in 0..100 {
             if s.planner.riders_in == 5 && s.planner.riders_held == 0 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
-            s = d.shared.stats();
+            s = d.daemon.stats().get();
         }
         assert_eq!(s.daemon.riders_bypassed_too_many_destinations, 1, "{s:#?}");
         assert_eq!(s.planner.riders_dropped_queue_full, 2, "{s:#?}");

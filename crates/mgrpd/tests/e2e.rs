@@ -951,16 +951,18 @@ fn killing_the_far_daemon_mid_transfer_does_not_sink_the_transfer() {
         return;
     }
     let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
-    let (a, b) = daemons(&net, &[]);
+    // Every packet rides (the paper's mode), so the transfer is still running, in
+    // the tunnel, when the far daemon dies.
+    let (a, b) = daemons(&net, &["--hold-mode", "always"]);
     let pid = b.process.pid().unwrap();
     let killer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(700));
+        std::thread::sleep(Duration::from_millis(300));
         mgrp_testbed::kill_pid(pid);
     });
     transfer(&net, &a, 200 * MB, 5030, true);
     killer.join().unwrap();
     let s = a.quiescent_stats().unwrap();
-    assert!(s.daemon.peer_unreachable > 0, "{s:#?}");
+    assert!(s.daemon.peer_unreachable > 0, "{s:#?}\n{}", a.process.log());
     assert!(s.daemon.riders_bypassed_peer_down > 0, "{s:#?}");
     assert!(a.process.log().contains("its mgrpd is gone"));
     check_conserved("A", &s);

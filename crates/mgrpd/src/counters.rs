@@ -1,0 +1,147 @@
+//! The daemon's counters and its rate-limited warnings.
+//!
+//! Every data-path thread adds to the same atomic counters (never overwriting another
+//! thread's), and the pacer publishes its own as a snapshot (`crate::pacer`); a
+//! reader gets [`Stats`], one consistent copy of everything.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use mgrp_core::api::{DaemonCounters, DaemonStats};
+use mgrp_core::stats::ReassemblyCounters;
+use tracing::warn;
+
+use crate::pacer::{Queues, Snapshot};
+
+macro_rules! counters {
+    ($($name:ident),* $(,)?) => {
+        /// The daemon's own counters, updated lock-free by the data-path threads.
+        #[derive(Debug, Default)]
+        pub struct Counters { $(pub(crate) $name: AtomicU64,)* }
+
+        impl Counters {
+            /// A consistent-enough copy for reporting.
+            pub fn snapshot(&self) -> DaemonCounters {
+                // The rest is filled in by [`Stats::get`] from the pacer's queues and
+                // snapshot.
+                DaemonCounters {
+                    $($name: self.$name.load(Ordering::Relaxed),)*
+                    ..DaemonCounters::default()
+                }
+            }
+        }
+    };
+}
+
+counters!(
+    tun_packets_in,
+    tun_ignored,
+    probes_sent,
+    probe_send_errors,
+    riders_resent_after_failed_probe,
+    unchanged_sent,
+    unchanged_send_errors,
+    continuations_sent,
+    continuation_send_errors,
+    mgrp_received,
+    mgrp_malformed,
+    riders_delivered,
+    rider_bytes_delivered,
+    tun_write_errors,
+    probes_delivered,
+    probes_unclaimed,
+    probes_dropped_slow_listener,
+    trains_accepted,
+    trains_rejected,
+    trains_refused_not_peer,
+    trains_refused_rate_limit,
+    mgrp_not_peer,
+    riders_refused_malformed,
+    riders_refused_foreign_source,
+    riders_refused_foreign_destination,
+    riders_refused_inner_mgrp,
+    riders_refused_special_destination,
+    mgrp_unauthenticated,
+    mgrp_bad_tag,
+    mgrp_replayed,
+    mgrp_unexpected_auth,
+    peer_unreachable,
+    riders_bypassed_peer_down,
+    trains_spin_capped,
+    riders_sent_direct,
+    riders_bypassed_pacer_busy,
+    probes_received,
+    continuations_received,
+);
+
+/// Adds one to a counter.
+pub(crate) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The reassembly counters of each receiver: IPv4 (and the loopback path) and IPv6,
+/// one slot each, so that neither overwrites the other's.
+#[derive(Debug, Default)]
+pub(crate) struct ReassemblySlots(Mutex<[ReassemblyCounters; 2]>);
+
+impl ReassemblySlots {
+    /// Publishes the counters of the receiver of slot `v6`.
+    pub(crate) fn publish(&self, v6: bool, c: ReassemblyCounters) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)[usize::from(v6)] = c;
+    }
+
+    fn sum(&self) -> ReassemblyCounters {
+        let per = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sum = per[0];
+        sum += &per[1];
+        sum
+    }
+}
+
+/// Where all counters are read: the threads' counters, the pacer's snapshot and the
+/// receivers' reassembly counters.
+#[derive(Debug, Clone)]
+pub struct Stats {
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) queues: Arc<Queues>,
+    pub(crate) reassembly: Arc<ReassemblySlots>,
+}
+
+impl Stats {
+    /// All counters.
+    pub fn get(&self) -> DaemonStats {
+        let Snapshot { planner, endpoint } = self.queues.snapshot();
+        let mut daemon = self.counters.snapshot();
+        // Counted by the endpoint, which decides it, and by the pacer.
+        daemon.riders_bypassed_too_many_destinations =
+            endpoint.riders_bypassed_too_many_destinations;
+        daemon.outputs_done_by_pacer = self.queues.outputs_done_by_pacer.load(Ordering::Relaxed);
+        DaemonStats {
+            daemon,
+            planner,
+            reassembly: self.reassembly.sum(),
+        }
+    }
+}
+
+/// A warning written at most once a second, saying how many it skipped.
+#[derive(Debug, Default)]
+pub(crate) struct LimitedLog(Mutex<(Option<Instant>, u64)>);
+
+impl LimitedLog {
+    pub(crate) fn warn(&self, what: fmt::Arguments<'_>) {
+        let now = Instant::now();
+        let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (last, skipped) = &mut *state;
+        if last.is_some_and(|l| now.duration_since(l) < Duration::from_secs(1)) {
+            *skipped += 1;
+            return;
+        }
+        *last = Some(now);
+        let skipped = std::mem::take(skipped);
+        drop(state);
+        warn!("{what} ({skipped} more since the last report)");
+    }
+}

@@ -1,0 +1,199 @@
+//! What the MGRP sockets' error queues say: which peers answered with ICMP errors
+//! (their mgrpd is gone), and when the kernel handed each probe to the device.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use mgrp_core::stats::TransactionReport;
+use mgrp_core::{MonoTime, WallTime};
+use tracing::{debug, warn};
+
+use crate::counters::{Counters, LimitedLog, bump};
+use crate::lifecycle::Lifecycle;
+use crate::net::{Net, tx_id};
+use crate::sys;
+
+/// How long riders to a peer that answered "protocol unreachable" bypass the
+/// planners (sent unchanged) before piggybacking is tried again.
+const PEER_DOWN_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How long a report waits for kernel transmit stamps that are missing.
+const STAMP_WAIT: Duration = Duration::from_millis(2);
+
+/// Kernel transmit stamps kept for reports at most.
+const MAX_UNCLAIMED_DEPARTURES: usize = 65_536;
+
+/// Peers that answered MGRP with an ICMP error, until when they count as down.
+/// Written by the liveness threads, read by the TUN reader, never by the pacer.
+#[derive(Debug, Default)]
+pub(crate) struct PeerHealth {
+    down: Mutex<HashMap<IpAddr, MonoTime>>,
+    /// Whether `down` may hold a peer (changed only with its lock held).
+    any_down: AtomicBool,
+}
+
+impl PeerHealth {
+    /// The peers counted as down at `now`. Costs one atomic load on the rider path
+    /// while every peer is up.
+    pub(crate) fn down(&self, now: MonoTime) -> Vec<IpAddr> {
+        if !self.any_down.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
+        down.retain(|_, until| *until > now);
+        if down.is_empty() {
+            self.any_down.store(false, Ordering::Release);
+        }
+        down.keys().copied().collect()
+    }
+
+    /// Counts `peer` as down until `until`; returns whether it was up.
+    fn mark_down(&self, peer: IpAddr, until: MonoTime) -> bool {
+        let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
+        self.any_down.store(true, Ordering::Release);
+        down.insert(peer, until).is_none()
+    }
+}
+
+/// Kernel transmit stamps read from the probe sockets' error queues, by id
+/// ([`tx_id`]), until a report takes them.
+#[derive(Debug, Default)]
+pub(crate) struct Departures(Mutex<HashMap<u32, WallTime>>);
+
+impl Departures {
+    fn insert(&self, id: u32, at: WallTime) {
+        let mut d = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if d.len() >= MAX_UNCLAIMED_DEPARTURES {
+            // Stamps of probes whose reports left without them (they came too late);
+            // 64 Ki of them cover far more than any train.
+            d.clear();
+        }
+        d.insert(id, at);
+    }
+
+    /// Fills in the stamps of `report`'s probes that are here; returns how many
+    /// probes that left still have none.
+    fn fill(&self, report: &mut TransactionReport) -> usize {
+        let mut d = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut missing = 0;
+        for p in report
+            .departures
+            .iter_mut()
+            .filter(|p| p.departed.is_some())
+        {
+            if p.kernel_departed.is_none() {
+                p.kernel_departed = d.remove(&tx_id(report.transaction, p.seq));
+                missing += usize::from(p.kernel_departed.is_none());
+            }
+        }
+        missing
+    }
+}
+
+/// Reads the error queues: the liveness threads, and the sender thread when a
+/// report waits for its stamps.
+#[derive(Debug, Clone)]
+pub(crate) struct ErrorQueues {
+    pub(crate) net: Arc<Net>,
+    pub(crate) health: Arc<PeerHealth>,
+    pub(crate) departures: Arc<Departures>,
+    pub(crate) counters: Arc<Counters>,
+}
+
+impl ErrorQueues {
+    /// Watches one family's error queues until shutdown: kernel transmit stamps of
+    /// probes are kept for their reports, and an ICMP "destination unreachable" (or,
+    /// over IPv6, "unrecognised next header") about an MGRP packet means its peer
+    /// takes no MGRP any more (its mgrpd died), so riders to it stop riding for a
+    /// while.
+    pub(crate) fn run(&self, v6: bool, life: &Lifecycle) {
+        let Some(fds) = self.net.error_fds(v6) else {
+            return;
+        };
+        while !life.is_stopping() {
+            let ready = sys::wait_errors(fds, Duration::from_millis(200));
+            for (fd, _) in fds.iter().zip(ready).filter(|(_, r)| *r) {
+                if let Err(e) = self.drain(*fd, v6) {
+                    warn!(
+                        "reading the MGRP sockets' error queues failed: {e}; peer liveness is no longer watched"
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Takes everything off one socket's error queue.
+    fn drain(&self, fd: RawFd, v6: bool) -> std::io::Result<()> {
+        while let Some(e) = sys::next_error(fd)? {
+            match e {
+                sys::QueuedError::Icmp(e) => self.icmp_error(e, v6),
+                sys::QueuedError::Departed { id, at } => self.departures.insert(id, at),
+                sys::QueuedError::Other => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn icmp_error(&self, e: sys::IcmpError, v6: bool) {
+        let unreachable = if v6 {
+            e.icmp_type == 1 || (e.icmp_type == 4 && e.icmp_code == 1)
+        } else {
+            e.icmp_type == 3
+        };
+        if !unreachable {
+            return;
+        }
+        bump(&self.counters.peer_unreachable);
+        let until = sys::mono_now().saturating_add(PEER_DOWN_BACKOFF);
+        if self.health.mark_down(e.destination, until) {
+            warn!(
+                "peer {} answered MGRP with ICMP type {} code {}: its mgrpd is gone; its riders go unchanged for {:?}",
+                e.destination, e.icmp_type, e.icmp_code, PEER_DOWN_BACKOFF
+            );
+        }
+    }
+
+    /// Makes a report final before its tool gets it (on the sender thread): the
+    /// kernel's transmit stamp of each probe that left, and the count of late probes.
+    /// The stamps are on the error queue by the time the send returns (the device
+    /// stamps in its transmit function); what the liveness threads have not read yet
+    /// is read here, for at most [`STAMP_WAIT`].
+    pub(crate) fn complete_report(
+        &self,
+        report: &mut TransactionReport,
+        late_threshold: Duration,
+        log: &LimitedLog,
+    ) {
+        if self.net.kernel_stamps() {
+            let started = Instant::now();
+            loop {
+                let missing = self.departures.fill(report);
+                if missing == 0 {
+                    break;
+                }
+                if started.elapsed() >= STAMP_WAIT {
+                    log.warn(format_args!(
+                        "{missing} probes of train {} have no kernel transmit stamp",
+                        report.transaction
+                    ));
+                    break;
+                }
+                for v6 in [false, true] {
+                    let Some([probe, _]) = self.net.error_fds(v6) else {
+                        continue;
+                    };
+                    if let Err(e) = self.drain(probe, v6) {
+                        debug!("reading transmit stamps failed: {e}");
+                    }
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        report.judge_lateness(late_threshold);
+    }
+}

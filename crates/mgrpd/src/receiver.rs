@@ -1,0 +1,258 @@
+//! The receivers: one thread per address family reads MGRP packets with kernel
+//! timestamps, checks who sent them, reassembles riders and writes those admitted
+//! into the TUN, and hands probes to the listening tools. Each receiver owns its
+//! reassembler and its peers' replay windows; they share only the counters, the
+//! listener registry and the TUN.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use mgrp_core::WallTime;
+use mgrp_core::api::ReceivedProbe;
+use mgrp_core::auth::{self, AuthError, ReplayWindow};
+use mgrp_core::peers::Refusal;
+use mgrp_core::reassembly::{ChunkOutcome, Reassembler};
+use mgrp_core::wire::{Kind, Packet};
+use socket2::Socket;
+use tracing::debug;
+
+use crate::config::Config;
+use crate::counters::{Counters, LimitedLog, ReassemblySlots, bump};
+use crate::lifecycle::Lifecycle;
+use crate::listeners::Listeners;
+use crate::net::TunWriter;
+use crate::sys;
+
+/// One receiver's state.
+#[derive(Debug)]
+pub(crate) struct Receiver {
+    config: Arc<Config>,
+    counters: Arc<Counters>,
+    listeners: Arc<Listeners>,
+    tun: TunWriter,
+    /// Whether this receives IPv6 (its slot in `reassembly`).
+    v6: bool,
+    reassembly: Arc<ReassemblySlots>,
+    reasm: Reassembler<IpAddr>,
+    /// Replay windows of the peers this receiver hears from.
+    replay: HashMap<IpAddr, ReplayWindow>,
+    malformed_log: LimitedLog,
+    refused_log: LimitedLog,
+    not_peer_log: LimitedLog,
+    auth_log: LimitedLog,
+}
+
+impl Receiver {
+    pub(crate) fn new(
+        config: Arc<Config>,
+        counters: Arc<Counters>,
+        listeners: Arc<Listeners>,
+        tun: TunWriter,
+        reassembly: Arc<ReassemblySlots>,
+        v6: bool,
+    ) -> Self {
+        Self {
+            reasm: Reassembler::new(config.reassembly),
+            config,
+            counters,
+            listeners,
+            tun,
+            v6,
+            reassembly,
+            replay: HashMap::new(),
+            malformed_log: LimitedLog::default(),
+            refused_log: LimitedLog::default(),
+            not_peer_log: LimitedLog::default(),
+            auth_log: LimitedLog::default(),
+        }
+    }
+
+    /// The receiver thread, until shutdown. Raw IPv4 sockets hand over the IP header
+    /// too; raw IPv6 sockets only the payload.
+    pub(crate) fn run(mut self, sock: &Socket, life: &Lifecycle) {
+        let mut buf = vec![0u8; 65_536];
+        let fd = sock.as_raw_fd();
+        while !life.is_stopping() {
+            let r = match sys::recv_stamped(fd, &mut buf) {
+                Ok(Some(r)) => r,
+                Ok(None) => {
+                    self.reasm.handle_timeout(sys::mono_now());
+                    self.publish();
+                    continue;
+                }
+                Err(e) => {
+                    life.fatal(format!("receiving MGRP packets failed: {e}"));
+                    return;
+                }
+            };
+            let data = &buf[..r.len];
+            let (payload, ip_len, to) = if self.v6 {
+                (data, r.len + 40, r.to)
+            } else {
+                let ihl = data.first().map_or(0, |b| usize::from(b & 0x0f) * 4);
+                let to = data
+                    .get(16..20)
+                    .map(|a| IpAddr::V4(std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3])));
+                (
+                    data.get(ihl..).filter(|_| ihl >= 20).unwrap_or(&[]),
+                    r.len,
+                    to,
+                )
+            };
+            let stamp = r.stamp.unwrap_or_else(sys::wall_now);
+            self.handle_mgrp(r.from, to, payload, ip_len, stamp);
+        }
+    }
+
+    fn publish(&self) {
+        self.reassembly.publish(self.v6, self.reasm.counters());
+    }
+
+    /// Whether a peer's packet passes authentication (tag, then replay window), or
+    /// needs none; refusals are counted and logged at a limited rate.
+    fn authentic(&mut self, from: IpAddr, payload: &[u8], has_trailer: bool) -> bool {
+        let c = &self.counters;
+        let (counter, what) = match self.config.keys.key_for(from) {
+            Some(_) if !has_trailer => (
+                &c.mgrp_unauthenticated,
+                "an unauthenticated packet, but a key is configured for it; give it the same key",
+            ),
+            Some(key) => match auth::open(key, payload) {
+                Ok(counter) => {
+                    if self
+                        .replay
+                        .entry(from)
+                        .or_default()
+                        .check_and_update(counter)
+                    {
+                        return true;
+                    }
+                    (&c.mgrp_replayed, "a replayed or too old packet")
+                }
+                // A checked packet with a trailer is neither malformed nor unauthenticated.
+                Err(AuthError::BadTag | AuthError::Malformed | AuthError::Unauthenticated) => (
+                    &c.mgrp_bad_tag,
+                    "a packet with a wrong tag (another key, or altered on the way)",
+                ),
+            },
+            None if has_trailer => (
+                &c.mgrp_unexpected_auth,
+                "an authenticated packet, but no key is configured for it; give this mgrpd the same key with --key-file",
+            ),
+            None => return true,
+        };
+        bump(counter);
+        self.auth_log
+            .warn(format_args!("dropped {what} from peer {from}"));
+        false
+    }
+
+    /// Whether a rider may be written into this host. The loopback data path writes
+    /// riders nowhere, so it admits every one.
+    fn admit(&self, from: IpAddr, to: Option<IpAddr>, rider: &[u8]) -> Result<(), Refusal> {
+        match self.tun {
+            TunWriter::Kernel { .. } => {
+                let to = to.unwrap_or(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED));
+                self.config.peers.admit(from, to, rider)
+            }
+            TunWriter::Nowhere => Ok(()),
+        }
+    }
+
+    fn count_refusal(&self, from: IpAddr, refusal: Refusal) {
+        let c = &self.counters;
+        bump(match refusal {
+            Refusal::NotPeer => &c.mgrp_not_peer,
+            Refusal::Malformed => &c.riders_refused_malformed,
+            Refusal::ForeignSource => &c.riders_refused_foreign_source,
+            Refusal::ForeignDestination => &c.riders_refused_foreign_destination,
+            Refusal::InnerMgrp => &c.riders_refused_inner_mgrp,
+            Refusal::SpecialDestination => &c.riders_refused_special_destination,
+        });
+        self.refused_log.warn(format_args!(
+            "refused a rider from peer {from}: {refusal:?}"
+        ));
+    }
+
+    /// Takes in one received MGRP packet, sent by `from` to `to`: riders admitted by
+    /// `Peers::admit` to the TUN, the probe to its listener. Packets from non-peers
+    /// are counted and dropped unread.
+    pub(crate) fn handle_mgrp(
+        &mut self,
+        from: IpAddr,
+        to: Option<IpAddr>,
+        payload: &[u8],
+        ip_len: usize,
+        stamp: WallTime,
+    ) {
+        let counters = self.counters.clone();
+        let c = &*counters;
+        bump(&c.mgrp_received);
+        if !self.config.peers.is_peer(from) {
+            bump(&c.mgrp_not_peer);
+            self.not_peer_log.warn(format_args!(
+                "dropped an MGRP packet from {from}, which is no peer; add it with --peer if it should be one"
+            ));
+            return;
+        }
+        let packet = match Packet::new_checked(payload) {
+            Ok(p) => p,
+            Err(e) => {
+                bump(&c.mgrp_malformed);
+                self.malformed_log.warn(format_args!(
+                    "dropped a malformed MGRP packet from {from}: {e}"
+                ));
+                return;
+            }
+        };
+        // Before anything of the packet is used.
+        let has_trailer = packet.trailer().len() == usize::from(auth::TRAILER_LEN);
+        if !self.authentic(from, payload, has_trailer) {
+            return;
+        }
+        bump(match packet.kind() {
+            Kind::Probe => &c.probes_received,
+            Kind::Continuation => &c.continuations_received,
+        });
+        let now = sys::mono_now();
+        for chunk in packet.chunks() {
+            if let ChunkOutcome::Complete(rider) = self.reasm.handle_chunk(now, from, &chunk) {
+                if let Err(refusal) = self.admit(from, to, &rider) {
+                    self.count_refusal(from, refusal);
+                    continue;
+                }
+                match self.tun.write(&rider) {
+                    Ok(_) => {
+                        bump(&c.riders_delivered);
+                        c.rider_bytes_delivered
+                            .fetch_add(rider.len() as u64, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        bump(&c.tun_write_errors);
+                        debug!("writing a rider to the TUN failed: {e}");
+                    }
+                }
+            }
+        }
+        self.publish();
+        if packet.kind() == Kind::Probe {
+            let probe = ReceivedProbe {
+                source: from,
+                src_port: packet.src_port(),
+                dst_port: packet.dst_port(),
+                transaction: packet.transaction(),
+                seq: packet.seq(),
+                train_len: packet.train_len(),
+                size: u16::try_from(ip_len).unwrap_or(u16::MAX),
+                header: packet.tool_header().to_vec(),
+                sender_time: packet.sender_time(),
+                receive_time: stamp,
+                rider_bytes: u32::try_from(packet.rider_bytes()).unwrap_or(u32::MAX),
+            };
+            self.listeners.deliver(probe, c);
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The TUN reader: application packets routed into the tunnel, handed in batches to
+//! the pacer through its lock-free queue, or sent on at once when nothing would hold
+//! them (on-demand hold while no train is queued anywhere, a peer that is down, a
+//! pacer that is behind).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use mgrp_core::planner::Transmit;
+use tracing::warn;
+
+use crate::config::Config;
+use crate::counters::{Counters, bump};
+use crate::lifecycle::Lifecycle;
+use crate::liveness::PeerHealth;
+use crate::net::Net;
+use crate::pacer::{Queues, RiderBatch};
+use crate::sys;
+
+/// Whether a packet read from the TUN is kernel housekeeping rather than traffic to a
+/// peer (multicast, link-local, unspecified).
+fn is_housekeeping(dst: IpAddr) -> bool {
+    match dst {
+        IpAddr::V4(a) => a.is_multicast() || a.is_broadcast() || a.is_unspecified(),
+        IpAddr::V6(a) => {
+            a.is_multicast() || a.is_unspecified() || (a.segments()[0] & 0xffc0) == 0xfe80
+        }
+    }
+}
+
+/// What the TUN reader uses.
+#[derive(Debug, Clone)]
+pub(crate) struct TunReader {
+    pub(crate) config: Arc<Config>,
+    pub(crate) queues: Arc<Queues>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) net: Arc<Net>,
+    pub(crate) health: Arc<PeerHealth>,
+    pub(crate) life: Arc<Lifecycle>,
+}
+
+impl TunReader {
+    /// The TUN reader thread (does nothing when the data path loops back). With TUN
+    /// offloads one read returns a TCP super-packet, split here into its segments: one
+    /// system call for up to 64 KB of traffic.
+    pub(crate) fn run(&self) {
+        let Some(tun) = self.net.tun() else { return };
+        let mut original = vec![0u8; tun_rs::VIRTIO_NET_HDR_LEN + 65_535];
+        let seg = usize::from(self.config.mtu) + 64;
+        let mut bufs = vec![vec![0u8; seg]; tun_rs::IDEAL_BATCH_SIZE];
+        let mut sizes = vec![0usize; tun_rs::IDEAL_BATCH_SIZE];
+        loop {
+            let n = match tun.recv_multiple(&mut original, &mut bufs, &mut sizes, 0) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    if self.life.is_stopping() {
+                        return;
+                    }
+                    if e.raw_os_error().is_some() {
+                        // Traffic routed into a TUN nobody reads would be black-holed:
+                        // better to stop, which takes the TUN and its routes away.
+                        self.life.fatal(format!("reading the TUN failed: {e}"));
+                        return;
+                    }
+                    // A malformed frame from the kernel costs that frame, not the reader.
+                    warn!("dropped a TUN frame: {e}");
+                    continue;
+                }
+            };
+            self.handle_packets(bufs.iter().zip(&sizes).take(n).map(|(b, &len)| &b[..len]));
+        }
+    }
+
+    /// Takes in a batch of packets read from the TUN: queues them for the pacer, or
+    /// sends them on.
+    pub(crate) fn handle_packets<'a>(&self, pkts: impl Iterator<Item = &'a [u8]>) {
+        let now = sys::mono_now();
+        let down = self.health.down(now);
+        let c = &*self.counters;
+        // With on-demand hold and no train anywhere the pacer would release them at
+        // once; after shutdown it takes none.
+        let direct = !self.queues.riders_wanted() || self.life.is_stopping();
+        let mut riders = Vec::new();
+        for pkt in pkts {
+            bump(&c.tun_packets_in);
+            let Some(dst) = sys::packet_destination(pkt).filter(|d| !is_housekeeping(*d)) else {
+                bump(&c.tun_ignored);
+                continue;
+            };
+            let peer = self.config.peer_of(dst);
+            if down.contains(&peer) {
+                // Its probes are dropped on arrival: riders would be lost with them.
+                bump(&c.riders_bypassed_peer_down);
+                self.net
+                    .send_transmit(peer, Transmit::Unchanged(Bytes::copy_from_slice(pkt)));
+                continue;
+            }
+            if direct {
+                bump(&c.riders_sent_direct);
+                self.net
+                    .send_transmit(peer, Transmit::Unchanged(Bytes::copy_from_slice(pkt)));
+                continue;
+            }
+            riders.push((peer, Bytes::copy_from_slice(pkt)));
+        }
+        if riders.is_empty() {
+            return;
+        }
+        if let Err(batch) = self.queues.push_riders(RiderBatch { at: now, riders }) {
+            // The pacer is behind: these go as they came rather than wait or be lost.
+            for (peer, data) in batch.riders {
+                bump(&c.riders_bypassed_pacer_busy);
+                self.net.send_transmit(peer, Transmit::Unchanged(data));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn housekeeping_destinations() {
+        for a in [
+            "ff02::2",
+            "fe80::1",
+            "224.0.0.22",
+            "255.255.255.255",
+            "0.0.0.0",
+        ] {
+            assert!(is_housekeeping(a.parse().unwrap()), "{a}");
+        }
+        for a in ["10.0.0.2", "fd77::2", "2001:db8::1"] {
+            assert!(!is_housekeeping(a.parse().unwrap()), "{a}");
+        }
+    }
+}

@@ -5,6 +5,10 @@
 //! errors cannot accumulate. [`TimingSummary`] condenses a sent train into lateness
 //! and gap-error percentiles and a count of stalls, so a tool (and our benches) can
 //! see a hypervisor pause instead of having it averaged away.
+//!
+//! The planner keeps the same deadlines one gap at a time (a train in flight holds
+//! only its next deadline, so the pacer allocates nothing per probe); [`Schedule`]
+//! is the reference it is tested against, and what the benches judge sent trains by.
 
 use std::time::Duration;
 

@@ -545,3 +545,45 @@ proptest! {
         prop_assert_eq!(back, folded);
     }
 }
+
+proptest! {
+    /// The planner keeps the schedule's deadlines (prefix sums of the gaps from the
+    /// train's start), however late each probe actually leaves: it accumulates them
+    /// one gap at a time, without allocating, and `Schedule` is its reference.
+    #[test]
+    fn planner_deadlines_are_the_schedules_whatever_the_lateness(
+        t0 in 0u64..1 << 40,
+        probes in prop::collection::vec((0u64..2_000, 0u64..500), 1..40),
+    ) {
+        let mut p = Planner::new(Policy::default(), PATH).unwrap();
+        let tx = Transaction {
+            id: 9,
+            src_port: 1,
+            dst_port: 2,
+            probes: probes
+                .iter()
+                .map(|&(gap, _)| ProbeSpec {
+                    header: Bytes::new(),
+                    size: 200,
+                    gap: Duration::from_micros(gap),
+                    piggyback: true,
+                })
+                .collect(),
+        };
+        let start = MonoTime::from_nanos(t0);
+        p.handle_transaction(start, tx).unwrap();
+        let schedule = Schedule::new(start, probes.iter().map(|&(gap, _)| Duration::from_micros(gap)));
+        let mut now = start;
+        for (i, &(_, late)) in probes.iter().enumerate() {
+            let probe = p.poll_probe(now).expect("a probe is due");
+            prop_assert_eq!(Some(probe.deadline), schedule.deadline(i));
+            // It leaves late; the next deadline must not move.
+            now = probe.deadline.saturating_add(Duration::from_micros(late)).max(now);
+            p.handle_probe_sent(9, probe.seq, Some((now, WallTime::from_nanos(1))));
+        }
+        let report = p.poll_report().expect("a report");
+        for (i, d) in report.departures.iter().enumerate() {
+            prop_assert_eq!(Some(d.deadline), schedule.deadline(i));
+        }
+    }
+}

@@ -18,6 +18,9 @@
 //! - [`routes`] and [`demand`]: policy routing into the TUN, permanent or on demand.
 //! - [`sys`]: every raw system call.
 
+// Only `sys` may use `unsafe`, for the few calls nix does not cover.
+#![deny(unsafe_code)]
+
 pub mod config;
 pub mod counters;
 pub mod daemon;

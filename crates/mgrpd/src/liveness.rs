@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -128,7 +128,7 @@ impl ErrorQueues {
     }
 
     /// Takes everything off one socket's error queue.
-    fn drain(&self, fd: RawFd, v6: bool) -> std::io::Result<()> {
+    fn drain(&self, fd: BorrowedFd<'_>, v6: bool) -> std::io::Result<()> {
         while let Some(e) = sys::next_error(fd)? {
             match e {
                 sys::QueuedError::Icmp(e) => self.icmp_error(e, v6),

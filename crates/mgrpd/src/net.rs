@@ -3,7 +3,7 @@
 //! written into the TUN (receivers).
 
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -227,13 +227,13 @@ impl Net {
 
     /// The error queues to watch for one family: the probe socket's (ICMP errors and
     /// transmit stamps) and the continuation socket's (ICMP errors).
-    pub(crate) fn error_fds(&self, v6: bool) -> Option<[RawFd; 2]> {
+    pub(crate) fn error_fds(&self, v6: bool) -> Option<[BorrowedFd<'_>; 2]> {
         let f = match (&self.io, v6) {
             (Io::Kernel { v4, .. }, false) => v4,
             (Io::Kernel { v6: Some(f), .. }, true) => f,
             _ => return None,
         };
-        Some([f.probe.as_raw_fd(), f.mgrp.as_raw_fd()])
+        Some([f.probe.as_fd(), f.mgrp.as_fd()])
     }
 
     /// Sends probe `seq` of train `transaction` (on the pacer thread).

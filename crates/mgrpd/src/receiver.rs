@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -74,9 +74,10 @@ impl Receiver {
     /// too; raw IPv6 sockets only the payload.
     pub(crate) fn run(mut self, sock: &Socket, life: &Lifecycle) {
         let mut buf = vec![0u8; 65_536];
-        let fd = sock.as_raw_fd();
+        let mut cmsgs = sys::recv_cmsg_buffer();
+        let fd = sock.as_fd();
         while !life.is_stopping() {
-            let r = match sys::recv_stamped(fd, &mut buf) {
+            let r = match sys::recv_stamped(fd, &mut buf, &mut cmsgs) {
                 Ok(Some(r)) => r,
                 Ok(None) => {
                     self.reasm.handle_timeout(sys::mono_now());

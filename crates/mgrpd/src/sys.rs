@@ -1,6 +1,9 @@
-//! Every system call of the daemon that the standard library and socket2 do not wrap,
-//! and so every `unsafe` block: clocks, raw-socket receive with kernel timestamps,
-//! timerfd, real-time scheduling, CPU pinning, memory locking.
+//! Every system call of the daemon that the standard library and socket2 do not wrap.
+//! Most go through nix (clocks, `recvmsg` with timestamp and error control messages,
+//! socket options, timerfd, eventfd, poll, CPU affinity, memory locking, user
+//! switching); what nix does not cover is written here by hand, and these are the
+//! daemon's only `unsafe` blocks: `sendmsg` with a transmit-stamp id, SCHED_FIFO,
+//! capability sets and the ambient set.
 //!
 //! This is also the one place where kernel times become the two clock types of
 //! mgrp-core: `CLOCK_MONOTONIC` → [`MonoTime`], `CLOCK_REALTIME` → [`WallTime`].
@@ -8,31 +11,48 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::mem::{MaybeUninit, size_of};
+use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sched::{CpuSet, sched_setaffinity};
+use nix::sys::eventfd::EfdFlags;
+use nix::sys::mman::{MlockAllFlags, mlockall};
+use nix::sys::prctl;
+use nix::sys::socket::{
+    ControlMessageOwned, MsgFlags, SockaddrStorage, TimestampingFlag, recvmsg, setsockopt, sockopt,
+};
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{
+    ClockId as TimerClock, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags,
+};
+use nix::time::{ClockId, clock_gettime};
+use nix::unistd::{self, Pid};
 
 use mgrp_core::{MonoTime, WallTime};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-fn clock(id: libc::clockid_t) -> u64 {
-    let mut ts = MaybeUninit::<libc::timespec>::uninit();
-    // SAFETY: `ts` is a valid out-pointer; both clocks always exist on Linux.
-    unsafe { libc::clock_gettime(id, ts.as_mut_ptr()) };
-    // SAFETY: clock_gettime filled it (it cannot fail for these clock ids).
-    let ts = unsafe { ts.assume_init() };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+fn clock(id: ClockId) -> u64 {
+    // Cannot fail for these two clocks, which always exist on Linux.
+    let ts = clock_gettime(id).unwrap_or_else(|_| TimeSpec::new(0, 0));
+    timespec_nanos(&ts)
+}
+
+fn timespec_nanos(ts: &TimeSpec) -> u64 {
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
 }
 
 /// Now, on the monotonic clock.
 pub fn mono_now() -> MonoTime {
-    MonoTime::from_nanos(clock(libc::CLOCK_MONOTONIC))
+    MonoTime::from_nanos(clock(ClockId::CLOCK_MONOTONIC))
 }
 
 /// Now, on the realtime clock.
 pub fn wall_now() -> WallTime {
-    WallTime::from_nanos(clock(libc::CLOCK_REALTIME))
+    WallTime::from_nanos(clock(ClockId::CLOCK_REALTIME))
 }
 
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -41,26 +61,6 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     } else {
         Ok(ret)
     }
-}
-
-/// Sets an integer socket option that socket2 does not wrap.
-fn set_int_option(
-    s: &Socket,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: valid fd; the option value points at a c_int of the stated size.
-    check(unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            level,
-            name,
-            (&raw const value).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    })
-    .map(drop)
 }
 
 /// A raw IP socket of protocol `protocol` for sending MGRP packets (the kernel writes
@@ -75,9 +75,9 @@ pub fn mgrp_send_socket(v6: bool, protocol: u8, mark: u32) -> io::Result<Socket>
     // ICMP errors about what it sent (a peer whose mgrpd is gone answers "protocol
     // unreachable") queue on its error queue, read by `recv_error`.
     if v6 {
-        set_int_option(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVERR, 1)?;
+        setsockopt(&s, sockopt::Ipv6RecvErr, &true)?;
     } else {
-        set_int_option(&s, libc::IPPROTO_IP, libc::IP_RECVERR, 1)?;
+        setsockopt(&s, sockopt::Ipv4RecvErr, &true)?;
     }
     Ok(s)
 }
@@ -130,18 +130,13 @@ pub fn kernel_takes_tx_ids() -> bool {
 /// (`SOF_TIMESTAMPING_TX_SOFTWARE | SOFTWARE | OPT_ID | OPT_TSONLY`), not the packet.
 /// The error queue gets a large buffer so a long train's stamps fit while they wait.
 pub fn enable_tx_stamps(s: &Socket) -> io::Result<()> {
-    let flags = libc::SOF_TIMESTAMPING_TX_SOFTWARE
-        | libc::SOF_TIMESTAMPING_SOFTWARE
-        | libc::SOF_TIMESTAMPING_OPT_ID
-        | libc::SOF_TIMESTAMPING_OPT_TSONLY;
-    set_int_option(
-        s,
-        libc::SOL_SOCKET,
-        libc::SO_TIMESTAMPING,
-        flags as libc::c_int,
-    )?;
+    let flags = TimestampingFlag::SOF_TIMESTAMPING_TX_SOFTWARE
+        | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE
+        | TimestampingFlag::SOF_TIMESTAMPING_OPT_ID
+        | TimestampingFlag::SOF_TIMESTAMPING_OPT_TSONLY;
+    setsockopt(s, sockopt::Timestamping, &flags)?;
     // Above net.core.rmem_max needs CAP_NET_ADMIN, which mgrpd has while it sets up.
-    if set_int_option(s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 8 << 20).is_err() {
+    if setsockopt(s, sockopt::RcvBufForce, &(8 << 20)).is_err() {
         let _ = s.set_recv_buffer_size(8 << 20);
     }
     Ok(())
@@ -186,55 +181,50 @@ pub fn send_with_tx_id(s: &Socket, packet: &[u8], dst: &SockAddr, id: u32) -> io
 
 /// Waits up to `timeout` until one of `fds` has something on its error queue;
 /// returns which (`POLLERR` set).
-pub fn wait_errors<const N: usize>(fds: [RawFd; N], timeout: Duration) -> [bool; N] {
-    let mut pfds = fds.map(|fd| libc::pollfd {
-        fd,
-        events: 0,
-        revents: 0,
-    });
-    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: N valid pollfds.
-    let n = unsafe { libc::poll(pfds.as_mut_ptr(), N as libc::nfds_t, ms) };
-    pfds.map(|p| n > 0 && p.revents & libc::POLLERR != 0)
+pub fn wait_errors<const N: usize>(fds: [BorrowedFd<'_>; N], timeout: Duration) -> [bool; N] {
+    let mut pfds = fds.map(|fd| PollFd::new(fd, PollFlags::empty()));
+    let ready = poll(&mut pfds, poll_timeout(timeout)).unwrap_or(0) > 0;
+    pfds.map(|p| ready && p.revents().is_some_and(|r| r.contains(PollFlags::POLLERR)))
+}
+
+fn poll_timeout(d: Duration) -> PollTimeout {
+    PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX)
 }
 
 /// Takes one entry off `fd`'s error queue without waiting; `Ok(None)` when it is
 /// empty.
-pub fn next_error(fd: RawFd) -> io::Result<Option<QueuedError>> {
+pub fn next_error(fd: BorrowedFd<'_>) -> io::Result<Option<QueuedError>> {
     let mut data = [0u8; 256];
+    let mut cmsgs = nix::cmsg_space!(
+        libc::sock_extended_err,
+        libc::sockaddr_in6,
+        [libc::timespec; 3]
+    );
     let mut icmp = None;
     let mut stamp = None;
     let mut stamp_id = None;
-    let got = recvmsg_cmsgs(
-        fd,
+    let mut extended = |ee: &libc::sock_extended_err| match ee.ee_origin {
+        libc::SO_EE_ORIGIN_ICMP | libc::SO_EE_ORIGIN_ICMP6 => {
+            icmp = Some((ee.ee_type, ee.ee_code));
+        }
+        // `ee_info` 0 is SCM_TSTAMP_SND, the stamp taken at hand-off to the device.
+        libc::SO_EE_ORIGIN_TIMESTAMPING if ee.ee_info == 0 => stamp_id = Some(ee.ee_data),
+        _ => {}
+    };
+    let got = receive(
+        fd.as_raw_fd(),
         &mut data,
-        libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
-        |level, ty, d| {
-            if level == libc::SOL_SOCKET && ty == libc::SO_TIMESTAMPING {
-                // Three timespecs; the software stamp is the first.
-                if let Some(ts) = cmsg_value::<libc::timespec>(d) {
-                    stamp = Some(WallTime::from_nanos(
-                        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
-                    ));
-                }
+        &mut cmsgs,
+        MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
+        |c| match c {
+            // The software stamp is the first of three.
+            ControlMessageOwned::ScmTimestampsns(ts) => {
+                stamp = Some(WallTime::from_nanos(timespec_nanos(&ts.system)));
             }
-            if (level == libc::IPPROTO_IP && ty == libc::IP_RECVERR)
-                || (level == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR)
-            {
-                if let Some(ee) = cmsg_value::<libc::sock_extended_err>(d) {
-                    match ee.ee_origin {
-                        libc::SO_EE_ORIGIN_ICMP | libc::SO_EE_ORIGIN_ICMP6 => {
-                            icmp = Some((ee.ee_type, ee.ee_code));
-                        }
-                        // `ee_info` 0 is SCM_TSTAMP_SND, the stamp taken at hand-off
-                        // to the device.
-                        libc::SO_EE_ORIGIN_TIMESTAMPING if ee.ee_info == 0 => {
-                            stamp_id = Some(ee.ee_data);
-                        }
-                        _ => {}
-                    }
-                }
+            ControlMessageOwned::Ipv4RecvErr(ee, _) | ControlMessageOwned::Ipv6RecvErr(ee, _) => {
+                extended(&ee);
             }
+            _ => {}
         },
     )?;
     let Some((_, destination)) = got else {
@@ -261,7 +251,7 @@ pub fn raw_ip_socket(v6: bool, mark: u32) -> io::Result<Socket> {
     let s = Socket::new(domain, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW)))?;
     s.set_mark(mark)?;
     if v6 {
-        set_int_option(&s, libc::IPPROTO_IPV6, libc::IPV6_HDRINCL, 1)?;
+        s.set_header_included_v6(true)?;
     }
     let _ = s.set_send_buffer_size(4 << 20);
     Ok(s)
@@ -274,9 +264,9 @@ pub fn raw_ip_socket(v6: bool, mark: u32) -> io::Result<Socket> {
 pub fn mgrp_recv_socket(v6: bool, protocol: u8, timeout: Duration) -> io::Result<Socket> {
     let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
     let s = Socket::new(domain, Type::RAW, Some(Protocol::from(i32::from(protocol))))?;
-    set_int_option(&s, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
+    setsockopt(&s, sockopt::ReceiveTimestampns, &true)?;
     if v6 {
-        set_int_option(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
+        setsockopt(&s, sockopt::Ipv6RecvPacketInfo, &true)?;
     }
     s.set_read_timeout(Some(timeout))?;
     let _ = s.set_recv_buffer_size(8 << 20);
@@ -296,23 +286,28 @@ pub struct Received {
     pub to: Option<IpAddr>,
 }
 
-/// Receives one datagram with its kernel timestamp. Returns `Ok(None)` on timeout.
-pub fn recv_stamped(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Received>> {
+/// Room for the control messages of one received MGRP packet.
+pub fn recv_cmsg_buffer() -> Vec<u8> {
+    nix::cmsg_space!(libc::timespec, libc::in6_pktinfo)
+}
+
+/// Receives one datagram with its kernel timestamp, using `cmsgs` (from
+/// [`recv_cmsg_buffer`]) for the control messages. Returns `Ok(None)` on timeout.
+pub fn recv_stamped(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    cmsgs: &mut Vec<u8>,
+) -> io::Result<Option<Received>> {
     let mut stamp = None;
     let mut to = None;
-    let got = recvmsg_cmsgs(fd, buf, 0, |level, ty, d| {
-        if level == libc::SOL_SOCKET && ty == libc::SO_TIMESTAMPNS {
-            if let Some(ts) = cmsg_value::<libc::timespec>(d) {
-                stamp = Some(WallTime::from_nanos(
-                    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
-                ));
-            }
+    let got = receive(fd.as_raw_fd(), buf, cmsgs, MsgFlags::empty(), |c| match c {
+        ControlMessageOwned::ScmTimestampns(ts) => {
+            stamp = Some(WallTime::from_nanos(timespec_nanos(&ts)));
         }
-        if level == libc::IPPROTO_IPV6 && ty == libc::IPV6_PKTINFO {
-            if let Some(info) = cmsg_value::<libc::in6_pktinfo>(d) {
-                to = Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
-            }
+        ControlMessageOwned::Ipv6PacketInfo(info) => {
+            to = Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
         }
+        _ => {}
     })?;
     Ok(got.map(|(len, from)| Received {
         len,
@@ -322,91 +317,41 @@ pub fn recv_stamped(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Received>> {
     }))
 }
 
-/// One `recvmsg` into `buf` with `flags`, handing each control message to `cmsg` as
-/// (level, type, data). Returns the bytes read and the address the kernel gave (the
-/// sender, or for the error queue the original destination), or `None` when the call
-/// would block, timed out or was interrupted.
-fn recvmsg_cmsgs(
+/// One `recvmsg` into `buf` with `flags`, handing each control message to `cmsg`.
+/// Returns the bytes read and the address the kernel gave (the sender, or for the
+/// error queue the original destination), or `None` when the call would block, timed
+/// out or was interrupted.
+// nix takes the control buffer as a Vec (it sizes the call by its capacity).
+#[allow(clippy::ptr_arg)]
+fn receive(
     fd: RawFd,
     buf: &mut [u8],
-    flags: libc::c_int,
-    mut cmsg: impl FnMut(libc::c_int, libc::c_int, &[u8]),
+    cmsgs: &mut Vec<u8>,
+    flags: MsgFlags,
+    mut cmsg: impl FnMut(ControlMessageOwned),
 ) -> io::Result<Option<(usize, IpAddr)>> {
-    let mut addr = MaybeUninit::<libc::sockaddr_storage>::zeroed();
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let msg = match recvmsg::<SockaddrStorage>(fd, &mut iov, Some(cmsgs), flags) {
+        Ok(m) => m,
+        Err(Errno::EAGAIN | Errno::EINTR | Errno::ETIMEDOUT) => return Ok(None),
+        Err(e) => return Err(e.into()),
     };
-    // Room for a few control messages (timestamp, packet info, extended error), aligned.
-    let mut control = [0u64; 32];
-    // SAFETY: zeroed msghdr is a valid starting value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = addr.as_mut_ptr().cast();
-    msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    msg.msg_iov = &raw mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = size_of::<[u64; 32]>();
-    // SAFETY: every pointer in msg refers to live buffers of the stated sizes.
-    let n = unsafe { libc::recvmsg(fd, &raw mut msg, flags) };
-    if n < 0 {
-        let e = io::Error::last_os_error();
-        return match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted => {
-                Ok(None)
+    for c in msg.cmsgs()? {
+        cmsg(c);
+    }
+    let from = msg
+        .address
+        .as_ref()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| {
+            if let Some(v4) = a.as_sockaddr_in() {
+                IpAddr::V4(v4.ip())
+            } else if let Some(v6) = a.as_sockaddr_in6() {
+                IpAddr::V6(v6.ip())
+            } else {
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
             }
-            _ => Err(e),
-        };
-    }
-    // SAFETY: the kernel filled msg_control with well-formed cmsgs up to
-    // msg_controllen; the CMSG_* macros walk them within those bounds, and each data
-    // slice ends where its cmsg_len says.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
-        while !c.is_null() {
-            let data = libc::CMSG_DATA(c);
-            let header = data as usize - c as usize;
-            let len = (*c).cmsg_len.saturating_sub(header);
-            cmsg(
-                (*c).cmsg_level,
-                (*c).cmsg_type,
-                std::slice::from_raw_parts(data, len),
-            );
-            c = libc::CMSG_NXTHDR(&raw const msg, c);
-        }
-    }
-    // SAFETY: zero-initialised storage that the kernel may have overwritten with a
-    // sockaddr of the family it names.
-    let from = unsafe { storage_ip(&addr.assume_init()) };
-    Ok(Some((n as usize, from)))
-}
-
-/// A plain C struct read from a control message's data, if the data is long enough.
-fn cmsg_value<T: Copy>(data: &[u8]) -> Option<T> {
-    // SAFETY: the length is checked; the types read here (timespec, in6_pktinfo,
-    // sock_extended_err) are integers only, valid for any bytes.
-    (data.len() >= size_of::<T>())
-        .then(|| unsafe { std::ptr::read_unaligned(data.as_ptr().cast()) })
-}
-
-/// The IP address in a socket address the kernel filled in.
-///
-/// # Safety
-/// `ss` must hold a valid sockaddr of the family in `ss_family` (or zeros).
-unsafe fn storage_ip(ss: &libc::sockaddr_storage) -> IpAddr {
-    match libc::c_int::from(ss.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the family says it is a sockaddr_in, which fits in the storage.
-            let sin: libc::sockaddr_in = unsafe { std::ptr::read((&raw const *ss).cast()) };
-            IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: as above, for sockaddr_in6.
-            let sin6: libc::sockaddr_in6 = unsafe { std::ptr::read((&raw const *ss).cast()) };
-            IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr))
-        }
-        _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-    }
+        });
+    Ok(Some((msg.bytes, from)))
 }
 
 /// The source address the kernel picks for traffic to `dst` that carries `mark`
@@ -449,103 +394,60 @@ pub fn packet_destination(pkt: &[u8]) -> Option<IpAddr> {
 /// A `CLOCK_MONOTONIC` timerfd armed with absolute deadlines.
 #[derive(Debug)]
 pub struct Timer {
-    fd: OwnedFd,
+    fd: TimerFd,
 }
 
 impl Timer {
     /// A new, disarmed timer.
     pub fn new() -> io::Result<Self> {
-        // SAFETY: plain syscall; the returned fd is owned below.
-        let fd = check(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC) })?;
-        // SAFETY: fd is a fresh descriptor we own.
         Ok(Self {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd: TimerFd::new(TimerClock::CLOCK_MONOTONIC, TimerFlags::TFD_CLOEXEC)?,
         })
     }
 
-    /// Arms the timer to fire at `at` (absolute; zero disarms it).
+    /// Arms the timer to fire at `at` (absolute, and at least 1 ns: zero would disarm
+    /// it). Arming also clears an expiry that was never read.
     fn arm(&self, at: MonoTime) -> io::Result<()> {
-        let n = at.as_nanos();
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: libc::timespec {
-                tv_sec: (n / 1_000_000_000) as libc::time_t,
-                tv_nsec: (n % 1_000_000_000) as libc::c_long,
-            },
-        };
-        // SAFETY: valid fd and itimerspec pointer.
-        check(unsafe {
-            libc::timerfd_settime(
-                self.fd.as_raw_fd(),
-                libc::TFD_TIMER_ABSTIME,
-                &raw const spec,
-                std::ptr::null_mut(),
-            )
-        })
-        .map(drop)
+        let n = at.as_nanos().max(1);
+        let when = TimeSpec::new(
+            (n / 1_000_000_000) as libc::time_t,
+            (n % 1_000_000_000) as libc::c_long,
+        );
+        self.fd.set(
+            Expiration::OneShot(when),
+            TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+        )?;
+        Ok(())
     }
 
     /// Blocks until the monotonic clock reaches `at` (returns at once if it has).
     pub fn sleep_until(&self, at: MonoTime) -> io::Result<()> {
-        let n = at.as_nanos();
-        if n == 0 {
+        if at.as_nanos() == 0 {
             return Ok(());
         }
         self.arm(at)?;
-        let mut expirations = 0u64;
-        loop {
-            // SAFETY: reading 8 bytes into a u64.
-            let r = unsafe {
-                libc::read(
-                    self.fd.as_raw_fd(),
-                    (&raw mut expirations).cast(),
-                    size_of::<u64>(),
-                )
-            };
-            if r >= 0 {
-                return Ok(());
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
+        self.fd.wait()?;
+        Ok(())
     }
-}
 
-impl Timer {
     /// Blocks until the monotonic clock reaches `at` or `event` is signalled,
     /// whichever comes first; returns whether `event` was (its count is then cleared).
     pub fn sleep_until_or(&self, at: MonoTime, event: &EventFd) -> io::Result<bool> {
-        // Arming also clears an expiry that was never read.
-        self.arm(MonoTime::from_nanos(at.as_nanos().max(1)))?;
+        self.arm(at)?;
         let mut fds = [
-            libc::pollfd {
-                fd: self.fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: event.fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            PollFd::new(self.fd.as_fd(), PollFlags::POLLIN),
+            PollFd::new(event.fd.as_fd(), PollFlags::POLLIN),
         ];
         loop {
-            // SAFETY: two valid pollfd entries.
-            let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-            if r >= 0 {
-                break;
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => break,
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
             }
         }
-        let signalled = fds[1].revents & libc::POLLIN != 0;
+        let signalled = fds[1]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLIN));
         if signalled {
             event.clear();
         }
@@ -556,60 +458,38 @@ impl Timer {
 /// An eventfd: one thread signals, another sleeps until it is signalled.
 #[derive(Debug)]
 pub struct EventFd {
-    fd: OwnedFd,
+    fd: nix::sys::eventfd::EventFd,
 }
 
 impl EventFd {
     /// A new, unsignalled eventfd (non-blocking).
     pub fn new() -> io::Result<Self> {
-        // SAFETY: plain syscall; the returned fd is owned below.
-        let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
-        // SAFETY: fd is a fresh descriptor we own.
         Ok(Self {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd: nix::sys::eventfd::EventFd::from_flags(
+                EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK,
+            )?,
         })
     }
 
     /// Signals it (a no-op if it is signalled already, short of 2^64 signals).
     pub fn signal(&self) {
-        let one = 1u64;
-        // SAFETY: writing 8 bytes from a u64. It only fails when the count would
-        // overflow, which leaves it signalled anyway.
-        let _ = unsafe {
-            libc::write(
-                self.fd.as_raw_fd(),
-                (&raw const one).cast(),
-                size_of::<u64>(),
-            )
-        };
+        // Only fails when the count would overflow, which leaves it signalled anyway.
+        let _ = self.fd.write(1);
     }
 
-    /// Clears it.
+    /// Clears it (non-blocking: an unsignalled eventfd returns at once).
     pub fn clear(&self) {
-        let mut count = 0u64;
-        // SAFETY: reading 8 bytes into a u64; non-blocking, so an unsignalled fd
-        // returns EAGAIN at once.
-        let _ = unsafe {
-            libc::read(
-                self.fd.as_raw_fd(),
-                (&raw mut count).cast(),
-                size_of::<u64>(),
-            )
-        };
+        let _ = self.fd.read();
     }
 
     /// Blocks until it is signalled or `timeout` passes, then clears it; returns
     /// whether it was signalled.
     pub fn wait(&self, timeout: Duration) -> bool {
-        let mut fd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&raw mut fd, 1, ms) };
-        let signalled = r > 0 && fd.revents & libc::POLLIN != 0;
+        let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+        let signalled = poll(&mut fds, poll_timeout(timeout)).unwrap_or(0) > 0
+            && fds[0]
+                .revents()
+                .is_some_and(|r| r.contains(PollFlags::POLLIN));
         if signalled {
             self.clear();
         }
@@ -653,36 +533,23 @@ pub fn set_realtime(priority: i32) -> io::Result<()> {
 }
 
 /// Sets the calling thread's timer slack (nanoseconds); 1 is the smallest.
-pub fn set_timer_slack(ns: libc::c_ulong) {
-    // SAFETY: prctl with integer arguments only.
-    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns, 0, 0, 0) };
+pub fn set_timer_slack(ns: u64) {
+    let _ = prctl::set_timerslack(ns);
 }
 
 /// Pins the calling thread to `cpu`.
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if cpu >= 8 * size_of::<libc::cpu_set_t>() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "CPU index out of range",
-            ));
-        }
-        libc::CPU_SET(cpu, &mut set);
-        check(libc::sched_setaffinity(
-            0,
-            size_of::<libc::cpu_set_t>(),
-            &raw const set,
-        ))
-        .map(drop)
-    }
+    let mut set = CpuSet::new();
+    set.set(cpu)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "CPU index out of range"))?;
+    sched_setaffinity(Pid::from_raw(0), &set)?;
+    Ok(())
 }
 
 /// Locks the process's memory so the pacer never takes a page fault mid-train.
 pub fn lock_memory() -> io::Result<()> {
-    // SAFETY: plain syscall with flag arguments.
-    check(unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) }).map(drop)
+    mlockall(MlockAllFlags::MCL_CURRENT | MlockAllFlags::MCL_FUTURE)?;
+    Ok(())
 }
 
 /// Capability numbers mgrpd cares about (linux/capability.h).
@@ -779,7 +646,7 @@ pub fn limit_capabilities(keep: u64) -> io::Result<()> {
 
 /// User and group ids of the user called `name`.
 pub fn user_ids(name: &str) -> Option<(u32, u32)> {
-    let user = nix::unistd::User::from_name(name).ok()??;
+    let user = unistd::User::from_name(name).ok()??;
     Some((user.uid.as_raw(), user.gid.as_raw()))
 }
 
@@ -787,33 +654,27 @@ pub fn user_ids(name: &str) -> Option<(u32, u32)> {
 /// capabilities in `keep`. Call it before starting threads: the ids change for the
 /// whole process, the capabilities only for the calling thread.
 pub fn switch_user(uid: u32, gid: u32, keep: u64) -> io::Result<()> {
-    let one: libc::c_ulong = 1;
-    let zero: libc::c_ulong = 0;
-    // SAFETY: integer arguments only; keeps the permitted set across setuid.
-    check(unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, one, zero, zero, zero) })?;
-    // SAFETY: an empty list.
-    check(unsafe { libc::setgroups(0, std::ptr::null()) })?;
-    // SAFETY: plain id arguments.
-    check(unsafe { libc::setresgid(gid, gid, gid) })?;
-    // SAFETY: plain id arguments.
-    check(unsafe { libc::setresuid(uid, uid, uid) })?;
-    // SAFETY: integer arguments only.
-    check(unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, zero, zero, zero, zero) })?;
+    // Keeps the permitted set across setuid.
+    prctl::set_keepcaps(true)?;
+    unistd::setgroups(&[])?;
+    let gid = unistd::Gid::from_raw(gid);
+    unistd::setresgid(gid, gid, gid)?;
+    let uid = unistd::Uid::from_raw(uid);
+    unistd::setresuid(uid, uid, uid)?;
+    prctl::set_keepcaps(false)?;
     // The change of user emptied the effective set; take back what is kept.
     limit_capabilities(keep)
 }
 
 /// Forbids this process and its children ever gaining privileges through exec.
 pub fn no_new_privileges() -> io::Result<()> {
-    let one: libc::c_ulong = 1;
-    let zero: libc::c_ulong = 0;
-    // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments only.
-    check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, one, zero, zero, zero) }).map(drop)
+    prctl::set_no_new_privs()?;
+    Ok(())
 }
 
 /// The id of the group called `name`.
 pub fn group_id(name: &str) -> Option<u32> {
-    Some(nix::unistd::Group::from_name(name).ok()??.gid.as_raw())
+    Some(unistd::Group::from_name(name).ok()??.gid.as_raw())
 }
 
 /// Sets a /proc/sys knob of an interface, e.g. `("ipv4", "mgrp0", "rp_filter", "2")`.

@@ -45,6 +45,16 @@ fn daemons(net: &TwoHosts, extra: &[&str]) -> (Daemon, Daemon) {
 
 /// Runs pk2-like trains (20 × 500 B, 1 ms apart, every 20 ms) from A to B until `stop`.
 fn trains_until(daemon: &Daemon, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    trains_every(daemon, stop, Duration::from_millis(20))
+}
+
+/// Runs trains of 20 × 500 B, 1 ms apart, from A to B, `pause` after each report,
+/// until `stop`.
+fn trains_every(
+    daemon: &Daemon,
+    stop: Arc<AtomicBool>,
+    pause: Duration,
+) -> std::thread::JoinHandle<u64> {
     let mut api = daemon.api().expect("API of A");
     std::thread::spawn(move || {
         let mut sent = 0;
@@ -53,7 +63,7 @@ fn trains_until(daemon: &Daemon, stop: Arc<AtomicBool>) -> std::thread::JoinHand
             let report = api.send_train(train).expect("train report");
             assert_eq!(report.probes_sent, 20);
             sent += 1;
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(pause);
         }
         sent
     })
@@ -123,6 +133,41 @@ fn tcp_through_the_tunnel_with_and_without_trains() {
     check_conserved("A", &sa);
     check_conserved("B", &sb);
     assert!(a.process.log().contains("mgrpd ready"));
+}
+
+/// A greedy transfer and back-to-back trains, with the default hold (on demand,
+/// routes on demand): the tunnel is in use without a break, the transfer arrives
+/// byte-exact, and both daemons' counters balance, sending and receiving.
+#[test]
+fn greedy_transfer_with_back_to_back_trains() {
+    let _serial = serial();
+    if !root_or_skip("greedy_transfer_with_back_to_back_trains") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let (a, b) = daemons(&net, &[]);
+    let listener = tcp_listen(&net.b, IpAddr::V4(ADDR_B), 5003).expect("listen on B");
+    let stop = Arc::new(AtomicBool::new(false));
+    let trains = trains_every(&a, stop.clone(), Duration::ZERO);
+    let t = tcp_transfer(&net.a, listener, IpAddr::V4(ADDR_B), 5003, 100 * MB).expect("transfer");
+    stop.store(true, Ordering::Relaxed);
+    let n = trains.join().expect("train thread");
+    assert_eq!(t.received, 100 * MB, "bytes lost");
+    assert!(t.intact, "bytes corrupted");
+    assert!(n > 0);
+    let sa = a.quiescent_stats().unwrap();
+    let sb = b.quiescent_stats().unwrap();
+    eprintln!(
+        "greedy transfer: {:.0} Mbit/s with {n} trains back to back; {} riders piggybacked",
+        t.mbps(),
+        sa.planner.riders_piggybacked
+    );
+    assert!(sa.planner.riders_piggybacked > 0, "nothing rode: {sa:#?}");
+    assert_eq!(sa.daemon.probes_sent, 20 * n, "{sa:#?}");
+    assert_eq!(sb.daemon.probes_received, sa.daemon.probes_sent, "{sb:#?}");
+    assert_eq!(sb.reassembly.riders_inconsistent, 0);
+    check_conserved("A", &sa);
+    check_conserved("B", &sb);
 }
 
 #[test]

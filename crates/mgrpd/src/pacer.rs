@@ -580,7 +580,10 @@ impl Pacer<'_> {
                 ..SpinBudget::default()
             };
         }
-        self.spin.spun += sys::wait_until(&self.timer, probe.deadline, margin);
+        // Through a short gap it spins all the way: even a short timer sleep lets the
+        // CPU go idle, and its wake-up can take far longer than the gap.
+        let spin_from = if short { Duration::MAX } else { margin };
+        self.spin.spun += sys::wait_until(&self.timer, probe.deadline, spin_from);
         let stamp = sys::wall_now();
         wire::stamp_sender_time(&mut probe.packet, stamp);
         s.net.sealer.seal(peer, &mut probe.packet);

@@ -623,6 +623,8 @@ impl Pacer<'_> {
         let now = sys::mono_now();
         self.endpoint
             .handle_probe_sent(now, probe.transaction, probe.seq, sent);
+        // Its buffers build the next probes.
+        self.endpoint.recycle(peer, probe);
         // Also wakes the sender for what this probe queued (riders of a failed send).
         self.pump(now);
     }

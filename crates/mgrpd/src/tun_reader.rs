@@ -103,7 +103,9 @@ impl TunReader {
                     .send_transmit(peer, Transmit::Unchanged(Bytes::copy_from_slice(pkt)));
                 continue;
             }
-            riders.push((peer, Bytes::copy_from_slice(pkt)));
+            // Owned by a counted handle from the start: the pacer clones riders it puts
+            // into a probe, and a clone of this is a count, not an allocation.
+            riders.push((peer, Bytes::from_owner(pkt.to_vec())));
         }
         if riders.is_empty() {
             return;

@@ -431,6 +431,14 @@ impl Endpoint {
         }
     }
 
+    /// Takes back a sent probe's buffers (from [`Self::poll_probe`]) so later probes
+    /// are built in them without allocating.
+    pub fn recycle(&mut self, peer: IpAddr, probe: ProbeToSend) {
+        if let Some(d) = self.dests.get_mut(&peer) {
+            d.planner.recycle(probe);
+        }
+    }
+
     /// Probe `seq` of train `transaction` left at `departed` with sender stamp
     /// `stamp`, or could not be sent (`None`).
     pub fn handle_probe_sent(

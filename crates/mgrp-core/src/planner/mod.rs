@@ -262,9 +262,18 @@ struct Active {
     departures: Vec<ProbeDeparture>,
     probes_sent: u16,
     probes_with_riders: u16,
-    /// Arrival time and size of every chunk carried, to count the competing ones once
-    /// the first departure is known.
-    carried: Vec<(MonoTime, u32)>,
+    /// The first departure, once a probe has left.
+    first_departed: Option<MonoTime>,
+    /// Rider chunks carried, and their bytes.
+    chunks_carried: u32,
+    bytes_carried: u64,
+    /// Of those, the ones whose riders arrived after the first departure (see
+    /// [`TransactionReport::competing_rider_bytes`]). The probes of a train are built
+    /// one after the other, each after the previous one was sent, so the first
+    /// departure is known when a later probe is built; the riders of the probe that
+    /// becomes the first to leave arrived before it was built, so never count.
+    competing_chunks: u32,
+    competing_bytes: u64,
 }
 
 /// The piggyback planner of one destination. See the module docs for the calls.
@@ -280,6 +289,38 @@ pub struct Planner {
     reports: VecDeque<TransactionReport>,
     flushing: bool,
     counters: PlannerCounters,
+    /// Buffers of sent probes, given back with [`Self::recycle`] and reused, so that
+    /// building a probe allocates nothing once a train is under way.
+    spare: Spare,
+}
+
+/// Reusable buffers of the probe path.
+#[derive(Debug)]
+struct Spare {
+    packets: Vec<Vec<u8>>,
+    riders: Vec<Vec<Bytes>>,
+    plan: Vec<(usize, usize)>,
+    /// Always empty; keeps its capacity between probes.
+    chunks: Vec<Chunk<'static>>,
+    /// The most chunks a probe can carry.
+    most: usize,
+}
+
+/// How many spare buffers of each kind a planner keeps.
+const SPARE_BUFFERS: usize = 4;
+
+/// An empty vector of another lifetime's chunks that reuses `v`'s allocation (the
+/// standard library collects a mapped `IntoIter` in place).
+fn relabel<'b>(v: Vec<Chunk<'_>>) -> Vec<Chunk<'b>> {
+    debug_assert!(v.is_empty());
+    v.into_iter()
+        .map(|c| Chunk {
+            rider_id: c.rider_id,
+            offset: c.offset,
+            rider_len: c.rider_len,
+            data: &[],
+        })
+        .collect()
 }
 
 impl Planner {
@@ -293,12 +334,26 @@ impl Planner {
         let room = usize::from(path.mtu).checked_sub(
             usize::from(path.ip_header_len) + wire::min_packet_len(0, policy.trailer_len),
         );
-        if room.is_none_or(|r| r <= CHUNK_DESC_LEN) {
+        let Some(room) = room.filter(|&r| r > CHUNK_DESC_LEN) else {
             return Err(PlanError::BadPath {
                 ip_header_len: path.ip_header_len,
                 mtu: path.mtu,
             });
-        }
+        };
+        // The most chunks one probe can carry: its buffers are sized for that once.
+        let most = match policy.packing {
+            Packing::OnePerProbe => 1,
+            Packing::Multiple => {
+                (room / (CHUNK_DESC_LEN + policy.min_fragment.max(1))).clamp(1, MAX_CHUNKS)
+            }
+        };
+        let spare = Spare {
+            packets: Vec::new(),
+            riders: Vec::new(),
+            plan: Vec::with_capacity(most),
+            chunks: Vec::with_capacity(most),
+            most,
+        };
         Ok(Self {
             policy,
             path,
@@ -310,7 +365,25 @@ impl Planner {
             reports: VecDeque::new(),
             flushing: false,
             counters: PlannerCounters::default(),
+            spare,
         })
+    }
+
+    /// Takes back a probe's buffers once it was sent, to build later probes in.
+    pub fn recycle(&mut self, probe: ProbeToSend) {
+        let ProbeToSend {
+            mut packet,
+            mut riders,
+            ..
+        } = probe;
+        if self.spare.packets.len() < SPARE_BUFFERS {
+            packet.clear();
+            self.spare.packets.push(packet);
+        }
+        if self.spare.riders.len() < SPARE_BUFFERS {
+            riders.clear();
+            self.spare.riders.push(riders);
+        }
     }
 
     /// Sets the id of the next rider. A daemon starts each planner at an unpredictable
@@ -520,7 +593,11 @@ impl Planner {
         let deadline = now.saturating_add(first_gap);
         self.active = Some(Active {
             departures: Vec::with_capacity(n),
-            carried: Vec::new(),
+            first_departed: None,
+            chunks_carried: 0,
+            bytes_carried: 0,
+            competing_chunks: 0,
+            competing_bytes: 0,
             next_deadline: deadline,
             next_seq: 0,
             carry_budget: eligible.min(by_fraction),
@@ -559,25 +636,31 @@ impl Planner {
             Packing::OnePerProbe => 1,
             Packing::Multiple => MAX_CHUNKS,
         };
-        let plan = if may_carry {
-            plan_chunks(&self.riders, room, max_chunks, self.policy.min_fragment)
-        } else {
-            Vec::new()
-        };
+        let mut plan = std::mem::take(&mut self.spare.plan);
+        plan.clear();
+        if may_carry {
+            plan_chunks(
+                &self.riders,
+                room,
+                max_chunks,
+                self.policy.min_fragment,
+                &mut plan,
+            );
+        }
         let seq16 = seq as u16; // checked: trains have at most u16::MAX probes
-        let mut packet = vec![0u8; len];
-        let chunks: Vec<Chunk<'_>> = plan
-            .iter()
-            .map(|&(i, take)| {
-                let r = &self.riders[i];
-                Chunk {
-                    rider_id: r.id,
-                    offset: r.sent as u16,
-                    rider_len: r.data.len() as u16,
-                    data: &r.data[r.sent..r.sent + take],
-                }
-            })
-            .collect();
+        let mut packet = self.spare.packets.pop().unwrap_or_default();
+        packet.clear();
+        packet.resize(len, 0);
+        let mut chunks = relabel(std::mem::take(&mut self.spare.chunks));
+        chunks.extend(plan.iter().map(|&(i, take)| {
+            let r = &self.riders[i];
+            Chunk {
+                rider_id: r.id,
+                offset: r.sent as u16,
+                rider_len: r.data.len() as u16,
+                data: &r.data[r.sent..r.sent + take],
+            }
+        }));
         let repr = Repr {
             header: Header {
                 kind: Kind::Probe,
@@ -599,11 +682,21 @@ impl Planner {
             emitted.is_ok(),
             "planned chunks exceed the padding: {emitted:?}"
         );
-        drop(repr);
+        let mut chunks = repr.chunks;
+        chunks.clear();
+        self.spare.chunks = relabel(chunks);
         let rider_bytes: usize = plan.iter().map(|&(_, take)| take).sum();
         for &(i, take) in &plan {
             let r = &self.riders[i];
-            active.carried.push((r.arrival, take as u32));
+            active.chunks_carried += 1;
+            active.bytes_carried += take as u64;
+            if active
+                .first_departed
+                .is_some_and(|first| r.arrival >= first)
+            {
+                active.competing_chunks += 1;
+                active.competing_bytes += take as u64;
+            }
         }
         if !plan.is_empty() {
             active.carry_budget -= 1;
@@ -625,18 +718,22 @@ impl Planner {
             active.next_deadline = deadline.saturating_add(next.gap);
         }
         let transaction = active.tx.id;
-        let riders = plan
-            .iter()
-            .map(|&(i, _)| self.riders[i].data.clone())
-            .collect();
+        let mut riders = self
+            .spare
+            .riders
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(self.spare.most));
+        riders.extend(plan.iter().map(|&(i, _)| self.riders[i].data.clone()));
         self.consume(&plan);
+        let rider_chunks = plan.len();
+        self.spare.plan = plan;
         Some(ProbeToSend {
             transaction,
             seq: seq16,
             deadline,
             packet,
             rider_bytes,
-            rider_chunks: plan.len(),
+            rider_chunks,
             riders,
         })
     }
@@ -685,6 +782,7 @@ impl Planner {
         }
         if let Some((mono, wall)) = departed {
             d.departed = Some(mono);
+            active.first_departed.get_or_insert(mono);
             d.stamp = wall;
             active.probes_sent += 1;
         }
@@ -699,29 +797,18 @@ impl Planner {
             Outcome::Completed => self.counters.transactions_completed += 1,
             Outcome::Cancelled => self.counters.transactions_cancelled += 1,
         }
-        let sent: Vec<MonoTime> = a.departures.iter().filter_map(|d| d.departed).collect();
-        let first = sent.first().copied();
-        let last = sent.last().copied();
-        let (competing_rider_chunks, competing_rider_bytes) = match first {
-            Some(first) => a
-                .carried
-                .iter()
-                .filter(|(arrival, _)| *arrival >= first)
-                .fold((0u32, 0u64), |(n, b), (_, len)| {
-                    (n + 1, b + u64::from(*len))
-                }),
-            None => (0, 0),
-        };
+        let first = a.departures.iter().find_map(|d| d.departed);
+        let last = a.departures.iter().rev().find_map(|d| d.departed);
         self.reports.push_back(TransactionReport {
             transaction: a.tx.id,
             outcome,
             probes_requested: a.tx.probes.len() as u16,
             probes_sent: a.probes_sent,
             probes_with_riders: a.probes_with_riders,
-            rider_bytes: a.carried.iter().map(|(_, b)| u64::from(*b)).sum(),
-            rider_chunks: a.carried.len() as u32,
-            competing_rider_bytes,
-            competing_rider_chunks,
+            rider_bytes: a.bytes_carried,
+            rider_chunks: a.chunks_carried,
+            competing_rider_bytes: a.competing_bytes,
+            competing_rider_chunks: a.competing_chunks,
             queue_ns: first.map_or(0, |f| duration_nanos(f.saturating_since(a.submitted))),
             send_ns: match (first, last) {
                 (Some(f), Some(l)) => duration_nanos(l.saturating_since(f)),
@@ -829,8 +916,8 @@ fn plan_chunks(
     mut room: usize,
     max_chunks: usize,
     min_fragment: usize,
-) -> Vec<(usize, usize)> {
-    let mut plan = Vec::new();
+    plan: &mut Vec<(usize, usize)>,
+) {
     for (i, r) in riders.iter().enumerate() {
         if plan.len() == max_chunks || room <= CHUNK_DESC_LEN {
             break;
@@ -847,7 +934,6 @@ fn plan_chunks(
             break;
         }
     }
-    plan
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //! tunnel, with `--hold-mode always` and with `--hold-mode on-demand`.
 //!
 //! Needs root. `cargo bench -p mgrpd --bench wire_pacing -- [--trains N] [--gap-us G]
-//! [--probes N] [--mgrpd PATH] [--pacer-cpu N] [--only TEXT]` (`--mgrpd` measures another
+//! [--probes N] [--mgrpd PATH] [--pacer-cpu N] [--daemon-flags "FLAGS"] [--only TEXT]` (`--mgrpd` measures another
 //! build of the daemon, for before/after figures; `--pacer-cpu` pins both daemons'
 //! pacers; `--only` runs the settings whose name contains TEXT). Prints one line per
 //! setting; note the machine's load.
@@ -408,9 +408,13 @@ fn main() {
     let mgrpd: PathBuf =
         value("--mgrpd").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_mgrpd")), PathBuf::from);
     let gap = Duration::from_micros(gap_us);
-    let extra: Vec<String> = value("--pacer-cpu")
+    let mut extra: Vec<String> = value("--pacer-cpu")
         .map(|c| vec!["--pacer-cpu".to_string(), c])
         .unwrap_or_default();
+    // More daemon flags, e.g. --daemon-flags "--busy-poll-margin 300us".
+    if let Some(flags) = value("--daemon-flags") {
+        extra.extend(flags.split_whitespace().map(str::to_string));
+    }
     let only = value("--only");
     println!(
         "wire pacing: {trains} trains x {probes} probes of 300 B at {gap_us} µs, mgrpd {} {}, load {}",

@@ -109,6 +109,26 @@ pub struct TransactionReport {
 }
 
 impl TransactionReport {
+    /// The report of a train none of whose `probes_requested` probes left (yet).
+    pub fn unsent(transaction: u32, outcome: Outcome, probes_requested: u16) -> Self {
+        Self {
+            transaction,
+            outcome,
+            probes_requested,
+            probes_sent: 0,
+            probes_with_riders: 0,
+            rider_bytes: 0,
+            rider_chunks: 0,
+            competing_rider_bytes: 0,
+            competing_rider_chunks: 0,
+            queue_ns: 0,
+            send_ns: 0,
+            departures: Vec::new(),
+            probes_late: 0,
+            late_threshold_ns: 0,
+        }
+    }
+
     /// Counts the probes that left later than `threshold` after their deadline into
     /// `probes_late`, and records the threshold. Call once every departure is final
     /// (kernel stamps included).
@@ -308,25 +328,14 @@ mod tests {
     #[test]
     fn judging_lateness_counts_probes_over_the_threshold_only() {
         let mut r = TransactionReport {
-            transaction: 7,
-            outcome: Outcome::Completed,
-            probes_requested: 4,
             probes_sent: 3,
-            probes_with_riders: 0,
-            rider_bytes: 0,
-            rider_chunks: 0,
-            competing_rider_bytes: 0,
-            competing_rider_chunks: 0,
-            queue_ns: 0,
-            send_ns: 0,
             departures: vec![
                 departure(0, 0, Some(5)),
                 departure(1, 200, Some(251)),
                 departure(2, 400, Some(450)),
                 departure(3, 600, None),
             ],
-            probes_late: 0,
-            late_threshold_ns: 0,
+            ..TransactionReport::unsent(7, Outcome::Completed, 4)
         };
         r.judge_lateness(Duration::from_micros(50));
         assert_eq!(r.probes_late, 1, "only 51 µs is over 50 µs");

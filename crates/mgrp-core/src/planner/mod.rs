@@ -549,22 +549,11 @@ impl Planner {
     /// The report of a transaction cancelled before any of its probes left.
     fn report_unsent(&mut self, tx: &Transaction) {
         self.counters.transactions_cancelled += 1;
-        self.reports.push_back(TransactionReport {
-            transaction: tx.id,
-            outcome: Outcome::Cancelled,
-            probes_requested: tx.probes.len() as u16,
-            probes_sent: 0,
-            probes_with_riders: 0,
-            rider_bytes: 0,
-            rider_chunks: 0,
-            competing_rider_bytes: 0,
-            competing_rider_chunks: 0,
-            queue_ns: 0,
-            send_ns: 0,
-            departures: Vec::new(),
-            probes_late: 0,
-            late_threshold_ns: 0,
-        });
+        self.reports.push_back(TransactionReport::unsent(
+            tx.id,
+            Outcome::Cancelled,
+            tx.probes.len() as u16,
+        ));
     }
 
     /// When the next probe of the train in flight is due, if one is in flight.

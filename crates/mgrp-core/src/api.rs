@@ -392,6 +392,13 @@ pub struct DaemonCounters {
     /// MGRP continuation packets that passed the peer check, parsing and
     /// authentication.
     pub continuations_received: u64,
+    /// TUN super-packets (TCP segments the application's stack offloaded) sent on
+    /// whole through the link-layer socket. Every other counter counts them as the
+    /// segments they stand for.
+    pub super_packets_sent: u64,
+    /// Super-packets the link-layer socket refused; they were split and sent through
+    /// the raw socket instead.
+    pub link_send_errors: u64,
 }
 
 /// Everything the daemon counts.

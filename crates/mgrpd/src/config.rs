@@ -106,6 +106,10 @@ pub struct Cli {
     /// daemon's own departure stamps only.
     #[arg(long)]
     pub no_kernel_departures: bool,
+    /// Send packets that go on unchanged one by one through the raw socket, never as
+    /// whole super-packets through a link-layer socket.
+    #[arg(long)]
+    pub no_super_packets: bool,
     /// Log level: error, warn, info, debug or trace [default: info].
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -201,6 +205,7 @@ struct File {
     #[serde(default, deserialize_with = "de_duration")]
     late_threshold: Option<Duration>,
     kernel_departures: Option<bool>,
+    super_packets: Option<bool>,
     log_level: Option<String>,
     #[serde(default)]
     piggyback: PiggybackFile,
@@ -368,6 +373,8 @@ pub struct Config {
     pub late_threshold: Duration,
     /// Whether probes get kernel transmit stamps (where the kernel can name them).
     pub kernel_departures: bool,
+    /// Whether unchanged TUN super-packets leave whole through a link-layer socket.
+    pub super_packets: bool,
     /// Log level.
     pub log_level: tracing::Level,
     /// Most probes in one train.
@@ -659,6 +666,7 @@ impl Config {
                 .or(f.late_threshold)
                 .unwrap_or(Duration::from_micros(50)),
             kernel_departures: !cli.no_kernel_departures && f.kernel_departures.unwrap_or(true),
+            super_packets: !cli.no_super_packets && f.super_packets.unwrap_or(true),
             log_level,
             max_probes_per_train: cli
                 .max_probes_per_train

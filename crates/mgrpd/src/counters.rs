@@ -74,6 +74,8 @@ counters!(
     riders_bypassed_pacer_busy,
     probes_received,
     continuations_received,
+    super_packets_sent,
+    link_send_errors,
 );
 
 /// Adds one to a counter.

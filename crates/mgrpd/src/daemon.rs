@@ -25,6 +25,7 @@ use tun_rs::SyncDevice;
 
 use crate::config::Config;
 use crate::counters::{Counters, LimitedLog, ReassemblySlots, Stats};
+use crate::fastpath::FastPath;
 use crate::lifecycle::Lifecycle;
 use crate::listeners::Listeners;
 use crate::liveness::{Departures, ErrorQueues, PeerHealth};
@@ -59,6 +60,8 @@ pub struct Daemon {
     route_events: mpsc::UnboundedSender<RouteEvent>,
     bounds_log: Arc<LimitedLog>,
     trains: Arc<Trains>,
+    /// Where unchanged super-packets leave whole (see `crate::fastpath`).
+    fast: Option<Arc<FastPath>>,
 }
 
 impl Daemon {
@@ -71,14 +74,32 @@ impl Daemon {
         let config = Arc::new(config);
         let counters = Arc::new(Counters::default());
         let net = Net::open(&config, tun, counters.clone())?;
-        Self::assemble(
+        let mut daemon = Self::assemble(
             config,
             counters,
             net,
             Arc::default(),
             Arc::default(),
             events,
-        )
+        )?;
+        if daemon.config.super_packets && daemon.config.tun_offload {
+            let (tx, rx) = mpsc::unbounded_channel();
+            match FastPath::new(tx) {
+                Ok(fast) => {
+                    let fast = Arc::new(fast);
+                    tokio::spawn(crate::fastpath::resolve(
+                        fast.clone(),
+                        rx,
+                        daemon.config.fwmark,
+                    ));
+                    daemon.fast = Some(fast);
+                }
+                Err(e) => tracing::warn!(
+                    "cannot open a link-layer socket ({e}); unchanged super-packets are split and sent one by one"
+                ),
+            }
+        }
+        Ok(daemon)
     }
 
     /// A daemon whose data path loops back in-process: MGRP packets it sends are
@@ -145,6 +166,7 @@ impl Daemon {
             route_events: events,
             bounds_log: Arc::default(),
             trains,
+            fast: None,
         })
     }
 
@@ -173,6 +195,7 @@ impl Daemon {
             net: self.net.clone(),
             health: self.health.clone(),
             life: self.life.clone(),
+            fast: self.fast.clone(),
         }
     }
 

@@ -25,6 +25,7 @@ pub mod config;
 pub mod counters;
 pub mod daemon;
 pub mod demand;
+pub mod fastpath;
 pub mod lifecycle;
 pub mod listeners;
 pub mod liveness;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use mgrp_core::api::DaemonStats;
 use mgrp_testbed::forge;
 use mgrp_testbed::{
-    ADDR_B, Daemon, TwoHostOptions, TwoHosts, tcp_listen, tcp_transfer, uniform_train,
+    ADDR_A, ADDR_B, Daemon, TwoHostOptions, TwoHosts, tcp_listen, tcp_transfer, uniform_train,
 };
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -1126,4 +1126,91 @@ fn after_setup_only_what_is_needed_is_kept() {
         "rule left behind: {}",
         a.process.log()
     );
+}
+
+/// Daemons on A and B with permanent routes to each other's `a_to`/`b_to` and
+/// on-demand hold: every packet enters the tunnel, and with no train it goes on
+/// unchanged, as the super-packet the sender's stack made.
+fn permanent_route_daemons(net: &TwoHosts, a_to: &str, b_to: &str) -> (Daemon, Daemon) {
+    let common = ["--hold-mode", "on-demand", "--route-on-demand", "false"];
+    let a = Daemon::start(&net.a, mgrpd(), &[&["--route", a_to][..], &common].concat())
+        .expect("mgrpd on A");
+    let b = Daemon::start(&net.b, mgrpd(), &[&["--route", b_to][..], &common].concat())
+        .expect("mgrpd on B");
+    (a, b)
+}
+
+/// 200 MB through permanent routes, in IPv4 and IPv6: the unchanged traffic leaves as
+/// whole super-packets, the receiving kernel checks every segment's checksum (a bad
+/// one is dropped and resent, so it would show as lost time, never as bad bytes), and
+/// the bytes arrive exactly as sent.
+#[test]
+fn super_packets_through_permanent_routes_arrive_intact() {
+    let _serial = serial();
+    if !root_or_skip("super_packets_through_permanent_routes") {
+        return;
+    }
+    use mgrp_testbed::{ADDR6_A, ADDR6_B};
+    for (to_b, to_a, dst, port) in [
+        (
+            format!("{ADDR_B}/32"),
+            format!("{ADDR_A}/32"),
+            IpAddr::V4(ADDR_B),
+            5040,
+        ),
+        (
+            format!("{ADDR6_B}/128"),
+            format!("{ADDR6_A}/128"),
+            IpAddr::V6(ADDR6_B),
+            5041,
+        ),
+    ] {
+        let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+        let (a, b) = permanent_route_daemons(&net, &to_b, &to_a);
+        let listener = tcp_listen(&net.b, dst, port).expect("listen on B");
+        let t = tcp_transfer(&net.a, listener, dst, port, 200 * MB).expect("transfer");
+        assert_eq!(t.received, 200 * MB, "{dst}: bytes lost");
+        assert!(t.intact, "{dst}: bytes corrupted");
+        let sa = a.quiescent_stats().unwrap();
+        let sb = b.quiescent_stats().unwrap();
+        eprintln!(
+            "{dst}: {:.0} Mbit/s, {} super-packets for {} segments",
+            t.mbps(),
+            sa.daemon.super_packets_sent,
+            sa.daemon.riders_sent_direct
+        );
+        assert!(
+            sa.daemon.super_packets_sent > 0,
+            "{dst}: nothing left as a super-packet: {sa:#?}"
+        );
+        assert!(
+            sa.daemon.riders_sent_direct > sa.daemon.super_packets_sent,
+            "{dst}: super-packets count as their segments: {sa:#?}"
+        );
+        assert_eq!(sa.daemon.link_send_errors, 0, "{sa:#?}");
+        check_conserved("A", &sa);
+        check_conserved("B", &sb);
+    }
+}
+
+/// Trains and super-packets in one transfer: while a train is queued or in flight the
+/// packets wait and ride, in between they leave whole; the bytes arrive exactly as
+/// sent and both sides' counters balance.
+#[test]
+fn riders_and_super_packets_mix_in_one_transfer() {
+    let _serial = serial();
+    if !root_or_skip("riders_and_super_packets_mix") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let (a, b) = permanent_route_daemons(&net, &format!("{ADDR_B}/32"), &format!("{ADDR_A}/32"));
+    let trains = transfer(&net, &a, 200 * MB, 5042, true);
+    assert!(trains > 0);
+    let sa = a.quiescent_stats().unwrap();
+    let sb = b.quiescent_stats().unwrap();
+    assert!(sa.daemon.super_packets_sent > 0, "{sa:#?}");
+    assert!(sa.planner.riders_piggybacked > 0, "nothing rode: {sa:#?}");
+    assert!(sb.daemon.riders_delivered > 0, "{sb:#?}");
+    check_conserved("A", &sa);
+    check_conserved("B", &sb);
 }

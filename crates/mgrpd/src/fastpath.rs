@@ -1,0 +1,322 @@
+//! Traffic that goes on unchanged, as the kernel's own super-packets.
+//!
+//! A TUN with offloads hands the reader TCP super-packets of up to 64 KB with a
+//! virtio-net header. A raw IP socket can only send them one MTU-sized segment at a
+//! time: one system call and one trip through the stack per segment. An `AF_PACKET`
+//! socket with `PACKET_VNET_HDR` sends the whole super-packet as one GSO packet, which
+//! a veth passes on unsegmented and a real NIC segments in hardware (or the kernel
+//! segments at the last moment).
+//!
+//! Such a socket writes below IP, so mgrpd chooses the device and the link-layer
+//! destination itself: the route the kernel would take for traffic carrying mgrpd's
+//! mark, and the neighbour entry of its next hop. Those are looked up off the data
+//! path (`resolve`, a task on the runtime) and kept for a few seconds. Until a
+//! destination's path is known, or if its next hop has no neighbour entry yet, its
+//! packets take the raw socket as before (which also makes the kernel resolve the
+//! neighbour). The super-packets leave through the device's queueing discipline
+//! but not through the host's IP output path: they passed the output hooks already
+//! when the application's stack routed them into the TUN.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures_util::TryStreamExt;
+use rtnetlink::RouteMessageBuilder;
+use rtnetlink::packet_route::AddressFamily;
+use rtnetlink::packet_route::link::{LinkAttribute, LinkLayerType};
+use rtnetlink::packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourState};
+use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteVia};
+use socket2::Socket;
+use tokio::sync::mpsc;
+use tracing::{debug, info};
+use tun_rs::VirtioNetHdr;
+
+use crate::sys;
+
+/// How long a resolved path is used before it is looked up again (it stays in use
+/// while the new lookup runs).
+const FRESH: Duration = Duration::from_secs(5);
+/// How long a destination whose path could not be used waits before the next try.
+/// Short: the usual reason is a next hop the kernel has not resolved yet, which the
+/// packets sent meanwhile through the raw socket make it do.
+const RETRY: Duration = Duration::from_millis(100);
+
+/// Where a destination's super-packets go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LinkPath {
+    ifindex: u32,
+    /// The Ethernet header without its type (next hop's address, then the device's),
+    /// or none for a device without link headers.
+    ether: Option<[u8; 12]>,
+}
+
+#[derive(Debug)]
+enum Entry {
+    Resolving {
+        since: Instant,
+        old: Option<LinkPath>,
+    },
+    Ready {
+        path: LinkPath,
+        since: Instant,
+    },
+    Unusable {
+        since: Instant,
+    },
+}
+
+/// The link-layer sending side for unchanged super-packets.
+#[derive(Debug)]
+pub(crate) struct FastPath {
+    socket: Socket,
+    entries: Mutex<HashMap<IpAddr, Entry>>,
+    requests: mpsc::UnboundedSender<IpAddr>,
+}
+
+/// Most destinations whose paths are kept; beyond it, the oldest half is forgotten.
+const MAX_ENTRIES: usize = 4096;
+
+impl FastPath {
+    /// Opens the socket; `requests` goes to [`resolve`].
+    pub(crate) fn new(requests: mpsc::UnboundedSender<IpAddr>) -> std::io::Result<Self> {
+        Ok(Self {
+            socket: sys::link_gso_socket()?,
+            entries: Mutex::new(HashMap::new()),
+            requests,
+        })
+    }
+
+    /// The path of `dst`, if it is known; asks for a lookup when it is not, or is
+    /// getting old.
+    pub(crate) fn path(&self, dst: IpAddr) -> Option<LinkPath> {
+        let now = Instant::now();
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let (current, ask) = match entries.get(&dst) {
+            Some(Entry::Ready { path, since }) => (Some(*path), now.duration_since(*since) > FRESH),
+            Some(Entry::Resolving { since, old }) => {
+                // A lookup that never came back is asked for again.
+                (*old, now.duration_since(*since) > FRESH)
+            }
+            Some(Entry::Unusable { since }) => (None, now.duration_since(*since) > RETRY),
+            None => (None, true),
+        };
+        if ask {
+            if entries.len() >= MAX_ENTRIES {
+                entries.clear();
+            }
+            entries.insert(
+                dst,
+                Entry::Resolving {
+                    since: now,
+                    old: current,
+                },
+            );
+            let _ = self.requests.send(dst);
+        }
+        current
+    }
+
+    fn settle(&self, dst: IpAddr, path: Option<LinkPath>) {
+        let since = Instant::now();
+        let entry = match path {
+            Some(path) => Entry::Ready { path, since },
+            None => Entry::Unusable { since },
+        };
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(dst, entry);
+    }
+
+    /// Forgets `dst`'s path after a send through it failed.
+    pub(crate) fn forget(&self, dst: IpAddr) {
+        self.settle(dst, None);
+    }
+
+    /// Sends an IP packet (a super-packet or a plain one) with the virtio-net header
+    /// it was read with from the TUN, along `path`.
+    pub(crate) fn send(
+        &self,
+        path: &LinkPath,
+        hdr: &VirtioNetHdr,
+        packet: &[u8],
+    ) -> std::io::Result<usize> {
+        let v6 = packet.first().is_some_and(|b| b >> 4 == 6);
+        // The TUN's offsets count from the IP header; the socket's from the link
+        // header the kernel puts in front.
+        let ethertype = if v6 { ETH_P_IPV6 } else { ETH_P_IP };
+        let mut link = [0u8; 14];
+        let link: &[u8] = match path.ether {
+            Some(addresses) => {
+                link[..12].copy_from_slice(&addresses);
+                link[12..].copy_from_slice(&ethertype.to_be_bytes());
+                &link
+            }
+            None => &[],
+        };
+        let extra = link.len() as u16;
+        let mut h = *hdr;
+        if h.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
+            h.csum_start += extra;
+        }
+        if h.hdr_len != 0 {
+            h.hdr_len += extra;
+        }
+        let mut raw = [0u8; tun_rs::VIRTIO_NET_HDR_LEN];
+        encode(&h, &mut raw);
+        sys::send_link(&self.socket, path.ifindex, ethertype, &raw, link, packet)
+    }
+}
+
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86dd;
+const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
+
+/// The header as the kernel reads it (little-endian fields, as the TUN wrote them).
+fn encode(h: &VirtioNetHdr, out: &mut [u8; tun_rs::VIRTIO_NET_HDR_LEN]) {
+    out[0] = h.flags;
+    out[1] = h.gso_type;
+    out[2..4].copy_from_slice(&h.hdr_len.to_le_bytes());
+    out[4..6].copy_from_slice(&h.gso_size.to_le_bytes());
+    out[6..8].copy_from_slice(&h.csum_start.to_le_bytes());
+    out[8..10].copy_from_slice(&h.csum_offset.to_le_bytes());
+}
+
+/// Looks up the paths the data path asks for, until the daemon stops: the route the
+/// kernel takes for `dst` with mgrpd's mark, the device's link type, and its next
+/// hop's neighbour entry.
+pub(crate) async fn resolve(
+    fast: std::sync::Arc<FastPath>,
+    mut requests: mpsc::UnboundedReceiver<IpAddr>,
+    mark: u32,
+) {
+    let handle = match rtnetlink::new_connection() {
+        Ok((conn, handle, _)) => {
+            tokio::spawn(conn);
+            handle
+        }
+        Err(e) => {
+            info!("no netlink for the super-packet path ({e}); unchanged packets go one by one");
+            return;
+        }
+    };
+    while let Some(dst) = requests.recv().await {
+        let path = match lookup(&handle, dst, mark).await {
+            Ok(p) => p,
+            Err(e) => {
+                debug!("no link path to {dst}: {e}");
+                None
+            }
+        };
+        debug!("link path to {dst}: {path:?}");
+        fast.settle(dst, path);
+    }
+}
+
+async fn lookup(
+    handle: &rtnetlink::Handle,
+    dst: IpAddr,
+    mark: u32,
+) -> Result<Option<LinkPath>, rtnetlink::Error> {
+    let msg = match dst {
+        IpAddr::V4(a) => RouteMessageBuilder::<std::net::Ipv4Addr>::new()
+            .destination_prefix(a, 32)
+            .mark(mark)
+            .build(),
+        IpAddr::V6(a) => RouteMessageBuilder::<std::net::Ipv6Addr>::new()
+            .destination_prefix(a, 128)
+            .mark(mark)
+            .build(),
+    };
+    let Some(route) = handle.route().get(msg).execute().try_next().await? else {
+        return Ok(None);
+    };
+    let mut oif = None;
+    let mut next_hop = dst;
+    for a in &route.attributes {
+        match a {
+            RouteAttribute::Oif(i) => oif = Some(*i),
+            RouteAttribute::Gateway(RouteAddress::Inet(g)) => next_hop = IpAddr::V4(*g),
+            RouteAttribute::Gateway(RouteAddress::Inet6(g)) => next_hop = IpAddr::V6(*g),
+            RouteAttribute::Via(RouteVia::Inet(g)) => next_hop = IpAddr::V4(*g),
+            RouteAttribute::Via(RouteVia::Inet6(g)) => next_hop = IpAddr::V6(*g),
+            _ => {}
+        }
+    }
+    let Some(ifindex) = oif else { return Ok(None) };
+    let Some(link) = handle
+        .link()
+        .get()
+        .match_index(ifindex)
+        .execute()
+        .try_next()
+        .await?
+    else {
+        return Ok(None);
+    };
+    let own = match link.header.link_layer_type {
+        LinkLayerType::Ether => link.attributes.iter().find_map(|a| match a {
+            LinkAttribute::Address(m) if m.len() == 6 => Some([m[0], m[1], m[2], m[3], m[4], m[5]]),
+            _ => None,
+        }),
+        // Devices without link headers (tunnels, TUN): no address to find.
+        LinkLayerType::None => {
+            return Ok(Some(LinkPath {
+                ifindex,
+                ether: None,
+            }));
+        }
+        // Anything else keeps the raw socket.
+        _ => return Ok(None),
+    };
+    let Some(own) = own else { return Ok(None) };
+    let family = if dst.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let mut neighbours = handle
+        .neighbours()
+        .get()
+        .set_address_family(family)
+        .execute();
+    while let Some(n) = neighbours.try_next().await? {
+        if n.header.ifindex != ifindex {
+            continue;
+        }
+        let usable = !matches!(
+            n.header.state,
+            NeighbourState::Incomplete | NeighbourState::Failed | NeighbourState::None
+        );
+        let mut ip = None;
+        let mut mac = None;
+        for a in &n.attributes {
+            match a {
+                NeighbourAttribute::Destination(NeighbourAddress::Inet(x)) => {
+                    ip = Some(IpAddr::V4(*x));
+                }
+                NeighbourAttribute::Destination(NeighbourAddress::Inet6(x)) => {
+                    ip = Some(IpAddr::V6(*x));
+                }
+                NeighbourAttribute::LinkLayerAddress(l) if l.len() == 6 => {
+                    mac = Some([l[0], l[1], l[2], l[3], l[4], l[5]]);
+                }
+                _ => {}
+            }
+        }
+        if usable && ip == Some(next_hop) {
+            if let Some(mac) = mac {
+                let mut ether = [0u8; 12];
+                ether[..6].copy_from_slice(&mac);
+                ether[6..].copy_from_slice(&own);
+                return Ok(Some(LinkPath {
+                    ifindex,
+                    ether: Some(ether),
+                }));
+            }
+        }
+    }
+    Ok(None)
+}

@@ -243,6 +243,7 @@ impl Daemon {
             route_events: self.route_events.clone(),
             errors: self.error_queues(),
             bounds_log: self.bounds_log.clone(),
+            fast: self.fast.clone(),
         }
     }
 

@@ -33,6 +33,8 @@ use tokio::sync::mpsc;
 use tracing::{debug, info};
 use tun_rs::VirtioNetHdr;
 
+use crate::counters::{Counters, bump};
+use crate::net::Net;
 use crate::sys;
 
 /// How long a resolved path is used before it is looked up again (it stays in use
@@ -158,7 +160,7 @@ impl FastPath {
         };
         let extra = link.len() as u16;
         let mut h = *hdr;
-        if h.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
+        if h.flags & F_NEEDS_CSUM != 0 {
             h.csum_start += extra;
         }
         if h.hdr_len != 0 {
@@ -172,7 +174,71 @@ impl FastPath {
 
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_IPV6: u16 = 0x86dd;
-const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
+
+pub(crate) const GSO_NONE: u8 = 0;
+const GSO_TCPV4: u8 = 1;
+const GSO_UDP_L4: u8 = 5;
+const GSO_TCPV6: u8 = 4;
+const GSO_ECN: u8 = 0x80;
+pub(crate) const F_NEEDS_CSUM: u8 = 1;
+
+/// Checks a frame's virtio-net header against its packet, the way the TUN's own
+/// readers do (the kernel's `hdr_len` is not to be trusted: recomputed from the
+/// transport header), and says how many MTU-sized packets it stands for.
+pub(crate) fn frame_header(
+    mut hdr: VirtioNetHdr,
+    packet: &[u8],
+) -> Result<(VirtioNetHdr, u64), String> {
+    let len = packet.len();
+    if hdr.flags & F_NEEDS_CSUM != 0 {
+        let at = usize::from(hdr.csum_start) + usize::from(hdr.csum_offset);
+        if at + 2 > len {
+            return Err("checksum field beyond the packet".into());
+        }
+    }
+    if hdr.gso_type == GSO_NONE {
+        return Ok((hdr, 1));
+    }
+    if hdr.gso_size == 0 {
+        return Err("GSO frame with a segment size of 0".into());
+    }
+    let v6 = match packet.first().map(|b| b >> 4) {
+        Some(4) => false,
+        Some(6) => true,
+        _ => return Err("GSO frame that is not IP".into()),
+    };
+    let transport_len = match (hdr.gso_type & !GSO_ECN, v6) {
+        (GSO_TCPV4, false) | (GSO_TCPV6, true) => {
+            let off = usize::from(hdr.csum_start) + 12;
+            let tcp = usize::from(*packet.get(off).ok_or("GSO frame too short")? >> 4) * 4;
+            if !(20..=60).contains(&tcp) {
+                return Err(format!("TCP header length {tcp}"));
+            }
+            tcp
+        }
+        (GSO_UDP_L4, _) if hdr.gso_type & GSO_ECN == 0 => 8,
+        (t, _) => return Err(format!("GSO type {t:#x} for IPv{}", if v6 { 6 } else { 4 })),
+    };
+    let hdr_len = usize::from(hdr.csum_start) + transport_len;
+    if hdr_len > len {
+        return Err("GSO headers longer than the frame".into());
+    }
+    hdr.hdr_len = hdr_len as u16;
+    let payload = (len - hdr_len) as u64;
+    let segments = payload.div_ceil(u64::from(hdr.gso_size)).max(1);
+    Ok((hdr, segments))
+}
+
+/// Completes the checksum of a packet whose header asks for it, for sending it
+/// through a socket that will not.
+pub(crate) fn complete_checksum(packet: &mut [u8], start: u16, offset: u16) {
+    let at = usize::from(start) + usize::from(offset);
+    let initial = u16::from_be_bytes([packet[at], packet[at + 1]]);
+    packet[at] = 0;
+    packet[at + 1] = 0;
+    let sum = !tun_rs::checksum(&packet[usize::from(start)..], u64::from(initial));
+    packet[at..at + 2].copy_from_slice(&sum.to_be_bytes());
+}
 
 /// The header as the kernel reads it (little-endian fields, as the TUN wrote them).
 fn encode(h: &VirtioNetHdr, out: &mut [u8; tun_rs::VIRTIO_NET_HDR_LEN]) {
@@ -182,6 +248,128 @@ fn encode(h: &VirtioNetHdr, out: &mut [u8; tun_rs::VIRTIO_NET_HDR_LEN]) {
     out[4..6].copy_from_slice(&h.gso_size.to_le_bytes());
     out[6..8].copy_from_slice(&h.csum_start.to_le_bytes());
     out[8..10].copy_from_slice(&h.csum_offset.to_le_bytes());
+}
+
+/// Packets that go on unchanged one by one (riders released by the planners), put
+/// back together into super-packets before they leave: consecutive TCP segments of
+/// one flow in a batch become one GSO packet (the coalescing a TUN's own writer does,
+/// `tun_rs::handle_gro`), which then leaves like a super-packet read from the TUN.
+#[derive(Debug)]
+pub(crate) struct Coalescer {
+    fast: std::sync::Arc<FastPath>,
+    /// Each packet after room for its virtio-net header.
+    bufs: Vec<Vec<u8>>,
+    len: usize,
+    to_write: Vec<usize>,
+    split: Vec<Vec<u8>>,
+    sizes: Vec<usize>,
+}
+
+/// Packets coalesced at most at once.
+const BATCH: usize = 64;
+/// Room of each batch buffer: a packet coalesces only into a buffer with room for
+/// the whole super-packet.
+const ROOM: usize = tun_rs::VIRTIO_NET_HDR_LEN + 65_535;
+
+impl Coalescer {
+    pub(crate) fn new(fast: std::sync::Arc<FastPath>, mtu: u16) -> Self {
+        // Split packets are at most an MTU.
+        let room = tun_rs::VIRTIO_NET_HDR_LEN + usize::from(mtu) + 64;
+        Self {
+            fast,
+            bufs: (0..BATCH).map(|_| Vec::with_capacity(ROOM)).collect(),
+            len: 0,
+            to_write: Vec::with_capacity(BATCH),
+            split: vec![vec![0u8; room]; BATCH],
+            sizes: vec![0; BATCH],
+        }
+    }
+
+    /// Adds a packet; sends the batch first if it is full.
+    pub(crate) fn push(&mut self, packet: &[u8], net: &Net, counters: &Counters) {
+        if self.len == BATCH {
+            self.flush(net, counters);
+        }
+        let b = &mut self.bufs[self.len];
+        b.clear();
+        b.resize(tun_rs::VIRTIO_NET_HDR_LEN, 0);
+        b.extend_from_slice(packet);
+        self.len += 1;
+    }
+
+    /// Coalesces and sends what is batched. Each packet is counted once, in
+    /// `unchanged_sent` or `unchanged_send_errors`, whether it left inside a
+    /// super-packet or alone.
+    pub(crate) fn flush(&mut self, net: &Net, counters: &Counters) {
+        let n = std::mem::take(&mut self.len);
+        if n == 0 {
+            return;
+        }
+        self.to_write.clear();
+        let bufs = &mut self.bufs[..n];
+        // Fresh tables each time: their entries point into this batch.
+        let coalesced = tun_rs::handle_gro(
+            bufs,
+            tun_rs::VIRTIO_NET_HDR_LEN,
+            &mut Default::default(),
+            &mut Default::default(),
+            false,
+            &mut self.to_write,
+        );
+        if let Err(e) = coalesced {
+            debug!("coalescing {n} packets failed ({e}); they leave one by one");
+            for b in bufs.iter() {
+                net.send_unchanged(&b[tun_rs::VIRTIO_NET_HDR_LEN..]);
+            }
+            return;
+        }
+        for &i in &self.to_write {
+            let (head, packet) = bufs[i].split_at_mut(tun_rs::VIRTIO_NET_HDR_LEN);
+            let checked = VirtioNetHdr::decode(head)
+                .map_err(|e| e.to_string())
+                .and_then(|h| frame_header(h, packet));
+            let Ok((hdr, segments)) = checked else {
+                net.send_unchanged(packet);
+                continue;
+            };
+            let sent = sys::packet_destination(packet).is_some_and(|dst| {
+                self.fast
+                    .path(dst)
+                    .is_some_and(|path| self.fast.send(&path, &hdr, packet).is_ok())
+            });
+            if sent {
+                counters
+                    .unchanged_sent
+                    .fetch_add(segments, std::sync::atomic::Ordering::Relaxed);
+                if segments > 1 {
+                    bump(&counters.super_packets_sent);
+                }
+                continue;
+            }
+            // Apart again, through the raw socket.
+            if hdr.gso_type == GSO_NONE {
+                if hdr.flags & F_NEEDS_CSUM != 0 {
+                    complete_checksum(packet, hdr.csum_start, hdr.csum_offset);
+                }
+                net.send_unchanged(packet);
+                continue;
+            }
+            let v6 = packet[0] >> 4 == 6;
+            match tun_rs::gso_split(packet, hdr, &mut self.split, &mut self.sizes, 0, v6) {
+                Ok(k) => {
+                    for (b, &len) in self.split.iter().zip(&self.sizes).take(k) {
+                        net.send_unchanged(&b[..len]);
+                    }
+                }
+                Err(e) => {
+                    debug!("splitting a coalesced packet failed: {e}");
+                    counters
+                        .unchanged_send_errors
+                        .fetch_add(segments, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+    }
 }
 
 /// Looks up the paths the data path asks for, until the daemon stops: the route the
@@ -319,4 +507,56 @@ async fn lookup(
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tcp4(payload: usize) -> Vec<u8> {
+        let mut p = vec![0u8; 40 + payload];
+        p[0] = 0x45;
+        p[9] = 6;
+        p[20 + 12] = 0x50; // data offset: 5 words
+        p
+    }
+
+    fn gso(gso_type: u8, gso_size: u16) -> VirtioNetHdr {
+        VirtioNetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type,
+            hdr_len: 9999,
+            gso_size,
+            csum_start: 20,
+            csum_offset: 16,
+        }
+    }
+
+    #[test]
+    fn frames_count_as_their_segments_and_bad_headers_are_refused() {
+        // 3000 bytes of payload at 1448 a segment: 3 segments; hdr_len recomputed.
+        let (h, n) = frame_header(gso(GSO_TCPV4, 1448), &tcp4(3000)).unwrap();
+        assert_eq!((h.hdr_len, n), (40, 3));
+        let (_, n) = frame_header(gso(GSO_TCPV4, 1000), &tcp4(3000)).unwrap();
+        assert_eq!(n, 3);
+        // Not a GSO frame: one packet, whatever its size.
+        let (_, n) = frame_header(gso(GSO_NONE, 0), &tcp4(100)).unwrap();
+        assert_eq!(n, 1);
+        assert!(frame_header(gso(GSO_TCPV4, 0), &tcp4(3000)).is_err());
+        assert!(frame_header(gso(GSO_TCPV6, 1448), &tcp4(3000)).is_err());
+        let mut bad = tcp4(3000);
+        bad[32] = 0x10; // a 4-byte TCP header
+        assert!(frame_header(gso(GSO_TCPV4, 1448), &bad).is_err());
+        // The checksum field must lie inside the packet.
+        assert!(frame_header(gso(GSO_NONE, 0), &tcp4(0)[..30]).is_err());
+    }
+
+    #[test]
+    fn a_completed_checksum_verifies() {
+        let mut p = tcp4(13);
+        p[40..].copy_from_slice(b"hello, riders");
+        complete_checksum(&mut p, 20, 16);
+        // Summing over the segment, checksum included, gives all ones.
+        assert_eq!(tun_rs::checksum(&p[20..], 0), 0xffff);
+    }
 }

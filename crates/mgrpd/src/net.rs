@@ -274,10 +274,26 @@ impl Net {
         }
     }
 
-    fn send_unchanged(&self, pkt: &[u8], dst: IpAddr) -> std::io::Result<usize> {
+    fn send_raw(&self, pkt: &[u8], dst: IpAddr) -> std::io::Result<usize> {
         match &self.io {
             Io::Kernel { .. } => self.family(dst)?.raw.send_to(pkt, &sys::raw_dest(dst)),
             Io::Loopback(_) => Ok(pkt.len()),
+        }
+    }
+
+    /// Sends a packet on unchanged through the raw socket, and counts it.
+    pub(crate) fn send_unchanged(&self, pkt: &[u8]) {
+        let c = &self.counters;
+        let Some(dst) = sys::packet_destination(pkt) else {
+            bump(&c.unchanged_send_errors);
+            return;
+        };
+        match self.send_raw(pkt, dst) {
+            Ok(_) => bump(&c.unchanged_sent),
+            Err(e) => {
+                bump(&c.unchanged_send_errors);
+                debug!("sending a packet unchanged to {dst} failed: {e}");
+            }
         }
     }
 
@@ -290,7 +306,7 @@ impl Net {
                 let Some(dst) = sys::packet_destination(&pkt) else {
                     return;
                 };
-                match self.send_unchanged(&pkt, dst) {
+                match self.send_raw(&pkt, dst) {
                     Ok(_) => bump(&c.unchanged_sent),
                     Err(e) => {
                         bump(&c.unchanged_send_errors);

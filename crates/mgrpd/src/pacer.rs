@@ -32,6 +32,7 @@ use tracing::{debug, info, warn};
 use crate::config::Config;
 use crate::counters::{Counters, LimitedLog};
 use crate::daemon::RouteEvent;
+use crate::fastpath::{Coalescer, FastPath};
 use crate::lifecycle::Lifecycle;
 use crate::liveness::ErrorQueues;
 use crate::net::Net;
@@ -640,6 +641,8 @@ pub(crate) struct Sender {
     pub(crate) route_events: tokio::sync::mpsc::UnboundedSender<RouteEvent>,
     pub(crate) errors: ErrorQueues,
     pub(crate) bounds_log: Arc<LimitedLog>,
+    /// Where riders released unchanged leave, put back together into super-packets.
+    pub(crate) fast: Option<Arc<FastPath>>,
 }
 
 impl Sender {
@@ -682,9 +685,21 @@ impl Sender {
     /// nothing is left.
     pub(crate) fn run(&self) {
         let q = &self.queues;
+        let mut coalescer = self
+            .fast
+            .clone()
+            .map(|f| Coalescer::new(f, self.config.mtu));
         loop {
             while let Some(o) = q.outputs.pop() {
-                self.execute(o);
+                match (o, coalescer.as_mut()) {
+                    (Output::Transmit(_, Transmit::Unchanged(pkt)), Some(c)) => {
+                        c.push(&pkt, &self.net, &self.counters);
+                    }
+                    (o, _) => self.execute(o),
+                }
+            }
+            if let Some(c) = coalescer.as_mut() {
+                c.flush(&self.net, &self.counters);
             }
             if q.pacer_done.load(Ordering::SeqCst) && q.outputs.is_empty() {
                 return;

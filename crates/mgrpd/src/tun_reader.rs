@@ -13,7 +13,7 @@ use tun_rs::{VIRTIO_NET_HDR_LEN, VirtioNetHdr};
 
 use crate::config::Config;
 use crate::counters::{Counters, bump};
-use crate::fastpath::FastPath;
+use crate::fastpath::{F_NEEDS_CSUM, FastPath, GSO_NONE, complete_checksum, frame_header};
 use crate::lifecycle::Lifecycle;
 use crate::liveness::PeerHealth;
 use crate::net::Net;
@@ -42,68 +42,6 @@ pub(crate) struct TunReader {
     pub(crate) life: Arc<Lifecycle>,
     /// Where unchanged super-packets leave whole, if it could be set up.
     pub(crate) fast: Option<Arc<FastPath>>,
-}
-
-const GSO_NONE: u8 = 0;
-const GSO_TCPV4: u8 = 1;
-const GSO_UDP_L4: u8 = 5;
-const GSO_TCPV6: u8 = 4;
-const GSO_ECN: u8 = 0x80;
-const F_NEEDS_CSUM: u8 = 1;
-
-/// Checks a frame's virtio-net header against its packet, the way the TUN's own
-/// readers do (the kernel's `hdr_len` is not to be trusted: recomputed from the
-/// transport header), and says how many MTU-sized packets it stands for.
-fn frame_header(mut hdr: VirtioNetHdr, packet: &[u8]) -> Result<(VirtioNetHdr, u64), String> {
-    let len = packet.len();
-    if hdr.flags & F_NEEDS_CSUM != 0 {
-        let at = usize::from(hdr.csum_start) + usize::from(hdr.csum_offset);
-        if at + 2 > len {
-            return Err("checksum field beyond the packet".into());
-        }
-    }
-    if hdr.gso_type == GSO_NONE {
-        return Ok((hdr, 1));
-    }
-    if hdr.gso_size == 0 {
-        return Err("GSO frame with a segment size of 0".into());
-    }
-    let v6 = match packet.first().map(|b| b >> 4) {
-        Some(4) => false,
-        Some(6) => true,
-        _ => return Err("GSO frame that is not IP".into()),
-    };
-    let transport_len = match (hdr.gso_type & !GSO_ECN, v6) {
-        (GSO_TCPV4, false) | (GSO_TCPV6, true) => {
-            let off = usize::from(hdr.csum_start) + 12;
-            let tcp = usize::from(*packet.get(off).ok_or("GSO frame too short")? >> 4) * 4;
-            if !(20..=60).contains(&tcp) {
-                return Err(format!("TCP header length {tcp}"));
-            }
-            tcp
-        }
-        (GSO_UDP_L4, _) if hdr.gso_type & GSO_ECN == 0 => 8,
-        (t, _) => return Err(format!("GSO type {t:#x} for IPv{}", if v6 { 6 } else { 4 })),
-    };
-    let hdr_len = usize::from(hdr.csum_start) + transport_len;
-    if hdr_len > len {
-        return Err("GSO headers longer than the frame".into());
-    }
-    hdr.hdr_len = hdr_len as u16;
-    let payload = (len - hdr_len) as u64;
-    let segments = payload.div_ceil(u64::from(hdr.gso_size)).max(1);
-    Ok((hdr, segments))
-}
-
-/// Completes the checksum of a packet whose header asks for it, for sending it
-/// through a socket that will not.
-fn complete_checksum(packet: &mut [u8], start: u16, offset: u16) {
-    let at = usize::from(start) + usize::from(offset);
-    let initial = u16::from_be_bytes([packet[at], packet[at + 1]]);
-    packet[at] = 0;
-    packet[at + 1] = 0;
-    let sum = !tun_rs::checksum(&packet[usize::from(start)..], u64::from(initial));
-    packet[at..at + 2].copy_from_slice(&sum.to_be_bytes());
 }
 
 impl TunReader {
@@ -270,53 +208,6 @@ impl TunReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn tcp4(payload: usize) -> Vec<u8> {
-        let mut p = vec![0u8; 40 + payload];
-        p[0] = 0x45;
-        p[9] = 6;
-        p[20 + 12] = 0x50; // data offset: 5 words
-        p
-    }
-
-    fn gso(gso_type: u8, gso_size: u16) -> VirtioNetHdr {
-        VirtioNetHdr {
-            flags: F_NEEDS_CSUM,
-            gso_type,
-            hdr_len: 9999,
-            gso_size,
-            csum_start: 20,
-            csum_offset: 16,
-        }
-    }
-
-    #[test]
-    fn frames_count_as_their_segments_and_bad_headers_are_refused() {
-        // 3000 bytes of payload at 1448 a segment: 3 segments; hdr_len recomputed.
-        let (h, n) = frame_header(gso(GSO_TCPV4, 1448), &tcp4(3000)).unwrap();
-        assert_eq!((h.hdr_len, n), (40, 3));
-        let (_, n) = frame_header(gso(GSO_TCPV4, 1000), &tcp4(3000)).unwrap();
-        assert_eq!(n, 3);
-        // Not a GSO frame: one packet, whatever its size.
-        let (_, n) = frame_header(gso(GSO_NONE, 0), &tcp4(100)).unwrap();
-        assert_eq!(n, 1);
-        assert!(frame_header(gso(GSO_TCPV4, 0), &tcp4(3000)).is_err());
-        assert!(frame_header(gso(GSO_TCPV6, 1448), &tcp4(3000)).is_err());
-        let mut bad = tcp4(3000);
-        bad[32] = 0x10; // a 4-byte TCP header
-        assert!(frame_header(gso(GSO_TCPV4, 1448), &bad).is_err());
-        // The checksum field must lie inside the packet.
-        assert!(frame_header(gso(GSO_NONE, 0), &tcp4(0)[..30]).is_err());
-    }
-
-    #[test]
-    fn a_completed_checksum_verifies() {
-        let mut p = tcp4(13);
-        p[40..].copy_from_slice(b"hello, riders");
-        complete_checksum(&mut p, 20, 16);
-        // Summing over the segment, checksum included, gives all ones.
-        assert_eq!(tun_rs::checksum(&p[20..], 0), 0xffff);
-    }
 
     #[test]
     fn housekeeping_destinations() {

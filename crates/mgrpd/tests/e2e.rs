@@ -117,6 +117,11 @@ fn tcp_through_the_tunnel_with_and_without_trains() {
         "traffic did not enter the tunnel: {before:#?}"
     );
     assert_eq!(before.planner.riders_piggybacked, 0);
+    // Held riders released unchanged leave put back together into super-packets.
+    assert!(
+        before.daemon.super_packets_sent > 0,
+        "released riders were not coalesced: {before:#?}"
+    );
     let trains = transfer(&net, &a, 40 * MB, 5002, true);
     assert!(trains > 0);
     let sa = a.quiescent_stats().unwrap();

@@ -7,7 +7,9 @@
 //!   SCHED_FIFO.
 //!
 //! Needs root. Run with `cargo bench -p mgrpd --bench dataplane` (add `-- quick` for a
-//! shorter run). Prints a table; the numbers depend on the machine's load, so note it.
+//! shorter run, `-- --mgrpd PATH` to measure another build). Prints a table, with both
+//! daemons' CPU time per gigabyte forwarded; the numbers depend on the machine's load,
+//! so note it.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -21,8 +23,54 @@ use mgrp_testbed::{
     ADDR_B, Daemon, TwoHostOptions, TwoHosts, tcp_listen, tcp_transfer, uniform_train,
 };
 
+/// The daemon measured: this build, or `--mgrpd PATH` (for before/after figures).
 fn mgrpd() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_mgrpd"))
+    static PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let args: Vec<String> = std::env::args().collect();
+        args.iter()
+            .position(|a| a == "--mgrpd")
+            .and_then(|i| args.get(i + 1))
+            .map_or_else(|| env!("CARGO_BIN_EXE_mgrpd").into(), Into::into)
+    })
+}
+
+/// User plus system CPU time of a process so far, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some(end) = stat.rfind(')') else {
+        return 0.0;
+    };
+    let f: Vec<&str> = stat[end + 2..].split(' ').collect();
+    let ticks: u64 = f
+        .get(11..13)
+        .map_or(0, |t| t.iter().filter_map(|x| x.parse::<u64>().ok()).sum());
+    // USER_HZ is 100 on Linux.
+    ticks as f64 / 100.0
+}
+
+/// Both daemons' CPU time so far.
+fn daemons_cpu(a: &Daemon, b: &Daemon) -> f64 {
+    [a, b]
+        .iter()
+        .filter_map(|d| d.process.pid())
+        .map(cpu_seconds)
+        .sum()
+}
+
+/// Median throughput of `runs` transfers of `bytes` (as [`throughput`]), and both
+/// daemons' CPU seconds per gigabyte forwarded.
+fn throughput_cpu(
+    net: &TwoHosts,
+    (a, b): (&Daemon, &Daemon),
+    bytes: u64,
+    runs: usize,
+    port: &mut u16,
+) -> (f64, f64) {
+    let before = daemons_cpu(a, b);
+    let mbps = throughput(net, bytes, runs, port);
+    let used = daemons_cpu(a, b) - before;
+    (mbps, used / (bytes as f64 * runs as f64 / 1e9))
 }
 
 fn load() -> String {
@@ -178,7 +226,7 @@ fn main() {
     } else {
         (1u64 << 30, 3, 20_000, 5)
     };
-    println!("load before: {}", load());
+    println!("load before: {}, mgrpd {}", load(), mgrpd().display());
     let net = TwoHosts::new(&TwoHostOptions::default()).unwrap();
     let mut port = 6000;
 
@@ -189,11 +237,19 @@ fn main() {
     );
 
     {
-        let (a, _b) = daemons(&net, &["--hold-mode", "always"]);
-        let tput = throughput(&net, bytes, runs, &mut port);
+        let (a, b) = daemons(&net, &["--hold-mode", "always", "--hold", "1ms"]);
+        let (tput, cpu) = throughput_cpu(&net, (&a, &b), bytes, runs, &mut port);
         let trains_tput = with_trains(&a, || throughput(&net, bytes, runs, &mut port));
         println!(
-            "permanent routes, hold always 10ms: {tput:.0} Mbit/s; with pk2 trains {trains_tput:.0} Mbit/s"
+            "permanent routes, hold always 1ms: {tput:.0} Mbit/s ({cpu:.2} CPU s/GB); with pk2 trains {trains_tput:.0} Mbit/s"
+        );
+    }
+    {
+        let (a, b) = daemons(&net, &["--hold-mode", "always"]);
+        let (tput, cpu) = throughput_cpu(&net, (&a, &b), bytes, runs, &mut port);
+        let trains_tput = with_trains(&a, || throughput(&net, bytes, runs, &mut port));
+        println!(
+            "permanent routes, hold always 10ms: {tput:.0} Mbit/s ({cpu:.2} CPU s/GB); with pk2 trains {trains_tput:.0} Mbit/s"
         );
         for gap in [Duration::from_micros(200), Duration::from_millis(1)] {
             let (m, p99, max, stalls) = pacing(&a, gap, trains);
@@ -203,17 +259,18 @@ fn main() {
         }
     }
     {
-        let (a, _b) = daemons(
+        let (a, b) = daemons(
             &net,
             &["--hold-mode", "on-demand", "--route-on-demand", "false"],
         );
-        let tput = throughput(&net, bytes, runs, &mut port);
+        let (tput, cpu) = throughput_cpu(&net, (&a, &b), bytes, runs, &mut port);
         let (r, r99) = rtt(&net, rtts, &mut port);
+        let trains_tput = with_trains(&a, || throughput(&net, bytes, runs, &mut port));
         println!(
-            "permanent routes, hold on-demand, no trains: {tput:.0} Mbit/s, rtt median {r:.1} µs (+{:.1}) p99 {r99:.1} µs",
+            "permanent routes, hold on-demand, no trains: {tput:.0} Mbit/s ({cpu:.2} CPU s/GB, {:.2} of direct), rtt median {r:.1} µs (+{:.1}) p99 {r99:.1} µs; with pk2 trains {trains_tput:.0} Mbit/s",
+            tput / direct,
             r - direct_rtt
         );
-        drop(a);
     }
     {
         let (a, _b) = daemons(&net, &["--hold-mode", "on-demand"]);

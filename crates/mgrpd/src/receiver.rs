@@ -26,6 +26,78 @@ use crate::listeners::Listeners;
 use crate::net::TunWriter;
 use crate::sys;
 
+/// Riders batched for one coalescing write into a TUN with offloads.
+struct WriteBatch {
+    /// Whether batching is on (a TUN with offloads); otherwise each rider is written
+    /// as it completes.
+    on: bool,
+    /// Each rider after room for its virtio-net header, with room to grow into a
+    /// super-packet.
+    bufs: Vec<Vec<u8>>,
+    len: usize,
+    bytes: u64,
+    gro: tun_rs::GROTable,
+}
+
+impl std::fmt::Debug for WriteBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteBatch")
+            .field("on", &self.on)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Riders written together at most.
+const WRITE_BATCH: usize = 64;
+
+impl WriteBatch {
+    fn new(on: bool) -> Self {
+        let n = if on { WRITE_BATCH } else { 0 };
+        Self {
+            on,
+            bufs: (0..n)
+                .map(|_| Vec::with_capacity(tun_rs::VIRTIO_NET_HDR_LEN + 65_535))
+                .collect(),
+            len: 0,
+            bytes: 0,
+            gro: tun_rs::GROTable::default(),
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.on && self.len == self.bufs.len()
+    }
+
+    /// Adds a rider; false if batching is off or the batch is full.
+    fn push(&mut self, rider: &[u8]) -> bool {
+        if !self.on || self.len == self.bufs.len() {
+            return false;
+        }
+        let b = &mut self.bufs[self.len];
+        b.clear();
+        b.resize(tun_rs::VIRTIO_NET_HDR_LEN, 0);
+        b.extend_from_slice(rider);
+        self.len += 1;
+        self.bytes += rider.len() as u64;
+        true
+    }
+
+    fn write(&mut self, tun: &TunWriter) -> std::io::Result<()> {
+        let n = std::mem::take(&mut self.len);
+        self.bytes = 0;
+        let TunWriter::Kernel { tun, .. } = tun else {
+            return Ok(());
+        };
+        tun.send_multiple(
+            &mut self.gro,
+            &mut self.bufs[..n],
+            tun_rs::VIRTIO_NET_HDR_LEN,
+        )
+        .map(drop)
+    }
+}
+
 /// One receiver's state.
 #[derive(Debug)]
 pub(crate) struct Receiver {
@@ -37,6 +109,8 @@ pub(crate) struct Receiver {
     v6: bool,
     reassembly: Arc<ReassemblySlots>,
     reasm: Reassembler<IpAddr>,
+    /// Riders waiting to be written together.
+    writes: WriteBatch,
     /// Replay windows of the peers this receiver hears from.
     replay: HashMap<IpAddr, ReplayWindow>,
     malformed_log: LimitedLog,
@@ -56,6 +130,7 @@ impl Receiver {
     ) -> Self {
         Self {
             reasm: Reassembler::new(config.reassembly),
+            writes: WriteBatch::new(matches!(tun, TunWriter::Kernel { vnet: true, .. })),
             config,
             counters,
             listeners,
@@ -76,9 +151,23 @@ impl Receiver {
         let mut buf = vec![0u8; 65_536];
         let mut cmsgs = sys::recv_cmsg_buffer();
         let fd = sock.as_fd();
+        let mut waiting = 0;
         while !life.is_stopping() {
-            let r = match sys::recv_stamped(fd, &mut buf, &mut cmsgs) {
-                Ok(Some(r)) => r,
+            // Packets already waiting are taken without blocking, and the riders they
+            // carry are written together; the batch is written before the next wait.
+            let wait = waiting == 0 || self.writes.is_full();
+            if wait {
+                self.flush_writes();
+            }
+            let r = match sys::recv_stamped(fd, &mut buf, &mut cmsgs, wait) {
+                Ok(Some(r)) => {
+                    waiting += 1;
+                    r
+                }
+                Ok(None) if !wait => {
+                    waiting = 0;
+                    continue;
+                }
                 Ok(None) => {
                     self.reasm.handle_timeout(sys::mono_now());
                     self.publish();
@@ -105,6 +194,28 @@ impl Receiver {
             };
             let stamp = r.stamp.unwrap_or_else(sys::wall_now);
             self.handle_mgrp(r.from, to, payload, ip_len, stamp);
+        }
+        self.flush_writes();
+    }
+
+    /// Writes the batched riders into the TUN, consecutive TCP segments of one flow
+    /// coalesced into one super-packet (as a TUN with offloads takes them).
+    fn flush_writes(&mut self) {
+        let (n, bytes) = (self.writes.len as u64, self.writes.bytes);
+        if n == 0 {
+            return;
+        }
+        let c = &self.counters;
+        match self.writes.write(&self.tun) {
+            Ok(()) => {
+                c.riders_delivered.fetch_add(n, Ordering::Relaxed);
+                c.rider_bytes_delivered.fetch_add(bytes, Ordering::Relaxed);
+            }
+            Err(e) => {
+                // Which of the batch made it is not known: all count as failed.
+                c.tun_write_errors.fetch_add(n, Ordering::Relaxed);
+                debug!("writing {n} riders to the TUN failed: {e}");
+            }
         }
     }
 
@@ -225,15 +336,17 @@ impl Receiver {
                     self.count_refusal(from, refusal);
                     continue;
                 }
-                match self.tun.write(&rider) {
-                    Ok(_) => {
-                        bump(&c.riders_delivered);
-                        c.rider_bytes_delivered
-                            .fetch_add(rider.len() as u64, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        bump(&c.tun_write_errors);
-                        debug!("writing a rider to the TUN failed: {e}");
+                if !self.writes.push(&rider) {
+                    match self.tun.write(&rider) {
+                        Ok(_) => {
+                            bump(&c.riders_delivered);
+                            c.rider_bytes_delivered
+                                .fetch_add(rider.len() as u64, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            bump(&c.tun_write_errors);
+                            debug!("writing a rider to the TUN failed: {e}");
+                        }
                     }
                 }
             }

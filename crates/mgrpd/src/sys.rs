@@ -364,15 +364,22 @@ pub fn recv_cmsg_buffer() -> Vec<u8> {
 }
 
 /// Receives one datagram with its kernel timestamp, using `cmsgs` (from
-/// [`recv_cmsg_buffer`]) for the control messages. Returns `Ok(None)` on timeout.
+/// [`recv_cmsg_buffer`]) for the control messages. Returns `Ok(None)` on timeout, or
+/// at once when none is waiting if `wait` is false.
 pub fn recv_stamped(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],
     cmsgs: &mut Vec<u8>,
+    wait: bool,
 ) -> io::Result<Option<Received>> {
     let mut stamp = None;
     let mut to = None;
-    let got = receive(fd.as_raw_fd(), buf, cmsgs, MsgFlags::empty(), |c| match c {
+    let flags = if wait {
+        MsgFlags::empty()
+    } else {
+        MsgFlags::MSG_DONTWAIT
+    };
+    let got = receive(fd.as_raw_fd(), buf, cmsgs, flags, |c| match c {
         ControlMessageOwned::ScmTimestampns(ts) => {
             stamp = Some(WallTime::from_nanos(timespec_nanos(&ts)));
         }

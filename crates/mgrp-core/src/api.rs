@@ -399,6 +399,10 @@ pub struct DaemonCounters {
     /// Super-packets the link-layer socket refused; they were split and sent through
     /// the raw socket instead.
     pub link_send_errors: u64,
+    /// Frames read from the TUN and dropped whole because they were malformed (too
+    /// short, a virtio-net header that does not fit the packet, or a super-packet
+    /// that could not be split). Not riders: they are counted nowhere else.
+    pub tun_frames_dropped: u64,
 }
 
 /// Everything the daemon counts.

@@ -76,6 +76,7 @@ counters!(
     continuations_received,
     super_packets_sent,
     link_send_errors,
+    tun_frames_dropped,
 );
 
 /// Adds one to a counter.

@@ -84,7 +84,7 @@ impl Daemon {
         )?;
         if daemon.config.super_packets && daemon.config.tun_offload {
             let (tx, rx) = mpsc::unbounded_channel();
-            match FastPath::new(tx) {
+            match FastPath::new(tx, daemon.config.fwmark) {
                 Ok(fast) => {
                     let fast = Arc::new(fast);
                     tokio::spawn(crate::fastpath::resolve(

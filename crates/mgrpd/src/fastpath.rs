@@ -49,6 +49,9 @@ const RETRY: Duration = Duration::from_millis(100);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LinkPath {
     ifindex: u32,
+    /// The device's MTU: a packet, or a super-packet's segments, larger than this
+    /// take the raw socket, whose IP output sends the sender "fragmentation needed".
+    mtu: u32,
     /// The Ethernet header without its type (next hop's address, then the device's),
     /// or none for a device without link headers.
     ether: Option<[u8; 12]>,
@@ -77,14 +80,18 @@ pub(crate) struct FastPath {
     requests: mpsc::UnboundedSender<IpAddr>,
 }
 
-/// Most destinations whose paths are kept; beyond it, the oldest half is forgotten.
+/// Most destinations whose paths are kept; beyond it, all are forgotten and looked up
+/// again as they are used.
 const MAX_ENTRIES: usize = 4096;
 
 impl FastPath {
-    /// Opens the socket; `requests` goes to [`resolve`].
-    pub(crate) fn new(requests: mpsc::UnboundedSender<IpAddr>) -> std::io::Result<Self> {
+    /// Opens the socket, marked `mark` like mgrpd's other sockets; `requests` goes to
+    /// [`resolve`].
+    pub(crate) fn new(requests: mpsc::UnboundedSender<IpAddr>, mark: u32) -> std::io::Result<Self> {
+        let socket = sys::link_gso_socket()?;
+        socket.set_mark(mark)?;
         Ok(Self {
-            socket: sys::link_gso_socket()?,
+            socket,
             entries: Mutex::new(HashMap::new()),
             requests,
         })
@@ -138,13 +145,21 @@ impl FastPath {
     }
 
     /// Sends an IP packet (a super-packet or a plain one) with the virtio-net header
-    /// it was read with from the TUN, along `path`.
+    /// it was read with from the TUN, along `path`. Refuses (without sending) what
+    /// would exceed the device's MTU.
     pub(crate) fn send(
         &self,
         path: &LinkPath,
         hdr: &VirtioNetHdr,
         packet: &[u8],
     ) -> std::io::Result<usize> {
+        let largest = largest_packet(hdr, packet);
+        if largest > path.mtu as usize {
+            return Err(std::io::Error::other(format!(
+                "packets of {largest} bytes exceed the device's MTU of {}",
+                path.mtu
+            )));
+        }
         let v6 = packet.first().is_some_and(|b| b >> 4 == 6);
         // The TUN's offsets count from the IP header; the socket's from the link
         // header the kernel puts in front.
@@ -159,16 +174,29 @@ impl FastPath {
             None => &[],
         };
         let extra = link.len() as u16;
+        let shifted = |x: u16| {
+            x.checked_add(extra)
+                .ok_or_else(|| std::io::Error::other("virtio-net header offsets overflow"))
+        };
         let mut h = *hdr;
         if h.flags & F_NEEDS_CSUM != 0 {
-            h.csum_start += extra;
+            h.csum_start = shifted(h.csum_start)?;
         }
         if h.hdr_len != 0 {
-            h.hdr_len += extra;
+            h.hdr_len = shifted(h.hdr_len)?;
         }
         let mut raw = [0u8; tun_rs::VIRTIO_NET_HDR_LEN];
         encode(&h, &mut raw);
         sys::send_link(&self.socket, path.ifindex, ethertype, &raw, link, packet)
+    }
+}
+
+/// The largest packet a frame leaves as: itself, or its largest segment.
+fn largest_packet(hdr: &VirtioNetHdr, packet: &[u8]) -> usize {
+    if hdr.gso_type == GSO_NONE {
+        packet.len()
+    } else {
+        usize::from(hdr.hdr_len) + usize::from(hdr.gso_size)
     }
 }
 
@@ -240,14 +268,15 @@ pub(crate) fn complete_checksum(packet: &mut [u8], start: u16, offset: u16) {
     packet[at..at + 2].copy_from_slice(&sum.to_be_bytes());
 }
 
-/// The header as the kernel reads it (little-endian fields, as the TUN wrote them).
+/// The header as the kernel reads it: fields in the host's byte order (modern
+/// virtio is little-endian, and the packet socket reads it as the TUN writes it).
 fn encode(h: &VirtioNetHdr, out: &mut [u8; tun_rs::VIRTIO_NET_HDR_LEN]) {
     out[0] = h.flags;
     out[1] = h.gso_type;
-    out[2..4].copy_from_slice(&h.hdr_len.to_le_bytes());
-    out[4..6].copy_from_slice(&h.gso_size.to_le_bytes());
-    out[6..8].copy_from_slice(&h.csum_start.to_le_bytes());
-    out[8..10].copy_from_slice(&h.csum_offset.to_le_bytes());
+    out[2..4].copy_from_slice(&h.hdr_len.to_ne_bytes());
+    out[4..6].copy_from_slice(&h.gso_size.to_ne_bytes());
+    out[6..8].copy_from_slice(&h.csum_start.to_ne_bytes());
+    out[8..10].copy_from_slice(&h.csum_offset.to_ne_bytes());
 }
 
 /// Packets that go on unchanged one by one (riders released by the planners), put
@@ -287,6 +316,11 @@ impl Coalescer {
 
     /// Adds a packet; sends the batch first if it is full.
     pub(crate) fn push(&mut self, packet: &[u8], net: &Net, counters: &Counters) {
+        if packet.len() < 20 {
+            // Not an IP packet anyone could coalesce; it must not make the batch fail.
+            net.send_unchanged(packet);
+            return;
+        }
         if self.len == BATCH {
             self.flush(net, counters);
         }
@@ -317,10 +351,12 @@ impl Coalescer {
             &mut self.to_write,
         );
         if let Err(e) = coalesced {
-            debug!("coalescing {n} packets failed ({e}); they leave one by one");
-            for b in bufs.iter() {
-                net.send_unchanged(&b[tun_rs::VIRTIO_NET_HDR_LEN..]);
-            }
+            // Some buffers may be merged already: resending them could duplicate
+            // riders, so the batch counts as failed.
+            debug!("coalescing {n} packets failed ({e}); they are dropped");
+            counters
+                .unchanged_send_errors
+                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
             return;
         }
         for &i in &self.to_write {
@@ -333,9 +369,18 @@ impl Coalescer {
                 continue;
             };
             let sent = sys::packet_destination(packet).is_some_and(|dst| {
-                self.fast
-                    .path(dst)
-                    .is_some_and(|path| self.fast.send(&path, &hdr, packet).is_ok())
+                let Some(path) = self.fast.path(dst) else {
+                    return false;
+                };
+                match self.fast.send(&path, &hdr, packet) {
+                    Ok(_) => true,
+                    Err(e) => {
+                        self.fast.forget(dst);
+                        bump(&counters.link_send_errors);
+                        debug!("sending a coalesced packet to {dst} failed: {e}");
+                        false
+                    }
+                }
             });
             if sent {
                 counters
@@ -444,6 +489,12 @@ async fn lookup(
     else {
         return Ok(None);
     };
+    let Some(mtu) = link.attributes.iter().find_map(|a| match a {
+        LinkAttribute::Mtu(m) => Some(*m),
+        _ => None,
+    }) else {
+        return Ok(None);
+    };
     let own = match link.header.link_layer_type {
         LinkLayerType::Ether => link.attributes.iter().find_map(|a| match a {
             LinkAttribute::Address(m) if m.len() == 6 => Some([m[0], m[1], m[2], m[3], m[4], m[5]]),
@@ -453,6 +504,7 @@ async fn lookup(
         LinkLayerType::None => {
             return Ok(Some(LinkPath {
                 ifindex,
+                mtu,
                 ether: None,
             }));
         }
@@ -501,6 +553,7 @@ async fn lookup(
                 ether[6..].copy_from_slice(&own);
                 return Ok(Some(LinkPath {
                     ifindex,
+                    mtu,
                     ether: Some(ether),
                 }));
             }
@@ -549,6 +602,14 @@ mod tests {
         assert!(frame_header(gso(GSO_TCPV4, 1448), &bad).is_err());
         // The checksum field must lie inside the packet.
         assert!(frame_header(gso(GSO_NONE, 0), &tcp4(0)[..30]).is_err());
+    }
+
+    #[test]
+    fn the_largest_packet_of_a_super_packet_is_one_segment() {
+        let (h, _) = frame_header(gso(GSO_TCPV4, 1448), &tcp4(30_000)).unwrap();
+        assert_eq!(largest_packet(&h, &tcp4(30_000)), 1488);
+        let (h, _) = frame_header(gso(GSO_NONE, 0), &tcp4(1000)).unwrap();
+        assert_eq!(largest_packet(&h, &tcp4(1000)), 1040);
     }
 
     #[test]

@@ -151,26 +151,30 @@ impl Receiver {
         let mut buf = vec![0u8; 65_536];
         let mut cmsgs = sys::recv_cmsg_buffer();
         let fd = sock.as_fd();
-        let mut waiting = 0;
+        // Whether the last receive found a packet, and how many were taken since the
+        // batch was last written.
+        let (mut more, mut taken) = (false, 0);
         while !life.is_stopping() {
             // Packets already waiting are taken without blocking, and the riders they
-            // carry are written together; the batch is written before the next wait.
-            let wait = waiting == 0 || self.writes.is_full();
+            // carry are written together: before the next wait, and at least every 64
+            // packets, so a backlog cannot keep riders waiting.
+            let wait = !more || taken >= 64 || self.writes.is_full();
             if wait {
                 self.flush_writes();
+                taken = 0;
             }
             let r = match sys::recv_stamped(fd, &mut buf, &mut cmsgs, wait) {
                 Ok(Some(r)) => {
-                    waiting += 1;
+                    more = true;
+                    taken += 1;
                     r
                 }
-                Ok(None) if !wait => {
-                    waiting = 0;
-                    continue;
-                }
                 Ok(None) => {
-                    self.reasm.handle_timeout(sys::mono_now());
-                    self.publish();
+                    more = false;
+                    if wait {
+                        self.reasm.handle_timeout(sys::mono_now());
+                        self.publish();
+                    }
                     continue;
                 }
                 Err(e) => {
@@ -335,6 +339,10 @@ impl Receiver {
                 if let Err(refusal) = self.admit(from, to, &rider) {
                     self.count_refusal(from, refusal);
                     continue;
+                }
+                // A full batch is written first: riders keep their order.
+                if self.writes.is_full() {
+                    self.flush_writes();
                 }
                 if !self.writes.push(&rider) {
                     match self.tun.write(&rider) {

@@ -70,6 +70,7 @@ impl TunReader {
                         return;
                     }
                     // A malformed frame from the kernel costs that frame, not the reader.
+                    bump(&self.counters.tun_frames_dropped);
                     warn!("dropped a TUN frame: {e}");
                     continue;
                 }
@@ -82,6 +83,7 @@ impl TunReader {
                 .split_at_mut_checked(VIRTIO_NET_HDR_LEN)
                 .filter(|(_, p)| !p.is_empty())
             else {
+                bump(&self.counters.tun_frames_dropped);
                 warn!("dropped a TUN frame of {n} bytes: shorter than its virtio-net header");
                 continue;
             };
@@ -92,6 +94,7 @@ impl TunReader {
                 Ok(x) => x,
                 Err(e) => {
                     // A malformed frame from the kernel costs that frame, not the reader.
+                    bump(&self.counters.tun_frames_dropped);
                     warn!("dropped a TUN frame: {e}");
                     continue;
                 }
@@ -114,7 +117,10 @@ impl TunReader {
                     let segments = bufs.iter().zip(&sizes).take(k);
                     self.handle_packets(segments.map(|(b, &len)| &b[..len]));
                 }
-                Err(e) => warn!("dropped a TUN frame that could not be split: {e}"),
+                Err(e) => {
+                    bump(&self.counters.tun_frames_dropped);
+                    warn!("dropped a TUN frame that could not be split: {e}");
+                }
             }
         }
     }

@@ -23,6 +23,9 @@ const PEER_DOWN_BACKOFF: Duration = Duration::from_secs(5);
 
 /// How long a report waits for kernel transmit stamps that are missing.
 const STAMP_WAIT: Duration = Duration::from_millis(2);
+/// How long it waits at most while another thread is taking stamps off an error
+/// queue (it may hold the missing one, read but not yet kept).
+const STAMP_WAIT_BUSY: Duration = Duration::from_millis(50);
 
 /// Kernel transmit stamps kept for reports at most.
 const MAX_UNCLAIMED_DEPARTURES: usize = 65_536;
@@ -62,11 +65,15 @@ impl PeerHealth {
 /// Kernel transmit stamps read from the probe sockets' error queues, by id
 /// ([`tx_id`]), until a report takes them.
 #[derive(Debug, Default)]
-pub(crate) struct Departures(Mutex<HashMap<u32, WallTime>>);
+pub(crate) struct Departures {
+    stamps: Mutex<HashMap<u32, WallTime>>,
+    /// Threads taking entries off an error queue right now.
+    draining: std::sync::atomic::AtomicUsize,
+}
 
 impl Departures {
     fn insert(&self, id: u32, at: WallTime) {
-        let mut d = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut d = self.stamps.lock().unwrap_or_else(PoisonError::into_inner);
         if d.len() >= MAX_UNCLAIMED_DEPARTURES {
             // Stamps of probes whose reports left without them (they came too late);
             // 64 Ki of them cover far more than any train.
@@ -78,7 +85,7 @@ impl Departures {
     /// Fills in the stamps of `report`'s probes that are here; returns how many
     /// probes that left still have none.
     fn fill(&self, report: &mut TransactionReport) -> usize {
-        let mut d = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut d = self.stamps.lock().unwrap_or_else(PoisonError::into_inner);
         let mut missing = 0;
         for p in report
             .departures
@@ -129,6 +136,16 @@ impl ErrorQueues {
 
     /// Takes everything off one socket's error queue.
     fn drain(&self, fd: BorrowedFd<'_>, v6: bool) -> std::io::Result<()> {
+        // Counted while draining: a stamp read here is not kept until it is inserted,
+        // and a report waiting for it must know.
+        let d = &self.departures.draining;
+        d.fetch_add(1, Ordering::SeqCst);
+        let drained = self.drain_counted(fd, v6);
+        d.fetch_sub(1, Ordering::SeqCst);
+        drained
+    }
+
+    fn drain_counted(&self, fd: BorrowedFd<'_>, v6: bool) -> std::io::Result<()> {
         while let Some(e) = sys::next_error(fd)? {
             match e {
                 sys::QueuedError::Icmp(e) => self.icmp_error(e, v6),
@@ -176,7 +193,9 @@ impl ErrorQueues {
                 if missing == 0 {
                     break;
                 }
-                if started.elapsed() >= STAMP_WAIT {
+                let waited = started.elapsed();
+                let busy = self.departures.draining.load(Ordering::SeqCst) > 0;
+                if (waited >= STAMP_WAIT && !busy) || waited >= STAMP_WAIT_BUSY {
                     log.warn(format_args!(
                         "{missing} probes of train {} have no kernel transmit stamp",
                         report.transaction

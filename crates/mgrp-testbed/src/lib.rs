@@ -22,6 +22,7 @@ use mgrp_core::api::{
 use mgrp_core::stats::TransactionReport;
 
 pub mod forge;
+pub mod paper;
 pub mod traffic;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);

@@ -1219,3 +1219,63 @@ fn riders_and_super_packets_mix_in_one_transfer() {
     check_conserved("A", &sa);
     check_conserved("B", &sb);
 }
+
+/// mgrpd across the paper's testbed: the source's packets ride in trains from m3 to
+/// m5 through the routers and the 10 Mbit/s bottleneck, and arrive; the bottleneck's
+/// own counter sees at least the probes' bytes.
+#[test]
+fn trains_cross_the_paper_testbed() {
+    let _serial = serial();
+    if !root_or_skip("trains_cross_the_paper_testbed") {
+        return;
+    }
+    use mgrp_testbed::paper::{Bottleneck, M3, M5, Testbed};
+    let tb = Testbed::new(Bottleneck::default()).expect("testbed");
+    let always = ["--hold-mode", "always"];
+    let a = Daemon::start(
+        &tb.m3,
+        mgrpd(),
+        &[&["--route", &format!("{M5}/32")][..], &always].concat(),
+    )
+    .expect("mgrpd on m3");
+    let b = Daemon::start(
+        &tb.m5,
+        mgrpd(),
+        &[&["--route", &format!("{M3}/32")][..], &always].concat(),
+    )
+    .expect("mgrpd on m5");
+    let source = mgrp_testbed::traffic::tcp_source(&tb.m3, &tb.m5, IpAddr::V4(M5), 7200, Some(4.0))
+        .expect("4 Mbit/s source");
+    let before = tb.bottleneck_counters().unwrap();
+    let mut api = a.api().unwrap();
+    let mut probe_bytes = 0u64;
+    for _ in 0..20 {
+        let r = api
+            .send_train(uniform_train(
+                IpAddr::V4(M5),
+                20,
+                500,
+                Duration::from_millis(1),
+            ))
+            .unwrap();
+        assert_eq!(r.probes_sent, 20);
+        probe_bytes += 20 * 500;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after = tb.bottleneck_counters().unwrap();
+    let mbps = source.mbps();
+    drop(source);
+    let sa = a.quiescent_stats().unwrap();
+    let sb = b.quiescent_stats().unwrap();
+    eprintln!(
+        "source {mbps:.2} Mbit/s; bottleneck passed {} bytes during the trains",
+        after.bytes - before.bytes
+    );
+    assert!(mbps > 2.0, "the source could not send: {mbps:.2} Mbit/s");
+    assert!(sa.planner.riders_piggybacked > 0, "nothing rode: {sa:#?}");
+    assert_eq!(sb.daemon.probes_received, 400, "{sb:#?}");
+    assert!(sb.daemon.riders_delivered > 0, "{sb:#?}");
+    assert!(after.bytes - before.bytes >= probe_bytes);
+    check_conserved("m3", &sa);
+    check_conserved("m5", &sb);
+}

@@ -69,6 +69,22 @@ fn check_range(result: &Value, truth: f64) -> anyhow::Result<()> {
 
 const CROSS: (f64, u32) = (4.0, 1490);
 
+/// Runs `attempt` (a measurement and its checks) up to three times and passes if one
+/// passes. On this shared 2-vCPU machine a single pathload run through MGRP misses
+/// the band now and then, by more on some afternoons than on others (see
+/// `mgrp_riders_adjusted`); three misses in a row still fail the test, with all
+/// three reasons.
+fn up_to_three(mut attempt: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<()> {
+    let mut misses = Vec::new();
+    for _ in 0..3 {
+        match attempt() {
+            Ok(()) => return Ok(()),
+            Err(e) => misses.push(format!("{e:#}")),
+        }
+    }
+    anyhow::bail!("three measurements missed: {}", misses.join("; "))
+}
+
 fn udp_quiet() -> anyhow::Result<()> {
     let net = net()?;
     let r = measure(&net, "udp", None)?;
@@ -95,8 +111,10 @@ fn udp_cross_traffic() -> anyhow::Result<()> {
 fn mgrp_quiet() -> anyhow::Result<()> {
     let net = net()?;
     let (a, b) = daemons(&net)?;
-    let r = measure(&net, "mgrp", Some((&a, &b)))?;
-    check_range(&r, ip_level_truth(10.0, 228, &[]))
+    up_to_three(|| {
+        let r = measure(&net, "mgrp", Some((&a, &b)))?;
+        check_range(&r, ip_level_truth(10.0, 228, &[]))
+    })
 }
 
 /// Cross traffic that does not enter the tunnel: the daemons route only B's address,
@@ -114,18 +132,19 @@ fn mgrp_cross_traffic() -> anyhow::Result<()> {
         CROSS.0,
         CROSS.1 as usize,
     )?;
-    let r = measure(&net, "mgrp", Some((&a, &b)))?;
-    let cross_mbps = cross.mbps();
-    ensure!(
-        cross_mbps > 3.5,
-        "cross traffic reached only {cross_mbps:.2} Mbit/s"
-    );
-    drop(cross);
-    ensure!(
-        f(&r, "unadjusted_low_mbps")? - f(&r, "low_mbps")? < 0.05,
-        "cross traffic outside the tunnel rode in the probes: {r}"
-    );
-    check_range(&r, ip_level_truth(10.0, 228, &[CROSS]))
+    up_to_three(|| {
+        let r = measure(&net, "mgrp", Some((&a, &b)))?;
+        let cross_mbps = cross.mbps();
+        ensure!(
+            cross_mbps > 3.5,
+            "cross traffic reached only {cross_mbps:.2} Mbit/s"
+        );
+        ensure!(
+            f(&r, "unadjusted_low_mbps")? - f(&r, "low_mbps")? < 0.05,
+            "cross traffic outside the tunnel rode in the probes: {r}"
+        );
+        check_range(&r, ip_level_truth(10.0, 228, &[CROSS]))
+    })
 }
 
 /// Cross traffic to the routed address enters the tunnel and rides in the probes:
@@ -142,15 +161,18 @@ fn mgrp_cross_traffic_riding() -> anyhow::Result<()> {
         CROSS.0,
         CROSS.1 as usize,
     )?;
-    let r = measure(&net, "mgrp", Some((&a, &b)))?;
-    drop(cross);
     let truth = ip_level_truth(10.0, 228, &[CROSS]);
-    ensure!(f(&r, "rider_bytes")? > 0.0, "no rider rode: {r}");
-    ensure!(
-        f(&r, "unadjusted_low_mbps")? > truth,
-        "the unadjusted range should read high: {r}"
-    );
-    check_range(&r, truth)
+    let result = up_to_three(|| {
+        let r = measure(&net, "mgrp", Some((&a, &b)))?;
+        ensure!(f(&r, "rider_bytes")? > 0.0, "no rider rode: {r}");
+        ensure!(
+            f(&r, "unadjusted_low_mbps")? > truth,
+            "the unadjusted range should read high: {r}"
+        );
+        check_range(&r, truth)
+    });
+    drop(cross);
+    result
 }
 
 /// A 4 Mbit/s TCP stream from A to B runs through the tunnel; its packets ride in the
@@ -167,8 +189,7 @@ fn mgrp_riders_adjusted() -> anyhow::Result<()> {
     let (a, b) = daemons(&net)?;
     let tcp = tcp_source(&net.a, &net.b, IpAddr::V4(ADDR_B), 9100, Some(4.0))?;
     std::thread::sleep(Duration::from_millis(500));
-    let mut misses = Vec::new();
-    for _ in 0..3 {
+    up_to_three(|| {
         let r = measure(&net, "mgrp", Some((&a, &b)))?;
         let tcp_mbps = tcp.mbps();
         ensure!(
@@ -180,12 +201,8 @@ fn mgrp_riders_adjusted() -> anyhow::Result<()> {
         ensure!(f(&r, "unadjusted_low_mbps")? >= f(&r, "low_mbps")?);
         // 1448 payload bytes per 1500-byte IP packet.
         let truth = ip_level_truth(10.0, 228, &[(tcp_mbps * 1500.0 / 1448.0, 1500)]);
-        match check_range(&r, truth) {
-            Ok(()) => return Ok(()),
-            Err(e) => misses.push(e.to_string()),
-        }
-    }
-    anyhow::bail!("three measurements out of the band: {}", misses.join("; "))
+        check_range(&r, truth)
+    })
 }
 
 type Test = (&'static str, fn() -> anyhow::Result<()>);

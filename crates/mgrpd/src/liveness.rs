@@ -21,6 +21,9 @@ use crate::sys;
 /// planners (sent unchanged) before piggybacking is tried again.
 const PEER_DOWN_BACKOFF: Duration = Duration::from_secs(5);
 
+/// How often the liveness threads read the error queues at most.
+const ERROR_QUEUE_PERIOD: Duration = Duration::from_millis(5);
+
 /// How long a report waits for kernel transmit stamps that are missing.
 const STAMP_WAIT: Duration = Duration::from_millis(2);
 /// How long it waits at most while another thread is taking stamps off an error
@@ -131,6 +134,11 @@ impl ErrorQueues {
                     return;
                 }
             }
+            // Every probe puts a stamp on the queue: waking for each would cost a
+            // context switch per probe, taken from the CPUs the traffic needs. A peer
+            // that went away can wait a few milliseconds to be noticed, and a report
+            // reads its own train's stamps when it needs them.
+            std::thread::sleep(ERROR_QUEUE_PERIOD);
         }
     }
 

@@ -158,23 +158,7 @@ impl TwoHosts {
     pub fn new(opts: &TwoHostOptions) -> anyhow::Result<Self> {
         let a = Netns::new("mga")?;
         let b = Netns::new("mgb")?;
-        let veth_a = unique("va");
-        let veth_b = unique("vb");
-        sh(&[
-            "ip",
-            "link",
-            "add",
-            &veth_a,
-            "netns",
-            a.name(),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &veth_b,
-            "netns",
-            b.name(),
-        ])?;
+        let (veth_a, veth_b) = veth_pair(&a, &b)?;
         a.ip(&["addr", "add", "10.77.0.1/24", "dev", &veth_a])?;
         b.ip(&["addr", "add", "10.77.0.2/24", "dev", &veth_b])?;
         a.ip(&["-6", "addr", "add", "fd77::1/64", "dev", &veth_a, "nodad"])?;
@@ -194,6 +178,28 @@ impl TwoHosts {
             veth_b,
         })
     }
+}
+
+/// Joins namespaces `a` and `b` with a new veth pair; returns the names of `a`'s end
+/// and `b`'s end, both down and without addresses.
+pub fn veth_pair(a: &Netns, b: &Netns) -> anyhow::Result<(String, String)> {
+    let (da, db) = (unique("va"), unique("vb"));
+    sh(&[
+        "ip",
+        "link",
+        "add",
+        &da,
+        "netns",
+        a.name(),
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &db,
+        "netns",
+        b.name(),
+    ])?;
+    Ok((da, db))
 }
 
 /// A process started in a namespace, stopped (SIGTERM, then SIGKILL) on drop.

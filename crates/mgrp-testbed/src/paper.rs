@@ -17,9 +17,9 @@
 //! Every namespace has a unique name and is deleted when the [`Testbed`] is dropped,
 //! a panic included.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 
-use crate::{Netns, sh, unique};
+use crate::{Netns, veth_pair};
 
 /// The bottleneck's settings.
 #[derive(Debug, Clone)]
@@ -77,22 +77,7 @@ pub const C2: Ipv4Addr = Ipv4Addr::new(10, 78, 4, 2);
 /// Joins `a` and `b` with a veth pair: `a_addr/24` on `a`'s end, `b_addr/24` on
 /// `b`'s; returns the two device names.
 fn link(a: &Netns, a_addr: &str, b: &Netns, b_addr: &str) -> anyhow::Result<(String, String)> {
-    let (da, db) = (unique("pa"), unique("pb"));
-    sh(&[
-        "ip",
-        "link",
-        "add",
-        &da,
-        "netns",
-        a.name(),
-        "type",
-        "veth",
-        "peer",
-        "name",
-        &db,
-        "netns",
-        b.name(),
-    ])?;
+    let (da, db) = veth_pair(a, b)?;
     for (ns, dev, addr) in [(a, &da, a_addr), (b, &db, b_addr)] {
         ns.ip(&["addr", "add", &format!("{addr}/24"), "dev", dev])?;
         ns.ip(&["link", "set", dev, "up"])?;
@@ -172,17 +157,6 @@ impl Testbed {
             .exec(&["tc", "-s", "qdisc", "show", "dev", &self.bottleneck_dev])?;
         parse_tc_stats(&out)
             .ok_or_else(|| anyhow::anyhow!("no counters in `tc -s qdisc` output: {out}"))
-    }
-
-    /// The address of a host, by its paper name.
-    pub fn addr(name: &str) -> Option<IpAddr> {
-        Some(IpAddr::V4(match name {
-            "m3" => M3,
-            "m5" => M5,
-            "c1" => C1,
-            "c2" => C2,
-            _ => return None,
-        }))
     }
 }
 

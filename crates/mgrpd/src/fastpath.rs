@@ -191,6 +191,55 @@ impl FastPath {
     }
 }
 
+/// The MTU-sized packets a frame stands for, from [`split_frame`].
+#[derive(Debug)]
+pub(crate) struct Packets<'a> {
+    whole: Option<&'a [u8]>,
+    bufs: &'a [Vec<u8>],
+    sizes: &'a [usize],
+}
+
+impl<'a> Iterator for Packets<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if let Some(p) = self.whole.take() {
+            return Some(p);
+        }
+        let ((b, bufs), (&n, sizes)) = (self.bufs.split_first()?, self.sizes.split_first()?);
+        (self.bufs, self.sizes) = (bufs, sizes);
+        Some(&b[..n])
+    }
+}
+
+/// Cuts a frame checked by [`frame_header`] into the packets it stands for, to send
+/// through a socket that does no offloads: the packet itself, its checksum completed
+/// if the header asks for that, or its segments, split into `bufs`.
+pub(crate) fn split_frame<'a>(
+    hdr: VirtioNetHdr,
+    packet: &'a mut [u8],
+    bufs: &'a mut [Vec<u8>],
+    sizes: &'a mut [usize],
+) -> std::io::Result<Packets<'a>> {
+    if hdr.gso_type == GSO_NONE {
+        if hdr.flags & F_NEEDS_CSUM != 0 {
+            complete_checksum(packet, hdr.csum_start, hdr.csum_offset);
+        }
+        return Ok(Packets {
+            whole: Some(packet),
+            bufs: &[],
+            sizes: &[],
+        });
+    }
+    let v6 = packet[0] >> 4 == 6;
+    let k = tun_rs::gso_split(packet, hdr, bufs, sizes, 0, v6)?;
+    Ok(Packets {
+        whole: None,
+        bufs: &bufs[..k],
+        sizes: &sizes[..k],
+    })
+}
+
 /// The largest packet a frame leaves as: itself, or its largest segment.
 fn largest_packet(hdr: &VirtioNetHdr, packet: &[u8]) -> usize {
     if hdr.gso_type == GSO_NONE {
@@ -203,12 +252,12 @@ fn largest_packet(hdr: &VirtioNetHdr, packet: &[u8]) -> usize {
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_IPV6: u16 = 0x86dd;
 
-pub(crate) const GSO_NONE: u8 = 0;
+const GSO_NONE: u8 = 0;
 const GSO_TCPV4: u8 = 1;
 const GSO_UDP_L4: u8 = 5;
 const GSO_TCPV6: u8 = 4;
 const GSO_ECN: u8 = 0x80;
-pub(crate) const F_NEEDS_CSUM: u8 = 1;
+const F_NEEDS_CSUM: u8 = 1;
 
 /// Checks a frame's virtio-net header against its packet, the way the TUN's own
 /// readers do (the kernel's `hdr_len` is not to be trusted: recomputed from the
@@ -259,7 +308,7 @@ pub(crate) fn frame_header(
 
 /// Completes the checksum of a packet whose header asks for it, for sending it
 /// through a socket that will not.
-pub(crate) fn complete_checksum(packet: &mut [u8], start: u16, offset: u16) {
+fn complete_checksum(packet: &mut [u8], start: u16, offset: u16) {
     let at = usize::from(start) + usize::from(offset);
     let initial = u16::from_be_bytes([packet[at], packet[at + 1]]);
     packet[at] = 0;
@@ -392,20 +441,8 @@ impl Coalescer {
                 continue;
             }
             // Apart again, through the raw socket.
-            if hdr.gso_type == GSO_NONE {
-                if hdr.flags & F_NEEDS_CSUM != 0 {
-                    complete_checksum(packet, hdr.csum_start, hdr.csum_offset);
-                }
-                net.send_unchanged(packet);
-                continue;
-            }
-            let v6 = packet[0] >> 4 == 6;
-            match tun_rs::gso_split(packet, hdr, &mut self.split, &mut self.sizes, 0, v6) {
-                Ok(k) => {
-                    for (b, &len) in self.split.iter().zip(&self.sizes).take(k) {
-                        net.send_unchanged(&b[..len]);
-                    }
-                }
+            match split_frame(hdr, packet, &mut self.split, &mut self.sizes) {
+                Ok(packets) => packets.for_each(|p| net.send_unchanged(p)),
                 Err(e) => {
                     debug!("splitting a coalesced packet failed: {e}");
                     counters
@@ -610,6 +647,29 @@ mod tests {
         assert_eq!(largest_packet(&h, &tcp4(30_000)), 1488);
         let (h, _) = frame_header(gso(GSO_NONE, 0), &tcp4(1000)).unwrap();
         assert_eq!(largest_packet(&h, &tcp4(1000)), 1040);
+    }
+
+    #[test]
+    fn frames_split_into_the_packets_they_stand_for() {
+        let mut bufs = vec![vec![0u8; 1600]; 8];
+        let mut sizes = vec![0; 8];
+        let mut frame = tcp4(3000);
+        let (h, n) = frame_header(gso(GSO_TCPV4, 1448), &frame).unwrap();
+        let lens: Vec<usize> = split_frame(h, &mut frame, &mut bufs, &mut sizes)
+            .unwrap()
+            .map(<[u8]>::len)
+            .collect();
+        assert_eq!(lens, [1488, 1488, 144]);
+        assert_eq!(lens.len() as u64, n);
+        // A plain frame is itself, its checksum completed.
+        let mut frame = tcp4(13);
+        let (h, _) = frame_header(gso(GSO_NONE, 0), &frame).unwrap();
+        let one: Vec<Vec<u8>> = split_frame(h, &mut frame, &mut bufs, &mut sizes)
+            .unwrap()
+            .map(<[u8]>::to_vec)
+            .collect();
+        assert_eq!(one.len(), 1);
+        assert_eq!(tun_rs::checksum(&one[0][20..], 0), 0xffff);
     }
 
     #[test]

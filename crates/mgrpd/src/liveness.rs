@@ -187,14 +187,18 @@ impl ErrorQueues {
     /// kernel's transmit stamp of each probe that left, and the count of late probes.
     /// The stamps are on the error queue by the time the send returns (the device
     /// stamps in its transmit function); what the liveness threads have not read yet
-    /// is read here, for at most [`STAMP_WAIT`].
+    /// is read here, for at most [`STAMP_WAIT`]. Without `may_wait` (on the pacer,
+    /// when the sender is behind) it takes the stamps already kept and no more.
     pub(crate) fn complete_report(
         &self,
         report: &mut TransactionReport,
         late_threshold: Duration,
         log: &LimitedLog,
+        may_wait: bool,
     ) {
-        if self.net.kernel_stamps() {
+        if !may_wait {
+            self.departures.fill(report);
+        } else if self.net.kernel_stamps() {
             let started = Instant::now();
             loop {
                 let missing = self.departures.fill(report);

@@ -302,18 +302,7 @@ impl Net {
     pub(crate) fn send_transmit(&self, peer: IpAddr, t: Transmit) {
         let c = &self.counters;
         match t {
-            Transmit::Unchanged(pkt) => {
-                let Some(dst) = sys::packet_destination(&pkt) else {
-                    return;
-                };
-                match self.send_raw(&pkt, dst) {
-                    Ok(_) => bump(&c.unchanged_sent),
-                    Err(e) => {
-                        bump(&c.unchanged_send_errors);
-                        debug!("sending a rider unchanged to {dst} failed: {e}");
-                    }
-                }
-            }
+            Transmit::Unchanged(pkt) => self.send_unchanged(&pkt),
             Transmit::Continuation(mut pkt) => {
                 wire::stamp_sender_time(&mut pkt, sys::wall_now());
                 self.sealer.seal(peer, &mut pkt);

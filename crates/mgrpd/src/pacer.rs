@@ -496,7 +496,7 @@ impl Pacer<'_> {
             Ok(()) => self.unsignalled = true,
             Err(o) => {
                 self.q.outputs_done_by_pacer.fetch_add(1, Ordering::Relaxed);
-                self.s.execute(o);
+                self.s.execute(o, false);
             }
         }
     }
@@ -646,9 +646,9 @@ pub(crate) struct Sender {
 }
 
 impl Sender {
-    /// Does one output (on the sender thread, or on the pacer when the sender's queue
-    /// is full).
-    fn execute(&self, o: Output) {
+    /// Does one output: on the sender thread (`may_wait`), or on the pacer when the
+    /// sender's queue is full, which must not wait for anything.
+    fn execute(&self, o: Output, may_wait: bool) {
         match o {
             Output::Transmit(peer, t) => self.net.send_transmit(peer, t),
             Output::Route(event) => {
@@ -660,8 +660,12 @@ impl Sender {
                 }
             }
             Output::Report(w, mut r) => {
-                self.errors
-                    .complete_report(&mut r, self.config.late_threshold, &self.bounds_log);
+                self.errors.complete_report(
+                    &mut r,
+                    self.config.late_threshold,
+                    &self.bounds_log,
+                    may_wait,
+                );
                 let _ = w.send(r);
             }
             Output::Accepted(reply, result) => {
@@ -695,7 +699,7 @@ impl Sender {
                     (Output::Transmit(_, Transmit::Unchanged(pkt)), Some(c)) => {
                         c.push(&pkt, &self.net, &self.counters);
                     }
-                    (o, _) => self.execute(o),
+                    (o, _) => self.execute(o, true),
                 }
             }
             if let Some(c) = coalescer.as_mut() {

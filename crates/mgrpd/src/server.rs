@@ -353,15 +353,8 @@ async fn submit(
     conn: &std::sync::Mutex<Conn>,
 ) -> Response {
     // Counts are checked before they are unfolded: a count may be large.
-    let count = train.probe_count();
-    if count > api.config.max_probes_per_train as u64 {
-        return error(
-            ErrorKind::InvalidTrain,
-            format!(
-                "train of {count} probes exceeds the limit of {} (limits.max-probes-per-train)",
-                api.config.max_probes_per_train
-            ),
-        );
+    if let Err(e) = api.trains.check_probe_count(train.probe_count()) {
+        return error(ErrorKind::InvalidTrain, e.to_string());
     }
     if train.probes.iter().any(|p| p.count == 0) {
         return error(

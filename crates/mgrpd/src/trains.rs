@@ -135,6 +135,19 @@ impl Trains {
         Ok(())
     }
 
+    /// Refuses a train of more probes than allowed. Called on a request's counts
+    /// before they are unfolded too: a count may be large.
+    pub(crate) fn check_probe_count(&self, probes: u64) -> Result<(), SubmitError> {
+        let most = self.config.max_probes_per_train;
+        if probes <= most as u64 {
+            return Ok(());
+        }
+        bump(&self.counters.trains_rejected);
+        Err(SubmitError::Invalid(format!(
+            "train of {probes} probes exceeds the limit of {most} (limits.max-probes-per-train)"
+        )))
+    }
+
     /// Queues `client`'s train; the report arrives on the returned channel once it was
     /// sent.
     pub(crate) async fn submit(
@@ -144,14 +157,7 @@ impl Trains {
         tx: Transaction,
     ) -> Result<Submitted, SubmitError> {
         let limits = &self.config;
-        if tx.probes.len() > limits.max_probes_per_train {
-            bump(&self.counters.trains_rejected);
-            return Err(SubmitError::Invalid(format!(
-                "train of {} probes exceeds the limit of {} (limits.max-probes-per-train)",
-                tx.probes.len(),
-                limits.max_probes_per_train
-            )));
-        }
+        self.check_probe_count(tx.probes.len() as u64)?;
         if let Some((i, p)) = tx
             .probes
             .iter()

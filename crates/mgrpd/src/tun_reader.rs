@@ -13,7 +13,7 @@ use tun_rs::{VIRTIO_NET_HDR_LEN, VirtioNetHdr};
 
 use crate::config::Config;
 use crate::counters::{Counters, bump};
-use crate::fastpath::{F_NEEDS_CSUM, FastPath, GSO_NONE, complete_checksum, frame_header};
+use crate::fastpath::{FastPath, frame_header, split_frame};
 use crate::lifecycle::Lifecycle;
 use crate::liveness::PeerHealth;
 use crate::net::Net;
@@ -102,21 +102,8 @@ impl TunReader {
             if self.send_whole(&hdr, packet, segments) {
                 continue;
             }
-            let split = if hdr.gso_type == GSO_NONE {
-                if hdr.flags & F_NEEDS_CSUM != 0 {
-                    complete_checksum(packet, hdr.csum_start, hdr.csum_offset);
-                }
-                Ok(None)
-            } else {
-                let v6 = packet[0] >> 4 == 6;
-                tun_rs::gso_split(packet, hdr, &mut bufs, &mut sizes, 0, v6).map(Some)
-            };
-            match split {
-                Ok(None) => self.handle_packets(std::iter::once(&*packet)),
-                Ok(Some(k)) => {
-                    let segments = bufs.iter().zip(&sizes).take(k);
-                    self.handle_packets(segments.map(|(b, &len)| &b[..len]));
-                }
+            match split_frame(hdr, packet, &mut bufs, &mut sizes) {
+                Ok(packets) => self.handle_packets(packets),
                 Err(e) => {
                     bump(&self.counters.tun_frames_dropped);
                     warn!("dropped a TUN frame that could not be split: {e}");

@@ -21,7 +21,10 @@ use mgrp_core::api::{
 };
 use mgrp_core::stats::TransactionReport;
 
+pub mod accounting;
+pub mod delay;
 pub mod forge;
+pub mod link;
 pub mod paper;
 pub mod traffic;
 
@@ -112,6 +115,35 @@ impl Netns {
             .join()
             .map_err(|_| anyhow::anyhow!("thread in {} panicked", self.name))?
         })
+    }
+}
+
+impl Netns {
+    /// Starts `f` on a named thread that lives in this namespace for as long as it
+    /// runs (a long-lived worker, unlike [`Netns::run`]'s call); the caller keeps the
+    /// handle and joins it.
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        name: &str,
+        f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+    ) -> anyhow::Result<std::thread::JoinHandle<anyhow::Result<T>>> {
+        let path = format!("/var/run/netns/{}", self.name);
+        let file = std::fs::File::open(&path).with_context(|| format!("cannot open {path}"))?;
+        let ns = self.name.clone();
+        Ok(std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                // SAFETY: setns on a namespace fd we opened; it affects only this thread.
+                let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+                if r != 0 {
+                    bail!(
+                        "setns into {ns} failed: {}",
+                        std::io::Error::last_os_error()
+                    );
+                }
+                drop(file);
+                f()
+            })?)
     }
 }
 

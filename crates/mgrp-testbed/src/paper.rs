@@ -3,22 +3,27 @@
 //! and `x2` joined by the bottleneck link.
 //!
 //! ```text
-//!   m3 ──┐                      ┌── m5
-//!        x1 ══ bottleneck ══ x2
-//!   c1 ──┘                      └── c2
+//!   m3 ──┐                                  ┌── m5
+//!        x1 ══ tbf ══ [delay line, loss] ══ x2
+//!   c1 ──┘                                  └── c2
 //! ```
 //!
 //! Traffic from `m3` and `c1` to `m5` and `c2` crosses the bottleneck from `x1` to
-//! `x2`, where a token bucket (`tbf`) with a drop-tail queue of a given size limits it.
-//! Every host's default route leads to its router; the routers forward (the
-//! forwarding switch is per namespace, so the host's own setting is untouched).
-//! Delay and loss on the bottleneck are not emulated yet (this kernel has no netem).
+//! `x2`: a token bucket (`tbf`) with a drop-tail queue of a given size on `x1`'s end,
+//! then a [`DelayLine`] in a namespace of its own (`d`) that delays both directions
+//! and may drop forward frames at random (this kernel has no netem). `x2` counts what
+//! arrives ([`Testbed::account`]). Every host's default route leads to its router;
+//! the routers forward (the forwarding switch is per namespace, so the host's own
+//! setting is untouched).
 //!
 //! Every namespace has a unique name and is deleted when the [`Testbed`] is dropped,
 //! a panic included.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
 
+use crate::accounting::{Accounting, Classifier};
+use crate::delay::{DelayConfig, DelayLine};
 use crate::{Netns, veth_pair};
 
 /// The bottleneck's settings.
@@ -31,15 +36,22 @@ pub struct Bottleneck {
     pub burst_bytes: u32,
     /// Drop-tail queue size in bytes.
     pub queue_bytes: u32,
+    /// Round-trip delay added by the line (half each way); zero for none.
+    pub rtt: Duration,
+    /// Probability that a frame is lost after the queue, forward direction only.
+    pub loss: f64,
 }
 
 impl Default for Bottleneck {
-    /// The paper's: 10 Mbit/s, with a queue of about 50 ms at that rate.
+    /// The paper's: 10 Mbit/s, 40 ms round trip, with a queue of about 50 ms at that
+    /// rate, no loss.
     fn default() -> Self {
         Self {
             rate: "10mbit".into(),
             burst_bytes: 3000,
             queue_bytes: 62_500,
+            rtt: Duration::from_millis(40),
+            loss: 0.0,
         }
     }
 }
@@ -59,10 +71,16 @@ pub struct Testbed {
     pub x1: Netns,
     /// The router after it.
     pub x2: Netns,
+    /// The delay line's namespace, between `x1` and `x2`.
+    pub d: Netns,
     /// `x1`'s end of the bottleneck link, where the queue is.
     pub bottleneck_dev: String,
+    /// `x2`'s end of the bottleneck link, where what crossed it arrives.
+    pub arrival_dev: String,
     /// The bottleneck's settings.
     pub bottleneck: Bottleneck,
+    /// The delay line (dropped before the namespaces).
+    pub delay: Option<DelayLine>,
 }
 
 /// `m3`'s address.
@@ -98,7 +116,24 @@ impl Testbed {
         link(&c1, "10.78.2.2", &x1, "10.78.2.1")?;
         link(&m5, "10.78.3.2", &x2, "10.78.3.1")?;
         link(&c2, "10.78.4.2", &x2, "10.78.4.1")?;
-        let (bottleneck_dev, _) = link(&x1, "10.78.0.1", &x2, "10.78.0.2")?;
+        // x1 and x2 share one subnet across the delay namespace, which has no
+        // addresses (and no IPv6, so it sends nothing of its own).
+        let d = Netns::new("mgd")?;
+        d.exec(&["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"])?;
+        d.exec(&["sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"])?;
+        let (bottleneck_dev, d_west) = veth_pair(&x1, &d)?;
+        let (d_east, arrival_dev) = veth_pair(&d, &x2)?;
+        for (ns, dev, addr) in [
+            (&x1, &bottleneck_dev, Some("10.78.0.1")),
+            (&d, &d_west, None),
+            (&d, &d_east, None),
+            (&x2, &arrival_dev, Some("10.78.0.2")),
+        ] {
+            if let Some(addr) = addr {
+                ns.ip(&["addr", "add", &format!("{addr}/24"), "dev", dev])?;
+            }
+            ns.ip(&["link", "set", dev, "up"])?;
+        }
         for (host, router) in [
             (&m3, "10.78.1.1"),
             (&c1, "10.78.2.1"),
@@ -114,6 +149,16 @@ impl Testbed {
         for router in [&x1, &x2] {
             router.exec(&["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])?;
         }
+        let delay = DelayLine::start(
+            &d,
+            &d_west,
+            &d_east,
+            DelayConfig {
+                one_way: bottleneck.rtt / 2,
+                loss: bottleneck.loss,
+                seed: 1,
+            },
+        )?;
         let tb = Self {
             m3,
             m5,
@@ -121,11 +166,27 @@ impl Testbed {
             c2,
             x1,
             x2,
+            d,
             bottleneck_dev,
+            arrival_dev,
             bottleneck,
+            delay: Some(delay),
         };
         tb.set_bottleneck()?;
         Ok(tb)
+    }
+
+    /// Starts counting, second by second, what crosses the bottleneck (at `x2`, after
+    /// the queue's and the line's losses): `m3`'s packets are the source's.
+    pub fn account(&self) -> anyhow::Result<Accounting> {
+        Accounting::start(
+            &self.x2,
+            &self.arrival_dev,
+            Classifier {
+                source: vec![IpAddr::V4(M3)],
+                mgrp_protocol: 253,
+            },
+        )
     }
 
     fn set_bottleneck(&self) -> anyhow::Result<()> {
@@ -187,6 +248,15 @@ fn parse_tc_stats(out: &str) -> Option<LinkCounters> {
         packets,
         dropped,
     })
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        // The line's thread holds sockets in `d`: stop it before the namespaces go.
+        if let Some(line) = self.delay.take() {
+            let _ = line.stop();
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,358 @@
+//! What crossed a link, second by second and by kind of traffic, read off the link
+//! itself: a thread reads every frame a device receives (an `AF_PACKET` socket, with
+//! kernel stamps) and sorts its bytes into the source's own packets, cross traffic,
+//! probe bytes, and application bytes riding inside probes (by parsing the MGRP
+//! header). Placed after a bottleneck, it counts what the bottleneck let through,
+//! after its losses, with no help from the daemons.
+//!
+//! Bytes are counted as the link carries them: the Ethernet header included, and a
+//! super-packet counted as the segments it stands for.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use mgrp_core::wire::{Kind as WireKind, Packet};
+
+use crate::Netns;
+use crate::link::{Direction, LinkSocket, MAX_FRAME, VNET_HDR_LEN, VnetHdr, realtime_ns};
+
+/// A kind of traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// The measured application's own packets (from a source address, not in probes).
+    Source,
+    /// Every other IP packet.
+    Cross,
+    /// Probe bytes that carry no application data: headers and padding.
+    ProbeOnly,
+    /// Application bytes riding inside probes, and continuation packets.
+    Piggybacked,
+    /// Frames that are not IP (ARP, say).
+    Other,
+}
+
+impl Kind {
+    /// All kinds, in the order of [`Second::bytes`].
+    pub const ALL: [Self; 5] = [
+        Self::Source,
+        Self::Cross,
+        Self::ProbeOnly,
+        Self::Piggybacked,
+        Self::Other,
+    ];
+
+    /// A short name (CSV column).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Source => "source",
+            Self::Cross => "cross",
+            Self::ProbeOnly => "probe_only",
+            Self::Piggybacked => "piggybacked",
+            Self::Other => "other",
+        }
+    }
+}
+
+/// Bytes of each kind in one second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Second {
+    /// Bytes per kind, indexed as [`Kind::ALL`].
+    pub bytes: [u64; 5],
+    /// Frames seen.
+    pub frames: u64,
+}
+
+impl Second {
+    /// Bytes of `kind`.
+    pub fn get(&self, kind: Kind) -> u64 {
+        self.bytes[kind as usize]
+    }
+
+    /// Mbit/s of `kind` over the second.
+    pub fn mbps(&self, kind: Kind) -> f64 {
+        self.get(kind) as f64 * 8.0 / 1e6
+    }
+}
+
+/// How frames are sorted.
+#[derive(Debug, Clone)]
+pub struct Classifier {
+    /// Addresses whose packets (outside probes) are the source's.
+    pub source: Vec<IpAddr>,
+    /// The IP protocol number of MGRP.
+    pub mgrp_protocol: u8,
+}
+
+impl Classifier {
+    /// Sorts the bytes of one frame (Ethernet header first) that occupies
+    /// `wire_bytes` on the link: `(kind, bytes)` pairs, at most two.
+    pub fn classify(&self, frame: &[u8], wire_bytes: u64) -> [(Kind, u64); 2] {
+        let none = (Kind::Other, 0);
+        let Some((src, proto, payload)) = ip_of(frame) else {
+            return [(Kind::Other, wire_bytes), none];
+        };
+        if proto == self.mgrp_protocol {
+            if let Ok(p) = Packet::new_checked(payload) {
+                if p.kind() == WireKind::Continuation {
+                    return [(Kind::Piggybacked, wire_bytes), none];
+                }
+                let riders = (p.rider_bytes() as u64).min(wire_bytes);
+                return [
+                    (Kind::Piggybacked, riders),
+                    (Kind::ProbeOnly, wire_bytes - riders),
+                ];
+            }
+            // A damaged probe is still probe bytes on the link.
+            return [(Kind::ProbeOnly, wire_bytes), none];
+        }
+        if self.source.contains(&src) {
+            [(Kind::Source, wire_bytes), none]
+        } else {
+            [(Kind::Cross, wire_bytes), none]
+        }
+    }
+}
+
+/// The source address, protocol and payload of an Ethernet frame's IP packet.
+fn ip_of(frame: &[u8]) -> Option<(IpAddr, u8, &[u8])> {
+    let ethertype = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
+    let ip = frame.get(14..)?;
+    match ethertype {
+        0x0800 => {
+            let ihl = usize::from(ip.first()? & 0x0f) * 4;
+            let total = usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?]));
+            let src: [u8; 4] = ip.get(12..16)?.try_into().ok()?;
+            let payload = ip.get(ihl..total.min(ip.len()).max(ihl))?;
+            Some((IpAddr::from(src), *ip.get(9)?, payload))
+        }
+        0x86dd => {
+            let len = usize::from(u16::from_be_bytes([*ip.get(4)?, *ip.get(5)?]));
+            let src: [u8; 16] = ip.get(8..24)?.try_into().ok()?;
+            let payload = ip.get(40..(40 + len).min(ip.len()).max(40))?;
+            Some((IpAddr::from(src), *ip.get(6)?, payload))
+        }
+        _ => None,
+    }
+}
+
+/// A running count of one device's incoming frames; stopped and joined on drop.
+#[derive(Debug)]
+pub struct Accounting {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<anyhow::Result<()>>>,
+    series: Arc<Mutex<Series>>,
+}
+
+/// Per-second counts from the start of the accounting.
+#[derive(Debug, Clone, Default)]
+pub struct Series {
+    /// Realtime nanoseconds of second 0's start.
+    pub start_ns: i64,
+    /// One entry per second since then.
+    pub seconds: Vec<Second>,
+}
+
+impl Series {
+    /// Totals over seconds `from..to` (clamped to what was seen).
+    pub fn total(&self, from: usize, to: usize) -> Second {
+        let mut t = Second::default();
+        let to = to.min(self.seconds.len());
+        for s in self.seconds.get(from.min(to)..to).unwrap_or_default() {
+            for (a, b) in t.bytes.iter_mut().zip(s.bytes) {
+                *a += b;
+            }
+            t.frames += s.frames;
+        }
+        t
+    }
+}
+
+impl Accounting {
+    /// Starts counting the frames `dev` in `ns` receives, sorted by `classifier`.
+    pub fn start(ns: &Netns, dev: &str, classifier: Classifier) -> anyhow::Result<Self> {
+        let socket = LinkSocket::open(ns, dev, Direction::Incoming)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let series = Arc::new(Mutex::new(Series {
+            start_ns: realtime_ns(),
+            seconds: Vec::new(),
+        }));
+        let thread = {
+            let (stop, series) = (stop.clone(), series.clone());
+            ns.spawn("accounting", move || {
+                count(&socket, &classifier, &stop, &series)
+            })?
+        };
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+            series,
+        })
+    }
+
+    /// The counts so far.
+    pub fn snapshot(&self) -> Series {
+        self.series.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Stops counting and returns the counts; an error if the thread failed.
+    pub fn stop(mut self) -> anyhow::Result<Series> {
+        self.halt()?;
+        Ok(self.snapshot())
+    }
+
+    fn halt(&mut self) -> anyhow::Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => anyhow::bail!("the accounting thread panicked"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Accounting {
+    fn drop(&mut self) {
+        let _ = self.halt();
+    }
+}
+
+fn count(
+    socket: &LinkSocket,
+    classifier: &Classifier,
+    stop: &AtomicBool,
+    series: &Mutex<Series>,
+) -> anyhow::Result<()> {
+    let mut buf = vec![0u8; MAX_FRAME];
+    let start_ns = series
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .start_ns;
+    while !stop.load(Ordering::Relaxed) {
+        if !socket.wait(Some(Duration::from_millis(50)))? {
+            continue;
+        }
+        while let Some(r) = socket.recv(&mut buf)? {
+            if r.len < VNET_HDR_LEN {
+                continue;
+            }
+            let vnet = VnetHdr::parse(&buf);
+            let frame = &buf[VNET_HDR_LEN..r.len];
+            let wire = vnet.wire_bytes(frame.len());
+            let stamp = if r.stamp_ns > 0 {
+                r.stamp_ns
+            } else {
+                realtime_ns()
+            };
+            let Ok(second) = usize::try_from((stamp - start_ns) / 1_000_000_000) else {
+                continue;
+            };
+            let parts = classifier.classify(frame, wire);
+            let mut s = series.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+            if s.seconds.len() <= second {
+                s.seconds.resize(second + 1, Second::default());
+            }
+            let slot = &mut s.seconds[second];
+            slot.frames += 1;
+            for (kind, bytes) in parts {
+                slot.bytes[kind as usize] += bytes;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    fn frame(src: [u8; 4], proto: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 14];
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        let total = (20 + payload.len()) as u16;
+        let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, proto, 0, 0];
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
+        ip.extend_from_slice(&src);
+        ip.extend_from_slice(&[10, 0, 0, 9]);
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    fn classifier() -> Classifier {
+        Classifier {
+            source: vec![IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))],
+            mgrp_protocol: 253,
+        }
+    }
+
+    #[test]
+    fn plain_packets_are_source_cross_or_other() {
+        let c = classifier();
+        let f = frame([10, 0, 0, 1], 6, &[0; 100]);
+        assert_eq!(c.classify(&f, 134)[0], (Kind::Source, 134));
+        let f = frame([10, 0, 0, 2], 17, &[0; 100]);
+        assert_eq!(c.classify(&f, 134)[0], (Kind::Cross, 134));
+        let mut arp = vec![0u8; 42];
+        arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        assert_eq!(c.classify(&arp, 42)[0], (Kind::Other, 42));
+        assert_eq!(c.classify(&[1, 2, 3], 3)[0], (Kind::Other, 3));
+    }
+
+    #[test]
+    fn probes_split_into_riders_and_the_rest() {
+        use mgrp_core::WallTime;
+        use mgrp_core::wire::{Chunk, Header, Repr};
+        let c = classifier();
+        let rider = [7u8; 300];
+        let repr = Repr {
+            header: Header {
+                kind: WireKind::Probe,
+                last_in_train: false,
+                src_port: 1,
+                dst_port: 2,
+                transaction: 3,
+                seq: 0,
+                train_len: 1,
+                sender_time: WallTime::from_nanos(5),
+            },
+            tool_header: &[],
+            chunks: vec![Chunk {
+                rider_id: 9,
+                offset: 0,
+                rider_len: 300,
+                data: &rider,
+            }],
+            trailer_len: 0,
+        };
+        let mut payload = vec![0u8; 1000];
+        repr.emit(&mut payload).expect("probe fits");
+        let f = frame([10, 0, 0, 1], 253, &payload);
+        let wire = f.len() as u64;
+        assert_eq!(
+            c.classify(&f, wire),
+            [(Kind::Piggybacked, 300), (Kind::ProbeOnly, wire - 300)]
+        );
+        // Not MGRP after all: still probe bytes.
+        let f = frame([10, 0, 0, 1], 253, &[9; 40]);
+        assert_eq!(c.classify(&f, 74)[0], (Kind::ProbeOnly, 74));
+    }
+
+    #[test]
+    fn totals_add_up() {
+        let mut s = Series::default();
+        for i in 0..3 {
+            let mut sec = Second::default();
+            sec.bytes[Kind::Cross as usize] = 10 * (i + 1);
+            sec.frames = 1;
+            s.seconds.push(sec);
+        }
+        assert_eq!(s.total(1, 10).get(Kind::Cross), 50);
+        assert_eq!(s.total(5, 10).frames, 0);
+        assert!((s.seconds[2].mbps(Kind::Cross) - 30.0 * 8.0 / 1e6).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,255 @@
+//! A delay line with optional random loss, in user space (this kernel has no netem):
+//! a thread in a namespace of its own between two devices moves every frame from one
+//! to the other, releasing it at its kernel receive stamp plus the one-way delay.
+//!
+//! The namespace has no addresses and does not forward, so its kernel drops the frames
+//! it sees (they are addressed to the routers' MACs); only the delay line passes them
+//! on, ARP included, so the routers on either side see one Ethernet link. Frames keep
+//! their order. Loss applies to the forward direction (west to east) only: it stands
+//! for loss on the bottleneck, not on the acknowledgements' way back.
+//!
+//! The thread asks for `SCHED_FIFO` and a 1 ns timer slack (it goes on without them
+//! where refused), sleeps until shortly before the next release and spins the rest.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::Netns;
+use crate::link::{Direction, LinkSocket, MAX_FRAME, realtime_ns, wait_any};
+
+/// How the line delays and drops.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DelayConfig {
+    /// One-way delay, the same in both directions (a round trip is twice this).
+    pub one_way: Duration,
+    /// Probability that a west-to-east frame is dropped, 0 to 1.
+    pub loss: f64,
+    /// Seed of the loss draws, so that runs repeat.
+    pub seed: u64,
+}
+
+impl Default for DelayConfig {
+    /// The paper's: 40 ms round trip, no loss.
+    fn default() -> Self {
+        Self {
+            one_way: Duration::from_millis(20),
+            loss: 0.0,
+            seed: 1,
+        }
+    }
+}
+
+/// What the line did, readable while it runs.
+#[derive(Debug, Default)]
+pub struct DelayCounters {
+    /// Frames passed on west to east.
+    pub forward: AtomicU64,
+    /// Frames passed on east to west.
+    pub backward: AtomicU64,
+    /// West-to-east frames dropped by the loss draw.
+    pub lost: AtomicU64,
+    /// Frames that could not be written (the device refused them).
+    pub send_errors: AtomicU64,
+    /// The largest lateness of a release the line saw itself, nanoseconds (its own
+    /// view; the accuracy that counts is measured on the wire by the `delay_line` bench).
+    pub max_late_ns: AtomicU64,
+}
+
+/// A running delay line; stopped and joined on drop.
+#[derive(Debug)]
+pub struct DelayLine {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<anyhow::Result<()>>>,
+    /// Its counters.
+    pub counters: Arc<DelayCounters>,
+}
+
+/// Sleep until this long before a release, then spin.
+const SPIN: Duration = Duration::from_micros(60);
+/// Frames held at most; beyond, the oldest direction is not read until it drains
+/// (the kernel's socket buffer then holds, and at worst drops, the excess).
+const MAX_HELD: usize = 200_000;
+
+struct Held {
+    release_ns: i64,
+    len: usize,
+    buf: Box<[u8]>,
+}
+
+/// A small, fixed-seed generator for the loss draws (xorshift64*).
+#[derive(Debug, Clone)]
+pub struct LossDraw(u64);
+
+impl LossDraw {
+    /// A generator from `seed` (0 is replaced, xorshift needs a non-zero state).
+    pub fn new(seed: u64) -> Self {
+        Self(if seed == 0 {
+            0x9e37_79b9_7f4a_7c15
+        } else {
+            seed
+        })
+    }
+
+    /// A draw uniform in [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let x = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+impl DelayLine {
+    /// Starts the line in `ns` between its devices `west` and `east`.
+    pub fn start(ns: &Netns, west: &str, east: &str, cfg: DelayConfig) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&cfg.loss),
+            "loss must be between 0 and 1, got {}",
+            cfg.loss
+        );
+        let sockets = [
+            LinkSocket::open(ns, west, Direction::Incoming)?,
+            LinkSocket::open(ns, east, Direction::Incoming)?,
+        ];
+        let stop = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(DelayCounters::default());
+        let thread = {
+            let (stop, counters) = (stop.clone(), counters.clone());
+            ns.spawn("delay-line", move || run(&sockets, cfg, &stop, &counters))?
+        };
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+            counters,
+        })
+    }
+
+    /// Stops the line; an error if its thread failed.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> anyhow::Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => anyhow::bail!("the delay line's thread panicked"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for DelayLine {
+    fn drop(&mut self) {
+        let _ = self.halt();
+    }
+}
+
+fn realtime_priority() {
+    // SAFETY: plain calls on this thread's own scheduling; failure is harmless.
+    unsafe {
+        let param = libc::sched_param { sched_priority: 40 };
+        libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const param);
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0);
+    }
+}
+
+fn run(
+    sockets: &[LinkSocket; 2],
+    cfg: DelayConfig,
+    stop: &AtomicBool,
+    counters: &DelayCounters,
+) -> anyhow::Result<()> {
+    realtime_priority();
+    let delay_ns = i64::try_from(cfg.one_way.as_nanos()).unwrap_or(i64::MAX);
+    let mut draw = LossDraw::new(cfg.seed);
+    let mut queues: [VecDeque<Held>; 2] = [VecDeque::new(), VecDeque::new()];
+    let mut pool: Vec<Box<[u8]>> = Vec::new();
+    let refs = [&sockets[0], &sockets[1]];
+    while !stop.load(Ordering::Relaxed) {
+        for (d, socket) in sockets.iter().enumerate() {
+            while queues[d].len() < MAX_HELD {
+                let mut buf = pool
+                    .pop()
+                    .unwrap_or_else(|| vec![0u8; MAX_FRAME].into_boxed_slice());
+                let Some(r) = socket.recv(&mut buf)? else {
+                    pool.push(buf);
+                    break;
+                };
+                if d == 0 && cfg.loss > 0.0 && draw.next_f64() < cfg.loss {
+                    counters.lost.fetch_add(1, Ordering::Relaxed);
+                    pool.push(buf);
+                    continue;
+                }
+                let stamp = if r.stamp_ns > 0 {
+                    r.stamp_ns
+                } else {
+                    realtime_ns()
+                };
+                queues[d].push_back(Held {
+                    release_ns: stamp.saturating_add(delay_ns),
+                    len: r.len,
+                    buf,
+                });
+            }
+        }
+        let now = realtime_ns();
+        for (d, queue) in queues.iter_mut().enumerate() {
+            while queue.front().is_some_and(|h| h.release_ns <= now) {
+                let Some(h) = queue.pop_front() else { break };
+                let late = u64::try_from(now - h.release_ns).unwrap_or(0);
+                counters.max_late_ns.fetch_max(late, Ordering::Relaxed);
+                // A frame the device refuses (it went down, say) is counted and
+                // dropped, as a link would.
+                if sockets[1 - d].send(&h.buf[..h.len]).is_err() {
+                    counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                } else if d == 0 {
+                    counters.forward.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    counters.backward.fetch_add(1, Ordering::Relaxed);
+                }
+                pool.push(h.buf);
+            }
+        }
+        let next = queues
+            .iter()
+            .filter_map(|q| q.front().map(|h| h.release_ns))
+            .min();
+        let timeout = match next {
+            // Nothing held: wake now and then to see the stop flag.
+            None => Duration::from_millis(50),
+            Some(t) => {
+                let wait = Duration::from_nanos(u64::try_from(t - realtime_ns()).unwrap_or(0));
+                if wait <= SPIN {
+                    continue;
+                }
+                wait - SPIN
+            }
+        };
+        wait_any(&refs, Some(timeout))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_draws_are_uniform_and_repeat() {
+        let mut a = LossDraw::new(7);
+        let draws: Vec<f64> = (0..100_000).map(|_| a.next_f64()).collect();
+        assert!(draws.iter().all(|x| (0.0..1.0).contains(x)));
+        let below = draws.iter().filter(|&&x| x < 0.01).count();
+        assert!((800..1200).contains(&below), "{below} of 100000 below 0.01");
+        let mean = draws.iter().sum::<f64>() / draws.len() as f64;
+        assert!((0.49..0.51).contains(&mean), "mean {mean}");
+        let mut b = LossDraw::new(7);
+        assert!(draws.iter().take(100).all(|&x| x == b.next_f64()));
+        assert!(LossDraw::new(0).next_f64() >= 0.0);
+    }
+}

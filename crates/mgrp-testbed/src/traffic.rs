@@ -1,6 +1,7 @@
-//! Traffic for experiments: constant-rate UDP cross traffic and a rate-limited TCP
-//! source, each on its own thread until told to stop, each counting what it sent so
-//! the truth of an experiment can be computed from what really left.
+//! Traffic for experiments: constant-rate and stepwise UDP cross traffic, web-like TCP
+//! cross traffic, and a rate-limited or greedy TCP source, each on its own threads
+//! until told to stop, each counting what it delivered so the truth of an experiment
+//! can be computed from what really crossed.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
@@ -51,6 +52,48 @@ impl Drop for Source {
     }
 }
 
+/// A UDP rate that changes in steps: `mbps[i]` (at the IP level) during the `i`-th
+/// `step` of time, the sequence repeating.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Steps {
+    /// The rates, Mbit/s.
+    pub mbps: Vec<f64>,
+    /// How long each holds.
+    pub step: Duration,
+}
+
+impl Steps {
+    /// The MGRP paper's STEP cross traffic: 1, 3, 5, 6, 4, 2 Mbit/s (45 s each there).
+    pub fn paper(step: Duration) -> Self {
+        Self {
+            mbps: vec![1.0, 3.0, 5.0, 6.0, 4.0, 2.0],
+            step,
+        }
+    }
+
+    /// One rate for ever.
+    pub fn constant(mbps: f64) -> Self {
+        Self {
+            mbps: vec![mbps],
+            step: Duration::from_secs(3600),
+        }
+    }
+
+    /// The rate `t` after the start.
+    pub fn at(&self, t: Duration) -> f64 {
+        if self.mbps.is_empty() || self.step.is_zero() {
+            return 0.0;
+        }
+        let i = (t.as_nanos() / self.step.as_nanos()) as usize % self.mbps.len();
+        self.mbps[i]
+    }
+
+    /// One full pass through the steps.
+    pub fn period(&self) -> Duration {
+        self.step * u32::try_from(self.mbps.len()).unwrap_or(u32::MAX)
+    }
+}
+
 /// Constant-rate UDP from `from` to `to:port` (a socket in `to_ns` drains it):
 /// datagrams of `ip_size` IP bytes (IPv4 or IPv6, as `to` is) at `mbps` Mbit/s counted
 /// at the IP level, paced against absolute deadlines.
@@ -60,6 +103,19 @@ pub fn udp_cbr(
     to: IpAddr,
     port: u16,
     mbps: f64,
+    ip_size: usize,
+) -> anyhow::Result<Source> {
+    udp_steps(from, to_ns, to, port, Steps::constant(mbps), ip_size)
+}
+
+/// UDP whose rate follows `steps` (the paper's STEP traffic with [`Steps::paper`]);
+/// otherwise as [`udp_cbr`]. The receiver counts the payload bytes that arrive.
+pub fn udp_steps(
+    from: &Netns,
+    to_ns: &Netns,
+    to: IpAddr,
+    port: u16,
+    steps: Steps,
     ip_size: usize,
 ) -> anyhow::Result<Source> {
     let sink = to_ns.run(|| UdpSocket::bind(SocketAddr::new(to, port)))??;
@@ -75,32 +131,37 @@ pub fn udp_cbr(
     let bytes = Arc::new(AtomicU64::new(0));
     let headers = if to.is_ipv4() { 28 } else { 48 };
     let payload = ip_size.saturating_sub(headers).max(1);
-    let gap = Duration::from_secs_f64(ip_size as f64 * 8.0 / (mbps * 1e6));
     let sender = {
-        let (stop, bytes) = (stop.clone(), bytes.clone());
+        let stop = stop.clone();
         std::thread::spawn(move || {
             let buf = vec![0x5a; payload];
             let t0 = Instant::now();
-            let mut n: u32 = 0;
+            // The next datagram's due time, as an offset from t0.
+            let mut due = Duration::ZERO;
             while !stop.load(Ordering::Relaxed) {
-                let due = t0 + gap * n;
-                let now = Instant::now();
+                let now = t0.elapsed();
                 if due > now {
-                    std::thread::sleep(due - now);
+                    std::thread::sleep((due - now).min(Duration::from_millis(50)));
+                    continue;
                 }
-                if tx.send(&buf).is_ok() {
-                    bytes.fetch_add(payload as u64, Ordering::Relaxed);
+                let mbps = steps.at(due);
+                if mbps <= 0.0 {
+                    due += Duration::from_millis(10);
+                    continue;
                 }
-                n += 1;
+                let _ = tx.send(&buf);
+                due += Duration::from_secs_f64(ip_size as f64 * 8.0 / (mbps * 1e6));
             }
         })
     };
     let drain = {
-        let stop = stop.clone();
+        let (stop, bytes) = (stop.clone(), bytes.clone());
         std::thread::spawn(move || {
             let mut buf = vec![0u8; 65_536];
             while !stop.load(Ordering::Relaxed) {
-                let _ = sink.recv(&mut buf);
+                if let Ok(n) = sink.recv(&mut buf) {
+                    bytes.fetch_add(n as u64, Ordering::Relaxed);
+                }
             }
         })
     };
@@ -109,6 +170,170 @@ pub fn udp_cbr(
         bytes,
         started: Instant::now(),
         threads: vec![sender, drain],
+    })
+}
+
+/// Web-like TCP traffic: flows start at Poisson arrivals whose rate is drawn anew for
+/// every 5 s interval, at most `max_flows` at once (an arrival beyond is skipped);
+/// each sends a size drawn from 64 KB to 5 MB, weighted towards 64–200 KB, then closes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Web {
+    /// Mean flow arrivals per second over the long run.
+    pub flows_per_second: f64,
+    /// Flows open at once, at most.
+    pub max_flows: usize,
+    /// Seed of every draw, so runs repeat their schedule.
+    pub seed: u64,
+}
+
+impl Default for Web {
+    /// The MGRP paper's setting (NTools, at most ten flows); 1.2 flows a second gives
+    /// about 4 Mbit/s on average.
+    fn default() -> Self {
+        Self {
+            flows_per_second: 1.2,
+            max_flows: 10,
+            seed: 42,
+        }
+    }
+}
+
+impl Web {
+    /// The flows' start times (from the start) and sizes for `duration`: the schedule
+    /// the traffic follows, a pure function of the settings.
+    pub fn schedule(&self, duration: Duration) -> Vec<(Duration, u64)> {
+        let mut rng = crate::delay::LossDraw::new(self.seed);
+        let mut out = Vec::new();
+        let mut t = 0.0;
+        let end = duration.as_secs_f64();
+        let mut interval_end = 0.0;
+        let mut rate = self.flows_per_second;
+        while t < end {
+            if t >= interval_end {
+                // Each 5 s interval has its own arrival rate, a quarter to twice the mean
+                // (mean 1.125 of it; scaled back to the mean).
+                rate = self.flows_per_second * (0.25 + 1.75 * rng.next_f64()) / 1.125;
+                interval_end += 5.0;
+            }
+            t += -(1.0 - rng.next_f64()).ln() / rate.max(1e-6);
+            if t >= end {
+                break;
+            }
+            // 80 % in 64–200 KB, 20 % in 200 KB–5 MB, log-uniform within each.
+            let (lo, hi): (f64, f64) = if rng.next_f64() < 0.8 {
+                (64e3, 200e3)
+            } else {
+                (200e3, 5e6)
+            };
+            let size = (lo.ln() + (hi.ln() - lo.ln()) * rng.next_f64()).exp();
+            out.push((Duration::from_secs_f64(t), size as u64));
+        }
+        out
+    }
+}
+
+/// Starts [`Web`] traffic from `from` to `to:port` (a listener in `to_ns` reads every
+/// flow to its end). The source's byte count is what the receivers read.
+pub fn web(
+    from: &Netns,
+    to_ns: &Netns,
+    to: IpAddr,
+    port: u16,
+    cfg: &Web,
+) -> anyhow::Result<Source> {
+    let listener = tcp_listen(to_ns, to, port)?;
+    listener.set_nonblocking(true)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let bytes = Arc::new(AtomicU64::new(0));
+    let acceptor = {
+        let (stop, bytes) = (stop.clone(), bytes.clone());
+        std::thread::spawn(move || {
+            let mut readers = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((mut s, _)) => {
+                        let bytes = bytes.clone();
+                        let _ = s.set_nonblocking(false);
+                        let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
+                        readers.push(std::thread::spawn(move || {
+                            let mut buf = vec![0u8; 65_536];
+                            while let Ok(n @ 1..) = s.read(&mut buf) {
+                                bytes.fetch_add(n as u64, Ordering::Relaxed);
+                            }
+                        }));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            for r in readers {
+                let _ = r.join();
+            }
+        })
+    };
+    let schedule = cfg.schedule(Duration::from_secs(24 * 3600));
+    let max_flows = cfg.max_flows;
+    let generator = {
+        let stop = stop.clone();
+        // Created in `from`, so the flows' threads and sockets are there too.
+        from.spawn("web-flows", move || {
+            let active = Arc::new(AtomicU64::new(0));
+            let t0 = Instant::now();
+            let mut flows = Vec::new();
+            for (at, size) in schedule {
+                while t0.elapsed() < at {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    std::thread::sleep((at - t0.elapsed().min(at)).min(Duration::from_millis(50)));
+                }
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                if active.load(Ordering::Relaxed) >= max_flows as u64 {
+                    continue;
+                }
+                active.fetch_add(1, Ordering::Relaxed);
+                let (stop, active) = (stop.clone(), active.clone());
+                flows.push(std::thread::spawn(move || {
+                    if let Ok(mut s) = TcpStream::connect_timeout(
+                        &SocketAddr::new(to, port),
+                        Duration::from_secs(5),
+                    ) {
+                        let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
+                        let chunk = vec![0x77u8; 16_384];
+                        let mut left = size;
+                        while left > 0 && !stop.load(Ordering::Relaxed) {
+                            let n = left.min(chunk.len() as u64) as usize;
+                            match s.write(&chunk[..n]) {
+                                Ok(w) => left -= w as u64,
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        std::io::ErrorKind::WouldBlock
+                                            | std::io::ErrorKind::TimedOut
+                                    ) => {}
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    active.fetch_sub(1, Ordering::Relaxed);
+                }));
+                flows.retain(|f: &JoinHandle<()>| !f.is_finished());
+            }
+            for f in flows {
+                let _ = f.join();
+            }
+            Ok(())
+        })?
+    };
+    let generator = std::thread::spawn(move || {
+        let _ = generator.join();
+    });
+    Ok(Source {
+        stop,
+        bytes,
+        started: Instant::now(),
+        threads: vec![generator, acceptor],
     })
 }
 
@@ -200,4 +425,46 @@ pub fn ip_level_truth(capacity_mbps: f64, probe_size: u32, cross: &[(f64, u32)])
         .map(|&(r, s)| r * f64::from(s + 14) / f64::from(s))
         .sum();
     (capacity_mbps - wire).max(0.0) * f64::from(probe_size) / f64::from(probe_size + 14)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_follow_the_paper_and_repeat() {
+        let s = Steps::paper(Duration::from_secs(45));
+        let at = |secs: u64| s.at(Duration::from_secs(secs));
+        assert_eq!(
+            [at(0), at(44), at(45), at(100), at(135), at(180), at(269)],
+            [1.0, 1.0, 3.0, 5.0, 6.0, 4.0, 2.0]
+        );
+        assert_eq!(at(270), 1.0);
+        assert_eq!(s.period(), Duration::from_secs(270));
+        assert_eq!(Steps::constant(2.5).at(Duration::from_secs(10_000)), 2.5);
+    }
+
+    #[test]
+    fn web_flows_are_poisson_sized_as_the_paper_and_repeat() {
+        let cfg = Web::default();
+        let day = cfg.schedule(Duration::from_secs(2000));
+        assert_eq!(day, cfg.schedule(Duration::from_secs(2000)));
+        let per_second = day.len() as f64 / 2000.0;
+        assert!(
+            (0.8 * cfg.flows_per_second..1.2 * cfg.flows_per_second).contains(&per_second),
+            "{per_second} flows a second"
+        );
+        assert!(day.iter().all(|&(_, s)| (64_000..=5_000_000).contains(&s)));
+        let small = day.iter().filter(|&&(_, s)| s <= 200_000).count() as f64 / day.len() as f64;
+        assert!(
+            (0.75..0.85).contains(&small),
+            "{small} of flows up to 200 KB"
+        );
+        assert!(day.windows(2).all(|w| w[0].0 <= w[1].0));
+        let other = Web {
+            seed: 7,
+            ..Web::default()
+        };
+        assert_ne!(day, other.schedule(Duration::from_secs(2000)));
+    }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use mgrp_testbed::accounting::Kind;
 use mgrp_testbed::paper::{Bottleneck, C2, M5, Testbed};
-use mgrp_testbed::traffic::{tcp_source, udp_cbr};
+use mgrp_testbed::traffic::{Steps, Web, tcp_source, udp_cbr, udp_steps, web};
 
 #[test]
 fn traffic_crosses_the_bottleneck_at_its_rate_and_is_counted_there() {
@@ -157,4 +157,45 @@ fn the_delay_line_delays_and_drops() {
     let share = lost as f64 / (lost + forward) as f64;
     eprintln!("lost {lost}, passed {forward}: {:.1} %", share * 100.0);
     assert!((0.12..0.28).contains(&share), "lost {:.1} %", share * 100.0);
+}
+
+/// STEP cross traffic follows its steps on the link; web flows cross it too.
+#[test]
+fn step_and_web_cross_traffic_cross_the_bottleneck() {
+    if !mgrp_testbed::is_root() {
+        eprintln!("step_and_web: skipped, needs root");
+        return;
+    }
+    let tb = Testbed::new(Bottleneck::default()).expect("testbed");
+    let account = tb.account().expect("accounting");
+    let steps = Steps {
+        mbps: vec![2.0, 6.0],
+        step: Duration::from_secs(2),
+    };
+    let cross = udp_steps(&tb.c1, &tb.c2, IpAddr::V4(C2), 7106, steps, 1000).expect("steps");
+    std::thread::sleep(Duration::from_secs(4));
+    let received = cross.stop();
+    std::thread::sleep(Duration::from_millis(200));
+    let series = account.snapshot();
+    let rate = |s: usize| series.seconds.get(s).map_or(0.0, |x| x.mbps(Kind::Cross));
+    eprintln!(
+        "steps: {:?} Mbit/s per second on the link, {received} bytes received",
+        (0..5).map(rate).collect::<Vec<_>>()
+    );
+    // Second 1 is inside the 2 Mbit/s step, second 3 inside the 6 Mbit/s one (link
+    // bytes count headers: a little above the IP rate).
+    assert!((1.5..2.8).contains(&rate(1)), "{:.2}", rate(1));
+    assert!((5.0..7.0).contains(&rate(3)), "{:.2}", rate(3));
+    drop(account);
+
+    let web = web(&tb.c1, &tb.c2, IpAddr::V4(C2), 7107, &Web::default()).expect("web");
+    std::thread::sleep(Duration::from_secs(5));
+    let bytes = web.stop();
+    eprintln!("web: {bytes} bytes in 5 s");
+    let expected = Web::default().schedule(Duration::from_secs(5));
+    assert!(
+        expected.is_empty() || bytes > 0,
+        "{} flows were due and none delivered a byte",
+        expected.len()
+    );
 }

@@ -26,6 +26,7 @@ pub mod params;
 pub mod rate;
 pub mod search;
 pub mod sim;
+pub mod tool;
 pub mod trend;
 
 pub use estimator::{

@@ -4,8 +4,8 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 
+use crate::control::MAX_CONTROL_LINE;
 use anyhow::{Context, bail};
-use pathload_rs::control::MAX_CONTROL_LINE;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 

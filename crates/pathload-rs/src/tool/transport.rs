@@ -14,14 +14,14 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::Arrival;
+use crate::control::{PROBE_HEADER_LEN, ProbeHeader, ProbeKind, Transport};
 use anyhow::Context;
 use mgrp_client::blocking::Client;
 use mgrp_client::{Probe, Train};
-use pathload_rs::Arrival;
-use pathload_rs::control::{PROBE_HEADER_LEN, ProbeHeader, ProbeKind, Transport};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::sys;
+use crate::tool::sys;
 
 /// Sleep until this close to a deadline, then spin (the pacing this machine measured
 /// best: timer wake-ups cost 20–50 µs, a 50 µs margin is too small).

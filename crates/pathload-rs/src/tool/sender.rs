@@ -3,15 +3,15 @@
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
 use std::time::Duration;
 
+use crate::control::{CONTROL_VERSION, Reply, Request, Transport};
+use crate::params::{MAX_PROBE_IP_BYTES, MIN_PROBE_IP_BYTES};
 use anyhow::Context;
-use pathload_rs::control::{CONTROL_VERSION, Reply, Request, Transport};
-use pathload_rs::params::{MAX_PROBE_IP_BYTES, MIN_PROBE_IP_BYTES};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::cli::SndArgs;
-use crate::conn::Conn;
-use crate::sys;
-use crate::transport::{Batch, Sender};
+use crate::tool::cli::SndArgs;
+use crate::tool::conn::Conn;
+use crate::tool::sys;
+use crate::tool::transport::{Batch, Sender};
 
 /// A receiver that says nothing for this long is gone.
 const IDLE_LIMIT: Duration = Duration::from_secs(120);
@@ -150,7 +150,7 @@ fn serve(args: &SndArgs, stream: std::net::TcpStream, peer: SocketAddr) -> anyho
             Request::Train { id, packets, size } => send(
                 &mut sender,
                 &Batch {
-                    kind: pathload_rs::control::ProbeKind::Train,
+                    kind: crate::control::ProbeKind::Train,
                     fleet: 0,
                     stream: id,
                     packets,
@@ -171,7 +171,7 @@ fn serve(args: &SndArgs, stream: std::net::TcpStream, peer: SocketAddr) -> anyho
                 send(
                     &mut sender,
                     &Batch {
-                        kind: pathload_rs::control::ProbeKind::Stream,
+                        kind: crate::control::ProbeKind::Stream,
                         fleet,
                         stream,
                         packets,

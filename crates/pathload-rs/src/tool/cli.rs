@@ -3,11 +3,11 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use pathload_rs::control::{
+use crate::control::{
     DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, DEFAULT_SENDER_PROBE_PORT, Transport,
 };
-use pathload_rs::params::{DEFAULT_MAX_FLEETS, DEFAULT_MAX_SECONDS, PACKETS_PER_STREAM};
+use crate::params::{DEFAULT_MAX_FLEETS, DEFAULT_MAX_SECONDS, PACKETS_PER_STREAM};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Where mgrpd listens unless told otherwise.
 const DEFAULT_SOCKET: &str = mgrp_client::DEFAULT_SOCKET;

@@ -3,8 +3,8 @@
 
 use std::io::{IsTerminal, Write};
 
-use pathload_rs::search::Bounds;
-use pathload_rs::{Event, FleetReport, FleetVerdict, Outcome, StreamSpec};
+use crate::search::Bounds;
+use crate::{Event, FleetReport, FleetVerdict, Outcome, StreamSpec};
 use serde_json::json;
 
 /// Where and how results are printed.

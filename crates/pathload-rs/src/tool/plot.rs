@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
+use crate::{FleetReport, FleetVerdict, Outcome};
 use anyhow::Context;
-use pathload_rs::{FleetReport, FleetVerdict, Outcome};
 use plotters::prelude::*;
 
 /// Draws the run into `path`.

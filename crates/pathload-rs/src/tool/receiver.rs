@@ -4,17 +4,15 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use crate::control::{CONTROL_VERSION, ProbeKind, Reply, Request, Transport};
+use crate::{Action, Config, Estimator, Mode, Outcome, StopReason, StreamResult, TrainResult};
 use anyhow::{Context, anyhow, bail};
-use pathload_rs::control::{CONTROL_VERSION, ProbeKind, Reply, Request, Transport};
-use pathload_rs::{
-    Action, Config, Estimator, Mode, Outcome, StopReason, StreamResult, TrainResult,
-};
 
-use crate::cli::{ModeArg, RcvArgs};
-use crate::conn::Conn;
-use crate::output::Output;
-use crate::transport::{Listener, Seen};
-use crate::{exit, plot, sys};
+use crate::tool::cli::{ModeArg, RcvArgs};
+use crate::tool::conn::Conn;
+use crate::tool::output::Output;
+use crate::tool::transport::{Listener, Seen};
+use crate::tool::{exit, plot, sys};
 
 /// How long to wait for the sender to answer beyond the time its probes take.
 const REPLY_SLACK: Duration = Duration::from_secs(10);

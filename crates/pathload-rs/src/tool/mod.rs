@@ -1,6 +1,7 @@
-//! `pathload-rs`: the pathload available-bandwidth tool, over MGRP or plain UDP.
-//!
-//! `snd` serves measurements; `rcv` drives one and prints the range. See `--help`.
+//! The `pathload-rs` tool itself: `snd` serves measurements over MGRP or plain UDP,
+//! `rcv` drives one and prints the range. The binary is a call to [`main_with_args`];
+//! programs that embed the tool (the workspace's demo, which runs it inside network
+//! namespaces as itself) call it too.
 
 mod cli;
 mod conn;
@@ -11,11 +12,13 @@ mod sender;
 mod sys;
 mod transport;
 
+use std::ffi::OsString;
+
 use clap::Parser;
 
 /// Exit codes of `rcv`.
 mod exit {
-    use pathload_rs::StopReason;
+    use crate::StopReason;
 
     /// Any other error.
     pub(crate) const ERROR: i32 = 1;
@@ -44,10 +47,17 @@ mod exit {
     }
 }
 
-fn main() {
-    let cli = cli::Cli::parse();
+/// Runs the tool with `args` (the program name first, as `std::env::args_os` gives
+/// them) and returns its exit code. Parse errors and `--help` print and exit the
+/// process, as a command-line tool does.
+pub fn main_with_args<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = cli::Cli::parse_from(args);
     sys::catch_interrupts();
-    let code = match cli.role {
+    match cli.role {
         cli::Role::Snd(args) => match sender::run(&args) {
             Ok(()) => 0,
             Err(e) => {
@@ -56,6 +66,5 @@ fn main() {
             }
         },
         cli::Role::Rcv(args) => receiver::run(&args),
-    };
-    std::process::exit(code);
+    }
 }

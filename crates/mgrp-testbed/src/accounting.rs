@@ -63,6 +63,11 @@ pub struct Second {
     pub bytes: [u64; 5],
     /// Frames seen.
     pub frames: u64,
+    /// MGRP packets (probes and continuations) seen.
+    pub mgrp_frames: u64,
+    /// Application bytes inside them (the riders' own bytes, no MGRP overhead): what
+    /// the receiving daemon should count as delivered.
+    pub rider_bytes: u64,
 }
 
 impl Second {
@@ -116,6 +121,17 @@ impl Classifier {
     }
 }
 
+impl Classifier {
+    /// For an MGRP packet, the rider bytes it carries; `None` for any other frame.
+    pub fn riders(&self, frame: &[u8]) -> Option<u64> {
+        let (_, proto, payload) = ip_of(frame)?;
+        if proto != self.mgrp_protocol {
+            return None;
+        }
+        Some(Packet::new_checked(payload).map_or(0, |p| p.rider_bytes() as u64))
+    }
+}
+
 /// The source address, protocol and payload of an Ethernet frame's IP packet.
 fn ip_of(frame: &[u8]) -> Option<(IpAddr, u8, &[u8])> {
     let ethertype = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
@@ -165,6 +181,8 @@ impl Series {
                 *a += b;
             }
             t.frames += s.frames;
+            t.mgrp_frames += s.mgrp_frames;
+            t.rider_bytes += s.rider_bytes;
         }
         t
     }
@@ -250,12 +268,17 @@ fn count(
                 continue;
             };
             let parts = classifier.classify(frame, wire);
+            let riders = classifier.riders(frame);
             let mut s = series.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
             if s.seconds.len() <= second {
                 s.seconds.resize(second + 1, Second::default());
             }
             let slot = &mut s.seconds[second];
             slot.frames += 1;
+            if let Some(r) = riders {
+                slot.mgrp_frames += 1;
+                slot.rider_bytes += r;
+            }
             for (kind, bytes) in parts {
                 slot.bytes[kind as usize] += bytes;
             }
@@ -337,6 +360,8 @@ mod tests {
             c.classify(&f, wire),
             [(Kind::Piggybacked, 300), (Kind::ProbeOnly, wire - 300)]
         );
+        assert_eq!(c.riders(&f), Some(300));
+        assert_eq!(c.riders(&frame([10, 0, 0, 1], 6, &[0; 40])), None);
         // Not MGRP after all: still probe bytes.
         let f = frame([10, 0, 0, 1], 253, &[9; 40]);
         assert_eq!(c.classify(&f, 74)[0], (Kind::ProbeOnly, 74));

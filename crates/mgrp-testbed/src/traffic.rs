@@ -17,6 +17,7 @@ use crate::{Netns, fill_pattern, read_pattern, tcp_listen};
 pub struct Source {
     stop: Arc<AtomicBool>,
     bytes: Arc<AtomicU64>,
+    retransmits: Arc<AtomicU64>,
     started: Instant,
     threads: Vec<JoinHandle<()>>,
 }
@@ -25,6 +26,12 @@ impl Source {
     /// Payload bytes sent so far (UDP payload, or TCP bytes the receiver read).
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Segments the sender retransmitted so far (TCP sources; 0 for others): its
+    /// losses as TCP saw them.
+    pub fn retransmits(&self) -> u64 {
+        self.retransmits.load(Ordering::Relaxed)
     }
 
     /// Payload rate so far, Mbit/s.
@@ -168,6 +175,7 @@ pub fn udp_steps(
     Ok(Source {
         stop,
         bytes,
+        retransmits: Arc::default(),
         started: Instant::now(),
         threads: vec![sender, drain],
     })
@@ -332,6 +340,7 @@ pub fn web(
     Ok(Source {
         stop,
         bytes,
+        retransmits: Arc::default(),
         started: Instant::now(),
         threads: vec![generator, acceptor],
     })
@@ -368,8 +377,9 @@ pub fn tcp_source(
     let mut stream = from.run(|| {
         TcpStream::connect_timeout(&SocketAddr::new(to, port), Duration::from_secs(10))
     })??;
+    let retransmits = Arc::new(AtomicU64::new(0));
     let sender = {
-        let stop = stop.clone();
+        let (stop, retransmits) = (stop.clone(), retransmits.clone());
         std::thread::spawn(move || {
             let step = Duration::from_millis(10);
             let chunk = mbps.map_or(1 << 16, |r| ((r * 1e6 / 8.0) * step.as_secs_f64()) as usize);
@@ -389,6 +399,9 @@ pub fn tcp_source(
                 if stream.write_all(&buf).is_err() {
                     break;
                 }
+                if let Some(r) = total_retransmits(&stream) {
+                    retransmits.store(r, Ordering::Relaxed);
+                }
                 sent += buf.len() as u64;
                 n += 1;
             }
@@ -398,9 +411,29 @@ pub fn tcp_source(
     Ok(Source {
         stop,
         bytes,
+        retransmits,
         started: Instant::now(),
         threads: vec![sender, receiver],
     })
+}
+
+/// The connection's retransmitted segments so far (`TCP_INFO`).
+fn total_retransmits(stream: &TcpStream) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: tcp_info is plain data; zeroed is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `info`, which is that long.
+    let r = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut info).cast(),
+            &raw mut len,
+        )
+    };
+    (r == 0).then_some(u64::from(info.tcpi_total_retrans))
 }
 
 struct CountingReader<'a, R> {

@@ -1,41 +1,73 @@
-//! The MGRP demo: two hosts in network namespaces joined by a 10 Mbit/s bottleneck,
-//! mgrpd on both, a 4 Mbit/s TCP stream from A to B and pk2 probe trains alongside it,
-//! once with piggybacking and once without; then the two runs side by side.
+//! The MGRP demo on the paper's testbed (its Figure 4) in network namespaces: a
+//! 10 Mbit/s, 40 ms bottleneck between routers x1 and x2, a 4 Mbit/s TCP source from
+//! m3 to m5, the paper's STEP cross traffic from c1 to c2, and pathload-rs measuring
+//! the path from m3 to m5 through mgrpd again and again: once with MGRP's
+//! piggybacking off (mgrpOFF), once on (mgrp10). Everything is counted per second on
+//! the bottleneck link itself. It prints the runs side by side and writes the series
+//! as CSV and an SVG plot.
 //!
-//! Run as root: `cargo run --release --example demo` (`-- --seconds N` for another
-//! duration). It removes everything it created when it ends, however it ends.
-//!
-//! The demo embeds the daemon: it starts `mgrpd` by running itself with `mgrpd` as the
-//! first argument inside each namespace.
+//! Run as root: `cargo run --release --example demo` (`-- --help` for the options).
+//! It removes everything it created when it ends, however it ends. The demo embeds
+//! mgrpd and pathload-rs: it runs itself as either inside the namespaces.
 
-use std::io::Write;
-use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use mgrp::pktrain::{self, SenderSummary, TrainShape};
-use mgrp_core::api::DaemonStats;
-use mgrp_testbed::{
-    ADDR_B, TwoHostOptions, TwoHosts, daemon_pair, fill_pattern, read_pattern, tcp_listen,
+use clap::Parser;
+use mgrp::experiment::{
+    self, Cross, Experiment, Outcome, Probing, SOURCE_MBPS, capacity_mbps, source_link_mbps,
 };
+use mgrp::pktrain::TrainShape;
+use mgrp_testbed::accounting::Kind;
+use mgrp_testbed::paper::Bottleneck;
+use mgrp_testbed::traffic::Steps;
 
-const STREAM_MBPS: f64 = 4.0;
-const PORT: u16 = 7001;
+/// MGRP demo: probes squeeze a TCP stream at a contended bottleneck unless they carry it.
+///
+/// Builds the MGRP paper's testbed in network namespaces (needs root), runs a 4 Mbit/s
+/// TCP source, STEP cross traffic (1, 3, 5, 6, 4, 2 Mbit/s) and repeated pathload-rs
+/// measurements through mgrpd, first without piggybacking (mgrpOFF), then with it
+/// (mgrp10), and compares what crossed the bottleneck, measured on the link.
+#[derive(Debug, Parser)]
+#[command(name = "demo")]
+struct Args {
+    /// Seconds each cross-traffic step lasts (six steps per run; the paper's are 45).
+    #[arg(long, default_value_t = 8)]
+    step_seconds: u64,
+    /// The probes: pfast or pslow (pathload-rs), or pk1, pk2, pk3 (packet trains).
+    #[arg(long, default_value = "pfast")]
+    probes: String,
+    /// Bottleneck rate (tc units).
+    #[arg(long, default_value = "10mbit")]
+    rate: String,
+    /// Round-trip delay across the bottleneck, milliseconds.
+    #[arg(long, default_value_t = 40)]
+    rtt_ms: u64,
+    /// Random loss on the bottleneck, 0 to 1.
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// How long a source packet may wait for a probe with piggybacking, milliseconds.
+    #[arg(long, default_value_t = 10)]
+    hold_ms: u64,
+    /// Where the CSV files and the plot go.
+    #[arg(long, default_value = "demo-out")]
+    out: PathBuf,
+}
 
 fn main() -> ExitCode {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if args.get(1).is_some_and(|a| a == "mgrpd") {
-        return mgrpd::main_with_args(&args[1..]);
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match argv.get(1).and_then(|a| a.to_str()) {
+        Some("mgrpd") => return mgrpd::main_with_args(&argv[1..]),
+        Some("pathload-rs") => {
+            let code = pathload_rs::tool::main_with_args(&argv[1..]);
+            return ExitCode::from(u8::try_from(code).unwrap_or(1));
+        }
+        _ => {}
     }
-    let seconds = args
-        .iter()
-        .position(|a| a == "--seconds")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| s.to_str()?.parse::<u64>().ok())
-        .unwrap_or(20);
-    match run(Duration::from_secs(seconds)) {
+    let args = Args::parse();
+    match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("demo: {e:#}");
@@ -63,211 +95,268 @@ fn preflight() -> anyhow::Result<PathBuf> {
     std::env::current_exe().context("cannot find the demo's own executable")
 }
 
-/// A line of the side-by-side table: its label and how to read it off a run.
-type Row = (&'static str, Box<dyn Fn(&Run) -> String>);
-
-struct Run {
-    sender: SenderSummary,
-    probes_received: u64,
-    stream_bytes: u64,
-    stream_intact: bool,
-    seconds: f64,
-    a: DaemonStats,
-    b: DaemonStats,
+fn probing(name: &str) -> anyhow::Result<Probing> {
+    Ok(match name.to_ascii_lowercase().as_str() {
+        "pfast" => Probing::Pathload { fast: true },
+        "pslow" => Probing::Pathload { fast: false },
+        "pk1" => Probing::Train(TrainShape::PK1),
+        "pk2" => Probing::Train(TrainShape::PK2),
+        "pk3" => Probing::Train(TrainShape::PK3),
+        other => bail!("unknown probes {other:?}: use pfast, pslow, pk1, pk2 or pk3"),
+    })
 }
 
-fn run(duration: Duration) -> anyhow::Result<()> {
+fn run(args: &Args) -> anyhow::Result<()> {
     let me = preflight()?;
+    let capacity = capacity_mbps(&args.rate)?;
+    let steps = Steps::paper(Duration::from_secs(args.step_seconds));
+    let exp = Experiment {
+        probing: probing(&args.probes)?,
+        piggyback: false,
+        cross: Cross::Step(steps.clone()),
+        duration: steps.period(),
+        bottleneck: Bottleneck {
+            rate: args.rate.clone(),
+            rtt: Duration::from_millis(args.rtt_ms),
+            loss: args.loss,
+            ..Bottleneck::default()
+        },
+        hold: Duration::from_millis(args.hold_ms),
+        pathload_limit: Duration::from_secs(60),
+    };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
     println!(
-        "MGRP demo: A -> B over a 10 Mbit/s tbf bottleneck (burst 1540), a {STREAM_MBPS} Mbit/s TCP stream and pk2 trains (20 x 500 B, 1 ms apart, every 20 ms) for {} s, with and without piggybacking.\n",
-        duration.as_secs()
+        "MGRP demo: m3 -> m5 over a {} bottleneck with {} ms round trip; a {SOURCE_MBPS} Mbit/s TCP source, STEP cross traffic (1, 3, 5, 6, 4, 2 Mbit/s, {} s each) and {} probes, without and with piggybacking ({} s each).\n",
+        args.rate,
+        args.rtt_ms,
+        args.step_seconds,
+        exp.probing.name(),
+        exp.duration.as_secs()
     );
-    let on = phase(&me, true, duration)?;
-    let off = phase(&me, false, duration)?;
-    let padding = |r: &Run| r.sender.probes * u64::from(TrainShape::PK2.size - 20 - 28 - 4);
+    let off = one(&exp, &me)?;
+    let on = one(
+        &Experiment {
+            piggyback: true,
+            ..exp.clone()
+        },
+        &me,
+    )?;
+    summary(&off, &on, &steps, args.step_seconds as usize);
+    for r in [&off, &on] {
+        let path = args.out.join(format!("{}.csv", r.label));
+        std::fs::write(&path, r.csv())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let svg = args.out.join("demo.svg");
+    mgrp::plot::timeseries(&svg, &[&off, &on], capacity)?;
+    println!(
+        "\nWrote {}, {} and {}.",
+        args.out.join(format!("{}.csv", off.label)).display(),
+        args.out.join(format!("{}.csv", on.label)).display(),
+        svg.display()
+    );
+    Ok(())
+}
+
+fn one(exp: &Experiment, me: &std::path::Path) -> anyhow::Result<Outcome> {
+    println!(
+        "{}: building the testbed, starting mgrpd on m3 and m5 ...",
+        exp.label()
+    );
+    let mut progress = |p: &experiment::Progress<'_>| {
+        if p.second % 4 != 0 {
+            return;
+        }
+        let link = p.last.map_or(String::new(), |s| {
+            format!(
+                "source {:.2}  in probes {:.2}  cross {:.2}  probe-only {:.2}",
+                s.mbps(Kind::Source),
+                s.mbps(Kind::Piggybacked),
+                s.mbps(Kind::Cross),
+                s.mbps(Kind::ProbeOnly)
+            )
+        });
+        let est = p.estimates.last().map_or(String::new(), |e| {
+            format!(
+                "; estimate #{}: {:.1}-{:.1}",
+                p.estimates.len(),
+                e.low,
+                e.high
+            )
+        });
+        println!(
+            "  {:>3}/{} s  Mbit/s at the link: {link}{est}",
+            p.second, p.of
+        );
+    };
+    let out = experiment::run(exp, me, &mut progress)?;
+    println!("  done.\n");
+    Ok(out)
+}
+
+/// A line of the side-by-side table: its label and how to read it off a run.
+type Row = (&'static str, Box<dyn Fn(&Outcome) -> String>);
+
+/// Mean of `xs`, NaN for none.
+fn mean(xs: impl IntoIterator<Item = f64>) -> f64 {
+    let (s, n) = xs.into_iter().fold((0.0, 0), |(s, n), x| (s + x, n + 1));
+    if n == 0 { f64::NAN } else { s / f64::from(n) }
+}
+
+fn summary(off: &Outcome, on: &Outcome, steps: &Steps, step_seconds: usize) {
+    // The first second holds the source's slow start.
+    let from = 1;
+    let demand = source_link_mbps();
     let rows: Vec<Row> = vec![
-        ("probes sent", Box::new(|r| r.sender.probes.to_string())),
         (
-            "probes received at B",
-            Box::new(|r| r.probes_received.to_string()),
+            "source throughput at the bottleneck (Mbit/s)",
+            Box::new(move |r| format!("{:.2}", mean(r.source_mbps().into_iter().skip(from)))),
         ),
         (
-            "probes that carried riders",
-            Box::new(|r| format!("{:.1} %", 100.0 * r.sender.rider_probe_fraction())),
+            "  of which carried in probes",
+            Box::new(move |r| format!("{:.2}", r.mean_mbps(Kind::Piggybacked, from))),
         ),
         (
-            "probe padding filled by riders",
+            "seconds the source fell below 95 % of its demand",
             Box::new(move |r| {
+                let v = r.source_mbps();
+                let below = v.iter().skip(from).filter(|&&x| x < 0.95 * demand).count();
+                format!("{below} of {}", v.len().saturating_sub(from))
+            }),
+        ),
+        (
+            "source segments retransmitted",
+            Box::new(|r| r.source_retransmits.to_string()),
+        ),
+        (
+            "cross traffic (Mbit/s)",
+            Box::new(move |r| format!("{:.2}", r.mean_mbps(Kind::Cross, from))),
+        ),
+        (
+            "probe-only traffic (Mbit/s)",
+            Box::new(move |r| format!("{:.3}", r.mean_mbps(Kind::ProbeOnly, from))),
+        ),
+        (
+            "probe bytes: carrying source / padding and headers",
+            Box::new(|r| {
+                let t = r.series.total(0, usize::MAX);
+                format!("{} / {}", t.rider_bytes, t.get(Kind::ProbeOnly))
+            }),
+        ),
+        (
+            "pathload estimates: converged / other / cut off",
+            Box::new(|r| {
+                let ok = r.estimates.iter().filter(|e| e.converged).count();
                 format!(
-                    "{:.1} %",
-                    100.0 * r.sender.rider_bytes as f64 / padding(r).max(1) as f64
+                    "{ok} / {} / {}",
+                    r.estimates.len() - ok,
+                    r.estimates_cut_off
                 )
             }),
         ),
         (
-            "rider bytes carried",
-            Box::new(|r| r.sender.rider_bytes.to_string()),
-        ),
-        (
-            "riders delivered by B",
-            Box::new(|r| r.b.daemon.riders_delivered.to_string()),
-        ),
-        (
-            "probe bytes sent",
-            Box::new(|r| r.sender.probe_bytes.to_string()),
-        ),
-        (
-            "probe-only bytes on the bottleneck",
-            Box::new(|r| r.sender.probe_only_bytes().to_string()),
-        ),
-        (
-            "TCP stream throughput",
+            "mean time to an estimate (s)",
             Box::new(|r| {
                 format!(
-                    "{:.2} Mbit/s",
-                    r.stream_bytes as f64 * 8.0 / r.seconds / 1e6
+                    "{:.1}",
+                    mean(
+                        r.estimates
+                            .iter()
+                            .filter(|e| e.converged)
+                            .map(|e| e.ended - e.started)
+                    )
                 )
             }),
         ),
         (
-            "TCP bytes intact",
+            "m5's rider bytes delivered / seen on the link",
             Box::new(|r| {
-                if r.stream_intact {
-                    "yes".into()
-                } else {
-                    "NO".into()
-                }
-            }),
-        ),
-        (
-            "pacing lateness median / p99",
-            Box::new(|r| {
-                let (m, p99, _) = r.sender.lateness_us();
-                format!("{m:.1} / {p99:.1} µs")
-            }),
-        ),
-        (
-            "A's riders: in / piggybacked / unchanged / dropped",
-            Box::new(|r| {
-                let p = &r.a.planner;
                 format!(
-                    "{} / {} / {} / {}",
-                    p.riders_in,
-                    p.riders_piggybacked,
-                    p.riders_sent_unchanged,
-                    p.riders_dropped()
+                    "{} / {}",
+                    r.m5.daemon.rider_bytes_delivered,
+                    r.series.total(0, usize::MAX).rider_bytes
+                )
+            }),
+        ),
+        (
+            "m5's MGRP packets received / seen on the link",
+            Box::new(|r| {
+                format!(
+                    "{} / {}",
+                    r.m5.daemon.mgrp_received,
+                    r.series.total(0, usize::MAX).mgrp_frames
                 )
             }),
         ),
     ];
-    println!(
-        "\n{:<52}{:>22}{:>22}",
-        "", "piggybacking on", "piggybacking off"
-    );
+    println!("{:<52}{:>20}{:>20}", "", off.label, on.label);
     for (name, f) in &rows {
-        println!("{name:<52}{:>22}{:>22}", f(&on), f(&off));
+        println!("{name:<52}{:>20}{:>20}", f(off), f(on));
     }
+
     println!(
-        "\nWith piggybacking, {:.0} % fewer probe-only bytes crossed the bottleneck.",
-        100.0
-            * (1.0
-                - on.sender.probe_only_bytes() as f64
-                    / off.sender.probe_only_bytes().max(1) as f64)
+        "\nPer step, at the bottleneck (Mbit/s): the source's demand is {demand:.2} with headers"
     );
-    if !on.stream_intact || !off.stream_intact {
-        bail!("the TCP stream arrived corrupted");
-    }
-    Ok(())
-}
-
-fn phase(me: &std::path::Path, piggyback: bool, duration: Duration) -> anyhow::Result<Run> {
-    let label = if piggyback {
-        "with piggybacking"
-    } else {
-        "without piggybacking"
-    };
-    println!("run {label}: building hosts and starting mgrpd ...");
-    let net = TwoHosts::new(&TwoHostOptions {
-        bottleneck: Some(("10mbit".into(), "1540".into())),
-    })?;
-    // The paper's mode (its "mgrp10"): every packet to the peer waits up to 10 ms for
-    // a probe, so the stream rides in the trains throughout.
-    let (a, b) = daemon_pair(
-        &net,
-        me,
-        &["mgrpd"],
-        &["--log-level", "warn", "--hold-mode", "always"],
-    )?;
-
-    // The TCP stream, paced at STREAM_MBPS by the application.
-    let listener = tcp_listen(&net.b, IpAddr::V4(ADDR_B), 5001)?;
-    let receiver = std::thread::spawn(move || -> anyhow::Result<(u64, bool)> {
-        let (mut s, _) = listener.accept()?;
-        Ok(read_pattern(&mut s)?)
-    });
-    let mut stream = net
-        .a
-        .run(|| TcpStream::connect(SocketAddr::new(IpAddr::V4(ADDR_B), 5001)))??;
-    let sender = std::thread::spawn(move || -> anyhow::Result<()> {
-        let per_tick = (STREAM_MBPS * 1e6 / 8.0 / 100.0) as usize;
-        let start = Instant::now();
-        let mut sent = 0u64;
-        let mut tick = 0u32;
-        let mut buf = vec![0u8; per_tick];
-        while start.elapsed() < duration {
-            fill_pattern(&mut buf, sent);
-            stream.write_all(&buf)?;
-            sent += per_tick as u64;
-            tick += 1;
-            let next = start + Duration::from_millis(10) * tick;
-            std::thread::sleep(next.saturating_duration_since(Instant::now()));
-        }
-        Ok(())
-    });
-
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let (summary, received) = rt.block_on(async {
-        let client_a = mgrp_client::Client::connect(&a.socket).await?;
-        let client_b = mgrp_client::Client::connect(&b.socket).await?;
-        let mut probes = client_b.listen(PORT).await?;
-        let recv = pktrain::receive(&mut probes, duration + Duration::from_secs(1));
-        let send = pktrain::send(
-            &client_a,
-            IpAddr::V4(ADDR_B),
-            (PORT - 1, PORT),
-            TrainShape::PK2,
-            piggyback,
-            duration,
+    println!(
+        "{:>6}{:>12}{:>18}{:>18}{:>16}{:>16}",
+        "cross", "available", "source mgrpOFF", "source mgrp10", "probes mgrpOFF", "probes mgrp10"
+    );
+    for (i, cross) in steps.mbps.iter().enumerate() {
+        // Skip each step's first second: the queue is still settling.
+        let secs = (i * step_seconds + 1)..((i + 1) * step_seconds);
+        let avg = |r: &Outcome, f: &dyn Fn(&mgrp_testbed::accounting::Second) -> f64| {
+            mean(secs.clone().filter_map(|s| r.series.seconds.get(s)).map(f))
+        };
+        let source =
+            |s: &mgrp_testbed::accounting::Second| s.mbps(Kind::Source) + s.mbps(Kind::Piggybacked);
+        let probes = |s: &mgrp_testbed::accounting::Second| s.mbps(Kind::ProbeOnly);
+        println!(
+            "{cross:>6.0}{:>12.2}{:>18.2}{:>18.2}{:>16.2}{:>16.2}",
+            mean(secs.clone().filter_map(|s| off.truth.get(s).copied())),
+            avg(off, &source),
+            avg(on, &source),
+            avg(off, &probes),
+            avg(on, &probes),
         );
-        let (sent, trains) = tokio::join!(send, recv);
-        let received: u64 = trains?.values().map(|t| u64::from(t.received)).sum();
-        anyhow::Ok((sent?, received))
-    })?;
-    sender
-        .join()
-        .map_err(|_| anyhow::anyhow!("stream sender panicked"))??;
-    let (bytes, intact) = receiver
-        .join()
-        .map_err(|_| anyhow::anyhow!("stream receiver panicked"))??;
-    // The application paces the stream over `duration`; what arrived over it is its rate.
-    let seconds = duration.as_secs_f64();
-    let sa = a.quiescent_stats()?;
-    let sb = b.quiescent_stats()?;
+    }
+
+    println!("\nEstimates (Mbit/s; the available bandwidth is averaged over each measurement):");
+    for r in [off, on] {
+        for e in &r.estimates {
+            let truth = mean(
+                (e.started.max(0.0) as usize..=(e.ended as usize))
+                    .filter_map(|s| r.truth.get(s).copied()),
+            );
+            let verdict = if !e.low.is_finite() {
+                "no result".to_string()
+            } else if truth >= e.low - 0.5 && truth <= e.high + 0.5 {
+                "holds it (±0.5)".to_string()
+            } else {
+                format!("misses by {:.1}", (e.low - truth).max(truth - e.high))
+            };
+            println!(
+                "  {:<18} {:>5.1}-{:>5.1} s  {:>5.2}-{:>5.2}  available {:>5.2}  {verdict}{}",
+                r.label,
+                e.started,
+                e.ended,
+                e.low,
+                e.high,
+                truth,
+                if e.converged {
+                    ""
+                } else {
+                    " (did not converge)"
+                }
+            );
+        }
+    }
+    let off_probe = off.series.total(from, usize::MAX).get(Kind::ProbeOnly) as f64;
+    let on_probe = on.series.total(from, usize::MAX).get(Kind::ProbeOnly) as f64;
     println!(
-        "  done: {} trains, {} probes, TCP {:.2} Mbit/s",
-        summary.trains,
-        summary.probes,
-        bytes as f64 * 8.0 / seconds / 1e6
+        "\nWith piggybacking, probe-only bytes on the bottleneck fell by {:.0} % and the source carried {:.2} instead of {:.2} Mbit/s.",
+        100.0 * (1.0 - on_probe / off_probe.max(1.0)),
+        mean(on.source_mbps().into_iter().skip(from)),
+        mean(off.source_mbps().into_iter().skip(from)),
     );
-    Ok(Run {
-        sender: summary,
-        probes_received: received,
-        stream_bytes: bytes,
-        stream_intact: intact,
-        seconds,
-        a: sa,
-        b: sb,
-    })
 }

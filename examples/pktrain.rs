@@ -50,9 +50,9 @@ enum Cmd {
         /// Gap between probes, in µs.
         #[arg(long)]
         gap_us: Option<u64>,
-        /// Time between train starts, in ms.
+        /// Idle time from a train's last probe to the next train's first, in ms.
         #[arg(long)]
-        interval_ms: Option<u64>,
+        train_gap_ms: Option<u64>,
         /// How long to send, in seconds.
         #[arg(long, default_value_t = 20.0)]
         duration: f64,
@@ -79,7 +79,7 @@ async fn main() -> anyhow::Result<()> {
             probes,
             size,
             gap_us,
-            interval_ms,
+            train_gap_ms,
             duration,
             no_piggyback,
         } => {
@@ -87,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
                 probes: probes.unwrap_or(preset.probes),
                 size: size.unwrap_or(preset.size),
                 gap: gap_us.map_or(preset.gap, Duration::from_micros),
-                interval: interval_ms.map_or(preset.interval, Duration::from_millis),
+                train_gap: train_gap_ms.map_or(preset.train_gap, Duration::from_millis),
             };
             let d = Duration::try_from_secs_f64(duration).context("--duration")?;
             let s = pktrain::send(

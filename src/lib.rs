@@ -4,4 +4,6 @@
 //! The protocol lives in `mgrp-core`, the daemon in `mgrpd`, the tool API in
 //! `mgrp-client`, the namespace test hosts in `mgrp-testbed`.
 
+pub mod experiment;
 pub mod pktrain;
+pub mod plot;

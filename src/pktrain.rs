@@ -1,10 +1,13 @@
 //! The paper's synthetic packet-train tool (MGRP paper, Table 1), on `mgrp-client`.
 //!
-//! | preset | probes × size | gap | a train every |
-//! |---|---|---|---|
-//! | `pk1` | 10 × 300 B | 200 µs | 20 ms |
-//! | `pk2` | 20 × 500 B | 1000 µs | 20 ms |
-//! | `pk3` | 10 × 300 B | back to back | 10 ms |
+//! | preset | probes × size | gap | train gap | average rate |
+//! |---|---|---|---|---|
+//! | `pk1` | 10 × 300 B | 200 µs | 20 ms | 1.1 Mbit/s |
+//! | `pk2` | 20 × 500 B | 1000 µs | 20 ms | 2.0 Mbit/s |
+//! | `pk3` | 10 × 300 B | back to back | 10 ms | 2.3–2.4 Mbit/s |
+//!
+//! The train gap is the idle time from one train's last probe to the next train's
+//! first, as the paper's averages (1.1, 2.0, 2.3 Mbit/s) show.
 //!
 //! The sender submits trains for a given duration and summarises their reports; the
 //! receiver listens on a port and reports per-train loss and one-way-delay variation.
@@ -26,8 +29,8 @@ pub struct TrainShape {
     pub size: u16,
     /// Gap between probes.
     pub gap: Duration,
-    /// Time from one train's start to the next one's.
-    pub interval: Duration,
+    /// Idle time from a train's last probe to the next train's first.
+    pub train_gap: Duration,
 }
 
 impl TrainShape {
@@ -36,22 +39,34 @@ impl TrainShape {
         probes: 10,
         size: 300,
         gap: Duration::from_micros(200),
-        interval: Duration::from_millis(20),
+        train_gap: Duration::from_millis(20),
     };
     /// Table 1's `pk2`.
     pub const PK2: Self = Self {
         probes: 20,
         size: 500,
         gap: Duration::from_micros(1000),
-        interval: Duration::from_millis(20),
+        train_gap: Duration::from_millis(20),
     };
     /// Table 1's `pk3`.
     pub const PK3: Self = Self {
         probes: 10,
         size: 300,
         gap: Duration::ZERO,
-        interval: Duration::from_millis(10),
+        train_gap: Duration::from_millis(10),
     };
+}
+
+impl TrainShape {
+    /// Time from one train's first probe to the next one's.
+    pub fn interval(&self) -> Duration {
+        self.gap * self.probes.saturating_sub(1) + self.train_gap
+    }
+
+    /// Average rate, Mbit/s of IP bytes.
+    pub fn average_mbps(&self) -> f64 {
+        f64::from(self.probes) * f64::from(self.size) * 8.0 / self.interval().as_secs_f64() / 1e6
+    }
 }
 
 impl FromStr for TrainShape {
@@ -63,7 +78,7 @@ impl FromStr for TrainShape {
             "pk2" => Ok(Self::PK2),
             "pk3" => Ok(Self::PK3),
             _ => Err(format!(
-                "unknown preset {s:?}; use pk1, pk2 or pk3, or give --probes/--size/--gap/--interval"
+                "unknown preset {s:?}; use pk1, pk2 or pk3, or give --probes/--size/--gap-us/--train-gap-ms"
             )),
         }
     }
@@ -146,7 +161,7 @@ pub async fn send(
         .max(client.limits().map_or(Duration::ZERO, |l| l.min_gap()));
     while next.duration_since(start) < duration {
         tokio::time::sleep_until(next).await;
-        next += shape.interval;
+        next += shape.interval();
         let mut train = Train::uniform(dst, shape.probes, shape.size, gap).ports(ports.0, ports.1);
         if !piggyback {
             train = train.no_piggyback();
@@ -226,4 +241,34 @@ pub async fn receive(
         });
     }
     Ok(trains)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_have_the_papers_average_rates() {
+        // Table 1: 1.1, 2.0 and 2.3 Mbit/s (pk3's back-to-back train takes a little
+        // time on the wire, which the paper's figure counts and this one does not).
+        let r = |s: TrainShape| s.average_mbps();
+        assert!(
+            (1.05..1.15).contains(&r(TrainShape::PK1)),
+            "{}",
+            r(TrainShape::PK1)
+        );
+        assert!(
+            (1.95..2.1).contains(&r(TrainShape::PK2)),
+            "{}",
+            r(TrainShape::PK2)
+        );
+        assert!(
+            (2.25..2.45).contains(&r(TrainShape::PK3)),
+            "{}",
+            r(TrainShape::PK3)
+        );
+        assert_eq!(TrainShape::PK2.interval(), Duration::from_millis(39));
+        assert_eq!("pk3".parse::<TrainShape>(), Ok(TrainShape::PK3));
+        assert!("pk4".parse::<TrainShape>().is_err());
+    }
 }

@@ -244,10 +244,16 @@ pub struct Process {
 impl Process {
     /// Starts `program args` in `ns`, stderr and stdout to a log file.
     pub fn spawn(ns: &Netns, program: &Path, args: &[String]) -> anyhow::Result<Self> {
+        Self::spawn_in(ns.name(), program, args)
+    }
+
+    /// [`Self::spawn`] by the namespace's name, for threads that outlive a borrow of
+    /// the [`Netns`] (the namespace must outlive the process).
+    pub fn spawn_in(ns: &str, program: &Path, args: &[String]) -> anyhow::Result<Self> {
         let log = std::env::temp_dir().join(format!("{}.log", unique("mgrp-proc")));
         let file = std::fs::File::create(&log)?;
         let child = Command::new("ip")
-            .args(["netns", "exec", ns.name()])
+            .args(["netns", "exec", ns])
             .arg(program)
             .args(args)
             .stdin(Stdio::null())

@@ -1,0 +1,256 @@
+//! SVG plots of experiment runs, in the spirit of the MGRP paper's figures: the
+//! per-second traffic at the bottleneck stacked by kind with the available bandwidth
+//! and the estimates (its Figures 6 and 7), CDFs (Figures 9 to 12), and average
+//! per-second throughput by kind (Figures 8 and 13).
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use mgrp_testbed::accounting::Kind;
+use plotters::prelude::*;
+
+use crate::experiment::Outcome;
+
+/// The kinds stacked in a time series and a bar, bottom first, with their colours.
+const STACK: [(Kind, &str, RGBColor); 4] = [
+    (Kind::Cross, "cross", RGBColor(170, 170, 170)),
+    (Kind::Source, "source", RGBColor(70, 130, 200)),
+    (
+        Kind::Piggybacked,
+        "source in probes",
+        RGBColor(90, 190, 120),
+    ),
+    (Kind::ProbeOnly, "probe only", RGBColor(30, 30, 30)),
+];
+
+fn err(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("{e}")
+}
+
+/// One panel per run, stacked per-second throughput at the bottleneck, the available
+/// bandwidth as a line, pathload's ranges as bars at the second each ended.
+pub fn timeseries(path: &Path, runs: &[&Outcome], capacity: f64) -> anyhow::Result<()> {
+    let height = 320 * u32::try_from(runs.len().max(1))?;
+    let root = SVGBackend::new(path, (960, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let panels = root.split_evenly((runs.len().max(1), 1));
+    for (run, area) in runs.iter().zip(panels.iter()) {
+        let n = run.series.seconds.len().max(1) as f64;
+        let mut chart = ChartBuilder::on(area)
+            .caption(&run.label, ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(34)
+            .y_label_area_size(48)
+            .build_cartesian_2d(0.0..n, 0.0..capacity * 1.6)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("second")
+            .y_desc("Mbit/s at the bottleneck")
+            .draw()
+            .map_err(err)?;
+        // Cumulative tops, drawn from the top layer down so each covers the rest.
+        let mut tops = vec![vec![0.0; run.series.seconds.len()]; STACK.len()];
+        for (i, s) in run.series.seconds.iter().enumerate() {
+            let mut acc = 0.0;
+            for (k, (kind, _, _)) in STACK.iter().enumerate() {
+                acc += s.mbps(*kind);
+                tops[k][i] = acc;
+            }
+        }
+        for (k, (_, name, colour)) in STACK.iter().enumerate().rev() {
+            let pts: Vec<(f64, f64)> = tops[k]
+                .iter()
+                .enumerate()
+                .flat_map(|(i, &v)| [(i as f64, v), (i as f64 + 1.0, v)])
+                .collect();
+            let colour = *colour;
+            chart
+                .draw_series(AreaSeries::new(pts, 0.0, colour.filled()))
+                .map_err(err)?
+                .label(*name)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled())
+                });
+        }
+        let truth: Vec<(f64, f64)> = run
+            .truth
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &v)| [(i as f64, v), (i as f64 + 1.0, v)])
+            .collect();
+        let line = RGBColor(200, 40, 40);
+        chart
+            .draw_series(LineSeries::new(truth, line.stroke_width(2)))
+            .map_err(err)?
+            .label("available bandwidth")
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 14, y)], line.stroke_width(2))
+            });
+        let est = RGBColor(230, 120, 0);
+        let finished: Vec<_> = run.estimates.iter().filter(|e| e.low.is_finite()).collect();
+        if !finished.is_empty() {
+            chart
+                .draw_series(finished.iter().map(|e| {
+                    PathElement::new(
+                        vec![(e.ended, e.low), (e.ended, e.high)],
+                        est.stroke_width(4),
+                    )
+                }))
+                .map_err(err)?
+                .label("pathload estimate")
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x + 7, y - 5), (x + 7, y + 5)], est.stroke_width(4))
+                });
+            chart
+                .draw_series(
+                    finished
+                        .iter()
+                        .map(|e| Circle::new((e.ended, (e.low + e.high) / 2.0), 3, est.filled())),
+                )
+                .map_err(err)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
+    }
+    root.present()
+        .map_err(err)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Empirical CDFs of named samples, one line each.
+pub fn cdf(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    samples: &[(String, Vec<f64>)],
+) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (760, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let top = samples
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max)
+        .max(1.0)
+        * 1.05;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(48)
+        .build_cartesian_2d(0.0..top, 0.0..1.0)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc("fraction")
+        .draw()
+        .map_err(err)?;
+    for (i, (name, values)) in samples.iter().enumerate() {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            continue;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len() as f64;
+        let mut pts = vec![(0.0, 0.0)];
+        for (j, &x) in v.iter().enumerate() {
+            pts.push((x, j as f64 / n));
+            pts.push((x, (j + 1) as f64 / n));
+        }
+        pts.push((top, 1.0));
+        let colour = Palette99::pick(i).to_rgba();
+        let dashed = name.starts_with("mgrpOFF");
+        let style = colour.stroke_width(if dashed { 1 } else { 2 });
+        chart
+            .draw_series(LineSeries::new(pts, style))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], style));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present()
+        .map_err(err)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Average per-second Mbit/s by kind, one stacked bar per run.
+pub fn bars(path: &Path, title: &str, runs: &[&Outcome], from: usize) -> anyhow::Result<()> {
+    let width = 120 + 70 * u32::try_from(runs.len().max(1))?;
+    let root = SVGBackend::new(path, (width.max(600), 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let n = runs.len().max(1);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(110)
+        .y_label_area_size(48)
+        .build_cartesian_2d((0..n).into_segmented(), 0.0..12.0)
+        .map_err(err)?;
+    let labels: Vec<String> = runs.iter().map(|r| r.label.clone()).collect();
+    chart
+        .configure_mesh()
+        .y_desc("average Mbit/s at the bottleneck")
+        .x_labels(n)
+        .x_label_style(
+            ("sans-serif", 11)
+                .into_font()
+                .transform(FontTransform::Rotate90),
+        )
+        .x_label_formatter(&|x| match x {
+            SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .draw()
+        .map_err(err)?;
+    for (k, (kind, name, colour)) in STACK.iter().enumerate() {
+        let colour = *colour;
+        let rects: Vec<Rectangle<(SegmentValue<usize>, f64)>> = runs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let below: f64 = STACK[..k]
+                    .iter()
+                    .map(|(kk, _, _)| r.mean_mbps(*kk, from))
+                    .sum();
+                let top = below + r.mean_mbps(*kind, from);
+                let mut rect = Rectangle::new(
+                    [
+                        (SegmentValue::Exact(i), below),
+                        (SegmentValue::Exact(i + 1), top),
+                    ],
+                    colour.filled(),
+                );
+                rect.set_margin(0, 0, 8, 8);
+                rect
+            })
+            .collect();
+        chart
+            .draw_series(rects)
+            .map_err(err)?
+            .label(*name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present()
+        .map_err(err)
+        .with_context(|| format!("cannot write {}", path.display()))
+}

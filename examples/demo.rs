@@ -274,8 +274,7 @@ fn summary(off: &Outcome, on: &Outcome, steps: &Steps, step_seconds: usize) {
             Box::new(|r| {
                 format!(
                     "{} / {}",
-                    r.m5.daemon.rider_bytes_delivered,
-                    r.series.total(0, usize::MAX).rider_bytes
+                    r.m5.daemon.rider_bytes_delivered, r.link_total.rider_bytes
                 )
             }),
         ),
@@ -284,8 +283,7 @@ fn summary(off: &Outcome, on: &Outcome, steps: &Steps, step_seconds: usize) {
             Box::new(|r| {
                 format!(
                     "{} / {}",
-                    r.m5.daemon.mgrp_received,
-                    r.series.total(0, usize::MAX).mgrp_frames
+                    r.m5.daemon.mgrp_received, r.link_total.mgrp_frames
                 )
             }),
         ),

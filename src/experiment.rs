@@ -148,6 +148,10 @@ pub struct Outcome {
     pub estimates: Vec<Estimate>,
     /// pathload measurements cut off by the end of the run.
     pub estimates_cut_off: u32,
+    /// Everything the link carried from the start of counting until the last frame
+    /// had crossed (the series stops at the run's duration): what the daemons'
+    /// counters are checked against.
+    pub link_total: mgrp_testbed::accounting::Second,
     /// The source's TCP payload bytes the receiver read.
     pub source_bytes: u64,
     /// Segments the source retransmitted.
@@ -276,6 +280,7 @@ pub fn run(
     // Let the last frames cross the delay line before the count ends.
     std::thread::sleep(exp.bottleneck.rtt + Duration::from_millis(200));
     let mut series = accounting.stop()?;
+    let link_total = series.total(0, usize::MAX);
     series.seconds.resize(seconds, Default::default());
     let m3 = a.quiescent_stats()?;
     let m5 = b.quiescent_stats()?;
@@ -299,6 +304,7 @@ pub fn run(
         truth,
         estimates,
         estimates_cut_off: cut_off,
+        link_total,
         source_bytes,
         source_retransmits,
         cross_bytes,

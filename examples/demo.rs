@@ -67,6 +67,7 @@ fn main() -> ExitCode {
         _ => {}
     }
     let args = Args::parse();
+    experiment::stop_on_signals();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -238,10 +239,16 @@ fn summary(off: &Outcome, on: &Outcome, steps: &Steps, step_seconds: usize) {
             Box::new(move |r| format!("{:.3}", r.mean_mbps(Kind::ProbeOnly, from))),
         ),
         (
-            "probe bytes: carrying source / padding and headers",
+            "probe bytes: source / empty padding / headers",
             Box::new(|r| {
                 let t = r.series.total(0, usize::MAX);
-                format!("{} / {}", t.rider_bytes, t.get(Kind::ProbeOnly))
+                let only = t.get(Kind::ProbeOnly);
+                format!(
+                    "{} / {} / {}",
+                    t.rider_bytes,
+                    t.probe_padding,
+                    only.saturating_sub(t.probe_padding)
+                )
             }),
         ),
         (

@@ -49,6 +49,7 @@ fn main() -> ExitCode {
         _ => {}
     }
     let args = Args::parse();
+    experiment::stop_on_signals();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -168,6 +169,7 @@ struct Row {
     source: f64,
     cross: f64,
     probe_only: f64,
+    padding: f64,
     piggybacked: f64,
     source_p10: f64,
     source_p50: f64,
@@ -208,6 +210,9 @@ fn rows(done: &[(Experiment, Outcome)]) -> Vec<Row> {
                 source: mean(&out.source_mbps()[1..]),
                 cross: out.mean_mbps(Kind::Cross, 1),
                 probe_only: out.mean_mbps(Kind::ProbeOnly, 1),
+                padding: out.series.total(1, usize::MAX).probe_padding as f64 * 8.0
+                    / 1e6
+                    / out.series.seconds.len().saturating_sub(1).max(1) as f64,
                 piggybacked: out.mean_mbps(Kind::Piggybacked, 1),
                 source_p10: percentile(&per_second, 10.0).unwrap_or(f64::NAN),
                 source_p50: percentile(&per_second, 50.0).unwrap_or(f64::NAN),
@@ -243,7 +248,7 @@ fn report(args: &Args, done: &[(Experiment, Outcome)], minutes: f64) -> anyhow::
     );
     let _ = writeln!(
         md,
-        "| run | source | cross | probe-only | source in probes | source p10 / p50 per second | seconds below 95 % of demand | source retransmits | pathload estimates (converged) | median time to converge (s) | TCP Mbit lost vs no probes | TCP bits lost per probe-only bit |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| run | source | cross | probe-only | of which empty padding | source in probes | source p10 / p50 per second | seconds below 95 % of demand | source retransmits | pathload estimates (converged) | median time to converge (s) | TCP Mbit lost vs no probes | TCP bits lost per probe-only bit |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for r in &rows {
         let (lost, per_bit) = r.friendliness.map_or(("".into(), "".into()), |(l, b)| {
@@ -261,11 +266,12 @@ fn report(args: &Args, done: &[(Experiment, Outcome)], minutes: f64) -> anyhow::
         };
         let _ = writeln!(
             md,
-            "| {} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} / {:.2} | {:.0} % | {} | {est} | {completion} | {lost} | {per_bit} |",
+            "| {} | {:.2} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} / {:.2} | {:.0} % | {} | {est} | {completion} | {lost} | {per_bit} |",
             r.label,
             r.source,
             r.cross,
             r.probe_only,
+            r.padding,
             r.piggybacked,
             r.source_p10,
             r.source_p50,
@@ -276,7 +282,7 @@ fn report(args: &Args, done: &[(Experiment, Outcome)], minutes: f64) -> anyhow::
     // Probe-only reduction per probe kind and cross traffic.
     let _ = writeln!(
         md,
-        "\n## mgrp10 against mgrpOFF\n\n| probes | cross | probe-only bytes, change | source Mbit/s, change | source p10, change | median time to converge, change |\n|---|---|---:|---:|---:|---:|"
+        "\n## mgrp10 against mgrpOFF\n\n| probes | cross | probe-only bytes, change | empty padding, change | source Mbit/s, change | source p10, change | median time to converge, change |\n|---|---|---:|---:|---:|---:|---:|"
     );
     for r in rows.iter().filter(|r| r.label.starts_with("mgrp10.")) {
         let rest = r.label.trim_start_matches("mgrp10.");
@@ -293,8 +299,9 @@ fn report(args: &Args, done: &[(Experiment, Outcome)], minutes: f64) -> anyhow::
         };
         let _ = writeln!(
             md,
-            "| {probes} | {cross} | {} | {:+.2} | {:+.2} | {} |",
+            "| {probes} | {cross} | {} | {} | {:+.2} | {:+.2} | {} |",
             pct(r.probe_only, off.probe_only),
+            pct(r.padding, off.padding),
             r.source - off.source,
             r.source_p10 - off.source_p10,
             pct(r.completion_p50, off.completion_p50),

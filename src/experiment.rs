@@ -35,6 +35,27 @@ const CROSS_PORT: u16 = 6001;
 const PATHLOAD_CONTROL_PORT: u16 = 55_002;
 const TRAIN_PORTS: (u16, u16) = (7001, 7002);
 
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// Makes SIGINT and SIGTERM end a run early and cleanly: [`run`] returns an error
+/// within a second, and everything it built (namespaces, daemons, traffic) is taken
+/// down on the way out, instead of the process dying with them still there.
+pub fn stop_on_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+}
+
+/// Whether SIGINT or SIGTERM arrived since [`stop_on_signals`].
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
 /// The probes of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Probing {
@@ -229,6 +250,7 @@ pub fn run(
     program: &Path,
     progress: &mut dyn FnMut(&Progress<'_>),
 ) -> anyhow::Result<Outcome> {
+    anyhow::ensure!(!interrupted(), "interrupted");
     let capacity = capacity_mbps(&exp.bottleneck.rate)?;
     let tb = Testbed::new(exp.bottleneck.clone()).context("cannot build the testbed")?;
     let a = daemon(&tb, program, true, exp.piggyback, exp.hold)?;
@@ -262,7 +284,14 @@ pub fn run(
     let seconds = exp.duration.as_secs() as usize;
     for second in 1..=seconds {
         let due = t0 + Duration::from_secs(second as u64);
-        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        while Instant::now() < due {
+            if interrupted() {
+                stop.store(true, Ordering::Relaxed);
+                let _ = prober.finish();
+                anyhow::bail!("interrupted; the testbed is being taken down");
+            }
+            std::thread::sleep(due.saturating_duration_since(Instant::now()).min(Duration::from_millis(100)));
+        }
         let snap = accounting.snapshot();
         let est = estimates.lock().map(|e| e.clone()).unwrap_or_default();
         progress(&Progress {
@@ -349,6 +378,7 @@ fn start_probing(
         Probing::Train(shape) => {
             let (sa, sb) = (a.socket.clone(), b.socket.clone());
             let (duration, piggyback) = (exp.duration, exp.piggyback);
+            let stop = stop.clone();
             Some(std::thread::spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
@@ -366,8 +396,15 @@ fn start_probing(
                         piggyback,
                         duration,
                     );
-                    let (sent, _) = tokio::join!(send, recv);
-                    Ok((Some(sent?), 0))
+                    let stopped = async {
+                        while !stop.load(Ordering::Relaxed) {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    };
+                    tokio::select! {
+                        (sent, _) = async { tokio::join!(send, recv) } => Ok((Some(sent?), 0)),
+                        () = stopped => Ok((None, 0)),
+                    }
                 })
             }))
         }
@@ -520,7 +557,7 @@ impl Outcome {
     /// The per-second series as CSV: one row per second, Mbit/s at the link.
     pub fn csv(&self) -> String {
         let mut out = String::from(
-            "second,source_mbps,cross_mbps,probe_only_mbps,piggybacked_mbps,other_mbps,available_mbps,estimate_low_mbps,estimate_high_mbps\n",
+            "second,source_mbps,cross_mbps,probe_only_mbps,probe_padding_mbps,piggybacked_mbps,other_mbps,available_mbps,estimate_low_mbps,estimate_high_mbps\n",
         );
         for (i, s) in self.series.seconds.iter().enumerate() {
             let est = self
@@ -532,10 +569,11 @@ impl Outcome {
             });
             let _ = writeln!(
                 out,
-                "{i},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{lo},{hi}",
+                "{i},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{lo},{hi}",
                 s.mbps(Kind::Source),
                 s.mbps(Kind::Cross),
                 s.mbps(Kind::ProbeOnly),
+                s.probe_padding as f64 * 8.0 / 1e6,
                 s.mbps(Kind::Piggybacked),
                 s.mbps(Kind::Other),
                 self.truth.get(i).copied().unwrap_or(f64::NAN),

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use mgrp_core::wire::{Kind as WireKind, Packet};
+use mgrp_core::wire::{CHUNK_DESC_LEN, HEADER_LEN as MGRP_HEADER_LEN, Kind as WireKind, Packet};
 
 use crate::Netns;
 use crate::link::{Direction, LinkSocket, MAX_FRAME, VNET_HDR_LEN, VnetHdr, realtime_ns};
@@ -68,6 +68,9 @@ pub struct Second {
     /// Application bytes inside them (the riders' own bytes, no MGRP overhead): what
     /// the receiving daemon should count as delivered.
     pub rider_bytes: u64,
+    /// Zero padding in probes: probe bytes that could have carried riders but did
+    /// not (the rest of [`Kind::ProbeOnly`] is headers no probe can do without).
+    pub probe_padding: u64,
 }
 
 impl Second {
@@ -130,6 +133,25 @@ impl Classifier {
         }
         Some(Packet::new_checked(payload).map_or(0, |p| p.rider_bytes() as u64))
     }
+
+    /// For an MGRP probe, its zero padding: what is left after the MGRP header, the
+    /// chunk descriptors, the tool's header, the riders and the trailer.
+    pub fn padding(&self, frame: &[u8]) -> Option<u64> {
+        let (_, proto, payload) = ip_of(frame)?;
+        if proto != self.mgrp_protocol {
+            return None;
+        }
+        let p = Packet::new_checked(payload).ok()?;
+        if p.kind() != WireKind::Probe {
+            return None;
+        }
+        let used = MGRP_HEADER_LEN
+            + CHUNK_DESC_LEN * p.chunk_count()
+            + p.tool_header().len()
+            + p.rider_bytes()
+            + p.trailer().len();
+        Some(p.len().saturating_sub(used) as u64)
+    }
 }
 
 /// The source address, protocol and payload of an Ethernet frame's IP packet.
@@ -183,6 +205,7 @@ impl Series {
             t.frames += s.frames;
             t.mgrp_frames += s.mgrp_frames;
             t.rider_bytes += s.rider_bytes;
+            t.probe_padding += s.probe_padding;
         }
         t
     }
@@ -269,6 +292,7 @@ fn count(
             };
             let parts = classifier.classify(frame, wire);
             let riders = classifier.riders(frame);
+            let padding = classifier.padding(frame);
             let mut s = series.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
             if s.seconds.len() <= second {
                 s.seconds.resize(second + 1, Second::default());
@@ -279,6 +303,7 @@ fn count(
                 slot.mgrp_frames += 1;
                 slot.rider_bytes += r;
             }
+            slot.probe_padding += padding.unwrap_or(0);
             for (kind, bytes) in parts {
                 slot.bytes[kind as usize] += bytes;
             }
@@ -361,6 +386,8 @@ mod tests {
             [(Kind::Piggybacked, 300), (Kind::ProbeOnly, wire - 300)]
         );
         assert_eq!(c.riders(&f), Some(300));
+        // 1000 bytes: 28 of header, 12 of descriptor, 300 of rider, the rest padding.
+        assert_eq!(c.padding(&f), Some(1000 - 28 - 12 - 300));
         assert_eq!(c.riders(&frame([10, 0, 0, 1], 6, &[0; 40])), None);
         // Not MGRP after all: still probe bytes.
         let f = frame([10, 0, 0, 1], 253, &[9; 40]);

@@ -215,7 +215,11 @@ fn summary(off: &Outcome, on: &Outcome, steps: &Steps, step_seconds: usize) {
             Box::new(move |r| format!("{:.2}", mean(r.source_mbps().into_iter().skip(from)))),
         ),
         (
-            "  of which carried in probes",
+            "source goodput at its receiver (Mbit/s of payload)",
+            Box::new(move |r| format!("{:.2}", mean(r.source_goodput.iter().copied().skip(from)))),
+        ),
+        (
+            "source carried inside probes (Mbit/s)",
             Box::new(move |r| format!("{:.2}", r.mean_mbps(Kind::Piggybacked, from))),
         ),
         (

@@ -152,21 +152,22 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v
 }
 
-/// Bits of TCP that crossed the bottleneck: the source's (own packets and riders)
-/// and, under WEB, the cross traffic's.
+/// TCP payload bits delivered after the first second: the source's and, under WEB,
+/// the cross traffic's (goodput at the receivers, retransmissions not counted).
 fn tcp_bits(exp: &Experiment, out: &Outcome) -> f64 {
-    let t = out.series.total(1, usize::MAX);
+    let sum = |v: &[f64]| v.iter().skip(1).sum::<f64>() * 1e6;
     let cross = match exp.cross {
-        Cross::Web(_) => t.get(Kind::Cross),
-        Cross::Step(_) => 0,
+        Cross::Web(_) => sum(&out.cross_goodput),
+        Cross::Step(_) => 0.0,
     };
-    (t.get(Kind::Source) + t.get(Kind::Piggybacked) + cross) as f64 * 8.0
+    sum(&out.source_goodput) + cross
 }
 
 /// Per-run summary row.
 struct Row {
     label: String,
     source: f64,
+    goodput: f64,
     cross: f64,
     probe_only: f64,
     padding: f64,
@@ -208,6 +209,7 @@ fn rows(done: &[(Experiment, Outcome)]) -> Vec<Row> {
             Row {
                 label: out.label.clone(),
                 source: mean(&out.source_mbps()[1..]),
+                goodput: mean(out.source_goodput.get(1..).unwrap_or_default()),
                 cross: out.mean_mbps(Kind::Cross, 1),
                 probe_only: out.mean_mbps(Kind::ProbeOnly, 1),
                 padding: out.series.total(1, usize::MAX).probe_padding as f64 * 8.0
@@ -237,7 +239,9 @@ fn report(args: &Args, done: &[(Experiment, Outcome)], minutes: f64) -> anyhow::
         "# Results\n\nWritten by `cargo run --release --example reproduce -- --step-seconds {}{}` \
          ({} runs of {} s each, {minutes:.0} minutes in all). All rates are Mbit/s at the \
          bottleneck, counted on the link after its losses (Ethernet headers included); \
-         the source's demand is {:.2} Mbit/s there.\n",
+         the source's demand is {:.2} Mbit/s there. Source goodput is the payload its \
+         receiver read (no headers, no retransmissions; demand 4.00), and the TCP bits \
+         lost are goodput: the source's, and under WEB the cross traffic's too.\n",
         args.step_seconds,
         args.only
             .as_ref()
@@ -248,7 +252,7 @@ fn report(args: &Args, done: &[(Experiment, Outcome)], minutes: f64) -> anyhow::
     );
     let _ = writeln!(
         md,
-        "| run | source | cross | probe-only | of which empty padding | source in probes | source p10 / p50 per second | seconds below 95 % of demand | source retransmits | pathload estimates (converged) | median time to converge (s) | TCP Mbit lost vs no probes | TCP bits lost per probe-only bit |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| run | source | source goodput | cross | probe-only | of which empty padding | source in probes | source p10 / p50 per second | seconds below 95 % of demand | source retransmits | pathload estimates (converged) | median time to converge (s) | TCP Mbit delivered less than without probes | TCP bits lost per probe-only bit |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for r in &rows {
         let (lost, per_bit) = r.friendliness.map_or(("".into(), "".into()), |(l, b)| {
@@ -266,9 +270,10 @@ fn report(args: &Args, done: &[(Experiment, Outcome)], minutes: f64) -> anyhow::
         };
         let _ = writeln!(
             md,
-            "| {} | {:.2} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} / {:.2} | {:.0} % | {} | {est} | {completion} | {lost} | {per_bit} |",
+            "| {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} / {:.2} | {:.0} % | {} | {est} | {completion} | {lost} | {per_bit} |",
             r.label,
             r.source,
+            r.goodput,
             r.cross,
             r.probe_only,
             r.padding,

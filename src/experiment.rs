@@ -175,6 +175,11 @@ pub struct Outcome {
     pub link_total: mgrp_testbed::accounting::Second,
     /// The source's TCP payload bytes the receiver read.
     pub source_bytes: u64,
+    /// The source's goodput each second: payload Mbit/s its receiver read
+    /// (retransmissions are link throughput but not goodput).
+    pub source_goodput: Vec<f64>,
+    /// The cross traffic's goodput each second, payload Mbit/s received.
+    pub cross_goodput: Vec<f64>,
     /// Segments the source retransmitted.
     pub source_retransmits: u64,
     /// Cross-traffic payload bytes received.
@@ -282,6 +287,8 @@ pub fn run(
 
     let t0 = Instant::now();
     let seconds = exp.duration.as_secs() as usize;
+    let (mut source_goodput, mut cross_goodput) = (Vec::new(), Vec::new());
+    let mut last = (source.bytes(), cross.bytes());
     for second in 1..=seconds {
         let due = t0 + Duration::from_secs(second as u64);
         while Instant::now() < due {
@@ -290,8 +297,15 @@ pub fn run(
                 let _ = prober.finish();
                 anyhow::bail!("interrupted; the testbed is being taken down");
             }
-            std::thread::sleep(due.saturating_duration_since(Instant::now()).min(Duration::from_millis(100)));
+            std::thread::sleep(
+                due.saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(100)),
+            );
         }
+        let now = (source.bytes(), cross.bytes());
+        source_goodput.push((now.0 - last.0) as f64 * 8.0 / 1e6);
+        cross_goodput.push((now.1 - last.1) as f64 * 8.0 / 1e6);
+        last = now;
         let snap = accounting.snapshot();
         let est = estimates.lock().map(|e| e.clone()).unwrap_or_default();
         progress(&Progress {
@@ -335,6 +349,8 @@ pub fn run(
         estimates_cut_off: cut_off,
         link_total,
         source_bytes,
+        source_goodput,
+        cross_goodput,
         source_retransmits,
         cross_bytes,
         m3,
@@ -557,7 +573,7 @@ impl Outcome {
     /// The per-second series as CSV: one row per second, Mbit/s at the link.
     pub fn csv(&self) -> String {
         let mut out = String::from(
-            "second,source_mbps,cross_mbps,probe_only_mbps,probe_padding_mbps,piggybacked_mbps,other_mbps,available_mbps,estimate_low_mbps,estimate_high_mbps\n",
+            "second,source_mbps,cross_mbps,probe_only_mbps,probe_padding_mbps,piggybacked_mbps,other_mbps,available_mbps,estimate_low_mbps,estimate_high_mbps,source_goodput_mbps,cross_goodput_mbps\n",
         );
         for (i, s) in self.series.seconds.iter().enumerate() {
             let est = self
@@ -569,7 +585,7 @@ impl Outcome {
             });
             let _ = writeln!(
                 out,
-                "{i},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{lo},{hi}",
+                "{i},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{lo},{hi},{:.3},{:.3}",
                 s.mbps(Kind::Source),
                 s.mbps(Kind::Cross),
                 s.mbps(Kind::ProbeOnly),
@@ -577,6 +593,8 @@ impl Outcome {
                 s.mbps(Kind::Piggybacked),
                 s.mbps(Kind::Other),
                 self.truth.get(i).copied().unwrap_or(f64::NAN),
+                self.source_goodput.get(i).copied().unwrap_or(f64::NAN),
+                self.cross_goodput.get(i).copied().unwrap_or(f64::NAN),
             );
         }
         out

@@ -188,27 +188,35 @@ pub fn cdf(
 
 /// Average per-second Mbit/s by kind, one stacked bar per run.
 pub fn bars(path: &Path, title: &str, runs: &[&Outcome], from: usize) -> anyhow::Result<()> {
-    let width = 120 + 70 * u32::try_from(runs.len().max(1))?;
-    let root = SVGBackend::new(path, (width.max(600), 520)).into_drawing_area();
+    let width = 120 + 80 * u32::try_from(runs.len().max(1))?;
+    let root = SVGBackend::new(path, (width.max(600), 480)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let n = runs.len().max(1);
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 18))
         .margin(12)
-        .x_label_area_size(110)
+        .x_label_area_size(40)
         .y_label_area_size(48)
-        .build_cartesian_2d((0..n).into_segmented(), 0.0..12.0)
+        .build_cartesian_2d((0..n).into_segmented(), 0.0..14.0)
         .map_err(err)?;
-    let labels: Vec<String> = runs.iter().map(|r| r.label.clone()).collect();
+    // Short labels under the bars: the title names the cross traffic.
+    let labels: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            let mut parts = r.label.split('.');
+            let (mode, probes) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            if probes == "none" {
+                "no probes".to_string()
+            } else {
+                format!("{probes} {}", mode.trim_start_matches("mgrp"))
+            }
+        })
+        .collect();
     chart
         .configure_mesh()
         .y_desc("average Mbit/s at the bottleneck")
         .x_labels(n)
-        .x_label_style(
-            ("sans-serif", 11)
-                .into_font()
-                .transform(FontTransform::Rotate90),
-        )
+        .x_label_style(("sans-serif", 11))
         .x_label_formatter(&|x| match x {
             SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
             _ => String::new(),

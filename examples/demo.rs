@@ -243,15 +243,16 @@ fn summary(off: &Outcome, on: &Outcome, steps: &Steps, step_seconds: usize) {
             Box::new(move |r| format!("{:.3}", r.mean_mbps(Kind::ProbeOnly, from))),
         ),
         (
-            "probe bytes: source / empty padding / headers",
+            "probe MB: carrying source / empty padding / headers",
             Box::new(|r| {
                 let t = r.series.total(0, usize::MAX);
                 let only = t.get(Kind::ProbeOnly);
+                let mb = |b: u64| b as f64 / 1e6;
                 format!(
-                    "{} / {} / {}",
-                    t.rider_bytes,
-                    t.probe_padding,
-                    only.saturating_sub(t.probe_padding)
+                    "{:.2} / {:.2} / {:.2}",
+                    mb(t.rider_bytes),
+                    mb(t.probe_padding),
+                    mb(only.saturating_sub(t.probe_padding))
                 )
             }),
         ),
@@ -360,12 +361,33 @@ fn summary(off: &Outcome, on: &Outcome, steps: &Steps, step_seconds: usize) {
             );
         }
     }
-    let off_probe = off.series.total(from, usize::MAX).get(Kind::ProbeOnly) as f64;
-    let on_probe = on.series.total(from, usize::MAX).get(Kind::ProbeOnly) as f64;
+    let (t_off, t_on) = (
+        off.series.total(from, usize::MAX),
+        on.series.total(from, usize::MAX),
+    );
+    let change = |a: u64, b: u64| 100.0 * (a as f64 / (b as f64).max(1.0) - 1.0);
+    let below = |r: &Outcome| {
+        r.source_mbps()
+            .iter()
+            .skip(from)
+            .filter(|&&x| x < 0.95 * demand)
+            .count()
+    };
+    let per_estimate = |r: &Outcome| {
+        mean(
+            r.estimates
+                .iter()
+                .filter(|e| e.converged)
+                .map(|e| e.ended - e.started),
+        )
+    };
     println!(
-        "\nWith piggybacking, probe-only bytes on the bottleneck fell by {:.0} % and the source carried {:.2} instead of {:.2} Mbit/s.",
-        100.0 * (1.0 - on_probe / off_probe.max(1.0)),
-        mean(on.source_mbps().into_iter().skip(from)),
-        mean(off.source_mbps().into_iter().skip(from)),
+        "\nWith piggybacking: probe-only bytes on the bottleneck {:+.0} % (empty padding {:+.0} %); the source fell below 95 % of its demand in {} seconds instead of {}; pathload-rs converged every {:.1} s instead of every {:.1} s.",
+        change(t_on.get(Kind::ProbeOnly), t_off.get(Kind::ProbeOnly)),
+        change(t_on.probe_padding, t_off.probe_padding),
+        below(on),
+        below(off),
+        per_estimate(on),
+        per_estimate(off),
     );
 }

@@ -57,14 +57,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    match argv.get(1).and_then(|a| a.to_str()) {
-        Some("mgrpd") => return mgrpd::main_with_args(&argv[1..]),
-        Some("pathload-rs") => {
-            let code = pathload_rs::tool::main_with_args(&argv[1..]);
-            return ExitCode::from(u8::try_from(code).unwrap_or(1));
-        }
-        _ => {}
+    if let Some(code) = experiment::embedded_main() {
+        return code;
     }
     let args = Args::parse();
     experiment::stop_on_signals();
@@ -198,6 +192,15 @@ fn one(exp: &Experiment, me: &std::path::Path) -> anyhow::Result<Outcome> {
 
 /// A line of the side-by-side table: its label and how to read it off a run.
 type Row = (&'static str, Box<dyn Fn(&Outcome) -> String>);
+
+/// `x` seconds on average, or a word when no estimate converged.
+fn seconds(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.1} s on average")
+    } else {
+        "no converged estimate".into()
+    }
+}
 
 /// Mean of `xs`, NaN for none.
 fn mean(xs: impl IntoIterator<Item = f64>) -> f64 {
@@ -382,12 +385,12 @@ fn summary(off: &Outcome, on: &Outcome, steps: &Steps, step_seconds: usize) {
         )
     };
     println!(
-        "\nWith piggybacking: probe-only bytes on the bottleneck {:+.0} % (empty padding {:+.0} %); the source fell below 95 % of its demand in {} seconds instead of {}; pathload-rs converged every {:.1} s instead of every {:.1} s.",
+        "\nWith piggybacking: probe-only bytes on the bottleneck {:+.0} % (empty padding {:+.0} %); the source fell below 95 % of its demand in {} seconds instead of {}; pathload-rs took {} to converge instead of {}.",
         change(t_on.get(Kind::ProbeOnly), t_off.get(Kind::ProbeOnly)),
         change(t_on.probe_padding, t_off.probe_padding),
         below(on),
         below(off),
-        per_estimate(on),
-        per_estimate(off),
+        seconds(per_estimate(on)),
+        seconds(per_estimate(off)),
     );
 }

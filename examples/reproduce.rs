@@ -39,14 +39,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    match argv.get(1).and_then(|a| a.to_str()) {
-        Some("mgrpd") => return mgrpd::main_with_args(&argv[1..]),
-        Some("pathload-rs") => {
-            let code = pathload_rs::tool::main_with_args(&argv[1..]);
-            return ExitCode::from(u8::try_from(code).unwrap_or(1));
-        }
-        _ => {}
+    if let Some(code) = experiment::embedded_main() {
+        return code;
     }
     let args = Args::parse();
     experiment::stop_on_signals();

@@ -27,6 +27,30 @@ fn err(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!("{e}")
 }
 
+/// The series' legend, boxed, at `position`.
+fn legend<'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    position: SeriesLabelPosition,
+) -> anyhow::Result<()> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)
+}
+
+/// Writes the finished drawing out.
+fn present(
+    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    path: &Path,
+) -> anyhow::Result<()> {
+    root.present()
+        .map_err(err)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
 /// One panel per run, stacked per-second throughput at the bottleneck, the available
 /// bandwidth as a line, pathload's ranges as bars at the second each ended.
 pub fn timeseries(path: &Path, runs: &[&Outcome], capacity: f64) -> anyhow::Result<()> {
@@ -110,17 +134,9 @@ pub fn timeseries(path: &Path, runs: &[&Outcome], capacity: f64) -> anyhow::Resu
                 )
                 .map_err(err)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     }
-    root.present()
-        .map_err(err)
-        .with_context(|| format!("cannot write {}", path.display()))
+    present(&root, path)
 }
 
 /// Empirical CDFs of named samples, one line each.
@@ -174,16 +190,8 @@ pub fn cdf(
             .label(name.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], style));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    root.present()
-        .map_err(err)
-        .with_context(|| format!("cannot write {}", path.display()))
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+    present(&root, path)
 }
 
 /// Average per-second Mbit/s by kind, one stacked bar per run.
@@ -251,14 +259,6 @@ pub fn bars(path: &Path, title: &str, runs: &[&Outcome], from: usize) -> anyhow:
             .label(*name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    root.present()
-        .map_err(err)
-        .with_context(|| format!("cannot write {}", path.display()))
+    legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+    present(&root, path)
 }

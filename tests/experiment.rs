@@ -90,11 +90,10 @@ fn check() -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if argv.get(1).is_some_and(|a| a == "mgrpd") {
-        return mgrpd::main_with_args(&argv[1..]);
+    if let Some(code) = experiment::embedded_main() {
+        return code;
     }
-    if argv.iter().any(|a| a == "--list") {
+    if std::env::args().any(|a| a == "--list") {
         println!("pk2_on_the_paper_testbed: test");
         return ExitCode::SUCCESS;
     }

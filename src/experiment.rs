@@ -334,8 +334,9 @@ pub fn run(
     }
     stop.store(true, Ordering::Relaxed);
     let (trains, cut_off) = prober.finish()?;
-    let source_retransmits = source.retransmits();
-    let source_bytes = source.stop();
+    let mut source = source;
+    source.halt();
+    let (source_bytes, source_retransmits) = (source.bytes(), source.retransmits());
     let cross_bytes = cross.stop();
     // Let the last frames cross the delay line before the count ends.
     std::thread::sleep(exp.bottleneck.rtt + Duration::from_millis(200));
@@ -468,6 +469,8 @@ fn start_probing(
                 "--json",
                 "--mode",
                 if fast { "fast" } else { "slow" },
+                "--max-time",
+                &exp.pathload_limit.as_secs().to_string(),
                 "--socket",
                 &b.socket.display().to_string(),
             ]
@@ -481,11 +484,9 @@ fn start_probing(
             let m5 = tb.m5.name().to_owned();
             let (program, stop, estimates) =
                 (program.to_path_buf(), stop.clone(), estimates.clone());
-            let (limit, duration) = (exp.pathload_limit, exp.duration);
+            let duration = exp.duration;
             Some(std::thread::spawn(move || {
-                let r = pathload_loop(
-                    &m5, &program, &rcv, limit, duration, &stop, &estimates, start_ns,
-                );
+                let r = pathload_loop(&m5, &program, &rcv, duration, &stop, &estimates, start_ns);
                 drop(sender);
                 r.map(|cut| (None, cut))
             }))
@@ -496,12 +497,10 @@ fn start_probing(
 
 /// Runs pathload-rs rcv on `m5` again and again until `stop`; returns how many were
 /// cut off by the end.
-#[allow(clippy::too_many_arguments)]
 fn pathload_loop(
     m5: &str,
     program: &Path,
     rcv: &[String],
-    limit: Duration,
     duration: Duration,
     stop: &AtomicBool,
     estimates: &Mutex<Vec<Estimate>>,
@@ -513,13 +512,10 @@ fn pathload_loop(
     std::thread::sleep(Duration::from_millis(300));
     while !stop.load(Ordering::Relaxed) {
         let started = since(realtime_ns());
-        let mut args = rcv.to_vec();
-        let left = duration.as_secs_f64() - started;
-        if left < 2.0 {
+        if duration.as_secs_f64() - started < 2.0 {
             break;
         }
-        args.extend(["--max-time".into(), limit.as_secs().to_string()]);
-        let mut p = Process::spawn_in(m5, program, &args)?;
+        let mut p = Process::spawn_in(m5, program, rcv)?;
         let status = loop {
             if let Some(s) = p.wait(Duration::from_millis(100)) {
                 break Some(s);
@@ -532,38 +528,31 @@ fn pathload_loop(
             cut_off += 1;
             break;
         };
-        let log = p.log();
-        let result = log
+        let result = p
+            .log()
             .lines()
             .filter(|l| l.starts_with('{'))
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .find(|v| v["event"] == "result");
-        let ended = since(realtime_ns());
         let code = status.code().unwrap_or(-1);
-        if let Some(v) = result {
-            let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
-            if let Ok(mut e) = estimates.lock() {
-                e.push(Estimate {
-                    started,
-                    ended,
-                    low: f("low_mbps"),
-                    high: f("high_mbps"),
-                    converged: code == 0,
-                    exit_code: code,
-                });
-            }
-        } else {
-            // No result at all (the peer went away, say): recorded as not completed.
-            if let Ok(mut e) = estimates.lock() {
-                e.push(Estimate {
-                    started,
-                    ended,
-                    low: f64::NAN,
-                    high: f64::NAN,
-                    converged: false,
-                    exit_code: code,
-                });
-            }
+        // No result at all (the peer went away, say) is recorded as not completed.
+        let f = |k: &str| {
+            result
+                .as_ref()
+                .and_then(|v| v[k].as_f64())
+                .unwrap_or(f64::NAN)
+        };
+        if let Ok(mut e) = estimates.lock() {
+            e.push(Estimate {
+                started,
+                ended: since(realtime_ns()),
+                low: f("low_mbps"),
+                high: f("high_mbps"),
+                converged: result.is_some() && code == 0,
+                exit_code: code,
+            });
+        }
+        if result.is_none() {
             std::thread::sleep(Duration::from_millis(500));
         }
     }

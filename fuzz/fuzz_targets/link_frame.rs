@@ -19,12 +19,9 @@ fuzz_target!(|data: &[u8]| {
     let frame = data.get(VNET_HDR_LEN..).unwrap_or_default();
     let wire = vnet.wire_bytes(frame.len());
     assert!(wire >= frame.len() as u64);
-    let parts = classifier.classify(frame, wire);
-    assert_eq!(parts.iter().map(|(_, b)| b).sum::<u64>(), wire);
-    if let Some(r) = classifier.riders(frame) {
-        assert!(r <= frame.len() as u64);
-    }
-    if let Some(p) = classifier.padding(frame) {
-        assert!(p <= frame.len() as u64);
-    }
+    let sorted = classifier.classify(frame, wire);
+    assert_eq!(sorted.parts.iter().map(|(_, b)| b).sum::<u64>(), wire);
+    assert!(sorted.rider_bytes <= frame.len() as u64);
+    assert!(sorted.padding <= frame.len() as u64);
+    assert!(sorted.mgrp || sorted.rider_bytes + sorted.padding == 0);
 });

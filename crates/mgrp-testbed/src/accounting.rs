@@ -74,6 +74,17 @@ pub struct Second {
 }
 
 impl Second {
+    /// Counts one frame.
+    pub fn add(&mut self, sorted: &Sorted) {
+        self.frames += 1;
+        for (kind, bytes) in sorted.parts {
+            self.bytes[kind as usize] += bytes;
+        }
+        self.mgrp_frames += u64::from(sorted.mgrp);
+        self.rider_bytes += sorted.rider_bytes;
+        self.probe_padding += sorted.padding;
+    }
+
     /// Bytes of `kind`.
     pub fn get(&self, kind: Kind) -> u64 {
         self.bytes[kind as usize]
@@ -94,63 +105,77 @@ pub struct Classifier {
     pub mgrp_protocol: u8,
 }
 
-impl Classifier {
-    /// Sorts the bytes of one frame (Ethernet header first) that occupies
-    /// `wire_bytes` on the link: `(kind, bytes)` pairs, at most two.
-    pub fn classify(&self, frame: &[u8], wire_bytes: u64) -> [(Kind, u64); 2] {
-        let none = (Kind::Other, 0);
-        let Some((src, proto, payload)) = ip_of(frame) else {
-            return [(Kind::Other, wire_bytes), none];
-        };
-        if proto == self.mgrp_protocol {
-            if let Ok(p) = Packet::new_checked(payload) {
-                if p.kind() == WireKind::Continuation {
-                    return [(Kind::Piggybacked, wire_bytes), none];
-                }
-                let riders = (p.rider_bytes() as u64).min(wire_bytes);
-                return [
-                    (Kind::Piggybacked, riders),
-                    (Kind::ProbeOnly, wire_bytes - riders),
-                ];
-            }
-            // A damaged probe is still probe bytes on the link.
-            return [(Kind::ProbeOnly, wire_bytes), none];
-        }
-        if self.source.contains(&src) {
-            [(Kind::Source, wire_bytes), none]
-        } else {
-            [(Kind::Cross, wire_bytes), none]
+/// What one frame adds to a second's counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sorted {
+    /// Its bytes on the link by kind (at most two kinds; the rest are zero).
+    pub parts: [(Kind, u64); 2],
+    /// Whether it is an MGRP packet (a damaged one included).
+    pub mgrp: bool,
+    /// The riders' own bytes inside it.
+    pub rider_bytes: u64,
+    /// Its zero padding (probes only): bytes that could have carried riders.
+    pub padding: u64,
+}
+
+impl Sorted {
+    fn plain(kind: Kind, bytes: u64) -> Self {
+        Self {
+            parts: [(kind, bytes), (Kind::Other, 0)],
+            mgrp: false,
+            rider_bytes: 0,
+            padding: 0,
         }
     }
 }
 
 impl Classifier {
-    /// For an MGRP packet, the rider bytes it carries; `None` for any other frame.
-    pub fn riders(&self, frame: &[u8]) -> Option<u64> {
-        let (_, proto, payload) = ip_of(frame)?;
+    /// Sorts the bytes of one frame (Ethernet header first) that occupies
+    /// `wire_bytes` on the link, parsing it once.
+    pub fn classify(&self, frame: &[u8], wire_bytes: u64) -> Sorted {
+        let Some((src, proto, payload)) = ip_of(frame) else {
+            return Sorted::plain(Kind::Other, wire_bytes);
+        };
         if proto != self.mgrp_protocol {
-            return None;
+            let kind = if self.source.contains(&src) {
+                Kind::Source
+            } else {
+                Kind::Cross
+            };
+            return Sorted::plain(kind, wire_bytes);
         }
-        Some(Packet::new_checked(payload).map_or(0, |p| p.rider_bytes() as u64))
-    }
-
-    /// For an MGRP probe, its zero padding: what is left after the MGRP header, the
-    /// chunk descriptors, the tool's header, the riders and the trailer.
-    pub fn padding(&self, frame: &[u8]) -> Option<u64> {
-        let (_, proto, payload) = ip_of(frame)?;
-        if proto != self.mgrp_protocol {
-            return None;
+        let Ok(p) = Packet::new_checked(payload) else {
+            // A damaged probe is still probe bytes on the link.
+            return Sorted {
+                mgrp: true,
+                ..Sorted::plain(Kind::ProbeOnly, wire_bytes)
+            };
+        };
+        let rider_bytes = p.rider_bytes() as u64;
+        if p.kind() == WireKind::Continuation {
+            return Sorted {
+                mgrp: true,
+                rider_bytes,
+                ..Sorted::plain(Kind::Piggybacked, wire_bytes)
+            };
         }
-        let p = Packet::new_checked(payload).ok()?;
-        if p.kind() != WireKind::Probe {
-            return None;
-        }
+        // What is left after the MGRP header, the chunk descriptors, the tool's
+        // header, the riders and the trailer.
         let used = MGRP_HEADER_LEN
             + CHUNK_DESC_LEN * p.chunk_count()
             + p.tool_header().len()
             + p.rider_bytes()
             + p.trailer().len();
-        Some(p.len().saturating_sub(used) as u64)
+        let riders = rider_bytes.min(wire_bytes);
+        Sorted {
+            parts: [
+                (Kind::Piggybacked, riders),
+                (Kind::ProbeOnly, wire_bytes - riders),
+            ],
+            mgrp: true,
+            rider_bytes,
+            padding: p.len().saturating_sub(used) as u64,
+        }
     }
 }
 
@@ -216,14 +241,15 @@ impl Accounting {
     pub fn start(ns: &Netns, dev: &str, classifier: Classifier) -> anyhow::Result<Self> {
         let socket = LinkSocket::open(ns, dev, Direction::Incoming)?;
         let stop = Arc::new(AtomicBool::new(false));
+        let start_ns = realtime_ns();
         let series = Arc::new(Mutex::new(Series {
-            start_ns: realtime_ns(),
+            start_ns,
             seconds: Vec::new(),
         }));
         let thread = {
             let (stop, series) = (stop.clone(), series.clone());
             ns.spawn("accounting", move || {
-                count(&socket, &classifier, &stop, &series)
+                count(&socket, &classifier, start_ns, &stop, &series)
             })?
         };
         Ok(Self {
@@ -263,14 +289,11 @@ impl Drop for Accounting {
 fn count(
     socket: &LinkSocket,
     classifier: &Classifier,
+    start_ns: i64,
     stop: &AtomicBool,
     series: &Mutex<Series>,
 ) -> anyhow::Result<()> {
     let mut buf = vec![0u8; MAX_FRAME];
-    let start_ns = series
-        .lock()
-        .map_err(|_| anyhow::anyhow!("poisoned"))?
-        .start_ns;
     while !stop.load(Ordering::Relaxed) {
         if !socket.wait(Some(Duration::from_millis(50)))? {
             continue;
@@ -290,23 +313,12 @@ fn count(
             let Ok(second) = usize::try_from((stamp - start_ns) / 1_000_000_000) else {
                 continue;
             };
-            let parts = classifier.classify(frame, wire);
-            let riders = classifier.riders(frame);
-            let padding = classifier.padding(frame);
+            let sorted = classifier.classify(frame, wire);
             let mut s = series.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
             if s.seconds.len() <= second {
                 s.seconds.resize(second + 1, Second::default());
             }
-            let slot = &mut s.seconds[second];
-            slot.frames += 1;
-            if let Some(r) = riders {
-                slot.mgrp_frames += 1;
-                slot.rider_bytes += r;
-            }
-            slot.probe_padding += padding.unwrap_or(0);
-            for (kind, bytes) in parts {
-                slot.bytes[kind as usize] += bytes;
-            }
+            s.seconds[second].add(&sorted);
         }
     }
     Ok(())
@@ -342,13 +354,13 @@ mod tests {
     fn plain_packets_are_source_cross_or_other() {
         let c = classifier();
         let f = frame([10, 0, 0, 1], 6, &[0; 100]);
-        assert_eq!(c.classify(&f, 134)[0], (Kind::Source, 134));
+        assert_eq!(c.classify(&f, 134), Sorted::plain(Kind::Source, 134));
         let f = frame([10, 0, 0, 2], 17, &[0; 100]);
-        assert_eq!(c.classify(&f, 134)[0], (Kind::Cross, 134));
+        assert_eq!(c.classify(&f, 134), Sorted::plain(Kind::Cross, 134));
         let mut arp = vec![0u8; 42];
         arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
-        assert_eq!(c.classify(&arp, 42)[0], (Kind::Other, 42));
-        assert_eq!(c.classify(&[1, 2, 3], 3)[0], (Kind::Other, 3));
+        assert_eq!(c.classify(&arp, 42), Sorted::plain(Kind::Other, 42));
+        assert_eq!(c.classify(&[1, 2, 3], 3), Sorted::plain(Kind::Other, 3));
     }
 
     #[test]
@@ -383,15 +395,32 @@ mod tests {
         let wire = f.len() as u64;
         assert_eq!(
             c.classify(&f, wire),
-            [(Kind::Piggybacked, 300), (Kind::ProbeOnly, wire - 300)]
+            Sorted {
+                parts: [(Kind::Piggybacked, 300), (Kind::ProbeOnly, wire - 300)],
+                mgrp: true,
+                rider_bytes: 300,
+                // 1000 bytes: 28 of header, 12 of descriptor, 300 of rider, the rest
+                // padding.
+                padding: 1000 - 28 - 12 - 300,
+            }
         );
-        assert_eq!(c.riders(&f), Some(300));
-        // 1000 bytes: 28 of header, 12 of descriptor, 300 of rider, the rest padding.
-        assert_eq!(c.padding(&f), Some(1000 - 28 - 12 - 300));
-        assert_eq!(c.riders(&frame([10, 0, 0, 1], 6, &[0; 40])), None);
-        // Not MGRP after all: still probe bytes.
+        let mut second = Second::default();
+        second.add(&c.classify(&f, wire));
+        second.add(&c.classify(&frame([10, 0, 0, 1], 6, &[0; 40]), 74));
+        assert_eq!(
+            (second.frames, second.mgrp_frames, second.rider_bytes),
+            (2, 1, 300)
+        );
+        assert_eq!(second.get(Kind::Source), 74);
+        // Not MGRP after all: still probe bytes, and an MGRP packet.
         let f = frame([10, 0, 0, 1], 253, &[9; 40]);
-        assert_eq!(c.classify(&f, 74)[0], (Kind::ProbeOnly, 74));
+        assert_eq!(
+            c.classify(&f, 74),
+            Sorted {
+                mgrp: true,
+                ..Sorted::plain(Kind::ProbeOnly, 74)
+            }
+        );
     }
 
     #[test]

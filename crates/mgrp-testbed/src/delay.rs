@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::Netns;
 use crate::link::{Direction, LinkSocket, MAX_FRAME, realtime_ns, wait_any};
+use crate::{Netns, Seeded};
 
 /// How the line delays and drops.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -77,30 +77,6 @@ struct Held {
     release_ns: i64,
     len: usize,
     buf: Box<[u8]>,
-}
-
-/// A small, fixed-seed generator for the loss draws (xorshift64*).
-#[derive(Debug, Clone)]
-pub struct LossDraw(u64);
-
-impl LossDraw {
-    /// A generator from `seed` (0 is replaced, xorshift needs a non-zero state).
-    pub fn new(seed: u64) -> Self {
-        Self(if seed == 0 {
-            0x9e37_79b9_7f4a_7c15
-        } else {
-            seed
-        })
-    }
-
-    /// A draw uniform in [0, 1).
-    pub fn next_f64(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let x = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d);
-        (x >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 impl DelayLine {
@@ -166,7 +142,7 @@ fn run(
 ) -> anyhow::Result<()> {
     realtime_priority();
     let delay_ns = i64::try_from(cfg.one_way.as_nanos()).unwrap_or(i64::MAX);
-    let mut draw = LossDraw::new(cfg.seed);
+    let mut draw = Seeded::new(cfg.seed);
     let mut queues: [VecDeque<Held>; 2] = [VecDeque::new(), VecDeque::new()];
     let mut pool: Vec<Box<[u8]>> = Vec::new();
     let refs = [&sockets[0], &sockets[1]];
@@ -230,7 +206,7 @@ fn run(
                 wait - SPIN
             }
         };
-        wait_any(&refs, Some(timeout))?;
+        wait_any(refs, Some(timeout))?;
     }
     Ok(())
 }
@@ -241,15 +217,15 @@ mod tests {
 
     #[test]
     fn loss_draws_are_uniform_and_repeat() {
-        let mut a = LossDraw::new(7);
+        let mut a = Seeded::new(7);
         let draws: Vec<f64> = (0..100_000).map(|_| a.next_f64()).collect();
         assert!(draws.iter().all(|x| (0.0..1.0).contains(x)));
         let below = draws.iter().filter(|&&x| x < 0.01).count();
         assert!((800..1200).contains(&below), "{below} of 100000 below 0.01");
         let mean = draws.iter().sum::<f64>() / draws.len() as f64;
         assert!((0.49..0.51).contains(&mean), "mean {mean}");
-        let mut b = LossDraw::new(7);
+        let mut b = Seeded::new(7);
         assert!(draws.iter().take(100).all(|&x| x == b.next_f64()));
-        assert!(LossDraw::new(0).next_f64() >= 0.0);
+        assert!(Seeded::new(0).next_f64() >= 0.0);
     }
 }

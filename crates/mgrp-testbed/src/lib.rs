@@ -30,6 +30,31 @@ pub mod traffic;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// A small, fixed-seed generator (xorshift64*) for the testbed's random draws (loss,
+/// web flow arrivals and sizes), so experiments repeat.
+#[derive(Debug, Clone)]
+pub struct Seeded(u64);
+
+impl Seeded {
+    /// A generator from `seed` (0 is replaced, xorshift needs a non-zero state).
+    pub fn new(seed: u64) -> Self {
+        Self(if seed == 0 {
+            0x9e37_79b9_7f4a_7c15
+        } else {
+            seed
+        })
+    }
+
+    /// A draw uniform in [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let x = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
 /// A name unique to this process and call, short enough for an interface name.
 pub fn unique(tag: &str) -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -94,57 +119,56 @@ impl Netns {
         sh(&v)
     }
 
+    /// Opens the namespace, for [`enter`] on another thread.
+    fn handle(&self) -> anyhow::Result<(std::fs::File, String)> {
+        let path = format!("/var/run/netns/{}", self.name);
+        let file = std::fs::File::open(&path).with_context(|| format!("cannot open {path}"))?;
+        Ok((file, self.name.clone()))
+    }
+
     /// Runs `f` on a thread that lives in this namespace; sockets it creates stay in
     /// the namespace wherever they are used afterwards.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> anyhow::Result<T> {
-        let path = format!("/var/run/netns/{}", self.name);
-        let file = std::fs::File::open(&path).with_context(|| format!("cannot open {path}"))?;
+        let ns = self.handle()?;
         std::thread::scope(|s| {
             s.spawn(|| {
-                // SAFETY: setns on a namespace fd we opened; it affects only this thread.
-                let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-                if r != 0 {
-                    bail!(
-                        "setns into {} failed: {}",
-                        self.name,
-                        std::io::Error::last_os_error()
-                    );
-                }
+                enter(ns)?;
                 Ok(f())
             })
             .join()
             .map_err(|_| anyhow::anyhow!("thread in {} panicked", self.name))?
         })
     }
-}
 
-impl Netns {
     /// Starts `f` on a named thread that lives in this namespace for as long as it
     /// runs (a long-lived worker, unlike [`Netns::run`]'s call); the caller keeps the
-    /// handle and joins it.
+    /// handle and joins it. Threads it starts are in the namespace too.
     pub fn spawn<T: Send + 'static>(
         &self,
         name: &str,
         f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
     ) -> anyhow::Result<std::thread::JoinHandle<anyhow::Result<T>>> {
-        let path = format!("/var/run/netns/{}", self.name);
-        let file = std::fs::File::open(&path).with_context(|| format!("cannot open {path}"))?;
-        let ns = self.name.clone();
+        let ns = self.handle()?;
         Ok(std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
-                // SAFETY: setns on a namespace fd we opened; it affects only this thread.
-                let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-                if r != 0 {
-                    bail!(
-                        "setns into {ns} failed: {}",
-                        std::io::Error::last_os_error()
-                    );
-                }
-                drop(file);
+                enter(ns)?;
                 f()
             })?)
     }
+}
+
+/// Moves the calling thread into the namespace `ns` (its file and name).
+fn enter((file, name): (std::fs::File, String)) -> anyhow::Result<()> {
+    // SAFETY: setns on a namespace fd we opened; it affects only this thread.
+    let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    if r != 0 {
+        bail!(
+            "setns into {name} failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
 }
 
 impl Drop for Netns {

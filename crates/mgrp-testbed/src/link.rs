@@ -196,7 +196,7 @@ impl LinkSocket {
     /// Waits up to `timeout` for the socket to become readable (`None`: forever);
     /// true if it is.
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
-        wait_any(&[self], timeout).map(|r| r.is_some())
+        wait_any([self], timeout).map(|r| r.is_some())
     }
 
     /// Reads one frame of this socket's direction without waiting: `None` if none is
@@ -269,29 +269,22 @@ impl LinkSocket {
 /// Waits up to `timeout` (`None`: forever) for any of `sockets` to become readable;
 /// the index of the first that is, or `None` on timeout. Timeouts have nanosecond
 /// resolution (`ppoll`).
-pub fn wait_any(sockets: &[&LinkSocket], timeout: Option<Duration>) -> io::Result<Option<usize>> {
-    let mut fds: Vec<libc::pollfd> = sockets
-        .iter()
-        .map(|s| libc::pollfd {
-            fd: s.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
+pub fn wait_any<const N: usize>(
+    sockets: [&LinkSocket; N],
+    timeout: Option<Duration>,
+) -> io::Result<Option<usize>> {
+    let mut fds = sockets.map(|s| libc::pollfd {
+        fd: s.fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    });
     let ts = timeout.map(|t| libc::timespec {
         tv_sec: t.as_secs() as libc::time_t,
         tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
     });
     let tsp = ts.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
-    // SAFETY: fds is a live array of fds.len() pollfds; tsp is null or a live timespec.
-    let r = unsafe {
-        libc::ppoll(
-            fds.as_mut_ptr(),
-            fds.len() as libc::nfds_t,
-            tsp,
-            std::ptr::null(),
-        )
-    };
+    // SAFETY: fds is a live array of N pollfds; tsp is null or a live timespec.
+    let r = unsafe { libc::ppoll(fds.as_mut_ptr(), N as libc::nfds_t, tsp, std::ptr::null()) };
     if r < 0 {
         let e = io::Error::last_os_error();
         return if e.kind() == io::ErrorKind::Interrupted {

@@ -23,7 +23,7 @@ pub struct Source {
 }
 
 impl Source {
-    /// Payload bytes sent so far (UDP payload, or TCP bytes the receiver read).
+    /// Payload bytes the receiving side read so far.
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
     }
@@ -45,7 +45,9 @@ impl Source {
         self.bytes()
     }
 
-    fn halt(&mut self) {
+    /// Stops the source and waits for its threads; its counts stay readable, final
+    /// (a TCP source reads its retransmissions once more as it closes).
+    pub fn halt(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -207,26 +209,20 @@ impl Default for Web {
 }
 
 impl Web {
-    /// The flows' start times (from the start) and sizes for `duration`: the schedule
+    /// The flows' start times (from the start) and sizes, without end: the schedule
     /// the traffic follows, a pure function of the settings.
-    pub fn schedule(&self, duration: Duration) -> Vec<(Duration, u64)> {
-        let mut rng = crate::delay::LossDraw::new(self.seed);
-        let mut out = Vec::new();
-        let mut t = 0.0;
-        let end = duration.as_secs_f64();
-        let mut interval_end = 0.0;
-        let mut rate = self.flows_per_second;
-        while t < end {
+    pub fn flows(&self) -> impl Iterator<Item = (Duration, u64)> + use<> {
+        let mut rng = crate::Seeded::new(self.seed);
+        let mean = self.flows_per_second;
+        let (mut t, mut interval_end, mut rate) = (0.0_f64, 0.0, mean);
+        std::iter::from_fn(move || {
             if t >= interval_end {
                 // Each 5 s interval has its own arrival rate, a quarter to twice the mean
                 // (mean 1.125 of it; scaled back to the mean).
-                rate = self.flows_per_second * (0.25 + 1.75 * rng.next_f64()) / 1.125;
+                rate = mean * (0.25 + 1.75 * rng.next_f64()) / 1.125;
                 interval_end += 5.0;
             }
             t += -(1.0 - rng.next_f64()).ln() / rate.max(1e-6);
-            if t >= end {
-                break;
-            }
             // 80 % in 64–200 KB, 20 % in 200 KB–5 MB, log-uniform within each.
             let (lo, hi): (f64, f64) = if rng.next_f64() < 0.8 {
                 (64e3, 200e3)
@@ -234,9 +230,13 @@ impl Web {
                 (200e3, 5e6)
             };
             let size = (lo.ln() + (hi.ln() - lo.ln()) * rng.next_f64()).exp();
-            out.push((Duration::from_secs_f64(t), size as u64));
-        }
-        out
+            Some((Duration::from_secs_f64(t), size as u64))
+        })
+    }
+
+    /// The flows that start within `duration`.
+    pub fn schedule(&self, duration: Duration) -> Vec<(Duration, u64)> {
+        self.flows().take_while(|&(t, _)| t < duration).collect()
     }
 }
 
@@ -278,55 +278,49 @@ pub fn web(
             }
         })
     };
-    let schedule = cfg.schedule(Duration::from_secs(24 * 3600));
+    let schedule = cfg.flows();
     let max_flows = cfg.max_flows;
     let generator = {
         let stop = stop.clone();
         // Created in `from`, so the flows' threads and sockets are there too.
         from.spawn("web-flows", move || {
-            let active = Arc::new(AtomicU64::new(0));
             let t0 = Instant::now();
-            let mut flows = Vec::new();
+            let mut flows: Vec<JoinHandle<()>> = Vec::new();
             for (at, size) in schedule {
-                while t0.elapsed() < at {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
+                while t0.elapsed() < at && !stop.load(Ordering::Relaxed) {
                     std::thread::sleep((at - t0.elapsed().min(at)).min(Duration::from_millis(50)));
                 }
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
-                if active.load(Ordering::Relaxed) >= max_flows as u64 {
+                flows.retain(|f| !f.is_finished());
+                if flows.len() >= max_flows {
                     continue;
                 }
-                active.fetch_add(1, Ordering::Relaxed);
-                let (stop, active) = (stop.clone(), active.clone());
+                let stop = stop.clone();
                 flows.push(std::thread::spawn(move || {
-                    if let Ok(mut s) = TcpStream::connect_timeout(
+                    let Ok(mut s) = TcpStream::connect_timeout(
                         &SocketAddr::new(to, port),
                         Duration::from_secs(5),
-                    ) {
-                        let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
-                        let chunk = vec![0x77u8; 16_384];
-                        let mut left = size;
-                        while left > 0 && !stop.load(Ordering::Relaxed) {
-                            let n = left.min(chunk.len() as u64) as usize;
-                            match s.write(&chunk[..n]) {
-                                Ok(w) => left -= w as u64,
-                                Err(e)
-                                    if matches!(
-                                        e.kind(),
-                                        std::io::ErrorKind::WouldBlock
-                                            | std::io::ErrorKind::TimedOut
-                                    ) => {}
-                                Err(_) => break,
-                            }
+                    ) else {
+                        return;
+                    };
+                    let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
+                    let chunk = vec![0x77u8; 16_384];
+                    let mut left = size;
+                    while left > 0 && !stop.load(Ordering::Relaxed) {
+                        let n = left.min(chunk.len() as u64) as usize;
+                        match s.write(&chunk[..n]) {
+                            Ok(w) => left -= w as u64,
+                            Err(e)
+                                if matches!(
+                                    e.kind(),
+                                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                                ) => {}
+                            Err(_) => break,
                         }
                     }
-                    active.fetch_sub(1, Ordering::Relaxed);
                 }));
-                flows.retain(|f: &JoinHandle<()>| !f.is_finished());
             }
             for f in flows {
                 let _ = f.join();
@@ -386,6 +380,7 @@ pub fn tcp_source(
             let mut buf = vec![0u8; chunk.max(1)];
             let t0 = Instant::now();
             let mut sent = 0u64;
+            let mut last_info = t0;
             let mut n: u32 = 0;
             while !stop.load(Ordering::Relaxed) {
                 if mbps.is_some() {
@@ -399,11 +394,17 @@ pub fn tcp_source(
                 if stream.write_all(&buf).is_err() {
                     break;
                 }
-                if let Some(r) = total_retransmits(&stream) {
-                    retransmits.store(r, Ordering::Relaxed);
+                if last_info.elapsed() >= Duration::from_millis(100) {
+                    last_info = Instant::now();
+                    if let Some(r) = total_retransmits(&stream) {
+                        retransmits.store(r, Ordering::Relaxed);
+                    }
                 }
                 sent += buf.len() as u64;
                 n += 1;
+            }
+            if let Some(r) = total_retransmits(&stream) {
+                retransmits.store(r, Ordering::Relaxed);
             }
             let _ = stream.shutdown(std::net::Shutdown::Write);
         })

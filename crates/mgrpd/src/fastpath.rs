@@ -144,6 +144,37 @@ impl FastPath {
         self.settle(dst, None);
     }
 
+    /// Sends a frame of `segments` packets whole along `dst`'s known path and counts
+    /// it: the packets as sent unchanged, the frame as a super-packet if it is one.
+    /// Returns false, having sent nothing, when no path is known or the send failed
+    /// (the path is then forgotten and looked up again); the caller sends the packets
+    /// another way.
+    pub(crate) fn send_counted(
+        &self,
+        dst: IpAddr,
+        hdr: &VirtioNetHdr,
+        packet: &[u8],
+        segments: u64,
+        counters: &Counters,
+    ) -> bool {
+        let Some(path) = self.path(dst) else {
+            return false;
+        };
+        if let Err(e) = self.send(&path, hdr, packet) {
+            self.forget(dst);
+            bump(&counters.link_send_errors);
+            debug!("sending a frame to {dst} whole failed: {e}");
+            return false;
+        }
+        counters
+            .unchanged_sent
+            .fetch_add(segments, std::sync::atomic::Ordering::Relaxed);
+        if segments > 1 {
+            bump(&counters.super_packets_sent);
+        }
+        true
+    }
+
     /// Sends an IP packet (a super-packet or a plain one) with the virtio-net header
     /// it was read with from the TUN, along `path`. Refuses (without sending) what
     /// would exceed the device's MTU.
@@ -185,8 +216,9 @@ impl FastPath {
         if h.hdr_len != 0 {
             h.hdr_len = shifted(h.hdr_len)?;
         }
+        // The kernel reads the fields in the host's byte order, as the TUN writes them.
         let mut raw = [0u8; tun_rs::VIRTIO_NET_HDR_LEN];
-        encode(&h, &mut raw);
+        h.encode(&mut raw)?;
         sys::send_link(&self.socket, path.ifindex, ethertype, &raw, link, packet)
     }
 }
@@ -317,17 +349,6 @@ fn complete_checksum(packet: &mut [u8], start: u16, offset: u16) {
     packet[at..at + 2].copy_from_slice(&sum.to_be_bytes());
 }
 
-/// The header as the kernel reads it: fields in the host's byte order (modern
-/// virtio is little-endian, and the packet socket reads it as the TUN writes it).
-fn encode(h: &VirtioNetHdr, out: &mut [u8; tun_rs::VIRTIO_NET_HDR_LEN]) {
-    out[0] = h.flags;
-    out[1] = h.gso_type;
-    out[2..4].copy_from_slice(&h.hdr_len.to_ne_bytes());
-    out[4..6].copy_from_slice(&h.gso_size.to_ne_bytes());
-    out[6..8].copy_from_slice(&h.csum_start.to_ne_bytes());
-    out[8..10].copy_from_slice(&h.csum_offset.to_ne_bytes());
-}
-
 /// Packets that go on unchanged one by one (riders released by the planners), put
 /// back together into super-packets before they leave: consecutive TCP segments of
 /// one flow in a batch become one GSO packet (the coalescing a TUN's own writer does,
@@ -417,27 +438,10 @@ impl Coalescer {
                 net.send_unchanged(packet);
                 continue;
             };
-            let sent = sys::packet_destination(packet).is_some_and(|dst| {
-                let Some(path) = self.fast.path(dst) else {
-                    return false;
-                };
-                match self.fast.send(&path, &hdr, packet) {
-                    Ok(_) => true,
-                    Err(e) => {
-                        self.fast.forget(dst);
-                        bump(&counters.link_send_errors);
-                        debug!("sending a coalesced packet to {dst} failed: {e}");
-                        false
-                    }
-                }
-            });
-            if sent {
-                counters
-                    .unchanged_sent
-                    .fetch_add(segments, std::sync::atomic::Ordering::Relaxed);
-                if segments > 1 {
-                    bump(&counters.super_packets_sent);
-                }
+            if sys::packet_destination(packet).is_some_and(|dst| {
+                self.fast
+                    .send_counted(dst, &hdr, packet, segments, counters)
+            }) {
                 continue;
             }
             // Apart again, through the raw socket.

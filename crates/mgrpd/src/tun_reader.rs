@@ -126,14 +126,7 @@ impl TunReader {
         if !down && !direct {
             return false;
         }
-        let Some(path) = fast.path(dst) else {
-            return false;
-        };
-        if let Err(e) = fast.send(&path, hdr, packet) {
-            // The raw socket takes it instead; the path is looked up again.
-            fast.forget(dst);
-            bump(&self.counters.link_send_errors);
-            tracing::debug!("sending a super-packet to {dst} failed: {e}");
+        if !fast.send_counted(dst, hdr, packet, segments, &self.counters) {
             return false;
         }
         let c = &self.counters;
@@ -146,8 +139,6 @@ impl TunReader {
         } else {
             &c.riders_sent_direct
         });
-        add(&c.unchanged_sent);
-        bump(&c.super_packets_sent);
         true
     }
 

@@ -75,7 +75,7 @@ use tokio::sync::{mpsc, oneshot};
 pub mod blocking;
 
 pub use mgrp_core::api::{DaemonStats, ReceivedProbe, TrainLimits};
-pub use mgrp_core::stats::{Outcome, ProbeDeparture, TransactionReport};
+pub use mgrp_core::stats::{DepartureClock, Outcome, ProbeDeparture, TransactionReport};
 pub use mgrp_core::{MonoTime, WallTime};
 
 /// Where `mgrpd` listens unless told otherwise.

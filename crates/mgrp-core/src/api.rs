@@ -403,6 +403,10 @@ pub struct DaemonCounters {
     /// short, a virtio-net header that does not fit the packet, or a super-packet
     /// that could not be split). Not riders: they are counted nowhere else.
     pub tun_frames_dropped: u64,
+    /// Probes that left without a kernel queue-entry stamp in their report although
+    /// kernel stamps are on (their trains' reports fall back to the daemon's stamps).
+    #[serde(default)]
+    pub probes_unstamped: u64,
 }
 
 /// Everything the daemon counts.

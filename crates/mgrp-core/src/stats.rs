@@ -26,6 +26,17 @@ pub enum Outcome {
 }
 
 /// One probe's departure.
+///
+/// A probe has up to four times. Two are the daemon's own: `deadline` and `departed`
+/// on the monotonic clock, and `stamp`, its realtime clock read just before the send
+/// and written into the probe. Two are the kernel's, on the realtime clock, read back
+/// from the socket's error queue: `kernel_queued`, taken as the probe entered the
+/// egress queue (qdisc) of the sending host's device, and `kernel_sent`, taken as the
+/// device took it from that queue. The sending host's own queue is the first queue of
+/// the measured path: a shaper there (a host that shapes its uplink, a router that runs
+/// mgrpd) holds probes back exactly as a bottleneck further on would. So the departure
+/// into the path is `kernel_queued`; `kernel_sent` records the local shaper's output,
+/// and the difference is how long the probe waited in the local queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProbeDeparture {
     /// Sequence number within the train.
@@ -37,34 +48,75 @@ pub struct ProbeDeparture {
     /// The sender stamp written into the probe (realtime clock), taken just before
     /// the send.
     pub stamp: WallTime,
-    /// When the kernel handed the probe to the network device (realtime clock, a
-    /// software transmit timestamp), if the daemon's kernel gives such stamps. Closer
-    /// to the wire than `stamp`: it also counts time lost inside the send call. Tools
-    /// that compute the sending gaps should use it where present and `stamp`
-    /// otherwise.
+    /// When the kernel put the probe into the egress queue of the sending device
+    /// (realtime clock, `SCM_TSTAMP_SCHED`), if the daemon's kernel gives such stamps:
+    /// the departure into the measured path. Later than `stamp` by the time the send
+    /// call took to reach the queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kernel_departed: Option<WallTime>,
+    pub kernel_queued: Option<WallTime>,
+    /// When the network device took the probe from that queue (realtime clock,
+    /// `SCM_TSTAMP_SND`), if its stamp came back in time for the report. Behind a
+    /// local shaper this is the shaper's output, not the departure: a diagnostic.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        alias = "kernel_departed"
+    )]
+    pub kernel_sent: Option<WallTime>,
     /// Rider bytes (chunk data) the probe carried.
     pub rider_bytes: u32,
 }
 
 impl ProbeDeparture {
-    /// The best departure on the realtime clock: the kernel's stamp where there is
-    /// one, else the daemon's.
+    /// This probe's departure into the path on the realtime clock: the kernel's
+    /// queue-entry stamp where there is one, else the daemon's. For the probes of one
+    /// train use [`TransactionReport::departure_times`], which never mixes the two.
     pub fn best_departure(&self) -> WallTime {
-        self.kernel_departed.unwrap_or(self.stamp)
+        self.kernel_queued.unwrap_or(self.stamp)
     }
 
-    /// How late the probe left: from its deadline to the send call, plus the time the
-    /// send call took to hand it to the device when the kernel stamped it. `None` for
-    /// a probe that did not leave.
+    /// The departure on `clock`, or `None` for a probe that did not leave or has no
+    /// stamp of that kind.
+    pub fn departure_on(&self, clock: DepartureClock) -> Option<WallTime> {
+        self.departed?;
+        match clock {
+            DepartureClock::KernelQueue => self.kernel_queued,
+            DepartureClock::Daemon => Some(self.stamp),
+        }
+    }
+
+    /// How long the probe waited in the sending host's egress queue, where both kernel
+    /// stamps are known.
+    pub fn local_queue_wait(&self) -> Option<Duration> {
+        let (q, s) = (self.kernel_queued?, self.kernel_sent?);
+        u64::try_from(s.signed_nanos_since(q))
+            .ok()
+            .map(Duration::from_nanos)
+    }
+
+    /// How late the probe entered the path: from its deadline to the send call, plus
+    /// the time the send call took to reach the egress queue when the kernel stamped
+    /// it. `None` for a probe that did not leave.
     pub fn lateness(&self) -> Option<Duration> {
         let departed = self.departed?;
-        let in_send = self.kernel_departed.map_or(0, |k| {
+        let in_send = self.kernel_queued.map_or(0, |k| {
             u64::try_from(k.signed_nanos_since(self.stamp)).unwrap_or(0)
         });
         Some(departed.saturating_since(self.deadline) + Duration::from_nanos(in_send))
     }
+}
+
+/// Which clock a report's departure times are on (see
+/// [`TransactionReport::departure_clock`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DepartureClock {
+    /// The kernel's stamps as each probe entered the sending device's egress queue.
+    KernelQueue,
+    /// The daemon's stamps, read just before each send: kernel stamps were off, or at
+    /// least one probe that left has none.
+    #[default]
+    Daemon,
 }
 
 /// The report of one probe transaction.
@@ -84,12 +136,16 @@ pub struct TransactionReport {
     pub rider_bytes: u64,
     /// Rider chunks carried by the train.
     pub rider_chunks: u32,
-    /// Rider bytes that arrived after the first departure and rode in this train: the
-    /// application traffic that, without MGRP, would have competed with the train on
-    /// the path. Tools such as pathload subtract it from their estimate.
+    /// Application bytes to this destination that MGRP kept off the path while the
+    /// train was on it: bytes that arrived between its first and last departure, less
+    /// the held bytes that went onto the path outside probes meanwhile (unchanged, or
+    /// in continuation packets). Without MGRP those bytes would have competed with the
+    /// train; tools such as pathload add them back (MGRP §2.4). They need not have
+    /// ridden in this train: a rider that arrived before the train and rode in it was
+    /// off the path before it too, and one that arrived during it and was still held
+    /// at its end was off the path all the same. 0 where the held bytes that left
+    /// outweigh those that arrived.
     pub competing_rider_bytes: u64,
-    /// Rider chunks counted in `competing_rider_bytes`.
-    pub competing_rider_chunks: u32,
     /// Nanoseconds from the submission of the train to its first departure: time the
     /// train spent queued behind other trains plus the daemon's start-up latency.
     pub queue_ns: u64,
@@ -106,6 +162,17 @@ pub struct TransactionReport {
     /// daemon's `late-threshold`); 0 when lateness was not judged.
     #[serde(default)]
     pub late_threshold_ns: u64,
+    /// Probes that left without a kernel queue-entry stamp although the daemon asks
+    /// for them (0 when kernel stamps are off). One is enough to put the whole train on
+    /// the daemon's clock: see [`Self::departure_clock`].
+    #[serde(default)]
+    pub probes_unstamped: u16,
+    /// The clock of [`Self::departure_times`]: the kernel's queue-entry stamps when
+    /// every probe that left has one, else the daemon's stamps for every probe. The
+    /// two are taken at different points (before and inside the send call), so a tool
+    /// that mixed them within one train would read the difference as a gap.
+    #[serde(default)]
+    pub departure_clock: DepartureClock,
 }
 
 impl TransactionReport {
@@ -120,13 +187,43 @@ impl TransactionReport {
             rider_bytes: 0,
             rider_chunks: 0,
             competing_rider_bytes: 0,
-            competing_rider_chunks: 0,
             queue_ns: 0,
             send_ns: 0,
             departures: Vec::new(),
             probes_late: 0,
             late_threshold_ns: 0,
+            probes_unstamped: 0,
+            departure_clock: DepartureClock::Daemon,
         }
+    }
+
+    /// Every probe that left, with its departure into the path on
+    /// [`Self::departure_clock`], in sequence order: one clock for the whole train.
+    pub fn departure_times(&self) -> impl Iterator<Item = (u16, WallTime)> + '_ {
+        let clock = self.departure_clock;
+        self.departures
+            .iter()
+            .filter_map(move |d| Some((d.seq, d.departure_on(clock)?)))
+    }
+
+    /// Makes the report final once every kernel stamp that will be in it is in:
+    /// counts the probes that left without a queue-entry stamp (if `kernel_stamps`, the
+    /// daemon asked for them), chooses the departure clock, and counts the probes that
+    /// left later than `late_threshold` after their deadline.
+    pub fn settle(&mut self, kernel_stamps: bool, late_threshold: Duration) {
+        let left = || self.departures.iter().filter(|d| d.departed.is_some());
+        let unstamped = left().filter(|d| d.kernel_queued.is_none()).count();
+        self.probes_unstamped = if kernel_stamps {
+            u16::try_from(unstamped).unwrap_or(u16::MAX)
+        } else {
+            0
+        };
+        self.departure_clock = if unstamped == 0 && left().next().is_some() {
+            DepartureClock::KernelQueue
+        } else {
+            DepartureClock::Daemon
+        };
+        self.judge_lateness(late_threshold);
     }
 
     /// Counts the probes that left later than `threshold` after their deadline into
@@ -306,7 +403,8 @@ mod tests {
             deadline: MonoTime::from_nanos(deadline_us * 1000),
             departed: departed_us.map(|d| MonoTime::from_nanos(d * 1000)),
             stamp: WallTime::from_nanos(1_000_000_000 + departed_us.unwrap_or(0) * 1000),
-            kernel_departed: None,
+            kernel_queued: None,
+            kernel_sent: None,
             rider_bytes: 0,
         }
     }
@@ -315,10 +413,13 @@ mod tests {
     fn lateness_counts_the_time_inside_the_send_when_the_kernel_stamped() {
         let mut on_time = departure(0, 100, Some(103));
         assert_eq!(on_time.lateness(), Some(Duration::from_micros(3)));
-        // The send call took 40 µs to reach the device.
-        on_time.kernel_departed = Some(WallTime::from_nanos(on_time.stamp.as_nanos() + 40_000));
+        // The send call took 40 µs to reach the egress queue; a local shaper then held
+        // the probe for 8 ms, which is the path's doing, not lateness.
+        on_time.kernel_queued = Some(WallTime::from_nanos(on_time.stamp.as_nanos() + 40_000));
+        on_time.kernel_sent = Some(WallTime::from_nanos(on_time.stamp.as_nanos() + 8_040_000));
         assert_eq!(on_time.lateness(), Some(Duration::from_micros(43)));
-        assert_eq!(on_time.best_departure(), on_time.kernel_departed.unwrap());
+        assert_eq!(on_time.best_departure(), on_time.kernel_queued.unwrap());
+        assert_eq!(on_time.local_queue_wait(), Some(Duration::from_millis(8)));
         // A probe that left early (the clocks disagree by a little) is not late.
         let early = departure(1, 200, Some(199));
         assert_eq!(early.lateness(), Some(Duration::ZERO));
@@ -347,6 +448,51 @@ mod tests {
         obj.remove("late_threshold_ns");
         let back: TransactionReport = serde_json::from_value(json).unwrap();
         assert_eq!(back.probes_late, 0);
-        assert_eq!(back.departures[0].kernel_departed, None);
+        assert_eq!(back.departures[0].kernel_sent, None);
+        assert_eq!(back.departure_clock, DepartureClock::Daemon);
+    }
+
+    #[test]
+    fn one_missing_queue_stamp_puts_the_whole_train_on_the_daemons_clock() {
+        let queued = |mut d: ProbeDeparture| {
+            d.kernel_queued = Some(WallTime::from_nanos(d.stamp.as_nanos() + 3_000));
+            d
+        };
+        let mut r = TransactionReport {
+            probes_sent: 3,
+            departures: vec![
+                queued(departure(0, 0, Some(1))),
+                queued(departure(1, 200, Some(201))),
+                departure(2, 400, Some(401)),
+                // Never left: neither counted as unstamped nor listed.
+                departure(3, 600, None),
+            ],
+            ..TransactionReport::unsent(8, Outcome::Completed, 4)
+        };
+        r.settle(true, Duration::from_micros(50));
+        assert_eq!(r.probes_unstamped, 1);
+        assert_eq!(r.departure_clock, DepartureClock::Daemon);
+        let daemon: Vec<_> = r.departure_times().collect();
+        let stamps: Vec<_> = r.departures[..3].iter().map(|d| (d.seq, d.stamp)).collect();
+        assert_eq!(daemon, stamps, "every time from the daemon's clock");
+
+        r.departures[2] = queued(r.departures[2]);
+        r.settle(true, Duration::from_micros(50));
+        assert_eq!(r.probes_unstamped, 0);
+        assert_eq!(r.departure_clock, DepartureClock::KernelQueue);
+        assert!(
+            r.departure_times()
+                .zip(&r.departures)
+                .all(|((seq, t), d)| seq == d.seq && Some(t) == d.kernel_queued)
+        );
+
+        // Without kernel stamps nothing is missing, and the daemon's clock is the one.
+        let mut plain = TransactionReport {
+            departures: vec![departure(0, 0, Some(1))],
+            ..TransactionReport::unsent(9, Outcome::Completed, 1)
+        };
+        plain.settle(false, Duration::from_micros(50));
+        assert_eq!(plain.probes_unstamped, 0);
+        assert_eq!(plain.departure_clock, DepartureClock::Daemon);
     }
 }

@@ -264,7 +264,7 @@ fn figures(
             if let Some(d) = r.departures.get(usize::from(seq)) {
                 if d.departed.is_some() {
                     offsets.push((t - d.stamp.as_nanos() as i64) as f64 / 1e3);
-                    if let Some(k) = d.kernel_departed {
+                    if let Some(k) = d.kernel_queued {
                         kernel.push((t - k.as_nanos() as i64) as f64 / 1e3);
                     }
                 }

@@ -77,6 +77,7 @@ counters!(
     super_packets_sent,
     link_send_errors,
     tun_frames_dropped,
+    probes_unstamped,
 );
 
 /// Adds one to a counter.

@@ -1,7 +1,7 @@
 //! What the MGRP sockets' error queues say: which peers answered with ICMP errors
 //! (their mgrpd is gone), and when the kernel handed each probe to the device.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,40 +65,69 @@ impl PeerHealth {
     }
 }
 
+/// The kernel's two transmit stamps of one probe, as far as they came.
+#[derive(Debug, Default, Clone, Copy)]
+struct Stamps {
+    queued: Option<WallTime>,
+    sent: Option<WallTime>,
+}
+
 /// Kernel transmit stamps read from the probe sockets' error queues, by id
 /// ([`tx_id`]), until a report takes them.
 #[derive(Debug, Default)]
 pub(crate) struct Departures {
-    stamps: Mutex<HashMap<u32, WallTime>>,
+    kept: Mutex<Kept>,
     /// Threads taking entries off an error queue right now.
     draining: std::sync::atomic::AtomicUsize,
 }
 
+/// The stamps, and the order their ids came in so the oldest go first when there are
+/// too many: device stamps that come after their report left (a local shaper held the
+/// probe) are never taken.
+#[derive(Debug, Default)]
+struct Kept {
+    stamps: HashMap<u32, Stamps>,
+    order: VecDeque<u32>,
+}
+
 impl Departures {
-    fn insert(&self, id: u32, at: WallTime) {
-        let mut d = self.stamps.lock().unwrap_or_else(PoisonError::into_inner);
-        if d.len() >= MAX_UNCLAIMED_DEPARTURES {
-            // Stamps of probes whose reports left without them (they came too late);
-            // 64 Ki of them cover far more than any train.
-            d.clear();
+    fn insert(&self, id: u32, at: WallTime, point: sys::StampPoint) {
+        let mut k = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let Kept { stamps, order } = &mut *k;
+        let entry = stamps.entry(id).or_insert_with(|| {
+            order.push_back(id);
+            Stamps::default()
+        });
+        match point {
+            sys::StampPoint::Queued => entry.queued = Some(at),
+            sys::StampPoint::Sent => entry.sent = Some(at),
         }
-        d.insert(id, at);
+        while order.len() > MAX_UNCLAIMED_DEPARTURES {
+            if let Some(old) = order.pop_front() {
+                stamps.remove(&old);
+            }
+        }
     }
 
     /// Fills in the stamps of `report`'s probes that are here; returns how many
-    /// probes that left still have none.
+    /// probes that left still have no queue-entry stamp.
     fn fill(&self, report: &mut TransactionReport) -> usize {
-        let mut d = self.stamps.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut k = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         let mut missing = 0;
         for p in report
             .departures
             .iter_mut()
             .filter(|p| p.departed.is_some())
         {
-            if p.kernel_departed.is_none() {
-                p.kernel_departed = d.remove(&tx_id(report.transaction, p.seq));
-                missing += usize::from(p.kernel_departed.is_none());
+            let id = tx_id(report.transaction, p.seq);
+            if let Some(s) = k.stamps.get(&id) {
+                p.kernel_queued = p.kernel_queued.or(s.queued);
+                p.kernel_sent = p.kernel_sent.or(s.sent);
+                if p.kernel_queued.is_some() && p.kernel_sent.is_some() {
+                    k.stamps.remove(&id);
+                }
             }
+            missing += usize::from(p.kernel_queued.is_none());
         }
         missing
     }
@@ -157,7 +186,9 @@ impl ErrorQueues {
         while let Some(e) = sys::next_error(fd)? {
             match e {
                 sys::QueuedError::Icmp(e) => self.icmp_error(e, v6),
-                sys::QueuedError::Departed { id, at } => self.departures.insert(id, at),
+                sys::QueuedError::Departed { id, at, point } => {
+                    self.departures.insert(id, at, point);
+                }
                 sys::QueuedError::Other => {}
             }
         }
@@ -184,11 +215,14 @@ impl ErrorQueues {
     }
 
     /// Makes a report final before its tool gets it (on the sender thread): the
-    /// kernel's transmit stamp of each probe that left, and the count of late probes.
-    /// The stamps are on the error queue by the time the send returns (the device
-    /// stamps in its transmit function); what the liveness threads have not read yet
-    /// is read here, for at most [`STAMP_WAIT`]. Without `may_wait` (on the pacer,
-    /// when the sender is behind) it takes the stamps already kept and no more.
+    /// kernel's transmit stamps of each probe that left, the departure clock, and the
+    /// count of late probes. Every probe's queue-entry stamp is on the error queue by
+    /// the time its send returns (the kernel takes it inside the send call); what the
+    /// liveness threads have not read yet is read here, for at most [`STAMP_WAIT`].
+    /// Device stamps come when the device takes the probe, which a local shaper may
+    /// hold for longer than any report should wait: those that came are given. Without
+    /// `may_wait` (on the pacer, when the sender is behind) it takes the stamps already
+    /// kept and no more.
     pub(crate) fn complete_report(
         &self,
         report: &mut TransactionReport,
@@ -196,22 +230,18 @@ impl ErrorQueues {
         log: &LimitedLog,
         may_wait: bool,
     ) {
-        if !may_wait {
+        let stamps = self.net.kernel_stamps();
+        if stamps && !may_wait {
             self.departures.fill(report);
-        } else if self.net.kernel_stamps() {
+        } else if stamps {
             let started = Instant::now();
             loop {
-                let missing = self.departures.fill(report);
-                if missing == 0 {
+                if self.departures.fill(report) == 0 {
                     break;
                 }
                 let waited = started.elapsed();
                 let busy = self.departures.draining.load(Ordering::SeqCst) > 0;
                 if (waited >= STAMP_WAIT && !busy) || waited >= STAMP_WAIT_BUSY {
-                    log.warn(format_args!(
-                        "{missing} probes of train {} have no kernel transmit stamp",
-                        report.transaction
-                    ));
                     break;
                 }
                 for v6 in [false, true] {
@@ -225,6 +255,15 @@ impl ErrorQueues {
                 std::thread::sleep(Duration::from_micros(50));
             }
         }
-        report.judge_lateness(late_threshold);
+        report.settle(stamps, late_threshold);
+        if report.probes_unstamped > 0 {
+            self.counters
+                .probes_unstamped
+                .fetch_add(u64::from(report.probes_unstamped), Ordering::Relaxed);
+            log.warn(format_args!(
+                "{} probes of train {} have no kernel queue stamp: its report gives the daemon's stamps for every probe",
+                report.probes_unstamped, report.transaction
+            ));
+        }
     }
 }

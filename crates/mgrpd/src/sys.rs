@@ -98,12 +98,31 @@ pub struct IcmpError {
 pub enum QueuedError {
     /// An ICMP error about a packet it sent.
     Icmp(IcmpError),
-    /// The kernel's software transmit stamp of the packet sent with this id (see
+    /// A kernel transmit stamp of the packet sent with this id (see
     /// [`send_with_tx_id`]).
-    Departed { id: u32, at: WallTime },
+    Departed {
+        id: u32,
+        at: WallTime,
+        point: StampPoint,
+    },
     /// Something else (read and dropped).
     Other,
 }
+
+/// Where on its way out the kernel stamped a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StampPoint {
+    /// As it entered the device's egress queue (`SCM_TSTAMP_SCHED`).
+    Queued,
+    /// As the device took it from that queue (`SCM_TSTAMP_SND`).
+    Sent,
+}
+
+/// `ee_info` of a stamp taken as the device took the packet (linux/errqueue.h; not
+/// in libc).
+const SCM_TSTAMP_SND: u32 = 0;
+/// `ee_info` of a stamp taken as the packet entered the egress queue.
+const SCM_TSTAMP_SCHED: u32 = 1;
 
 /// `SCM_TS_OPT_ID` (Linux 6.13): the timestamp id of one `sendmsg`, given as a
 /// control message. Not in libc yet; the value of the generic socket header, which
@@ -125,12 +144,16 @@ pub fn kernel_takes_tx_ids() -> bool {
     (major, minor) >= (6, 13)
 }
 
-/// Asks the kernel for a software transmit stamp of every packet `s` sends, read
-/// back from its error queue with [`next_error`]: only the stamp and the send's id
-/// (`SOF_TIMESTAMPING_TX_SOFTWARE | SOFTWARE | OPT_ID | OPT_TSONLY`), not the packet.
-/// The error queue gets a large buffer so a long train's stamps fit while they wait.
+/// Asks the kernel for two software transmit stamps of every packet `s` sends, read
+/// back from its error queue with [`next_error`]: one as the packet enters the
+/// device's egress queue (`TX_SCHED`), taken inside the send call, and one as the
+/// device takes it (`TX_SOFTWARE`), which a shaper on that device delays; only the
+/// stamps and the send's id (`SOFTWARE | OPT_ID | OPT_TSONLY`), not the packet. The
+/// error queue gets a large buffer so a long train's stamps fit while they wait.
 pub fn enable_tx_stamps(s: &Socket) -> io::Result<()> {
-    let flags = TimestampingFlag::SOF_TIMESTAMPING_TX_SOFTWARE
+    // nix names no TX_SCHED flag; the bit is the kernel's.
+    let flags = TimestampingFlag::from_bits_retain(libc::SOF_TIMESTAMPING_TX_SCHED)
+        | TimestampingFlag::SOF_TIMESTAMPING_TX_SOFTWARE
         | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE
         | TimestampingFlag::SOF_TIMESTAMPING_OPT_ID
         | TimestampingFlag::SOF_TIMESTAMPING_OPT_TSONLY;
@@ -207,8 +230,15 @@ pub fn next_error(fd: BorrowedFd<'_>) -> io::Result<Option<QueuedError>> {
         libc::SO_EE_ORIGIN_ICMP | libc::SO_EE_ORIGIN_ICMP6 => {
             icmp = Some((ee.ee_type, ee.ee_code));
         }
-        // `ee_info` 0 is SCM_TSTAMP_SND, the stamp taken at hand-off to the device.
-        libc::SO_EE_ORIGIN_TIMESTAMPING if ee.ee_info == 0 => stamp_id = Some(ee.ee_data),
+        // `ee_info` says which stamp it is.
+        libc::SO_EE_ORIGIN_TIMESTAMPING => {
+            let point = match ee.ee_info {
+                SCM_TSTAMP_SND => Some(StampPoint::Sent),
+                SCM_TSTAMP_SCHED => Some(StampPoint::Queued),
+                _ => None,
+            };
+            stamp_id = point.map(|p| (ee.ee_data, p));
+        }
         _ => {}
     };
     let got = receive(
@@ -237,8 +267,8 @@ pub fn next_error(fd: BorrowedFd<'_>) -> io::Result<Option<QueuedError>> {
             icmp_type,
             icmp_code,
         }),
-        (None, Some(id), Some(at)) if at != WallTime::UNIX_EPOCH => {
-            QueuedError::Departed { id, at }
+        (None, Some((id, point)), Some(at)) if at != WallTime::UNIX_EPOCH => {
+            QueuedError::Departed { id, at, point }
         }
         _ => QueuedError::Other,
     }))

@@ -504,20 +504,30 @@ fn pk2_probes_arrive_with_stamps_and_riders_balance() {
             assert!(p.sender_time.as_nanos() > 0 && p.receive_time.as_nanos() > 0);
             assert_eq!(p.sender_time, r.departures[seq].stamp);
             assert_eq!(p.size, 500);
-            // The kernel stamped the probe as the veth took it: after the daemon's
-            // stamp, before the far side's receive stamp.
-            let kernel = r.departures[seq]
-                .kernel_departed
-                .unwrap_or_else(|| panic!("train {i} probe {seq} has no kernel stamp: {r:#?}"));
-            assert!(kernel >= p.sender_time, "train {i} probe {seq}: {r:#?}");
-            assert!(
-                kernel <= p.receive_time,
-                "train {i} probe {seq}: {p:#?} {r:#?}"
-            );
+            // The kernel stamped the probe as it entered the veth's queue, after the
+            // daemon's stamp, and as the veth took it, before the far side's receive
+            // stamp.
+            let d = &r.departures[seq];
+            let queued = d.kernel_queued.unwrap_or_else(|| {
+                panic!("train {i} probe {seq} has no kernel queue stamp: {r:#?}")
+            });
+            assert!(queued >= p.sender_time, "train {i} probe {seq}: {r:#?}");
+            if let Some(sent) = d.kernel_sent {
+                assert!(sent >= queued, "train {i} probe {seq}: {r:#?}");
+                assert!(
+                    sent <= p.receive_time,
+                    "train {i} probe {seq}: {p:#?} {r:#?}"
+                );
+            }
         }
         assert_eq!(
             r.late_threshold_ns, 50_000,
             "the default threshold is judged"
+        );
+        assert_eq!(r.probes_unstamped, 0, "{r:#?}");
+        assert_eq!(
+            r.departure_clock,
+            mgrp_core::stats::DepartureClock::KernelQueue
         );
         assert!(r.probes_late <= r.probes_sent);
     }

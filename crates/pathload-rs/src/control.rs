@@ -124,6 +124,11 @@ pub enum Reply {
         rider_bytes: u64,
         /// IP bytes of the probes that carried riders.
         riding_probe_bytes: u64,
+        /// Whether `sender_stamps` are the kernel's, taken as each probe entered the
+        /// sending host's egress queue (MGRP with kernel stamps, every probe stamped);
+        /// otherwise every one was read in user space just before its send.
+        #[serde(default)]
+        kernel_stamps: bool,
     },
     /// Answer to [`Request::Ping`].
     Pong,

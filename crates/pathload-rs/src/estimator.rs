@@ -165,6 +165,9 @@ pub struct StreamResult {
     pub rider_bytes: u64,
     /// IP bytes of the stream's probes that carried riders.
     pub riding_probe_bytes: u64,
+    /// Whether `sender_stamps` are kernel stamps taken as each probe entered the
+    /// sending host's egress queue (else user-space stamps read before each send).
+    pub kernel_stamps: bool,
 }
 
 /// A fleet's verdict (pathload: INCREASING, NO TREND, GREY).
@@ -290,6 +293,10 @@ pub struct Outcome {
     pub rider_bytes: u64,
     /// IP bytes of the probes that carried riders.
     pub riding_probe_bytes: u64,
+    /// Streams whose departures were kernel stamps taken as each probe entered the
+    /// sending host's egress queue; the others' were read in user space before each
+    /// send (plain UDP, or a stream with a probe the kernel did not stamp).
+    pub streams_kernel_stamped: u32,
     /// ω, Mbit/s.
     pub omega: f64,
     /// χ, Mbit/s.
@@ -371,6 +378,7 @@ pub struct Estimator {
     probe_bytes: u64,
     rider_bytes: u64,
     riding_probe_bytes: u64,
+    streams_kernel_stamped: u32,
 }
 
 impl Estimator {
@@ -391,6 +399,7 @@ impl Estimator {
             probe_bytes: 0,
             rider_bytes: 0,
             riding_probe_bytes: 0,
+            streams_kernel_stamped: 0,
         }
     }
 
@@ -528,6 +537,7 @@ impl Estimator {
         self.probe_bytes += u64::from(result.sent) * u64::from(f.shape.size);
         self.rider_bytes += result.rider_bytes;
         self.riding_probe_bytes += result.riding_probe_bytes;
+        self.streams_kernel_stamped += u32::from(result.kernel_stamps);
         if let Some(r) = actual_rate(f.shape.size, &result.sender_stamps) {
             f.actual_rates.push(r);
         }
@@ -670,6 +680,7 @@ impl Estimator {
             probe_bytes: self.probe_bytes,
             rider_bytes: self.rider_bytes,
             riding_probe_bytes: self.riding_probe_bytes,
+            streams_kernel_stamped: self.streams_kernel_stamped,
             omega,
             chi,
         });

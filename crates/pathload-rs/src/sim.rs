@@ -300,6 +300,7 @@ pub fn run_with(
                     } else {
                         0
                     },
+                    kernel_stamps: false,
                 });
             }
         }

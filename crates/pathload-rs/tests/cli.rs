@@ -201,6 +201,7 @@ fn an_interrupted_run_prints_its_best_range() {
                         competing_rider_bytes: 0,
                         rider_bytes: 0,
                         riding_probe_bytes: 0,
+                        kernel_stamps: false,
                     }
                 }
                 Request::Stream { .. } | Request::Bye => return,

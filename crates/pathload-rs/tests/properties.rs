@@ -84,6 +84,7 @@ proptest! {
                         competing_rider_bytes: u64::from(competing),
                         rider_bytes: u64::from(competing),
                         riding_probe_bytes: 0,
+                        kernel_stamps: false,
                     });
                 }
             }

@@ -267,13 +267,11 @@ struct Active {
     /// Rider chunks carried, and their bytes.
     chunks_carried: u32,
     bytes_carried: u64,
-    /// Of those, the ones whose riders arrived after the first departure (see
-    /// [`TransactionReport::competing_rider_bytes`]). The probes of a train are built
-    /// one after the other, each after the previous one was sent, so the first
-    /// departure is known when a later probe is built; the riders of the probe that
-    /// becomes the first to leave arrived before it was built, so never count.
-    competing_chunks: u32,
-    competing_bytes: u64,
+    /// Rider bytes that arrived since the first departure, and held rider bytes
+    /// that left outside probes since then (see
+    /// [`TransactionReport::competing_rider_bytes`]).
+    arrived_bytes: u64,
+    released_bytes: u64,
 }
 
 /// The piggyback planner of one destination. See the module docs for the calls.
@@ -463,6 +461,9 @@ impl Planner {
             }
             return Err(reason);
         }
+        if let Some(a) = self.active.as_mut().filter(|a| a.first_departed.is_some()) {
+            a.arrived_bytes += data.len() as u64;
+        }
         let id = self.next_rider_id;
         self.next_rider_id = self.next_rider_id.wrapping_add(1);
         self.queued_bytes += data.len();
@@ -585,8 +586,8 @@ impl Planner {
             first_departed: None,
             chunks_carried: 0,
             bytes_carried: 0,
-            competing_chunks: 0,
-            competing_bytes: 0,
+            arrived_bytes: 0,
+            released_bytes: 0,
             next_deadline: deadline,
             next_seq: 0,
             carry_budget: eligible.min(by_fraction),
@@ -675,18 +676,8 @@ impl Planner {
         chunks.clear();
         self.spare.chunks = relabel(chunks);
         let rider_bytes: usize = plan.iter().map(|&(_, take)| take).sum();
-        for &(i, take) in &plan {
-            let r = &self.riders[i];
-            active.chunks_carried += 1;
-            active.bytes_carried += take as u64;
-            if active
-                .first_departed
-                .is_some_and(|first| r.arrival >= first)
-            {
-                active.competing_chunks += 1;
-                active.competing_bytes += take as u64;
-            }
-        }
+        active.chunks_carried += plan.len() as u32;
+        active.bytes_carried += rider_bytes as u64;
         if !plan.is_empty() {
             active.carry_budget -= 1;
             active.probes_with_riders += 1;
@@ -699,7 +690,8 @@ impl Planner {
             deadline,
             departed: None,
             stamp: WallTime::UNIX_EPOCH,
-            kernel_departed: None,
+            kernel_queued: None,
+            kernel_sent: None,
             rider_bytes: rider_bytes as u32,
         });
         active.next_seq += 1;
@@ -796,8 +788,7 @@ impl Planner {
             probes_with_riders: a.probes_with_riders,
             rider_bytes: a.bytes_carried,
             rider_chunks: a.chunks_carried,
-            competing_rider_bytes: a.competing_bytes,
-            competing_rider_chunks: a.competing_chunks,
+            competing_rider_bytes: a.arrived_bytes.saturating_sub(a.released_bytes),
             queue_ns: first.map_or(0, |f| duration_nanos(f.saturating_since(a.submitted))),
             send_ns: match (first, last) {
                 (Some(f), Some(l)) => duration_nanos(l.saturating_since(f)),
@@ -806,6 +797,8 @@ impl Planner {
             departures: a.departures,
             probes_late: 0,
             late_threshold_ns: 0,
+            probes_unstamped: 0,
+            departure_clock: crate::stats::DepartureClock::Daemon,
         });
     }
 
@@ -832,6 +825,15 @@ impl Planner {
             return None;
         }
         let front = self.riders.front_mut()?;
+        let onto_path = if front.sent == 0 {
+            front.data.len()
+        } else {
+            (front.data.len() - front.sent).min(self.continuation_room())
+        };
+        if let Some(a) = self.active.as_mut().filter(|a| a.first_departed.is_some()) {
+            a.released_bytes += onto_path as u64;
+        }
+        let front = self.riders.front_mut()?;
         if front.sent == 0 {
             let r = self.riders.pop_front()?;
             self.queued_bytes -= r.data.len();
@@ -839,11 +841,7 @@ impl Planner {
             return Some(Transmit::Unchanged(r.data));
         }
         let trailer = self.policy.trailer_len;
-        let room = usize::from(self.path.mtu)
-            - usize::from(self.path.ip_header_len)
-            - wire::min_packet_len(0, trailer)
-            - CHUNK_DESC_LEN;
-        let take = (front.data.len() - front.sent).min(room);
+        let take = onto_path;
         let chunk = Chunk {
             rider_id: front.id,
             offset: front.sent as u16,
@@ -867,6 +865,14 @@ impl Planner {
             self.complete_front();
         }
         Some(Transmit::Continuation(packet))
+    }
+
+    /// Rider bytes one continuation packet carries at most.
+    fn continuation_room(&self) -> usize {
+        usize::from(self.path.mtu)
+            - usize::from(self.path.ip_header_len)
+            - wire::min_packet_len(0, self.policy.trailer_len)
+            - CHUNK_DESC_LEN
     }
 
     /// When the front rider falls due, if any rider is held.

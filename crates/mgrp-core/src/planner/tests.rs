@@ -282,11 +282,51 @@ fn competing_bytes_count_riders_that_arrived_during_the_train() {
     let report = p.poll_report().unwrap();
     assert_eq!(report.rider_bytes, 180);
     assert_eq!(
-        (report.competing_rider_bytes, report.competing_rider_chunks),
-        (80, 1)
+        report.competing_rider_bytes, 80,
+        "the rider that came before the train was off the path before it too"
     );
     assert_eq!(report.departures[1].departed, Some(ms(2)));
     assert_eq!(report.departures[1].stamp, WallTime::from_nanos(2));
+}
+
+/// What competes is what the application sent during the train less what went onto
+/// the path outside probes meanwhile, whichever probe (if any) carried it: riders held
+/// from before the train that ride in it take the place of riders that arrive during
+/// it and are still held at its end, and riders that leave unchanged mid-train
+/// compete on the path for real.
+#[test]
+fn competing_bytes_are_what_arrived_during_the_train_less_what_left_unchanged() {
+    let mut p = planner(Policy::default());
+    assert_eq!(p.policy().hold, Duration::from_millis(10));
+    // Two riders held from before the train.
+    p.handle_rider(ms(0), rider(150, 1)).unwrap();
+    p.handle_rider(ms(1), rider(100, 2)).unwrap();
+    // Probes due at 9, 13 and 17 ms, one rider each.
+    p.handle_transaction(ms(5), train(1, 3, 300, us(4000)))
+        .unwrap();
+    let first = p.poll_probe(ms(9)).unwrap();
+    p.handle_probe_sent(1, 0, Some((ms(9), WallTime::from_nanos(9))));
+    // Two arrive during the train.
+    p.handle_rider(ms(10), rider(200, 3)).unwrap();
+    p.handle_rider(ms(11), rider(200, 4)).unwrap();
+    // The second rider from before falls due at 11 ms and leaves unchanged.
+    let released: Vec<_> = std::iter::from_fn(|| p.poll_transmit(ms(11))).collect();
+    assert!(matches!(&released[..], [Transmit::Unchanged(d)] if d.len() == 100));
+    let second = p.poll_probe(ms(13)).unwrap();
+    p.handle_probe_sent(1, 1, Some((ms(13), WallTime::from_nanos(13))));
+    // One more arrives and is still held when the train ends.
+    p.handle_rider(ms(15), rider(60, 5)).unwrap();
+    let third = p.poll_probe(ms(17)).unwrap();
+    p.handle_probe_sent(1, 2, Some((ms(17), WallTime::from_nanos(17))));
+    assert_eq!(
+        [first.rider_bytes, second.rider_bytes, third.rider_bytes],
+        [150, 200, 200]
+    );
+    let report = p.poll_report().unwrap();
+    assert_eq!(report.rider_bytes, 550);
+    // Arrived during it: 200 + 200 + 60; onto the path outside probes: 100.
+    assert_eq!(report.competing_rider_bytes, 360);
+    assert_eq!(p.held_riders(), 1);
 }
 
 #[test]

@@ -265,6 +265,7 @@ fn exchange(
                 competing_rider_bytes,
                 rider_bytes,
                 riding_probe_bytes,
+                kernel_stamps,
             }) => {
                 if (fleet, stream) != (id.1, id.2) {
                     continue;
@@ -278,6 +279,7 @@ fn exchange(
                     competing_rider_bytes,
                     rider_bytes,
                     riding_probe_bytes,
+                    kernel_stamps,
                 };
             }
             Some(Reply::Error { message }) => return Err(anyhow!("the sender failed: {message}")),

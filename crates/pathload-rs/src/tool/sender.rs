@@ -220,6 +220,7 @@ fn send(sender: &mut Option<Sender>, b: &Batch) -> Reply {
             competing_rider_bytes: sent.competing_rider_bytes,
             rider_bytes: sent.rider_bytes,
             riding_probe_bytes: sent.riding_probe_bytes,
+            kernel_stamps: sent.kernel_clock,
         },
         Err(e) => Reply::Error {
             message: format!("sending failed: {e:#}"),

@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::Arrival;
 use crate::control::{PROBE_HEADER_LEN, ProbeHeader, ProbeKind, Transport};
 use anyhow::Context;
+use mgrp_client::DepartureClock;
 use mgrp_client::blocking::Client;
 use mgrp_client::{Probe, Train};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -50,6 +51,10 @@ pub(crate) struct Sent {
     pub(crate) competing_rider_bytes: u64,
     pub(crate) rider_bytes: u64,
     pub(crate) riding_probe_bytes: u64,
+    /// Whether `stamps` are the kernel's, taken as each probe entered the sending
+    /// host's egress queue (over MGRP, when every probe has one); otherwise they were
+    /// read in user space just before each send.
+    pub(crate) kernel_clock: bool,
 }
 
 /// One train or stream to send.
@@ -224,17 +229,21 @@ fn send_mgrp(
     let mut sent = Sent {
         competing_rider_bytes: report.competing_rider_bytes,
         rider_bytes: report.rider_bytes,
+        kernel_clock: report.departure_clock == DepartureClock::KernelQueue,
         ..Sent::default()
     };
-    for d in &report.departures {
-        if d.departed.is_some() {
-            // The kernel's stamp where it gave one: closer to the wire.
-            sent.stamps.push(d.best_departure().as_nanos() as i64);
-            if d.rider_bytes > 0 {
-                sent.riding_probe_bytes += u64::from(b.size);
-            }
-        }
-    }
+    // One clock for the whole stream: the kernel's queue-entry stamps where every
+    // probe has one (the departure into the path), else the daemon's for all.
+    sent.stamps = report
+        .departure_times()
+        .map(|(_, t)| t.as_nanos() as i64)
+        .collect();
+    sent.riding_probe_bytes = report
+        .departures
+        .iter()
+        .filter(|d| d.departed.is_some() && d.rider_bytes > 0)
+        .map(|_| u64::from(b.size))
+        .sum();
     if sent.stamps.is_empty() {
         anyhow::bail!(
             "mgrpd could not send any of the {} probes to {destination} (its log says why)",

@@ -6,7 +6,8 @@
 //! [`Estimator::poll_event`] yields what happened for the driver to print: each
 //! stream's trend, each fleet's verdict and bounds. When the search ends the action is
 //! [`Action::Done`] with the [`Outcome`]; the driver ends a run early (its time limit,
-//! a signal) with [`Estimator::handle_stop`], which still yields the best range so far.
+//! a signal) with [`Estimator::handle_stop`], which still yields the bounds seen so far
+//! (an outcome that did not converge is no estimate: see [`StopReason::converged`]).
 //!
 //! Decisions follow pathload 1.3.2 (see [`crate::params`]) with three changes:
 //! - a fleet ends as soon as its verdict cannot change whatever its remaining streams
@@ -25,10 +26,10 @@ use serde::Serialize;
 
 use crate::params::{
     ADR_TRAIN_LENGTHS, CHI_MAX_MBPS, CHI_SHARE_OF_ADR, COALESCENCE_GAP_NS, COALESCENCE_SHARE,
-    DEFAULT_MAX_FLEETS, FLEET_AGREEMENT, MAX_PROBE_IP_BYTES, MIN_USABLE_STREAMS,
-    MODERATE_LOSS_STREAMS, OMEGA_SHARE_OF_ADR, PACKETS_PER_STREAM, PACKETS_PER_STREAM_COALESCED,
-    RATE_MISS_SHARE, RATE_MISSES_TO_STOP, RIDER_SHARE_ABOVE_RMAX, SLOW_IDLE_STREAMS,
-    STREAMS_PER_FLEET,
+    DEFAULT_MAX_FLEETS, FLEET_AGREEMENT, MAX_PACKETS_PER_STREAM, MAX_PROBE_IP_BYTES,
+    MIN_USABLE_STREAMS, MODERATE_LOSS_STREAMS, OMEGA_SHARE_OF_ADR, PACKETS_PER_STREAM,
+    PACKETS_PER_STREAM_COALESCED, RATE_MISS_SHARE, RATE_MISSES_TO_STOP, RIDER_SHARE_ABOVE_RMAX,
+    SLOW_IDLE_STREAMS, STREAM_DURATION_NS, STREAMS_PER_FLEET,
 };
 use crate::rate::{Limits, actual_rate};
 use crate::search::{Bound, Bounds, Convergence, Next, Search};
@@ -59,9 +60,13 @@ pub struct Config {
     pub max_size: u32,
     /// Streams per fleet.
     pub streams_per_fleet: u32,
-    /// Packets per stream (300 at least once interrupt coalescence is seen).
-    pub stream_packets: u32,
-    /// Fleets after which the run stops with the best range so far.
+    /// Packets per stream, if fixed (pathload's K; 300 at least once interrupt
+    /// coalescence is seen). `None`: as many as last `stream_duration_ns` at the
+    /// stream's spacing, at least [`PACKETS_PER_STREAM`].
+    pub stream_packets: Option<u32>,
+    /// How long a stream lasts when its packets are not fixed, ns.
+    pub stream_duration_ns: u64,
+    /// Fleets after which the run stops (without an estimate unless it converged).
     pub max_fleets: u32,
     /// End a fleet once its verdict is certain.
     pub early_verdict: bool,
@@ -75,7 +80,8 @@ impl Default for Config {
             omega_mbps: None,
             max_size: MAX_PROBE_IP_BYTES,
             streams_per_fleet: STREAMS_PER_FLEET,
-            stream_packets: PACKETS_PER_STREAM,
+            stream_packets: None,
+            stream_duration_ns: STREAM_DURATION_NS,
             max_fleets: DEFAULT_MAX_FLEETS,
             early_verdict: true,
         }
@@ -182,6 +188,11 @@ pub enum FleetVerdict {
     Grey,
     /// Too few usable streams; repeated once.
     Unusable,
+    /// Its measured sending rate was far from the one asked for (more than
+    /// [`RATE_MISS_SHARE`]): a fault of the measurement (the sender was held up, or
+    /// its departure stamps are not the departures), not a bound. It is repeated at
+    /// the same rate; [`RATE_MISSES_TO_STOP`] in a row end the run.
+    RateMissed,
 }
 
 /// Why a fleet ended before its last stream.
@@ -231,7 +242,7 @@ pub enum StopReason {
     GreyResolution,
     /// No trend at the sender's highest rate.
     AboveMaxRate,
-    /// Fleets in a row left well off their rate.
+    /// Fleets in a row left far from their rate.
     RateUnreachable,
     /// Two fleets in a row had too few usable streams (frequent interruptions of
     /// sender or receiver).
@@ -258,12 +269,14 @@ impl StopReason {
             Self::UserResolution => "user resolution achieved",
             Self::GreyResolution => "grey bw resolution achieved",
             Self::AboveMaxRate => "available bandwidth is above the maximum sending rate",
-            Self::RateUnreachable => "the requested rates could not be sent",
+            Self::RateUnreachable => {
+                "the requested rates could not be sent (fleets in a row left far from their rate)"
+            }
             Self::Unusable => "too few usable streams (frequent context switches)",
             Self::NoInitialRate => "no back-to-back train arrived whole",
-            Self::FleetLimit => "fleet limit reached; best range so far",
-            Self::TimeLimit => "time limit reached; best range so far",
-            Self::Interrupted => "interrupted; best range so far",
+            Self::FleetLimit => "the fleet limit was reached before the search converged",
+            Self::TimeLimit => "the time limit was reached before the search converged",
+            Self::Interrupted => "interrupted before the search converged",
         }
     }
 }
@@ -371,7 +384,8 @@ pub struct Estimator {
     limits: Limits,
     search: Option<Search>,
     adr: Option<f64>,
-    packets_per_stream: u32,
+    /// Packets per stream at the least: 300 once interrupt coalescence is seen.
+    min_packets: u32,
     fleets: u32,
     streams: u32,
     rate_misses: u32,
@@ -386,7 +400,7 @@ impl Estimator {
     pub fn new(config: Config) -> Self {
         let limits = Limits::new(config.max_size, 0);
         Self {
-            packets_per_stream: config.stream_packets.max(2),
+            min_packets: 2,
             config,
             phase: Phase::Adr { attempt: 0 },
             events: VecDeque::new(),
@@ -483,7 +497,7 @@ impl Estimator {
         };
         self.limits = Limits::new(self.config.max_size, j.send_cost_ns);
         if j.coalescence {
-            self.packets_per_stream = self.packets_per_stream.max(PACKETS_PER_STREAM_COALESCED);
+            self.min_packets = self.min_packets.max(PACKETS_PER_STREAM_COALESCED);
         }
         let adr = j.adr.min(self.limits.max_rate());
         let omega = self
@@ -509,11 +523,13 @@ impl Estimator {
             return;
         }
         self.fleets += 1;
+        let shape = self.limits.shape(rate);
+        let packets = self.packets_for(shape.spacing_ns);
         self.phase = Phase::Fleets(Fleet {
             id: self.fleets,
             requested: rate,
-            shape: self.limits.shape(rate),
-            packets: self.packets_per_stream,
+            shape,
+            packets,
             repeat,
             next_stream: 0,
             analyses: Vec::new(),
@@ -521,6 +537,22 @@ impl Estimator {
             competing_bits: 0.0,
             sending_ns: 0.0,
         });
+    }
+
+    /// Packets in a stream with gaps of `spacing_ns`: the fixed count if there is
+    /// one, else as many as last the stream duration, at least [`PACKETS_PER_STREAM`]
+    /// and at most [`MAX_PACKETS_PER_STREAM`].
+    fn packets_for(&self, spacing_ns: u64) -> u32 {
+        let n = match self.config.stream_packets {
+            Some(k) => k,
+            None => {
+                let gaps = self.config.stream_duration_ns / spacing_ns.max(1);
+                u32::try_from(gaps + 1)
+                    .unwrap_or(u32::MAX)
+                    .clamp(PACKETS_PER_STREAM, MAX_PACKETS_PER_STREAM)
+            }
+        };
+        n.max(self.min_packets)
     }
 
     /// Feeds back a stream; returns its analysis. Results of anything but the stream
@@ -595,7 +627,15 @@ impl Estimator {
             rate: if loss_abort { requested } else { actual },
             competing,
         };
-        let missed = !loss_abort && (actual - requested).abs() > RATE_MISS_SHARE * requested;
+        // An unusable fleet is repeated anyway, for a reason more telling than its rate.
+        let missed = !loss_abort
+            && verdict != FleetVerdict::Unusable
+            && (actual - requested).abs() > RATE_MISS_SHARE * requested;
+        let verdict = if missed {
+            FleetVerdict::RateMissed
+        } else {
+            verdict
+        };
         let Some(search) = self.search.as_mut() else {
             return;
         };
@@ -603,7 +643,7 @@ impl Estimator {
             FleetVerdict::Increasing => search.record(at, Trend::Increasing),
             FleetVerdict::NoTrend => search.record(at, Trend::NoTrend),
             FleetVerdict::Grey => search.record(at, Trend::Ambiguous),
-            FleetVerdict::Unusable => {}
+            FleetVerdict::Unusable | FleetVerdict::RateMissed => {}
         }
         let bounds = search.bounds();
         self.events.push_back(Event::Fleet(FleetReport {
@@ -630,6 +670,10 @@ impl Estimator {
             self.finish(StopReason::RateUnreachable);
             return;
         }
+        if missed {
+            self.start_fleet(asked, false);
+            return;
+        }
         match search.next(asked, at.rate) {
             Next::Rate(r) => self.start_fleet(r, false),
             Next::Converged(c) => self.finish(match c {
@@ -640,7 +684,7 @@ impl Estimator {
         }
     }
 
-    /// Ends the run now (time limit, signal, broken peer) with the best range so far.
+    /// Ends the run now (time limit, signal, broken peer) with the bounds seen so far.
     /// Does nothing once the run is over.
     pub fn handle_stop(&mut self, reason: StopReason) {
         if !matches!(self.phase, Phase::Done(_)) {

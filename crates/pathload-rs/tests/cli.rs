@@ -139,16 +139,27 @@ fn a_one_fleet_run_ends_by_itself_with_a_full_result() {
         Some("above_max_rate" | "rate_unreachable") => assert_eq!(code, Some(4)),
         other => panic!("{other:?}: {}", String::from_utf8_lossy(&out.stderr)),
     }
+    // A run that did not converge has no range that reads like an answer: it says
+    // so and gives the bounds it had.
+    assert_eq!(r["converged"], false);
+    assert!(r["no_estimate"].is_string(), "{r}");
     for key in [
         "low_mbps",
         "high_mbps",
         "unadjusted_low_mbps",
         "unadjusted_high_mbps",
-        "seconds",
-        "fleets",
-        "probe_bytes",
-        "rider_bytes",
     ] {
+        assert!(r.get(key).is_none(), "{key} in {r}");
+    }
+    for key in [
+        "above_mbps",
+        "below_mbps",
+        "unadjusted_above_mbps",
+        "unadjusted_below_mbps",
+    ] {
+        assert!(r["bounds"][key].is_number(), "{key} in {r}");
+    }
+    for key in ["seconds", "fleets", "probe_bytes", "rider_bytes"] {
         assert!(r[key].is_number(), "{key} in {r}");
     }
     assert_eq!(r["fleets"], 1);
@@ -168,11 +179,11 @@ fn a_one_fleet_run_ends_by_itself_with_a_full_result() {
     assert!(drawn.contains("<circle"), "one point per fleet");
 }
 
-/// SIGINT in the middle of a run: the receiver still prints the best range so far and
-/// exits 130. The sender here speaks the control protocol but takes two seconds to
+/// SIGINT in the middle of a run: the receiver still prints a result that says there
+/// is no estimate, and exits 130. The sender here speaks the control protocol but takes two seconds to
 /// answer the first train, so the signal surely lands mid-run.
 #[test]
-fn an_interrupted_run_prints_its_best_range() {
+fn an_interrupted_run_says_it_has_no_estimate() {
     use pathload_rs::control::{Reply, Request};
     use std::io::{BufRead, BufReader, Write};
 
@@ -236,5 +247,7 @@ fn an_interrupted_run_prints_its_best_range() {
     assert_eq!(out.status.code(), Some(130));
     let r = result_of(&out.stdout);
     assert_eq!(r["stop_reason"], "interrupted");
+    assert_eq!(r["converged"], false);
+    assert!(r.get("low_mbps").is_none(), "{r}");
     fake.join().unwrap();
 }

@@ -11,8 +11,17 @@ fn arrivals(n: u32, spacing_ns: i64, sent_spacing_ns: i64) -> Vec<Arrival> {
         .collect()
 }
 
-/// An estimator past its initial rate of about 9.9 Mbit/s.
+/// An estimator past its initial rate of about 9.9 Mbit/s, with streams of 100
+/// packets unless `config` says otherwise.
 fn started(config: Config) -> Estimator {
+    started_as_configured(Config {
+        stream_packets: config.stream_packets.or(Some(100)),
+        ..config
+    })
+}
+
+/// An estimator past its initial rate of about 9.9 Mbit/s.
+fn started_as_configured(config: Config) -> Estimator {
     let mut e = Estimator::new(config);
     let Action::Train(t) = e.poll_action() else {
         panic!()
@@ -240,6 +249,28 @@ fn an_unusable_fleet_is_repeated_once_then_the_run_stops() {
 }
 
 #[test]
+fn streams_last_the_stream_duration_with_at_least_100_packets() {
+    let e = started_as_configured(Config {
+        stream_duration_ns: 40_000_000,
+        ..Config::default()
+    });
+    let s = spec(&e);
+    // About 10 Mbit/s of 228-byte probes: 182 µs apart, 220 of them in 40 ms.
+    assert_eq!(s.size, 228);
+    assert_eq!(u64::from(s.packets), 40_000_000 / s.spacing_ns + 1);
+    assert!(
+        (39_800_000..=40_000_000).contains(&s.duration_ns()),
+        "{s:?}"
+    );
+    // A short duration still gives the method's 100 packets.
+    let e = started_as_configured(Config {
+        stream_duration_ns: 5_000_000,
+        ..Config::default()
+    });
+    assert_eq!(spec(&e).packets, 100);
+}
+
+#[test]
 fn stale_results_are_ignored() {
     let mut e = started(Config::default());
     let s = spec(&e);
@@ -319,6 +350,40 @@ fn rates_missed_twice_stop_the_run() {
         "{}",
         f[0].actual_rate
     );
+    assert!(f.iter().all(|f| f.verdict == FleetVerdict::RateMissed));
+    assert_eq!(f[0].bounds, Bounds::default(), "a missed rate is no bound");
+}
+
+/// A fleet whose stamps say it left at 23 times its rate (departures stamped behind a
+/// local shaper's queue once did) is a fault: no bound, and the same rate again.
+#[test]
+fn a_fleet_far_from_its_rate_is_discarded_and_repeated() {
+    let mut e = started(Config::default());
+    let first = spec(&e);
+    for _ in 0..8 {
+        let s = spec(&e);
+        let mut r = stream_result(&s, 0, 100);
+        for st in &mut r.sender_stamps {
+            *st /= 23;
+        }
+        e.handle_stream(&r);
+    }
+    let f = fleet_events(&mut e);
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].verdict, FleetVerdict::RateMissed);
+    assert!(f[0].actual_rate > 200.0, "{}", f[0].actual_rate);
+    assert_eq!(e.bounds(), Bounds::default());
+    let again = spec(&e);
+    assert_eq!((again.fleet, again.rate), (2, first.rate));
+    // A fleet on its rate counts again.
+    for _ in 0..8 {
+        let s = spec(&e);
+        e.handle_stream(&stream_result(&s, 0, 100));
+    }
+    let f = fleet_events(&mut e);
+    assert_eq!(f[0].verdict, FleetVerdict::NoTrend);
+    assert!(e.bounds().rmin.is_some());
+    assert!(!e.is_done());
 }
 
 fn simulate(link: LinkConfig, mode: Mode) -> (Outcome, f64) {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use crate::control::{
     DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, DEFAULT_SENDER_PROBE_PORT, Transport,
 };
-use crate::params::{DEFAULT_MAX_FLEETS, DEFAULT_MAX_SECONDS, PACKETS_PER_STREAM};
+use crate::params::{DEFAULT_MAX_FLEETS, DEFAULT_MAX_SECONDS, STREAM_DURATION_NS};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Where mgrpd listens unless told otherwise.
@@ -19,8 +19,8 @@ const DEFAULT_SOCKET: &str = mgrp_client::DEFAULT_SOCKET;
 /// (the default) both hosts run mgrpd, and application traffic routed through it rides
 /// in the probes; the range is then adjusted for that traffic (MGRP paper §2.4).
 ///
-/// Exit status of `rcv`: 0 range found; 3 time or fleet limit reached (best range
-/// printed); 4 rate limit (available bandwidth above the highest rate the sender
+/// Exit status of `rcv`: 0 range found; any other status means no estimate (the
+/// bounds seen so far are printed as bounds): 3 time or fleet limit reached; 4 rate limit (available bandwidth above the highest rate the sender
 /// reaches, or rates that could not be sent); 5 no usable measurement; 6 the sender
 /// could not be reached or went away; 1 any other error; 2 bad arguments.
 #[derive(Debug, Parser)]
@@ -127,19 +127,24 @@ pub(crate) struct RcvArgs {
     /// Idle between streams.
     #[arg(long, value_enum, default_value_t = ModeArg::Slow)]
     pub(crate) mode: ModeArg,
-    /// Stop after this many seconds with the best range so far (exit 3).
+    /// Stop after this many seconds; without convergence there is no estimate (exit 3).
     #[arg(long, default_value_t = DEFAULT_MAX_SECONDS)]
     pub(crate) max_time: u64,
-    /// Stop after this many fleets with the best range so far (exit 3).
+    /// Stop after this many fleets; without convergence there is no estimate (exit 3).
     #[arg(long, default_value_t = DEFAULT_MAX_FLEETS)]
     pub(crate) max_fleets: u32,
     /// Resolution ω in Mbit/s (default: 2 % of the initial rate); pathload's -w.
     #[arg(long, short = 'w')]
     pub(crate) resolution: Option<f64>,
-    /// Packets per stream (pathload's K). Longer streams read a token-bucket shaper's
-    /// rate rather than its burst, at the cost of longer runs.
-    #[arg(long, default_value_t = PACKETS_PER_STREAM, value_parser = clap::value_parser!(u32).range(40..=3000))]
-    pub(crate) packets: u32,
+    /// Packets per stream, fixed (pathload's K = 100). Default: as many as last
+    /// --stream-duration at each stream's rate, at least 100.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(40..=3000))]
+    pub(crate) packets: Option<u32>,
+    /// How long each stream lasts unless --packets fixes its length, in ms. Longer
+    /// streams read a token-bucket shaper's rate rather than its burst, at the cost of
+    /// more probe bytes and longer runs.
+    #[arg(long, value_name = "MS", default_value_t = STREAM_DURATION_NS / 1_000_000, value_parser = clap::value_parser!(u64).range(5..=1000))]
+    pub(crate) stream_duration: u64,
     /// Keep application traffic out of the probes (MGRP without piggybacking).
     #[arg(long)]
     pub(crate) no_piggyback: bool,

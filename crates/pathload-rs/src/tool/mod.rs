@@ -22,7 +22,8 @@ mod exit {
 
     /// Any other error.
     pub(crate) const ERROR: i32 = 1;
-    /// A time or fleet limit ended the run; the best range so far was printed.
+    /// A time or fleet limit ended the run before it converged: no estimate, the
+    /// bounds seen so far were printed as bounds.
     pub(crate) const LIMIT: i32 = 3;
     /// The available bandwidth is above the highest rate the sender reaches, or the
     /// rates asked for could not be sent.

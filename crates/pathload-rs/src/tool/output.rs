@@ -160,14 +160,22 @@ impl Output {
                         FleetVerdict::NoTrend => "NO TREND",
                         FleetVerdict::Grey => "GREY",
                         FleetVerdict::Unusable => "UNUSABLE (repeated)",
+                        FleetVerdict::RateMissed => {
+                            "DISCARDED: far from the rate asked for (repeated)"
+                        }
                     };
                     let competing = if f.competing_rate > 0.0 {
                         format!(", riders {:.2} Mbps", f.competing_rate)
                     } else {
                         String::new()
                     };
+                    let asked = if f.verdict == FleetVerdict::RateMissed {
+                        format!(" (asked {:.2})", f.requested_rate)
+                    } else {
+                        String::new()
+                    };
                     self.line(&format!(
-                        "  Fleet {}: sent at {:.2} Mbps{competing}: {verdict} [{}]",
+                        "  Fleet {}: sent at {:.2} Mbps{asked}{competing}: {verdict} [{}]",
                         f.fleet, f.actual_rate, f.trends
                     ));
                     if self.verbose {
@@ -188,26 +196,44 @@ impl Output {
         show_unadjusted: bool,
         note: Option<&str>,
     ) {
+        let converged = o.reason.converged();
         if self.json {
-            let v = json!({
+            let mut v = json!({
                 "event": "result",
-                "low_mbps": o.low,
-                "high_mbps": o.high,
-                "unadjusted_low_mbps": o.unadjusted_low,
-                "unadjusted_high_mbps": o.unadjusted_high,
+                "converged": converged,
+                "stop_reason": o.reason,
                 "seconds": seconds,
                 "fleets": o.fleets,
                 "streams": o.streams,
+                "streams_kernel_stamped": o.streams_kernel_stamped,
                 "probe_bytes": o.probe_bytes,
                 "rider_bytes": o.rider_bytes,
                 "riding_probe_bytes": o.riding_probe_bytes,
                 "adr_mbps": o.adr,
                 "omega_mbps": o.omega,
                 "chi_mbps": o.chi,
-                "stop_reason": o.reason,
-                "converged": o.reason.converged(),
                 "error": note,
             });
+            if let Some(obj) = v.as_object_mut() {
+                if converged {
+                    obj.insert("low_mbps".into(), json!(o.low));
+                    obj.insert("high_mbps".into(), json!(o.high));
+                    obj.insert("unadjusted_low_mbps".into(), json!(o.unadjusted_low));
+                    obj.insert("unadjusted_high_mbps".into(), json!(o.unadjusted_high));
+                } else {
+                    // No range that reads like an answer: what the search had seen.
+                    obj.insert("no_estimate".into(), json!(o.reason.describe()));
+                    obj.insert(
+                        "bounds".into(),
+                        json!({
+                            "above_mbps": o.low,
+                            "below_mbps": o.high,
+                            "unadjusted_above_mbps": o.unadjusted_low,
+                            "unadjusted_below_mbps": o.unadjusted_high,
+                        }),
+                    );
+                }
+            }
             self.line(&v.to_string());
             return;
         }
@@ -216,14 +242,22 @@ impl Output {
         if let Some(n) = note {
             self.line(&format!("Stopped early: {n}"));
         }
-        self.line(&format!(
-            "Available bandwidth range : {:.2} - {:.2} (Mbps)",
-            o.low, o.high
-        ));
-        if show_unadjusted {
+        if converged {
             self.line(&format!(
-                "Unadjusted range          : {:.2} - {:.2} (Mbps)  (application traffic rode in the probes)",
-                o.unadjusted_low, o.unadjusted_high
+                "Available bandwidth range : {:.2} - {:.2} (Mbps)",
+                o.low, o.high
+            ));
+            if show_unadjusted {
+                self.line(&format!(
+                    "Unadjusted range          : {:.2} - {:.2} (Mbps)  (application traffic rode in the probes)",
+                    o.unadjusted_low, o.unadjusted_high
+                ));
+            }
+        } else {
+            self.line(&format!("No estimate: {}.", o.reason.describe()));
+            self.line(&format!(
+                "Bounds seen so far        : above {:.2}, below {:.2} (Mbps); not a measurement",
+                o.low, o.high
             ));
         }
         self.line(&format!("Ended because: {}", o.reason.describe()));

@@ -76,7 +76,7 @@ pub(crate) fn draw(path: &Path, fleets: &[FleetReport], o: &Outcome) -> anyhow::
         FleetVerdict::Increasing => RED,
         FleetVerdict::NoTrend => GREEN,
         FleetVerdict::Grey => RGBColor(128, 128, 128),
-        FleetVerdict::Unusable => BLACK,
+        FleetVerdict::Unusable | FleetVerdict::RateMissed => BLACK,
     };
     chart
         .draw_series(fleets.iter().enumerate().map(|(i, f)| {

@@ -120,6 +120,7 @@ fn measure(
         max_fleets: args.max_fleets,
         early_verdict: !args.full_fleets,
         stream_packets: args.packets,
+        stream_duration_ns: args.stream_duration * 1_000_000,
         ..Config::default()
     });
     let mut out = Output::new(args.json, args.verbose);

@@ -183,11 +183,18 @@ impl Drop for Netns {
 /// Options of a two-host topology.
 #[derive(Debug, Clone, Default)]
 pub struct TwoHostOptions {
-    /// A tbf bottleneck on A's side of the link: (rate, burst), e.g. ("10mbit", "16kb").
+    /// A tbf bottleneck from A towards B: (rate, burst), e.g. ("10mbit", "16kb"). On
+    /// A's own veth (the sending host's egress), or with `router` on the router's veth
+    /// towards B.
     pub bottleneck: Option<(String, String)>,
+    /// Join A and B through a router R instead of directly: A and B keep their
+    /// addresses on one subnet, and R answers ARP for each towards the other (proxy
+    /// ARP) and forwards between them. IPv4 only.
+    pub router: bool,
 }
 
-/// Two hosts, A (10.77.0.1, fd77::1) and B (10.77.0.2, fd77::2), on one veth pair.
+/// Two hosts, A (10.77.0.1, fd77::1) and B (10.77.0.2, fd77::2), on one veth pair, or
+/// through a router (IPv4 only) with [`TwoHostOptions::router`].
 #[derive(Debug)]
 pub struct TwoHosts {
     /// Host A.
@@ -198,6 +205,8 @@ pub struct TwoHosts {
     pub veth_a: String,
     /// B's veth.
     pub veth_b: String,
+    /// The router between them, if any. Dropped last: the hosts' veths go with it.
+    pub router: Option<Netns>,
 }
 
 /// Address of host A.
@@ -214,26 +223,64 @@ impl TwoHosts {
     pub fn new(opts: &TwoHostOptions) -> anyhow::Result<Self> {
         let a = Netns::new("mga")?;
         let b = Netns::new("mgb")?;
-        let (veth_a, veth_b) = veth_pair(&a, &b)?;
+        let (veth_a, veth_b, router) = if opts.router {
+            let r = Netns::new("mgr")?;
+            let (veth_a, ra) = veth_pair(&a, &r)?;
+            let (rb, veth_b) = veth_pair(&r, &b)?;
+            r.exec(&["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])?;
+            for dev in [&ra, &rb] {
+                // Proxy ARP answers at once only without the default random delay.
+                r.exec(&[
+                    "sysctl",
+                    "-q",
+                    "-w",
+                    &format!("net.ipv4.conf.{dev}.proxy_arp=1"),
+                ])?;
+                r.exec(&[
+                    "sysctl",
+                    "-q",
+                    "-w",
+                    &format!("net.ipv4.neigh.{dev}.proxy_delay=0"),
+                ])?;
+                r.ip(&["link", "set", dev, "up"])?;
+            }
+            // A on its side, the rest of the subnet (B and any address B adds) on B's.
+            r.ip(&["route", "add", &format!("{ADDR_A}/32"), "dev", &ra])?;
+            r.ip(&["route", "add", "10.77.0.0/24", "dev", &rb])?;
+            if let Some((rate, burst)) = &opts.bottleneck {
+                tbf(&r, &rb, rate, burst)?;
+            }
+            (veth_a, veth_b, Some(r))
+        } else {
+            let (veth_a, veth_b) = veth_pair(&a, &b)?;
+            a.ip(&["-6", "addr", "add", "fd77::1/64", "dev", &veth_a, "nodad"])?;
+            b.ip(&["-6", "addr", "add", "fd77::2/64", "dev", &veth_b, "nodad"])?;
+            if let Some((rate, burst)) = &opts.bottleneck {
+                tbf(&a, &veth_a, rate, burst)?;
+            }
+            (veth_a, veth_b, None)
+        };
         a.ip(&["addr", "add", "10.77.0.1/24", "dev", &veth_a])?;
         b.ip(&["addr", "add", "10.77.0.2/24", "dev", &veth_b])?;
-        a.ip(&["-6", "addr", "add", "fd77::1/64", "dev", &veth_a, "nodad"])?;
-        b.ip(&["-6", "addr", "add", "fd77::2/64", "dev", &veth_b, "nodad"])?;
         a.ip(&["link", "set", &veth_a, "up"])?;
         b.ip(&["link", "set", &veth_b, "up"])?;
-        if let Some((rate, burst)) = &opts.bottleneck {
-            a.exec(&[
-                "tc", "qdisc", "add", "dev", &veth_a, "root", "tbf", "rate", rate, "burst", burst,
-                "latency", "100ms",
-            ])?;
-        }
         Ok(Self {
             a,
             b,
             veth_a,
             veth_b,
+            router,
         })
     }
+}
+
+/// A `tbf` bottleneck on `dev` in `ns`: rate, burst, and a drop-tail queue of 100 ms.
+fn tbf(ns: &Netns, dev: &str, rate: &str, burst: &str) -> anyhow::Result<()> {
+    ns.exec(&[
+        "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", burst, "latency",
+        "100ms",
+    ])?;
+    Ok(())
 }
 
 /// Joins namespaces `a` and `b` with a new veth pair; returns the names of `a`'s end

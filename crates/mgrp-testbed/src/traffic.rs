@@ -350,6 +350,34 @@ pub fn tcp_source(
     port: u16,
     mbps: Option<f64>,
 ) -> anyhow::Result<Source> {
+    tcp_flow(from, to_ns, to, port, mbps, None)
+}
+
+/// A TCP flow from `from` to `to:port` whose sender paces it to `mbps` of payload: the
+/// application writes all it can and the kernel spaces the segments out
+/// (`SO_MAX_PACING_RATE`, which turns on TCP's own pacing without an fq qdisc), one
+/// segment at a time (the sender's namespace gets `tcp_min_tso_segs = 1`). Unlike
+/// [`tcp_source`] with a rate, whose application writes a burst every 10 ms, it reaches
+/// a bottleneck as a smooth flow, like a server that paces its connections.
+pub fn tcp_paced_source(
+    from: &Netns,
+    to_ns: &Netns,
+    to: IpAddr,
+    port: u16,
+    mbps: f64,
+) -> anyhow::Result<Source> {
+    from.exec(&["sysctl", "-q", "-w", "net.ipv4.tcp_min_tso_segs=1"])?;
+    tcp_flow(from, to_ns, to, port, None, Some(mbps))
+}
+
+fn tcp_flow(
+    from: &Netns,
+    to_ns: &Netns,
+    to: IpAddr,
+    port: u16,
+    mbps: Option<f64>,
+    paced: Option<f64>,
+) -> anyhow::Result<Source> {
     let listener = tcp_listen(to_ns, to, port)?;
     let stop = Arc::new(AtomicBool::new(false));
     let bytes = Arc::new(AtomicU64::new(0));
@@ -371,6 +399,12 @@ pub fn tcp_source(
     let mut stream = from.run(|| {
         TcpStream::connect_timeout(&SocketAddr::new(to, port), Duration::from_secs(10))
     })??;
+    if let Some(rate) = paced {
+        // The pacing rate counts the segments' bytes with their TCP and IP headers:
+        // 1500 per 1448 of payload.
+        let bytes_per_s = (rate * 1e6 / 8.0 * 1500.0 / 1448.0) as libc::c_ulong;
+        set_max_pacing_rate(&stream, bytes_per_s)?;
+    }
     let retransmits = Arc::new(AtomicU64::new(0));
     let sender = {
         let (stop, retransmits) = (stop.clone(), retransmits.clone());
@@ -416,6 +450,26 @@ pub fn tcp_source(
         started: Instant::now(),
         threads: vec![sender, receiver],
     })
+}
+
+/// Caps `stream`'s sending rate at `bytes_per_s` (`SO_MAX_PACING_RATE`).
+fn set_max_pacing_rate(stream: &TcpStream, bytes_per_s: libc::c_ulong) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid socket and an option value of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&raw const bytes_per_s).cast(),
+            size_of::<libc::c_ulong>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// The connection's retransmitted segments so far (`TCP_INFO`).

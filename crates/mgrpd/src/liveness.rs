@@ -24,11 +24,9 @@ const PEER_DOWN_BACKOFF: Duration = Duration::from_secs(5);
 /// How often the liveness threads read the error queues at most.
 const ERROR_QUEUE_PERIOD: Duration = Duration::from_millis(5);
 
-/// How long a report waits for kernel transmit stamps that are missing.
+/// How long a report waits for kernel queue stamps that are missing. They are on the
+/// error queue once the send returns, so this is a margin, not a wait that is needed.
 const STAMP_WAIT: Duration = Duration::from_millis(2);
-/// How long it waits at most while another thread is taking stamps off an error
-/// queue (it may hold the missing one, read but not yet kept).
-const STAMP_WAIT_BUSY: Duration = Duration::from_millis(50);
 
 /// Kernel transmit stamps kept for reports at most.
 const MAX_UNCLAIMED_DEPARTURES: usize = 65_536;
@@ -73,12 +71,13 @@ struct Stamps {
 }
 
 /// Kernel transmit stamps read from the probe sockets' error queues, by id
-/// ([`tx_id`]), until a report takes them.
+/// ([`tx_id`]), until a report takes them. Whoever takes entries off an error queue
+/// holds this lock from the read until the stamps are kept, so a report that holds it
+/// sees every stamp either kept or still on the queue, never in another thread's
+/// hands.
 #[derive(Debug, Default)]
 pub(crate) struct Departures {
     kept: Mutex<Kept>,
-    /// Threads taking entries off an error queue right now.
-    draining: std::sync::atomic::AtomicUsize,
 }
 
 /// The stamps, and the order their ids came in so the oldest go first when there are
@@ -90,10 +89,9 @@ struct Kept {
     order: VecDeque<u32>,
 }
 
-impl Departures {
-    fn insert(&self, id: u32, at: WallTime, point: sys::StampPoint) {
-        let mut k = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        let Kept { stamps, order } = &mut *k;
+impl Kept {
+    fn insert(&mut self, id: u32, at: WallTime, point: sys::StampPoint) {
+        let Kept { stamps, order } = self;
         let entry = stamps.entry(id).or_insert_with(|| {
             order.push_back(id);
             Stamps::default()
@@ -111,8 +109,8 @@ impl Departures {
 
     /// Fills in the stamps of `report`'s probes that are here; returns how many
     /// probes that left still have no queue-entry stamp.
-    fn fill(&self, report: &mut TransactionReport) -> usize {
-        let mut k = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+    fn fill(&mut self, report: &mut TransactionReport) -> usize {
+        let k = self;
         let mut missing = 0;
         for p in report
             .departures
@@ -173,22 +171,21 @@ impl ErrorQueues {
 
     /// Takes everything off one socket's error queue.
     fn drain(&self, fd: BorrowedFd<'_>, v6: bool) -> std::io::Result<()> {
-        // Counted while draining: a stamp read here is not kept until it is inserted,
-        // and a report waiting for it must know.
-        let d = &self.departures.draining;
-        d.fetch_add(1, Ordering::SeqCst);
-        let drained = self.drain_counted(fd, v6);
-        d.fetch_sub(1, Ordering::SeqCst);
-        drained
+        let mut kept = self
+            .departures
+            .kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.drain_into(&mut kept, fd, v6)
     }
 
-    fn drain_counted(&self, fd: BorrowedFd<'_>, v6: bool) -> std::io::Result<()> {
+    /// Takes everything off one socket's error queue, keeping its stamps in `kept`
+    /// (whose lock the caller holds).
+    fn drain_into(&self, kept: &mut Kept, fd: BorrowedFd<'_>, v6: bool) -> std::io::Result<()> {
         while let Some(e) = sys::next_error(fd)? {
             match e {
                 sys::QueuedError::Icmp(e) => self.icmp_error(e, v6),
-                sys::QueuedError::Departed { id, at, point } => {
-                    self.departures.insert(id, at, point);
-                }
+                sys::QueuedError::Departed { id, at, point } => kept.insert(id, at, point),
                 sys::QueuedError::Other => {}
             }
         }
@@ -231,27 +228,35 @@ impl ErrorQueues {
         may_wait: bool,
     ) {
         let stamps = self.net.kernel_stamps();
+        let lock = || {
+            self.departures
+                .kept
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        };
         if stamps && !may_wait {
-            self.departures.fill(report);
+            if let Ok(mut kept) = self.departures.kept.try_lock() {
+                kept.fill(report);
+            }
         } else if stamps {
             let started = Instant::now();
             loop {
-                if self.departures.fill(report) == 0 {
-                    break;
-                }
-                let waited = started.elapsed();
-                let busy = self.departures.draining.load(Ordering::SeqCst) > 0;
-                if (waited >= STAMP_WAIT && !busy) || waited >= STAMP_WAIT_BUSY {
+                let mut kept = lock();
+                if kept.fill(report) == 0 {
                     break;
                 }
                 for v6 in [false, true] {
                     let Some([probe, _]) = self.net.error_fds(v6) else {
                         continue;
                     };
-                    if let Err(e) = self.drain(probe, v6) {
+                    if let Err(e) = self.drain_into(&mut kept, probe, v6) {
                         debug!("reading transmit stamps failed: {e}");
                     }
                 }
+                if kept.fill(report) == 0 || started.elapsed() >= STAMP_WAIT {
+                    break;
+                }
+                drop(kept);
                 std::thread::sleep(Duration::from_micros(50));
             }
         }

@@ -70,6 +70,16 @@ pub fn mgrp_send_socket(v6: bool, protocol: u8, mark: u32) -> io::Result<Socket>
     let s = Socket::new(domain, Type::RAW, Some(Protocol::from(i32::from(protocol))))?;
     s.set_mark(mark)?;
     s.set_nonblocking(false)?;
+    // A raw socket gets a copy of every arriving packet of its protocol, and this one
+    // is never read: the copies would fill its receive buffer, which the error queue
+    // shares, and transmit stamps and ICMP errors would be dropped from then on. A
+    // filter that accepts nothing keeps it empty (the error queue is not filtered).
+    s.attach_filter(&[socket2::SockFilter::new(
+        (libc::BPF_RET | libc::BPF_K) as u16,
+        0,
+        0,
+        0,
+    )])?;
     // Large enough for a long back-to-back train.
     let _ = s.set_send_buffer_size(4 << 20);
     // ICMP errors about what it sent (a peer whose mgrpd is gone answers "protocol

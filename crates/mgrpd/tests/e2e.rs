@@ -183,6 +183,7 @@ fn tcp_through_a_10mbit_bottleneck_with_trains() {
     }
     let opts = TwoHostOptions {
         bottleneck: Some(("10mbit".into(), "16kb".into())),
+        ..TwoHostOptions::default()
     };
     let net = TwoHosts::new(&opts).expect("topology");
     // The paper's mode: the transfer is in the tunnel throughout. (With routes on
@@ -208,6 +209,7 @@ fn killed_daemon_fails_open() {
     // A bottleneck makes the transfer last long enough to kill the daemon under it.
     let opts = TwoHostOptions {
         bottleneck: Some(("40mbit".into(), "32kb".into())),
+        ..TwoHostOptions::default()
     };
     let net = TwoHosts::new(&opts).expect("topology");
     let (mut a, _b) = daemons(&net, &[]);

@@ -1,47 +1,49 @@
 //! How well pathload-rs measures a 10 Mbit/s tbf bottleneck (burst 1540) between two
-//! namespaces, over plain UDP and over MGRP, with 0, 2 and 4 Mbit/s of constant-rate
-//! UDP cross traffic (1490-byte datagrams to an address outside the tunnel) and with a
-//! 4 Mbit/s TCP source sharing the path (through the tunnel over MGRP, so its packets
-//! ride in the probes). For each setting: the estimate against the IP-level truth, how
-//! often the truth lies in the range ± ω, run time, fleets, probe bytes and, over MGRP,
-//! the share of probe bytes that carried riders. Not run in CI (minutes of wall time);
-//! needs root.
+//! namespaces, with the shaper on the sending host's egress or on a router between the
+//! hosts, over plain UDP and over MGRP: quiet, with 4 Mbit/s of constant-rate UDP
+//! cross traffic (1490-byte datagrams to an address outside the tunnel), and with a
+//! 4 Mbit/s TCP flow sharing the path (through the tunnel over MGRP, so its packets
+//! ride in the probes). For each case: exit statuses, the estimate against the
+//! IP-level truth, how often the truth lies in the range ± ω, run time, fleets, probe
+//! bytes and, over MGRP, the share of probe bytes that carried riders and the streams
+//! timed by kernel queue stamps. Not run in CI (minutes of wall time); needs root.
 //!
 //! ```text
 //! cargo bench -p pathload-rs --bench accuracy -- [--runs N] [--modes fast,slow]
-//!     [--transports udp,mgrp] [--scenarios 0,2,4,tcp] [--packets K]
+//!     [--shapers sender,router] [--transports udp,mgrp] [--cross quiet,cbr,riding,tcp,bursty]
+//!     [--rcv "FLAGS"]
 //! ```
 //!
-//! One line per run, then a Markdown table per setting.
+//! One line per run, then a Markdown table per case.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::net::IpAddr;
 use std::process::ExitCode;
 
-use common::{OTHER_B, add_other_b, daemons, f, measure, net};
-use mgrp_testbed::traffic::{ip_level_truth, tcp_source, udp_cbr};
-use mgrp_testbed::{ADDR_B, Daemon};
+use common::{Case, Cross, Shaper, f, run_case};
 
 const MAX_TIME: u64 = 60;
+const CROSS: f64 = 4.0;
 
 #[derive(Debug, Clone)]
 struct Opts {
     runs: usize,
     modes: Vec<String>,
+    shapers: Vec<String>,
     transports: Vec<String>,
-    scenarios: Vec<String>,
-    packets: Option<String>,
+    cross: Vec<String>,
+    rcv: Vec<String>,
 }
 
 fn opts() -> Opts {
     let mut o = Opts {
         runs: 10,
-        modes: vec!["fast".into(), "slow".into()],
+        modes: vec!["fast".into()],
+        shapers: vec!["sender".into(), "router".into()],
         transports: vec!["udp".into(), "mgrp".into()],
-        scenarios: vec!["0".into(), "2".into(), "4".into(), "tcp".into()],
-        packets: None,
+        cross: vec!["quiet".into(), "cbr".into(), "tcp".into()],
+        rcv: Vec::new(),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = |v: &str| v.split(',').map(ToString::to_string).collect::<Vec<_>>();
@@ -51,9 +53,10 @@ fn opts() -> Opts {
         match args[i].as_str() {
             "--runs" => o.runs = value.parse().unwrap_or(o.runs),
             "--modes" => o.modes = list(&value),
+            "--shapers" => o.shapers = list(&value),
             "--transports" => o.transports = list(&value),
-            "--scenarios" => o.scenarios = list(&value),
-            "--packets" => o.packets = Some(value),
+            "--cross" => o.cross = list(&value),
+            "--rcv" => o.rcv = value.split_whitespace().map(ToString::to_string).collect(),
             _ => {
                 i += 1;
                 continue;
@@ -64,87 +67,71 @@ fn opts() -> Opts {
     o
 }
 
+/// One run: its exit status and, when it converged, its figures.
 #[derive(Debug, Clone)]
 struct Row {
+    code: i32,
     truth: f64,
-    low: f64,
-    high: f64,
-    ulow: f64,
-    uhigh: f64,
+    /// The range, if it converged.
+    range: Option<(f64, f64, f64, f64)>,
     omega: f64,
     seconds: f64,
-    wall: f64,
     fleets: f64,
     probe_bytes: f64,
     riding: f64,
-    code: i32,
+    streams: f64,
+    kernel_stamped: f64,
+    cross_mbps: f64,
+    wall: f64,
 }
 
 impl Row {
-    fn err(&self) -> f64 {
-        ((self.low + self.high) / 2.0 - self.truth) / self.truth * 100.0
+    fn err(&self) -> Option<f64> {
+        self.range
+            .map(|(lo, hi, _, _)| ((lo + hi) / 2.0 - self.truth) / self.truth * 100.0)
     }
-    fn uerr(&self) -> f64 {
-        ((self.ulow + self.uhigh) / 2.0 - self.truth) / self.truth * 100.0
+    fn uerr(&self) -> Option<f64> {
+        self.range
+            .map(|(_, _, ulo, uhi)| ((ulo + uhi) / 2.0 - self.truth) / self.truth * 100.0)
     }
     fn inside(&self) -> bool {
-        self.low - self.omega <= self.truth && self.truth <= self.high + self.omega
+        self.range.is_some_and(|(lo, hi, _, _)| {
+            lo - self.omega <= self.truth && self.truth <= hi + self.omega
+        })
+    }
+    fn riding_share(&self) -> f64 {
+        self.riding / self.probe_bytes.max(1.0) * 100.0
     }
 }
 
-fn one(transport: &str, mode: &str, scenario: &str, packets: Option<&str>) -> anyhow::Result<Row> {
-    let net = net()?;
-    let pair: Option<(Daemon, Daemon)> = if transport == "mgrp" {
-        Some(daemons(&net)?)
+fn one(case: Case, mode: &str, rcv: &[String]) -> anyhow::Result<Row> {
+    let mut extra = vec!["--mode", mode];
+    extra.extend(rcv.iter().map(String::as_str));
+    let m = run_case(case, MAX_TIME, &extra)?;
+    let r = &m.run.result;
+    let range = if r["converged"] == true {
+        Some((
+            f(r, "low_mbps")?,
+            f(r, "high_mbps")?,
+            f(r, "unadjusted_low_mbps")?,
+            f(r, "unadjusted_high_mbps")?,
+        ))
     } else {
         None
     };
-    add_other_b(&net)?;
-    let mut extra = vec!["--mode", mode];
-    if let Some(k) = packets {
-        extra.extend(["--packets", k]);
-    }
-    let sockets = pair.as_ref().map(|(a, b)| (a, b));
-    let (run, truth) = if scenario == "tcp" {
-        let tcp = tcp_source(&net.a, &net.b, IpAddr::V4(ADDR_B), 9100, Some(4.0))?;
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        let run = measure(&net, transport, sockets, MAX_TIME, &extra)?;
-        let ip = tcp.mbps() * 1500.0 / 1448.0;
-        drop(tcp);
-        (run, ip_level_truth(10.0, 228, &[(ip, 1500)]))
-    } else {
-        let rate: f64 = scenario.parse()?;
-        let cross = if rate > 0.0 {
-            Some(udp_cbr(
-                &net.a,
-                &net.b,
-                IpAddr::V4(OTHER_B),
-                9000,
-                rate,
-                1490,
-            )?)
-        } else {
-            None
-        };
-        let run = measure(&net, transport, sockets, MAX_TIME, &extra)?;
-        let ip = cross.as_ref().map_or(0.0, |c| c.mbps() * 1490.0 / 1462.0);
-        drop(cross);
-        (run, ip_level_truth(10.0, 228, &[(ip, 1490)]))
-    };
-    let r = &run.result;
     Ok(Row {
-        truth,
-        low: f(r, "low_mbps")?,
-        high: f(r, "high_mbps")?,
-        ulow: f(r, "unadjusted_low_mbps")?,
-        uhigh: f(r, "unadjusted_high_mbps")?,
+        code: m.run.code,
+        truth: m.truth,
+        range,
         omega: f(r, "omega_mbps")?,
         seconds: f(r, "seconds")?,
-        wall: run.wall.as_secs_f64(),
         fleets: f(r, "fleets")?,
         probe_bytes: f(r, "probe_bytes")?,
         riding: f(r, "riding_probe_bytes")?,
-        code: run.code,
+        streams: f(r, "streams")?,
+        kernel_stamped: f(r, "streams_kernel_stamped")?,
+        cross_mbps: m.cross_mbps,
+        wall: m.run.wall.as_secs_f64(),
     })
 }
 
@@ -171,64 +158,100 @@ fn main() -> ExitCode {
     }
     let o = opts();
     println!(
-        "transport\tmode\tscenario\trun\ttruth\tlow\thigh\tunadj_low\tunadj_high\terr%\tinside\tseconds\twall\tfleets\tprobe_MB\triding%\texit"
+        "shaper\ttransport\tmode\tcross\trun\texit\ttruth\tlow\thigh\tunadj_low\tunadj_high\terr%\tinside\tseconds\twall\tfleets\tprobe_MB\triding%\tkernel_stamped\tcross_mbps"
     );
     let mut table = Vec::new();
-    for scenario in &o.scenarios {
-        for mode in &o.modes {
-            for transport in &o.transports {
-                let mut rows = Vec::new();
-                for run in 0..o.runs {
-                    match one(transport, mode, scenario, o.packets.as_deref()) {
-                        Ok(r) => {
-                            println!(
-                                "{transport}\t{mode}\t{scenario}\t{run}\t{:.2}\t{:.2}\t{:.2}\t{:.2}\t{:.2}\t{:+.1}\t{}\t{:.1}\t{:.1}\t{}\t{:.2}\t{:.0}\t{}",
-                                r.truth,
-                                r.low,
-                                r.high,
-                                r.ulow,
-                                r.uhigh,
-                                r.err(),
-                                r.inside(),
-                                r.seconds,
-                                r.wall,
-                                r.fleets,
-                                r.probe_bytes / 1e6,
-                                r.riding / r.probe_bytes.max(1.0) * 100.0,
-                                r.code
-                            );
-                            rows.push(r);
+    for shaper in &o.shapers {
+        let shaper = if shaper == "router" {
+            Shaper::Router
+        } else {
+            Shaper::Sender
+        };
+        for cross in &o.cross {
+            for mode in &o.modes {
+                for transport in &o.transports {
+                    let cross = match (cross.as_str(), transport.as_str()) {
+                        ("quiet", _) => Cross::Quiet,
+                        ("tcp", _) => Cross::Tcp(CROSS),
+                        ("riding", _) => Cross::CbrRiding(CROSS),
+                        ("bursty", _) => Cross::BurstyTcp(CROSS),
+                        _ => Cross::Cbr(CROSS),
+                    };
+                    let transport: &'static str = if transport == "mgrp" { "mgrp" } else { "udp" };
+                    let case = Case {
+                        shaper,
+                        transport,
+                        cross,
+                    };
+                    let mut rows = Vec::new();
+                    let mut errors = 0;
+                    for run in 0..o.runs {
+                        let head = format!(
+                            "{}\t{transport}\t{mode}\t{}\t{run}",
+                            shaper.name(),
+                            cross.name()
+                        );
+                        match one(case, mode, &o.rcv) {
+                            Ok(r) => {
+                                let (lo, hi, ulo, uhi) =
+                                    r.range.unwrap_or((f64::NAN, f64::NAN, f64::NAN, f64::NAN));
+                                println!(
+                                    "{head}\t{}\t{:.2}\t{lo:.2}\t{hi:.2}\t{ulo:.2}\t{uhi:.2}\t{:+.1}\t{}\t{:.1}\t{:.1}\t{}\t{:.2}\t{:.0}\t{}/{}\t{:.2}",
+                                    r.code,
+                                    r.truth,
+                                    r.err().unwrap_or(f64::NAN),
+                                    r.inside(),
+                                    r.seconds,
+                                    r.wall,
+                                    r.fleets,
+                                    r.probe_bytes / 1e6,
+                                    r.riding_share(),
+                                    r.kernel_stamped,
+                                    r.streams,
+                                    r.cross_mbps,
+                                );
+                                rows.push(r);
+                            }
+                            Err(e) => {
+                                errors += 1;
+                                println!("{head}\terror: {e:#}");
+                            }
                         }
-                        Err(e) => println!("{transport}\t{mode}\t{scenario}\t{run}\terror: {e:#}"),
                     }
+                    table.push((case, mode.clone(), rows, errors));
                 }
-                table.push((transport.clone(), mode.clone(), scenario.clone(), rows));
             }
         }
     }
     println!(
-        "\n| transport | mode | cross | runs | truth in range ± ω | median error of midpoint | median \\|error\\| | unadjusted error | median time | median fleets | median probe MB | riding share |"
+        "\n| shaper | transport | mode | cross | runs | exit 0 | errors | truth in range ± ω | median midpoint error | worst \\|error\\| | unadjusted error | median time | median fleets | median probe MB | riding share | streams kernel-stamped |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for (transport, mode, scenario, rows) in &table {
-        let m = |g: fn(&Row) -> f64| median(rows.iter().map(g).collect());
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (case, mode, rows, errors) in &table {
+        let m = |g: &dyn Fn(&Row) -> Option<f64>| median(rows.iter().filter_map(g).collect());
+        let worst = rows
+            .iter()
+            .filter_map(Row::err)
+            .map(f64::abs)
+            .fold(f64::NAN, f64::max);
+        let stamped: f64 = rows.iter().map(|r| r.kernel_stamped).sum();
+        let streams: f64 = rows.iter().map(|r| r.streams).sum();
         println!(
-            "| {transport} | {mode} | {} | {} | {}/{} | {:+.1} % | {:.1} % | {:+.1} % | {:.1} s | {:.0} | {:.2} | {:.0} % |",
-            if scenario == "tcp" {
-                "4 Mbit/s TCP".to_string()
-            } else {
-                format!("{scenario} Mbit/s UDP")
-            },
-            rows.len(),
+            "| {} | {} | {mode} | {} | {} | {} | {errors} | {}/{} | {:+.1} % | {:.1} % | {:+.1} % | {:.1} s | {:.0} | {:.2} | {:.0} % | {stamped}/{streams} |",
+            case.shaper.name(),
+            case.transport,
+            case.cross.name(),
+            rows.len() + errors,
+            rows.iter().filter(|r| r.code == 0).count(),
             rows.iter().filter(|r| r.inside()).count(),
-            rows.len(),
-            m(Row::err),
-            m(|r| r.err().abs()),
-            m(Row::uerr),
-            m(|r| r.seconds),
-            m(|r| r.fleets),
-            m(|r| r.probe_bytes / 1e6),
-            m(|r| r.riding / r.probe_bytes.max(1.0) * 100.0),
+            rows.len() + errors,
+            m(&Row::err),
+            worst,
+            m(&Row::uerr),
+            m(&|r| Some(r.seconds)),
+            m(&|r| Some(r.fleets)),
+            m(&|r| Some(r.probe_bytes / 1e6)),
+            m(&|r| Some(r.riding_share())),
         );
     }
     ExitCode::SUCCESS

@@ -1,13 +1,16 @@
 //! Shared by the namespace tests and the accuracy bench: the two-host topology with
-//! its tbf bottleneck, the daemons (this very binary started as `... mgrpd ...`), and
-//! one pathload-rs measurement from host A to host B read back as its JSON result.
+//! its tbf bottleneck (on the sending host's egress, or on a router between the
+//! hosts), the daemons (this very binary started as `... mgrpd ...`), the cross
+//! traffic of each case, and one pathload-rs measurement from host A to host B read
+//! back as its JSON result with the truth it must find.
 
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use mgrp_testbed::{ADDR_A, Daemon, Process, TwoHostOptions, TwoHosts, daemon_pair};
+use mgrp_testbed::traffic::{Source, ip_level_truth, tcp_paced_source, tcp_source, udp_cbr};
+use mgrp_testbed::{ADDR_A, ADDR_B, Daemon, Process, TwoHostOptions, TwoHosts, daemon_pair};
 use serde_json::Value;
 
 const PATHLOAD: &str = env!("CARGO_BIN_EXE_pathload-rs");
@@ -21,10 +24,31 @@ pub(crate) fn mgrpd_if_asked() -> Option<ExitCode> {
         .then(|| mgrpd::main_with_args(&args[1..]))
 }
 
-/// Hosts A and B with a `tbf rate 10mbit burst 1540` bottleneck from A to B.
-pub(crate) fn net() -> anyhow::Result<TwoHosts> {
+/// Where the bottleneck is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shaper {
+    /// On the sending host's own egress (A's veth): the first queue of the path is the
+    /// sender's.
+    Sender,
+    /// On a router between the hosts, towards B.
+    Router,
+}
+
+impl Shaper {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Sender => "sender",
+            Self::Router => "router",
+        }
+    }
+}
+
+/// Hosts A and B with a `tbf rate 10mbit burst 1540` bottleneck from A to B, placed
+/// as `shaper` says.
+pub(crate) fn net(shaper: Shaper) -> anyhow::Result<TwoHosts> {
     TwoHosts::new(&TwoHostOptions {
         bottleneck: Some(("10mbit".into(), "1540".into())),
+        router: shaper == Shaper::Router,
     })
 }
 
@@ -94,6 +118,9 @@ pub(crate) fn measure(
     };
     let wall = started.elapsed();
     let log = receiver.log();
+    if std::env::var_os("PATHLOAD_TEST_LOG").is_some() {
+        eprintln!("--- rcv ---\n{log}--- snd ---\n{}", sender.log());
+    }
     // The sender serves one measurement and exits by itself.
     let s = sender.wait(Duration::from_secs(10));
     if !s.is_some_and(|s| s.success()) {
@@ -122,4 +149,115 @@ pub(crate) fn f(v: &Value, key: &str) -> anyhow::Result<f64> {
     v[key]
         .as_f64()
         .with_context(|| format!("{key} missing in {v}"))
+}
+
+/// The traffic that shares the bottleneck with the probes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Cross {
+    /// None.
+    Quiet,
+    /// Constant-rate UDP (1490-byte datagrams, Mbit/s of payload) to a second address
+    /// of B outside the tunnel: another host's traffic.
+    Cbr(f64),
+    /// The same to B's routed address: over MGRP it enters the tunnel and rides.
+    CbrRiding(f64),
+    /// A TCP flow paced by its sender to this many Mbit/s of payload, from A to B's
+    /// routed address: over MGRP its packets ride in the probes.
+    Tcp(f64),
+    /// A TCP flow whose application writes this many Mbit/s in a burst every 10 ms
+    /// (5 KB at 4 Mbit/s, 4 ms of a 10 Mbit/s link), to B's routed address. Over plain
+    /// UDP the bursts put a sawtooth into the probes' delays that hides their trend.
+    BurstyTcp(f64),
+}
+
+impl Cross {
+    pub(crate) fn name(self) -> String {
+        match self {
+            Self::Quiet => "quiet".into(),
+            Self::Cbr(r) => format!("{r} Mbit/s UDP"),
+            Self::CbrRiding(r) => format!("{r} Mbit/s UDP riding"),
+            Self::Tcp(r) => format!("{r} Mbit/s TCP"),
+            Self::BurstyTcp(r) => format!("{r} Mbit/s bursty TCP"),
+        }
+    }
+}
+
+/// One measurement setting.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Case {
+    pub(crate) shaper: Shaper,
+    pub(crate) transport: &'static str,
+    pub(crate) cross: Cross,
+}
+
+/// A measurement of a case, with the truth it should have found.
+#[derive(Debug)]
+pub(crate) struct Measured {
+    pub(crate) run: Run,
+    /// Available bandwidth at the IP level for 228-byte probes, Mbit/s, from the cross
+    /// traffic's rate while the measurement ran.
+    pub(crate) truth: f64,
+    /// The cross traffic's payload rate while the measurement ran, Mbit/s.
+    pub(crate) cross_mbps: f64,
+}
+
+const CROSS_PORT: u16 = 9000;
+
+/// Builds the case's hosts, daemons and cross traffic, runs one measurement with
+/// `extra` flags for rcv, and tears it all down.
+pub(crate) fn run_case(case: Case, max_time: u64, extra: &[&str]) -> anyhow::Result<Measured> {
+    let net = net(case.shaper)?;
+    let pair = if case.transport == "mgrp" {
+        Some(daemons(&net)?)
+    } else {
+        None
+    };
+    add_other_b(&net)?;
+    let to = |riding: bool| std::net::IpAddr::V4(if riding { ADDR_B } else { OTHER_B });
+    // Payload bytes per IP byte of each kind of cross traffic.
+    let (source, ip_size, payload): (Option<Source>, u32, u32) = match case.cross {
+        Cross::Quiet => (None, 1490, 1462),
+        Cross::Cbr(r) | Cross::CbrRiding(r) => (
+            Some(udp_cbr(
+                &net.a,
+                &net.b,
+                to(matches!(case.cross, Cross::CbrRiding(_))),
+                CROSS_PORT,
+                r,
+                1490,
+            )?),
+            1490,
+            1462,
+        ),
+        Cross::Tcp(r) => (
+            Some(tcp_paced_source(&net.a, &net.b, to(true), CROSS_PORT, r)?),
+            1500,
+            1448,
+        ),
+        Cross::BurstyTcp(r) => (
+            Some(tcp_source(&net.a, &net.b, to(true), CROSS_PORT, Some(r))?),
+            1500,
+            1448,
+        ),
+    };
+    // Let the cross traffic settle (TCP's slow start) before measuring.
+    std::thread::sleep(Duration::from_millis(500));
+    let before = (source.as_ref().map_or(0, Source::bytes), Instant::now());
+    let sockets = pair.as_ref().map(|(a, b)| (a, b));
+    let run = measure(&net, case.transport, sockets, max_time, extra)?;
+    if let (Some((a, b)), Some(_)) = (&pair, std::env::var_os("PATHLOAD_TEST_LOG")) {
+        for (name, d) in [("A", a), ("B", b)] {
+            let c = d.stats().map(|s| s.daemon).ok();
+            eprintln!("--- mgrpd {name} ---\n{}{c:?}", d.process.log());
+        }
+    }
+    let bytes = source.as_ref().map_or(0, Source::bytes) - before.0;
+    let cross_mbps = bytes as f64 * 8.0 / before.1.elapsed().as_secs_f64() / 1e6;
+    drop(source);
+    let ip_mbps = cross_mbps * f64::from(ip_size) / f64::from(payload);
+    Ok(Measured {
+        run,
+        truth: ip_level_truth(10.0, 228, &[(ip_mbps, ip_size)]),
+        cross_mbps,
+    })
 }

@@ -91,7 +91,7 @@ struct Kept {
 
 impl Kept {
     fn insert(&mut self, id: u32, at: WallTime, point: sys::StampPoint) {
-        let Kept { stamps, order } = self;
+        let Self { stamps, order } = self;
         let entry = stamps.entry(id).or_insert_with(|| {
             order.push_back(id);
             Stamps::default()

@@ -13,10 +13,10 @@ fn arrivals(n: u32, spacing_ns: i64, sent_spacing_ns: i64) -> Vec<Arrival> {
 
 /// An estimator past its initial rate of about 9.9 Mbit/s, with streams of 100
 /// packets unless `config` says otherwise.
-fn started(config: Config) -> Estimator {
+fn started(config: &Config) -> Estimator {
     started_as_configured(Config {
         stream_packets: config.stream_packets.or(Some(100)),
-        ..config
+        ..config.clone()
     })
 }
 
@@ -76,7 +76,7 @@ fn fleet_events(e: &mut Estimator) -> Vec<FleetReport> {
 
 #[test]
 fn adr_sets_the_first_rate_and_resolutions() {
-    let mut e = started(Config::default());
+    let mut e = started(&Config::default());
     let mut saw_start = false;
     while let Some(ev) = e.poll_event() {
         if let Event::Start {
@@ -153,7 +153,7 @@ fn a_reordered_train_is_bad_and_coalescence_lengthens_streams() {
 
 #[test]
 fn an_increasing_fleet_ends_early_and_halves_the_rate() {
-    let mut e = started(Config::default());
+    let mut e = started(&Config::default());
     for i in 0..8 {
         let s = spec(&e);
         assert_eq!(s.stream, i);
@@ -171,7 +171,7 @@ fn an_increasing_fleet_ends_early_and_halves_the_rate() {
 
 #[test]
 fn without_early_verdicts_every_stream_is_sent() {
-    let mut e = started(Config {
+    let mut e = started(&Config {
         early_verdict: false,
         ..Config::default()
     });
@@ -187,7 +187,7 @@ fn without_early_verdicts_every_stream_is_sent() {
 
 #[test]
 fn heavy_loss_aborts_the_fleet_as_increasing_at_the_requested_rate() {
-    let mut e = started(Config::default());
+    let mut e = started(&Config::default());
     let s = spec(&e);
     e.handle_stream(&stream_result(&s, 0, 100));
     let s = spec(&e);
@@ -205,7 +205,7 @@ fn heavy_loss_aborts_the_fleet_as_increasing_at_the_requested_rate() {
 
 #[test]
 fn moderate_loss_in_half_the_streams_aborts() {
-    let mut e = started(Config::default());
+    let mut e = started(&Config::default());
     for i in 0..6 {
         let s = spec(&e);
         assert_eq!(s.fleet, 1);
@@ -222,7 +222,7 @@ fn moderate_loss_in_half_the_streams_aborts() {
 
 #[test]
 fn an_unusable_fleet_is_repeated_once_then_the_run_stops() {
-    let mut e = started(Config::default());
+    let mut e = started(&Config::default());
     for fleet in 1..=2 {
         for _ in 0..12 {
             let s = spec(&e);
@@ -272,7 +272,7 @@ fn streams_last_the_stream_duration_with_at_least_100_packets() {
 
 #[test]
 fn stale_results_are_ignored() {
-    let mut e = started(Config::default());
+    let mut e = started(&Config::default());
     let s = spec(&e);
     let mut r = stream_result(&s, 0, 100);
     r.stream = 5;
@@ -290,7 +290,7 @@ fn stale_results_are_ignored() {
 
 #[test]
 fn a_stop_keeps_the_best_range_so_far() {
-    let mut e = started(Config::default());
+    let mut e = started(&Config::default());
     for _ in 0..8 {
         let s = spec(&e);
         e.handle_stream(&stream_result(&s, 20_000, 100));
@@ -312,7 +312,7 @@ fn a_stop_keeps_the_best_range_so_far() {
 
 #[test]
 fn the_fleet_limit_ends_the_run() {
-    let mut e = started(Config {
+    let mut e = started(&Config {
         max_fleets: 1,
         ..Config::default()
     });
@@ -328,7 +328,7 @@ fn the_fleet_limit_ends_the_run() {
 
 #[test]
 fn rates_missed_twice_stop_the_run() {
-    let mut e = started(Config::default());
+    let mut e = started(&Config::default());
     for _ in 0..2 {
         for _ in 0..8 {
             let s = spec(&e);
@@ -358,7 +358,7 @@ fn rates_missed_twice_stop_the_run() {
 /// local shaper's queue once did) is a fault: no bound, and the same rate again.
 #[test]
 fn a_fleet_far_from_its_rate_is_discarded_and_repeated() {
-    let mut e = started(Config::default());
+    let mut e = started(&Config::default());
     let first = spec(&e);
     for _ in 0..8 {
         let s = spec(&e);

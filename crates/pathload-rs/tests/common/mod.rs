@@ -167,6 +167,8 @@ pub(crate) enum Cross {
     /// A TCP flow whose application writes this many Mbit/s in a burst every 10 ms
     /// (5 KB at 4 Mbit/s, 4 ms of a 10 Mbit/s link), to B's routed address. Over plain
     /// UDP the bursts put a sawtooth into the probes' delays that hides their trend.
+    /// Measured by the accuracy bench only (`--cross bursty`).
+    #[allow(dead_code)]
     BurstyTcp(f64),
 }
 

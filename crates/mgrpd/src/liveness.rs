@@ -110,7 +110,6 @@ impl Kept {
     /// Fills in the stamps of `report`'s probes that are here; returns how many
     /// probes that left still have no queue-entry stamp.
     fn fill(&mut self, report: &mut TransactionReport) -> usize {
-        let k = self;
         let mut missing = 0;
         for p in report
             .departures
@@ -118,11 +117,11 @@ impl Kept {
             .filter(|p| p.departed.is_some())
         {
             let id = tx_id(report.transaction, p.seq);
-            if let Some(s) = k.stamps.get(&id) {
+            if let Some(s) = self.stamps.get(&id) {
                 p.kernel_queued = p.kernel_queued.or(s.queued);
                 p.kernel_sent = p.kernel_sent.or(s.sent);
                 if p.kernel_queued.is_some() && p.kernel_sent.is_some() {
-                    k.stamps.remove(&id);
+                    self.stamps.remove(&id);
                 }
             }
             missing += usize::from(p.kernel_queued.is_none());

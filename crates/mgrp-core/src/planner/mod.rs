@@ -824,22 +824,26 @@ impl Planner {
         if !self.front_due(now) {
             return None;
         }
-        let front = self.riders.front_mut()?;
-        let onto_path = if front.sent == 0 {
+        let room = self.continuation_room();
+        let front = self.riders.front()?;
+        let whole = front.sent == 0;
+        // Held bytes that go onto the path outside probes while a train is on it compete
+        // with that train (see `TransactionReport::competing_rider_bytes`).
+        let onto_path = if whole {
             front.data.len()
         } else {
-            (front.data.len() - front.sent).min(self.continuation_room())
+            (front.data.len() - front.sent).min(room)
         };
         if let Some(a) = self.active.as_mut().filter(|a| a.first_departed.is_some()) {
             a.released_bytes += onto_path as u64;
         }
-        let front = self.riders.front_mut()?;
-        if front.sent == 0 {
+        if whole {
             let r = self.riders.pop_front()?;
             self.queued_bytes -= r.data.len();
             self.counters.riders_sent_unchanged += 1;
             return Some(Transmit::Unchanged(r.data));
         }
+        let front = self.riders.front_mut()?;
         let trailer = self.policy.trailer_len;
         let take = onto_path;
         let chunk = Chunk {

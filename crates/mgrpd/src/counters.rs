@@ -1,7 +1,7 @@
 //! The daemon's counters and its rate-limited warnings.
 //!
 //! Every data-path thread adds to the same atomic counters (never overwriting another
-//! thread's), and the pacer publishes its own as a snapshot (`crate::pacer`); a
+//! thread's), and the pacer publishes its own as a snapshot (`crate::exchange`); a
 //! reader gets [`Stats`], one consistent copy of everything.
 
 use std::fmt;
@@ -13,7 +13,7 @@ use mgrp_core::api::{DaemonCounters, DaemonStats};
 use mgrp_core::stats::ReassemblyCounters;
 use tracing::warn;
 
-use crate::pacer::{Queues, Snapshot};
+use crate::exchange::{Queues, Snapshot};
 
 macro_rules! counters {
     ($($name:ident),* $(,)?) => {

@@ -25,25 +25,16 @@ use tun_rs::SyncDevice;
 
 use crate::config::Config;
 use crate::counters::{Counters, LimitedLog, ReassemblySlots, Stats};
+use crate::dispatcher::Dispatcher;
+use crate::exchange::{Queues, RouteEvent};
 use crate::fastpath::FastPath;
 use crate::lifecycle::Lifecycle;
 use crate::listeners::Listeners;
 use crate::liveness::{Departures, ErrorQueues, PeerHealth};
-use crate::net::{Net, TunWriter};
-use crate::pacer::{Queues, Sender};
+use crate::net::{LoopbackSource, Net, TunWriter};
 use crate::receiver::Receiver;
 use crate::trains::Trains;
 use crate::tun_reader::TunReader;
-
-/// A route change the endpoint asks for, for the route manager.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RouteEvent {
-    /// Route traffic for this peer (and the destinations it carries) into the
-    /// tunnel, then tell the pacer (`Queues::routed`): its trains wait until then.
-    In(std::net::IpAddr),
-    /// Traffic for this peer no longer needs to enter the tunnel.
-    Out(std::net::IpAddr),
-}
 
 /// The daemon's parts, before they are handed to its threads.
 #[derive(Debug)]
@@ -62,6 +53,8 @@ pub struct Daemon {
     trains: Arc<Trains>,
     /// Where unchanged super-packets leave whole (see `crate::fastpath`).
     fast: Option<Arc<FastPath>>,
+    /// What a loopback data path sent, until its receiver takes it.
+    looped: Option<LoopbackSource>,
 }
 
 impl Daemon {
@@ -119,19 +112,30 @@ impl Daemon {
         }
         let config = Arc::new(config);
         let counters = Arc::new(Counters::default());
-        let listeners = Arc::new(Listeners::default());
-        let reassembly = Arc::new(ReassemblySlots::default());
-        // One receiver serves both families here: one counter slot.
-        let receiver = Receiver::new(
-            config.clone(),
-            counters.clone(),
-            listeners.clone(),
-            TunWriter::Nowhere,
-            reassembly.clone(),
-            false,
-        );
-        let net = Net::loopback(&config, receiver, counters.clone());
-        Self::assemble(config, counters, net, listeners, reassembly, events)
+        let (net, looped) = Net::loopback(&config, counters.clone());
+        let mut daemon = Self::assemble(
+            config,
+            counters,
+            net,
+            Arc::default(),
+            Arc::default(),
+            events,
+        )?;
+        daemon.looped = Some(looped);
+        Ok(daemon)
+    }
+
+    /// The loopback receiver: takes in what the loopback data path sends, until that
+    /// is gone. One receiver serves both families here: one counter slot. `None`
+    /// for a kernel data path, or once taken.
+    pub(crate) fn loopback_receiver(&mut self) -> Option<impl FnOnce() + Send + 'static> {
+        let source = self.looped.take()?;
+        let mut receiver = self.receiver(false);
+        Some(move || {
+            for p in source {
+                receiver.handle_mgrp(p.peer, Some(p.peer), &p.packet, p.ip_len, p.at);
+            }
+        })
     }
 
     fn assemble(
@@ -167,6 +171,7 @@ impl Daemon {
             bounds_log: Arc::default(),
             trains,
             fast: None,
+            looped: None,
         })
     }
 
@@ -233,9 +238,10 @@ impl Daemon {
         }
     }
 
-    /// The sender's parts (the pacer uses them too, when the sender is behind).
-    pub(crate) fn sender(&self) -> Sender {
-        Sender {
+    /// The dispatcher's parts (the pacer uses them too, when the dispatcher is
+    /// behind).
+    pub(crate) fn dispatcher(&self) -> Dispatcher {
+        Dispatcher {
             config: self.config.clone(),
             queues: self.queues.clone(),
             net: self.net.clone(),

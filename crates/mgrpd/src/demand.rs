@@ -15,8 +15,7 @@ use tokio::sync::{Mutex, mpsc};
 use tracing::{debug, warn};
 
 use crate::config::Config;
-use crate::daemon::RouteEvent;
-use crate::pacer::Queues;
+use crate::exchange::{Queues, RouteEvent};
 use crate::routes::{RouteError, Routes};
 
 /// Shared handle on the routes mgrpd installed.

@@ -9,7 +9,7 @@ use mgrp_core::api::{ReceivedProbe, Response};
 use tokio::sync::mpsc;
 
 use crate::counters::{Counters, bump};
-use crate::server::Outgoing;
+use crate::exchange::Outgoing;
 
 /// A listener registered by an API connection.
 #[derive(Debug)]

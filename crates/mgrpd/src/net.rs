@@ -1,12 +1,15 @@
 //! The daemon's sockets and how packets leave through them: probes (pacer thread),
 //! continuations and riders sent unchanged (sender thread, TUN reader), riders
-//! written into the TUN (receivers).
+//! written into the TUN (receivers). The loopback data path hands what it sends to
+//! a sink the loopback receiver drains instead.
 
 use std::net::IpAddr;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::mpsc;
 
+use mgrp_core::WallTime;
 use mgrp_core::auth;
 use mgrp_core::planner::Transmit;
 use mgrp_core::wire;
@@ -16,7 +19,6 @@ use tun_rs::SyncDevice;
 
 use crate::config::Config;
 use crate::counters::{Counters, bump};
-use crate::receiver::Receiver;
 use crate::sys;
 
 /// Writes the counter and tag into MGRP packets' trailers for peers with a key.
@@ -135,8 +137,25 @@ enum Io {
     /// In-process: MGRP packets sent are received at once by this same daemon, as if
     /// from the peer they were sent to; riders are counted instead of written to a
     /// TUN. Runs without privileges, for testing the API and the pipeline end to end.
-    Loopback(Box<Mutex<Receiver>>),
+    Loopback(mpsc::Sender<Looped>),
 }
+
+/// An MGRP packet the loopback data path sent, as the loopback receiver takes it in.
+#[derive(Debug)]
+pub(crate) struct Looped {
+    /// The peer it was sent to, and as whose packet it is received, so that each
+    /// peer's riders keep their own ids apart in reassembly.
+    pub(crate) peer: IpAddr,
+    pub(crate) packet: Vec<u8>,
+    /// Its length with the IP header it would have had.
+    pub(crate) ip_len: usize,
+    /// When it was sent: its receive stamp.
+    pub(crate) at: WallTime,
+}
+
+/// Where the loopback receiver takes in what the loopback data path sent; it ends
+/// once the data path is gone.
+pub(crate) type LoopbackSource = mpsc::Receiver<Looped>;
 
 /// The daemon's sending side.
 #[derive(Debug)]
@@ -190,18 +209,20 @@ impl Net {
         })
     }
 
-    /// A data path that loops back into `receiver`.
+    /// A data path that loops back: what it sends comes out of the source returned
+    /// with it.
     pub(crate) fn loopback(
         config: &Arc<Config>,
-        receiver: Receiver,
         counters: Arc<Counters>,
-    ) -> Self {
-        Self {
-            io: Io::Loopback(Box::new(Mutex::new(receiver))),
+    ) -> (Self, LoopbackSource) {
+        let (sink, source) = mpsc::channel();
+        let net = Self {
+            io: Io::Loopback(sink),
             kernel_stamps: false,
             sealer: Sealer::new(config.clone()),
             counters,
-        }
+        };
+        (net, source)
     }
 
     /// The TUN device, unless the data path loops back.
@@ -263,12 +284,15 @@ impl Net {
                 .family(peer)?
                 .mgrp
                 .send_to(packet, &sys::raw_dest(peer)),
-            Io::Loopback(receiver) => {
-                let mut receiver = receiver.lock().unwrap_or_else(PoisonError::into_inner);
-                // Received as if from the peer it was sent to, so each peer's riders
-                // keep their own ids apart in reassembly.
-                let ip_len = packet.len() + if peer.is_ipv4() { 20 } else { 40 };
-                receiver.handle_mgrp(peer, Some(peer), packet, ip_len, sys::wall_now());
+            Io::Loopback(sink) => {
+                let looped = Looped {
+                    peer,
+                    packet: packet.to_vec(),
+                    ip_len: packet.len() + if peer.is_ipv4() { 20 } else { 40 },
+                    at: sys::wall_now(),
+                };
+                sink.send(looped)
+                    .map_err(|_| std::io::Error::other("the loopback receiver is gone"))?;
                 Ok(packet.len())
             }
         }

@@ -1,49 +1,32 @@
-//! The pacer and the sender: the one owner of the endpoint, and the thread that does
-//! its slow work.
+//! The pacer: the one owner of the endpoint, and the thread that sends the probes.
 //!
 //! The pacer (a real-time thread when permitted) owns the [`Endpoint`]; no other
 //! thread touches it, and the pacer never waits for another thread. Riders from the
-//! TUN reader and requests from the API come in through bounded lock-free queues
-//! (`crossbeam-queue`), with an eventfd to wake the pacer when it sleeps. What the
-//! endpoint decides that is not a probe — riders sent unchanged, continuations,
-//! reports, replies, route changes — goes out through another such queue to the
-//! sender thread, which does the system calls and the waking of API tasks. The
-//! pacer's counters reach the rest of the daemon as a snapshot it publishes with
-//! `try_lock`, so a reader can delay the next snapshot but never the pacer.
+//! TUN reader and requests from the API come in through the queues of
+//! `crate::exchange`. What the endpoint decides that is not a probe — riders sent
+//! unchanged, continuations, reports, replies, route changes — goes out through
+//! another such queue to the dispatcher (`crate::dispatcher`), which does the system
+//! calls and the waking of API tasks. The pacer's counters reach the rest of the
+//! daemon as a snapshot it publishes with `try_lock`.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::Bytes;
-use crossbeam_queue::ArrayQueue;
 use mgrp_core::MonoTime;
-use mgrp_core::endpoint::{
-    Action, Endpoint, EndpointConfig, EndpointCounters, SubmitError as EndpointRefusal,
-};
-use mgrp_core::planner::{HoldMode, RiderDrop, Transaction, Transmit};
-use mgrp_core::stats::{PlannerCounters, TransactionReport};
+use mgrp_core::endpoint::{Action, Endpoint, EndpointConfig};
+use mgrp_core::planner::{HoldMode, RiderDrop, Transmit};
+use mgrp_core::stats::TransactionReport;
 use mgrp_core::wire;
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
-use crate::counters::{Counters, LimitedLog};
-use crate::daemon::RouteEvent;
-use crate::fastpath::{Coalescer, FastPath};
+use crate::dispatcher::Dispatcher;
+use crate::exchange::{Bound, Control, Output, Queues, RouteEvent, Snapshot};
 use crate::lifecycle::Lifecycle;
-use crate::liveness::ErrorQueues;
-use crate::net::Net;
 use crate::sys;
 
-/// Rider batches the TUN reader may have waiting for the pacer.
-const RIDER_BATCHES: usize = 1024;
-/// Requests the API and the route manager may have waiting for the pacer.
-const CONTROL_INPUTS: usize = 1024;
-/// Outputs the pacer may have waiting for the sender.
-const OUTPUTS: usize = 16_384;
 /// Most actions the pacer takes from the endpoint at one time, so that a flood of
 /// released riders cannot keep it from the next probe.
 const ACTIONS_PER_PUMP: usize = 512;
@@ -56,154 +39,6 @@ const BATCHES_PER_INGEST: usize = 32;
 const BATCHES_BEFORE_PROBE: usize = 4;
 /// How often the pacer publishes its counters while busy.
 const PUBLISH_EVERY: Duration = Duration::from_millis(2);
-
-/// A request for the pacer.
-#[derive(Debug)]
-pub(crate) enum Control {
-    /// A client's train; the reply says whether it was queued, `report` gets its
-    /// report.
-    Submit {
-        client: u64,
-        peer: IpAddr,
-        tx: Transaction,
-        reply: oneshot::Sender<Result<u32, EndpointRefusal>>,
-        report: oneshot::Sender<TransactionReport>,
-    },
-    /// A client gave up on a train.
-    Cancel { client: u64, id: u32 },
-    /// The route a [`RouteEvent::In`] asked for is in place (or failed).
-    Routed(IpAddr),
-}
-
-/// Riders read from the TUN at `at`, with their peers.
-#[derive(Debug)]
-pub(crate) struct RiderBatch {
-    pub(crate) at: MonoTime,
-    pub(crate) riders: Vec<(IpAddr, Bytes)>,
-}
-
-/// Work for the sender thread.
-#[derive(Debug)]
-pub(crate) enum Output {
-    Transmit(IpAddr, Transmit),
-    Route(RouteEvent),
-    Report(oneshot::Sender<TransactionReport>, TransactionReport),
-    Accepted(
-        oneshot::Sender<Result<u32, EndpointRefusal>>,
-        Result<u32, EndpointRefusal>,
-    ),
-    /// A bound was reached; the sender logs it (the pacer writes no logs while
-    /// running).
-    Bound(Bound),
-}
-
-/// A bound reached in the pacer, for the log.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Bound {
-    /// A rider found its queue, or all queues together, full.
-    Queue(IpAddr),
-    /// Riders went unchanged: this many destinations hold riders already.
-    Destinations(usize),
-    /// A train spun this long and is paced by the timer alone for the rest.
-    Spin(IpAddr, Duration),
-}
-
-/// The pacer's counters as last published.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Snapshot {
-    pub(crate) planner: PlannerCounters,
-    pub(crate) endpoint: EndpointCounters,
-}
-
-/// The queues between the pacer and every other thread.
-#[derive(Debug)]
-pub(crate) struct Queues {
-    riders: ArrayQueue<RiderBatch>,
-    control: ArrayQueue<Control>,
-    /// Signalled when input comes while the pacer sleeps.
-    inbox: sys::EventFd,
-    pacer_sleeping: AtomicBool,
-    outputs: ArrayQueue<Output>,
-    outbox: sys::EventFd,
-    /// Whether riders should go through the pacer at all: not with on-demand hold
-    /// while no train is queued or in flight anywhere, since they would only be
-    /// released at once.
-    riders_wanted: AtomicBool,
-    pacer_done: AtomicBool,
-    snapshot: Mutex<Snapshot>,
-    /// Outputs the pacer did itself because the sender's queue was full.
-    pub(crate) outputs_done_by_pacer: AtomicU64,
-}
-
-impl Queues {
-    pub(crate) fn new(config: &Config) -> std::io::Result<Self> {
-        Ok(Self {
-            riders: ArrayQueue::new(RIDER_BATCHES),
-            control: ArrayQueue::new(CONTROL_INPUTS),
-            inbox: sys::EventFd::new()?,
-            pacer_sleeping: AtomicBool::new(false),
-            outputs: ArrayQueue::new(OUTPUTS),
-            outbox: sys::EventFd::new()?,
-            riders_wanted: AtomicBool::new(config.policy.hold_mode == HoldMode::Always),
-            pacer_done: AtomicBool::new(false),
-            snapshot: Mutex::new(Snapshot::default()),
-            outputs_done_by_pacer: AtomicU64::new(0),
-        })
-    }
-
-    /// Wakes the pacer if it sleeps.
-    fn nudge(&self) {
-        if self.pacer_sleeping.load(Ordering::SeqCst) {
-            self.inbox.signal();
-        }
-    }
-
-    /// Hands the pacer a batch of riders; gives it back if the queue is full.
-    pub(crate) fn push_riders(&self, batch: RiderBatch) -> Result<(), RiderBatch> {
-        self.riders.push(batch)?;
-        self.nudge();
-        Ok(())
-    }
-
-    /// Hands the pacer a request; gives it back if the queue is full.
-    pub(crate) fn push_control(&self, c: Control) -> Result<(), Control> {
-        self.control.push(c)?;
-        self.nudge();
-        Ok(())
-    }
-
-    /// The route asked for with [`RouteEvent::In`] is in place (or could not be put
-    /// in place): trains to `peer` may run.
-    pub(crate) async fn routed(&self, peer: IpAddr) {
-        let mut control = Control::Routed(peer);
-        // Its trains wait for this, so it must get through: the queue holds far more
-        // than the trains there can be, so a full one drains within moments.
-        for _ in 0..1000 {
-            match self.push_control(control) {
-                Ok(()) => return,
-                Err(c) => control = c,
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        warn!("could not tell the pacer that {peer} is routed; its trains wait until cancelled");
-    }
-
-    /// Wakes the pacer whatever it does (for shutdown).
-    pub(crate) fn wake_pacer(&self) {
-        self.inbox.signal();
-    }
-
-    /// Whether riders should be handed to the pacer.
-    pub(crate) fn riders_wanted(&self) -> bool {
-        self.riders_wanted.load(Ordering::Relaxed)
-    }
-
-    /// The pacer's counters as last published.
-    pub(crate) fn snapshot(&self) -> Snapshot {
-        *self.snapshot.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
 /// The endpoint's bounds and modes from the configuration.
 fn endpoint_config(config: &Config) -> EndpointConfig {
     use std::hash::BuildHasher;
@@ -250,7 +85,7 @@ fn prepare_pacer(config: &Config) -> bool {
 /// is over. `prepared` runs once its scheduling is set up (to drop what that
 /// needed). If it ends for any reason but shutdown, the daemon stops (trains could no
 /// longer run and held riders would never leave).
-pub(crate) fn run_pacer(s: &Sender, life: &Lifecycle, prepared: impl FnOnce()) {
+pub(crate) fn run_pacer(s: &Dispatcher, life: &Lifecycle, prepared: impl FnOnce()) {
     let realtime = prepare_pacer(&s.config);
     prepared();
     let timer = match sys::Timer::new() {
@@ -292,9 +127,9 @@ struct SpinBudget {
 }
 
 struct Pacer<'a> {
-    /// The sender's parts: the pacer does the sender's work itself when the sender's
+    /// The dispatcher's parts: the pacer does the dispatcher's work itself when its
     /// queue is full.
-    s: &'a Sender,
+    s: &'a Dispatcher,
     life: &'a Lifecycle,
     q: &'a Queues,
     endpoint: Endpoint,
@@ -304,7 +139,7 @@ struct Pacer<'a> {
     spin: SpinBudget,
     flushed: bool,
     last_publish: MonoTime,
-    /// Outputs were queued since the sender was last signalled.
+    /// Outputs were queued since the dispatcher was last signalled.
     unsignalled: bool,
 }
 
@@ -349,7 +184,7 @@ impl Pacer<'_> {
                             t.min(now.saturating_add(Duration::from_millis(200)))
                         });
                     if self.q.outputs.is_full() {
-                        // The sender is behind: give it time rather than spin.
+                        // The dispatcher is behind: give it time rather than spin.
                         until = until.max(now.saturating_add(Duration::from_micros(200)));
                     }
                     if until > now {
@@ -449,18 +284,18 @@ impl Pacer<'_> {
         let wanted =
             self.s.config.policy.hold_mode == HoldMode::Always || self.endpoint.trains() > 0;
         self.q.riders_wanted.store(wanted, Ordering::Relaxed);
-        self.signal_sender();
+        self.signal_dispatcher();
     }
 
-    /// Wakes the sender once for everything queued since the last time.
-    fn signal_sender(&mut self) {
+    /// Wakes the dispatcher once for everything queued since the last time.
+    fn signal_dispatcher(&mut self) {
         if std::mem::take(&mut self.unsignalled) {
             self.q.outbox.signal();
         }
     }
 
-    /// Moves what the endpoint decided to the sender; returns whether more is left.
-    /// Stops while the sender's queue is full: the pacer does not do the sender's
+    /// Moves what the endpoint decided to the dispatcher; returns whether more is left.
+    /// Stops while the dispatcher's queue is full: the pacer does not do the dispatcher's
     /// work, and what is left waits in the endpoint.
     fn pump(&mut self, now: MonoTime) -> bool {
         let mut sent = 0;
@@ -485,11 +320,11 @@ impl Pacer<'_> {
                 Action::RouteOut(peer) => self.output(Output::Route(RouteEvent::Out(peer))),
             }
         }
-        self.signal_sender();
+        self.signal_dispatcher();
         sent == ACTIONS_PER_PUMP
     }
 
-    /// Queues work for the sender, or does it here if the sender's queue is full (a
+    /// Queues work for the dispatcher, or does it here if the dispatcher's queue is full (a
     /// late probe beats a lost rider or a report that never comes).
     fn output(&mut self, o: Output) {
         match self.q.outputs.push(o) {
@@ -626,89 +461,7 @@ impl Pacer<'_> {
             .handle_probe_sent(now, probe.transaction, probe.seq, sent);
         // Its buffers build the next probes.
         self.endpoint.recycle(peer, probe);
-        // Also wakes the sender for what this probe queued (riders of a failed send).
+        // Also wakes the dispatcher for what this probe queued (riders of a failed send).
         self.pump(now);
-    }
-}
-
-/// What the sender thread uses (and the pacer, when the sender is behind).
-#[derive(Debug)]
-pub(crate) struct Sender {
-    pub(crate) config: Arc<Config>,
-    pub(crate) queues: Arc<Queues>,
-    pub(crate) net: Arc<Net>,
-    pub(crate) counters: Arc<Counters>,
-    pub(crate) route_events: tokio::sync::mpsc::UnboundedSender<RouteEvent>,
-    pub(crate) errors: ErrorQueues,
-    pub(crate) bounds_log: Arc<LimitedLog>,
-    /// Where riders released unchanged leave, put back together into super-packets.
-    pub(crate) fast: Option<Arc<FastPath>>,
-}
-
-impl Sender {
-    /// Does one output: on the sender thread (`may_wait`), or on the pacer when the
-    /// sender's queue is full, which must not wait for anything.
-    fn execute(&self, o: Output, may_wait: bool) {
-        match o {
-            Output::Transmit(peer, t) => self.net.send_transmit(peer, t),
-            Output::Route(event) => {
-                if self.route_events.send(event).is_err() {
-                    // Nobody manages routes: take it as done.
-                    if let RouteEvent::In(peer) = event {
-                        let _ = self.queues.push_control(Control::Routed(peer));
-                    }
-                }
-            }
-            Output::Report(w, mut r) => {
-                self.errors.complete_report(
-                    &mut r,
-                    self.config.late_threshold,
-                    &self.bounds_log,
-                    may_wait,
-                );
-                let _ = w.send(r);
-            }
-            Output::Accepted(reply, result) => {
-                let _ = reply.send(result);
-            }
-            Output::Bound(b) => match b {
-                Bound::Queue(peer) => self.bounds_log.warn(format_args!(
-                    "dropped packets to {peer}: its queue or all queues together are full (piggyback.max-queued-riders, max-queued-bytes, max-held-bytes)"
-                )),
-                Bound::Destinations(n) => self.bounds_log.warn(format_args!(
-                    "packets go unchanged: {n} destinations hold packets already (limits.max-destinations)"
-                )),
-                Bound::Spin(peer, spun) => self.bounds_log.warn(format_args!(
-                    "a train to {peer} spun {spun:?} (limits.max-train-spin): the rest of it is paced by the timer alone, expect less precise gaps"
-                )),
-            },
-        }
-    }
-
-    /// The sender thread: does what the pacer queued, until the pacer is done and
-    /// nothing is left.
-    pub(crate) fn run(&self) {
-        let q = &self.queues;
-        let mut coalescer = self
-            .fast
-            .clone()
-            .map(|f| Coalescer::new(f, self.config.mtu));
-        loop {
-            while let Some(o) = q.outputs.pop() {
-                match (o, coalescer.as_mut()) {
-                    (Output::Transmit(_, Transmit::Unchanged(pkt)), Some(c)) => {
-                        c.push(&pkt, &self.net, &self.counters);
-                    }
-                    (o, _) => self.execute(o, true),
-                }
-            }
-            if let Some(c) = coalescer.as_mut() {
-                c.flush(&self.net, &self.counters);
-            }
-            if q.pacer_done.load(Ordering::SeqCst) && q.outputs.is_empty() {
-                return;
-            }
-            q.outbox.wait(Duration::from_millis(100));
-        }
     }
 }

@@ -21,6 +21,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::Config;
 use crate::counters::Stats;
+use crate::exchange::Outgoing;
 use crate::lifecycle::Lifecycle;
 use crate::listeners::{ListenError, Listeners};
 use crate::trains::{SubmitError, Trains};
@@ -230,10 +231,6 @@ async fn connection(id: u64, uid: Option<u32>, stream: UnixStream, api: Arc<Api>
     let _ = writer.await;
     debug!("API connection {id} closed");
 }
-
-/// What goes out on a connection: an answer with the id of its request, or a probe
-/// notification (no id).
-pub(crate) type Outgoing = (Option<u64>, Response);
 
 /// Where the answer to one request goes.
 #[derive(Debug, Clone)]

@@ -15,8 +15,8 @@ use tokio::sync::oneshot;
 
 use crate::config::Config;
 use crate::counters::{Counters, bump};
+use crate::exchange::{Control, Queues};
 use crate::lifecycle::Lifecycle;
-use crate::pacer::{Control, Queues};
 use crate::sys;
 
 /// A train accepted by [`Trains::submit`].

@@ -13,11 +13,11 @@ use tun_rs::{VIRTIO_NET_HDR_LEN, VirtioNetHdr};
 
 use crate::config::Config;
 use crate::counters::{Counters, bump};
+use crate::exchange::{Queues, RiderBatch};
 use crate::fastpath::{FastPath, frame_header, split_frame};
 use crate::lifecycle::Lifecycle;
 use crate::liveness::PeerHealth;
 use crate::net::Net;
-use crate::pacer::{Queues, RiderBatch};
 use crate::sys;
 
 /// Whether a packet read from the TUN is kernel housekeeping rather than traffic to a

@@ -1,0 +1,76 @@
+//! The `mgrpd` command line: `genkey`, `--check-config`, and starting the daemon
+//! with the configuration the file and the flags give.
+
+use crate::config::{self, Config};
+use crate::service;
+
+/// The whole `mgrpd` command: parses `args` (the first is the program name), checks
+/// or loads the configuration, and runs the daemon. Exit codes: 0 after a clean
+/// shutdown, 1 when the daemon could not start or failed, 2 for bad configuration.
+pub fn main_with_args<I, T>(args: I) -> std::process::ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::Parser as _;
+    use std::process::ExitCode;
+
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    if args.get(1).is_some_and(|a| a == "genkey") {
+        return match genkey() {
+            Ok(key) => {
+                println!("{}", key.to_hex());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("mgrpd: cannot read random bytes from /dev/urandom: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let cli = match config::Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let config = match Config::load(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mgrpd: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(path) = &cli.check_config {
+        println!("{}: configuration is valid", path.display());
+        println!("{config:#?}");
+        return ExitCode::SUCCESS;
+    }
+    // A second subscriber (when embedded) is not an error worth stopping for.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(config.log_level)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
+    match service::run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mgrpd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A new random key (`mgrpd genkey > FILE; chmod 600 FILE`).
+fn genkey() -> std::io::Result<mgrp_core::auth::Key> {
+    use std::io::Read as _;
+    let mut bytes = [0u8; mgrp_core::auth::KEY_LEN];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(mgrp_core::auth::Key::from_bytes(bytes))
+}

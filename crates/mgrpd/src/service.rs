@@ -1,0 +1,251 @@
+//! Running the daemon: checks what it is allowed to do, sets up the TUN, the routes
+//! and the sockets, starts every thread and task with only the privileges it needs,
+//! and on a signal (or a thread's failure) stops them in order, so held riders leave
+//! and clients get their answers before the socket goes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::daemon::Daemon;
+use crate::demand::Demand;
+use crate::exchange::RouteEvent;
+use crate::privileges::Privileges;
+use crate::routes::Routes;
+use crate::{lifecycle, pacer, server, sys, tun};
+
+/// Runs the daemon until SIGINT, SIGTERM or SIGHUP (all three shut it down cleanly).
+pub fn run(config: Config) -> anyhow::Result<()> {
+    use sys::cap;
+    let caps = sys::effective_capabilities().context("cannot read this process's capabilities")?;
+    let missing: Vec<&str> = [
+        (cap::NET_ADMIN, "CAP_NET_ADMIN"),
+        (cap::NET_RAW, "CAP_NET_RAW"),
+    ]
+    .into_iter()
+    .filter(|(bit, _)| caps & (1 << bit) == 0)
+    .map(|(_, name)| name)
+    .collect();
+    if !missing.is_empty() {
+        anyhow::bail!(
+            "mgrpd lacks {} (to create its TUN, routes and raw sockets); run it as root, under the shipped mgrpd.service, or with those ambient capabilities",
+            missing.join(" and ")
+        );
+    }
+    for (bit, name, what) in [
+        (
+            cap::SYS_NICE,
+            "CAP_SYS_NICE",
+            "the pacer runs without real-time priority",
+        ),
+        (cap::IPC_LOCK, "CAP_IPC_LOCK", "memory may not be locked"),
+    ] {
+        if caps & (1 << bit) == 0 {
+            tracing::warn!("no {name}: {what}");
+        }
+    }
+    if let Some(name) = &config.user {
+        // Checked before anything is set up, so a typo costs no TUN and no rule.
+        if sys::user_ids(name).is_none() {
+            anyhow::bail!("user {name:?} does not exist; create it or drop --user");
+        }
+    }
+    // mgrpd never executes anything; make sure nothing it could be tricked into
+    // running gains privileges.
+    sys::no_new_privileges().context("cannot set no-new-privileges")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    rt.block_on(run_async(config))
+}
+
+async fn run_async(config: Config) -> anyhow::Result<()> {
+    let tun = Arc::new(tun::create(&config)?);
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let daemon = Daemon::new(config.clone(), tun, events_tx)?;
+    let recv4 = sys::mgrp_recv_socket(false, config.protocol, Duration::from_millis(100))
+        .context("cannot open the MGRP receive socket")?;
+    let routes = if config.manage_routes {
+        let mut r = Routes::new(
+            &config.tun,
+            config.table,
+            config.fwmark,
+            config.rule_priority,
+        )
+        .await?;
+        let v6 = config
+            .routes
+            .iter()
+            .any(|n| matches!(n, ipnet::IpNet::V6(_)));
+        if let Err(e) = r.add_rules(v6).await {
+            let _ = r.remove_all().await;
+            anyhow::bail!(
+                "{e}; is another mgrpd running with the same --fwmark/--table/--rule-priority?"
+            );
+        }
+        Some(r)
+    } else {
+        None
+    };
+    let demand = Demand::new(routes, &config);
+    let result = serve(&config, &daemon, &demand, recv4, events_rx).await;
+    daemon.begin_shutdown();
+    for e in demand.remove_all().await {
+        warn!("cleanup: {e}");
+    }
+    let _ = std::fs::remove_file(&config.socket);
+    result
+}
+
+async fn serve(
+    config: &Config,
+    daemon: &Daemon,
+    demand: &Demand,
+    recv4: socket2::Socket,
+    events: mpsc::UnboundedReceiver<RouteEvent>,
+) -> anyhow::Result<()> {
+    if config.manage_routes && !config.route_on_demand {
+        let mut st = demand.clone();
+        for net in &config.routes {
+            st.add_permanent(*net).await?;
+        }
+    }
+    let listener = server::bind(&config.socket, config.socket_group.as_deref())?;
+    let fatal = daemon.life.fatal_channel();
+    let locked = match sys::lock_memory() {
+        Ok(()) => true,
+        Err(e) => {
+            warn!("cannot lock memory ({e}); page faults may delay probes");
+            false
+        }
+    };
+    let recv6 = sys::mgrp_recv_socket(true, config.protocol, Duration::from_millis(100));
+    // Set up: from here on every thread keeps only what it needs.
+    let privileges = Privileges::after_setup(config, locked);
+    privileges.enter(config.user.as_deref())?;
+    let life = &daemon.life;
+    let (l, reader) = (life.clone(), daemon.tun_reader());
+    std::thread::Builder::new()
+        .name("mgrp-tun".into())
+        .spawn(move || {
+            let _ends = lifecycle::EndsDaemon::new(&l, "TUN reader");
+            privileges.worker();
+            reader.run();
+        })?;
+    let (l, receiver) = (life.clone(), daemon.receiver(false));
+    let mut receivers =
+        vec![
+            std::thread::Builder::new()
+                .name("mgrp-rx4".into())
+                .spawn(move || {
+                    let _ends = lifecycle::EndsDaemon::new(&l, "IPv4 receiver");
+                    privileges.worker();
+                    receiver.run(&recv4, &l);
+                })?,
+        ];
+    match recv6 {
+        Ok(recv6) => {
+            let (l, receiver) = (life.clone(), daemon.receiver(true));
+            receivers.push(std::thread::Builder::new().name("mgrp-rx6".into()).spawn(
+                move || {
+                    let _ends = lifecycle::EndsDaemon::new(&l, "IPv6 receiver");
+                    privileges.worker();
+                    receiver.run(&recv6, &l);
+                },
+            )?);
+        }
+        Err(e) => warn!("no IPv6 MGRP receive socket ({e}); IPv6 peers cannot reach this host"),
+    }
+    let dispatcher = Arc::new(daemon.dispatcher());
+    let (l, s) = (life.clone(), dispatcher.clone());
+    let pacer = std::thread::Builder::new()
+        .name("mgrp-pacer".into())
+        .spawn(move || {
+            let _ends = lifecycle::EndsDaemon::new(&l, "pacer");
+            pacer::run_pacer(&s, &l, || privileges.worker());
+        })?;
+    let l = life.clone();
+    let dispatcher = std::thread::Builder::new()
+        .name("mgrp-dispatch".into())
+        .spawn(move || {
+            let _ends = lifecycle::EndsDaemon::new(&l, "dispatcher");
+            privileges.worker();
+            dispatcher.run();
+        })?;
+    for v6 in [false, true] {
+        let (l, errors) = (life.clone(), daemon.error_queues());
+        std::thread::Builder::new()
+            .name("mgrp-liveness".into())
+            .spawn(move || {
+                privileges.worker();
+                errors.run(v6, &l);
+            })?;
+    }
+    // Every thread has started with what it needs; the pacer's real-time priority
+    // was the last use of CAP_SYS_NICE.
+    privileges.main();
+    tokio::spawn(demand.clone().watch(events, daemon.queues.clone()));
+    let server = tokio::spawn(server::serve(listener, daemon.api()));
+    info!(
+        "mgrpd ready: tun {} mtu {}, protocol {}, fwmark {:#x}, table {}, hold {:?} ({:?}{}), socket {}",
+        config.tun,
+        config.mtu,
+        config.protocol,
+        config.fwmark,
+        config.table,
+        config.policy.hold,
+        config.policy.hold_mode,
+        if config.route_on_demand {
+            ", routes on demand"
+        } else {
+            ""
+        },
+        config.socket.display()
+    );
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    // SIGHUP would otherwise end the daemon without removing its rule and routes.
+    // There is no reload: a changed configuration takes a restart, which this clean
+    // exit makes safe under `Restart=` supervision.
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut failure = None;
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = int.recv() => info!("SIGINT: shutting down"),
+        _ = hup.recv() => info!("SIGHUP: shutting down cleanly (configuration is read at start; restart to apply changes)"),
+        why = fatal => failure = why.ok(),
+    }
+    daemon.begin_shutdown();
+    // The pacer sends every held rider unchanged before it returns.
+    let _ = tokio::task::spawn_blocking(move || {
+        let _ = pacer.join();
+        let _ = dispatcher.join();
+        for r in receivers {
+            let _ = r.join();
+        }
+    })
+    .await;
+    // Clients get the answers to what they had in flight (the reports of trains cut
+    // short by the shutdown) before the socket goes.
+    let _ = server.await;
+    let stats = daemon.stats().get();
+    info!(
+        "stopped: riders in {}, piggybacked {}, unchanged {}, dropped {}, held {}; probes sent {}",
+        stats.planner.riders_in,
+        stats.planner.riders_piggybacked,
+        stats.planner.riders_sent_unchanged,
+        stats.planner.riders_dropped(),
+        stats.planner.riders_held,
+        stats.daemon.probes_sent
+    );
+    match failure {
+        Some(why) => anyhow::bail!("{why}"),
+        None => Ok(()),
+    }
+}

@@ -32,6 +32,7 @@
 pub mod api;
 pub mod auth;
 pub mod endpoint;
+pub mod ip;
 pub mod peers;
 pub mod planner;
 pub mod ratelimit;

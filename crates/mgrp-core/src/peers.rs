@@ -18,6 +18,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ip::Ip;
+
 /// An address prefix such as `10.0.0.0/24` or `fd00::/64`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Prefix {
@@ -243,7 +245,8 @@ impl Peers {
     /// `outer_dst`, may be written into this host.
     pub fn admit(&self, outer_src: IpAddr, outer_dst: IpAddr, rider: &[u8]) -> Result<(), Refusal> {
         let peer = self.find(outer_src).ok_or(Refusal::NotPeer)?;
-        let h = inner_header(rider)?;
+        let h = Ip::parse_exact(rider).map_err(|_| Refusal::Malformed)?;
+        let protocol = h.upper_protocol().map_err(|_| Refusal::Malformed)?;
         let own = h.src == outer_src;
         if !own && !peer.allowed_sources.iter().any(|p| p.contains(h.src)) {
             return Err(Refusal::ForeignSource);
@@ -257,99 +260,11 @@ impl Peers {
                 return Err(Refusal::ForeignDestination);
             }
         }
-        if h.protocol == self.protocol {
+        if protocol == self.protocol {
             return Err(Refusal::InnerMgrp);
         }
         Ok(())
     }
-}
-
-/// What admission reads of a rider's IP header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Inner {
-    src: IpAddr,
-    dst: IpAddr,
-    protocol: u8,
-}
-
-fn inner_header(p: &[u8]) -> Result<Inner, Refusal> {
-    match p.first().map(|b| b >> 4) {
-        Some(4) => {
-            if p.len() < 20 {
-                return Err(Refusal::Malformed);
-            }
-            let ihl = usize::from(p[0] & 0x0f) * 4;
-            let total = usize::from(u16::from_be_bytes([p[2], p[3]]));
-            if ihl < 20 || ihl > p.len() || total != p.len() || !checksum_ok(&p[..ihl]) {
-                return Err(Refusal::Malformed);
-            }
-            let src = Ipv4Addr::new(p[12], p[13], p[14], p[15]);
-            let dst = Ipv4Addr::new(p[16], p[17], p[18], p[19]);
-            Ok(Inner {
-                src: src.into(),
-                dst: dst.into(),
-                protocol: p[9],
-            })
-        }
-        Some(6) => {
-            if p.len() < 40 {
-                return Err(Refusal::Malformed);
-            }
-            let payload = usize::from(u16::from_be_bytes([p[4], p[5]]));
-            if payload + 40 != p.len() {
-                return Err(Refusal::Malformed);
-            }
-            let mut a = [0u8; 16];
-            a.copy_from_slice(&p[8..24]);
-            let src = Ipv6Addr::from(a);
-            a.copy_from_slice(&p[24..40]);
-            let dst = Ipv6Addr::from(a);
-            Ok(Inner {
-                src: src.into(),
-                dst: dst.into(),
-                protocol: v6_upper_protocol(p)?,
-            })
-        }
-        _ => Err(Refusal::Malformed),
-    }
-}
-
-/// The upper-layer protocol of an IPv6 packet, past its hop-by-hop, routing,
-/// fragment and destination-options headers.
-fn v6_upper_protocol(p: &[u8]) -> Result<u8, Refusal> {
-    let mut next = p[6];
-    let mut at = 40usize;
-    // Each extension header is at least 8 bytes, so this ends.
-    loop {
-        match next {
-            0 | 43 | 60 => {
-                let h = p.get(at..at + 2).ok_or(Refusal::Malformed)?;
-                next = h[0];
-                at += (usize::from(h[1]) + 1) * 8;
-            }
-            44 => {
-                let h = p.get(at..at + 8).ok_or(Refusal::Malformed)?;
-                next = h[0];
-                at += 8;
-            }
-            proto => return Ok(proto),
-        }
-        if at > p.len() {
-            return Err(Refusal::Malformed);
-        }
-    }
-}
-
-/// Whether an IPv4 header's checksum is right (its ones' complement sum is all ones).
-fn checksum_ok(h: &[u8]) -> bool {
-    let mut sum: u32 = h
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum == 0xffff
 }
 
 fn is_special(ip: IpAddr) -> bool {

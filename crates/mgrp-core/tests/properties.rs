@@ -1,11 +1,12 @@
-//! Property tests of the protocol as a whole: the codec round-trips, the size rule,
-//! rider conservation, the piggyback limits, and end-to-end delivery of planned riders
-//! through reassembly under reordering, duplication and loss.
+//! Property tests of the protocol as a whole: the codec round-trips, the IP parser,
+//! the size rule, rider conservation, the piggyback limits, and end-to-end delivery
+//! of planned riders through reassembly under reordering, duplication and loss.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use bytes::Bytes;
+use mgrp_core::ip::{self, Ip};
 use mgrp_core::planner::{
     HoldMode, Packing, Path, Planner, Policy, ProbeSpec, Transaction, Transmit,
 };
@@ -153,6 +154,25 @@ proptest! {
             let repr = Repr::parse(&p);
             prop_assert!(repr.buffer_len() <= data.len());
             prop_assert!(data.len() >= HEADER_LEN);
+        }
+    }
+
+    #[test]
+    fn ip_parser_never_panics_and_stays_inside(data in prop::collection::vec(any::<u8>(), 0..120), first in any::<u8>()) {
+        let mut data = data;
+        if let Some(b) = data.first_mut() {
+            // Mostly versions 4 and 6, so headers get read past their first byte.
+            *b = [0x45, 0x46, 0x60, first][usize::from(first % 4)];
+        }
+        if let Ok(ip) = Ip::parse(&data) {
+            prop_assert!(ip.header_len + ip.payload.len() <= data.len());
+            prop_assert_eq!(ip::destination(&data), Some(ip.dst));
+            let _ = ip.upper_protocol();
+            if let Ok(exact) = Ip::parse_exact(&data) {
+                prop_assert_eq!(exact.total_len(), data.len());
+            }
+        } else {
+            prop_assert!(Ip::parse_exact(&data).is_err());
         }
     }
 

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use mgrp_core::ip::Ip;
 use mgrp_core::wire::{CHUNK_DESC_LEN, HEADER_LEN as MGRP_HEADER_LEN, Kind as WireKind, Packet};
 
 use crate::Netns;
@@ -179,24 +180,13 @@ impl Classifier {
     }
 }
 
-/// The source address, protocol and payload of an Ethernet frame's IP packet.
+/// The source address, protocol and payload of an Ethernet frame's IP packet (the
+/// payload as far as the capture holds it).
 fn ip_of(frame: &[u8]) -> Option<(IpAddr, u8, &[u8])> {
     let ethertype = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
-    let ip = frame.get(14..)?;
-    match ethertype {
-        0x0800 => {
-            let ihl = usize::from(ip.first()? & 0x0f) * 4;
-            let total = usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?]));
-            let src: [u8; 4] = ip.get(12..16)?.try_into().ok()?;
-            let payload = ip.get(ihl..total.min(ip.len()).max(ihl))?;
-            Some((IpAddr::from(src), *ip.get(9)?, payload))
-        }
-        0x86dd => {
-            let len = usize::from(u16::from_be_bytes([*ip.get(4)?, *ip.get(5)?]));
-            let src: [u8; 16] = ip.get(8..24)?.try_into().ok()?;
-            let payload = ip.get(40..(40 + len).min(ip.len()).max(40))?;
-            Some((IpAddr::from(src), *ip.get(6)?, payload))
-        }
+    let ip = Ip::parse(frame.get(14..)?).ok()?;
+    match (ethertype, ip.is_v4()) {
+        (0x0800, true) | (0x86dd, false) => Some((ip.src, ip.protocol, ip.payload)),
         _ => None,
     }
 }

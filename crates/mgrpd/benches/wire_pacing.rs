@@ -181,14 +181,13 @@ fn capture(fd: &OwnedFd, stop: &AtomicBool) -> Vec<Seen> {
             }
         }
         let data = &buf[..n as usize];
-        if data.len() < 20 || data[0] >> 4 != 4 || data[9] != 253 {
-            continue;
-        }
-        let ihl = usize::from(data[0] & 0x0f) * 4;
-        let (Some(stamp), Some(payload)) = (stamp, data.get(ihl..)) else {
+        let Ok(ip) = mgrp_core::ip::Ip::parse(data) else {
             continue;
         };
-        if let Ok(p) = Packet::new_checked(payload) {
+        let Some(stamp) = stamp.filter(|_| ip.is_v4() && ip.protocol == 253) else {
+            continue;
+        };
+        if let Ok(p) = Packet::new_checked(ip.payload) {
             if p.kind() == Kind::Probe {
                 seen.push((p.transaction(), p.seq(), stamp));
             }

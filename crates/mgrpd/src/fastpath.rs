@@ -23,6 +23,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures_util::TryStreamExt;
+use mgrp_core::ip;
 use rtnetlink::RouteMessageBuilder;
 use rtnetlink::packet_route::AddressFamily;
 use rtnetlink::packet_route::link::{LinkAttribute, LinkLayerType};
@@ -191,7 +192,7 @@ impl FastPath {
                 path.mtu
             )));
         }
-        let v6 = packet.first().is_some_and(|b| b >> 4 == 6);
+        let v6 = ip::version(packet) == Some(6);
         // The TUN's offsets count from the IP header; the socket's from the link
         // header the kernel puts in front.
         let ethertype = if v6 { ETH_P_IPV6 } else { ETH_P_IP };
@@ -263,7 +264,7 @@ pub(crate) fn split_frame<'a>(
             sizes: &[],
         });
     }
-    let v6 = packet[0] >> 4 == 6;
+    let v6 = ip::version(packet) == Some(6);
     let k = tun_rs::gso_split(packet, hdr, bufs, sizes, 0, v6)?;
     Ok(Packets {
         whole: None,
@@ -311,10 +312,10 @@ pub(crate) fn frame_header(
     if hdr.gso_size == 0 {
         return Err("GSO frame with a segment size of 0".into());
     }
-    let v6 = match packet.first().map(|b| b >> 4) {
+    let v6 = match ip::version(packet) {
         Some(4) => false,
-        Some(6) => true,
-        _ => return Err("GSO frame that is not IP".into()),
+        Some(_) => true,
+        None => return Err("GSO frame that is not IP".into()),
     };
     let transport_len = match (hdr.gso_type & !GSO_ECN, v6) {
         (GSO_TCPV4, false) | (GSO_TCPV6, true) => {
@@ -438,7 +439,7 @@ impl Coalescer {
                 net.send_unchanged(packet);
                 continue;
             };
-            if sys::packet_destination(packet).is_some_and(|dst| {
+            if ip::destination(packet).is_some_and(|dst| {
                 self.fast
                     .send_counted(dst, &hdr, packet, segments, counters)
             }) {

@@ -11,6 +11,7 @@ use std::sync::mpsc;
 
 use mgrp_core::WallTime;
 use mgrp_core::auth;
+use mgrp_core::ip;
 use mgrp_core::planner::Transmit;
 use mgrp_core::wire;
 use socket2::Socket;
@@ -308,7 +309,7 @@ impl Net {
     /// Sends a packet on unchanged through the raw socket, and counts it.
     pub(crate) fn send_unchanged(&self, pkt: &[u8]) {
         let c = &self.counters;
-        let Some(dst) = sys::packet_destination(pkt) else {
+        let Some(dst) = ip::destination(pkt) else {
             bump(&c.unchanged_send_errors);
             return;
         };

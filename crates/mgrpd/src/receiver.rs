@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use mgrp_core::WallTime;
 use mgrp_core::api::ReceivedProbe;
 use mgrp_core::auth::{self, AuthError, ReplayWindow};
+use mgrp_core::ip::{IPV6_HEADER_LEN, Ip};
 use mgrp_core::peers::Refusal;
 use mgrp_core::reassembly::{ChunkOutcome, Reassembler};
 use mgrp_core::wire::{Kind, Packet};
@@ -183,18 +184,14 @@ impl Receiver {
                 }
             };
             let data = &buf[..r.len];
+            // IPv4 raw sockets deliver the IP header, IPv6 ones only the payload.
             let (payload, ip_len, to) = if self.v6 {
-                (data, r.len + 40, r.to)
+                (data, r.len + IPV6_HEADER_LEN, r.to)
             } else {
-                let ihl = data.first().map_or(0, |b| usize::from(b & 0x0f) * 4);
-                let to = data
-                    .get(16..20)
-                    .map(|a| IpAddr::V4(std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3])));
-                (
-                    data.get(ihl..).filter(|_| ihl >= 20).unwrap_or(&[]),
-                    r.len,
-                    to,
-                )
+                match Ip::parse(data) {
+                    Ok(ip) => (ip.payload, r.len, Some(ip.dst)),
+                    Err(_) => (&[][..], r.len, None),
+                }
             };
             let stamp = r.stamp.unwrap_or_else(sys::wall_now);
             self.handle_mgrp(r.from, to, payload, ip_len, stamp);

@@ -495,21 +495,6 @@ pub fn raw_dest(ip: IpAddr) -> SockAddr {
     SockAddr::from(SocketAddr::new(ip, 0))
 }
 
-/// Destination address of an IPv4 or IPv6 packet, if it is one.
-pub fn packet_destination(pkt: &[u8]) -> Option<IpAddr> {
-    match pkt.first()? >> 4 {
-        4 if pkt.len() >= 20 => Some(IpAddr::V4(Ipv4Addr::new(
-            pkt[16], pkt[17], pkt[18], pkt[19],
-        ))),
-        6 if pkt.len() >= 40 => {
-            let mut a = [0u8; 16];
-            a.copy_from_slice(&pkt[24..40]);
-            Some(IpAddr::V6(Ipv6Addr::from(a)))
-        }
-        _ => None,
-    }
-}
-
 /// A `CLOCK_MONOTONIC` timerfd armed with absolute deadlines.
 #[derive(Debug)]
 pub struct Timer {
@@ -812,20 +797,6 @@ mod tests {
         assert!(b >= a);
         // Realtime is after 2020.
         assert!(wall_now().as_nanos() > 1_577_836_800_000_000_000);
-    }
-
-    #[test]
-    fn destinations() {
-        let mut v4 = [0u8; 20];
-        v4[0] = 0x45;
-        v4[16..20].copy_from_slice(&[10, 0, 0, 2]);
-        assert_eq!(packet_destination(&v4), Some("10.0.0.2".parse().unwrap()));
-        let mut v6 = [0u8; 40];
-        v6[0] = 0x60;
-        v6[39] = 1;
-        assert_eq!(packet_destination(&v6), Some("::1".parse().unwrap()));
-        assert_eq!(packet_destination(&v4[..10]), None);
-        assert_eq!(packet_destination(&[0x10; 40]), None);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use mgrp_core::ip;
 use mgrp_core::planner::Transmit;
 use tracing::warn;
 use tun_rs::{VIRTIO_NET_HDR_LEN, VirtioNetHdr};
@@ -117,7 +118,7 @@ impl TunReader {
     /// `segments` packets it stands for. Returns whether it was sent.
     fn send_whole(&self, hdr: &VirtioNetHdr, packet: &[u8], segments: u64) -> bool {
         let Some(fast) = &self.fast else { return false };
-        let Some(dst) = sys::packet_destination(packet).filter(|d| !is_housekeeping(*d)) else {
+        let Some(dst) = ip::destination(packet).filter(|d| !is_housekeeping(*d)) else {
             return false;
         };
         let peer = self.config.peer_of(dst);
@@ -154,7 +155,7 @@ impl TunReader {
         let mut riders = Vec::new();
         for pkt in pkts {
             bump(&c.tun_packets_in);
-            let Some(dst) = sys::packet_destination(pkt).filter(|d| !is_housekeeping(*d)) else {
+            let Some(dst) = ip::destination(pkt).filter(|d| !is_housekeeping(*d)) else {
                 bump(&c.tun_ignored);
                 continue;
             };

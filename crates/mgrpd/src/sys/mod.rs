@@ -1,0 +1,38 @@
+//! Every system call of the daemon that the standard library and socket2 do not wrap.
+//! Most go through nix (clocks, `recvmsg` with timestamp and error control messages,
+//! socket options, timerfd, eventfd, poll, CPU affinity, memory locking, user
+//! switching); what nix does not cover is written here by hand, and these are the
+//! daemon's only `unsafe` blocks: `sendmsg` with a transmit-stamp id, SCHED_FIFO,
+//! capability sets and the ambient set.
+//!
+//! This is also the one place where kernel times become the two clock types of
+//! mgrp-core: `CLOCK_MONOTONIC` → [`MonoTime`], `CLOCK_REALTIME` → [`WallTime`].
+//!
+//! By topic: [`clock`], [`sockets`], [`stamps`] (transmit stamps, error queues,
+//! receive stamps), [`link`] (the packet socket), [`wait`] (timerfd, eventfd,
+//! the pacing wait), [`process`] (scheduling, capabilities, users, sysctls).
+
+#![allow(unsafe_code)]
+
+mod clock;
+mod link;
+mod process;
+mod sockets;
+mod stamps;
+mod wait;
+
+pub use clock::*;
+pub use link::*;
+pub use process::*;
+pub use sockets::*;
+pub use stamps::*;
+pub use wait::*;
+
+/// The result of a libc call that returns -1 and sets errno on failure.
+fn check(ret: libc::c_int) -> std::io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}

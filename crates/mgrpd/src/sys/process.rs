@@ -1,0 +1,183 @@
+//! The process and its threads: real-time scheduling, CPU pinning, memory
+//! locking, capabilities, the switch to another user, and interface sysctls.
+
+use std::io;
+
+use nix::sched::{CpuSet, sched_setaffinity};
+use nix::sys::mman::{MlockAllFlags, mlockall};
+use nix::sys::prctl;
+use nix::unistd::{self, Pid};
+
+use super::check;
+
+/// Asks for SCHED_FIFO at `priority` for the calling thread.
+pub fn set_realtime(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: pid 0 = calling thread; param is valid.
+    check(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const param) }).map(drop)
+}
+
+/// Sets the calling thread's timer slack (nanoseconds); 1 is the smallest.
+pub fn set_timer_slack(ns: u64) {
+    let _ = prctl::set_timerslack(ns);
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    let mut set = CpuSet::new();
+    set.set(cpu)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "CPU index out of range"))?;
+    sched_setaffinity(Pid::from_raw(0), &set)?;
+    Ok(())
+}
+
+/// Locks the process's memory so the pacer never takes a page fault mid-train.
+pub fn lock_memory() -> io::Result<()> {
+    mlockall(MlockAllFlags::MCL_CURRENT | MlockAllFlags::MCL_FUTURE)?;
+    Ok(())
+}
+
+/// Capability numbers mgrpd cares about (linux/capability.h).
+pub mod cap {
+    /// Interfaces, routes, rules, sysctls of the network namespace.
+    pub const NET_ADMIN: u32 = 12;
+    /// Raw sockets.
+    pub const NET_RAW: u32 = 13;
+    /// Locking memory beyond RLIMIT_MEMLOCK.
+    pub const IPC_LOCK: u32 = 14;
+    /// Real-time scheduling.
+    pub const SYS_NICE: u32 = 23;
+}
+
+/// The process's effective capability set, from `/proc/self/status`.
+pub fn effective_capabilities() -> io::Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .ok_or_else(|| io::Error::other("no CapEff line in /proc/self/status"))
+}
+
+/// The bit of capability `cap` in a mask.
+pub const fn cap_bit(cap: u32) -> u64 {
+    1 << cap
+}
+
+/// Header of capget/capset (linux/capability.h, version 3: two 32-bit words).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// One 32-bit word of the three capability sets.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
+/// Keeps only the capabilities in `keep` (a mask of [`cap_bit`]s) in the calling
+/// thread's effective and permitted sets, for good: nothing is inheritable or
+/// ambient afterwards. Capabilities belong to threads, so each thread limits its
+/// own, and threads it starts later inherit what is left.
+pub fn limit_capabilities(keep: u64) -> io::Result<()> {
+    let mut header = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let mut now = [CapData::default(); 2];
+    // SAFETY: header and two data words as the version-3 ABI requires.
+    check(unsafe {
+        libc::syscall(libc::SYS_capget, &raw mut header, now.as_mut_ptr()) as libc::c_int
+    })?;
+    let had = u64::from(now[0].permitted) | (u64::from(now[1].permitted) << 32);
+    let keep = keep & had;
+    let data = [
+        CapData {
+            effective: keep as u32,
+            permitted: keep as u32,
+            inheritable: 0,
+        },
+        CapData {
+            effective: (keep >> 32) as u32,
+            permitted: (keep >> 32) as u32,
+            inheritable: 0,
+        },
+    ];
+    // SAFETY: as above; capset only reads both.
+    check(unsafe {
+        libc::syscall(libc::SYS_capset, &raw mut header, data.as_ptr()) as libc::c_int
+    })?;
+    let zero: libc::c_ulong = 0;
+    // SAFETY: integer arguments only. Fails on kernels without ambient sets, which
+    // then have nothing to clear.
+    let _ = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            zero,
+            zero,
+            zero,
+        )
+    };
+    Ok(())
+}
+
+/// User and group ids of the user called `name`.
+pub fn user_ids(name: &str) -> Option<(u32, u32)> {
+    let user = unistd::User::from_name(name).ok()??;
+    Some((user.uid.as_raw(), user.gid.as_raw()))
+}
+
+/// Becomes user `uid` with group `gid` and no supplementary groups, keeping the
+/// capabilities in `keep`. Call it before starting threads: the ids change for the
+/// whole process, the capabilities only for the calling thread.
+pub fn switch_user(uid: u32, gid: u32, keep: u64) -> io::Result<()> {
+    // Keeps the permitted set across setuid.
+    prctl::set_keepcaps(true)?;
+    unistd::setgroups(&[])?;
+    let gid = unistd::Gid::from_raw(gid);
+    unistd::setresgid(gid, gid, gid)?;
+    let uid = unistd::Uid::from_raw(uid);
+    unistd::setresuid(uid, uid, uid)?;
+    prctl::set_keepcaps(false)?;
+    // The change of user emptied the effective set; take back what is kept.
+    limit_capabilities(keep)
+}
+
+/// Forbids this process and its children ever gaining privileges through exec.
+pub fn no_new_privileges() -> io::Result<()> {
+    prctl::set_no_new_privs()?;
+    Ok(())
+}
+
+/// The id of the group called `name`.
+pub fn group_id(name: &str) -> Option<u32> {
+    Some(unistd::Group::from_name(name).ok()??.gid.as_raw())
+}
+
+/// Sets a /proc/sys knob of an interface, e.g. `("ipv4", "mgrp0", "rp_filter", "2")`.
+pub fn set_if_sysctl(family: &str, ifname: &str, key: &str, value: &str) -> io::Result<()> {
+    std::fs::write(format!("/proc/sys/net/{family}/conf/{ifname}/{key}"), value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_and_groups_by_name() {
+        assert_eq!(user_ids("root"), Some((0, 0)));
+        assert_eq!(group_id("root"), Some(0));
+        assert_eq!(user_ids("no-such-user-mgrp"), None);
+        assert_eq!(group_id("no-such-group-mgrp"), None);
+    }
+}

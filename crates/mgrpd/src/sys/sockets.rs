@@ -1,0 +1,91 @@
+//! The daemon's IP sockets: raw MGRP sockets to send and receive, the
+//! `IPPROTO_RAW` socket for riders sent unchanged, and the routing lookups they
+//! need.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use nix::sys::socket::{setsockopt, sockopt};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+/// A raw IP socket of protocol `protocol` for sending MGRP packets (the kernel writes
+/// the IP header), carrying `mark` so policy routing keeps it out of the tunnel.
+pub fn mgrp_send_socket(v6: bool, protocol: u8, mark: u32) -> io::Result<Socket> {
+    let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
+    let s = Socket::new(domain, Type::RAW, Some(Protocol::from(i32::from(protocol))))?;
+    s.set_mark(mark)?;
+    s.set_nonblocking(false)?;
+    // A raw socket gets a copy of every arriving packet of its protocol, and this one
+    // is never read: the copies would fill its receive buffer, which the error queue
+    // shares, and transmit stamps and ICMP errors would be dropped from then on. A
+    // filter that accepts nothing keeps it empty (the error queue is not filtered).
+    s.attach_filter(&[socket2::SockFilter::new(
+        (libc::BPF_RET | libc::BPF_K) as u16,
+        0,
+        0,
+        0,
+    )])?;
+    // Large enough for a long back-to-back train.
+    let _ = s.set_send_buffer_size(4 << 20);
+    // ICMP errors about what it sent (a peer whose mgrpd is gone answers "protocol
+    // unreachable") queue on its error queue, read by `recv_error`.
+    if v6 {
+        setsockopt(&s, sockopt::Ipv6RecvErr, &true)?;
+    } else {
+        setsockopt(&s, sockopt::Ipv4RecvErr, &true)?;
+    }
+    Ok(s)
+}
+
+/// An `IPPROTO_RAW` socket for sending riders unchanged (the packet brings its own IP
+/// header), carrying `mark`.
+pub fn raw_ip_socket(v6: bool, mark: u32) -> io::Result<Socket> {
+    let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
+    let s = Socket::new(domain, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW)))?;
+    s.set_mark(mark)?;
+    if v6 {
+        s.set_header_included_v6(true)?;
+    }
+    let _ = s.set_send_buffer_size(4 << 20);
+    Ok(s)
+}
+
+/// A raw IP socket receiving MGRP packets, with kernel receive timestamps
+/// (`SO_TIMESTAMPNS`), for IPv6 the address each packet was sent to
+/// (`IPV6_RECVPKTINFO`; an IPv4 raw socket hands over the whole header), and a read
+/// timeout so its thread can notice shutdown.
+pub fn mgrp_recv_socket(v6: bool, protocol: u8, timeout: Duration) -> io::Result<Socket> {
+    let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
+    let s = Socket::new(domain, Type::RAW, Some(Protocol::from(i32::from(protocol))))?;
+    setsockopt(&s, sockopt::ReceiveTimestampns, &true)?;
+    if v6 {
+        setsockopt(&s, sockopt::Ipv6RecvPacketInfo, &true)?;
+    }
+    s.set_read_timeout(Some(timeout))?;
+    let _ = s.set_recv_buffer_size(8 << 20);
+    Ok(s)
+}
+
+/// The source address the kernel picks for traffic to `dst` that carries `mark`
+/// (and so bypasses the tunnel's table): the address riders must keep as their source.
+pub fn source_for(dst: IpAddr, mark: u32) -> io::Result<IpAddr> {
+    let domain = if dst.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(domain, Type::DGRAM, None)?;
+    s.set_mark(mark)?;
+    s.connect(&SockAddr::from(SocketAddr::new(dst, 9)))?;
+    s.local_addr()?
+        .as_socket()
+        .map(|a| a.ip())
+        .ok_or_else(|| io::Error::other("no IP source address"))
+}
+
+/// The socket address raw sockets send to.
+pub fn raw_dest(ip: IpAddr) -> SockAddr {
+    SockAddr::from(SocketAddr::new(ip, 0))
+}

@@ -76,7 +76,8 @@ fuzz_target!(|data: &[u8]| {
         if !peers.is_peer(sender) {
             // Dropped before parsing: no state.
         } else if sender == SENDERS[1] {
-            if let Ok(counter) = auth::open(&key, packet) {
+            let opened = Packet::new_checked(packet).map(|p| auth::open(&key, &p));
+            if let Ok(Ok(counter)) = opened {
                 if window.check_and_update(counter) {
                     deliver(&mut reasm);
                 }

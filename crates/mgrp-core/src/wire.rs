@@ -49,7 +49,7 @@
 //! | 28 + 12·`chunk_count` | `tool_header_len` | the tool's probe header, delivered to the receiving tool |
 //! | … | Σ `chunk_len` | chunk data, in descriptor order |
 //! | … | rest | padding, sent as zeros, not checked on receipt |
-//! | end − `trailer_len` | `trailer_len` | trailer: reserved for authentication (for example a per-sender packet counter and a MAC tag); sent as zeros until a version defines it |
+//! | end − `trailer_len` | `trailer_len` | trailer: authentication data; with a key (`auth`) a 24-byte trailer holds the sender's packet counter and a keyed tag over everything before it, without one the trailer is absent |
 //!
 //! Parsing ([`Packet::new_checked`]) checks every length against the buffer and every
 //! descriptor for consistency once; after that no getter can panic, on any input.
@@ -215,8 +215,9 @@ fn be64(b: &[u8], r: std::ops::Range<usize>) -> u64 {
 
 /// A checked, zero-copy view of an MGRP packet.
 ///
-/// Construct it with [`Packet::new_checked`]; every getter is then infallible.
-#[derive(Clone, Copy)]
+/// Construct it with [`Packet::new_checked`], or get one from [`Repr::emit_into`];
+/// every getter is then infallible.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Packet<T: AsRef<[u8]>> {
     buffer: T,
 }
@@ -311,6 +312,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.buffer
     }
 
+    /// The packet's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+
     /// Length of the whole MGRP packet.
     pub fn len(&self) -> usize {
         self.buffer.as_ref().len()
@@ -381,11 +387,15 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// The tool's probe header.
     pub fn tool_header(&self) -> &[u8] {
-        let start = self.body_start();
-        &self.buffer.as_ref()[start..start + self.tool_header_len()]
+        &self.buffer.as_ref()[self.body_start()..self.chunk_data_start()]
     }
 
-    /// The authentication trailer (all zeros until a version defines it).
+    /// Where the chunks' data begins, after the descriptors and the tool header.
+    fn chunk_data_start(&self) -> usize {
+        self.body_start() + self.tool_header_len()
+    }
+
+    /// The authentication trailer (see `auth`; empty without a key).
     pub fn trailer(&self) -> &[u8] {
         let b = self.buffer.as_ref();
         &b[b.len() - self.trailer_len()..]
@@ -398,7 +408,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
             buffer: b,
             index: 0,
             count: self.chunk_count(),
-            data_at: self.body_start() + self.tool_header_len(),
+            data_at: self.chunk_data_start(),
         }
     }
 
@@ -413,13 +423,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn set_sender_time(&mut self, t: WallTime) {
         self.buffer.as_mut()[field::SENDER_TIME].copy_from_slice(&t.as_nanos().to_be_bytes());
     }
-}
 
-/// Writes the sender stamp into an emitted MGRP packet without re-checking it; the
-/// pacer's last step before `sendto`. Does nothing on a buffer shorter than the header.
-pub fn stamp_sender_time(buf: &mut [u8], t: WallTime) {
-    if buf.len() >= HEADER_LEN {
-        buf[field::SENDER_TIME].copy_from_slice(&t.as_nanos().to_be_bytes());
+    /// The packet's bytes, to write what the view has no setter for (the trailer).
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        self.buffer.as_mut()
     }
 }
 
@@ -551,8 +558,16 @@ impl<'a> Repr<'a> {
                 train_len: view.train_len(),
                 sender_time: view.sender_time(),
             },
-            tool_header: tool_header_of(b),
-            chunks: chunks_of(b).collect(),
+            // From the buffer rather than the view's getters, which borrow the view:
+            // the parts live as long as the buffer.
+            tool_header: &b[view.body_start()..view.chunk_data_start()],
+            chunks: Chunks {
+                buffer: b,
+                index: 0,
+                count: view.chunk_count(),
+                data_at: view.chunk_data_start(),
+            }
+            .collect(),
             trailer_len: be16(b, field::TRAILER_LEN),
         }
     }
@@ -572,6 +587,24 @@ impl<'a> Repr<'a> {
     /// on the wire: everything beyond [`Self::buffer_len`] becomes zero padding, with
     /// the zeroed trailer at the very end.
     pub fn emit(&self, buf: &mut [u8]) -> Result<(), WireError> {
+        self.emit_unviewed(buf)
+    }
+
+    /// Emits into `buf` (as [`Repr::emit`]) and returns it as a checked view: what
+    /// was just written needs no second check.
+    pub fn emit_into<T: AsRef<[u8]> + AsMut<[u8]>>(
+        &self,
+        mut buf: T,
+    ) -> Result<Packet<T>, WireError> {
+        self.emit_unviewed(buf.as_mut())?;
+        debug_assert!(
+            Packet::new_checked(buf.as_ref()).is_ok(),
+            "emitted a packet its own check refuses"
+        );
+        Ok(Packet { buffer: buf })
+    }
+
+    fn emit_unviewed(&self, buf: &mut [u8]) -> Result<(), WireError> {
         if self.chunks.len() > MAX_CHUNKS {
             return Err(WireError::TooManyChunks(self.chunks.len()));
         }
@@ -619,22 +652,6 @@ impl<'a> Repr<'a> {
         }
         buf[at..].fill(0);
         Ok(())
-    }
-}
-
-fn tool_header_of(b: &[u8]) -> &[u8] {
-    let view = Packet { buffer: b };
-    let start = view.body_start();
-    &b[start..start + view.tool_header_len()]
-}
-
-fn chunks_of(b: &[u8]) -> Chunks<'_> {
-    let view = Packet { buffer: b };
-    Chunks {
-        buffer: b,
-        index: 0,
-        count: view.chunk_count(),
-        data_at: view.body_start() + view.tool_header_len(),
     }
 }
 
@@ -865,13 +882,12 @@ mod tests {
     #[test]
     fn stamp_writes_only_the_time() {
         let mut b = PROBE_ONE_RIDER;
-        stamp_sender_time(&mut b, WallTime::from_nanos(42));
+        Packet::new_checked(&mut b[..])
+            .unwrap()
+            .set_sender_time(WallTime::from_nanos(42));
         let p = Packet::new_checked(&b[..]).unwrap();
         assert_eq!(p.sender_time(), WallTime::from_nanos(42));
         assert_eq!(b[..16], PROBE_ONE_RIDER[..16]);
         assert_eq!(b[24..], PROBE_ONE_RIDER[24..]);
-        let mut short = [0u8; 10];
-        stamp_sender_time(&mut short, WallTime::from_nanos(42));
-        assert_eq!(short, [0u8; 10]);
     }
 }

@@ -362,7 +362,7 @@ fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
         while let Some(t) = p.poll_transmit(us(now)) {
             match t {
                 Transmit::Unchanged(b) => out.unchanged.push(b),
-                Transmit::Continuation(b) => out.mgrp.push(b),
+                Transmit::Continuation(b) => out.mgrp.push(b.into_inner()),
             }
         }
         let probe_due = match p.next_deadline() {
@@ -376,7 +376,7 @@ fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
             let spec = train_sizes[&probe.transaction][usize::from(probe.seq)];
             // The size rule: exactly the requested IP length, riders or not.
             prop_assert_eq!(probe.packet.len() + 20, usize::from(spec.0));
-            let view = Packet::new_checked(&probe.packet[..]).unwrap();
+            let view = Packet::new_checked(probe.packet.as_bytes()).unwrap();
             prop_assert_eq!(view.rider_bytes(), probe.rider_bytes);
             if view.chunk_count() > 0 {
                 prop_assert!(spec.1, "rider in a probe whose piggyback flag is off");
@@ -395,7 +395,7 @@ fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
                 probe.seq,
                 Some((departed, WallTime::from_nanos(departed.as_nanos()))),
             );
-            out.mgrp.push(probe.packet);
+            out.mgrp.push(probe.packet.into_inner());
             continue;
         }
         prop_assert!(p.counters().riders_accounted(), "{:?}", p.counters());

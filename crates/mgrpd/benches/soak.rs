@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mgrp_core::auth::{Key, TRAILER_LEN, seal};
+use mgrp_core::wire::Packet;
 use mgrp_testbed::forge;
 use mgrp_testbed::{
     ADDR_A, ADDR_B, Netns, TwoHostOptions, TwoHosts, sh, tcp_listen, tcp_transfer, uniform_train,
@@ -87,15 +88,21 @@ fn flood(c: &Netns, key: &Key, pps: u64, stop: Arc<AtomicBool>) -> std::thread::
                     &to_b,
                 ),
                 2 => {
-                    let mut p = continuation(id, TRAILER_LEN);
+                    let mut p = Packet::new_checked(continuation(id, TRAILER_LEN)).unwrap();
                     seal(&wrong, &mut p, next(&mut rng)).unwrap();
-                    raw.send_to(&forge::ipv4_packet(ADDR_A, ADDR_B, 253, &p), &to_b)
+                    raw.send_to(
+                        &forge::ipv4_packet(ADDR_A, ADDR_B, 253, p.as_bytes()),
+                        &to_b,
+                    )
                 }
                 _ => {
                     // Sealed right, but with a counter long past: a replay.
-                    let mut p = continuation(id, TRAILER_LEN);
+                    let mut p = Packet::new_checked(continuation(id, TRAILER_LEN)).unwrap();
                     seal(&key, &mut p, 1 + sent % 1000).unwrap();
-                    raw.send_to(&forge::ipv4_packet(ADDR_A, ADDR_B, 253, &p), &to_b)
+                    raw.send_to(
+                        &forge::ipv4_packet(ADDR_A, ADDR_B, 253, p.as_bytes()),
+                        &to_b,
+                    )
                 }
             };
             sent += 1;

@@ -13,7 +13,7 @@ use mgrp_core::WallTime;
 use mgrp_core::auth;
 use mgrp_core::ip;
 use mgrp_core::planner::Transmit;
-use mgrp_core::wire;
+use mgrp_core::wire::Packet;
 use socket2::Socket;
 use tracing::{debug, warn};
 use tun_rs::SyncDevice;
@@ -40,7 +40,7 @@ impl Sealer {
     }
 
     /// Seals `packet` when its peer has a key; the last step before it is sent.
-    pub(crate) fn seal(&self, peer: IpAddr, packet: &mut [u8]) {
+    pub(crate) fn seal(&self, peer: IpAddr, packet: &mut Packet<Vec<u8>>) {
         if let Some(key) = self.config.keys.key_for(peer) {
             let counter = self.counter.fetch_add(1, Ordering::Relaxed);
             // The planner reserves the trailer whenever keys are configured.
@@ -329,9 +329,9 @@ impl Net {
         match t {
             Transmit::Unchanged(pkt) => self.send_unchanged(&pkt),
             Transmit::Continuation(mut pkt) => {
-                wire::stamp_sender_time(&mut pkt, sys::wall_now());
+                pkt.set_sender_time(sys::wall_now());
                 self.sealer.seal(peer, &mut pkt);
-                match self.send_mgrp(peer, &pkt) {
+                match self.send_mgrp(peer, pkt.as_bytes()) {
                     Ok(_) => bump(&c.continuations_sent),
                     Err(e) => {
                         bump(&c.continuation_send_errors);

@@ -17,7 +17,6 @@ use mgrp_core::MonoTime;
 use mgrp_core::endpoint::{Action, Endpoint, EndpointConfig};
 use mgrp_core::planner::{HoldMode, RiderDrop, Transmit};
 use mgrp_core::stats::TransactionReport;
-use mgrp_core::wire;
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
@@ -421,22 +420,23 @@ impl Pacer<'_> {
         let spin_from = if short { Duration::MAX } else { margin };
         self.spin.spun += sys::wait_until(&self.timer, probe.deadline, spin_from);
         let stamp = sys::wall_now();
-        wire::stamp_sender_time(&mut probe.packet, stamp);
+        probe.packet.set_sender_time(stamp);
         s.net.sealer.seal(peer, &mut probe.packet);
         let departed = sys::mono_now();
-        let sent = match s
-            .net
-            .send_probe(peer, &probe.packet, probe.transaction, probe.seq)
-        {
-            Ok(_) => {
-                s.counters.probes_sent.fetch_add(1, Ordering::Relaxed);
-                Some((departed, stamp))
-            }
-            Err(_) => {
-                s.counters.probe_send_errors.fetch_add(1, Ordering::Relaxed);
-                None
-            }
-        };
+        let sent =
+            match s
+                .net
+                .send_probe(peer, probe.packet.as_bytes(), probe.transaction, probe.seq)
+            {
+                Ok(_) => {
+                    s.counters.probes_sent.fetch_add(1, Ordering::Relaxed);
+                    Some((departed, stamp))
+                }
+                Err(_) => {
+                    s.counters.probe_send_errors.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
+            };
         if sent.is_none() {
             // Its riders would be lost: send them as they came instead. A rider whose
             // other pieces did leave is then delivered whole by this copy, and its

@@ -226,14 +226,15 @@ impl Receiver {
 
     /// Whether a peer's packet passes authentication (tag, then replay window), or
     /// needs none; refusals are counted and logged at a limited rate.
-    fn authentic(&mut self, from: IpAddr, payload: &[u8], has_trailer: bool) -> bool {
+    fn authentic(&mut self, from: IpAddr, packet: &Packet<&[u8]>) -> bool {
+        let has_trailer = packet.trailer().len() == usize::from(auth::TRAILER_LEN);
         let c = &self.counters;
         let (counter, what) = match self.config.keys.key_for(from) {
             Some(_) if !has_trailer => (
                 &c.mgrp_unauthenticated,
                 "an unauthenticated packet, but a key is configured for it; give it the same key",
             ),
-            Some(key) => match auth::open(key, payload) {
+            Some(key) => match auth::open(key, packet) {
                 Ok(counter) => {
                     if self
                         .replay
@@ -245,8 +246,8 @@ impl Receiver {
                     }
                     (&c.mgrp_replayed, "a replayed or too old packet")
                 }
-                // A checked packet with a trailer is neither malformed nor unauthenticated.
-                Err(AuthError::BadTag | AuthError::Malformed | AuthError::Unauthenticated) => (
+                // A packet with a trailer is not unauthenticated.
+                Err(AuthError::BadTag | AuthError::Unauthenticated) => (
                     &c.mgrp_bad_tag,
                     "a packet with a wrong tag (another key, or altered on the way)",
                 ),
@@ -322,8 +323,7 @@ impl Receiver {
             }
         };
         // Before anything of the packet is used.
-        let has_trailer = packet.trailer().len() == usize::from(auth::TRAILER_LEN);
-        if !self.authentic(from, payload, has_trailer) {
+        if !self.authentic(from, &packet) {
             return;
         }
         bump(match packet.kind() {

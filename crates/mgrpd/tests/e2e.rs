@@ -793,9 +793,10 @@ fn sealed_continuation(
     rider_id: u32,
     rider: &[u8],
 ) -> Vec<u8> {
-    let mut buf = forge::continuation(rider_id, rider, mgrp_core::auth::TRAILER_LEN);
-    mgrp_core::auth::seal(key, &mut buf, counter).unwrap();
-    buf
+    let buf = forge::continuation(rider_id, rider, mgrp_core::auth::TRAILER_LEN);
+    let mut packet = mgrp_core::wire::Packet::new_checked(buf).unwrap();
+    mgrp_core::auth::seal(key, &mut packet, counter).unwrap();
+    packet.into_inner()
 }
 
 /// Both daemons keyed: a transfer with trains arrives intact and riders are delivered.

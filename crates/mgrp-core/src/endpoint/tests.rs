@@ -378,7 +378,7 @@ struct Far {
 impl Far {
     fn transmit(&mut self, now: MonoTime, to: IpAddr, t: Transmit) {
         match t {
-            Transmit::Continuation(pkt) => self.mgrp(now, to, &pkt),
+            Transmit::Continuation(pkt) => self.mgrp(now, to, pkt.as_bytes()),
             Transmit::Unchanged(data) => self.unchanged.push(rider_number(&data)),
         }
     }
@@ -512,9 +512,9 @@ fn simulate(seed: u64) {
                 assert_eq!(probe.packet.len() + 20, usize::from(want), "probe size");
                 far.probes
                     .push((now, p, probe.transaction, probe.seq, probe.packet.len()));
-                let pkt = Packet::new_checked(&probe.packet[..]).unwrap();
+                let pkt = Packet::new_checked(probe.packet.as_bytes()).unwrap();
                 assert_eq!(pkt.kind(), Kind::Probe);
-                far.mgrp(now, p, &probe.packet);
+                far.mgrp(now, p, probe.packet.as_bytes());
                 // One probe in 50 fails to leave: its riders go unchanged instead.
                 let sent = rng.below(50) != 0;
                 if !sent {

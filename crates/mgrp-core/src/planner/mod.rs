@@ -29,7 +29,7 @@ use bytes::Bytes;
 
 use crate::stats::{Outcome, PlannerCounters, ProbeDeparture, TransactionReport};
 use crate::time::duration_nanos;
-use crate::wire::{self, CHUNK_DESC_LEN, Chunk, Header, Kind, MAX_CHUNKS, Repr};
+use crate::wire::{self, CHUNK_DESC_LEN, Chunk, Header, Kind, MAX_CHUNKS, Packet, Repr};
 use crate::{MonoTime, WallTime};
 
 /// When held riders leave without a train.
@@ -205,9 +205,10 @@ pub struct ProbeToSend {
     pub seq: u16,
     /// When it is due (absolute, from the train's start).
     pub deadline: MonoTime,
-    /// The MGRP packet: exactly the requested size minus the IP header. Its sender
-    /// stamp is zero; write it with [`wire::stamp_sender_time`] right before sending.
-    pub packet: Vec<u8>,
+    /// The MGRP packet, as the checked view it was emitted as: exactly the requested
+    /// size minus the IP header. Its sender stamp is zero; write it with
+    /// [`Packet::set_sender_time`] right before sending (and seal it after).
+    pub packet: Packet<Vec<u8>>,
     /// Rider bytes the probe carries.
     pub rider_bytes: usize,
     /// Rider chunks the probe carries.
@@ -225,7 +226,7 @@ pub enum Transmit {
     Unchanged(Bytes),
     /// A continuation packet with the rest of a rider that started riding in a probe.
     /// Write its sender stamp like a probe's.
-    Continuation(Vec<u8>),
+    Continuation(Packet<Vec<u8>>),
 }
 
 /// Why a rider was not queued.
@@ -370,11 +371,10 @@ impl Planner {
     /// Takes back a probe's buffers once it was sent, to build later probes in.
     pub fn recycle(&mut self, probe: ProbeToSend) {
         let ProbeToSend {
-            mut packet,
-            mut riders,
-            ..
+            packet, mut riders, ..
         } = probe;
         if self.spare.packets.len() < SPARE_BUFFERS {
+            let mut packet = packet.into_inner();
             packet.clear();
             self.spare.packets.push(packet);
         }
@@ -666,12 +666,11 @@ impl Planner {
             chunks,
             trailer_len: self.policy.trailer_len,
         };
-        // The plan never exceeds `room`, which is the packet's padding.
-        let emitted = repr.emit(&mut packet);
-        debug_assert!(
-            emitted.is_ok(),
-            "planned chunks exceed the padding: {emitted:?}"
-        );
+        // The plan never exceeds `room`, which is the packet's padding, nor the
+        // chunk limit; the tool header was checked when the train was submitted.
+        let packet = repr
+            .emit_into(packet)
+            .unwrap_or_else(|e| panic!("a planned probe does not fit its packet: {e}"));
         let mut chunks = repr.chunks;
         chunks.clear();
         self.spare.chunks = relabel(chunks);
@@ -858,9 +857,9 @@ impl Planner {
             chunks: vec![chunk],
             trailer_len: trailer,
         };
-        let mut packet = vec![0u8; repr.buffer_len()];
-        let emitted = repr.emit(&mut packet);
-        debug_assert!(emitted.is_ok(), "continuation does not fit: {emitted:?}");
+        let packet = repr
+            .emit_into(vec![0u8; repr.buffer_len()])
+            .unwrap_or_else(|e| panic!("a continuation does not fit its packet: {e}"));
         front.sent += take;
         front.continued = true;
         self.counters.continuation_packets += 1;

@@ -65,7 +65,7 @@ fn probe_has_requested_size_and_carries_a_rider() {
             probe.deadline,
             ms(2).saturating_add(us(200) * (i as u32 + 1))
         );
-        let view = Packet::new_checked(&probe.packet[..]).unwrap();
+        let view = Packet::new_checked(probe.packet.as_bytes()).unwrap();
         assert_eq!(view.tool_header(), b"hdr");
         assert_eq!((view.seq(), view.train_len()), (i as u16, 3));
         assert_eq!(view.last_in_train(), i == 2);
@@ -96,7 +96,7 @@ fn large_rider_is_fragmented_across_probes() {
     let mut got = vec![0u8; 1400];
     let mut total = 0;
     for probe in &probes {
-        let view = Packet::new_checked(&probe.packet[..]).unwrap();
+        let view = Packet::new_checked(probe.packet.as_bytes()).unwrap();
         for c in view.chunks() {
             assert_eq!(c.rider_len, 1400);
             got[usize::from(c.offset)..usize::from(c.offset) + c.data.len()]
@@ -207,7 +207,7 @@ fn expired_partial_rider_goes_as_continuation() {
     let Some(Transmit::Continuation(pkt)) = p.poll_transmit(ms(10)) else {
         panic!("expected a continuation packet");
     };
-    let view = Packet::new_checked(&pkt[..]).unwrap();
+    let view = Packet::new_checked(pkt.as_bytes()).unwrap();
     assert_eq!(view.kind(), Kind::Continuation);
     let c = view.chunks().next().unwrap();
     assert_eq!(usize::from(c.offset), first);
@@ -495,7 +495,7 @@ fn next_rider_id_is_settable() {
     let ids: Vec<u32> = send_all(&mut p, ms(0))
         .iter()
         .flat_map(|pr| {
-            let view = Packet::new_checked(&pr.packet[..]).unwrap();
+            let view = Packet::new_checked(pr.packet.as_bytes()).unwrap();
             view.chunks().map(|c| c.rider_id).collect::<Vec<_>>()
         })
         .collect();

@@ -1,6 +1,6 @@
 //! Criterion benches of mgrp-core's per-packet code paths. The goal is that every
 //! per-packet operation stays well under 1 µs, so protocol logic never limits the
-//! daemon. Run with `cargo bench --bench core`.
+//! daemon. Run with `cargo bench -p mgrp-core --bench core`.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -223,8 +223,7 @@ fn auth(c: &mut Criterion) {
             chunks: Vec::new(),
             trailer_len: TRAILER_LEN,
         };
-        let mut buf = vec![0u8; len];
-        repr.emit(&mut buf).unwrap();
+        let mut buf = repr.emit_into(vec![0u8; len]).unwrap();
         g.throughput(Throughput::Bytes(len as u64));
         let mut counter = 0u64;
         g.bench_function(format!("seal {size}-byte probe"), |b| {

@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use mgrp::experiment::{
+use mgrp_experiments::experiment::{
     self, Cross, Experiment, Outcome, Probing, SOURCE_MBPS, capacity_mbps, source_link_mbps,
 };
-use mgrp::pktrain::TrainShape;
+use mgrp_experiments::pktrain::TrainShape;
 use mgrp_testbed::accounting::Kind;
 use mgrp_testbed::paper::Bottleneck;
 use mgrp_testbed::traffic::Steps;
@@ -144,7 +144,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     let svg = args.out.join("demo.svg");
-    mgrp::plot::timeseries(&svg, &[&off, &on], capacity)?;
+    mgrp_experiments::plot::timeseries(&svg, &[&off, &on], capacity)?;
     println!(
         "\nWrote {}, {} and {}.",
         args.out.join(format!("{}.csv", off.label)).display(),

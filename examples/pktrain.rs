@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use mgrp::pktrain::{self, TrainShape};
 use mgrp_client::Client;
 use mgrp_core::schedule::percentile;
+use mgrp_experiments::pktrain::{self, TrainShape};
 
 #[derive(Debug, Parser)]
 #[command(about = "Synthetic probe trains over MGRP (the paper's pk1, pk2, pk3 or custom)")]

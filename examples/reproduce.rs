@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use mgrp::experiment::{self, Cross, Experiment, Outcome, Probing, source_link_mbps};
-use mgrp::pktrain::TrainShape;
 use mgrp_core::schedule::percentile;
+use mgrp_experiments::experiment::{self, Cross, Experiment, Outcome, Probing, source_link_mbps};
+use mgrp_experiments::pktrain::TrainShape;
 use mgrp_testbed::accounting::Kind;
 use mgrp_testbed::paper::Bottleneck;
 use mgrp_testbed::traffic::{Steps, Web};
@@ -317,7 +317,7 @@ fn report(args: &Args, done: &[(Experiment, Outcome)], minutes: f64) -> anyhow::
             .map(|(_, o)| o)
             .collect();
         if !runs.is_empty() {
-            mgrp::plot::bars(
+            mgrp_experiments::plot::bars(
                 &out.join(format!("{}-averages.svg", cross.to_lowercase())),
                 &format!("{cross}: average of per-second throughputs"),
                 &runs,
@@ -337,7 +337,7 @@ fn report(args: &Args, done: &[(Experiment, Outcome)], minutes: f64) -> anyhow::
                 .map(|(_, o)| (o.label.clone(), o.source_mbps()[1..].to_vec()))
                 .collect();
             if samples.len() > 1 {
-                mgrp::plot::cdf(
+                mgrp_experiments::plot::cdf(
                     &out.join(format!("{}-source-cdf-{group}.svg", cross.to_lowercase())),
                     &format!("{cross}: source throughput per second, {group} probes"),
                     "Mbit/s at the bottleneck",
@@ -362,7 +362,7 @@ fn report(args: &Args, done: &[(Experiment, Outcome)], minutes: f64) -> anyhow::
             })
             .collect();
         if !completions.is_empty() {
-            mgrp::plot::cdf(
+            mgrp_experiments::plot::cdf(
                 &out.join(format!("{}-completion-cdf.svg", cross.to_lowercase())),
                 &format!("{cross}: pathload-rs time to a converged estimate"),
                 "seconds",
@@ -374,7 +374,7 @@ fn report(args: &Args, done: &[(Experiment, Outcome)], minutes: f64) -> anyhow::
                 find(&format!("mgrpOFF.{probes}.{cross}")),
                 find(&format!("mgrp10.{probes}.{cross}")),
             ) {
-                mgrp::plot::timeseries(
+                mgrp_experiments::plot::timeseries(
                     &out.join(format!(
                         "{}-timeseries-{}.svg",
                         cross.to_lowercase(),

@@ -1,9 +1,6 @@
-//! Home of the workspace's benches (`benches/`) and examples (`examples/`), and of the
-//! pieces the examples share: [`pktrain`], the paper's synthetic packet-train tool.
-//!
-//! The protocol lives in `mgrp-core`, the daemon in `mgrpd`, the tool API in
-//! `mgrp-client`, the namespace test hosts in `mgrp-testbed`.
-
-pub mod experiment;
-pub mod pktrain;
-pub mod plot;
+//! The workspace's root package: the `demo` and `reproduce` examples the README
+//! starts with, the `pktrain` example tool, and the end-to-end test of the paper's
+//! experiment. It holds no code of its own: the protocol lives in `mgrp-core`, the
+//! daemon in `mgrpd`, the tool API in `mgrp-client`, the bandwidth estimator in
+//! `pathload-rs`, the namespace hosts in `mgrp-testbed` and the experiments in
+//! `mgrp-experiments`.

@@ -12,8 +12,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::ensure;
-use mgrp::experiment::{self, Cross, Experiment, Outcome, Probing};
-use mgrp::pktrain::TrainShape;
+use mgrp_experiments::experiment::{self, Cross, Experiment, Outcome, Probing};
+use mgrp_experiments::pktrain::TrainShape;
 use mgrp_testbed::accounting::Kind;
 use mgrp_testbed::paper::Bottleneck;
 use mgrp_testbed::traffic::Steps;

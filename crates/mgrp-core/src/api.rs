@@ -385,7 +385,7 @@ pub struct DaemonCounters {
     /// full.
     pub riders_bypassed_pacer_busy: u64,
     /// Outputs (riders sent unchanged, continuations, reports) the pacer did itself
-    /// because the sender thread's queue was full.
+    /// because the dispatcher's queue was full.
     pub outputs_done_by_pacer: u64,
     /// MGRP probes that passed the peer check, parsing and authentication.
     pub probes_received: u64,

@@ -130,7 +130,7 @@ impl Kept {
     }
 }
 
-/// Reads the error queues: the liveness threads, and the sender thread when a
+/// Reads the error queues: the liveness threads, and the dispatcher when a
 /// report waits for its stamps.
 #[derive(Debug, Clone)]
 pub(crate) struct ErrorQueues {
@@ -210,14 +210,14 @@ impl ErrorQueues {
         }
     }
 
-    /// Makes a report final before its tool gets it (on the sender thread): the
+    /// Makes a report final before its tool gets it (on the dispatcher): the
     /// kernel's transmit stamps of each probe that left, the departure clock, and the
     /// count of late probes. Every probe's queue-entry stamp is on the error queue by
     /// the time its send returns (the kernel takes it inside the send call); what the
     /// liveness threads have not read yet is read here, for at most [`STAMP_WAIT`].
     /// Device stamps come when the device takes the probe, which a local shaper may
     /// hold for longer than any report should wait: those that came are given. Without
-    /// `may_wait` (on the pacer, when the sender is behind) it takes the stamps already
+    /// `may_wait` (on the pacer, when the dispatcher is behind) it takes the stamps already
     /// kept and no more.
     pub(crate) fn complete_report(
         &self,

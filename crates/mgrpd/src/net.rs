@@ -1,5 +1,5 @@
 //! The daemon's sockets and how packets leave through them: probes (pacer thread),
-//! continuations and riders sent unchanged (sender thread, TUN reader), riders
+//! continuations and riders sent unchanged (dispatcher, TUN reader), riders
 //! written into the TUN (receivers). The loopback data path hands what it sends to
 //! a sink the loopback receiver drains instead.
 

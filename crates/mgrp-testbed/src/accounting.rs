@@ -11,7 +11,6 @@
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mgrp_core::ip::Ip;
@@ -19,6 +18,7 @@ use mgrp_core::wire::{CHUNK_DESC_LEN, HEADER_LEN as MGRP_HEADER_LEN, Kind as Wir
 
 use crate::Netns;
 use crate::link::{Direction, LinkSocket, MAX_FRAME, VNET_HDR_LEN, VnetHdr, realtime_ns};
+use crate::threads::{Stoppable, halt_checked};
 
 /// A kind of traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -194,8 +194,7 @@ fn ip_of(frame: &[u8]) -> Option<(IpAddr, u8, &[u8])> {
 /// A running count of one device's incoming frames; stopped and joined on drop.
 #[derive(Debug)]
 pub struct Accounting {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<anyhow::Result<()>>>,
+    thread: Stoppable<anyhow::Result<()>>,
     series: Arc<Mutex<Series>>,
 }
 
@@ -243,8 +242,7 @@ impl Accounting {
             })?
         };
         Ok(Self {
-            stop,
-            thread: Some(thread),
+            thread: Stoppable::new(stop, vec![thread]),
             series,
         })
     }
@@ -261,18 +259,7 @@ impl Accounting {
     }
 
     fn halt(&mut self) -> anyhow::Result<()> {
-        self.stop.store(true, Ordering::Relaxed);
-        match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(r)) => r,
-            Some(Err(_)) => anyhow::bail!("the accounting thread panicked"),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Accounting {
-    fn drop(&mut self) {
-        let _ = self.halt();
+        halt_checked(&mut self.thread, "accounting")
     }
 }
 

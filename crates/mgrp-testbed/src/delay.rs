@@ -14,10 +14,10 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::link::{Direction, LinkSocket, MAX_FRAME, realtime_ns, wait_any};
+use crate::threads::{Stoppable, halt_checked};
 use crate::{Netns, Seeded};
 
 /// How the line delays and drops.
@@ -61,8 +61,7 @@ pub struct DelayCounters {
 /// A running delay line; stopped and joined on drop.
 #[derive(Debug)]
 pub struct DelayLine {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<anyhow::Result<()>>>,
+    thread: Stoppable<anyhow::Result<()>>,
     /// Its counters.
     pub counters: Arc<DelayCounters>,
 }
@@ -98,30 +97,14 @@ impl DelayLine {
             ns.spawn("delay-line", move || run(&sockets, cfg, &stop, &counters))?
         };
         Ok(Self {
-            stop,
-            thread: Some(thread),
+            thread: Stoppable::new(stop, vec![thread]),
             counters,
         })
     }
 
     /// Stops the line; an error if its thread failed.
     pub fn stop(mut self) -> anyhow::Result<()> {
-        self.halt()
-    }
-
-    fn halt(&mut self) -> anyhow::Result<()> {
-        self.stop.store(true, Ordering::Relaxed);
-        match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(r)) => r,
-            Some(Err(_)) => anyhow::bail!("the delay line's thread panicked"),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for DelayLine {
-    fn drop(&mut self) {
-        let _ = self.halt();
+        halt_checked(&mut self.thread, "delay line's")
     }
 }
 

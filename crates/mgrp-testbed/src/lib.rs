@@ -6,26 +6,25 @@
 //! Everything here creates its own uniquely named namespaces and touches nothing else;
 //! processes are ended only by the PIDs this crate started.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use mgrp_core::api::{
-    DaemonStats, PROTOCOL_VERSION, ReceivedProbe, Request, Response, TrainRequest,
-};
-use mgrp_core::stats::TransactionReport;
+use mgrp_client::Train;
+use mgrp_client::blocking::Client;
+use mgrp_core::api::DaemonStats;
 
 pub mod accounting;
 pub mod delay;
 pub mod forge;
 pub mod link;
 pub mod paper;
+pub mod threads;
 pub mod traffic;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -435,10 +434,9 @@ impl Daemon {
         let mut process = Process::spawn(ns, program, &all)?;
         let start = Instant::now();
         loop {
-            if let Ok(mut c) = Api::connect(&socket) {
-                if c.hello().is_ok() {
-                    break;
-                }
+            // Connecting greets the daemon: it answers once it is ready.
+            if Client::connect(&socket).is_ok() {
+                break;
             }
             if let Some(status) = process.wait(Duration::from_millis(50)) {
                 bail!("mgrpd exited at start ({status}): {}", process.log());
@@ -458,16 +456,15 @@ impl Daemon {
         })
     }
 
-    /// A new API connection, greeted.
-    pub fn api(&self) -> anyhow::Result<Api> {
-        let mut c = Api::connect(&self.socket)?;
-        c.hello()?;
-        Ok(c)
+    /// A new API connection (`mgrp-client`'s blocking client), greeted.
+    pub fn api(&self) -> anyhow::Result<Client> {
+        Client::connect(&self.socket)
+            .with_context(|| format!("cannot use mgrpd's API at {}", self.socket.display()))
     }
 
     /// The daemon's counters.
     pub fn stats(&self) -> anyhow::Result<DaemonStats> {
-        self.api()?.stats()
+        Ok(self.api()?.stats()?)
     }
 
     /// Waits until no rider is held and the counters stop moving, then returns them.
@@ -488,110 +485,11 @@ impl Daemon {
     }
 }
 
-/// A blocking client of mgrpd's JSON-lines API.
-#[derive(Debug)]
-pub struct Api {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-}
-
-impl Api {
-    /// Connects to the socket at `path`.
-    pub fn connect(path: &Path) -> anyhow::Result<Self> {
-        let s = UnixStream::connect(path)
-            .with_context(|| format!("cannot connect to {}", path.display()))?;
-        s.set_read_timeout(Some(Duration::from_secs(60)))?;
-        Ok(Self {
-            reader: BufReader::new(s.try_clone()?),
-            writer: s,
-        })
-    }
-
-    /// Sends one request.
-    pub fn send(&mut self, req: &Request) -> anyhow::Result<()> {
-        let mut line = serde_json::to_vec(req)?;
-        line.push(b'\n');
-        self.writer.write_all(&line)?;
-        Ok(())
-    }
-
-    /// Reads one response.
-    pub fn recv(&mut self) -> anyhow::Result<Response> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            bail!("mgrpd closed the connection");
-        }
-        Ok(serde_json::from_str(&line)?)
-    }
-
-    fn call(&mut self, req: &Request) -> anyhow::Result<Response> {
-        self.send(req)?;
-        match self.recv()? {
-            Response::Error(e) => bail!("mgrpd: {:?}: {}", e.kind, e.message),
-            r => Ok(r),
-        }
-    }
-
-    /// Greets the daemon.
-    pub fn hello(&mut self) -> anyhow::Result<()> {
-        self.call(&Request::Hello {
-            version: PROTOCOL_VERSION,
-            client: "mgrp-testbed".into(),
-        })
-        .map(drop)
-    }
-
-    /// Submits a train and waits for its report.
-    pub fn send_train(&mut self, train: TrainRequest) -> anyhow::Result<TransactionReport> {
-        match self.call(&Request::SubmitTrain(train))? {
-            Response::Report(r) => Ok(r),
-            r => bail!("unexpected answer {r:?}"),
-        }
-    }
-
-    /// The daemon's counters.
-    pub fn stats(&mut self) -> anyhow::Result<DaemonStats> {
-        match self.call(&Request::Stats)? {
-            Response::Stats(s) => Ok(*s),
-            r => bail!("unexpected answer {r:?}"),
-        }
-    }
-
-    /// Starts listening for probes on `port`.
-    pub fn listen(&mut self, port: u16) -> anyhow::Result<()> {
-        self.call(&Request::Listen { port, source: None }).map(drop)
-    }
-
-    /// The next probe notification.
-    pub fn next_probe(&mut self) -> anyhow::Result<ReceivedProbe> {
-        match self.recv()? {
-            Response::Probe(p) => Ok(p),
-            r => bail!("unexpected answer {r:?}"),
-        }
-    }
-}
-
-/// A train of `n` probes of `size` bytes, `gap` apart, to `dst`, as two runs of
-/// equal probes (protocol 3): the first, then the rest.
-pub fn uniform_train(dst: IpAddr, n: usize, size: u16, gap: Duration) -> TrainRequest {
-    let probe = |gap_ns, count| mgrp_core::api::ProbeRequest {
-        header: Vec::new(),
-        size,
-        gap_ns,
-        piggyback: true,
-        count,
-    };
-    let gap_ns = u64::try_from(gap.as_nanos()).unwrap_or(u64::MAX);
-    let rest = u32::try_from(n.saturating_sub(1)).unwrap_or(u32::MAX);
-    TrainRequest {
-        destination: dst,
-        src_port: 7000,
-        dst_port: 7001,
-        probes: std::iter::once(probe(0, 1))
-            .chain((rest > 0).then(|| probe(gap_ns, rest)))
-            .take(n)
-            .collect(),
-    }
+/// A train of `n` probes of `size` bytes, `gap` apart, to `dst`, between the tests'
+/// ports 7000 and 7001.
+pub fn uniform_train(dst: IpAddr, n: usize, size: u16, gap: Duration) -> Train {
+    let n = u32::try_from(n).unwrap_or(u32::MAX);
+    Train::uniform(dst, n, size, gap).ports(7000, 7001)
 }
 
 /// The byte at position `i` of every test transfer.

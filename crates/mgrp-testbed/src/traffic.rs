@@ -10,16 +10,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::threads::Stoppable;
 use crate::{Netns, fill_pattern, read_pattern, tcp_listen};
 
 /// A traffic source running on its own thread; stopped and joined on drop.
 #[derive(Debug)]
 pub struct Source {
-    stop: Arc<AtomicBool>,
     bytes: Arc<AtomicU64>,
     retransmits: Arc<AtomicU64>,
     started: Instant,
-    threads: Vec<JoinHandle<()>>,
+    threads: Stoppable<()>,
 }
 
 impl Source {
@@ -48,16 +48,7 @@ impl Source {
     /// Stops the source and waits for its threads; its counts stay readable, final
     /// (a TCP source reads its retransmissions once more as it closes).
     pub fn halt(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Source {
-    fn drop(&mut self) {
-        self.halt();
+        self.threads.halt();
     }
 }
 
@@ -175,11 +166,10 @@ pub fn udp_steps(
         })
     };
     Ok(Source {
-        stop,
         bytes,
         retransmits: Arc::default(),
         started: Instant::now(),
-        threads: vec![sender, drain],
+        threads: Stoppable::new(stop, vec![sender, drain]),
     })
 }
 
@@ -332,11 +322,10 @@ pub fn web(
         let _ = generator.join();
     });
     Ok(Source {
-        stop,
         bytes,
         retransmits: Arc::default(),
         started: Instant::now(),
-        threads: vec![generator, acceptor],
+        threads: Stoppable::new(stop, vec![generator, acceptor]),
     })
 }
 
@@ -444,11 +433,10 @@ fn tcp_flow(
         })
     };
     Ok(Source {
-        stop,
         bytes,
         retransmits,
         started: Instant::now(),
-        threads: vec![sender, receiver],
+        threads: Stoppable::new(stop, vec![sender, receiver]),
     })
 }
 

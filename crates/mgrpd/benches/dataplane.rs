@@ -102,7 +102,7 @@ fn throughput(net: &TwoHosts, bytes: u64, runs: usize, port: &mut u16) -> f64 {
 
 fn with_trains<T>(a: &Daemon, f: impl FnOnce() -> T) -> T {
     let stop = Arc::new(AtomicBool::new(false));
-    let mut api = a.api().unwrap();
+    let api = a.api().unwrap();
     let s = stop.clone();
     let h = std::thread::spawn(move || {
         while !s.load(Ordering::Relaxed) {
@@ -160,7 +160,7 @@ fn rtt(net: &TwoHosts, n: usize, port: &mut u16) -> (f64, f64) {
 /// Lateness (departure − deadline, µs) of `trains` trains of 1000 probes `gap` apart:
 /// median, p99, max, and the count of stalls (gaps stretched by > half a gap).
 fn pacing(a: &Daemon, gap: Duration, trains: usize) -> (f64, f64, f64, u32) {
-    let mut api = a.api().unwrap();
+    let api = a.api().unwrap();
     let mut late = Vec::new();
     let mut stalls = 0;
     for _ in 0..trains {

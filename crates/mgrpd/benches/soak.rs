@@ -181,7 +181,7 @@ fn main() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let trains = {
-        let mut api = a.api().unwrap();
+        let api = a.api().unwrap();
         let stop = stop.clone();
         std::thread::spawn(move || {
             let mut n = 0u64;

@@ -351,7 +351,7 @@ fn setting(run: &Run<'_>, name: &str, hold: &str, traffic: Traffic) {
         }
     };
     std::thread::sleep(Duration::from_millis(500));
-    let mut api = a.api().expect("API of A");
+    let api = a.api().expect("API of A");
     let mut reports = Vec::new();
     for _ in 0..trains {
         reports.push(

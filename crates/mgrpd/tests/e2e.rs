@@ -55,7 +55,7 @@ fn trains_every(
     stop: Arc<AtomicBool>,
     pause: Duration,
 ) -> std::thread::JoinHandle<u64> {
-    let mut api = daemon.api().expect("API of A");
+    let api = daemon.api().expect("API of A");
     std::thread::spawn(move || {
         let mut sent = 0;
         while !stop.load(Ordering::Relaxed) {
@@ -569,7 +569,7 @@ fn ipv6_riders_ride_in_ipv6_probes() {
     let listener = tcp_listen(&net.b, IpAddr::V6(ADDR6_B), 5011).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let trains = {
-        let mut api = a.api().unwrap();
+        let api = a.api().unwrap();
         let stop = stop.clone();
         std::thread::spawn(move || {
             let mut n = 0;
@@ -631,7 +631,7 @@ fn riders_of_probes_that_cannot_be_sent_are_not_lost_silently() {
     for _ in 0..50 {
         sock.send_to(&[7u8; 200], dst).unwrap();
     }
-    let mut api = a.api().unwrap();
+    let api = a.api().unwrap();
     let dest = IpAddr::V4("10.99.0.1".parse().unwrap());
     let report = api
         .send_train(uniform_train(dest, 20, 500, Duration::from_micros(100)))
@@ -749,7 +749,7 @@ fn forged_riders_are_refused_and_counted() {
     assert!(b.process.log().contains("no peer"), "{}", b.process.log());
 
     // A train from A to B's other address: refused, and no route for it appears.
-    let mut api = a.api().unwrap();
+    let api = a.api().unwrap();
     let to_other = IpAddr::V4("10.77.0.3".parse().unwrap());
     let refused = api.send_train(uniform_train(to_other, 5, 300, Duration::from_micros(100)));
     let e = refused.expect_err("a train to a non-peer is refused");
@@ -909,7 +909,7 @@ fn a_restart_after_kill_9_succeeds() {
         "{}",
         second.process.log()
     );
-    let mut api = second.api().unwrap();
+    let api = second.api().unwrap();
     let report = api
         .send_train(uniform_train(
             IpAddr::V4(ADDR_B),
@@ -952,7 +952,7 @@ fn capabilities_not_root() {
     ];
     let d = Daemon::start_via(&net.a, &setpriv, &only_net, &["--route", &route])
         .expect("mgrpd with only CAP_NET_ADMIN and CAP_NET_RAW");
-    let mut api = d.api().unwrap();
+    let api = d.api().unwrap();
     let report = api
         .send_train(uniform_train(
             IpAddr::V4(ADDR_B),
@@ -1260,7 +1260,7 @@ fn trains_cross_the_paper_testbed() {
     let source = mgrp_testbed::traffic::tcp_source(&tb.m3, &tb.m5, IpAddr::V4(M5), 7200, Some(4.0))
         .expect("4 Mbit/s source");
     let account = tb.account().expect("accounting on x2");
-    let mut api = a.api().unwrap();
+    let api = a.api().unwrap();
     for _ in 0..20 {
         let r = api
             .send_train(uniform_train(

@@ -95,10 +95,10 @@ impl Daemon {
         Ok(daemon)
     }
 
-    /// A daemon whose data path loops back in-process: MGRP packets it sends are
-    /// received at once by itself, riders are counted instead of written to a TUN.
-    /// No TUN, no raw sockets, no privileges needed. The loopback addresses are its
-    /// peers.
+    /// A daemon whose data path loops back in-process: each MGRP packet it sends is
+    /// received by its loopback receiver as if from the peer it was sent to, and
+    /// riders are counted instead of written to a TUN. No TUN, no raw sockets, no
+    /// privileges needed. The loopback addresses are its peers.
     pub fn loopback(
         mut config: Config,
         events: mpsc::UnboundedSender<RouteEvent>,

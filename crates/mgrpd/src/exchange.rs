@@ -18,7 +18,7 @@ use bytes::Bytes;
 use crossbeam_queue::ArrayQueue;
 use mgrp_core::MonoTime;
 use mgrp_core::api::Response;
-use mgrp_core::endpoint::{EndpointCounters, SubmitError as EndpointRefusal};
+use mgrp_core::endpoint::{EndpointCounters, SubmitError};
 use mgrp_core::planner::{HoldMode, Transaction, Transmit};
 use mgrp_core::stats::{PlannerCounters, TransactionReport};
 use tokio::sync::oneshot;
@@ -57,7 +57,7 @@ pub(crate) enum Control {
         client: u64,
         peer: IpAddr,
         tx: Transaction,
-        reply: oneshot::Sender<Result<u32, EndpointRefusal>>,
+        reply: oneshot::Sender<Result<u32, SubmitError>>,
         report: oneshot::Sender<TransactionReport>,
     },
     /// A client gave up on a train.
@@ -80,8 +80,8 @@ pub(crate) enum Output {
     Route(RouteEvent),
     Report(oneshot::Sender<TransactionReport>, TransactionReport),
     Accepted(
-        oneshot::Sender<Result<u32, EndpointRefusal>>,
-        Result<u32, EndpointRefusal>,
+        oneshot::Sender<Result<u32, SubmitError>>,
+        Result<u32, SubmitError>,
     ),
     /// A bound was reached; the dispatcher logs it (the pacer writes no logs while
     /// running).

@@ -11,8 +11,9 @@ use crate::demand::Demand;
 use crate::{pacer, server};
 
 /// A daemon whose data path loops back in-process: the real API server, planners and
-/// pacer, with MGRP packets received by the same daemon as if from 127.0.0.1 and
-/// riders counted instead of written to a TUN. Needs no privileges; for testing tools
+/// pacer, with each MGRP packet received by the same daemon as if from the peer it
+/// was sent to (127.0.0.1 and ::1 are its peers), and riders counted instead of
+/// written to a TUN. Needs no privileges; for testing tools
 /// and the API without namespaces.
 #[derive(Debug)]
 pub struct LoopbackDaemon {

@@ -13,6 +13,7 @@ use mgrp_core::api::{
     ApiError, ErrorKind, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, Request, RequestFrame,
     Response, ResponseFrame, TrainLimits, TrainRequest,
 };
+use mgrp_core::endpoint::SubmitError;
 use mgrp_core::planner::{ProbeSpec, Transaction};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
@@ -24,7 +25,7 @@ use crate::counters::Stats;
 use crate::exchange::Outgoing;
 use crate::lifecycle::Lifecycle;
 use crate::listeners::{ListenError, Listeners};
-use crate::trains::{SubmitError, Trains};
+use crate::trains::{TrainRefusal, Trains};
 
 /// What the API server uses.
 #[derive(Debug, Clone)]
@@ -401,9 +402,14 @@ async fn submit(
         }
         Err(e) => {
             let kind = match e {
-                SubmitError::Invalid(_) => ErrorKind::InvalidTrain,
-                SubmitError::Busy(_) | SubmitError::RateLimited(_) => ErrorKind::Busy,
-                SubmitError::ShuttingDown => ErrorKind::ShuttingDown,
+                TrainRefusal::Invalid(_) | TrainRefusal::Endpoint(SubmitError::Invalid(_)) => {
+                    ErrorKind::InvalidTrain
+                }
+                TrainRefusal::RateLimited(_)
+                | TrainRefusal::Endpoint(SubmitError::Busy(_) | SubmitError::ClientBusy(_)) => {
+                    ErrorKind::Busy
+                }
+                TrainRefusal::Endpoint(SubmitError::ShuttingDown) => ErrorKind::ShuttingDown,
             };
             error(kind, e.to_string())
         }

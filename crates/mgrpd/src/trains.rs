@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use mgrp_core::endpoint::SubmitError as EndpointRefusal;
+use mgrp_core::endpoint::SubmitError;
 use mgrp_core::planner::Transaction;
 use mgrp_core::ratelimit::{OverBudget, TrainBudget};
 use mgrp_core::stats::TransactionReport;
@@ -28,21 +28,20 @@ pub struct Submitted {
     pub report: oneshot::Receiver<TransactionReport>,
 }
 
-/// Why a train was refused.
+/// Why a train was refused: one of the daemon's own rules (its limits, its peers,
+/// its users' rates), or the endpoint's refusal.
 #[derive(Debug, thiserror::Error)]
-pub enum SubmitError {
-    /// The train breaks a rule.
+pub enum TrainRefusal {
+    /// The train breaks one of the daemon's limits or is not for a peer.
     #[error("{0}")]
     Invalid(String),
-    /// Too many trains queued.
-    #[error("{0} trains are queued already; wait for reports before submitting more")]
-    Busy(usize),
-    /// The daemon is stopping.
-    #[error("mgrpd is shutting down")]
-    ShuttingDown,
     /// Over the user's or the total rate limit.
     #[error("{0}")]
     RateLimited(String),
+    /// The endpoint refused it (or would: the pacer's queue is full, or the daemon
+    /// is stopping).
+    #[error(transparent)]
+    Endpoint(#[from] SubmitError),
 }
 
 /// What the API server uses to queue trains.
@@ -74,13 +73,13 @@ impl Trains {
 
     /// Refuses trains to a host that is no peer (it would drop the probes, and with
     /// route on demand the host's traffic to it would be diverted into probes).
-    pub(crate) fn check_peer(&self, peer: IpAddr) -> Result<(), SubmitError> {
+    pub(crate) fn check_peer(&self, peer: IpAddr) -> Result<(), TrainRefusal> {
         if self.config.peers.is_peer(peer) {
             return Ok(());
         }
         bump(&self.counters.trains_rejected);
         bump(&self.counters.trains_refused_not_peer);
-        Err(SubmitError::Invalid(format!(
+        Err(TrainRefusal::Invalid(format!(
             "{peer} is not a peer of this mgrpd: probes would go to a host that drops them; add it with --peer or a --route that covers it"
         )))
     }
@@ -92,7 +91,7 @@ impl Trains {
         uid: Option<u32>,
         probes: u64,
         bytes: u64,
-    ) -> Result<(), SubmitError> {
+    ) -> Result<(), TrainRefusal> {
         let now = sys::mono_now();
         let mut b = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
         let Budgets {
@@ -125,7 +124,7 @@ impl Trains {
             } else {
                 format!("in {} ms", wait.as_millis().max(1))
             };
-            return Err(SubmitError::RateLimited(format!(
+            return Err(TrainRefusal::RateLimited(format!(
                 "{who} reached the rate limit ({what}) with a train of {probes} probes, {bytes} bytes; retry {when}"
             )));
         }
@@ -137,13 +136,13 @@ impl Trains {
 
     /// Refuses a train of more probes than allowed. Called on a request's counts
     /// before they are unfolded too: a count may be large.
-    pub(crate) fn check_probe_count(&self, probes: u64) -> Result<(), SubmitError> {
+    pub(crate) fn check_probe_count(&self, probes: u64) -> Result<(), TrainRefusal> {
         let most = self.config.max_probes_per_train;
         if probes <= most as u64 {
             return Ok(());
         }
         bump(&self.counters.trains_rejected);
-        Err(SubmitError::Invalid(format!(
+        Err(TrainRefusal::Invalid(format!(
             "train of {probes} probes exceeds the limit of {most} (limits.max-probes-per-train)"
         )))
     }
@@ -155,7 +154,7 @@ impl Trains {
         client: u64,
         destination: IpAddr,
         tx: Transaction,
-    ) -> Result<Submitted, SubmitError> {
+    ) -> Result<Submitted, TrainRefusal> {
         let limits = &self.config;
         self.check_probe_count(tx.probes.len() as u64)?;
         if let Some((i, p)) = tx
@@ -166,7 +165,7 @@ impl Trains {
             .find(|(_, p)| p.gap < limits.min_gap)
         {
             bump(&self.counters.trains_rejected);
-            return Err(SubmitError::Invalid(format!(
+            return Err(TrainRefusal::Invalid(format!(
                 "probe {i} has a gap of {:?}, below the smallest allowed {:?} (limits.min-gap)",
                 p.gap, limits.min_gap
             )));
@@ -178,7 +177,7 @@ impl Trains {
             .find(|(_, p)| p.gap > limits.max_gap)
         {
             bump(&self.counters.trains_rejected);
-            return Err(SubmitError::Invalid(format!(
+            return Err(TrainRefusal::Invalid(format!(
                 "probe {i} has a gap of {:?}, above the largest allowed {:?} (limits.max-gap)",
                 p.gap, limits.max_gap
             )));
@@ -186,7 +185,7 @@ impl Trains {
         let total: Duration = tx.probes.iter().map(|p| p.gap).sum();
         if total > limits.max_train_duration {
             bump(&self.counters.trains_rejected);
-            return Err(SubmitError::Invalid(format!(
+            return Err(TrainRefusal::Invalid(format!(
                 "the train's gaps add up to {total:?}, more than {:?} (limits.max-train-duration)",
                 limits.max_train_duration
             )));
@@ -194,7 +193,7 @@ impl Trains {
         let peer = self.config.peer_of(destination);
         self.check_peer(peer)?;
         if self.life.is_stopping() {
-            return Err(SubmitError::ShuttingDown);
+            return Err(SubmitError::ShuttingDown.into());
         }
         let (reply, accepted) = oneshot::channel();
         let (done, report) = oneshot::channel();
@@ -207,7 +206,7 @@ impl Trains {
         };
         if self.queues.push_control(control).is_err() {
             bump(&self.counters.trains_rejected);
-            return Err(SubmitError::Busy(self.config.max_queued_trains));
+            return Err(SubmitError::Busy(self.config.max_queued_trains).into());
         }
         let refused = match accepted.await {
             Ok(Ok(id)) => {
@@ -216,14 +215,10 @@ impl Trains {
             }
             Ok(Err(e)) => e,
             // The pacer stopped before it took the train.
-            Err(_) => EndpointRefusal::ShuttingDown,
+            Err(_) => SubmitError::ShuttingDown,
         };
         bump(&self.counters.trains_rejected);
-        Err(match refused {
-            EndpointRefusal::Busy(n) | EndpointRefusal::ClientBusy(n) => SubmitError::Busy(n),
-            EndpointRefusal::Invalid(e) => SubmitError::Invalid(e.to_string()),
-            EndpointRefusal::ShuttingDown => SubmitError::ShuttingDown,
-        })
+        Err(refused.into())
     }
 
     /// Cancels `client`'s train `id` if it has not finished; its submitter gets a

@@ -106,7 +106,7 @@ pub enum SubmitError {
     #[error(transparent)]
     Invalid(#[from] PlanError),
     /// The endpoint is shutting down.
-    #[error("shutting down")]
+    #[error("stopping: no more trains are taken")]
     ShuttingDown,
 }
 

@@ -32,12 +32,13 @@ use crate::time::duration_nanos;
 use crate::wire::{self, CHUNK_DESC_LEN, Chunk, Header, Kind, MAX_CHUNKS, Packet, Repr};
 use crate::{MonoTime, WallTime};
 
-/// When held riders leave without a train.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// When held riders leave without a train. No default of its own: the paper's
+/// policy ([`Policy::default`]) holds always, and a driver chooses for itself (mgrpd
+/// holds on demand unless told otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HoldMode {
     /// Every rider waits up to the hold time for a train, whether or not one is
     /// coming (the paper's behaviour).
-    #[default]
     Always,
     /// Riders wait only while a transaction to their destination is queued or in
     /// flight, so traffic sees no added delay when nobody measures.
@@ -80,6 +81,8 @@ pub struct Policy {
 }
 
 impl Default for Policy {
+    /// The paper's policy (`mgrp10`): riders always wait up to 10 ms, one chunk per
+    /// probe, every probe may carry riders.
     fn default() -> Self {
         Self {
             hold: Duration::from_millis(10),

@@ -12,6 +12,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 use anyhow::Context;
+use nix::sys::socket::{setsockopt, sockopt};
 
 use crate::Netns;
 
@@ -94,6 +95,7 @@ fn check(r: libc::c_int, what: &str) -> io::Result<libc::c_int> {
     Ok(r)
 }
 
+/// A socket option neither nix nor socket2 covers (the packet socket's own).
 fn set_int(
     fd: &OwnedFd,
     level: libc::c_int,
@@ -146,27 +148,9 @@ impl LinkSocket {
             1,
             "PACKET_VNET_HDR",
         )?;
-        set_int(
-            &fd,
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            1,
-            "SO_TIMESTAMPNS",
-        )?;
-        set_int(
-            &fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            8 << 20,
-            "SO_RCVBUFFORCE",
-        )?;
-        set_int(
-            &fd,
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUFFORCE,
-            8 << 20,
-            "SO_SNDBUFFORCE",
-        )?;
+        mgrp_rt::rx::enable_rx_timestamps(&fd)?;
+        setsockopt(&fd, sockopt::RcvBufForce, &(8 << 20))?;
+        setsockopt(&fd, sockopt::SndBufForce, &(8 << 20))?;
         if direction == Direction::Incoming {
             set_int(
                 &fd,
@@ -298,13 +282,7 @@ pub fn wait_any<const N: usize>(
 
 /// Realtime nanoseconds, the clock of the kernel's receive stamps.
 pub fn realtime_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into a live timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &raw mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+    i64::try_from(mgrp_rt::wall_now().as_nanos()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

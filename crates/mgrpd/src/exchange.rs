@@ -25,7 +25,6 @@ use tokio::sync::oneshot;
 use tracing::warn;
 
 use crate::config::Config;
-use crate::sys;
 
 /// Rider batches the TUN reader may have waiting for the pacer.
 const RIDER_BATCHES: usize = 1024;
@@ -112,10 +111,10 @@ pub(crate) struct Queues {
     pub(crate) riders: ArrayQueue<RiderBatch>,
     pub(crate) control: ArrayQueue<Control>,
     /// Signalled when input comes while the pacer sleeps.
-    pub(crate) inbox: sys::EventFd,
+    pub(crate) inbox: mgrp_rt::EventFd,
     pub(crate) pacer_sleeping: AtomicBool,
     pub(crate) outputs: ArrayQueue<Output>,
-    pub(crate) outbox: sys::EventFd,
+    pub(crate) outbox: mgrp_rt::EventFd,
     /// Whether riders should go through the pacer at all: not with on-demand hold
     /// while no train is queued or in flight anywhere, since they would only be
     /// released at once.
@@ -131,10 +130,10 @@ impl Queues {
         Ok(Self {
             riders: ArrayQueue::new(RIDER_BATCHES),
             control: ArrayQueue::new(CONTROL_INPUTS),
-            inbox: sys::EventFd::new()?,
+            inbox: mgrp_rt::EventFd::new()?,
             pacer_sleeping: AtomicBool::new(false),
             outputs: ArrayQueue::new(OUTPUTS),
-            outbox: sys::EventFd::new()?,
+            outbox: mgrp_rt::EventFd::new()?,
             riders_wanted: AtomicBool::new(config.policy.hold_mode == HoldMode::Always),
             pacer_done: AtomicBool::new(false),
             snapshot: Mutex::new(Snapshot::default()),

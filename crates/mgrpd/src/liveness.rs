@@ -201,7 +201,7 @@ impl ErrorQueues {
             return;
         }
         bump(&self.counters.peer_unreachable);
-        let until = sys::mono_now().saturating_add(PEER_DOWN_BACKOFF);
+        let until = mgrp_rt::mono_now().saturating_add(PEER_DOWN_BACKOFF);
         if self.health.mark_down(e.destination, until) {
             warn!(
                 "peer {} answered MGRP with ICMP type {} code {}: its mgrpd is gone; its riders go unchanged for {:?}",

@@ -35,7 +35,7 @@ impl Sealer {
     pub(crate) fn new(config: Arc<Config>) -> Self {
         Self {
             config,
-            counter: AtomicU64::new(sys::wall_now().as_nanos()),
+            counter: AtomicU64::new(mgrp_rt::wall_now().as_nanos()),
         }
     }
 
@@ -290,7 +290,7 @@ impl Net {
                     peer,
                     packet: packet.to_vec(),
                     ip_len: packet.len() + if peer.is_ipv4() { 20 } else { 40 },
-                    at: sys::wall_now(),
+                    at: mgrp_rt::wall_now(),
                 };
                 sink.send(looped)
                     .map_err(|_| std::io::Error::other("the loopback receiver is gone"))?;
@@ -329,7 +329,7 @@ impl Net {
         match t {
             Transmit::Unchanged(pkt) => self.send_unchanged(&pkt),
             Transmit::Continuation(mut pkt) => {
-                pkt.set_sender_time(sys::wall_now());
+                pkt.set_sender_time(mgrp_rt::wall_now());
                 self.sealer.seal(peer, &mut pkt);
                 match self.send_mgrp(peer, pkt.as_bytes()) {
                     Ok(_) => bump(&c.continuations_sent),

@@ -24,7 +24,6 @@ use crate::config::Config;
 use crate::dispatcher::Dispatcher;
 use crate::exchange::{Bound, Control, Output, Queues, RouteEvent, Snapshot};
 use crate::lifecycle::Lifecycle;
-use crate::sys;
 
 /// Most actions the pacer takes from the endpoint at one time, so that a flood of
 /// released riders cannot keep it from the next probe.
@@ -50,23 +49,23 @@ fn endpoint_config(config: &Config) -> EndpointConfig {
     // Rider ids differ between lives of the daemon, so the far side does not take a
     // restarted daemon's riders for ones it delivered already.
     c.rider_id_seed = std::collections::hash_map::RandomState::new()
-        .hash_one((sys::wall_now(), std::process::id())) as u32;
+        .hash_one((mgrp_rt::wall_now(), std::process::id())) as u32;
     c
 }
 
 /// Settings the pacer could not get, reported once at start. Returns whether the
 /// pacer runs SCHED_FIFO.
 fn prepare_pacer(config: &Config) -> bool {
-    sys::set_timer_slack(1);
+    mgrp_rt::thread::set_timer_slack(1);
     if let Some(cpu) = config.pacer_cpu {
-        if let Err(e) = sys::pin_to_cpu(cpu) {
+        if let Err(e) = mgrp_rt::thread::pin_to_cpu(cpu) {
             warn!("cannot pin the pacer to CPU {cpu}: {e}; it runs unpinned");
         }
     }
     if !config.realtime {
         return false;
     }
-    match sys::set_realtime(50) {
+    match mgrp_rt::thread::set_realtime(50) {
         Ok(()) => {
             info!("pacer runs SCHED_FIFO");
             true
@@ -87,7 +86,7 @@ fn prepare_pacer(config: &Config) -> bool {
 pub(crate) fn run_pacer(s: &Dispatcher, life: &Lifecycle, prepared: impl FnOnce()) {
     let realtime = prepare_pacer(&s.config);
     prepared();
-    let timer = match sys::Timer::new() {
+    let timer = match mgrp_rt::Timer::new() {
         Ok(t) => t,
         Err(e) => {
             life.fatal(format!("cannot create a timerfd for the pacer: {e}"));
@@ -133,7 +132,7 @@ struct Pacer<'a> {
     q: &'a Queues,
     endpoint: Endpoint,
     waiters: HashMap<u32, oneshot::Sender<TransactionReport>>,
-    timer: sys::Timer,
+    timer: mgrp_rt::Timer,
     realtime: bool,
     spin: SpinBudget,
     flushed: bool,
@@ -145,7 +144,7 @@ struct Pacer<'a> {
 impl Pacer<'_> {
     fn run(&mut self) {
         loop {
-            let now = sys::mono_now();
+            let now = mgrp_rt::mono_now();
             // With a train in flight its next probe is the deadline to keep.
             let until = self
                 .endpoint
@@ -233,7 +232,7 @@ impl Pacer<'_> {
         // Bounded, so a flood of riders cannot keep the pacer from its deadlines; the
         // rest waits for the next round.
         for _ in 0..batches {
-            if sys::mono_now() >= until {
+            if mgrp_rt::mono_now() >= until {
                 break;
             }
             let Some(batch) = self.q.riders.pop() else {
@@ -363,7 +362,7 @@ impl Pacer<'_> {
             if self.life.is_stopping() {
                 return false;
             }
-            let now = sys::mono_now();
+            let now = mgrp_rt::mono_now();
             if now >= wake {
                 return true;
             }
@@ -397,14 +396,14 @@ impl Pacer<'_> {
         } else {
             Duration::ZERO
         };
-        let now = sys::mono_now();
+        let now = mgrp_rt::mono_now();
         let wake = self.wake_for(deadline);
         let short = deadline.saturating_since(now) < spin_below;
         if !short && !self.sleep_releasing(wake) {
             return;
         }
         // Riders that came during the wait ride too.
-        let now = sys::mono_now();
+        let now = mgrp_rt::mono_now();
         self.ingest(now, BATCHES_BEFORE_PROBE, deadline);
         let Some((peer, mut probe)) = self.endpoint.poll_probe(now) else {
             return;
@@ -418,11 +417,11 @@ impl Pacer<'_> {
         // Through a short gap it spins all the way: even a short timer sleep lets the
         // CPU go idle, and its wake-up can take far longer than the gap.
         let spin_from = if short { Duration::MAX } else { margin };
-        self.spin.spun += sys::wait_until(&self.timer, probe.deadline, spin_from);
-        let stamp = sys::wall_now();
+        self.spin.spun += mgrp_rt::wait_until(&self.timer, probe.deadline, spin_from);
+        let stamp = mgrp_rt::wall_now();
         probe.packet.set_sender_time(stamp);
         s.net.sealer.seal(peer, &mut probe.packet);
-        let departed = sys::mono_now();
+        let departed = mgrp_rt::mono_now();
         let sent =
             match s
                 .net
@@ -456,7 +455,7 @@ impl Pacer<'_> {
                 .fetch_add(1, Ordering::Relaxed);
             self.output(Output::Bound(Bound::Spin(peer, self.spin.spun)));
         }
-        let now = sys::mono_now();
+        let now = mgrp_rt::mono_now();
         self.endpoint
             .handle_probe_sent(now, probe.transaction, probe.seq, sent);
         // Its buffers build the next probes.

@@ -173,7 +173,7 @@ impl Receiver {
                 Ok(None) => {
                     more = false;
                     if wait {
-                        self.reasm.handle_timeout(sys::mono_now());
+                        self.reasm.handle_timeout(mgrp_rt::mono_now());
                         self.publish();
                     }
                     continue;
@@ -193,7 +193,7 @@ impl Receiver {
                     Err(_) => (&[][..], r.len, None),
                 }
             };
-            let stamp = r.stamp.unwrap_or_else(sys::wall_now);
+            let stamp = r.stamp.unwrap_or_else(mgrp_rt::wall_now);
             self.handle_mgrp(r.from, to, payload, ip_len, stamp);
         }
         self.flush_writes();
@@ -330,7 +330,7 @@ impl Receiver {
             Kind::Probe => &c.probes_received,
             Kind::Continuation => &c.continuations_received,
         });
-        let now = sys::mono_now();
+        let now = mgrp_rt::mono_now();
         for chunk in packet.chunks() {
             if let ChunkOutcome::Complete(rider) = self.reasm.handle_chunk(now, from, &chunk) {
                 if let Err(refusal) = self.admit(from, to, &rider) {

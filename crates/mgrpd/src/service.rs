@@ -118,7 +118,7 @@ async fn serve(
     }
     let listener = server::bind(&config.socket, config.socket_group.as_deref())?;
     let fatal = daemon.life.fatal_channel();
-    let locked = match sys::lock_memory() {
+    let locked = match mgrp_rt::thread::lock_memory() {
         Ok(()) => true,
         Err(e) => {
             warn!("cannot lock memory ({e}); page faults may delay probes");

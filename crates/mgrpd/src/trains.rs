@@ -17,7 +17,6 @@ use crate::config::Config;
 use crate::counters::{Counters, bump};
 use crate::exchange::{Control, Queues};
 use crate::lifecycle::Lifecycle;
-use crate::sys;
 
 /// A train accepted by [`Trains::submit`].
 #[derive(Debug)]
@@ -92,7 +91,7 @@ impl Trains {
         probes: u64,
         bytes: u64,
     ) -> Result<(), TrainRefusal> {
-        let now = sys::mono_now();
+        let now = mgrp_rt::mono_now();
         let mut b = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
         let Budgets {
             per_user,

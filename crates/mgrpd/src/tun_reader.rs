@@ -19,7 +19,6 @@ use crate::fastpath::{FastPath, frame_header, split_frame};
 use crate::lifecycle::Lifecycle;
 use crate::liveness::PeerHealth;
 use crate::net::Net;
-use crate::sys;
 
 /// Whether a packet read from the TUN is kernel housekeeping rather than traffic to a
 /// peer (multicast, link-local, unspecified).
@@ -122,7 +121,7 @@ impl TunReader {
             return false;
         };
         let peer = self.config.peer_of(dst);
-        let down = self.health.down(sys::mono_now()).contains(&peer);
+        let down = self.health.down(mgrp_rt::mono_now()).contains(&peer);
         let direct = !self.queues.riders_wanted() || self.life.is_stopping();
         if !down && !direct {
             return false;
@@ -146,7 +145,7 @@ impl TunReader {
     /// Takes in a batch of packets read from the TUN: queues them for the pacer, or
     /// sends them on.
     pub(crate) fn handle_packets<'a>(&self, pkts: impl Iterator<Item = &'a [u8]>) {
-        let now = sys::mono_now();
+        let now = mgrp_rt::mono_now();
         let down = self.health.down(now);
         let c = &*self.counters;
         // With on-demand hold and no train anywhere the pacer would release them at

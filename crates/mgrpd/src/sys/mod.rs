@@ -5,28 +5,24 @@
 //! daemon's only `unsafe` blocks: `sendmsg` with a transmit-stamp id, SCHED_FIFO,
 //! capability sets and the ambient set.
 //!
-//! This is also the one place where kernel times become the two clock types of
-//! mgrp-core: `CLOCK_MONOTONIC` → [`MonoTime`], `CLOCK_REALTIME` → [`WallTime`].
+//! Clocks, the pacing wait and thread scheduling are the workspace's one family of
+//! real-time helpers, `mgrp_rt`, shared with pathload-rs and the testbed.
 //!
-//! By topic: [`clock`], [`sockets`], [`stamps`] (transmit stamps, error queues,
-//! receive stamps), [`link`] (the packet socket), [`wait`] (timerfd, eventfd,
-//! the pacing wait), [`process`] (scheduling, capabilities, users, sysctls).
+//! By topic: [`sockets`], [`stamps`] (transmit stamps, error queues, receive
+//! stamps), [`link`] (the packet socket), [`process`] (capabilities, users,
+//! sysctls).
 
 #![allow(unsafe_code)]
 
-mod clock;
 mod link;
 mod process;
 mod sockets;
 mod stamps;
-mod wait;
 
-pub use clock::*;
 pub use link::*;
 pub use process::*;
 pub use sockets::*;
 pub use stamps::*;
-pub use wait::*;
 
 /// The result of a libc call that returns -1 and sets errno on failure.
 fn check(ret: libc::c_int) -> std::io::Result<libc::c_int> {

@@ -1,43 +1,12 @@
-//! The process and its threads: real-time scheduling, CPU pinning, memory
-//! locking, capabilities, the switch to another user, and interface sysctls.
+//! The process: capabilities, the switch to another user, and interface sysctls
+//! (its threads' scheduling is `mgrp_rt::thread`'s).
 
 use std::io;
 
-use nix::sched::{CpuSet, sched_setaffinity};
-use nix::sys::mman::{MlockAllFlags, mlockall};
 use nix::sys::prctl;
-use nix::unistd::{self, Pid};
+use nix::unistd::{self};
 
 use super::check;
-
-/// Asks for SCHED_FIFO at `priority` for the calling thread.
-pub fn set_realtime(priority: i32) -> io::Result<()> {
-    let param = libc::sched_param {
-        sched_priority: priority,
-    };
-    // SAFETY: pid 0 = calling thread; param is valid.
-    check(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const param) }).map(drop)
-}
-
-/// Sets the calling thread's timer slack (nanoseconds); 1 is the smallest.
-pub fn set_timer_slack(ns: u64) {
-    let _ = prctl::set_timerslack(ns);
-}
-
-/// Pins the calling thread to `cpu`.
-pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
-    let mut set = CpuSet::new();
-    set.set(cpu)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "CPU index out of range"))?;
-    sched_setaffinity(Pid::from_raw(0), &set)?;
-    Ok(())
-}
-
-/// Locks the process's memory so the pacer never takes a page fault mid-train.
-pub fn lock_memory() -> io::Result<()> {
-    mlockall(MlockAllFlags::MCL_CURRENT | MlockAllFlags::MCL_FUTURE)?;
-    Ok(())
-}
 
 /// Capability numbers mgrpd cares about (linux/capability.h).
 pub mod cap {

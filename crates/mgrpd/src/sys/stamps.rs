@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::poll::{PollFd, PollFlags, poll};
 use nix::sys::socket::{
     ControlMessageOwned, MsgFlags, SockaddrStorage, TimestampingFlag, recvmsg, setsockopt, sockopt,
 };
@@ -16,7 +16,8 @@ use nix::sys::socket::{
 use mgrp_core::WallTime;
 use socket2::{SockAddr, Socket};
 
-use super::clock::timespec_nanos;
+use mgrp_rt::clock::wall_time;
+use mgrp_rt::wait::poll_timeout;
 
 /// An ICMP error about a packet a socket sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,10 +147,6 @@ pub fn wait_errors<const N: usize>(fds: [BorrowedFd<'_>; N], timeout: Duration) 
     pfds.map(|p| ready && p.revents().is_some_and(|r| r.contains(PollFlags::POLLERR)))
 }
 
-pub(super) fn poll_timeout(d: Duration) -> PollTimeout {
-    PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX)
-}
-
 /// Takes one entry off `fd`'s error queue without waiting; `Ok(None)` when it is
 /// empty.
 pub fn next_error(fd: BorrowedFd<'_>) -> io::Result<Option<QueuedError>> {
@@ -185,7 +182,7 @@ pub fn next_error(fd: BorrowedFd<'_>) -> io::Result<Option<QueuedError>> {
         |c| match c {
             // The software stamp is the first of three.
             ControlMessageOwned::ScmTimestampsns(ts) => {
-                stamp = Some(WallTime::from_nanos(timespec_nanos(&ts.system)));
+                stamp = Some(wall_time(&ts.system));
             }
             ControlMessageOwned::Ipv4RecvErr(ee, _) | ControlMessageOwned::Ipv6RecvErr(ee, _) => {
                 extended(&ee);
@@ -246,7 +243,7 @@ pub fn recv_stamped(
     };
     let got = receive(fd.as_raw_fd(), buf, cmsgs, flags, |c| match c {
         ControlMessageOwned::ScmTimestampns(ts) => {
-            stamp = Some(WallTime::from_nanos(timespec_nanos(&ts)));
+            stamp = Some(wall_time(&ts));
         }
         ControlMessageOwned::Ipv6PacketInfo(info) => {
             to = Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));

@@ -15,8 +15,7 @@ use nix::sys::timerfd::{
 
 use mgrp_core::MonoTime;
 
-use super::clock::mono_now;
-use super::stamps::poll_timeout;
+use crate::clock::mono_now;
 
 /// A `CLOCK_MONOTONIC` timerfd armed with absolute deadlines.
 #[derive(Debug)]
@@ -122,6 +121,11 @@ impl EventFd {
         }
         signalled
     }
+}
+
+/// A poll timeout of `d`, or the longest poll allows.
+pub fn poll_timeout(d: Duration) -> PollTimeout {
+    PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX)
 }
 
 /// Sleeps on the timer until `margin` before `deadline`, then spins on the monotonic

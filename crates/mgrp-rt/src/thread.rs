@@ -1,0 +1,45 @@
+//! The calling thread's (and process's) claim on the CPU: real-time scheduling,
+//! timer slack, CPU pinning, memory locking.
+
+use std::io;
+
+use nix::sched::{CpuSet, sched_setaffinity};
+use nix::sys::mman::{MlockAllFlags, mlockall};
+use nix::sys::prctl;
+use nix::unistd::Pid;
+
+/// Asks for SCHED_FIFO at `priority` for the calling thread.
+pub fn set_realtime(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: pid 0 = calling thread; param is valid. nix does not wrap this call.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const param) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets the calling thread's timer slack (nanoseconds); 1 is the smallest.
+pub fn set_timer_slack(ns: u64) {
+    let _ = prctl::set_timerslack(ns);
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    let mut set = CpuSet::new();
+    set.set(cpu)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "CPU index out of range"))?;
+    sched_setaffinity(Pid::from_raw(0), &set)?;
+    Ok(())
+}
+
+/// Locks the process's memory, now and in future, so a real-time thread never
+/// takes a page fault.
+pub fn lock_memory() -> io::Result<()> {
+    mlockall(MlockAllFlags::MCL_CURRENT | MlockAllFlags::MCL_FUTURE)?;
+    Ok(())
+}

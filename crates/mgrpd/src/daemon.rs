@@ -4,9 +4,9 @@
 //! - the **TUN reader** (`crate::tun_reader`) reads application packets and hands
 //!   them, in batches, to the pacer through a lock-free queue (or sends them on);
 //! - the **pacer** (`crate::pacer`, a real-time thread when permitted) owns the
-//!   endpoint (`mgrp_core::endpoint`) and sends the probes; the **sender** thread does
-//!   what the endpoint decides besides: riders sent unchanged, continuations, reports,
-//!   route changes;
+//!   endpoint (`mgrp_core::endpoint`) and sends the probes; the **dispatcher**
+//!   (`crate::dispatcher`) does what the endpoint decides besides: riders sent
+//!   unchanged, continuations, reports, route changes;
 //! - each **receiver** (`crate::receiver`) owns its reassembler and replay windows,
 //!   writes riders to the TUN and hands probes to the listening tools
 //!   (`crate::listeners`);
@@ -14,9 +14,9 @@
 //!   queues: ICMP errors and the kernel's transmit stamps;
 //! - the **API server** (`crate::server`) queues trains through `crate::trains`.
 //!
-//! They meet at the pacer's queues, and otherwise only at small parts with one job
-//! each: the counters, the listener registry, the peers' health, the transmit
-//! stamps, the sockets. The pacer waits for no other thread.
+//! They meet at the pacer's queues (`crate::exchange`), and otherwise only at small
+//! parts with one job each: the counters, the listener registry, the peers' health,
+//! the transmit stamps, the sockets. The pacer waits for no other thread.
 
 use std::sync::Arc;
 

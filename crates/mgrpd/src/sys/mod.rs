@@ -1,9 +1,8 @@
-//! Every system call of the daemon that the standard library and socket2 do not wrap.
-//! Most go through nix (clocks, `recvmsg` with timestamp and error control messages,
-//! socket options, timerfd, eventfd, poll, CPU affinity, memory locking, user
-//! switching); what nix does not cover is written here by hand, and these are the
-//! daemon's only `unsafe` blocks: `sendmsg` with a transmit-stamp id, SCHED_FIFO,
-//! capability sets and the ambient set.
+//! The daemon's own system calls that the standard library and socket2 do not wrap.
+//! Most go through nix (`recvmsg` with timestamp and error control messages, socket
+//! options, poll, user switching); what nix does not cover is written here by hand,
+//! and these are the daemon's only `unsafe` blocks: `sendmsg` with a transmit-stamp
+//! id, the packet socket, capability sets and the ambient set.
 //!
 //! Clocks, the pacing wait and thread scheduling are the workspace's one family of
 //! real-time helpers, `mgrp_rt`, shared with pathload-rs and the testbed.

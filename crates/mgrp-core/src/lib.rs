@@ -42,4 +42,4 @@ pub mod stats;
 mod time;
 pub mod wire;
 
-pub use time::{MonoTime, WallTime};
+pub use time::{MonoTime, WallTime, parse_duration};

@@ -12,6 +12,7 @@ use std::time::Duration;
 use clap::Parser;
 use ipnet::IpNet;
 use mgrp_core::auth::{Key, TRAILER_LEN};
+pub use mgrp_core::parse_duration;
 use mgrp_core::peers::{Peer, Peers, Prefix};
 use mgrp_core::planner::{HoldMode, Packing, Policy};
 use serde::{Deserialize, Deserializer};
@@ -754,30 +755,6 @@ fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::E
     parse_duration(&s)
         .map(Some)
         .map_err(serde::de::Error::custom)
-}
-
-/// Parses `10ms`, `150us`, `150µs`, `2s`, `500ns`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration; write a number and a unit, e.g. 10ms"))?;
-    let scale = match unit.trim() {
-        "ns" => 1e-9,
-        "us" | "µs" => 1e-6,
-        "ms" => 1e-3,
-        "s" => 1.0,
-        _ => return Err(format!("{s:?} has no known unit; use ns, us, ms or s")),
-    };
-    let secs = value * scale;
-    if !secs.is_finite() || secs > 3600.0 {
-        return Err(format!("{s:?} is out of range"));
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 fn parse_peer(s: &str) -> Result<(IpAddr, IpAddr), String> {

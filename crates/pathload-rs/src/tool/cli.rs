@@ -2,12 +2,17 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::control::{
     DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, DEFAULT_SENDER_PROBE_PORT, Transport,
 };
 use crate::params::{DEFAULT_MAX_FLEETS, DEFAULT_MAX_SECONDS, STREAM_DURATION_NS};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::Mode;
+use crate::tool::receiver::MeasureOptions;
+use crate::tool::sender::ServeOptions;
 
 /// Where mgrpd listens unless told otherwise.
 const DEFAULT_SOCKET: &str = mgrp_client::DEFAULT_SOCKET;
@@ -96,9 +101,16 @@ pub(crate) struct SndArgs {
 }
 
 impl SndArgs {
-    /// The transport.
-    pub(crate) fn transport(&self) -> Transport {
-        self.transport.into()
+    /// How these flags ask to serve.
+    pub(crate) fn options(&self) -> ServeOptions {
+        ServeOptions {
+            port: self.port,
+            bind: self.bind,
+            transport: self.transport.into(),
+            socket: self.socket.clone(),
+            probe_port: self.probe_port,
+            piggyback: !self.no_piggyback,
+        }
     }
 }
 
@@ -163,8 +175,26 @@ pub(crate) struct RcvArgs {
 }
 
 impl RcvArgs {
-    /// The transport.
-    pub(crate) fn transport(&self) -> Transport {
-        self.transport.into()
+    /// The measurement these flags ask for.
+    pub(crate) fn options(&self) -> MeasureOptions {
+        MeasureOptions {
+            sender: self.sender.clone(),
+            port: self.port,
+            transport: self.transport.into(),
+            socket: self.socket.clone(),
+            probe_port: self.probe_port,
+            address: self.address,
+            mode: match self.mode {
+                ModeArg::Slow => Mode::Slow,
+                ModeArg::Fast => Mode::Fast,
+            },
+            max_time: Duration::from_secs(self.max_time),
+            max_fleets: self.max_fleets,
+            resolution: self.resolution,
+            packets: self.packets,
+            stream_duration: Duration::from_millis(self.stream_duration),
+            piggyback: !self.no_piggyback,
+            full_fleets: self.full_fleets,
+        }
     }
 }

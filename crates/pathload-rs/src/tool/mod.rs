@@ -1,7 +1,8 @@
 //! The `pathload-rs` tool itself: `snd` serves measurements over MGRP or plain UDP,
 //! `rcv` drives one and prints the range. The binary is a call to [`main_with_args`];
 //! programs that embed the tool (the workspace's demo, which runs it inside network
-//! namespaces as itself) call it too.
+//! namespaces as itself) call it too. Programs that measure for themselves (the
+//! Measurement Overlay) call [`measure`] and serve with [`Server`].
 
 mod cli;
 mod conn;
@@ -11,6 +12,9 @@ mod receiver;
 mod sender;
 mod sys;
 mod transport;
+
+pub use receiver::{MeasureError, MeasureOptions, Measurement, Progress, measure};
+pub use sender::{BUSY, ServeEvent, ServeOptions, Server};
 
 use std::ffi::OsString;
 

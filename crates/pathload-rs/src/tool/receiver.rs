@@ -1,14 +1,25 @@
-//! The receiver role: connect to the sender, drive the estimator, print the range.
+//! The receiver role: connect to the sender and drive the estimator. [`measure`] is
+//! a measurement as a library call (the Measurement Overlay uses it); `rcv` prints
+//! one.
 
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use crate::control::{CONTROL_VERSION, ProbeKind, Reply, Request, Transport};
-use crate::{Action, Config, Estimator, Mode, Outcome, StopReason, StreamResult, TrainResult};
+use crate::control::{
+    CONTROL_VERSION, DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, ProbeKind, Reply, Request, Transport,
+};
+use crate::params::{DEFAULT_MAX_FLEETS, DEFAULT_MAX_SECONDS, STREAM_DURATION_NS};
+use crate::search::Bounds;
+use crate::{
+    Action, Config, Estimator, Event, Mode, Outcome, StopReason, StreamResult, StreamSpec,
+    TrainResult,
+};
 use anyhow::{Context, anyhow, bail};
 
-use crate::tool::cli::{ModeArg, RcvArgs};
+use crate::tool::cli::RcvArgs;
 use crate::tool::conn::Conn;
 use crate::tool::output::Output;
 use crate::tool::transport::{Listener, Seen};
@@ -25,14 +36,133 @@ const DRAIN: Duration = Duration::from_millis(30);
 /// Round trips timed before the run, the smallest kept.
 const PINGS: u32 = 5;
 
-/// Why the run could not go on.
-#[derive(Debug)]
-struct PeerGone(String);
+/// What one measurement needs: where the sender is, how probes travel, and how long
+/// and finely to measure. [`MeasureOptions::new`] gives the tool's defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeasureOptions {
+    /// The sending host (name or address) serving measurements.
+    pub sender: String,
+    /// The sender's control port.
+    pub port: u16,
+    /// How probes travel; the sender must use the same.
+    pub transport: Transport,
+    /// mgrpd's API socket (MGRP transport).
+    pub socket: PathBuf,
+    /// This host's probe port.
+    pub probe_port: u16,
+    /// The address the sender should send probes to (default: the one the control
+    /// connection comes from).
+    pub address: Option<IpAddr>,
+    /// Idle between streams (slow) or not (fast).
+    pub mode: Mode,
+    /// Longest a run may take; without convergence there is no estimate.
+    pub max_time: Duration,
+    /// Most fleets a run may take.
+    pub max_fleets: u32,
+    /// Resolution ω, Mbit/s (default: 2 % of the initial rate).
+    pub resolution: Option<f64>,
+    /// Packets per stream, fixed; `None` sizes streams by `stream_duration`.
+    pub packets: Option<u32>,
+    /// How long each stream lasts unless `packets` fixes its length.
+    pub stream_duration: Duration,
+    /// Whether application traffic may ride in the probes (MGRP).
+    pub piggyback: bool,
+    /// Send every stream of a fleet even when its verdict is already certain.
+    pub full_fleets: bool,
+}
 
-fn connect(args: &RcvArgs) -> Result<TcpStream, String> {
-    let addrs: Vec<SocketAddr> = (args.sender.as_str(), args.port)
+impl MeasureOptions {
+    /// The tool's defaults for a measurement from `sender` over `transport`.
+    pub fn new(sender: impl Into<String>, transport: Transport) -> Self {
+        Self {
+            sender: sender.into(),
+            port: DEFAULT_CONTROL_PORT,
+            transport,
+            socket: PathBuf::from(mgrp_client::DEFAULT_SOCKET),
+            probe_port: DEFAULT_PROBE_PORT,
+            address: None,
+            mode: Mode::Slow,
+            max_time: Duration::from_secs(DEFAULT_MAX_SECONDS),
+            max_fleets: DEFAULT_MAX_FLEETS,
+            resolution: None,
+            packets: None,
+            stream_duration: Duration::from_nanos(STREAM_DURATION_NS),
+            piggyback: true,
+            full_fleets: false,
+        }
+    }
+}
+
+/// What a measurement in progress shows its driver.
+#[derive(Debug)]
+pub enum Progress<'a> {
+    /// The sender answered: the round trip and the largest probe its path carries.
+    Started {
+        /// The smallest of the round trips timed before the run.
+        rtt: Duration,
+        /// Largest probe, IP bytes.
+        max_size: u32,
+    },
+    /// A stream is about to be asked for.
+    Stream {
+        /// What it is.
+        spec: &'a StreamSpec,
+        /// Time since the run started.
+        elapsed: Duration,
+        /// The search's bounds so far.
+        bounds: &'a Bounds,
+    },
+    /// The estimator's account of what happened.
+    Event(&'a Event),
+}
+
+/// A measurement that ran, converged or not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measurement {
+    /// The estimator's result: the range (if it converged), why it stopped, the
+    /// probe and rider bytes.
+    pub outcome: Outcome,
+    /// How long it took, from the first connection attempt.
+    pub elapsed: Duration,
+    /// The round trip to the sender.
+    pub rtt: Duration,
+    /// Set when the sender went away mid-run (the run then stopped there).
+    pub peer_gone: Option<String>,
+    /// Probes that came without a kernel receive stamp and were stamped on reading.
+    pub unstamped: u64,
+}
+
+impl Measurement {
+    /// Whether it gave an estimate.
+    pub fn converged(&self) -> bool {
+        self.peer_gone.is_none() && self.outcome.reason.converged()
+    }
+
+    /// The tool's exit status for it (0 for an estimate).
+    pub fn exit_code(&self) -> i32 {
+        if self.peer_gone.is_some() {
+            exit::PEER
+        } else {
+            exit::for_reason(self.outcome.reason)
+        }
+    }
+}
+
+/// Why a measurement could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    /// The sender could not be reached.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The sender refused or the exchange failed before an estimate could start.
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
+fn connect(opts: &MeasureOptions) -> Result<TcpStream, String> {
+    let addrs: Vec<SocketAddr> = (opts.sender.as_str(), opts.port)
         .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve sender {}: {e}", args.sender))?
+        .map_err(|e| format!("cannot resolve sender {}: {e}", opts.sender))?
         .collect();
     let mut last = String::from("no address");
     for a in addrs {
@@ -43,46 +173,98 @@ fn connect(args: &RcvArgs) -> Result<TcpStream, String> {
     }
     Err(format!(
         "cannot reach the sender at {} port {} ({last}); is `pathload-rs snd` running there?",
-        args.sender, args.port
+        opts.sender, opts.port
     ))
 }
 
-/// Runs a measurement; returns the exit code.
-pub(crate) fn run(args: &RcvArgs) -> i32 {
+/// Runs one measurement from the sender `opts` names, until it converges, a limit
+/// ends it, the sender goes away, or `stop` is set. `progress` sees it go.
+pub fn measure(
+    opts: &MeasureOptions,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Measurement, MeasureError> {
     let started = Instant::now();
-    let stream = match connect(args) {
-        Ok(s) => s,
-        Err(e) => {
+    let stream = connect(opts).map_err(MeasureError::Unreachable)?;
+    let peer = stream.peer_addr().map_err(|e| {
+        MeasureError::Unreachable(format!("the control connection broke at once: {e}"))
+    })?;
+    Ok(run_measurement(
+        opts, stream, peer, started, stop, progress,
+    )?)
+}
+
+/// The `rcv` command: a measurement printed as text or JSON; returns the exit code.
+pub(crate) fn run(args: &RcvArgs) -> i32 {
+    let opts = args.options();
+    let mode = match opts.mode {
+        Mode::Slow => "slow",
+        Mode::Fast => "fast",
+    };
+    let mut out = Output::new(args.json, args.verbose);
+    let sender = format!("{}:{}", opts.sender, opts.port);
+    let measured = measure(&opts, sys::interrupt_flag(), &mut |p| match p {
+        Progress::Started { rtt, .. } => out.start(
+            &sender,
+            &opts.transport.to_string(),
+            mode,
+            rtt.as_secs_f64() * 1e3,
+        ),
+        Progress::Stream {
+            spec,
+            elapsed,
+            bounds,
+        } => out.stream_start(spec, elapsed.as_secs_f64(), bounds),
+        Progress::Event(ev) => out.event(ev),
+    });
+    let m = match measured {
+        Ok(m) => m,
+        Err(MeasureError::Unreachable(e)) => {
             eprintln!("pathload-rs: {e}");
             return exit::PEER;
         }
-    };
-    let peer = match stream.peer_addr() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("pathload-rs: the control connection broke at once: {e}");
-            return exit::PEER;
+        Err(MeasureError::Failed(e)) => {
+            eprintln!("pathload-rs: {e:#}");
+            return exit::ERROR;
         }
     };
-    match measure(args, stream, peer, started) {
-        Ok(code) => code,
-        Err(e) => {
+    if m.unstamped > 0 {
+        eprintln!(
+            "pathload-rs: warning: {} probes came without a kernel receive stamp and were stamped on reading",
+            m.unstamped
+        );
+    }
+    let o = &m.outcome;
+    // Printed when the adjustment moved the range by at least the printed precision.
+    let show_unadjusted = opts.transport == Transport::Mgrp
+        && ((o.unadjusted_low - o.low).abs() >= 0.005
+            || (o.unadjusted_high - o.high).abs() >= 0.005);
+    out.result(
+        o,
+        m.elapsed.as_secs_f64(),
+        show_unadjusted,
+        m.peer_gone.as_deref(),
+    );
+    if let Some(path) = &args.plot {
+        if let Err(e) = plot::draw(path, &out.fleets, o) {
             eprintln!("pathload-rs: {e:#}");
-            exit::ERROR
         }
     }
+    m.exit_code()
 }
 
-fn measure(
-    args: &RcvArgs,
+fn run_measurement(
+    opts: &MeasureOptions,
     stream: TcpStream,
     peer: SocketAddr,
     started: Instant,
-) -> anyhow::Result<i32> {
-    let transport = args.transport();
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> anyhow::Result<Measurement> {
+    let transport = opts.transport;
     let mut conn = Conn::new(stream)?;
     conn.stream().set_read_timeout(Some(REPLY_SLACK))?;
-    let (listener, rx) = Listener::start(transport, args.probe_port, peer.ip(), &args.socket)?;
+    let (listener, rx) = Listener::start(transport, opts.probe_port, peer.ip(), &opts.socket)?;
 
     let mut rtt = Duration::MAX;
     for _ in 0..PINGS {
@@ -90,6 +272,7 @@ fn measure(
         conn.send(&Request::Ping)?;
         match conn.recv::<Reply>()? {
             Some(Reply::Pong) => rtt = rtt.min(t.elapsed()),
+            Some(Reply::Error { message }) => bail!("the sender refused: {message}"),
             Some(other) => bail!("the sender answered a ping with {other:?}"),
             None => bail!("the sender closed the connection"),
         }
@@ -97,9 +280,9 @@ fn measure(
     conn.send(&Request::Hello {
         version: CONTROL_VERSION,
         transport,
-        address: args.address,
-        probe_port: args.probe_port,
-        piggyback: !args.no_piggyback,
+        address: opts.address,
+        probe_port: opts.probe_port,
+        piggyback: opts.piggyback,
     })?;
     let max_size = match conn.recv::<Reply>()? {
         Some(Reply::Hello { max_size, .. }) => max_size,
@@ -108,40 +291,28 @@ fn measure(
         None => bail!("the sender closed the connection"),
     };
 
-    let mode = match args.mode {
-        ModeArg::Slow => Mode::Slow,
-        ModeArg::Fast => Mode::Fast,
-    };
     let mut est = Estimator::new(Config {
-        mode,
+        mode: opts.mode,
         rtt_ns: u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX),
-        omega_mbps: args.resolution,
+        omega_mbps: opts.resolution,
         max_size,
-        max_fleets: args.max_fleets,
-        early_verdict: !args.full_fleets,
-        stream_packets: args.packets,
-        stream_duration_ns: args.stream_duration * 1_000_000,
+        max_fleets: opts.max_fleets,
+        early_verdict: !opts.full_fleets,
+        stream_packets: opts.packets,
+        stream_duration_ns: u64::try_from(opts.stream_duration.as_nanos()).unwrap_or(u64::MAX),
         ..Config::default()
     });
-    let mut out = Output::new(args.json, args.verbose);
-    out.start(
-        &format!("{}:{}", args.sender, args.port),
-        &transport.to_string(),
-        match mode {
-            Mode::Slow => "slow",
-            Mode::Fast => "fast",
-        },
-        rtt.as_secs_f64() * 1e3,
-    );
+    progress(Progress::Started { rtt, max_size });
 
-    let limit = Duration::from_secs(args.max_time);
+    let limit = opts.max_time;
+    let stopped = || stop.load(Ordering::Relaxed);
     let mut next_at = Instant::now();
-    let mut gone: Option<PeerGone> = None;
+    let mut gone: Option<String> = None;
     let outcome: Outcome = loop {
         while let Some(ev) = est.poll_event() {
-            out.event(&ev);
+            progress(Progress::Event(&ev));
         }
-        if sys::interrupted() {
+        if stopped() {
             est.handle_stop(StopReason::Interrupted);
         } else if started.elapsed() >= limit {
             est.handle_stop(StopReason::TimeLimit);
@@ -174,10 +345,14 @@ fn measure(
                 if next_at > now {
                     std::thread::sleep(next_at - now);
                 }
-                if sys::interrupted() || started.elapsed() >= limit {
+                if stopped() || started.elapsed() >= limit {
                     continue;
                 }
-                out.stream_start(&s, started.elapsed().as_secs_f64(), &est.bounds());
+                progress(Progress::Stream {
+                    spec: &s,
+                    elapsed: started.elapsed(),
+                    bounds: &est.bounds(),
+                });
                 exchange(
                     &mut conn,
                     &rx,
@@ -201,43 +376,23 @@ fn measure(
             }
         };
         if let Err(e) = step {
-            gone = Some(PeerGone(format!("{e:#}")));
+            gone = Some(format!("{e:#}"));
             est.handle_stop(StopReason::Interrupted);
         }
     };
     while let Some(ev) = est.poll_event() {
-        out.event(&ev);
+        progress(Progress::Event(&ev));
     }
     let _ = conn.send(&Request::Bye);
-    let unstamped = listener
-        .unstamped
-        .load(std::sync::atomic::Ordering::Relaxed);
-    if unstamped > 0 {
-        eprintln!(
-            "pathload-rs: warning: {unstamped} probes came without a kernel receive stamp and were stamped on reading"
-        );
-    }
+    let unstamped = listener.unstamped.load(Ordering::Relaxed);
     drop(listener);
-    let seconds = started.elapsed().as_secs_f64();
-    // Printed when the adjustment moved the range by at least the printed precision.
-    let show_unadjusted = transport == Transport::Mgrp
-        && ((outcome.unadjusted_low - outcome.low).abs() >= 0.005
-            || (outcome.unadjusted_high - outcome.high).abs() >= 0.005);
-    out.result(
-        &outcome,
-        seconds,
-        show_unadjusted,
-        gone.as_ref().map(|g| g.0.as_str()),
-    );
-    if let Some(path) = &args.plot {
-        if let Err(e) = plot::draw(path, &out.fleets, &outcome) {
-            eprintln!("pathload-rs: {e:#}");
-        }
-    }
-    if gone.is_some() {
-        return Ok(exit::PEER);
-    }
-    Ok(exit::for_reason(outcome.reason))
+    Ok(Measurement {
+        outcome,
+        elapsed: started.elapsed(),
+        rtt,
+        peer_gone: gone,
+        unstamped,
+    })
 }
 
 /// Asks for one train or stream, waits for the sender's report, then drains the

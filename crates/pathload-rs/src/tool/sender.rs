@@ -1,9 +1,15 @@
-//! The sender role: wait for a receiver on the control port and send what it asks for.
+//! The sender role: wait for a receiver on the control port and send what it asks
+//! for. [`Server`] is the sender as a library (the Measurement Overlay serves its
+//! neighbours with it); `snd` runs one.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::control::{CONTROL_VERSION, Reply, Request, Transport};
+use crate::control::{
+    CONTROL_VERSION, DEFAULT_CONTROL_PORT, DEFAULT_SENDER_PROBE_PORT, Reply, Request, Transport,
+};
 use crate::params::{MAX_PROBE_IP_BYTES, MIN_PROBE_IP_BYTES};
 use anyhow::Context;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -28,31 +34,185 @@ fn max_size(conn: &Conn) -> u32 {
     (mss + headers).clamp(MIN_PROBE_IP_BYTES, MAX_PROBE_IP_BYTES)
 }
 
-fn listen(args: &SndArgs) -> anyhow::Result<TcpListener> {
-    let bind = args.bind.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
-    let domain = if bind.is_ipv4() {
-        Domain::IPV4
-    } else {
-        Domain::IPV6
-    };
-    let s = Socket::new(domain, Type::STREAM, Some(Protocol::TCP))?;
-    if bind.is_ipv6() {
-        // Receivers over IPv4 too, unless the host has IPv6 off.
-        let _ = s.set_only_v6(false);
-    }
-    s.set_reuse_address(true)?;
-    let addr = SocketAddr::new(bind, args.port);
-    s.bind(&SockAddr::from(addr)).with_context(|| {
-        format!("cannot listen on control port {addr}; is another pathload-rs snd running? pick another with --port")
-    })?;
-    s.listen(4)?;
-    Ok(s.into())
+/// How a sender serves measurements. [`ServeOptions::new`] gives the tool's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeOptions {
+    /// Control port to listen on.
+    pub port: u16,
+    /// Address to listen on (default: every address, IPv6 and IPv4).
+    pub bind: Option<IpAddr>,
+    /// How probes travel; receivers must use the same.
+    pub transport: Transport,
+    /// mgrpd's API socket (MGRP transport).
+    pub socket: PathBuf,
+    /// The sender's probe port (UDP source port; MGRP measurement port).
+    pub probe_port: u16,
+    /// Whether application traffic may ride in the probes when a receiver asks.
+    pub piggyback: bool,
 }
 
-/// Serves one measurement, or every one with `--keep-serving`.
+impl ServeOptions {
+    /// The tool's defaults for serving over `transport`.
+    pub fn new(transport: Transport) -> Self {
+        Self {
+            port: DEFAULT_CONTROL_PORT,
+            bind: None,
+            transport,
+            socket: PathBuf::from(mgrp_client::DEFAULT_SOCKET),
+            probe_port: DEFAULT_SENDER_PROBE_PORT,
+            piggyback: true,
+        }
+    }
+}
+
+/// What a serving sender reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServeEvent {
+    /// A receiver connected.
+    Connected(SocketAddr),
+    /// Its measurement ended after this many streams, or with this error.
+    Done(SocketAddr, Result<u32, String>),
+    /// A request was refused, with the message the receiver got.
+    Refused(SocketAddr, String),
+}
+
+/// A sender listening for receivers; it serves one measurement at a time, the
+/// others wait their turn in the listen backlog.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    opts: ServeOptions,
+}
+
+/// How often a waiting server looks at its stop flag.
+const ACCEPT_POLL: Duration = Duration::from_millis(50);
+
+impl Server {
+    /// Listens on the control port `opts` names.
+    pub fn bind(opts: ServeOptions) -> anyhow::Result<Self> {
+        let bind = opts.bind.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
+        let domain = if bind.is_ipv4() {
+            Domain::IPV4
+        } else {
+            Domain::IPV6
+        };
+        let s = Socket::new(domain, Type::STREAM, Some(Protocol::TCP))?;
+        if bind.is_ipv6() {
+            // Receivers over IPv4 too, unless the host has IPv6 off.
+            let _ = s.set_only_v6(false);
+        }
+        s.set_reuse_address(true)?;
+        let addr = SocketAddr::new(bind, opts.port);
+        s.bind(&SockAddr::from(addr)).with_context(|| {
+            format!("cannot listen on control port {addr}; is another pathload-rs snd running? pick another with --port")
+        })?;
+        s.listen(16)?;
+        // Accepts wait in short polls, so that a stop is noticed.
+        s.set_nonblocking(true)?;
+        Ok(Self {
+            listener: s.into(),
+            opts,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves measurements one after another until `stop` is set (one only, unless
+    /// `keep_serving`). While one runs, a receiver that comes is told at once that
+    /// this sender is busy (its first request gets an error starting with
+    /// [`BUSY`]) rather than left waiting. A measurement in flight when `stop` is set
+    /// ends at its next request, and its receiver is told why.
+    pub fn serve(
+        &self,
+        keep_serving: bool,
+        stop: &AtomicBool,
+        report: &mut dyn FnMut(ServeEvent),
+    ) -> anyhow::Result<()> {
+        std::thread::scope(|scope| {
+            let (done_tx, done_rx) = std::sync::mpsc::channel();
+            let mut running: Option<std::thread::ScopedJoinHandle<'_, ()>> = None;
+            loop {
+                for ev in done_rx.try_iter() {
+                    report(ev);
+                }
+                if running
+                    .as_ref()
+                    .is_some_and(std::thread::ScopedJoinHandle::is_finished)
+                {
+                    running = None;
+                    for ev in done_rx.try_iter() {
+                        report(ev);
+                    }
+                    if !keep_serving {
+                        return Ok(());
+                    }
+                }
+                if stop.load(Ordering::Relaxed) {
+                    if let Some(t) = running.take() {
+                        let _ = t.join();
+                    }
+                    for ev in done_rx.try_iter() {
+                        report(ev);
+                    }
+                    return Ok(());
+                }
+                let (stream, peer) = match self.listener.accept() {
+                    Ok(x) => x,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(ACCEPT_POLL);
+                        continue;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                stream.set_nonblocking(false)?;
+                if running.is_some() {
+                    let message = format!(
+                        "{BUSY}: another receiver is measuring from this sender; try again when it is done"
+                    );
+                    turn_away(stream, &message);
+                    report(ServeEvent::Refused(peer, message));
+                    continue;
+                }
+                report(ServeEvent::Connected(peer));
+                let (opts, done_tx) = (&self.opts, done_tx.clone());
+                running = Some(scope.spawn(move || {
+                    let mut refused = |ev: ServeEvent| {
+                        let _ = done_tx.send(ev);
+                    };
+                    let done = serve_one(opts, stream, peer, stop, &mut refused);
+                    let _ =
+                        done_tx.send(ServeEvent::Done(peer, done.map_err(|e| format!("{e:#}"))));
+                }));
+            }
+        })
+    }
+}
+
+/// How the error a busy sender answers with begins.
+pub const BUSY: &str = "busy";
+
+/// Answers a receiver's first request with `message` and closes the connection.
+fn turn_away(stream: std::net::TcpStream, message: &str) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let Ok(mut conn) = Conn::new(stream) else {
+        return;
+    };
+    if let Ok(Some(_)) = conn.recv::<Request>() {
+        let _ = conn.send(&Reply::Error {
+            message: message.to_string(),
+        });
+    }
+}
+
+/// The `snd` command: serves one measurement, or every one with `--keep-serving`.
 pub(crate) fn run(args: &SndArgs) -> anyhow::Result<()> {
-    let listener = listen(args)?;
-    if args.transport() == Transport::Udp {
+    let opts = args.options();
+    let server = Server::bind(opts.clone())?;
+    if opts.transport == Transport::Udp {
         if let Err(e) = sys::make_realtime() {
             eprintln!(
                 "pathload-rs: warning: probes are paced without real-time priority ({e}); run as root or with CAP_SYS_NICE for steadier gaps"
@@ -61,36 +221,42 @@ pub(crate) fn run(args: &SndArgs) -> anyhow::Result<()> {
     }
     eprintln!(
         "pathload-rs: sender waiting on {} ({} probes)",
-        listener.local_addr()?,
-        args.transport()
+        server.local_addr()?,
+        opts.transport
     );
-    loop {
-        if sys::interrupted() {
-            return Ok(());
-        }
-        let (stream, peer) = match listener.accept() {
-            Ok(x) => x,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e.into()),
-        };
-        eprintln!("pathload-rs: receiver {peer} connected");
-        match serve(args, stream, peer) {
-            Ok(n) => eprintln!("pathload-rs: measurement for {peer} done ({n} streams)"),
-            Err(e) => eprintln!("pathload-rs: measurement for {peer} ended: {e:#}"),
-        }
-        if !args.keep_serving {
-            return Ok(());
-        }
-    }
+    let verbose = args.verbose;
+    server.serve(
+        args.keep_serving,
+        sys::interrupt_flag(),
+        &mut |ev| match ev {
+            ServeEvent::Connected(peer) => eprintln!("pathload-rs: receiver {peer} connected"),
+            ServeEvent::Done(peer, Ok(n)) => {
+                eprintln!("pathload-rs: measurement for {peer} done ({n} streams)");
+            }
+            ServeEvent::Done(peer, Err(e)) => {
+                eprintln!("pathload-rs: measurement for {peer} ended: {e}");
+            }
+            ServeEvent::Refused(_, message) if verbose => {
+                eprintln!("pathload-rs: refused: {message}");
+            }
+            ServeEvent::Refused(..) => {}
+        },
+    )
 }
 
-fn serve(args: &SndArgs, stream: std::net::TcpStream, peer: SocketAddr) -> anyhow::Result<u32> {
+fn serve_one(
+    opts: &ServeOptions,
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    stop: &AtomicBool,
+    report: &mut dyn FnMut(ServeEvent),
+) -> anyhow::Result<u32> {
     stream.set_read_timeout(Some(IDLE_LIMIT))?;
     let mut conn = Conn::new(stream)?;
     let mut sender: Option<Sender> = None;
     let mut streams = 0;
     while let Some(req) = conn.recv::<Request>()? {
-        if sys::interrupted() {
+        if stop.load(Ordering::Relaxed) {
             conn.send(&Reply::Error {
                 message: "the sender is shutting down".into(),
             })?;
@@ -110,12 +276,11 @@ fn serve(args: &SndArgs, stream: std::net::TcpStream, peer: SocketAddr) -> anyho
                             "control protocol {version} not spoken here (this sender speaks {CONTROL_VERSION}); use the same pathload-rs version on both hosts"
                         ),
                     }
-                } else if transport != args.transport() {
+                } else if transport != opts.transport {
                     Reply::Error {
                         message: format!(
                             "this sender sends {} probes; run the receiver with --transport {}",
-                            args.transport(),
-                            args.transport()
+                            opts.transport, opts.transport
                         ),
                     }
                 } else {
@@ -123,12 +288,12 @@ fn serve(args: &SndArgs, stream: std::net::TcpStream, peer: SocketAddr) -> anyho
                     let ip = address.unwrap_or(peer.ip()).to_canonical();
                     let dst = SocketAddr::new(ip, probe_port);
                     let made = match transport {
-                        Transport::Udp => Sender::udp(dst, args.probe_port),
+                        Transport::Udp => Sender::udp(dst, opts.probe_port),
                         Transport::Mgrp => Sender::mgrp(
-                            &args.socket,
+                            &opts.socket,
                             dst.ip(),
-                            (args.probe_port, probe_port),
-                            piggyback && !args.no_piggyback,
+                            (opts.probe_port, probe_port),
+                            piggyback && opts.piggyback,
                         ),
                     };
                     match made {
@@ -183,10 +348,8 @@ fn serve(args: &SndArgs, stream: std::net::TcpStream, peer: SocketAddr) -> anyho
             }
             Request::Bye => break,
         };
-        if args.verbose {
-            if let Reply::Error { message } = &reply {
-                eprintln!("pathload-rs: refused: {message}");
-            }
+        if let Reply::Error { message } = &reply {
+            report(ServeEvent::Refused(peer, message.clone()));
         }
         conn.send(&reply)?;
     }

@@ -57,7 +57,7 @@ extern "C" fn on_signal(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
-/// Routes SIGINT and SIGTERM to a flag that [`interrupted`] reads, so a run can end
+/// Routes SIGINT and SIGTERM to the flag [`interrupt_flag`] gives, so a run can end
 /// with its best range instead of dying mid-stream.
 pub(crate) fn catch_interrupts() {
     for sig in [libc::SIGINT, libc::SIGTERM] {
@@ -72,7 +72,7 @@ pub(crate) fn catch_interrupts() {
     }
 }
 
-/// Whether SIGINT or SIGTERM arrived.
-pub(crate) fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::SeqCst)
+/// The flag SIGINT and SIGTERM set, as the stop flag of the command's measurement.
+pub(crate) fn interrupt_flag() -> &'static AtomicBool {
+    &INTERRUPTED
 }

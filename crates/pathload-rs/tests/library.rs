@@ -1,0 +1,161 @@
+//! pathload-rs as a library, over plain UDP on loopback (no root, no mgrpd): a
+//! measurement runs against a `Server` and reports its bytes; a second receiver
+//! while one measures is told the sender is busy; a stop flag ends both sides; an
+//! unreachable sender is an error of its own.
+
+use std::net::UdpSocket;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use pathload_rs::Mode;
+use pathload_rs::control::Transport;
+use pathload_rs::tool::{
+    BUSY, MeasureError, MeasureOptions, Progress, ServeEvent, ServeOptions, Server, measure,
+};
+
+/// A UDP port nothing listens on right now.
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn server() -> Server {
+    let opts = ServeOptions {
+        port: 0,
+        bind: Some("127.0.0.1".parse().unwrap()),
+        probe_port: free_udp_port(),
+        ..ServeOptions::new(Transport::Udp)
+    };
+    Server::bind(opts).unwrap()
+}
+
+fn options(port: u16, time: Duration) -> MeasureOptions {
+    MeasureOptions {
+        port,
+        probe_port: free_udp_port(),
+        mode: Mode::Fast,
+        max_time: time,
+        max_fleets: 4,
+        ..MeasureOptions::new("127.0.0.1", Transport::Udp)
+    }
+}
+
+#[test]
+fn a_measurement_runs_and_a_second_receiver_hears_busy() {
+    let server = server();
+    let port = server.local_addr().unwrap().port();
+    let stop = AtomicBool::new(false);
+    let (measured, busy, events) = std::thread::scope(|s| {
+        let serving = s.spawn(|| {
+            let mut events = Vec::new();
+            server
+                .serve(true, &stop, &mut |ev| events.push(ev))
+                .unwrap();
+            events
+        });
+        let (mut started, mut streams) = (false, 0);
+        let m = measure(
+            &options(port, Duration::from_secs(4)),
+            &AtomicBool::new(false),
+            &mut |p| match p {
+                Progress::Started { .. } => started = true,
+                Progress::Stream { .. } => streams += 1,
+                Progress::Event(_) => {}
+            },
+        );
+        // A receiver that connects and says nothing holds the sender; the next one
+        // is turned away at once instead of waiting.
+        let holder = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let asked = Instant::now();
+        let busy = measure(
+            &options(port, Duration::from_secs(2)),
+            &AtomicBool::new(false),
+            &mut |_| {},
+        );
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            asked.elapsed()
+        );
+        drop(holder);
+        stop.store(true, Ordering::Relaxed);
+        ((m, started, streams), busy, serving.join().unwrap())
+    });
+    let (m, started, streams) = measured;
+    let m = m.unwrap();
+    assert!(started);
+    assert!(streams > 0, "no stream was asked for");
+    assert!(m.outcome.probe_bytes > 0);
+    assert_eq!(m.outcome.rider_bytes, 0);
+    assert!(m.peer_gone.is_none(), "{m:?}");
+    let e = busy.expect_err("a receiver while another measures is turned away");
+    assert!(matches!(e, MeasureError::Failed(_)), "{e:?}");
+    assert!(e.to_string().contains(BUSY), "{e}");
+    assert!(
+        matches!(events.first(), Some(ServeEvent::Connected(_))),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, ServeEvent::Refused(_, m) if m.starts_with(BUSY))),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, ServeEvent::Done(_, Ok(n)) if *n > 0)),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn stop_ends_a_measurement_and_the_server() {
+    let server = server();
+    let port = server.local_addr().unwrap().port();
+    let (serve_stop, measure_stop) = (AtomicBool::new(false), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let serving = s.spawn(|| server.serve(true, &serve_stop, &mut |_| {}));
+        let measuring = s.spawn(|| {
+            measure(
+                &options(port, Duration::from_secs(60)),
+                &measure_stop,
+                &mut |_| {},
+            )
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        let asked = Instant::now();
+        measure_stop.store(true, Ordering::Relaxed);
+        let m = measuring.join().unwrap().unwrap();
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            asked.elapsed()
+        );
+        assert!(!m.converged());
+        serve_stop.store(true, Ordering::Relaxed);
+        serving.join().unwrap().unwrap();
+    });
+}
+
+#[test]
+fn an_unreachable_sender_is_its_own_error() {
+    // A port just freed: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let e = measure(
+        &options(port, Duration::from_secs(2)),
+        &AtomicBool::new(false),
+        &mut |_| {},
+    )
+    .unwrap_err();
+    assert!(matches!(e, MeasureError::Unreachable(_)), "{e:?}");
+    assert!(e.to_string().contains("cannot reach the sender"), "{e}");
+}

@@ -1,0 +1,487 @@
+//! When each link is measured: the overlay's scheduler, with no I/O and no clock.
+//!
+//! Links are measured in turn: each one every `interval`, with jitter so that nodes
+//! started together drift apart, never two measurements on one link at once, and at
+//! most `max_running` measurements into this node at once (paths into a node share
+//! its downlink, so by default one at a time). A failed run backs off, doubling up
+//! to a limit; a neighbour that is down backs off the same way and says so. "Measure
+//! now" puts a link first in line. A link may also be set to wait for application
+//! traffic to ride (`ride_min_bps`): when it falls due it waits, up to one interval,
+//! until the sending side reports that much traffic queued for it, then runs anyway.
+//!
+//! The driver asks [`Scheduler::poll_start`] which link to start, tells it how each
+//! run ended ([`Scheduler::handle_done`]) and sleeps until [`Scheduler::poll_timeout`].
+
+use std::time::Duration;
+
+use mgrp_core::MonoTime;
+
+/// A link's index in the order it was configured.
+pub type LinkIndex = usize;
+
+/// How one link is scheduled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timing {
+    /// Time between the end of one run and the start of the next.
+    pub interval: Duration,
+    /// Each wait is drawn uniformly within `interval × (1 ± jitter)`, `0.0..=0.5`.
+    pub jitter: f64,
+    /// First wait after a failure; it doubles with each failure in a row.
+    pub backoff: Duration,
+    /// Longest wait after failures.
+    pub max_backoff: Duration,
+    /// Application traffic (bits per second queued for this link on the sending side)
+    /// to wait for before a run, up to one interval; `None` runs as soon as due.
+    pub ride_min_bps: Option<u64>,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(60),
+            jitter: 0.1,
+            backoff: Duration::from_secs(5),
+            max_backoff: Duration::from_secs(300),
+            ride_min_bps: None,
+        }
+    }
+}
+
+/// How a run ended, as the scheduler needs to know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunEnd {
+    /// It gave an estimate.
+    Estimate,
+    /// It ran but gave no estimate (time limit, unusable path): tried again after
+    /// the back-off.
+    NoEstimate(String),
+    /// The neighbour could not be reached or went away mid-run.
+    PeerDown(String),
+}
+
+/// Where a link is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkState {
+    /// Waiting until `due`.
+    Waiting {
+        /// When its next run falls due.
+        due: MonoTime,
+    },
+    /// Due since `due`, waiting for traffic to ride until `until`.
+    AwaitingTraffic {
+        /// When it fell due.
+        due: MonoTime,
+        /// When it runs whatever the traffic.
+        until: MonoTime,
+    },
+    /// Due, waiting for a free slot.
+    Ready {
+        /// Since when.
+        since: MonoTime,
+    },
+    /// A run is in flight.
+    Running {
+        /// Since when.
+        since: MonoTime,
+    },
+    /// Backing off after failures in a row.
+    BackingOff {
+        /// When it is tried again.
+        until: MonoTime,
+        /// Failures in a row.
+        failures: u32,
+        /// Why the last run failed.
+        why: String,
+        /// Whether the neighbour was down.
+        peer_down: bool,
+    },
+}
+
+/// Why "measure now" was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NowRefused {
+    /// No link has this index.
+    #[error("no such link")]
+    NoSuchLink,
+    /// A run of this link is in flight already; its result is the one to wait for.
+    #[error("a measurement of this link is running")]
+    Running,
+}
+
+#[derive(Debug, Clone)]
+struct Link {
+    timing: Timing,
+    state: LinkState,
+    /// Asked for with "measure now": first in line.
+    urgent: bool,
+    /// Application traffic queued for it on the sending side, as last reported.
+    traffic_bps: u64,
+    failures: u32,
+}
+
+/// The scheduler of one node's links.
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    links: Vec<Link>,
+    max_running: usize,
+    rng: u64,
+}
+
+impl Scheduler {
+    /// Links with their timings, all due after a first jittered wait of at most
+    /// `first_within` from `now` (so a restarted node does not measure everything at
+    /// once); `seed` drives the jitter.
+    pub fn new(
+        timings: Vec<Timing>,
+        max_running: usize,
+        now: MonoTime,
+        first_within: Duration,
+        seed: u64,
+    ) -> Self {
+        let mut s = Self {
+            links: Vec::with_capacity(timings.len()),
+            max_running: max_running.max(1),
+            rng: seed | 1,
+        };
+        for timing in timings {
+            let first = s.uniform(first_within);
+            s.links.push(Link {
+                timing,
+                state: LinkState::Waiting {
+                    due: now.saturating_add(first),
+                },
+                urgent: false,
+                traffic_bps: 0,
+                failures: 0,
+            });
+        }
+        s
+    }
+
+    /// How many links it schedules.
+    pub fn len(&self) -> usize {
+        self.links.len()
+    }
+
+    /// Whether it schedules no link.
+    pub fn is_empty(&self) -> bool {
+        self.links.is_empty()
+    }
+
+    /// Where link `i` is.
+    pub fn state(&self, i: LinkIndex) -> Option<&LinkState> {
+        self.links.get(i).map(|l| &l.state)
+    }
+
+    /// The link to start now, if any: urgent ones first, then the one due longest.
+    /// It is `Running` from here until [`Self::handle_done`].
+    pub fn poll_start(&mut self, now: MonoTime) -> Option<LinkIndex> {
+        self.advance(now);
+        let running = self
+            .links
+            .iter()
+            .filter(|l| matches!(l.state, LinkState::Running { .. }))
+            .count();
+        if running >= self.max_running {
+            return None;
+        }
+        let next = self
+            .links
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| match l.state {
+                LinkState::Ready { since } => Some((!l.urgent, since, i)),
+                _ => None,
+            })
+            .min()?
+            .2;
+        let link = &mut self.links[next];
+        link.urgent = false;
+        link.state = LinkState::Running { since: now };
+        Some(next)
+    }
+
+    /// Link `i`'s run ended at `now`.
+    pub fn handle_done(&mut self, i: LinkIndex, now: MonoTime, end: &RunEnd) {
+        let wait = match end {
+            RunEnd::Estimate => None,
+            RunEnd::NoEstimate(_) | RunEnd::PeerDown(_) => Some(()),
+        };
+        let Some(link) = self.links.get(i) else {
+            return;
+        };
+        if !matches!(link.state, LinkState::Running { .. }) {
+            return;
+        }
+        let timing = link.timing.clone();
+        match (wait, end) {
+            (None, _) => {
+                let interval = self.jittered(timing.interval, timing.jitter);
+                let link = &mut self.links[i];
+                link.failures = 0;
+                link.state = LinkState::Waiting {
+                    due: now.saturating_add(interval),
+                };
+            }
+            (Some(()), RunEnd::NoEstimate(why) | RunEnd::PeerDown(why)) => {
+                let failures = self.links[i].failures.saturating_add(1);
+                let doubling = 2u32.saturating_pow(failures - 1);
+                let base = timing
+                    .backoff
+                    .saturating_mul(doubling)
+                    .min(timing.max_backoff);
+                let wait = self.jittered(base, timing.jitter);
+                let link = &mut self.links[i];
+                link.failures = failures;
+                link.state = LinkState::BackingOff {
+                    until: now.saturating_add(wait),
+                    failures,
+                    why: why.clone(),
+                    peer_down: matches!(end, RunEnd::PeerDown(_)),
+                };
+            }
+            (Some(()), RunEnd::Estimate) => unreachable!("an estimate is no failure"),
+        }
+        if self.links[i].urgent {
+            // Asked for while it ran: the fresh result is the answer.
+            self.links[i].urgent = false;
+        }
+    }
+
+    /// Puts link `i` first in line, whatever its wait or back-off.
+    pub fn measure_now(&mut self, i: LinkIndex, now: MonoTime) -> Result<(), NowRefused> {
+        let link = self.links.get_mut(i).ok_or(NowRefused::NoSuchLink)?;
+        if matches!(link.state, LinkState::Running { .. }) {
+            return Err(NowRefused::Running);
+        }
+        link.urgent = true;
+        link.state = LinkState::Ready { since: now };
+        Ok(())
+    }
+
+    /// The sending side reports `bps` of application traffic queued for link `i`.
+    pub fn handle_traffic(&mut self, i: LinkIndex, bps: u64) {
+        if let Some(link) = self.links.get_mut(i) {
+            link.traffic_bps = bps;
+        }
+    }
+
+    /// When something next falls due (a wait, a back-off, a traffic wait that ends);
+    /// `None` when nothing waits on time.
+    pub fn poll_timeout(&self) -> Option<MonoTime> {
+        self.links
+            .iter()
+            .filter_map(|l| match l.state {
+                LinkState::Waiting { due } => Some(due),
+                LinkState::AwaitingTraffic { until, .. } => Some(until),
+                LinkState::BackingOff { until, .. } => Some(until),
+                LinkState::Ready { .. } | LinkState::Running { .. } => None,
+            })
+            .min()
+    }
+
+    /// Moves links whose time has come to `Ready` (or to waiting for traffic).
+    fn advance(&mut self, now: MonoTime) {
+        for link in &mut self.links {
+            let rides = link
+                .timing
+                .ride_min_bps
+                .is_none_or(|min| link.traffic_bps >= min);
+            link.state = match link.state.clone() {
+                LinkState::Waiting { due } | LinkState::BackingOff { until: due, .. }
+                    if due <= now =>
+                {
+                    if rides || link.urgent {
+                        LinkState::Ready { since: due }
+                    } else {
+                        LinkState::AwaitingTraffic {
+                            due,
+                            until: due.saturating_add(link.timing.interval),
+                        }
+                    }
+                }
+                LinkState::AwaitingTraffic { due, until } if rides || until <= now => {
+                    LinkState::Ready { since: due }
+                }
+                other => other,
+            };
+        }
+    }
+
+    /// `base` scaled by a factor drawn uniformly from `1 ± jitter`.
+    fn jittered(&mut self, base: Duration, jitter: f64) -> Duration {
+        let jitter = jitter.clamp(0.0, 0.5);
+        let u = self.unit();
+        base.mul_f64(1.0 - jitter + 2.0 * jitter * u)
+    }
+
+    /// A wait drawn uniformly from `0..=within`.
+    fn uniform(&mut self, within: Duration) -> Duration {
+        within.mul_f64(self.unit())
+    }
+
+    /// A draw from `0.0..1.0` (splitmix64).
+    fn unit(&mut self) -> f64 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(secs: u64) -> MonoTime {
+        MonoTime::from_nanos(secs * 1_000_000_000)
+    }
+
+    fn timing(interval: u64) -> Timing {
+        Timing {
+            interval: Duration::from_secs(interval),
+            jitter: 0.0,
+            backoff: Duration::from_secs(2),
+            max_backoff: Duration::from_secs(10),
+            ride_min_bps: None,
+        }
+    }
+
+    #[test]
+    fn links_take_turns_and_never_run_twice() {
+        let mut sch = Scheduler::new(vec![timing(10), timing(10)], 1, s(0), Duration::ZERO, 7);
+        let first = sch.poll_start(s(0)).unwrap();
+        // One slot: the other waits, and the running one is not started again.
+        assert_eq!(sch.poll_start(s(1)), None);
+        sch.handle_done(first, s(3), &RunEnd::Estimate);
+        let second = sch.poll_start(s(3)).unwrap();
+        assert_ne!(first, second);
+        assert_eq!(sch.poll_start(s(3)), None);
+        sch.handle_done(second, s(5), &RunEnd::Estimate);
+        // Each is due an interval after its own end.
+        assert_eq!(sch.poll_timeout(), Some(s(13)));
+        assert_eq!(sch.poll_start(s(12)), None);
+        assert_eq!(sch.poll_start(s(13)), Some(first));
+        sch.handle_done(first, s(14), &RunEnd::Estimate);
+        assert_eq!(sch.poll_start(s(15)), Some(second));
+    }
+
+    #[test]
+    fn failures_back_off_doubling_to_the_limit_and_reset_on_success() {
+        let mut sch = Scheduler::new(vec![timing(60)], 1, s(0), Duration::ZERO, 1);
+        let mut now = s(0);
+        let mut waits = Vec::new();
+        for _ in 0..5 {
+            assert_eq!(sch.poll_start(now), Some(0));
+            sch.handle_done(0, now, &RunEnd::PeerDown("refused".into()));
+            let until = sch.poll_timeout().unwrap();
+            waits.push(until.saturating_since(now).as_secs());
+            assert!(matches!(
+                sch.state(0),
+                Some(LinkState::BackingOff {
+                    peer_down: true,
+                    ..
+                })
+            ));
+            now = until;
+        }
+        assert_eq!(waits, [2, 4, 8, 10, 10]);
+        assert_eq!(sch.poll_start(now), Some(0));
+        sch.handle_done(0, now, &RunEnd::Estimate);
+        assert_eq!(
+            sch.poll_timeout(),
+            Some(now.saturating_add(Duration::from_secs(60)))
+        );
+        // The next failure starts from the first back-off again.
+        let later = sch.poll_timeout().unwrap();
+        assert_eq!(sch.poll_start(later), Some(0));
+        sch.handle_done(0, later, &RunEnd::NoEstimate("time limit".into()));
+        assert_eq!(
+            sch.poll_timeout(),
+            Some(later.saturating_add(Duration::from_secs(2)))
+        );
+    }
+
+    #[test]
+    fn measure_now_jumps_the_queue_but_not_a_running_link() {
+        let mut sch = Scheduler::new(
+            vec![timing(10), timing(10), timing(100)],
+            1,
+            s(0),
+            Duration::ZERO,
+            3,
+        );
+        let running = sch.poll_start(s(0)).unwrap();
+        assert_eq!(sch.measure_now(running, s(1)), Err(NowRefused::Running));
+        assert_eq!(sch.measure_now(9, s(1)), Err(NowRefused::NoSuchLink));
+        let other = (0..3).find(|&i| i != running && i != 2).unwrap();
+        // Link 2 is asked for later than `other` fell due, yet goes first.
+        sch.measure_now(2, s(2)).unwrap();
+        sch.handle_done(running, s(3), &RunEnd::Estimate);
+        assert_eq!(sch.poll_start(s(3)), Some(2));
+        sch.handle_done(2, s(4), &RunEnd::Estimate);
+        assert_eq!(sch.poll_start(s(4)), Some(other));
+    }
+
+    #[test]
+    fn a_riding_link_waits_for_traffic_at_most_one_interval() {
+        let ride = Timing {
+            ride_min_bps: Some(1_000_000),
+            ..timing(10)
+        };
+        let mut sch = Scheduler::new(vec![ride], 1, s(0), Duration::ZERO, 5);
+        assert_eq!(sch.poll_start(s(0)), None);
+        assert_eq!(
+            sch.state(0),
+            Some(&LinkState::AwaitingTraffic {
+                due: s(0),
+                until: s(10)
+            })
+        );
+        sch.handle_traffic(0, 500_000);
+        assert_eq!(sch.poll_start(s(3)), None);
+        sch.handle_traffic(0, 2_000_000);
+        assert_eq!(sch.poll_start(s(4)), Some(0));
+        sch.handle_done(0, s(5), &RunEnd::Estimate);
+        // No traffic this time: it runs anyway one interval after falling due.
+        sch.handle_traffic(0, 0);
+        assert_eq!(sch.poll_start(s(15)), None);
+        assert_eq!(sch.poll_timeout(), Some(s(25)));
+        assert_eq!(sch.poll_start(s(25)), Some(0));
+    }
+
+    #[test]
+    fn jitter_spreads_waits_within_its_band() {
+        let t = Timing {
+            jitter: 0.2,
+            ..timing(100)
+        };
+        let mut sch = Scheduler::new(vec![t; 50], 50, s(0), Duration::from_secs(30), 11);
+        let mut firsts: Vec<u64> = Vec::new();
+        for i in 0..50 {
+            match sch.state(i) {
+                Some(LinkState::Waiting { due }) => firsts.push(due.as_nanos()),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(firsts.iter().all(|&d| d <= s(30).as_nanos()));
+        firsts.sort_unstable();
+        firsts.dedup();
+        assert!(firsts.len() > 40, "first runs spread out");
+        let mut started = Vec::new();
+        while let Some(i) = sch.poll_start(s(30)) {
+            started.push(i);
+        }
+        assert_eq!(started.len(), 50);
+        for &i in &started {
+            sch.handle_done(i, s(30), &RunEnd::Estimate);
+            let Some(LinkState::Waiting { due }) = sch.state(i) else {
+                panic!()
+            };
+            let wait = due.saturating_since(s(30)).as_secs_f64();
+            assert!((80.0..=120.0).contains(&wait), "{wait}");
+        }
+    }
+}

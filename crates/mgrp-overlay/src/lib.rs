@@ -4,6 +4,8 @@
 //! baseline), serves as the sending side for its neighbours' measurements, and keeps
 //! the estimates for applications.
 //!
+//! - [`config`]: the TOML file, checked.
 //! - [`schedule`]: when each link is measured, with no I/O and no clock.
 
+pub mod config;
 pub mod schedule;

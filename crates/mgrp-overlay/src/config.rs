@@ -1,0 +1,407 @@
+//! The overlay's configuration: one TOML file (see `mgrp-overlay.example.toml`,
+//! every key commented), checked in one place so that a bad value is reported in one
+//! line that names the key and what would be accepted.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pathload_rs::Mode;
+use pathload_rs::control::{DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, Transport};
+use serde::Deserialize;
+
+use crate::schedule::Timing;
+
+/// Where the HTTP API listens unless told otherwise: this host only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
+/// The control port a node serves MGRP measurements on.
+pub const DEFAULT_MGRP_PORT: u16 = DEFAULT_CONTROL_PORT;
+/// The control port a node serves plain-UDP measurements on.
+pub const DEFAULT_UDP_PORT: u16 = DEFAULT_CONTROL_PORT + 10;
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// Which file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TOML does not parse or has an unknown key or a wrong type.
+    #[error("{0}")]
+    Toml(String),
+    /// A value is out of range or links contradict each other.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// How a link is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// pathload in fast mode (no idle between streams).
+    PathloadFast,
+    /// pathload in slow mode (idle between streams, as the original).
+    PathloadSlow,
+}
+
+impl Method {
+    /// The name the API and the metrics use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::PathloadFast => "pathload-fast",
+            Self::PathloadSlow => "pathload-slow",
+        }
+    }
+
+    /// pathload's mode.
+    pub fn mode(self) -> Mode {
+        match self {
+            Self::PathloadFast => Mode::Fast,
+            Self::PathloadSlow => Mode::Slow,
+        }
+    }
+}
+
+/// One link: the path into this node from a neighbour.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Link {
+    /// Its name in the API, the metrics and the logs.
+    pub name: String,
+    /// The neighbour (its overlay's serving address).
+    pub from: IpAddr,
+    /// The neighbour's control port for this transport.
+    pub port: u16,
+    /// How probes travel.
+    pub transport: Transport,
+    /// How it is measured.
+    pub method: Method,
+    /// Longest one run may take.
+    pub time_limit: Duration,
+    /// When it is measured.
+    pub timing: Timing,
+    /// This node's probe port for it (unique per link, so runs may overlap).
+    pub probe_port: u16,
+    /// Whether application traffic may ride in its probes (MGRP).
+    pub piggyback: bool,
+}
+
+/// The node's whole configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// This node's name.
+    pub name: String,
+    /// Where the HTTP API, `/metrics` and the status page listen.
+    pub listen: SocketAddr,
+    /// When set, every request must carry `Authorization: Bearer <token>` (or
+    /// `?token=` for the status page).
+    pub token: Option<String>,
+    /// mgrpd's API socket.
+    pub socket: PathBuf,
+    /// Measurements into this node that may run at once.
+    pub max_running: usize,
+    /// Estimates kept per link.
+    pub history: usize,
+    /// Transports this node serves its neighbours' measurements over, with their
+    /// control ports.
+    pub serve: Vec<(Transport, u16)>,
+    /// Whether application traffic may ride in the probes this node sends.
+    pub serve_piggyback: bool,
+    /// The links into this node.
+    pub links: Vec<Link>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct File {
+    name: Option<String>,
+    listen: Option<String>,
+    token_file: Option<PathBuf>,
+    socket: Option<PathBuf>,
+    max_running: Option<usize>,
+    history: Option<usize>,
+    probe_port_base: Option<u16>,
+    #[serde(default)]
+    serve: ServeFile,
+    #[serde(default, rename = "link")]
+    links: Vec<LinkFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ServeFile {
+    transports: Option<Vec<Transport>>,
+    mgrp_port: Option<u16>,
+    udp_port: Option<u16>,
+    piggyback: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct LinkFile {
+    name: Option<String>,
+    from: IpAddr,
+    port: Option<u16>,
+    transport: Option<Transport>,
+    method: Option<Method>,
+    interval: Option<String>,
+    time_limit: Option<String>,
+    jitter: Option<f64>,
+    backoff: Option<String>,
+    max_backoff: Option<String>,
+    ride_min_bps: Option<u64>,
+    piggyback: Option<bool>,
+}
+
+fn duration(key: &str, v: Option<&String>, default: Duration) -> Result<Duration, ConfigError> {
+    match v {
+        None => Ok(default),
+        Some(s) => {
+            mgrp_core::parse_duration(s).map_err(|e| ConfigError::Invalid(format!("{key}: {e}")))
+        }
+    }
+}
+
+fn invalid(msg: String) -> ConfigError {
+    ConfigError::Invalid(msg)
+}
+
+impl Config {
+    /// Reads and checks the file at `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text, path.parent())
+    }
+
+    /// Checks a configuration given as TOML; a `token-file` is read relative to
+    /// `dir`.
+    pub fn from_toml(text: &str, dir: Option<&Path>) -> Result<Self, ConfigError> {
+        let f: File = toml::from_str(text).map_err(|e| ConfigError::Toml(e.to_string()))?;
+        let name = f.name.unwrap_or_else(|| "node".into());
+        check_name("name", &name)?;
+        let listen_text = f.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+        let listen: SocketAddr = listen_text.parse().map_err(|_| {
+            invalid(format!(
+                "listen: {listen_text:?} is not an address and port, e.g. {DEFAULT_LISTEN}"
+            ))
+        })?;
+        let token = match &f.token_file {
+            None => None,
+            Some(p) => {
+                let p = match dir {
+                    Some(d) if p.is_relative() => d.join(p),
+                    _ => p.clone(),
+                };
+                let t = std::fs::read_to_string(&p).map_err(|source| ConfigError::Read {
+                    path: p.clone(),
+                    source,
+                })?;
+                let t = t.trim().to_string();
+                if t.len() < 16 {
+                    return Err(invalid(format!(
+                        "token-file: {} holds {} characters; use at least 16 (e.g. `openssl rand -hex 16`)",
+                        p.display(),
+                        t.len()
+                    )));
+                }
+                Some(t)
+            }
+        };
+        let max_running = f.max_running.unwrap_or(1);
+        if !(1..=16).contains(&max_running) {
+            return Err(invalid(format!(
+                "max-running: {max_running}; use 1 to 16 (paths into a node share its downlink)"
+            )));
+        }
+        let history = f.history.unwrap_or(1000);
+        if !(1..=100_000).contains(&history) {
+            return Err(invalid(format!("history: {history}; use 1 to 100000")));
+        }
+        let transports = f
+            .serve
+            .transports
+            .unwrap_or_else(|| vec![Transport::Mgrp, Transport::Udp]);
+        let mgrp_port = f.serve.mgrp_port.unwrap_or(DEFAULT_MGRP_PORT);
+        let udp_port = f.serve.udp_port.unwrap_or(DEFAULT_UDP_PORT);
+        let mut serve = Vec::new();
+        for t in transports {
+            let port = match t {
+                Transport::Mgrp => mgrp_port,
+                Transport::Udp => udp_port,
+            };
+            if serve.iter().any(|(u, _)| *u == t) {
+                return Err(invalid(format!("serve.transports: {t} is listed twice")));
+            }
+            serve.push((t, port));
+        }
+        if mgrp_port == udp_port && serve.len() == 2 {
+            return Err(invalid(format!(
+                "serve: mgrp-port and udp-port are both {mgrp_port}; each transport needs its own"
+            )));
+        }
+        let base = f.probe_port_base.unwrap_or(DEFAULT_PROBE_PORT);
+        let mut links = Vec::with_capacity(f.links.len());
+        let mut names = HashSet::new();
+        for (i, l) in f.links.into_iter().enumerate() {
+            let key = format!("link {}", i + 1);
+            let transport = l.transport.unwrap_or_default();
+            let name = l
+                .name
+                .unwrap_or_else(|| format!("{}-{}", l.from, transport));
+            check_name(&format!("{key}: name"), &name)?;
+            if !names.insert(name.clone()) {
+                return Err(invalid(format!("{key}: the name {name:?} is used twice")));
+            }
+            let interval = duration(
+                &format!("{key}: interval"),
+                l.interval.as_ref(),
+                Duration::from_secs(60),
+            )?;
+            let time_limit = duration(
+                &format!("{key}: time-limit"),
+                l.time_limit.as_ref(),
+                Duration::from_secs(30),
+            )?;
+            if interval < Duration::from_secs(1) {
+                return Err(invalid(format!(
+                    "{key}: interval {interval:?}; use at least 1s"
+                )));
+            }
+            if time_limit < Duration::from_secs(1) {
+                return Err(invalid(format!(
+                    "{key}: time-limit {time_limit:?}; use at least 1s"
+                )));
+            }
+            let jitter = l.jitter.unwrap_or(0.1);
+            if !(0.0..=0.5).contains(&jitter) {
+                return Err(invalid(format!(
+                    "{key}: jitter {jitter}; use 0 to 0.5 (a fraction of the interval)"
+                )));
+            }
+            let backoff = duration(
+                &format!("{key}: backoff"),
+                l.backoff.as_ref(),
+                Duration::from_secs(5),
+            )?;
+            let max_backoff = duration(
+                &format!("{key}: max-backoff"),
+                l.max_backoff.as_ref(),
+                Duration::from_secs(300),
+            )?;
+            if backoff.is_zero() || max_backoff < backoff {
+                return Err(invalid(format!(
+                    "{key}: backoff {backoff:?} and max-backoff {max_backoff:?}; back-off must be above 0 and at most max-backoff"
+                )));
+            }
+            let probe_port = u16::try_from(usize::from(base) + i)
+                .map_err(|_| invalid(format!("probe-port-base {base}: too many links for it")))?;
+            links.push(Link {
+                name,
+                from: l.from,
+                port: l.port.unwrap_or(match transport {
+                    Transport::Mgrp => DEFAULT_MGRP_PORT,
+                    Transport::Udp => DEFAULT_UDP_PORT,
+                }),
+                transport,
+                method: l.method.unwrap_or(Method::PathloadFast),
+                time_limit,
+                timing: Timing {
+                    interval,
+                    jitter,
+                    backoff,
+                    max_backoff,
+                    ride_min_bps: l.ride_min_bps.filter(|b| *b > 0),
+                },
+                probe_port,
+                piggyback: l.piggyback.unwrap_or(true),
+            });
+        }
+        Ok(Self {
+            name,
+            listen,
+            token,
+            socket: f
+                .socket
+                .unwrap_or_else(|| PathBuf::from(mgrp_client::DEFAULT_SOCKET)),
+            max_running,
+            history,
+            serve,
+            serve_piggyback: f.serve.piggyback.unwrap_or(true),
+            links,
+        })
+    }
+
+    /// The link named `name`, with its index.
+    pub fn link(&self, name: &str) -> Option<(usize, &Link)> {
+        self.links.iter().enumerate().find(|(_, l)| l.name == name)
+    }
+}
+
+/// Names appear in URLs and metric labels: letters, digits and `.:_-` only.
+fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "{key}: {name:?}; use 1 to 64 letters, digits, '.', ':', '_' or '-'"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_a_link() {
+        let c = Config::from_toml("[[link]]\nfrom = \"10.0.0.5\"\n", None).unwrap();
+        assert_eq!(c.listen, DEFAULT_LISTEN.parse().unwrap());
+        assert_eq!(c.token, None);
+        assert_eq!(c.max_running, 1);
+        assert_eq!(c.serve.len(), 2);
+        let l = &c.links[0];
+        assert_eq!(l.name, "10.0.0.5-mgrp");
+        assert_eq!((l.transport, l.port), (Transport::Mgrp, DEFAULT_MGRP_PORT));
+        assert_eq!(l.method, Method::PathloadFast);
+        assert_eq!(l.timing.interval, Duration::from_secs(60));
+        assert_eq!(l.probe_port, DEFAULT_PROBE_PORT);
+        assert_eq!(c.link("10.0.0.5-mgrp").map(|(i, _)| i), Some(0));
+    }
+
+    #[test]
+    fn the_example_file_is_valid() {
+        let text = include_str!("../mgrp-overlay.example.toml");
+        let c = Config::from_toml(text, None).unwrap();
+        assert_eq!(c.links.len(), 2);
+        assert_ne!(c.links[0].probe_port, c.links[1].probe_port);
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let err = |t: &str| Config::from_toml(t, None).unwrap_err().to_string();
+        assert!(err("nmae = \"x\"").contains("unknown field"));
+        assert!(err("listen = \"localhost\"").contains("listen"));
+        assert!(err("max-running = 0").contains("max-running"));
+        assert!(err("[[link]]\nfrom = \"10.0.0.5\"\ninterval = \"10\"").contains("interval"));
+        assert!(err("[[link]]\nfrom = \"10.0.0.5\"\njitter = 0.9").contains("jitter"));
+        assert!(err("[[link]]\nfrom = \"10.0.0.5\"\nname = \"a b\"").contains("name"));
+        assert!(
+            err("[[link]]\nfrom = \"10.0.0.5\"\n[[link]]\nfrom = \"10.0.0.5\"")
+                .contains("used twice")
+        );
+        assert!(err("[[link]]\nfrom = \"nowhere\"").contains("from"));
+        assert!(err("[serve]\nmgrp-port = 1\nudp-port = 1").contains("own"));
+    }
+}

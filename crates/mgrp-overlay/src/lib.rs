@@ -6,6 +6,11 @@
 //!
 //! - [`config`]: the TOML file, checked.
 //! - [`schedule`]: when each link is measured, with no I/O and no clock.
+//! - [`estimate`]: what one run gives.
+//! - [`node`]: the node running — its servers, its scheduler's thread, its
+//!   measurements — and the state the API reads.
 
 pub mod config;
+pub mod estimate;
+pub mod node;
 pub mod schedule;

@@ -1,0 +1,483 @@
+//! One node running: the pathload servers its neighbours measure from, the
+//! scheduler's thread, and a thread per measurement in flight, around the state the
+//! HTTP API reads.
+//!
+//! Threads, not tasks: a measurement is pathload's blocking receiver, paced by the
+//! clock. The API reaches the node through [`Shared`] only: the links' views and
+//! histories, "measure now", and a broadcast of each new estimate.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use pathload_rs::tool::{
+    BUSY, MeasureError, MeasureOptions, Measurement, ServeEvent, ServeOptions, Server, measure,
+};
+use serde::Serialize;
+use tokio::sync::broadcast;
+use tracing::{debug, info, warn};
+
+use crate::config::{Config, Link};
+use crate::estimate::{Estimate, RunOutcome, bps};
+use crate::schedule::{LinkState, NowRefused, RunEnd, Scheduler};
+
+/// New estimates a slow subscriber may fall behind by before it misses some.
+const STREAM_BACKLOG: usize = 1024;
+/// The scheduler's thread looks at its stop flag at least this often.
+const TICK: Duration = Duration::from_millis(500);
+/// Links' first runs are spread over this much time after start.
+const FIRST_WITHIN: Duration = Duration::from_secs(5);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What the node keeps of one link.
+#[derive(Debug, Default)]
+struct Record {
+    history: VecDeque<Estimate>,
+    runs: [u64; 3],
+    probe_bytes: u64,
+    riding_probe_bytes: u64,
+    last_error: Option<String>,
+}
+
+/// A link as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LinkView {
+    /// Its name.
+    pub name: String,
+    /// The neighbour measured from, `address:port`.
+    pub from: String,
+    /// `mgrp` or `udp`.
+    pub transport: String,
+    /// `pathload-fast` or `pathload-slow`.
+    pub method: String,
+    /// Seconds between runs.
+    pub interval_s: f64,
+    /// `waiting`, `awaiting_traffic`, `ready`, `running` or `backing_off`.
+    pub state: &'static str,
+    /// Seconds until the next run is due (waiting, backing off, awaiting traffic).
+    pub next_run_in_s: Option<f64>,
+    /// Failed runs in a row.
+    pub failures: u32,
+    /// Whether the last failure was the neighbour being down.
+    pub peer_down: bool,
+    /// Why the last run failed, if it did.
+    pub last_error: Option<String>,
+    /// The latest run that gave an estimate.
+    pub latest: Option<Estimate>,
+    /// Seconds since that estimate's run ended.
+    pub age_s: Option<f64>,
+    /// Runs by outcome.
+    pub runs: RunCounts,
+    /// IP bytes of every probe this link's runs sent.
+    pub probe_bytes: u64,
+    /// IP bytes of those probes that carried application traffic.
+    pub riding_probe_bytes: u64,
+}
+
+/// Runs by outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RunCounts {
+    /// Runs that gave an estimate.
+    pub estimate: u64,
+    /// Runs without an estimate.
+    pub no_estimate: u64,
+    /// Runs that found the neighbour down.
+    pub peer_down: u64,
+}
+
+/// Why "measure now" was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NowError {
+    /// No link has that name.
+    #[error("no link of that name")]
+    NoSuchLink,
+    /// A run of the link is in flight.
+    #[error("a measurement of this link is running; its result is the one to wait for")]
+    Running,
+}
+
+/// The node's state, shared by its threads and the API.
+#[derive(Debug)]
+pub struct Shared {
+    config: Config,
+    sched: Mutex<Scheduler>,
+    wake: Condvar,
+    records: Mutex<Vec<Record>>,
+    estimates: broadcast::Sender<Estimate>,
+    stop: AtomicBool,
+    seq: AtomicU64,
+}
+
+impl Shared {
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Every link with its state and latest estimate.
+    pub fn links(&self) -> Vec<LinkView> {
+        (0..self.config.links.len())
+            .filter_map(|i| self.link_view(i))
+            .collect()
+    }
+
+    /// One link, by name.
+    pub fn link(&self, name: &str) -> Option<LinkView> {
+        self.config.link(name).and_then(|(i, _)| self.link_view(i))
+    }
+
+    fn link_view(&self, i: usize) -> Option<LinkView> {
+        let link = self.config.links.get(i)?;
+        let now_mono = mgrp_rt::mono_now();
+        let now_wall = unix_now();
+        let (state, next, failures, peer_down) = match lock(&self.sched).state(i)?.clone() {
+            LinkState::Waiting { due } => ("waiting", Some(due), 0, false),
+            LinkState::AwaitingTraffic { until, .. } => ("awaiting_traffic", Some(until), 0, false),
+            LinkState::Ready { .. } => ("ready", None, 0, false),
+            LinkState::Running { .. } => ("running", None, 0, false),
+            LinkState::BackingOff {
+                until,
+                failures,
+                peer_down,
+                ..
+            } => ("backing_off", Some(until), failures, peer_down),
+        };
+        let records = lock(&self.records);
+        let r = &records[i];
+        let latest = r.history.iter().rev().find(|e| e.converged).cloned();
+        Some(LinkView {
+            name: link.name.clone(),
+            from: format!("{}:{}", link.from, link.port),
+            transport: link.transport.to_string(),
+            method: link.method.name().into(),
+            interval_s: link.timing.interval.as_secs_f64(),
+            state,
+            next_run_in_s: next.map(|t| t.saturating_since(now_mono).as_secs_f64()),
+            failures,
+            peer_down,
+            last_error: r.last_error.clone(),
+            age_s: latest.as_ref().map(|e| (now_wall - e.ended_at).max(0.0)),
+            latest,
+            runs: RunCounts {
+                estimate: r.runs[0],
+                no_estimate: r.runs[1],
+                peer_down: r.runs[2],
+            },
+            probe_bytes: r.probe_bytes,
+            riding_probe_bytes: r.riding_probe_bytes,
+        })
+    }
+
+    /// Link `name`'s last `limit` runs, oldest first.
+    pub fn history(&self, name: &str, limit: usize) -> Option<Vec<Estimate>> {
+        let (i, _) = self.config.link(name)?;
+        let records = lock(&self.records);
+        let h = &records[i].history;
+        Some(
+            h.iter()
+                .skip(h.len().saturating_sub(limit))
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// Every run's result as it ends.
+    pub fn subscribe(&self) -> broadcast::Receiver<Estimate> {
+        self.estimates.subscribe()
+    }
+
+    /// Puts link `name` first in line.
+    pub fn measure_now(&self, name: &str) -> Result<(), NowError> {
+        let (i, _) = self.config.link(name).ok_or(NowError::NoSuchLink)?;
+        lock(&self.sched)
+            .measure_now(i, mgrp_rt::mono_now())
+            .map_err(|e| match e {
+                NowRefused::NoSuchLink => NowError::NoSuchLink,
+                NowRefused::Running => NowError::Running,
+            })?;
+        self.wake.notify_all();
+        Ok(())
+    }
+
+    /// Whether the node is stopping.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    fn record(&self, i: usize, e: Estimate, outcome: RunOutcome) {
+        {
+            let mut records = lock(&self.records);
+            let r = &mut records[i];
+            r.runs[RunOutcome::ALL
+                .iter()
+                .position(|o| *o == outcome)
+                .unwrap_or(0)] += 1;
+            r.probe_bytes += e.probe_bytes;
+            r.riding_probe_bytes += e.riding_probe_bytes;
+            r.last_error.clone_from(&e.error);
+            if r.history.len() == self.config.history {
+                r.history.pop_front();
+            }
+            r.history.push_back(e.clone());
+        }
+        // Nobody listening is not an error.
+        let _ = self.estimates.send(e);
+    }
+}
+
+/// A running node; [`Node::stop`] ends it.
+#[derive(Debug)]
+pub struct Node {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Node {
+    /// Binds the servers the configuration asks for (an error if a port is taken) and
+    /// starts serving and measuring.
+    pub fn start(config: Config) -> anyhow::Result<Self> {
+        let servers = config
+            .serve
+            .iter()
+            .map(|&(transport, port)| {
+                let opts = ServeOptions {
+                    port,
+                    transport,
+                    socket: config.socket.clone(),
+                    piggyback: config.serve_piggyback,
+                    ..ServeOptions::new(transport)
+                };
+                Server::bind(opts).with_context(|| {
+                    format!("cannot serve {transport} measurements on port {port}")
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let seed = mgrp_rt::wall_now().as_nanos() ^ u64::from(std::process::id());
+        let sched = Scheduler::new(
+            config.links.iter().map(|l| l.timing.clone()).collect(),
+            config.max_running,
+            mgrp_rt::mono_now(),
+            FIRST_WITHIN,
+            seed,
+        );
+        let records = config.links.iter().map(|_| Record::default()).collect();
+        let shared = Arc::new(Shared {
+            config,
+            sched: Mutex::new(sched),
+            wake: Condvar::new(),
+            records: Mutex::new(records),
+            estimates: broadcast::channel(STREAM_BACKLOG).0,
+            stop: AtomicBool::new(false),
+            seq: AtomicU64::new(0),
+        });
+        let mut threads = Vec::new();
+        for server in servers {
+            let s = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("overlay-serve".into())
+                    .spawn(move || serve(&server, &s))?,
+            );
+        }
+        let s = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("overlay-schedule".into())
+                .spawn(move || schedule(&s))?,
+        );
+        Ok(Self { shared, threads })
+    }
+
+    /// The state the API reads.
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// Stops serving and measuring: runs in flight end at their next step (their
+    /// neighbours are told), then every thread is joined.
+    pub fn stop(self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.wake.notify_all();
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(server: &Server, s: &Shared) {
+    let addr = server
+        .local_addr()
+        .map_or_else(|_| "?".into(), |a| a.to_string());
+    info!("serving measurements on {addr}");
+    let result = server.serve(true, &s.stop, &mut |ev| match ev {
+        ServeEvent::Connected(peer) => debug!("{addr}: receiver {peer} measuring"),
+        ServeEvent::Done(peer, Ok(n)) => debug!("{addr}: {peer} done, {n} streams"),
+        ServeEvent::Done(peer, Err(e)) => info!("{addr}: measurement for {peer} ended: {e}"),
+        ServeEvent::Refused(peer, why) => debug!("{addr}: refused {peer}: {why}"),
+    });
+    if let Err(e) = result {
+        warn!("serving on {addr} stopped: {e:#}");
+    }
+}
+
+fn schedule(s: &Arc<Shared>) {
+    let mut runs: Vec<JoinHandle<()>> = Vec::new();
+    let mut sched = lock(&s.sched);
+    while !s.stopping() {
+        let now = mgrp_rt::mono_now();
+        while let Some(i) = sched.poll_start(now) {
+            let s2 = s.clone();
+            match std::thread::Builder::new()
+                .name("overlay-measure".into())
+                .spawn(move || run(&s2, i))
+            {
+                Ok(t) => runs.push(t),
+                Err(e) => {
+                    warn!("cannot start a measurement thread: {e}");
+                    sched.handle_done(i, now, &RunEnd::NoEstimate(e.to_string()));
+                }
+            }
+        }
+        runs.retain(|t| !t.is_finished());
+        let wait = sched
+            .poll_timeout()
+            .map_or(TICK, |t| t.saturating_since(now).min(TICK))
+            .max(Duration::from_millis(1));
+        sched = s
+            .wake
+            .wait_timeout(sched, wait)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
+    drop(sched);
+    for t in runs {
+        let _ = t.join();
+    }
+}
+
+/// One run of link `i`, recorded and reported to the scheduler.
+fn run(s: &Shared, i: usize) {
+    let link = &s.config.links[i];
+    let started_at = unix_now();
+    let opts = MeasureOptions {
+        port: link.port,
+        socket: s.config.socket.clone(),
+        probe_port: link.probe_port,
+        mode: link.method.mode(),
+        max_time: link.time_limit,
+        piggyback: link.piggyback,
+        ..MeasureOptions::new(link.from.to_string(), link.transport)
+    };
+    debug!("{}: measuring from {}:{}", link.name, link.from, link.port);
+    let result = measure(&opts, &s.stop, &mut |_| {});
+    let ended_at = unix_now();
+    let (estimate, outcome, end) = judge(s, link, started_at, ended_at, result);
+    match &estimate.error {
+        None => info!(
+            "{}: {:.2}-{:.2} Mbit/s in {:.1} s, {:.0} % of probe bytes carried riders",
+            link.name,
+            estimate.low_bps.unwrap_or(0.0) / 1e6,
+            estimate.high_bps.unwrap_or(0.0) / 1e6,
+            estimate.duration_s,
+            estimate.rider_share * 100.0
+        ),
+        Some(e) => warn!("{}: no estimate: {e}", link.name),
+    }
+    s.record(i, estimate, outcome);
+    lock(&s.sched).handle_done(i, mgrp_rt::mono_now(), &end);
+    s.wake.notify_all();
+}
+
+/// What a run's result means for the record and the scheduler.
+fn judge(
+    s: &Shared,
+    link: &Link,
+    started_at: f64,
+    ended_at: f64,
+    result: Result<Measurement, MeasureError>,
+) -> (Estimate, RunOutcome, RunEnd) {
+    let mut e = Estimate {
+        link: link.name.clone(),
+        seq: s.seq.fetch_add(1, Ordering::Relaxed) + 1,
+        started_at,
+        ended_at,
+        duration_s: (ended_at - started_at).max(0.0),
+        transport: link.transport.to_string(),
+        method: link.method.name().into(),
+        converged: false,
+        outcome: String::new(),
+        error: None,
+        low_bps: None,
+        high_bps: None,
+        unadjusted_low_bps: None,
+        unadjusted_high_bps: None,
+        probe_bytes: 0,
+        riding_probe_bytes: 0,
+        rider_bytes: 0,
+        rider_share: 0.0,
+        fleets: 0,
+        streams: 0,
+    };
+    let (outcome, end) = match result {
+        Ok(m) => {
+            let o = &m.outcome;
+            e.outcome = serde_json::to_value(o.reason)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            e.probe_bytes = o.probe_bytes;
+            e.riding_probe_bytes = o.riding_probe_bytes;
+            e.rider_bytes = o.rider_bytes;
+            if o.probe_bytes > 0 {
+                e.rider_share = o.riding_probe_bytes as f64 / o.probe_bytes as f64;
+            }
+            e.fleets = o.fleets;
+            e.streams = o.streams;
+            if let Some(gone) = &m.peer_gone {
+                e.outcome = "peer_down".into();
+                e.error = Some(format!("the neighbour went away: {gone}"));
+                (RunOutcome::PeerDown, RunEnd::PeerDown(gone.clone()))
+            } else if m.converged() {
+                e.converged = true;
+                e.low_bps = Some(bps(o.low));
+                e.high_bps = Some(bps(o.high));
+                e.unadjusted_low_bps = Some(bps(o.unadjusted_low));
+                e.unadjusted_high_bps = Some(bps(o.unadjusted_high));
+                (RunOutcome::Estimate, RunEnd::Estimate)
+            } else {
+                let why = o.reason.describe().to_string();
+                e.error = Some(why.clone());
+                (RunOutcome::NoEstimate, RunEnd::NoEstimate(why))
+            }
+        }
+        Err(MeasureError::Unreachable(why)) => {
+            e.outcome = "peer_down".into();
+            e.error = Some(why.clone());
+            (RunOutcome::PeerDown, RunEnd::PeerDown(why))
+        }
+        Err(MeasureError::Failed(err)) => {
+            let why = format!("{err:#}");
+            if why.contains(BUSY) {
+                e.outcome = "busy".into();
+                e.error = Some(why.clone());
+                (RunOutcome::NoEstimate, RunEnd::NoEstimate(why))
+            } else {
+                e.outcome = "error".into();
+                e.error = Some(why.clone());
+                (RunOutcome::NoEstimate, RunEnd::NoEstimate(why))
+            }
+        }
+    };
+    (e, outcome, end)
+}
+
+/// Now, Unix seconds.
+fn unix_now() -> f64 {
+    mgrp_rt::wall_now().as_nanos() as f64 / 1e9
+}

@@ -1,0 +1,111 @@
+//! Two overlay nodes on loopback over plain UDP (no root, no mgrpd): B measures the
+//! link from A. Every run is recorded and broadcast, "measure now" starts one at
+//! once, a neighbour that stops serving is seen as down and backed off from, and its
+//! return is picked up. (Loopback is far faster than pathload's highest rate, so the
+//! runs end "above the maximum rate" rather than with a range; the namespace tests
+//! check ranges.)
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use mgrp_overlay::config::Config;
+use mgrp_overlay::node::{Node, NowError};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn node_a(udp_port: u16) -> Node {
+    let toml = format!("name = \"a\"\n[serve]\ntransports = [\"udp\"]\nudp-port = {udp_port}\n");
+    Node::start(Config::from_toml(&toml, None).unwrap()).unwrap()
+}
+
+fn node_b(a_port: u16) -> Node {
+    let probe = free_port();
+    let toml = format!(
+        "name = \"b\"\nprobe-port-base = {probe}\n[serve]\ntransports = []\n\
+         [[link]]\nname = \"from-a\"\nfrom = \"127.0.0.1\"\nport = {a_port}\ntransport = \"udp\"\n\
+         interval = \"30s\"\ntime-limit = \"5s\"\nbackoff = \"1s\"\nmax-backoff = \"2s\"\n"
+    );
+    Node::start(Config::from_toml(&toml, None).unwrap()).unwrap()
+}
+
+/// Waits up to `within` for `f` to hold.
+fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+#[test]
+fn runs_are_recorded_broadcast_and_survive_a_neighbour_going_away() {
+    let a_port = free_port();
+    let a = node_a(a_port);
+    let b = node_b(a_port);
+    let shared = b.shared();
+    let mut stream = shared.subscribe();
+
+    // The first run comes within the start-up spread; it is broadcast and recorded.
+    assert!(eventually(Duration::from_secs(20), || shared
+        .history("from-a", 10)
+        .is_some_and(|h| !h.is_empty())));
+    let e = stream.try_recv().expect("the run was broadcast");
+    assert_eq!(e.link, "from-a");
+    assert_eq!(e.transport, "udp");
+    assert!(e.probe_bytes > 0, "{e:?}");
+    assert_eq!(e.rider_bytes, 0);
+    assert!(!e.outcome.is_empty() && e.outcome != "peer_down", "{e:?}");
+    let view = shared.link("from-a").unwrap();
+    assert_eq!(view.runs.estimate + view.runs.no_estimate, 1, "{view:?}");
+    assert_eq!(view.probe_bytes, e.probe_bytes);
+    assert!(view.from.ends_with(&format!(":{a_port}")));
+
+    // Measure now: another run at once instead of in 30 s.
+    let before = shared.history("from-a", 100).unwrap().len();
+    assert!(eventually(Duration::from_secs(5), || shared
+        .measure_now("from-a")
+        .is_ok()));
+    assert!(eventually(Duration::from_secs(15), || shared
+        .history("from-a", 100)
+        .unwrap()
+        .len()
+        > before));
+    assert_eq!(shared.measure_now("nope"), Err(NowError::NoSuchLink));
+
+    // A goes away: the next run finds it down and the link backs off.
+    a.stop();
+    shared.measure_now("from-a").unwrap();
+    assert!(eventually(Duration::from_secs(15), || {
+        let v = shared.link("from-a").unwrap();
+        v.runs.peer_down >= 1 && v.peer_down && v.state == "backing_off"
+    }));
+    let v = shared.link("from-a").unwrap();
+    assert!(
+        v.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("cannot reach the sender")),
+        "{v:?}"
+    );
+
+    // A is back: the back-off (1 s, then 2 s) ends and runs succeed again.
+    let a = node_a(a_port);
+    let down = shared.link("from-a").unwrap().runs.peer_down;
+    assert!(eventually(Duration::from_secs(20), || {
+        let v = shared.link("from-a").unwrap();
+        v.runs.estimate + v.runs.no_estimate >= 3 && v.failures == 0
+    }));
+    assert!(shared.link("from-a").unwrap().runs.peer_down >= down);
+    let stopping = Instant::now();
+    b.stop();
+    a.stop();
+    assert!(stopping.elapsed() < Duration::from_secs(10));
+}

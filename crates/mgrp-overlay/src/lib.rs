@@ -9,8 +9,14 @@
 //! - [`estimate`]: what one run gives.
 //! - [`node`]: the node running — its servers, its scheduler's thread, its
 //!   measurements — and the state the API reads.
+//! - [`http`]: the HTTP API, `/metrics` ([`metrics`]) and the status page ([`page`]).
+//! - [`service`]: all of it on a runtime until a signal.
 
 pub mod config;
 pub mod estimate;
+pub mod http;
+pub mod metrics;
 pub mod node;
+pub mod page;
 pub mod schedule;
+pub mod service;

@@ -1,0 +1,210 @@
+//! The HTTP API (version 1, JSON), `/metrics` and the status page.
+//!
+//! | method and path | answer |
+//! |---|---|
+//! | `GET /v1/links` | every link with its state, latest estimate and its age |
+//! | `GET /v1/links/{name}` | one link |
+//! | `GET /v1/links/{name}/history?limit=N` | its last N runs (default 100), oldest first |
+//! | `POST /v1/links/{name}/measure` | measure it now: 202, or 409 while it runs |
+//! | `GET /v1/stream[?link=NAME]` | server-sent events, one `estimate` event per run as it ends |
+//! | `GET /metrics` | Prometheus text format |
+//! | `GET /` | the status page |
+//!
+//! Errors are JSON `{"error": "..."}` with a 4xx status. With a token configured,
+//! every request needs `Authorization: Bearer TOKEN` (or `?token=TOKEN`).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::Stream;
+use serde_json::json;
+use tokio::sync::{broadcast, watch};
+
+use crate::node::{NowError, Shared};
+use crate::{metrics, page};
+
+/// Runs a history request returns unless `limit` says otherwise.
+const DEFAULT_HISTORY: usize = 100;
+
+#[derive(Clone)]
+struct App {
+    node: Arc<Shared>,
+    /// Flips to true when the server shuts down, ending open event streams.
+    shutdown: watch::Receiver<bool>,
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, axum::Json(json!({ "error": message.into() }))).into_response()
+}
+
+/// The router for `node`; event streams end when `shutdown` turns true.
+pub fn router(node: Arc<Shared>, shutdown: watch::Receiver<bool>) -> Router {
+    let app = App { node, shutdown };
+    Router::new()
+        .route("/", get(status_page))
+        .route("/metrics", get(metrics_text))
+        .route("/v1/links", get(links))
+        .route("/v1/links/{name}", get(link))
+        .route("/v1/links/{name}/history", get(history))
+        .route("/v1/links/{name}/measure", post(measure_now))
+        .route("/v1/stream", get(stream))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such resource; see /v1/links") })
+        .layer(middleware::from_fn_with_state(app.clone(), authorize))
+        .with_state(app)
+}
+
+async fn authorize(
+    State(app): State<App>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    req: Request,
+    next: Next,
+) -> Response {
+    let Some(token) = &app.node.config().token else {
+        return next.run(req).await;
+    };
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let given = bearer.or(q.get("token").map(String::as_str));
+    if given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+        next.run(req).await
+    } else {
+        error(
+            StatusCode::UNAUTHORIZED,
+            "this overlay needs its token: send `Authorization: Bearer TOKEN`",
+        )
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+async fn status_page(State(app): State<App>) -> Html<String> {
+    Html(page::render(app.node.config()))
+}
+
+async fn metrics_text(State(app): State<App>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        metrics::render(&app.node),
+    )
+        .into_response()
+}
+
+async fn links(State(app): State<App>) -> Response {
+    axum::Json(json!({
+        "node": app.node.config().name,
+        "links": app.node.links(),
+    }))
+    .into_response()
+}
+
+async fn link(State(app): State<App>, Path(name): Path<String>) -> Response {
+    match app.node.link(&name) {
+        Some(v) => axum::Json(v).into_response(),
+        None => no_link(&name),
+    }
+}
+
+fn no_link(name: &str) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        format!("no link named {name:?}; GET /v1/links lists them"),
+    )
+}
+
+async fn history(
+    State(app): State<App>,
+    Path(name): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let limit = match q.get("limit").map(|l| l.parse::<usize>()) {
+        None => DEFAULT_HISTORY,
+        Some(Ok(n)) if n > 0 => n,
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "limit must be a positive whole number of runs",
+            );
+        }
+    };
+    match app.node.history(&name, limit) {
+        Some(h) => axum::Json(json!({ "link": name, "estimates": h })).into_response(),
+        None => no_link(&name),
+    }
+}
+
+async fn measure_now(State(app): State<App>, Path(name): Path<String>) -> Response {
+    match app.node.measure_now(&name) {
+        Ok(()) => (
+            StatusCode::ACCEPTED,
+            axum::Json(json!({ "link": name, "queued": true })),
+        )
+            .into_response(),
+        Err(NowError::NoSuchLink) => no_link(&name),
+        Err(e @ NowError::Running) => error(StatusCode::CONFLICT, e.to_string()),
+    }
+}
+
+async fn stream(State(app): State<App>, Query(q): Query<HashMap<String, String>>) -> Response {
+    let only = q.get("link").cloned();
+    if let Some(name) = &only {
+        if app.node.config().link(name).is_none() {
+            return no_link(name);
+        }
+    }
+    let rx = app.node.subscribe();
+    Sse::new(events(rx, only, app.shutdown.clone()))
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// Each new run as an `estimate` event (or a `lagged` event saying how many a slow
+/// subscriber missed), until the server shuts down.
+fn events(
+    rx: broadcast::Receiver<crate::estimate::Estimate>,
+    only: Option<String>,
+    shutdown: watch::Receiver<bool>,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    futures_util::stream::unfold(
+        (rx, only, shutdown),
+        |(mut rx, only, mut shutdown)| async move {
+            loop {
+                if *shutdown.borrow() {
+                    return None;
+                }
+                let got = tokio::select! {
+                    r = rx.recv() => r,
+                    _ = shutdown.changed() => return None,
+                };
+                let event = match got {
+                    Ok(e) if only.as_ref().is_none_or(|n| *n == e.link) => Event::default()
+                        .event("estimate")
+                        .id(e.seq.to_string())
+                        .json_data(&e)
+                        .ok()?,
+                    Ok(_) => continue,
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        Event::default().event("lagged").data(n.to_string())
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                };
+                return Some((Ok(event), (rx, only, shutdown)));
+            }
+        },
+    )
+}

@@ -1,0 +1,54 @@
+//! Running a node: the HTTP server on the tokio runtime beside the node's threads,
+//! until SIGINT or SIGTERM; then the event streams end, the server drains, runs in
+//! flight end (their neighbours are told) and the threads are joined.
+
+use anyhow::Context as _;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+use tracing::info;
+
+use crate::config::Config;
+use crate::http;
+use crate::node::Node;
+
+/// Serves `config`'s node until a signal stops it.
+pub fn run(config: Config) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    rt.block_on(serve(config))
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let listen = config.listen;
+    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| {
+        format!("cannot listen on {listen}; is another mgrp-overlay running? choose another with --listen")
+    })?;
+    if !listen.ip().is_loopback() && config.token.is_none() {
+        tracing::warn!(
+            "the API listens on {listen} without a token: anyone who reaches it can read the estimates and start measurements (set token-file)"
+        );
+    }
+    let (name, links) = (config.name.clone(), config.links.len());
+    let node = Node::start(config)?;
+    let (stopping, shutdown) = watch::channel(false);
+    let app = http::router(node.shared(), shutdown);
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    info!("mgrp-overlay {name}: {links} links, API on http://{listen}/");
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            tokio::select! {
+                _ = term.recv() => info!("SIGTERM: shutting down"),
+                _ = int.recv() => info!("SIGINT: shutting down"),
+            }
+            let _ = stopping.send(true);
+        })
+        .await;
+    tokio::task::spawn_blocking(move || node.stop())
+        .await
+        .context("stopping the node")?;
+    info!("stopped");
+    served.context("the HTTP server failed")
+}

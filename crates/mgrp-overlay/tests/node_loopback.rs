@@ -5,24 +5,13 @@
 //! runs end "above the maximum rate" rather than with a range; the namespace tests
 //! check ranges.)
 
-use std::net::TcpListener;
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{free_port, node_a};
 use mgrp_overlay::config::Config;
 use mgrp_overlay::node::{Node, NowError};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn node_a(udp_port: u16) -> Node {
-    let toml = format!("name = \"a\"\n[serve]\ntransports = [\"udp\"]\nudp-port = {udp_port}\n");
-    Node::start(Config::from_toml(&toml, None).unwrap()).unwrap()
-}
 
 fn node_b(a_port: u16) -> Node {
     let probe = free_port();

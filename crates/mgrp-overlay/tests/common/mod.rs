@@ -1,0 +1,132 @@
+//! What the overlay's loopback tests share: free ports, node B's configuration, its
+//! API served on a thread, and plain HTTP/1.1 requests.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
+
+use mgrp_overlay::config::Config;
+use mgrp_overlay::http;
+use mgrp_overlay::node::Node;
+use serde_json::Value;
+use tokio::sync::watch;
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// B's configuration, measuring from A on `a_port`, with an optional token file.
+pub fn b_config(a_port: u16, token_file: Option<&std::path::Path>) -> Config {
+    let token = token_file.map_or(String::new(), |p| {
+        format!("token-file = \"{}\"\n", p.display())
+    });
+    let toml = format!(
+        "name = \"b\"\n{token}probe-port-base = {}\n[serve]\ntransports = []\n\
+         [[link]]\nname = \"from-a\"\nfrom = \"127.0.0.1\"\nport = {a_port}\ntransport = \"udp\"\n\
+         interval = \"2s\"\ntime-limit = \"5s\"\n",
+        free_port()
+    );
+    Config::from_toml(&toml, None).unwrap()
+}
+
+/// B's API served on a thread; dropping it shuts the server down.
+pub struct Api {
+    pub addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    pub node: Option<Node>,
+}
+
+impl Api {
+    pub fn start(config: Config) -> Self {
+        let node = Node::start(config).unwrap();
+        let (stop, shutdown) = watch::channel(false);
+        let app = http::router(node.shared(), shutdown.clone());
+        let std_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = std_listener.local_addr().unwrap();
+        std_listener.set_nonblocking(true).unwrap();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
+                let mut shutdown = shutdown;
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = shutdown.wait_for(|s| *s).await;
+                    })
+                    .await
+                    .unwrap();
+            });
+        });
+        Self {
+            addr,
+            stop,
+            thread: Some(thread),
+            node: Some(node),
+        }
+    }
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(n) = self.node.take() {
+            n.stop();
+        }
+    }
+}
+
+/// One request; returns the status and the body.
+pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n{headers}\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let status = text[9..12].parse().unwrap();
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    // Bodies of unknown length come chunked: keep the JSON, drop the chunk sizes.
+    let body = if text
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body.split("\r\n")
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 1)
+            .map(|(_, c)| c)
+            .collect()
+    } else {
+        body.to_string()
+    };
+    (status, body)
+}
+
+pub fn json(addr: SocketAddr, method: &str, path: &str) -> (u16, Value) {
+    let (status, body) = request(addr, method, path, "");
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body:?}")),
+    )
+}
+
+/// Node A: serves plain-UDP measurements on `port`.
+pub fn node_a(port: u16) -> Node {
+    let toml = format!("name = \"a\"\n[serve]\ntransports = [\"udp\"]\nudp-port = {port}\n");
+    Node::start(Config::from_toml(&toml, None).unwrap()).unwrap()
+}

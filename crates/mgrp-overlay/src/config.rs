@@ -300,6 +300,12 @@ impl Config {
                     "{key}: backoff {backoff:?} and max-backoff {max_backoff:?}; back-off must be above 0 and at most max-backoff"
                 )));
             }
+            if l.ride_min_bps.is_some_and(|b| b > 0) {
+                // The scheduler can wait for traffic, but nothing reports it yet.
+                return Err(invalid(format!(
+                    "{key}: ride-min-bps is not supported yet (mgrpd does not report the traffic queued per destination); remove it"
+                )));
+            }
             let probe_port = u16::try_from(usize::from(base) + i)
                 .map_err(|_| invalid(format!("probe-port-base {base}: too many links for it")))?;
             links.push(Link {
@@ -317,7 +323,7 @@ impl Config {
                     jitter,
                     backoff,
                     max_backoff,
-                    ride_min_bps: l.ride_min_bps.filter(|b| *b > 0),
+                    ride_min_bps: None,
                 },
                 probe_port,
                 piggyback: l.piggyback.unwrap_or(true),
@@ -403,5 +409,8 @@ mod tests {
         );
         assert!(err("[[link]]\nfrom = \"nowhere\"").contains("from"));
         assert!(err("[serve]\nmgrp-port = 1\nudp-port = 1").contains("own"));
+        assert!(
+            err("[[link]]\nfrom = \"10.0.0.5\"\nride-min-bps = 1000").contains("not supported")
+        );
     }
 }

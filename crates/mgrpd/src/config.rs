@@ -117,6 +117,10 @@ pub struct Cli {
     /// Group owning the API socket, so its members may use mgrpd [default: root's].
     #[arg(long, value_name = "GROUP")]
     pub socket_group: Option<String>,
+    /// Serve the daemon's counters to Prometheus at http://ADDR/metrics, e.g.
+    /// 127.0.0.1:9577 [default: off].
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Once set up, run as this user (and its group) instead of root, keeping only
     /// the capabilities the running daemon needs [default: keep the user id].
     #[arg(long, value_name = "USER")]
@@ -189,6 +193,7 @@ struct File {
     routes: Option<Vec<IpNet>>,
     socket: Option<PathBuf>,
     socket_group: Option<String>,
+    metrics: Option<std::net::SocketAddr>,
     user: Option<String>,
     protocol: Option<u8>,
     fwmark: Option<u32>,
@@ -341,6 +346,8 @@ pub struct Config {
     pub socket: PathBuf,
     /// Group owning the API socket, if not root's.
     pub socket_group: Option<String>,
+    /// Where the Prometheus exporter listens, if anywhere.
+    pub metrics: Option<std::net::SocketAddr>,
     /// User to run as once set up.
     pub user: Option<String>,
     /// IP protocol number of MGRP.
@@ -647,6 +654,7 @@ impl Config {
                 .or(f.socket)
                 .unwrap_or_else(|| PathBuf::from("/run/mgrp/mgrpd.sock")),
             socket_group: cli.socket_group.clone().or(f.socket_group),
+            metrics: cli.metrics.or(f.metrics),
             user: cli.user.clone().or(f.user),
             protocol,
             fwmark,

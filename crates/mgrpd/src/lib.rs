@@ -21,8 +21,9 @@
 //!   [`receiver`]; [`trains`] and [`server`] (the Unix-socket API); [`demand`]
 //!   (routes on demand).
 //! - [`daemon`]: how the parts are put together and handed to the threads;
-//!   [`tun`], [`privileges`], [`service`]: running it; [`loopback`]: the
-//!   unprivileged in-process daemon for tests; [`cli`]: the command.
+//!   [`tun`], [`privileges`], [`service`]: running it; [`metrics`]: the Prometheus
+//!   exporter; [`loopback`]: the unprivileged in-process daemon for tests; [`cli`]:
+//!   the command.
 
 // Only `sys` may use `unsafe`, for the few calls nix does not cover.
 #![deny(unsafe_code)]
@@ -39,6 +40,7 @@ pub mod lifecycle;
 pub mod listeners;
 pub mod liveness;
 pub mod loopback;
+pub mod metrics;
 pub mod net;
 pub mod pacer;
 pub mod privileges;

@@ -17,7 +17,7 @@ use crate::demand::Demand;
 use crate::exchange::RouteEvent;
 use crate::privileges::Privileges;
 use crate::routes::Routes;
-use crate::{lifecycle, pacer, server, sys, tun};
+use crate::{lifecycle, metrics, pacer, server, sys, tun};
 
 /// Runs the daemon until SIGINT, SIGTERM or SIGHUP (all three shut it down cleanly).
 pub fn run(config: Config) -> anyhow::Result<()> {
@@ -117,6 +117,10 @@ async fn serve(
         }
     }
     let listener = server::bind(&config.socket, config.socket_group.as_deref())?;
+    let exporter = match config.metrics {
+        Some(addr) => Some(metrics::bind(addr).await?),
+        None => None,
+    };
     let fatal = daemon.life.fatal_channel();
     let locked = match mgrp_rt::thread::lock_memory() {
         Ok(()) => true,
@@ -192,6 +196,13 @@ async fn serve(
     privileges.main();
     tokio::spawn(demand.clone().watch(events, daemon.queues.clone()));
     let server = tokio::spawn(server::serve(listener, daemon.api()));
+    if let Some(exporter) = exporter {
+        tokio::spawn(metrics::serve(
+            exporter,
+            daemon.stats(),
+            daemon.life.clone(),
+        ));
+    }
     info!(
         "mgrpd ready: tun {} mtu {}, protocol {}, fwmark {:#x}, table {}, hold {:?} ({:?}{}), socket {}",
         config.tun,

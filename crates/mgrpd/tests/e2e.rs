@@ -3,6 +3,7 @@
 //! without it they say so and pass vacuously. They run one at a time, since each starts
 //! two real-time pacers on a 2-CPU machine, and they assert behaviour, never timing.
 
+use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -138,6 +139,67 @@ fn tcp_through_the_tunnel_with_and_without_trains() {
     check_conserved("A", &sa);
     check_conserved("B", &sb);
     assert!(a.process.log().contains("mgrpd ready"));
+}
+
+/// `--metrics`: the exporter answers in the daemon's namespace with the counters the
+/// API gives, and refuses anything but `GET /metrics`.
+#[test]
+fn the_metrics_exporter_serves_the_api_counters() {
+    let _serial = serial();
+    if !root_or_skip("the_metrics_exporter") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let (a, _b) = daemons(
+        &net,
+        &["--hold-mode", "always", "--metrics", "127.0.0.1:9577"],
+    );
+    transfer(&net, &a, 2 * MB, 5011, true);
+    let stats = a.quiescent_stats().unwrap();
+    let get = |path: &str| -> String {
+        let path = path.to_string();
+        net.a
+            .run(move || {
+                let mut s = std::net::TcpStream::connect("127.0.0.1:9577").unwrap();
+                // In pieces, as clients may send it: the exporter reads the whole line.
+                for piece in ["GET ", &path, " HTTP/1.1\r\n", "Host: a\r\n\r\n"] {
+                    s.write_all(piece.as_bytes()).unwrap();
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                let mut text = String::new();
+                s.read_to_string(&mut text).unwrap();
+                text
+            })
+            .unwrap()
+    };
+    let text = get("/metrics");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let value = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        value("mgrpd_daemon_tun_packets_in_total"),
+        stats.daemon.tun_packets_in
+    );
+    assert!(stats.daemon.tun_packets_in > 0);
+    assert_eq!(
+        value("mgrpd_planner_riders_piggybacked_total"),
+        stats.planner.riders_piggybacked
+    );
+    assert_eq!(
+        value("mgrpd_planner_riders_held"),
+        stats.planner.riders_held
+    );
+    assert!(get("/").starts_with("HTTP/1.1 404"));
+    assert!(
+        a.process
+            .log()
+            .contains("metrics at http://127.0.0.1:9577/metrics")
+    );
 }
 
 /// A greedy transfer and back-to-back trains, with the default hold (on demand,

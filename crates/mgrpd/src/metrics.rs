@@ -1,0 +1,155 @@
+//! The Prometheus exporter (`--metrics ADDR`, off by default): the counters the API's
+//! `stats` request gives, at `http://ADDR/metrics` in Prometheus' text format. Each
+//! counter of the daemon, the planners and reassembly becomes
+//! `mgrpd_<part>_<name>_total`; the few that are levels (riders held, riders and
+//! bytes pending reassembly) are gauges without `_total`. A plain HTTP/1.1 answer per
+//! connection: nothing but `GET /metrics` is served.
+
+use std::net::SocketAddr;
+
+use mgrp_core::api::DaemonStats;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tracing::{debug, info};
+
+use crate::counters::Stats;
+use crate::lifecycle::Lifecycle;
+
+/// Counters that are levels, not totals.
+const GAUGES: [&str; 3] = ["riders_held", "riders_pending", "bytes_pending"];
+
+/// The text exposition of `stats`.
+pub(crate) fn render(stats: &DaemonStats) -> String {
+    let mut r = Registry::default();
+    let value = serde_json::to_value(stats).unwrap_or_default();
+    for part in ["daemon", "planner", "reassembly"] {
+        let Some(fields) = value.get(part).and_then(serde_json::Value::as_object) else {
+            continue;
+        };
+        for (name, v) in fields {
+            let Some(n) = v.as_u64() else {
+                continue;
+            };
+            let metric = format!("mgrpd_{part}_{name}");
+            let help = format!("mgrpd {part} counter {name} (see `mgrpctl stats`)");
+            if GAUGES.contains(&name.as_str()) {
+                let g = Gauge::<i64>::default();
+                g.set(i64::try_from(n).unwrap_or(i64::MAX));
+                r.register(metric, help, g);
+            } else {
+                let c = Counter::<u64>::default();
+                c.inc_by(n);
+                r.register(metric, help, c);
+            }
+        }
+    }
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut out, &r);
+    out
+}
+
+/// Binds the exporter (an error says the address is taken or not allowed).
+pub(crate) async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        anyhow::anyhow!("cannot serve metrics on {addr}: {e}; choose another --metrics address")
+    })
+}
+
+/// Serves `/metrics` until shutdown.
+pub(crate) async fn serve(listener: TcpListener, stats: Stats, life: std::sync::Arc<Lifecycle>) {
+    if let Ok(a) = listener.local_addr() {
+        info!("metrics at http://{a}/metrics");
+    }
+    loop {
+        let (mut conn, peer) = tokio::select! {
+            c = listener.accept() => match c {
+                Ok(c) => c,
+                Err(e) => {
+                    debug!("metrics: accept failed: {e}");
+                    continue;
+                }
+            },
+            () = life.stopped() => return,
+        };
+        let stats = stats.clone();
+        tokio::spawn(async move {
+            // The request line may come in pieces: read until its end (or 2 KB, or
+            // 5 s, whichever first).
+            let mut buf = Vec::with_capacity(256);
+            let read = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                let mut chunk = [0u8; 512];
+                while !buf.windows(2).any(|w| w == b"\r\n") && buf.len() < 2048 {
+                    match conn.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return false,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                true
+            });
+            if !matches!(read.await, Ok(true)) {
+                return;
+            }
+            let request = String::from_utf8_lossy(&buf);
+            let (status, kind, body) =
+                if request.starts_with("GET /metrics ") || request.starts_with("GET /metrics?") {
+                    (
+                        "200 OK",
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        render(&stats.get()),
+                    )
+                } else {
+                    (
+                        "404 Not Found",
+                        "text/plain; charset=utf-8",
+                        "mgrpd serves only GET /metrics here\n".to_string(),
+                    )
+                };
+            let head = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            if conn.write_all(head.as_bytes()).await.is_ok() {
+                let _ = conn.write_all(body.as_bytes()).await;
+            }
+            let _ = conn.shutdown().await;
+            debug!("metrics: answered {peer}");
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_totals_and_levels_are_gauges() {
+        let mut s = DaemonStats::default();
+        s.daemon.tun_packets_in = 7;
+        s.planner.riders_held = 3;
+        s.reassembly.bytes_pending = 1500;
+        let text = render(&s);
+        assert!(
+            text.contains("# TYPE mgrpd_daemon_tun_packets_in counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mgrpd_daemon_tun_packets_in_total 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE mgrpd_planner_riders_held gauge"),
+            "{text}"
+        );
+        assert!(text.contains("mgrpd_planner_riders_held 3"), "{text}");
+        assert!(
+            text.contains("mgrpd_reassembly_bytes_pending 1500"),
+            "{text}"
+        );
+        assert!(text.trim_end().ends_with("# EOF"));
+    }
+}

@@ -10,8 +10,9 @@
 //! - [`node`]: the node running — its servers, its scheduler's thread, its
 //!   measurements — and the state the API reads.
 //! - [`http`]: the HTTP API, `/metrics` ([`metrics`]) and the status page ([`page`]).
-//! - [`service`]: all of it on a runtime until a signal.
+//! - [`service`]: all of it on a runtime until a signal; [`cli`]: the command.
 
+pub mod cli;
 pub mod config;
 pub mod estimate;
 pub mod http;

@@ -1,0 +1,95 @@
+//! The `mgrp-overlay` command line: `--check-config`, `--help`, and running a node
+//! from its configuration file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::config::Config;
+use clap::Parser;
+
+/// One node of the Measurement Overlay.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mgrp-overlay",
+    version,
+    about = "Measurement Overlay node: measures every link into this node continuously and serves the estimates",
+    long_about = "Measurement Overlay node: measures the paths into this node from its neighbours \
+        continuously with pathload-rs over MGRP (or plain UDP), serves its neighbours' \
+        measurements of the paths out of it, and serves the estimates over an HTTP API \
+        (JSON and server-sent events), to Prometheus (/metrics) and on a status page (/).\n\n\
+        Run one per node, beside that node's mgrpd. See mgrp-overlay.example.toml for a \
+        commented configuration file."
+)]
+struct Cli {
+    /// Read settings from this TOML file.
+    #[arg(long, value_name = "FILE", default_value = "/etc/mgrp/overlay.toml")]
+    config: PathBuf,
+    /// Check this configuration file, print the settings in force, and exit.
+    #[arg(long, value_name = "FILE")]
+    check_config: Option<PathBuf>,
+    /// Listen on this address instead of the file's `listen`.
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: Option<SocketAddr>,
+    /// Least severe log level written: error, warn, info, debug or trace.
+    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    log_level: tracing::Level,
+}
+
+/// The whole `mgrp-overlay` command: parses `args` (the first is the program name),
+/// checks or loads the configuration, and runs the node. Exit codes: 0 after a clean
+/// shutdown, 1 when the node could not start or failed, 2 for a bad configuration.
+pub fn main_with_args<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    if let Some(path) = &cli.check_config {
+        return match Config::load(path) {
+            Ok(c) => {
+                println!("{}: configuration is valid", path.display());
+                println!("{c:#?}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("mgrp-overlay: {}: {e}", path.display());
+                ExitCode::from(2)
+            }
+        };
+    }
+    let mut config = match Config::load(&cli.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mgrp-overlay: {}: {e}", cli.config.display());
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(listen) = cli.listen {
+        config.listen = listen;
+    }
+    // A second subscriber (when embedded) is not an error worth stopping for.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(cli.log_level)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
+    match crate::service::run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mgrp-overlay: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -2,9 +2,10 @@
 //! `tbf rate 10mbit` bottleneck on A's egress, mgrpd on both, an overlay node on
 //! each. B measures the path from A over MGRP and over plain UDP. Every link's
 //! estimate contains the truth (a wide band), `/metrics` serves the same values as
-//! the JSON API, a subscriber to the event stream receives new estimates, and
-//! killing A's overlay shows on B's links as a neighbour down with back-off until
-//! A's overlay is back.
+//! the JSON API, a subscriber to the event stream receives new estimates, a real
+//! Prometheus in B's namespace scraping B's overlay and B's mgrpd returns the values
+//! they served, and killing A's overlay shows on B's links as a neighbour down with
+//! back-off until A's overlay is back.
 //!
 //! Own `main` (no libtest harness): the daemons and overlays are this binary,
 //! started as `namespaces mgrpd ...` and `namespaces overlay ...`, so they are never
@@ -25,6 +26,10 @@ use serde_json::Value;
 const BAND: f64 = 0.2;
 /// Where each overlay's API listens, inside its host.
 const API: &str = "127.0.0.1:7700";
+/// Where each mgrpd serves its metrics, inside its host.
+const MGRPD_METRICS: &str = "127.0.0.1:9577";
+/// Where Prometheus (in B) serves its API.
+const PROMETHEUS: &str = "127.0.0.1:9090";
 
 /// Files of one test run, removed on drop.
 struct TempDir(PathBuf);
@@ -52,9 +57,14 @@ fn overlay(ns: &Netns, config: &Path) -> anyhow::Result<Process> {
 
 /// One request to the overlay API in `ns`: status and body.
 fn http(ns: &Netns, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
-    let (method, path) = (method.to_string(), path.to_string());
+    http_to(ns, API, method, path)
+}
+
+/// One request to `addr` in `ns`: status and body.
+fn http_to(ns: &Netns, addr: &str, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    let (addr, method, path) = (addr.to_string(), method.to_string(), path.to_string());
     ns.run(move || -> anyhow::Result<(u16, String)> {
-        let mut s = TcpStream::connect(API)?;
+        let mut s = TcpStream::connect(addr.as_str())?;
         s.set_read_timeout(Some(Duration::from_secs(10)))?;
         s.write_all(
             format!("{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
@@ -96,6 +106,51 @@ fn wait_for<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> 
     None
 }
 
+/// Prometheus in `ns`, scraping the overlay and mgrpd there every second.
+fn prometheus(ns: &Netns, dir: &Path) -> anyhow::Result<Process> {
+    let program = Path::new("/usr/bin/prometheus");
+    ensure!(
+        program.exists(),
+        "prometheus is not installed: `apt-get install prometheus` (as .ci/run does)"
+    );
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: mgrp-overlay\n    static_configs:\n      - targets: ['{API}']\n  - job_name: mgrpd\n    static_configs:\n      - targets: ['{MGRPD_METRICS}']\n"
+        ),
+    )?;
+    Process::spawn(
+        ns,
+        program,
+        &[
+            format!("--config.file={}", config.display()),
+            format!("--storage.tsdb.path={}", dir.join("tsdb").display()),
+            format!("--web.listen-address={PROMETHEUS}"),
+        ],
+    )
+}
+
+/// A PromQL expression's first value, from Prometheus' query API in `ns`.
+fn promql(ns: &Netns, expr: &str) -> Option<f64> {
+    let q: String = expr
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let (status, body) =
+        http_to(ns, PROMETHEUS, "GET", &format!("/api/v1/query?query={q}")).ok()?;
+    if status != 200 {
+        return None;
+    }
+    let v: Value = serde_json::from_str(&body).ok()?;
+    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+}
+
 fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     text.lines()
         .filter(|l| l.starts_with(&format!("{name}{{")))
@@ -117,7 +172,12 @@ fn check() -> anyhow::Result<()> {
         router: false,
     })?;
     let me = std::env::current_exe()?;
-    let (a, b): (Daemon, Daemon) = daemon_pair(&net, &me, &["mgrpd"], &["--hold-mode", "always"])?;
+    let (a, b): (Daemon, Daemon) = daemon_pair(
+        &net,
+        &me,
+        &["mgrpd"],
+        &["--hold-mode", "always", "--metrics", MGRPD_METRICS],
+    )?;
     let dir = TempDir(std::env::temp_dir().join(format!("mgrp-overlay-ns-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0)?;
     let a_conf = dir.0.join("a.toml");
@@ -140,6 +200,7 @@ fn check() -> anyhow::Result<()> {
     )?;
     let mut oa = overlay(&net.a, &a_conf)?;
     let ob = overlay(&net.b, &b_conf)?;
+    let prom = prometheus(&net.b, &dir.0)?;
     let logs = |oa: &Process| {
         format!(
             "--- overlay A ---\n{}\n--- overlay B ---\n{}",
@@ -239,6 +300,36 @@ fn check() -> anyhow::Result<()> {
             ensure!(stamp > json_stamp, "{name}: metrics older than the JSON");
         }
     }
+    // Prometheus in B got what B's overlay and B's mgrpd served: the time of a run B
+    // recorded, and the probes B's mgrpd delivered.
+    let stamp = wait_for(Duration::from_secs(30), || {
+        promql(
+            &net.b,
+            "mgrp_overlay_estimate_timestamp_seconds{link=\"a-mgrp\",node=\"b\"}",
+        )
+    })
+    .with_context(|| format!("Prometheus never had the estimate's time:\n{}", prom.log()))?;
+    let (_, history) = http(&net.b, "GET", "/v1/links/a-mgrp/history?limit=1000")?;
+    let history: Value = serde_json::from_str(&history)?;
+    let ended: Vec<f64> = history["estimates"]
+        .as_array()
+        .map(|h| h.iter().filter_map(|e| e["ended_at"].as_f64()).collect())
+        .unwrap_or_default();
+    ensure!(
+        ended.iter().any(|t| (t - stamp).abs() < 1e-3),
+        "Prometheus has {stamp}, B's runs ended at {ended:?}"
+    );
+    let delivered = wait_for(Duration::from_secs(30), || {
+        promql(&net.b, "mgrpd_daemon_probes_delivered_total").filter(|v| *v > 0.0)
+    })
+    .with_context(|| format!("Prometheus never had B's mgrpd counters:\n{}", prom.log()))?;
+    let served = b.stats()?.daemon.probes_delivered as f64;
+    ensure!(
+        delivered <= served,
+        "Prometheus {delivered} > mgrpd {served}"
+    );
+    drop(prom);
+
     let seen = events
         .join()
         .map_err(|_| anyhow::anyhow!("the stream reader panicked"))?;

@@ -109,7 +109,8 @@ pub fn udp_cbr(
 }
 
 /// UDP whose rate follows `steps` (the paper's STEP traffic with [`Steps::paper`]);
-/// otherwise as [`udp_cbr`]. The receiver counts the payload bytes that arrive.
+/// otherwise as [`udp_cbr`]. The sender runs at real-time priority when it may, so
+/// the rate holds on a loaded host; the receiver counts the payload bytes that arrive.
 pub fn udp_steps(
     from: &Netns,
     to_ns: &Netns,
@@ -134,6 +135,14 @@ pub fn udp_steps(
     let sender = {
         let stop = stop.clone();
         std::thread::spawn(move || {
+            // Real-time, as the delay line: at normal priority the sender lost the CPU
+            // to mgrpd's real-time pacer and the probes' kernel work exactly while
+            // trains ran, sent less then and caught up between them, so the traffic
+            // riding in the probes was below the rate the tests take as the truth
+            // (pathload-rs's `sender_mgrp_cbr_riding` failed under load). Without the
+            // privilege it runs as before.
+            mgrp_rt::thread::set_timer_slack(1);
+            let _ = mgrp_rt::thread::set_realtime(20);
             let buf = vec![0x5a; payload];
             let t0 = Instant::now();
             // The next datagram's due time, as an offset from t0.

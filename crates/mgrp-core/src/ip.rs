@@ -197,8 +197,8 @@ impl<'a> Ip<'a> {
     }
 }
 
-/// Whether an IPv4 header's checksum is right (its ones' complement sum is all ones).
-pub fn checksum_ok(header: &[u8]) -> bool {
+/// The ones' complement sum of `header` folded to 16 bits.
+fn ones_sum(header: &[u8]) -> u16 {
     let mut sum: u32 = header
         .chunks(2)
         .map(|c| u32::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)])))
@@ -206,7 +206,17 @@ pub fn checksum_ok(header: &[u8]) -> bool {
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }
-    sum == 0xffff
+    sum as u16
+}
+
+/// The checksum to write into an IPv4 header whose checksum field is zero.
+pub fn header_checksum(header: &[u8]) -> u16 {
+    !ones_sum(header)
+}
+
+/// Whether an IPv4 header's checksum is right (its ones' complement sum is all ones).
+pub fn checksum_ok(header: &[u8]) -> bool {
+    ones_sum(header) == 0xffff
 }
 
 #[cfg(test)]
@@ -222,14 +232,8 @@ mod tests {
         p[9] = proto;
         p[12..16].copy_from_slice(&[10, 0, 0, 1]);
         p[16..20].copy_from_slice(&[10, 0, 0, 2]);
-        let mut sum: u32 = p[..20]
-            .chunks(2)
-            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-            .sum();
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        p[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        let sum = header_checksum(&p[..20]);
+        p[10..12].copy_from_slice(&sum.to_be_bytes());
         p
     }
 

@@ -17,7 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+mod common;
+
 use anyhow::{Context, bail, ensure};
+use common::{first_value, promql_path, response};
 use mgrp_testbed::traffic::ip_level_truth;
 use mgrp_testbed::{ADDR_A, Daemon, Netns, Process, TwoHostOptions, TwoHosts, daemon_pair};
 use serde_json::Value;
@@ -72,18 +75,7 @@ fn http_to(ns: &Netns, addr: &str, method: &str, path: &str) -> anyhow::Result<(
         )?;
         let mut text = String::new();
         s.read_to_string(&mut text)?;
-        let status = text.get(9..12).context("no status line")?.parse()?;
-        let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        let body = if text.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-            body.split("\r\n")
-                .enumerate()
-                .filter(|(i, _)| i % 2 == 1)
-                .map(|(_, c)| c)
-                .collect()
-        } else {
-            body.to_string()
-        };
-        Ok((status, body))
+        response(&text).context("not an HTTP response")
     })?
 }
 
@@ -133,22 +125,11 @@ fn prometheus(ns: &Netns, dir: &Path) -> anyhow::Result<Process> {
 
 /// A PromQL expression's first value, from Prometheus' query API in `ns`.
 fn promql(ns: &Netns, expr: &str) -> Option<f64> {
-    let q: String = expr
-        .bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => {
-                char::from(b).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
-    let (status, body) =
-        http_to(ns, PROMETHEUS, "GET", &format!("/api/v1/query?query={q}")).ok()?;
+    let (status, body) = http_to(ns, PROMETHEUS, "GET", &promql_path(expr)).ok()?;
     if status != 200 {
         return None;
     }
-    let v: Value = serde_json::from_str(&body).ok()?;
-    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+    first_value(&body)
 }
 
 fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {

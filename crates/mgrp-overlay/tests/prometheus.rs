@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Api, b_config, free_port, json, node_a, request};
-use serde_json::Value;
+use common::{Api, b_config, first_value, free_port, json, node_a, promql_path, request};
 
 fn tool(name: &str) -> PathBuf {
     for dir in ["/usr/bin", "/usr/local/bin"] {
@@ -77,23 +76,13 @@ impl Drop for Prometheus {
 /// A PromQL expression's scalar value, as Prometheus' query API returns it.
 fn query(p: &Prometheus, expr: &str) -> Option<f64> {
     let addr = format!("127.0.0.1:{}", p.port).parse().ok()?;
-    let q: String = expr
-        .bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => {
-                char::from(b).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
     // Not up yet: no answer rather than a failed request.
     std::net::TcpStream::connect(addr).ok()?;
-    let (status, body) = request(addr, "GET", &format!("/api/v1/query?query={q}"), "");
+    let (status, body) = request(addr, "GET", &promql_path(expr), "");
     if status != 200 {
         return None;
     }
-    let v: Value = serde_json::from_str(&body).ok()?;
-    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+    first_value(&body)
 }
 
 #[test]

@@ -16,14 +16,8 @@ pub fn ipv4_packet(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, payload: &[u8]) -
     p[9] = protocol;
     p[12..16].copy_from_slice(&src.octets());
     p[16..20].copy_from_slice(&dst.octets());
-    let mut sum: u32 = p
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    p[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    let sum = mgrp_core::ip::header_checksum(&p);
+    p[10..12].copy_from_slice(&sum.to_be_bytes());
     p.extend_from_slice(payload);
     p
 }

@@ -99,9 +99,14 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &str) -> (u1
     .unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
-    let status = text[9..12].parse().unwrap();
+    response(&text).unwrap_or_else(|| panic!("not an HTTP response: {text:?}"))
+}
+
+/// The status and body of a whole HTTP/1.1 response (a chunked body put together).
+pub fn response(text: &str) -> Option<(u16, String)> {
+    let status = text.get(9..12)?.parse().ok()?;
     let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    // Bodies of unknown length come chunked: keep the JSON, drop the chunk sizes.
+    // Bodies of unknown length come chunked: keep the data, drop the chunk sizes.
     let body = if text
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked")
@@ -114,7 +119,27 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &str) -> (u1
     } else {
         body.to_string()
     };
-    (status, body)
+    Some((status, body))
+}
+
+/// The query-API path of a PromQL expression.
+pub fn promql_path(expr: &str) -> String {
+    let q: String = expr
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    format!("/api/v1/query?query={q}")
+}
+
+/// The first value of a query-API answer.
+pub fn first_value(body: &str) -> Option<f64> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
 }
 
 pub fn json(addr: SocketAddr, method: &str, path: &str) -> (u16, Value) {

@@ -1,18 +1,19 @@
-//! The overlay in network namespaces (root): hosts A and B joined by a veth with a
-//! `tbf rate 10mbit` bottleneck on A's egress, mgrpd on both, an overlay node on
-//! each. B measures the path from A over MGRP and over plain UDP. Every link's
-//! estimate contains the truth (a wide band), `/metrics` serves the same values as
-//! the JSON API, a subscriber to the event stream receives new estimates, a real
-//! Prometheus in B's namespace scraping B's overlay and B's mgrpd returns the values
-//! they served, and killing A's overlay shows on B's links as a neighbour down with
-//! back-off until A's overlay is back.
+//! The overlay in network namespaces (root): three hosts around a router, each
+//! host's downlink a `tbf` of its own rate (10, 6 and 15 Mbit/s), mgrpd and an
+//! overlay node on each. Every node measures the paths from the other two over MGRP
+//! (node 1 also from node 0 over plain UDP, the baseline). Every link's estimate
+//! contains its truth (a wide band); each node's `/metrics` serves the same values as
+//! its JSON API; a subscriber to node 1's event stream receives new estimates; a real
+//! Prometheus in the router's namespace scraping the three overlays and node 1's
+//! mgrpd returns the values they served; killing node 0's overlay shows on the links
+//! from it as a neighbour down with back-off, until it is back.
 //!
 //! Own `main` (no libtest harness): the daemons and overlays are this binary,
 //! started as `namespaces mgrpd ...` and `namespaces overlay ...`, so they are never
 //! a stale build.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -22,16 +23,18 @@ mod common;
 use anyhow::{Context, bail, ensure};
 use common::{first_value, promql_path, response};
 use mgrp_testbed::traffic::ip_level_truth;
-use mgrp_testbed::{ADDR_A, Daemon, Netns, Process, TwoHostOptions, TwoHosts, daemon_pair};
+use mgrp_testbed::{Netns, Process, Star};
 use serde_json::Value;
 
 /// How far from the truth an estimate's range may lie, as a fraction of it.
 const BAND: f64 = 0.2;
-/// Where each overlay's API listens, inside its host.
-const API: &str = "127.0.0.1:7700";
-/// Where each mgrpd serves its metrics, inside its host.
-const MGRPD_METRICS: &str = "127.0.0.1:9577";
-/// Where Prometheus (in B) serves its API.
+/// Each host's downlink, Mbit/s.
+const DOWNLINKS: [f64; 3] = [10.0, 6.0, 15.0];
+/// The port each overlay's API listens on, on its host's address.
+const API_PORT: u16 = 7700;
+/// The port each mgrpd serves its metrics on, on its host's address.
+const MGRPD_METRICS_PORT: u16 = 9577;
+/// Where Prometheus (in the router) serves its API.
 const PROMETHEUS: &str = "127.0.0.1:9090";
 
 /// Files of one test run, removed on drop.
@@ -58,9 +61,9 @@ fn overlay(ns: &Netns, config: &Path) -> anyhow::Result<Process> {
     )
 }
 
-/// One request to the overlay API in `ns`: status and body.
-fn http(ns: &Netns, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
-    http_to(ns, API, method, path)
+/// One request to the overlay API of the host at `addr`, from `ns`: status and body.
+fn http(ns: &Netns, addr: Ipv4Addr, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    http_to(ns, &format!("{addr}:{API_PORT}"), method, path)
 }
 
 /// One request to `addr` in `ns`: status and body.
@@ -79,8 +82,8 @@ fn http_to(ns: &Netns, addr: &str, method: &str, path: &str) -> anyhow::Result<(
     })?
 }
 
-fn links(ns: &Netns) -> anyhow::Result<Vec<Value>> {
-    let (status, body) = http(ns, "GET", "/v1/links")?;
+fn links(ns: &Netns, addr: Ipv4Addr) -> anyhow::Result<Vec<Value>> {
+    let (status, body) = http(ns, addr, "GET", "/v1/links")?;
     ensure!(status == 200, "GET /v1/links: {status} {body}");
     let v: Value = serde_json::from_str(&body)?;
     Ok(v["links"].as_array().cloned().unwrap_or_default())
@@ -98,18 +101,31 @@ fn wait_for<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> 
     None
 }
 
-/// Prometheus in `ns`, scraping the overlay and mgrpd there every second.
-fn prometheus(ns: &Netns, dir: &Path) -> anyhow::Result<Process> {
+/// Prometheus in `ns`, scraping `overlays` and `mgrpds` every second.
+fn prometheus(
+    ns: &Netns,
+    dir: &Path,
+    overlays: &[String],
+    mgrpds: &[String],
+) -> anyhow::Result<Process> {
     let program = Path::new("/usr/bin/prometheus");
     ensure!(
         program.exists(),
         "prometheus is not installed: `apt-get install prometheus` (as .ci/run does)"
     );
+    let list = |t: &[String]| {
+        t.iter()
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let config = dir.join("prometheus.yml");
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: mgrp-overlay\n    static_configs:\n      - targets: ['{API}']\n  - job_name: mgrpd\n    static_configs:\n      - targets: ['{MGRPD_METRICS}']\n"
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: mgrp-overlay\n    static_configs:\n      - targets: [{}]\n  - job_name: mgrpd\n    static_configs:\n      - targets: [{}]\n",
+            list(overlays),
+            list(mgrpds)
         ),
     )?;
     Process::spawn(
@@ -144,57 +160,74 @@ fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Node `i`'s configuration: its API and mgrpd metrics on its address, links from
+/// every other node over MGRP (and, on node 1, from node 0 over UDP).
+fn node_config(i: usize, addrs: &[Ipv4Addr], socket: &Path) -> String {
+    let mut c = format!(
+        "name = \"n{i}\"\nlisten = \"{}:{API_PORT}\"\nsocket = \"{}\"\n",
+        addrs[i],
+        socket.display()
+    );
+    let link = |name: String, from: Ipv4Addr, transport: &str| {
+        format!(
+            "[[link]]\nname = \"{name}\"\nfrom = \"{from}\"\ntransport = \"{transport}\"\ninterval = \"3s\"\ntime-limit = \"25s\"\nbackoff = \"1s\"\nmax-backoff = \"2s\"\n"
+        )
+    };
+    for (j, a) in addrs.iter().enumerate().filter(|(j, _)| *j != i) {
+        c.push_str(&link(format!("n{j}-mgrp"), *a, "mgrp"));
+    }
+    if i == 1 {
+        c.push_str(&link("n0-udp".into(), addrs[0], "udp"));
+    }
+    c
+}
+
 fn check() -> anyhow::Result<()> {
-    // The path's available bandwidth at the IP level with nothing else on it, as the
-    // pathload-rs namespace tests take it.
-    let truth = ip_level_truth(10.0, 228, &[]);
-    let net = TwoHosts::new(&TwoHostOptions {
-        bottleneck: Some(("10mbit".into(), "1540".into())),
-        router: false,
-    })?;
+    let star = Star::new(&DOWNLINKS.map(|r| Some((format!("{r}mbit"), "1540".to_string()))))?;
+    let (r, addrs) = (&star.router, star.addrs.clone());
     let me = std::env::current_exe()?;
-    let (a, b): (Daemon, Daemon) = daemon_pair(
-        &net,
+    let metrics_listen = format!("0.0.0.0:{MGRPD_METRICS_PORT}");
+    let daemons = star.daemons(
         &me,
         &["mgrpd"],
-        &["--hold-mode", "always", "--metrics", MGRPD_METRICS],
+        &["--hold-mode", "always", "--metrics", &metrics_listen],
     )?;
     let dir = TempDir(std::env::temp_dir().join(format!("mgrp-overlay-ns-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0)?;
-    let a_conf = dir.0.join("a.toml");
-    std::fs::write(
-        &a_conf,
-        format!(
-            "name = \"a\"\nlisten = \"{API}\"\nsocket = \"{}\"\n",
-            a.socket.display()
-        ),
-    )?;
-    let b_conf = dir.0.join("b.toml");
-    std::fs::write(
-        &b_conf,
-        format!(
-            "name = \"b\"\nlisten = \"{API}\"\nsocket = \"{}\"\n[serve]\ntransports = []\n\
-             [[link]]\nname = \"a-mgrp\"\nfrom = \"{ADDR_A}\"\ntransport = \"mgrp\"\ninterval = \"3s\"\ntime-limit = \"25s\"\nbackoff = \"1s\"\nmax-backoff = \"2s\"\n\
-             [[link]]\nname = \"a-udp\"\nfrom = \"{ADDR_A}\"\ntransport = \"udp\"\ninterval = \"3s\"\ntime-limit = \"25s\"\nbackoff = \"1s\"\nmax-backoff = \"2s\"\n",
-            b.socket.display()
-        ),
-    )?;
-    let mut oa = overlay(&net.a, &a_conf)?;
-    let ob = overlay(&net.b, &b_conf)?;
-    let prom = prometheus(&net.b, &dir.0)?;
-    let logs = |oa: &Process| {
-        format!(
-            "--- overlay A ---\n{}\n--- overlay B ---\n{}",
-            oa.log(),
-            ob.log()
-        )
+    let confs: Vec<PathBuf> = (0..addrs.len())
+        .map(|i| {
+            let p = dir.0.join(format!("n{i}.toml"));
+            std::fs::write(&p, node_config(i, &addrs, &daemons[i].socket)).map(|()| p)
+        })
+        .collect::<Result<_, _>>()?;
+    let mut overlays: Vec<Process> = star
+        .hosts
+        .iter()
+        .zip(&confs)
+        .map(|(ns, c)| overlay(ns, c))
+        .collect::<anyhow::Result<_>>()?;
+    let logs = |o: &[Process]| {
+        o.iter()
+            .enumerate()
+            .map(|(i, p)| format!("--- overlay n{i} ---\n{}\n", p.log()))
+            .collect::<String>()
     };
+    let prom = prometheus(
+        r,
+        &dir.0,
+        &addrs
+            .iter()
+            .map(|a| format!("{a}:{API_PORT}"))
+            .collect::<Vec<_>>(),
+        &[format!("{}:{MGRPD_METRICS_PORT}", addrs[1])],
+    )?;
 
-    // A subscriber on B's event stream, from the start.
-    let stream = net.b.run(|| -> anyhow::Result<TcpStream> {
+    // A subscriber on node 1's event stream, from the start (from the router).
+    let n1 = addrs[1];
+    let stream = r.run(move || -> anyhow::Result<TcpStream> {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            match TcpStream::connect(API) {
+            match TcpStream::connect((n1, API_PORT)) {
                 Ok(s) => return Ok(s),
                 Err(_) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(100));
@@ -203,14 +236,14 @@ fn check() -> anyhow::Result<()> {
             }
         }
     })??;
-    stream.set_read_timeout(Some(Duration::from_secs(120)))?;
+    stream.set_read_timeout(Some(Duration::from_secs(240)))?;
     (&stream)
         .write_all(b"GET /v1/stream HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n")?;
     let events = std::thread::spawn(move || {
         let mut seen = Vec::new();
         let mut r = BufReader::new(stream);
         let mut line = String::new();
-        while seen.len() < 2 {
+        while seen.len() < 3 {
             line.clear();
             match r.read_line(&mut line) {
                 Ok(0) | Err(_) => break,
@@ -226,71 +259,78 @@ fn check() -> anyhow::Result<()> {
         seen
     });
 
-    // Both links give an estimate that contains the truth.
-    let both = wait_for(Duration::from_secs(150), || {
-        let l = links(&net.b).ok()?;
-        (l.len() == 2 && l.iter().all(|x| !x["latest"].is_null())).then_some(l)
-    });
-    let Some(both) = both else {
-        bail!(
-            "no estimate on both links within 150 s: {:#?}\n{}",
-            links(&net.b).ok(),
-            logs(&oa)
-        );
-    };
-    let (_, metrics) = http(&net.b, "GET", "/metrics")?;
-    for l in &both {
-        let name = l["name"].as_str().unwrap_or_default();
-        let e = &l["latest"];
-        let (lo, hi) = (
-            e["low_bps"].as_f64().unwrap_or(0.0) / 1e6,
-            e["high_bps"].as_f64().unwrap_or(0.0) / 1e6,
-        );
-        eprintln!(
-            "    {name}: {lo:.2}-{hi:.2} Mbit/s (truth {truth:.2}), rider share {:.2}",
-            e["rider_share"]
-        );
-        ensure!(
-            lo - BAND * truth <= truth && truth <= hi + BAND * truth,
-            "{name}: truth {truth:.2} Mbit/s is not within {lo:.2}-{hi:.2} ± {:.0} %\n{}",
-            BAND * 100.0,
-            logs(&oa)
-        );
-        // /metrics serves what the JSON serves, in bytes per second (or a later run's
-        // value if one ended between the two requests).
-        let low = metric(
-            &metrics,
-            "mgrp_overlay_available_bandwidth_bytes_per_second",
-            &[("link", name), ("bound", "low")],
-        )
-        .with_context(|| format!("no low bound of {name} in\n{metrics}"))?;
-        let stamp = metric(
-            &metrics,
-            "mgrp_overlay_estimate_timestamp_seconds",
-            &[("link", name)],
-        )
-        .context("no estimate timestamp")?;
-        let json_stamp = e["ended_at"].as_f64().unwrap_or(0.0);
-        if (stamp - json_stamp).abs() < 1e-3 {
-            let json_low = e["low_bps"].as_f64().unwrap_or(0.0) / 8.0;
-            ensure!(
-                (low - json_low).abs() < 1e-3 * json_low.max(1.0),
-                "{name}: metrics {low}, JSON {json_low}"
+    // Every link of every node gives an estimate that contains its truth.
+    for (i, addr) in addrs.iter().enumerate() {
+        let truth = ip_level_truth(DOWNLINKS[i], 228, &[]);
+        let all = wait_for(Duration::from_secs(240), || {
+            let l = links(r, *addr).ok()?;
+            (!l.is_empty() && l.iter().all(|x| !x["latest"].is_null())).then_some(l)
+        });
+        let Some(all) = all else {
+            bail!(
+                "n{i}: not every link gave an estimate within 240 s: {:#?}\n{}",
+                links(r, *addr).ok(),
+                logs(&overlays)
             );
-        } else {
-            ensure!(stamp > json_stamp, "{name}: metrics older than the JSON");
+        };
+        let (_, metrics) = http(r, *addr, "GET", "/metrics")?;
+        for l in &all {
+            let name = l["name"].as_str().unwrap_or_default();
+            let e = &l["latest"];
+            let (lo, hi) = (
+                e["low_bps"].as_f64().unwrap_or(0.0) / 1e6,
+                e["high_bps"].as_f64().unwrap_or(0.0) / 1e6,
+            );
+            eprintln!(
+                "    n{i} {name}: {lo:.2}-{hi:.2} Mbit/s (truth {truth:.2}), rider share {:.3}",
+                e["rider_share"].as_f64().unwrap_or(0.0)
+            );
+            ensure!(
+                lo - BAND * truth <= truth && truth <= hi + BAND * truth,
+                "n{i} {name}: truth {truth:.2} Mbit/s is not within {lo:.2}-{hi:.2} ± {:.0} %\n{}",
+                BAND * 100.0,
+                logs(&overlays)
+            );
+            // /metrics serves what the JSON serves, in bytes per second (or a later
+            // run's value if one ended between the two requests).
+            let low = metric(
+                &metrics,
+                "mgrp_overlay_available_bandwidth_bytes_per_second",
+                &[("link", name), ("bound", "low")],
+            )
+            .with_context(|| format!("no low bound of {name} in\n{metrics}"))?;
+            let stamp = metric(
+                &metrics,
+                "mgrp_overlay_estimate_timestamp_seconds",
+                &[("link", name)],
+            )
+            .context("no estimate timestamp")?;
+            let json_stamp = e["ended_at"].as_f64().unwrap_or(0.0);
+            if (stamp - json_stamp).abs() < 1e-3 {
+                let json_low = e["low_bps"].as_f64().unwrap_or(0.0) / 8.0;
+                ensure!(
+                    (low - json_low).abs() < 1e-3 * json_low.max(1.0),
+                    "n{i} {name}: metrics {low}, JSON {json_low}"
+                );
+            } else {
+                ensure!(
+                    stamp > json_stamp,
+                    "n{i} {name}: metrics older than the JSON"
+                );
+            }
         }
     }
-    // Prometheus in B got what B's overlay and B's mgrpd served: the time of a run B
-    // recorded, and the probes B's mgrpd delivered.
+
+    // Prometheus got what the overlays and node 1's mgrpd served: the time of a run
+    // node 2 recorded, and the probes node 1's mgrpd delivered.
     let stamp = wait_for(Duration::from_secs(30), || {
         promql(
-            &net.b,
-            "mgrp_overlay_estimate_timestamp_seconds{link=\"a-mgrp\",node=\"b\"}",
+            r,
+            "mgrp_overlay_estimate_timestamp_seconds{link=\"n0-mgrp\",node=\"n2\"}",
         )
     })
-    .with_context(|| format!("Prometheus never had the estimate's time:\n{}", prom.log()))?;
-    let (_, history) = http(&net.b, "GET", "/v1/links/a-mgrp/history?limit=1000")?;
+    .with_context(|| format!("Prometheus never had n2's estimate time:\n{}", prom.log()))?;
+    let (_, history) = http(r, addrs[2], "GET", "/v1/links/n0-mgrp/history?limit=1000")?;
     let history: Value = serde_json::from_str(&history)?;
     let ended: Vec<f64> = history["estimates"]
         .as_array()
@@ -298,13 +338,13 @@ fn check() -> anyhow::Result<()> {
         .unwrap_or_default();
     ensure!(
         ended.iter().any(|t| (t - stamp).abs() < 1e-3),
-        "Prometheus has {stamp}, B's runs ended at {ended:?}"
+        "Prometheus has {stamp}, n2's runs ended at {ended:?}"
     );
     let delivered = wait_for(Duration::from_secs(30), || {
-        promql(&net.b, "mgrpd_daemon_probes_delivered_total").filter(|v| *v > 0.0)
+        promql(r, "mgrpd_daemon_probes_delivered_total").filter(|v| *v > 0.0)
     })
-    .with_context(|| format!("Prometheus never had B's mgrpd counters:\n{}", prom.log()))?;
-    let served = b.stats()?.daemon.probes_delivered as f64;
+    .with_context(|| format!("Prometheus never had n1's mgrpd counters:\n{}", prom.log()))?;
+    let served = daemons[1].stats()?.daemon.probes_delivered as f64;
     ensure!(
         delivered <= served,
         "Prometheus {delivered} > mgrpd {served}"
@@ -314,47 +354,61 @@ fn check() -> anyhow::Result<()> {
     let seen = events
         .join()
         .map_err(|_| anyhow::anyhow!("the stream reader panicked"))?;
-    ensure!(seen.len() == 2, "the subscriber saw {} events", seen.len());
+    ensure!(seen.len() == 3, "the subscriber saw {} events", seen.len());
     ensure!(
         seen.iter()
             .all(|e| e["link"].is_string() && e["seq"].as_u64().is_some())
     );
 
-    // A's overlay goes away: B's links find the neighbour down and back off...
-    oa.stop();
-    let down = wait_for(Duration::from_secs(90), || {
-        let l = links(&net.b).ok()?;
-        l.iter()
-            .all(|x| x["runs"]["peer_down"].as_u64().unwrap_or(0) > 0)
-            .then_some(l)
-    });
-    ensure!(
-        down.is_some(),
-        "B never saw A down: {:#?}\n{}",
-        links(&net.b).ok(),
-        logs(&oa)
-    );
+    // Node 0's overlay goes away: the links from it find it down and back off...
+    overlays[0].stop();
+    let from_n0 = |l: &Value| l["name"].as_str().is_some_and(|n| n.starts_with("n0-"));
+    for addr in &addrs[1..] {
+        let down = wait_for(Duration::from_secs(90), || {
+            let l = links(r, *addr).ok()?;
+            l.iter()
+                .filter(|x| from_n0(x))
+                .all(|x| x["runs"]["peer_down"].as_u64().unwrap_or(0) > 0)
+                .then_some(())
+        });
+        ensure!(
+            down.is_some(),
+            "{addr} never saw n0 down: {:#?}\n{}",
+            links(r, *addr).ok(),
+            logs(&overlays)
+        );
+    }
     // ... and pick it up again once it is back.
-    let before: Vec<u64> = links(&net.b)?
+    let before: Vec<Vec<u64>> = addrs[1..]
         .iter()
-        .map(|x| x["runs"]["estimate"].as_u64().unwrap_or(0))
+        .map(|a| {
+            links(r, *a)
+                .unwrap_or_default()
+                .iter()
+                .filter(|x| from_n0(x))
+                .map(|x| x["runs"]["estimate"].as_u64().unwrap_or(0))
+                .collect()
+        })
         .collect();
-    let oa2 = overlay(&net.a, &a_conf)?;
-    let resumed = wait_for(Duration::from_secs(150), || {
-        let l = links(&net.b).ok()?;
-        l.iter()
-            .zip(&before)
-            .all(|(x, b)| x["runs"]["estimate"].as_u64().unwrap_or(0) > *b)
-            .then_some(())
-    });
-    ensure!(
-        resumed.is_some(),
-        "B's links did not resume: {:#?}\n{}",
-        links(&net.b).ok(),
-        logs(&oa2)
-    );
-    drop(ob);
-    drop(oa2);
+    overlays[0] = overlay(&star.hosts[0], &confs[0])?;
+    for (addr, before) in addrs[1..].iter().zip(&before) {
+        let resumed = wait_for(Duration::from_secs(150), || {
+            let l = links(r, *addr).ok()?;
+            l.iter()
+                .filter(|x| from_n0(x))
+                .zip(before)
+                .all(|(x, b)| x["runs"]["estimate"].as_u64().unwrap_or(0) > *b)
+                .then_some(())
+        });
+        ensure!(
+            resumed.is_some(),
+            "{addr}: the links from n0 did not resume: {:#?}\n{}",
+            links(r, *addr).ok(),
+            logs(&overlays)
+        );
+    }
+    drop(overlays);
+    drop(daemons);
     Ok(())
 }
 
@@ -366,7 +420,7 @@ fn main() -> ExitCode {
         _ => {}
     }
     if args.iter().any(|a| a == "--list") {
-        println!("two_overlays_measure_a_shaped_path: test");
+        println!("three_overlays_measure_every_link: test");
         return ExitCode::SUCCESS;
     }
     println!("\nrunning 1 test");
@@ -380,11 +434,11 @@ fn main() -> ExitCode {
     };
     let ok = match &outcome {
         Ok(()) => {
-            println!("test two_overlays_measure_a_shaped_path ... ok");
+            println!("test three_overlays_measure_every_link ... ok");
             true
         }
         Err(e) => {
-            println!("test two_overlays_measure_a_shaped_path ... FAILED\n\n{e:#}");
+            println!("test three_overlays_measure_every_link ... FAILED\n\n{e:#}");
             false
         }
     };

@@ -273,6 +273,97 @@ impl TwoHosts {
     }
 }
 
+/// Hosts around a router, each on its own veth: host `i` is `10.78.0.(i+1)/24`, the
+/// router answers ARP for every host towards the others (proxy ARP) and forwards
+/// between them. The router's veth towards a host may carry a `tbf` bottleneck: that
+/// host's downlink, the narrow point of every path into it. The router itself is
+/// [`STAR_ROUTER`], reachable from every host (for a tool that watches them all).
+/// IPv4 only.
+#[derive(Debug)]
+pub struct Star {
+    /// The hosts, in order.
+    pub hosts: Vec<Netns>,
+    /// Their addresses.
+    pub addrs: Vec<Ipv4Addr>,
+    /// The router.
+    pub router: Netns,
+}
+
+/// The address of a [`Star`]'s router.
+pub const STAR_ROUTER: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 254);
+
+impl Star {
+    /// Builds it: one host per entry of `downlinks`, each with its downlink's tbf
+    /// (rate, burst) if given.
+    pub fn new(downlinks: &[Option<(String, String)>]) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            (2..=200).contains(&downlinks.len()),
+            "a star has 2 to 200 hosts"
+        );
+        let router = Netns::new("mgs")?;
+        router.exec(&["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])?;
+        router.ip(&["addr", "add", &format!("{STAR_ROUTER}/32"), "dev", "lo"])?;
+        let mut hosts = Vec::new();
+        let mut addrs = Vec::new();
+        for (i, downlink) in downlinks.iter().enumerate() {
+            let host = Netns::new(&format!("mh{i}"))?;
+            let addr = Ipv4Addr::new(10, 78, 0, u8::try_from(i + 1)?);
+            let (to_host, dev) = veth_pair(&router, &host)?;
+            for (key, value) in [("proxy_arp", "1"), ("proxy_delay", "0")] {
+                let table = if key == "proxy_arp" { "conf" } else { "neigh" };
+                router.exec(&[
+                    "sysctl",
+                    "-q",
+                    "-w",
+                    &format!("net.ipv4.{table}.{to_host}.{key}={value}"),
+                ])?;
+            }
+            router.ip(&["link", "set", &to_host, "up"])?;
+            router.ip(&["route", "add", &format!("{addr}/32"), "dev", &to_host])?;
+            if let Some((rate, burst)) = downlink {
+                tbf(&router, &to_host, rate, burst)?;
+            }
+            host.ip(&["addr", "add", &format!("{addr}/24"), "dev", &dev])?;
+            host.ip(&["link", "set", &dev, "up"])?;
+            hosts.push(host);
+            addrs.push(addr);
+        }
+        Ok(Self {
+            hosts,
+            addrs,
+            router,
+        })
+    }
+
+    /// mgrpd on every host, each routing every other host's address into its tunnel.
+    pub fn daemons(
+        &self,
+        program: &Path,
+        prefix: &[&str],
+        args: &[&str],
+    ) -> anyhow::Result<Vec<Daemon>> {
+        self.hosts
+            .iter()
+            .enumerate()
+            .map(|(i, ns)| {
+                let routes: Vec<String> = self
+                    .addrs
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .map(|(_, a)| format!("{a}/32"))
+                    .collect();
+                let mut all: Vec<&str> = Vec::new();
+                for r in &routes {
+                    all.extend(["--route", r.as_str()]);
+                }
+                all.extend_from_slice(args);
+                Daemon::start_via(ns, program, prefix, &all)
+            })
+            .collect()
+    }
+}
+
 /// A `tbf` bottleneck on `dev` in `ns`: rate, burst, and a drop-tail queue of 100 ms.
 fn tbf(ns: &Netns, dev: &str, rate: &str, burst: &str) -> anyhow::Result<()> {
     ns.exec(&[

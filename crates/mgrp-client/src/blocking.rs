@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::runtime::{Builder, Runtime};
 
-use crate::{DaemonStats, Error, ReceivedProbe, Train, TransactionReport};
+use crate::{DaemonStats, Error, PeerTraffic, ReceivedProbe, Train, TransactionReport};
 
 fn runtime() -> Result<Runtime, Error> {
     Ok(Builder::new_current_thread().enable_all().build()?)
@@ -46,6 +46,11 @@ impl Client {
     /// The daemon's counters.
     pub fn stats(&self) -> Result<DaemonStats, Error> {
         self.rt.block_on(self.inner.stats())
+    }
+
+    /// The traffic routed to each peer; see [`crate::Client::traffic`].
+    pub fn traffic(&self) -> Result<(Duration, Vec<PeerTraffic>), Error> {
+        self.rt.block_on(self.inner.traffic())
     }
 
     /// Starts receiving the probes that arrive for `port`.

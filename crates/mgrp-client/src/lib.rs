@@ -74,7 +74,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub mod blocking;
 
-pub use mgrp_core::api::{DaemonStats, ReceivedProbe, TrainLimits};
+pub use mgrp_core::api::{DaemonStats, PeerTraffic, ReceivedProbe, TrainLimits};
 pub use mgrp_core::stats::{DepartureClock, Outcome, ProbeDeparture, TransactionReport};
 pub use mgrp_core::{MonoTime, WallTime};
 
@@ -331,8 +331,9 @@ impl Conn {
             writer: w,
             line: Vec::with_capacity(512),
         };
-        // A daemon of protocol 2 speaks everything this client needs but counts.
-        for version in [PROTOCOL_VERSION, 2] {
+        // A daemon of protocol 3 speaks everything but `traffic`, one of protocol 2
+        // everything but counts as well.
+        for version in [PROTOCOL_VERSION, 3, 2] {
             let hello = Request::Hello {
                 version,
                 client: format!("mgrp-client {}", env!("CARGO_PKG_VERSION")),
@@ -344,7 +345,7 @@ impl Conn {
                     return Ok((c, Agreed { version, limits }));
                 }
                 Ok(other) => return Err(Error::Protocol(format!("{other:?}"))),
-                Err(Error::Version(_)) if version == PROTOCOL_VERSION => {}
+                Err(Error::Version(_)) if version > 2 => {}
                 Err(e) => return Err(e),
             }
         }
@@ -582,6 +583,21 @@ impl Client {
     pub async fn stats(&self) -> Result<DaemonStats, Error> {
         match self.mux.call(Request::Stats).await? {
             Response::Stats(s) => Ok(*s),
+            other => Err(Error::Protocol(format!("{other:?}"))),
+        }
+    }
+
+    /// The application traffic routed into the tunnel for each peer, and the window
+    /// its rates are taken over. Needs a daemon of protocol 4.
+    pub async fn traffic(&self) -> Result<(Duration, Vec<PeerTraffic>), Error> {
+        if self.agreed.version < 4 {
+            return Err(Error::Version(format!(
+                "this mgrpd speaks protocol {}, which does not report traffic (4 does); upgrade it",
+                self.agreed.version
+            )));
+        }
+        match self.mux.call(Request::Traffic).await? {
+            Response::Traffic { window_ms, peers } => Ok((Duration::from_millis(window_ms), peers)),
             other => Err(Error::Protocol(format!("{other:?}"))),
         }
     }

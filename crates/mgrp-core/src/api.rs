@@ -20,6 +20,10 @@
 //! configured otherwise, and says its limit in [`TrainLimits::max_request_bytes`].
 //! A version 2 daemon would ignore `count`, so clients send it only to daemons that
 //! agreed on version 3.
+//!
+//! Since version 4 a client may ask how much application traffic goes to each peer
+//! ([`Request::Traffic`]), to time its measurements for when there is traffic to
+//! ride in them.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -30,7 +34,7 @@ use crate::WallTime;
 use crate::stats::{PlannerCounters, ReassemblyCounters, TransactionReport};
 
 /// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// The oldest version the daemon still speaks (version 1 had no request ids).
 pub const OLDEST_PROTOCOL_VERSION: u32 = 1;
@@ -96,6 +100,9 @@ pub enum Request {
     /// Asks for the report of this connection's most recent finished train (the
     /// paper's `ioctl`); answered with [`Response::Report`] or [`Response::NoReport`].
     LastReport,
+    /// Asks for the application traffic routed to each peer; answered with
+    /// [`Response::Traffic`] (since version 4).
+    Traffic,
 }
 
 /// A train as a tool submits it.
@@ -213,6 +220,14 @@ pub enum Response {
     Stats(Box<DaemonStats>),
     /// No train of this connection has finished yet.
     NoReport,
+    /// The application traffic routed to each peer that had some since the daemon
+    /// started, in the order of their addresses.
+    Traffic {
+        /// The window `bytes_per_second` is taken over, in milliseconds.
+        window_ms: u64,
+        /// One entry per peer.
+        peers: Vec<PeerTraffic>,
+    },
     /// A request failed.
     Error(ApiError),
 }
@@ -295,6 +310,24 @@ pub struct ApiError {
     pub kind: ErrorKind,
     /// What was wrong and what to do, in one line.
     pub message: String,
+}
+
+/// The application traffic routed into the tunnel for one peer: every packet a
+/// train to it could carry, whether it then rode, waited, or went on unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerTraffic {
+    /// The peer (the MGRP address the traffic is tunnelled to).
+    pub peer: IpAddr,
+    /// Packets routed to it since the daemon started.
+    pub packets: u64,
+    /// IP bytes of those packets.
+    pub bytes: u64,
+    /// IP bytes per second over the last `window_ms` of the answer.
+    pub bytes_per_second: u64,
+    /// Riders held for it now, waiting for a probe.
+    pub held_riders: u64,
+    /// Bytes of those riders.
+    pub held_bytes: u64,
 }
 
 /// Counters of the daemon as a whole.
@@ -526,5 +559,23 @@ mod tests {
         );
         let line = serde_json::to_string(&Response::Listening { port: 9 }).unwrap();
         assert_eq!(line, r#"{"type":"listening","port":9}"#);
+        let r: Request = serde_json::from_str(r#"{"op":"traffic"}"#).unwrap();
+        assert_eq!(r, Request::Traffic);
+        let t = Response::Traffic {
+            window_ms: 2000,
+            peers: vec![PeerTraffic {
+                peer: "10.0.0.2".parse().unwrap(),
+                packets: 3,
+                bytes: 4500,
+                bytes_per_second: 2250,
+                held_riders: 1,
+                held_bytes: 1500,
+            }],
+        };
+        let line = serde_json::to_string(&t).unwrap();
+        assert!(
+            line.starts_with(r#"{"type":"traffic","window_ms":2000,"peers":[{"peer":"10.0.0.2","#)
+        );
+        assert_eq!(serde_json::from_str::<Response>(&line).unwrap(), t);
     }
 }

@@ -20,6 +20,7 @@
 //! - [`peers`]: which hosts MGRP packets are taken from, and which riders may be
 //!   written into this host.
 //! - [`ratelimit`]: token buckets for the probes and bytes users may submit.
+//! - [`traffic`]: how much application traffic goes to each peer, and how fast.
 //! - [`schedule`]: absolute departure deadlines of a train and the summary of how well
 //!   a sent train kept them.
 //!
@@ -40,6 +41,7 @@ pub mod reassembly;
 pub mod schedule;
 pub mod stats;
 mod time;
+pub mod traffic;
 pub mod wire;
 
 pub use time::{MonoTime, WallTime, parse_duration};

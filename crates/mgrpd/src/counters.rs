@@ -4,13 +4,17 @@
 //! thread's), and the pacer publishes its own as a snapshot (`crate::exchange`); a
 //! reader gets [`Stats`], one consistent copy of everything.
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use mgrp_core::api::{DaemonCounters, DaemonStats};
+use mgrp_core::MonoTime;
+use mgrp_core::api::{DaemonCounters, DaemonStats, PeerTraffic};
 use mgrp_core::stats::ReassemblyCounters;
+use mgrp_core::traffic::RateMeter;
 use tracing::warn;
 
 use crate::exchange::{Queues, Snapshot};
@@ -19,7 +23,11 @@ macro_rules! counters {
     ($($name:ident),* $(,)?) => {
         /// The daemon's own counters, updated lock-free by the data-path threads.
         #[derive(Debug, Default)]
-        pub struct Counters { $(pub(crate) $name: AtomicU64,)* }
+        pub struct Counters {
+            $(pub(crate) $name: AtomicU64,)*
+            /// Application traffic per peer.
+            pub(crate) traffic: TrafficTable,
+        }
 
         impl Counters {
             /// A consistent-enough copy for reporting.
@@ -85,6 +93,52 @@ pub(crate) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Peers whose traffic is metered; further ones are not (a destination routed into
+/// the TUN without a peer prefix is its own peer, so this bounds memory).
+const MAX_METERED_PEERS: usize = 4096;
+
+/// The application traffic the TUN reader routed to each peer.
+#[derive(Debug, Default)]
+pub(crate) struct TrafficTable(Mutex<BTreeMap<IpAddr, RateMeter>>);
+
+impl TrafficTable {
+    /// Counts packets read at `now`: `(peer, packets, IP bytes)` each.
+    pub(crate) fn add(&self, now: MonoTime, packets: impl IntoIterator<Item = (IpAddr, u64, u64)>) {
+        let mut t = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        for (peer, n, bytes) in packets {
+            if let Some(m) = t.get_mut(&peer) {
+                m.add(now, n, bytes);
+            } else if t.len() < MAX_METERED_PEERS {
+                t.entry(peer).or_default().add(now, n, bytes);
+            }
+        }
+    }
+
+    /// Every metered peer at `now`, with what the pacer last said it holds for it.
+    fn read(&self, now: MonoTime, held: &[(IpAddr, u64, u64)]) -> Vec<PeerTraffic> {
+        let t = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Vec<PeerTraffic> = t
+            .iter()
+            .map(|(peer, m)| PeerTraffic {
+                peer: *peer,
+                packets: m.packets(),
+                bytes: m.bytes(),
+                bytes_per_second: m.bytes_per_second(now).round() as u64,
+                held_riders: 0,
+                held_bytes: 0,
+            })
+            .collect();
+        drop(t);
+        for &(peer, riders, bytes) in held {
+            if let Ok(i) = out.binary_search_by_key(&peer, |p| p.peer) {
+                out[i].held_riders = riders;
+                out[i].held_bytes = bytes;
+            }
+        }
+        out
+    }
+}
+
 /// The reassembly counters of each receiver: IPv4 (and the loopback path) and IPv6,
 /// one slot each, so that neither overwrites the other's.
 #[derive(Debug, Default)]
@@ -127,6 +181,15 @@ impl Stats {
             planner,
             reassembly: self.reassembly.sum(),
         }
+    }
+
+    /// The application traffic to each peer at `now`, and the window of its rates.
+    pub fn traffic(&self, now: MonoTime) -> (Duration, Vec<PeerTraffic>) {
+        let held = self.queues.held();
+        (
+            RateMeter::default().window(),
+            self.counters.traffic.read(now, &held),
+        )
     }
 }
 

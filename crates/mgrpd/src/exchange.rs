@@ -121,6 +121,8 @@ pub(crate) struct Queues {
     pub(crate) riders_wanted: AtomicBool,
     pub(crate) pacer_done: AtomicBool,
     pub(crate) snapshot: Mutex<Snapshot>,
+    /// Riders and their bytes held per destination, as last published.
+    pub(crate) held: Mutex<Vec<(IpAddr, u64, u64)>>,
     /// Outputs the pacer did itself because the dispatcher's queue was full.
     pub(crate) outputs_done_by_pacer: AtomicU64,
 }
@@ -137,6 +139,7 @@ impl Queues {
             riders_wanted: AtomicBool::new(config.policy.hold_mode == HoldMode::Always),
             pacer_done: AtomicBool::new(false),
             snapshot: Mutex::new(Snapshot::default()),
+            held: Mutex::new(Vec::new()),
             outputs_done_by_pacer: AtomicU64::new(0),
         })
     }
@@ -191,5 +194,13 @@ impl Queues {
     /// The pacer's counters as last published.
     pub(crate) fn snapshot(&self) -> Snapshot {
         *self.snapshot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Riders and bytes held per destination as last published, by address.
+    pub(crate) fn held(&self) -> Vec<(IpAddr, u64, u64)> {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }

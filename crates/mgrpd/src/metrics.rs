@@ -2,14 +2,17 @@
 //! `stats` request gives, at `http://ADDR/metrics` in Prometheus' text format. Each
 //! counter of the daemon, the planners and reassembly becomes
 //! `mgrpd_<part>_<name>_total`; the few that are levels (riders held, riders and
-//! bytes pending reassembly) are gauges without `_total`. A plain HTTP/1.1 answer per
+//! bytes pending reassembly) are gauges without `_total`. The API's `traffic` answer
+//! becomes `mgrpd_peer_traffic_{packets,bytes}_total`, `mgrpd_peer_traffic_bytes_per_second`
+//! and `mgrpd_peer_held_{riders,bytes}`, labelled `peer`. A plain HTTP/1.1 answer per
 //! connection: nothing but `GET /metrics` is served.
 
 use std::net::SocketAddr;
 
-use mgrp_core::api::DaemonStats;
+use mgrp_core::api::{DaemonStats, PeerTraffic};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -22,9 +25,50 @@ use crate::lifecycle::Lifecycle;
 /// Counters that are levels, not totals.
 const GAUGES: [&str; 3] = ["riders_held", "riders_pending", "bytes_pending"];
 
-/// The text exposition of `stats`.
-pub(crate) fn render(stats: &DaemonStats) -> String {
+type PeerLabel = Vec<(&'static str, String)>;
+
+/// The text exposition of `stats` and of the traffic to each peer.
+pub(crate) fn render(stats: &DaemonStats, traffic: &[PeerTraffic]) -> String {
     let mut r = Registry::default();
+    let packets = Family::<PeerLabel, Counter<u64>>::default();
+    let bytes = Family::<PeerLabel, Counter<u64>>::default();
+    let rate = Family::<PeerLabel, Gauge<i64>>::default();
+    let held = Family::<PeerLabel, Gauge<i64>>::default();
+    let held_bytes = Family::<PeerLabel, Gauge<i64>>::default();
+    let level = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    for t in traffic {
+        let l = vec![("peer", t.peer.to_string())];
+        packets.get_or_create(&l).inc_by(t.packets);
+        bytes.get_or_create(&l).inc_by(t.bytes);
+        rate.get_or_create(&l).set(level(t.bytes_per_second));
+        held.get_or_create(&l).set(level(t.held_riders));
+        held_bytes.get_or_create(&l).set(level(t.held_bytes));
+    }
+    r.register(
+        "mgrpd_peer_traffic_packets",
+        "Application packets routed into the tunnel for the peer",
+        packets,
+    );
+    r.register(
+        "mgrpd_peer_traffic_bytes",
+        "IP bytes of application packets routed into the tunnel for the peer",
+        bytes,
+    );
+    r.register(
+        "mgrpd_peer_traffic_bytes_per_second",
+        "IP bytes per second routed into the tunnel for the peer, over the last 2 s",
+        rate,
+    );
+    r.register(
+        "mgrpd_peer_held_riders",
+        "Riders held for the peer, waiting for a probe",
+        held,
+    );
+    r.register(
+        "mgrpd_peer_held_bytes",
+        "Bytes of the riders held for the peer",
+        held_bytes,
+    );
     let value = serde_json::to_value(stats).unwrap_or_default();
     for part in ["daemon", "planner", "reassembly"] {
         let Some(fields) = value.get(part).and_then(serde_json::Value::as_object) else {
@@ -100,7 +144,7 @@ pub(crate) async fn serve(listener: TcpListener, stats: Stats, life: std::sync::
                     (
                         "200 OK",
                         "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        render(&stats.get()),
+                        render(&stats.get(), &stats.traffic(mgrp_rt::mono_now()).1),
                     )
                 } else {
                     (
@@ -132,7 +176,24 @@ mod tests {
         s.daemon.tun_packets_in = 7;
         s.planner.riders_held = 3;
         s.reassembly.bytes_pending = 1500;
-        let text = render(&s);
+        let t = PeerTraffic {
+            peer: "10.0.0.2".parse().unwrap(),
+            packets: 3,
+            bytes: 4500,
+            bytes_per_second: 2250,
+            held_riders: 1,
+            held_bytes: 1500,
+        };
+        let text = render(&s, &[t]);
+        for line in [
+            "mgrpd_peer_traffic_packets_total{peer=\"10.0.0.2\"} 3",
+            "mgrpd_peer_traffic_bytes_total{peer=\"10.0.0.2\"} 4500",
+            "mgrpd_peer_traffic_bytes_per_second{peer=\"10.0.0.2\"} 2250",
+            "mgrpd_peer_held_riders{peer=\"10.0.0.2\"} 1",
+            "mgrpd_peer_held_bytes{peer=\"10.0.0.2\"} 1500",
+        ] {
+            assert!(text.contains(line), "{line} not in {text}");
+        }
         assert!(
             text.contains("# TYPE mgrpd_daemon_tun_packets_in counter"),
             "{text}"

@@ -37,6 +37,8 @@ const BATCHES_PER_INGEST: usize = 32;
 const BATCHES_BEFORE_PROBE: usize = 4;
 /// How often the pacer publishes its counters while busy.
 const PUBLISH_EVERY: Duration = Duration::from_millis(2);
+/// How often it publishes the riders held per destination.
+const PUBLISH_HELD_EVERY: Duration = Duration::from_millis(100);
 /// The endpoint's bounds and modes from the configuration.
 fn endpoint_config(config: &Config) -> EndpointConfig {
     use std::hash::BuildHasher;
@@ -107,6 +109,8 @@ pub(crate) fn run_pacer(s: &Dispatcher, life: &Lifecycle, prepared: impl FnOnce(
         spin: SpinBudget::default(),
         flushed: false,
         last_publish: MonoTime::ZERO,
+        last_held_publish: MonoTime::ZERO,
+        held_published: false,
         unsignalled: false,
     };
     pacer.run();
@@ -137,6 +141,9 @@ struct Pacer<'a> {
     spin: SpinBudget,
     flushed: bool,
     last_publish: MonoTime,
+    last_held_publish: MonoTime,
+    /// Whether the riders held last published were any.
+    held_published: bool,
     /// Outputs were queued since the dispatcher was last signalled.
     unsignalled: bool,
 }
@@ -349,9 +356,25 @@ impl Pacer<'_> {
             if let Ok(mut s) = self.q.snapshot.try_lock() {
                 *s = snapshot;
                 self.last_publish = now;
-                return;
+                break;
             }
             std::hint::spin_loop();
+        }
+        // Every 100 ms while riders come and go, and at once when the last one left,
+        // so that a reader of a quiet daemon sees none held.
+        let emptied = self.held_published && self.endpoint.held_bytes() == 0;
+        if emptied || now.saturating_since(self.last_held_publish) >= PUBLISH_HELD_EVERY {
+            // Refilled in place: no allocation once it has room for every destination.
+            if let Ok(mut held) = self.q.held.try_lock() {
+                held.clear();
+                held.extend(
+                    self.endpoint
+                        .held_per_destination()
+                        .map(|(peer, n, bytes)| (peer, n as u64, bytes as u64)),
+                );
+                self.last_held_publish = now;
+                self.held_published = held.iter().any(|h| h.1 > 0);
+            }
         }
     }
 

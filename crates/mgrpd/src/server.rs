@@ -340,6 +340,13 @@ async fn handle(
             Response::Unlistened { port }
         }
         Request::Stats => Response::Stats(Box::new(api.stats.get())),
+        Request::Traffic => {
+            let (window, peers) = api.stats.traffic(mgrp_rt::mono_now());
+            Response::Traffic {
+                window_ms: u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
+                peers,
+            }
+        }
     };
     tx.send(reply).await;
 }

@@ -130,6 +130,10 @@ impl TunReader {
             return false;
         }
         let c = &self.counters;
+        // Every segment carries the headers the super-packet has once.
+        let bytes = packet.len() as u64 + segments.saturating_sub(1) * u64::from(hdr.hdr_len);
+        c.traffic
+            .add(mgrp_rt::mono_now(), [(peer, segments, bytes)]);
         let add = |x: &std::sync::atomic::AtomicU64| {
             x.fetch_add(segments, std::sync::atomic::Ordering::Relaxed);
         };
@@ -152,6 +156,7 @@ impl TunReader {
         // once; after shutdown it takes none.
         let direct = !self.queues.riders_wanted() || self.life.is_stopping();
         let mut riders = Vec::new();
+        let mut metered = Vec::new();
         for pkt in pkts {
             bump(&c.tun_packets_in);
             let Some(dst) = ip::destination(pkt).filter(|d| !is_housekeeping(*d)) else {
@@ -159,6 +164,7 @@ impl TunReader {
                 continue;
             };
             let peer = self.config.peer_of(dst);
+            metered.push((peer, 1, pkt.len() as u64));
             if down.contains(&peer) {
                 // Its probes are dropped on arrival: riders would be lost with them.
                 bump(&c.riders_bypassed_peer_down);
@@ -176,6 +182,7 @@ impl TunReader {
             // into a probe, and a clone of this is a count, not an allocation.
             riders.push((peer, Bytes::from_owner(pkt.to_vec())));
         }
+        c.traffic.add(now, metered);
         if riders.is_empty() {
             return;
         }

@@ -156,6 +156,19 @@ fn the_metrics_exporter_serves_the_api_counters() {
     );
     transfer(&net, &a, 2 * MB, 5011, true);
     let stats = a.quiescent_stats().unwrap();
+    // Every packet the TUN took for B is metered as B's traffic.
+    let (window, peers) = a.api().unwrap().traffic().unwrap();
+    assert_eq!(window, Duration::from_secs(2));
+    assert_eq!(peers.len(), 1, "{peers:?}");
+    let to_b = peers[0];
+    assert_eq!(to_b.peer, IpAddr::V4(ADDR_B));
+    assert_eq!(
+        to_b.packets,
+        stats.daemon.tun_packets_in - stats.daemon.tun_ignored,
+        "{to_b:?} {stats:#?}"
+    );
+    assert!(to_b.bytes > 2 * MB, "{to_b:?}");
+    assert_eq!((to_b.held_riders, to_b.held_bytes), (0, 0));
     let get = |path: &str| -> String {
         let path = path.to_string();
         net.a
@@ -193,6 +206,15 @@ fn the_metrics_exporter_serves_the_api_counters() {
     assert_eq!(
         value("mgrpd_planner_riders_held"),
         stats.planner.riders_held
+    );
+    let b = format!("{{peer=\"{ADDR_B}\"}}");
+    assert_eq!(
+        value(&format!("mgrpd_peer_traffic_packets_total{b}")),
+        to_b.packets
+    );
+    assert_eq!(
+        value(&format!("mgrpd_peer_traffic_bytes_total{b}")),
+        to_b.bytes
     );
     assert!(get("/").starts_with("HTTP/1.1 404"));
     assert!(

@@ -264,6 +264,13 @@ impl Endpoint {
         self.held_bytes
     }
 
+    /// Per destination with a planner: riders held and their bytes.
+    pub fn held_per_destination(&self) -> impl Iterator<Item = (IpAddr, usize, usize)> + '_ {
+        self.dests
+            .iter()
+            .map(|(peer, d)| (*peer, d.planner.held_riders(), d.planner.queued_bytes()))
+    }
+
     /// Whether shutdown has been asked for and nothing is left: no rider held, no
     /// train, no action waiting.
     pub fn is_drained(&self) -> bool {

@@ -172,6 +172,10 @@ fn riders_beyond_the_destination_bound_go_unchanged() {
     // The others wait for their hold time.
     assert_eq!(e.poll_action(ms(0)), None);
     assert_eq!(e.held_bytes(), 200);
+    assert_eq!(
+        e.held_per_destination().collect::<Vec<_>>(),
+        [(peer(2), 1, 100), (peer(3), 1, 100)]
+    );
     assert_eq!(e.poll_timeout(), Some(ms(10)));
     assert!(matches!(
         e.poll_action(ms(10)),

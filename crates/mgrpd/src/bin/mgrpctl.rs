@@ -3,6 +3,7 @@
 //! ```text
 //! mgrpctl stats            # counters, one per line
 //! mgrpctl stats --json     # the same as one JSON object
+//! mgrpctl traffic          # application traffic to each peer, and riders held for it
 //! mgrpctl listen 7001      # print probes arriving for port 7001 as JSON lines
 //! ```
 
@@ -31,6 +32,13 @@ enum Cmd {
     /// Print the daemon's counters and whether the rider counters balance.
     Stats {
         /// Print one JSON object instead of a line per counter.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the application traffic routed to each peer (packets and bytes since
+    /// the daemon started, the recent rate) and the riders held for it now.
+    Traffic {
+        /// Print one JSON object instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -79,6 +87,36 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                     "MISMATCH"
                 }
             );
+        }
+        Cmd::Traffic { json } => {
+            let (window, peers) = client.traffic()?;
+            if *json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "window_ms": window.as_millis() as u64, "peers": peers })
+                );
+                return Ok(());
+            }
+            println!(
+                "{:<40} {:>12} {:>14} {:>12} {:>8} {:>10}",
+                "peer",
+                "packets",
+                "bytes",
+                format!("bit/s ({}s)", window.as_secs_f64()),
+                "held",
+                "held_bytes"
+            );
+            for p in peers {
+                println!(
+                    "{:<40} {:>12} {:>14} {:>12} {:>8} {:>10}",
+                    p.peer.to_string(),
+                    p.packets,
+                    p.bytes,
+                    p.bytes_per_second * 8,
+                    p.held_riders,
+                    p.held_bytes
+                );
+            }
         }
         Cmd::Listen { port } => {
             let mut probes = client.listen(*port)?;

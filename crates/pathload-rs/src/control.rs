@@ -91,6 +91,15 @@ pub enum Request {
     },
     /// Asks for a [`Reply::Pong`], to time the control path's round trip.
     Ping,
+    /// Asks how much application traffic the sender's mgrpd routes to `address` (the
+    /// connection's address if `None`), for a receiver that waits for traffic to ride
+    /// in its probes. Answered with [`Reply::Traffic`] on a connection of its own or
+    /// within a measurement, and even while another receiver measures.
+    Traffic {
+        /// The receiver's address as the sender's mgrpd knows it (its MGRP peer).
+        #[serde(default)]
+        address: Option<IpAddr>,
+    },
     /// The measurement is over.
     Bye,
 }
@@ -132,6 +141,17 @@ pub enum Reply {
     },
     /// Answer to [`Request::Ping`].
     Pong,
+    /// Answer to [`Request::Traffic`]: what the sender's mgrpd routes to the address.
+    Traffic {
+        /// IP bytes per second over the last `window_ms`.
+        bytes_per_second: u64,
+        /// The window of that rate, ms.
+        window_ms: u64,
+        /// Riders held for the address now.
+        held_riders: u64,
+        /// Their bytes.
+        held_bytes: u64,
+    },
     /// The request could not be served; the message says why.
     Error {
         /// What went wrong.
@@ -260,5 +280,18 @@ mod tests {
                 ..
             }
         ));
+        let t: Request = serde_json::from_str(r#"{"msg":"traffic"}"#).unwrap();
+        assert_eq!(t, Request::Traffic { address: None });
+        let line = serde_json::to_string(&Reply::Traffic {
+            bytes_per_second: 1,
+            window_ms: 2000,
+            held_riders: 3,
+            held_bytes: 4,
+        })
+        .unwrap();
+        assert_eq!(
+            line,
+            r#"{"msg":"traffic","bytes_per_second":1,"window_ms":2000,"held_riders":3,"held_bytes":4}"#
+        );
     }
 }

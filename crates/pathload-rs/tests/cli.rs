@@ -215,7 +215,7 @@ fn an_interrupted_run_says_it_has_no_estimate() {
                         kernel_stamps: false,
                     }
                 }
-                Request::Stream { .. } | Request::Bye => return,
+                Request::Stream { .. } | Request::Traffic { .. } | Request::Bye => return,
             };
             let mut msg = serde_json::to_vec(&reply).unwrap();
             msg.push(b'\n');

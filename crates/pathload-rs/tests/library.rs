@@ -1,8 +1,9 @@
 //! pathload-rs as a library, over plain UDP on loopback (no root, no mgrpd): a
 //! measurement runs against a `Server` and reports its bytes; a second receiver
-//! while one measures is told the sender is busy; a stop flag ends both sides; an
-//! unreachable sender is an error of its own.
+//! while one measures is told the sender is busy, while a traffic query is answered;
+//! a stop flag ends both sides; an unreachable sender is an error of its own.
 
+use std::io::{BufRead, BufReader, Write};
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -11,6 +12,7 @@ use pathload_rs::Mode;
 use pathload_rs::control::Transport;
 use pathload_rs::tool::{
     BUSY, MeasureError, MeasureOptions, Progress, ServeEvent, ServeOptions, Server, measure,
+    sender_traffic,
 };
 
 /// A UDP port nothing listens on right now.
@@ -27,6 +29,8 @@ fn server() -> Server {
         port: 0,
         bind: Some("127.0.0.1".parse().unwrap()),
         probe_port: free_udp_port(),
+        // No mgrpd: traffic queries are answered with an error saying so.
+        socket: std::env::temp_dir().join(format!("no-mgrpd-{}.sock", std::process::id())),
         ..ServeOptions::new(Transport::Udp)
     };
     Server::bind(opts).unwrap()
@@ -66,10 +70,24 @@ fn a_measurement_runs_and_a_second_receiver_hears_busy() {
                 Progress::Event(_) => {}
             },
         );
-        // A receiver that connects and says nothing holds the sender; the next one
-        // is turned away at once instead of waiting.
-        let holder = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        // A receiver that has said hello holds the sender; the next one is turned
+        // away at once instead of waiting.
+        let mut holder = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        writeln!(
+            holder,
+            r#"{{"msg":"hello","version":1,"transport":"udp","probe_port":{},"piggyback":false}}"#,
+            free_udp_port()
+        )
+        .unwrap();
+        let mut hello = String::new();
+        BufReader::new(&holder).read_line(&mut hello).unwrap();
+        assert!(hello.contains(r#""msg":"hello""#), "{hello}");
+        // A silent connection holds nothing.
+        let _silent = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        // A traffic query is answered while the holder measures (here: that there
+        // is no mgrpd to ask).
+        let q = sender_traffic("127.0.0.1", port, None).expect_err("no mgrpd");
+        assert!(q.to_string().contains("no traffic figures"), "{q}");
         let asked = Instant::now();
         let busy = measure(
             &options(port, Duration::from_secs(2)),

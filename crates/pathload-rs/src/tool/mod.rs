@@ -13,7 +13,9 @@ mod sender;
 mod sys;
 mod transport;
 
-pub use receiver::{MeasureError, MeasureOptions, Measurement, Progress, measure};
+pub use receiver::{
+    MeasureError, MeasureOptions, Measurement, Progress, SenderTraffic, measure, sender_traffic,
+};
 pub use sender::{BUSY, ServeEvent, ServeOptions, Server};
 
 use std::ffi::OsString;

@@ -159,10 +159,10 @@ pub enum MeasureError {
     Failed(#[from] anyhow::Error),
 }
 
-fn connect(opts: &MeasureOptions) -> Result<TcpStream, String> {
-    let addrs: Vec<SocketAddr> = (opts.sender.as_str(), opts.port)
+fn connect(sender: &str, port: u16) -> Result<TcpStream, String> {
+    let addrs: Vec<SocketAddr> = (sender, port)
         .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve sender {}: {e}", opts.sender))?
+        .map_err(|e| format!("cannot resolve sender {sender}: {e}"))?
         .collect();
     let mut last = String::from("no address");
     for a in addrs {
@@ -172,9 +172,57 @@ fn connect(opts: &MeasureOptions) -> Result<TcpStream, String> {
         }
     }
     Err(format!(
-        "cannot reach the sender at {} port {} ({last}); is `pathload-rs snd` running there?",
-        opts.sender, opts.port
+        "cannot reach the sender at {sender} port {port} ({last}); is `pathload-rs snd` running there?"
     ))
+}
+
+/// The application traffic a sender's mgrpd routes towards a receiver, as
+/// [`sender_traffic`] learns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SenderTraffic {
+    /// IP bytes per second over the last `window`.
+    pub bytes_per_second: u64,
+    /// The window of that rate.
+    pub window: Duration,
+    /// Riders held for the receiver now, waiting for a probe.
+    pub held_riders: u64,
+    /// Their bytes.
+    pub held_bytes: u64,
+}
+
+/// Asks the sender at `sender`:`port` how much application traffic its mgrpd routes to
+/// `address` (this end of the connection if `None`): the traffic that would ride in
+/// probes sent now. Answered even while another receiver measures.
+pub fn sender_traffic(
+    sender: &str,
+    port: u16,
+    address: Option<IpAddr>,
+) -> Result<SenderTraffic, MeasureError> {
+    let stream = connect(sender, port).map_err(MeasureError::Unreachable)?;
+    stream
+        .set_read_timeout(Some(REPLY_SLACK))
+        .map_err(|e| MeasureError::Unreachable(e.to_string()))?;
+    let mut conn = Conn::new(stream)?;
+    conn.send(&Request::Traffic { address })?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Traffic {
+            bytes_per_second,
+            window_ms,
+            held_riders,
+            held_bytes,
+        }) => Ok(SenderTraffic {
+            bytes_per_second,
+            window: Duration::from_millis(window_ms),
+            held_riders,
+            held_bytes,
+        }),
+        Some(Reply::Error { message }) => Err(anyhow!("the sender says: {message}").into()),
+        Some(other) => Err(anyhow!("the sender answered {other:?} to a traffic query").into()),
+        None => Err(anyhow!(
+            "the sender closed the connection without an answer; is it an older pathload-rs?"
+        )
+        .into()),
+    }
 }
 
 /// Runs one measurement from the sender `opts` names, until it converges, a limit
@@ -185,7 +233,7 @@ pub fn measure(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Measurement, MeasureError> {
     let started = Instant::now();
-    let stream = connect(opts).map_err(MeasureError::Unreachable)?;
+    let stream = connect(&opts.sender, opts.port).map_err(MeasureError::Unreachable)?;
     let peer = stream.peer_addr().map_err(|e| {
         MeasureError::Unreachable(format!("the control connection broke at once: {e}"))
     })?;

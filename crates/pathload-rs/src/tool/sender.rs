@@ -121,43 +121,32 @@ impl Server {
     }
 
     /// Serves measurements one after another until `stop` is set (one only, unless
-    /// `keep_serving`). While one runs, a receiver that comes is told at once that
-    /// this sender is busy (its first request gets an error starting with
-    /// [`BUSY`]) rather than left waiting. A measurement in flight when `stop` is set
-    /// ends at its next request, and its receiver is told why.
+    /// `keep_serving`). Each connection is served by a thread of its own; one
+    /// measurement runs at a time, and a receiver that says hello while one runs is
+    /// told at once that this sender is busy (an error starting with [`BUSY`]) rather
+    /// than left waiting. A traffic query ([`Request::Traffic`]) is answered whatever
+    /// runs. A measurement in flight when `stop` is set ends at its next request, and
+    /// its receiver is told why.
     pub fn serve(
         &self,
         keep_serving: bool,
         stop: &AtomicBool,
         report: &mut dyn FnMut(ServeEvent),
     ) -> anyhow::Result<()> {
+        let slot = AtomicBool::new(false);
+        let measured = AtomicBool::new(false);
         std::thread::scope(|scope| {
             let (done_tx, done_rx) = std::sync::mpsc::channel();
-            let mut running: Option<std::thread::ScopedJoinHandle<'_, ()>> = None;
-            loop {
+            let mut conns: Vec<std::thread::ScopedJoinHandle<'_, ()>> = Vec::new();
+            let result = loop {
                 for ev in done_rx.try_iter() {
                     report(ev);
                 }
-                if running
-                    .as_ref()
-                    .is_some_and(std::thread::ScopedJoinHandle::is_finished)
+                conns.retain(|t| !t.is_finished());
+                if stop.load(Ordering::Relaxed)
+                    || (!keep_serving && measured.load(Ordering::Relaxed))
                 {
-                    running = None;
-                    for ev in done_rx.try_iter() {
-                        report(ev);
-                    }
-                    if !keep_serving {
-                        return Ok(());
-                    }
-                }
-                if stop.load(Ordering::Relaxed) {
-                    if let Some(t) = running.take() {
-                        let _ = t.join();
-                    }
-                    for ev in done_rx.try_iter() {
-                        report(ev);
-                    }
-                    return Ok(());
+                    break Ok(());
                 }
                 let (stream, peer) = match self.listener.accept() {
                     Ok(x) => x,
@@ -166,34 +155,53 @@ impl Server {
                         continue;
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e.into()),
+                    Err(e) => break Err(e.into()),
                 };
                 stream.set_nonblocking(false)?;
-                if running.is_some() {
+                if conns.len() >= MAX_CONNECTIONS {
                     let message = format!(
-                        "{BUSY}: another receiver is measuring from this sender; try again when it is done"
+                        "{BUSY}: this sender serves {MAX_CONNECTIONS} connections already; try again later"
                     );
                     turn_away(stream, &message);
                     report(ServeEvent::Refused(peer, message));
                     continue;
                 }
-                report(ServeEvent::Connected(peer));
-                let (opts, done_tx) = (&self.opts, done_tx.clone());
-                running = Some(scope.spawn(move || {
-                    let mut refused = |ev: ServeEvent| {
+                let (opts, done_tx, slot, measured) =
+                    (&self.opts, done_tx.clone(), &slot, &measured);
+                conns.push(scope.spawn(move || {
+                    let mut events = |ev: ServeEvent| {
                         let _ = done_tx.send(ev);
                     };
-                    let done = serve_one(opts, stream, peer, stop, &mut refused);
-                    let _ =
-                        done_tx.send(ServeEvent::Done(peer, done.map_err(|e| format!("{e:#}"))));
+                    let mut claimed = false;
+                    let done = serve_one(opts, stream, peer, stop, slot, &mut claimed, &mut events);
+                    if claimed {
+                        slot.store(false, Ordering::SeqCst);
+                        measured.store(true, Ordering::Relaxed);
+                        let done = done.map(|n| n.unwrap_or(0)).map_err(|e| format!("{e:#}"));
+                        events(ServeEvent::Done(peer, done));
+                    }
                 }));
+            };
+            for t in conns {
+                let _ = t.join();
             }
+            for ev in done_rx.try_iter() {
+                report(ev);
+            }
+            result
         })
     }
 }
 
 /// How the error a busy sender answers with begins.
 pub const BUSY: &str = "busy";
+
+/// Connections served at once (one measurement, the rest traffic queries or
+/// receivers being told the sender is busy).
+const MAX_CONNECTIONS: usize = 16;
+
+/// How long a new connection may take to say what it wants.
+const FIRST_REQUEST: Duration = Duration::from_secs(5);
 
 /// Answers a receiver's first request with `message` and closes the connection.
 fn turn_away(stream: std::net::TcpStream, message: &str) {
@@ -205,6 +213,49 @@ fn turn_away(stream: std::net::TcpStream, message: &str) {
         let _ = conn.send(&Reply::Error {
             message: message.to_string(),
         });
+    }
+}
+
+/// Waits for a new connection's first bytes, up to [`FIRST_REQUEST`], looking at
+/// `stop` as it waits; false if they did not come or the sender stops.
+fn first_bytes(stream: &std::net::TcpStream, stop: &AtomicBool) -> std::io::Result<bool> {
+    let until = std::time::Instant::now() + FIRST_REQUEST;
+    stream.set_read_timeout(Some(ACCEPT_POLL))?;
+    while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < until {
+        match stream.peek(&mut [0u8; 1]) {
+            Ok(n) => return Ok(n > 0),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
+}
+
+/// What the sender's mgrpd routes to `to`.
+fn traffic(opts: &ServeOptions, to: IpAddr) -> Reply {
+    let answer = mgrp_client::blocking::Client::connect(&opts.socket).and_then(|c| c.traffic());
+    match answer {
+        Ok((window, peers)) => {
+            let p = peers.iter().find(|p| p.peer == to);
+            Reply::Traffic {
+                bytes_per_second: p.map_or(0, |p| p.bytes_per_second),
+                window_ms: u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
+                held_riders: p.map_or(0, |p| p.held_riders),
+                held_bytes: p.map_or(0, |p| p.held_bytes),
+            }
+        }
+        Err(e) => Reply::Error {
+            message: format!(
+                "no traffic figures: mgrpd at {}: {e}",
+                opts.socket.display()
+            ),
+        },
     }
 }
 
@@ -244,14 +295,21 @@ pub(crate) fn run(args: &SndArgs) -> anyhow::Result<()> {
     )
 }
 
+/// Serves one connection: a measurement once it has claimed `slot` (then
+/// `claimed` is set and the streams sent are returned), or traffic queries.
 fn serve_one(
     opts: &ServeOptions,
     stream: std::net::TcpStream,
     peer: SocketAddr,
     stop: &AtomicBool,
+    slot: &AtomicBool,
+    claimed: &mut bool,
     report: &mut dyn FnMut(ServeEvent),
-) -> anyhow::Result<u32> {
-    stream.set_read_timeout(Some(IDLE_LIMIT))?;
+) -> anyhow::Result<Option<u32>> {
+    if !first_bytes(&stream, stop)? {
+        return Ok(None);
+    }
+    stream.set_read_timeout(Some(FIRST_REQUEST))?;
     let mut conn = Conn::new(stream)?;
     let mut sender: Option<Sender> = None;
     let mut streams = 0;
@@ -283,7 +341,23 @@ fn serve_one(
                             opts.transport, opts.transport
                         ),
                     }
+                } else if !*claimed
+                    && slot
+                        .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_err()
+                {
+                    let message = format!(
+                        "{BUSY}: another receiver is measuring from this sender; try again when it is done"
+                    );
+                    report(ServeEvent::Refused(peer, message.clone()));
+                    conn.send(&Reply::Error { message })?;
+                    return Ok(None);
                 } else {
+                    if !*claimed {
+                        *claimed = true;
+                        conn.stream().set_read_timeout(Some(IDLE_LIMIT))?;
+                        report(ServeEvent::Connected(peer));
+                    }
                     // A dual-stack listener sees IPv4 receivers as IPv4-mapped IPv6.
                     let ip = address.unwrap_or(peer.ip()).to_canonical();
                     let dst = SocketAddr::new(ip, probe_port);
@@ -312,6 +386,9 @@ fn serve_one(
                 }
             }
             Request::Ping => Reply::Pong,
+            Request::Traffic { address } => {
+                traffic(opts, address.unwrap_or(peer.ip()).to_canonical())
+            }
             Request::Train { id, packets, size } => send(
                 &mut sender,
                 &Batch {
@@ -353,7 +430,7 @@ fn serve_one(
         }
         conn.send(&reply)?;
     }
-    Ok(streams)
+    Ok(claimed.then_some(streams))
 }
 
 /// Probes per train or stream the sender accepts.

@@ -300,10 +300,12 @@ impl Config {
                     "{key}: backoff {backoff:?} and max-backoff {max_backoff:?}; back-off must be above 0 and at most max-backoff"
                 )));
             }
-            if l.ride_min_bps.is_some_and(|b| b > 0) {
-                // The scheduler can wait for traffic, but nothing reports it yet.
+            let ride_min_bps = l.ride_min_bps.filter(|b| *b > 0);
+            if ride_min_bps.is_some()
+                && (transport != Transport::Mgrp || l.piggyback == Some(false))
+            {
                 return Err(invalid(format!(
-                    "{key}: ride-min-bps is not supported yet (mgrpd does not report the traffic queued per destination); remove it"
+                    "{key}: ride-min-bps waits for application traffic to ride in the probes, which needs transport = \"mgrp\" and piggyback = true; remove it or change those"
                 )));
             }
             let probe_port = u16::try_from(usize::from(base) + i)
@@ -323,7 +325,7 @@ impl Config {
                     jitter,
                     backoff,
                     max_backoff,
-                    ride_min_bps: None,
+                    ride_min_bps,
                 },
                 probe_port,
                 piggyback: l.piggyback.unwrap_or(true),
@@ -410,7 +412,12 @@ mod tests {
         assert!(err("[[link]]\nfrom = \"nowhere\"").contains("from"));
         assert!(err("[serve]\nmgrp-port = 1\nudp-port = 1").contains("own"));
         assert!(
-            err("[[link]]\nfrom = \"10.0.0.5\"\nride-min-bps = 1000").contains("not supported")
+            err("[[link]]\nfrom = \"10.0.0.5\"\ntransport = \"udp\"\nride-min-bps = 1000")
+                .contains("needs transport = \"mgrp\"")
+        );
+        assert!(
+            err("[[link]]\nfrom = \"10.0.0.5\"\npiggyback = false\nride-min-bps = 1000")
+                .contains("piggyback = true")
         );
     }
 }

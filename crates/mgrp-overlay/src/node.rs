@@ -15,6 +15,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use pathload_rs::tool::{
     BUSY, MeasureError, MeasureOptions, Measurement, ServeEvent, ServeOptions, Server, measure,
+    sender_traffic,
 };
 use serde::Serialize;
 use tokio::sync::broadcast;
@@ -30,6 +31,9 @@ const STREAM_BACKLOG: usize = 1024;
 const TICK: Duration = Duration::from_millis(500);
 /// Links' first runs are spread over this much time after start.
 const FIRST_WITHIN: Duration = Duration::from_secs(5);
+/// How often a link waiting for traffic to ride asks its neighbour for it, and how
+/// long before it falls due it starts asking.
+const TRAFFIC_POLL: Duration = Duration::from_secs(1);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -58,6 +62,11 @@ pub struct LinkView {
     pub method: String,
     /// Seconds between runs.
     pub interval_s: f64,
+    /// Application traffic (bit/s) the link waits for before a run, if set.
+    pub ride_min_bps: Option<u64>,
+    /// The traffic the neighbour last reported routing to this node, bit/s (links
+    /// that wait for traffic only).
+    pub traffic_bps: Option<u64>,
     /// `waiting`, `awaiting_traffic`, `ready`, `running` or `backing_off`.
     pub state: &'static str,
     /// Seconds until the next run is due (waiting, backing off, awaiting traffic).
@@ -136,7 +145,9 @@ impl Shared {
         let link = self.config.links.get(i)?;
         let now_mono = mgrp_rt::mono_now();
         let now_wall = unix_now();
-        let (state, next, failures, peer_down) = match lock(&self.sched).state(i)?.clone() {
+        let sched = lock(&self.sched);
+        let traffic = sched.traffic(i);
+        let (state, next, failures, peer_down) = match sched.state(i)?.clone() {
             LinkState::Waiting { due } => ("waiting", Some(due), 0, false),
             LinkState::AwaitingTraffic { until, .. } => ("awaiting_traffic", Some(until), 0, false),
             LinkState::Ready { .. } => ("ready", None, 0, false),
@@ -148,6 +159,7 @@ impl Shared {
                 ..
             } => ("backing_off", Some(until), failures, peer_down),
         };
+        drop(sched);
         let records = lock(&self.records);
         let r = &records[i];
         let latest = r.history.iter().rev().find(|e| e.converged).cloned();
@@ -157,6 +169,8 @@ impl Shared {
             transport: link.transport.to_string(),
             method: link.method.name().into(),
             interval_s: link.timing.interval.as_secs_f64(),
+            ride_min_bps: link.timing.ride_min_bps,
+            traffic_bps: link.timing.ride_min_bps.and(traffic),
             state,
             next_run_in_s: next.map(|t| t.saturating_since(now_mono).as_secs_f64()),
             failures,
@@ -291,6 +305,19 @@ impl Node {
                 .name("overlay-schedule".into())
                 .spawn(move || schedule(&s))?,
         );
+        if shared
+            .config
+            .links
+            .iter()
+            .any(|l| l.timing.ride_min_bps.is_some())
+        {
+            let s = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("overlay-traffic".into())
+                    .spawn(move || watch_traffic(&s))?,
+            );
+        }
         Ok(Self { shared, threads })
     }
 
@@ -358,6 +385,36 @@ fn schedule(s: &Arc<Shared>) {
     drop(sched);
     for t in runs {
         let _ = t.join();
+    }
+}
+
+/// Asks the neighbours of links that wait for traffic to ride how much their mgrpd
+/// routes to this node, every [`TRAFFIC_POLL`], and tells the scheduler. A neighbour
+/// that cannot say counts as no traffic: the link then runs at the end of its wait.
+fn watch_traffic(s: &Shared) {
+    while !s.stopping() {
+        let wanting = lock(&s.sched).wanting_traffic(mgrp_rt::mono_now(), TRAFFIC_POLL);
+        for i in wanting {
+            let link = &s.config.links[i];
+            let bps = match sender_traffic(&link.from.to_string(), link.port, None) {
+                Ok(t) => t.bytes_per_second.saturating_mul(8),
+                Err(e) => {
+                    debug!("{}: no traffic figures from {}: {e}", link.name, link.from);
+                    0
+                }
+            };
+            let min = link.timing.ride_min_bps.unwrap_or(0);
+            debug!("{}: {bps} bit/s to ride (waiting for {min})", link.name);
+            lock(&s.sched).handle_traffic(i, bps);
+            if bps >= min {
+                s.wake.notify_all();
+            }
+        }
+        // Sleeps in steps, so that a stop is seen soon.
+        let until = std::time::Instant::now() + TRAFFIC_POLL;
+        while !s.stopping() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 

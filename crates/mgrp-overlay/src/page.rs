@@ -96,6 +96,7 @@ async function refresh() {
         : "";
       panel.querySelector(".state").textContent = "state: " + link.state.replace("_", " ")
         + (link.next_run_in_s != null ? ", next run in " + Math.round(link.next_run_in_s) + " s" : "")
+        + (link.ride_min_bps != null ? ", traffic to ride " + mbps(link.traffic_bps || 0) + " of " + mbps(link.ride_min_bps) + " Mbit/s" : "")
         + "; runs: " + link.runs.estimate + " estimates, " + link.runs.no_estimate + " without, " + link.runs.peer_down + " neighbour down";
       panel.querySelector(".error").textContent = link.last_error ? "last error: " + link.last_error : "";
       const h = await fetch("/v1/links/" + encodeURIComponent(link.name) + "/history?limit=200", opts);

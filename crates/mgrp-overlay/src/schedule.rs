@@ -173,6 +173,30 @@ impl Scheduler {
         self.links.get(i).map(|l| &l.state)
     }
 
+    /// The application traffic last reported for link `i`, bits per second.
+    pub fn traffic(&self, i: LinkIndex) -> Option<u64> {
+        self.links.get(i).map(|l| l.traffic_bps)
+    }
+
+    /// Links that wait for traffic to ride and are due within `ahead` of `now` (or
+    /// overdue, waiting for it): those whose sending side should be asked.
+    pub fn wanting_traffic(&self, now: MonoTime, ahead: Duration) -> Vec<LinkIndex> {
+        let horizon = now.saturating_add(ahead);
+        (0..self.links.len())
+            .filter(|&i| {
+                let l = &self.links[i];
+                l.timing.ride_min_bps.is_some()
+                    && match l.state {
+                        LinkState::Waiting { due } | LinkState::BackingOff { until: due, .. } => {
+                            due <= horizon
+                        }
+                        LinkState::AwaitingTraffic { .. } => true,
+                        LinkState::Ready { .. } | LinkState::Running { .. } => false,
+                    }
+            })
+            .collect()
+    }
+
     /// The link to start now, if any: urgent ones first, then the one due longest.
     /// It is `Running` from here until [`Self::handle_done`].
     pub fn poll_start(&mut self, now: MonoTime) -> Option<LinkIndex> {
@@ -431,8 +455,11 @@ mod tests {
             ride_min_bps: Some(1_000_000),
             ..timing(10)
         };
-        let mut sch = Scheduler::new(vec![ride], 1, s(0), Duration::ZERO, 5);
+        let mut sch = Scheduler::new(vec![ride, timing(10)], 2, s(0), Duration::ZERO, 5);
+        assert_eq!(sch.wanting_traffic(s(0), Duration::from_secs(1)), [0]);
+        assert_eq!(sch.poll_start(s(0)), Some(1));
         assert_eq!(sch.poll_start(s(0)), None);
+        assert_eq!(sch.wanting_traffic(s(0), Duration::from_secs(1)), [0]);
         assert_eq!(
             sch.state(0),
             Some(&LinkState::AwaitingTraffic {
@@ -443,8 +470,18 @@ mod tests {
         sch.handle_traffic(0, 500_000);
         assert_eq!(sch.poll_start(s(3)), None);
         sch.handle_traffic(0, 2_000_000);
+        assert_eq!(sch.traffic(0), Some(2_000_000));
         assert_eq!(sch.poll_start(s(4)), Some(0));
+        // Running, it wants no traffic report; waiting, only from a second before due.
+        assert!(sch.wanting_traffic(s(4), Duration::from_secs(1)).is_empty());
         sch.handle_done(0, s(5), &RunEnd::Estimate);
+        let due = sch.poll_timeout().unwrap();
+        assert_eq!(sch.wanting_traffic(due, Duration::ZERO), [0]);
+        assert!(
+            sch.wanting_traffic(s(5), Duration::from_secs(1)).is_empty(),
+            "{:?}",
+            sch.state(0)
+        );
         // No traffic this time: it runs anyway one interval after falling due.
         sch.handle_traffic(0, 0);
         assert_eq!(sch.poll_start(s(15)), None);

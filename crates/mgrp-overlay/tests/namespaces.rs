@@ -5,8 +5,10 @@
 //! contains its truth (a wide band); each node's `/metrics` serves the same values as
 //! its JSON API; a subscriber to node 1's event stream receives new estimates; a real
 //! Prometheus in the router's namespace scraping the three overlays and node 1's
-//! mgrpd returns the values they served; killing node 0's overlay shows on the links
-//! from it as a neighbour down with back-off, until it is back.
+//! mgrpd returns the values they served; node 2's link from node 0 waits for
+//! application traffic to ride (`ride-min-bps`) and, once a flow from node 0 runs,
+//! measures with it riding; killing node 0's overlay shows on the links from it as a
+//! neighbour down with back-off, until it is back.
 //!
 //! Own `main` (no libtest harness): the daemons and overlays are this binary,
 //! started as `namespaces mgrpd ...` and `namespaces overlay ...`, so they are never
@@ -22,7 +24,7 @@ mod common;
 
 use anyhow::{Context, bail, ensure};
 use common::{first_value, promql_path, response};
-use mgrp_testbed::traffic::ip_level_truth;
+use mgrp_testbed::traffic::{ip_level_truth, udp_cbr};
 use mgrp_testbed::{Netns, Process, Star};
 use serde_json::Value;
 
@@ -34,6 +36,9 @@ const DOWNLINKS: [f64; 3] = [10.0, 6.0, 15.0];
 const API_PORT: u16 = 7700;
 /// The port each mgrpd serves its metrics on, on its host's address.
 const MGRPD_METRICS_PORT: u16 = 9577;
+/// Application traffic node 2's link from node 0 waits for, and the flow that gives it.
+const RIDE_MIN_BPS: u64 = 1_000_000;
+const FLOW_MBPS: f64 = 2.0;
 /// Where Prometheus (in the router) serves its API.
 const PROMETHEUS: &str = "127.0.0.1:9090";
 
@@ -175,6 +180,9 @@ fn node_config(i: usize, addrs: &[Ipv4Addr], socket: &Path) -> String {
     };
     for (j, a) in addrs.iter().enumerate().filter(|(j, _)| *j != i) {
         c.push_str(&link(format!("n{j}-mgrp"), *a, "mgrp"));
+        if (i, j) == (2, 0) {
+            c.push_str(&format!("ride-min-bps = {RIDE_MIN_BPS}\n"));
+        }
     }
     if i == 1 {
         c.push_str(&link("n0-udp".into(), addrs[0], "udp"));
@@ -360,6 +368,59 @@ fn check() -> anyhow::Result<()> {
             .all(|e| e["link"].is_string() && e["seq"].as_u64().is_some())
     );
 
+    // Node 2's link from node 0 waits for traffic to ride while there is none...
+    let riding = |l: &Value| l["name"] == "n0-mgrp";
+    let awaiting = wait_for(Duration::from_secs(60), || {
+        let l = links(r, addrs[2]).ok()?;
+        l.into_iter()
+            .find(|x| riding(x) && x["state"] == "awaiting_traffic")
+    })
+    .with_context(|| format!("n2's n0-mgrp never waited for traffic\n{}", logs(&overlays)))?;
+    ensure!(
+        awaiting["traffic_bps"].as_u64().unwrap_or(u64::MAX) < RIDE_MIN_BPS,
+        "{awaiting:#}"
+    );
+    // ... and once a flow from node 0 runs, its runs carry it.
+    let flow_start = unix_now();
+    let flow = udp_cbr(
+        &star.hosts[0],
+        &star.hosts[2],
+        addrs[2].into(),
+        6100,
+        FLOW_MBPS,
+        1000,
+    )?;
+    let rode = wait_for(Duration::from_secs(90), || {
+        let l = links(r, addrs[2]).ok()?;
+        let x = l.into_iter().find(|x| riding(x))?;
+        let e = &x["latest"];
+        (e["started_at"].as_f64()? > flow_start && e["riding_probe_bytes"].as_u64()? > 0)
+            .then_some(x)
+    })
+    .with_context(|| {
+        format!(
+            "n2's n0-mgrp never measured with riders: {:#?}\n{}",
+            links(r, addrs[2]).ok(),
+            logs(&overlays)
+        )
+    })?;
+    eprintln!(
+        "    n2 n0-mgrp with a {FLOW_MBPS} Mbit/s flow: sender reported {} bit/s, rider share {:.3}",
+        rode["traffic_bps"], rode["latest"]["rider_share"]
+    );
+    ensure!(
+        rode["traffic_bps"].as_u64().unwrap_or(0) >= RIDE_MIN_BPS,
+        "{rode:#}"
+    );
+    // Node 0's mgrpd says the same of its traffic to node 2.
+    let (_, peers) = daemons[0].api()?.traffic()?;
+    let to_n2 = peers
+        .iter()
+        .find(|p| p.peer == std::net::IpAddr::V4(addrs[2]))
+        .with_context(|| format!("{peers:?}"))?;
+    ensure!(to_n2.bytes_per_second * 8 >= RIDE_MIN_BPS, "{to_n2:?}");
+    drop(flow);
+
     // Node 0's overlay goes away: the links from it find it down and back off...
     overlays[0].stop();
     let from_n0 = |l: &Value| l["name"].as_str().is_some_and(|n| n.starts_with("n0-"));
@@ -410,6 +471,13 @@ fn check() -> anyhow::Result<()> {
     drop(overlays);
     drop(daemons);
     Ok(())
+}
+
+/// Now, Unix seconds.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn main() -> ExitCode {

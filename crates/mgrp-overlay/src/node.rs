@@ -347,6 +347,7 @@ fn serve(server: &Server, s: &Shared) {
         ServeEvent::Done(peer, Ok(n)) => debug!("{addr}: {peer} done, {n} streams"),
         ServeEvent::Done(peer, Err(e)) => info!("{addr}: measurement for {peer} ended: {e}"),
         ServeEvent::Refused(peer, why) => debug!("{addr}: refused {peer}: {why}"),
+        ServeEvent::Warning(peer, why) => warn!("{addr}: measurement for {peer}: {why}"),
     });
     if let Err(e) = result {
         warn!("serving on {addr} stopped: {e:#}");

@@ -14,7 +14,7 @@
 //! started as `namespaces mgrpd ...` and `namespaces overlay ...`, so they are never
 //! a stale build.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 mod common;
 
 use anyhow::{Context, bail, ensure};
-use common::{first_value, promql_path, response};
+use common::first_value;
+use mgrp_testbed::http::promql_path;
 use mgrp_testbed::traffic::{ip_level_truth, udp_cbr};
 use mgrp_testbed::{Netns, Process, Star};
 use serde_json::Value;
@@ -73,18 +74,7 @@ fn http(ns: &Netns, addr: Ipv4Addr, method: &str, path: &str) -> anyhow::Result<
 
 /// One request to `addr` in `ns`: status and body.
 fn http_to(ns: &Netns, addr: &str, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
-    let (addr, method, path) = (addr.to_string(), method.to_string(), path.to_string());
-    ns.run(move || -> anyhow::Result<(u16, String)> {
-        let mut s = TcpStream::connect(addr.as_str())?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        s.write_all(
-            format!("{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-                .as_bytes(),
-        )?;
-        let mut text = String::new();
-        s.read_to_string(&mut text)?;
-        response(&text).context("not an HTTP response")
-    })?
+    mgrp_testbed::http::request_in(ns, addr, method, path)
 }
 
 fn links(ns: &Netns, addr: Ipv4Addr) -> anyhow::Result<Vec<Value>> {

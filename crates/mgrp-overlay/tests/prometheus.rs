@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Api, b_config, first_value, free_port, json, node_a, promql_path, request};
+use common::{Api, b_config, first_value, free_port, json, node_a, request};
+use mgrp_testbed::http::promql_path;
 
 fn tool(name: &str) -> PathBuf {
     for dir in ["/usr/bin", "/usr/local/bin"] {

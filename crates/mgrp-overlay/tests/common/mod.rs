@@ -3,9 +3,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::time::Duration;
+use std::net::{SocketAddr, TcpListener};
 
 use mgrp_overlay::config::Config;
 use mgrp_overlay::http;
@@ -90,50 +88,8 @@ impl Drop for Api {
 
 /// One request; returns the status and the body.
 pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n{headers}\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    response(&text).unwrap_or_else(|| panic!("not an HTTP response: {text:?}"))
-}
-
-/// The status and body of a whole HTTP/1.1 response (a chunked body put together).
-pub fn response(text: &str) -> Option<(u16, String)> {
-    let status = text.get(9..12)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    // Bodies of unknown length come chunked: keep the data, drop the chunk sizes.
-    let body = if text
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        body.split("\r\n")
-            .enumerate()
-            .filter(|(i, _)| i % 2 == 1)
-            .map(|(_, c)| c)
-            .collect()
-    } else {
-        body.to_string()
-    };
-    Some((status, body))
-}
-
-/// The query-API path of a PromQL expression.
-pub fn promql_path(expr: &str) -> String {
-    let q: String = expr
-        .bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => {
-                char::from(b).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
-    format!("/api/v1/query?query={q}")
+    mgrp_testbed::http::request(&addr.to_string(), method, path, headers)
+        .unwrap_or_else(|e| panic!("{method} {path}: {e:#}"))
 }
 
 /// The first value of a query-API answer.

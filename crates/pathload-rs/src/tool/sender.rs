@@ -74,6 +74,9 @@ pub enum ServeEvent {
     Done(SocketAddr, Result<u32, String>),
     /// A request was refused, with the message the receiver got.
     Refused(SocketAddr, String),
+    /// The measurement for this receiver runs, but not as well as it could; the
+    /// message says why and what to do.
+    Warning(SocketAddr, String),
 }
 
 /// A sender listening for receivers; it serves one measurement at a time, the
@@ -263,13 +266,6 @@ fn traffic(opts: &ServeOptions, to: IpAddr) -> Reply {
 pub(crate) fn run(args: &SndArgs) -> anyhow::Result<()> {
     let opts = args.options();
     let server = Server::bind(opts.clone())?;
-    if opts.transport == Transport::Udp {
-        if let Err(e) = sys::make_realtime() {
-            eprintln!(
-                "pathload-rs: warning: probes are paced without real-time priority ({e}); run as root or with CAP_SYS_NICE for steadier gaps"
-            );
-        }
-    }
     eprintln!(
         "pathload-rs: sender waiting on {} ({} probes)",
         server.local_addr()?,
@@ -286,6 +282,9 @@ pub(crate) fn run(args: &SndArgs) -> anyhow::Result<()> {
             }
             ServeEvent::Done(peer, Err(e)) => {
                 eprintln!("pathload-rs: measurement for {peer} ended: {e}");
+            }
+            ServeEvent::Warning(peer, message) => {
+                eprintln!("pathload-rs: warning: measurement for {peer}: {message}");
             }
             ServeEvent::Refused(_, message) if verbose => {
                 eprintln!("pathload-rs: refused: {message}");
@@ -357,6 +356,19 @@ fn serve_one(
                         *claimed = true;
                         conn.stream().set_read_timeout(Some(IDLE_LIMIT))?;
                         report(ServeEvent::Connected(peer));
+                        if transport == Transport::Udp {
+                            // This thread paces the probes: at normal priority a
+                            // real-time thread on its CPU (mgrpd's pacer) delays them,
+                            // and the stretched gaps read as a falling rate.
+                            if let Err(e) = sys::make_realtime() {
+                                report(ServeEvent::Warning(
+                                    peer,
+                                    format!(
+                                        "probes paced without real-time priority ({e}); run as root or with CAP_SYS_NICE for steadier gaps"
+                                    ),
+                                ));
+                            }
+                        }
                     }
                     // A dual-stack listener sees IPv4 receivers as IPv4-mapped IPv6.
                     let ip = address.unwrap_or(peer.ip()).to_canonical();

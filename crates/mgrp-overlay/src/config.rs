@@ -86,6 +86,9 @@ pub struct Link {
     pub timing: Timing,
     /// This node's probe port for it (unique per link, so runs may overlap).
     pub probe_port: u16,
+    /// Where the neighbour sends the probes; `None`: the address the control
+    /// connection comes from.
+    pub probe_address: Option<IpAddr>,
     /// Whether application traffic may ride in its probes (MGRP).
     pub piggyback: bool,
 }
@@ -154,7 +157,9 @@ struct LinkFile {
     backoff: Option<String>,
     max_backoff: Option<String>,
     ride_min_bps: Option<u64>,
+    ride_max_wait: Option<String>,
     piggyback: Option<bool>,
+    probe_address: Option<IpAddr>,
 }
 
 fn duration(key: &str, v: Option<&String>, default: Duration) -> Result<Duration, ConfigError> {
@@ -301,6 +306,19 @@ impl Config {
                 )));
             }
             let ride_min_bps = l.ride_min_bps.filter(|b| *b > 0);
+            let ride_max_wait = match &l.ride_max_wait {
+                None => None,
+                Some(_) if ride_min_bps.is_none() => {
+                    return Err(invalid(format!(
+                        "{key}: ride-max-wait without ride-min-bps; set both or neither"
+                    )));
+                }
+                Some(v) => Some(duration(
+                    &format!("{key}: ride-max-wait"),
+                    Some(v),
+                    interval,
+                )?),
+            };
             if ride_min_bps.is_some()
                 && (transport != Transport::Mgrp || l.piggyback == Some(false))
             {
@@ -326,8 +344,10 @@ impl Config {
                     backoff,
                     max_backoff,
                     ride_min_bps,
+                    ride_max_wait,
                 },
                 probe_port,
+                probe_address: l.probe_address,
                 piggyback: l.piggyback.unwrap_or(true),
             });
         }
@@ -394,6 +414,8 @@ mod tests {
         let c = Config::from_toml(text, None).unwrap();
         assert_eq!(c.links.len(), 2);
         assert_ne!(c.links[0].probe_port, c.links[1].probe_port);
+        assert_eq!(c.links[0].probe_address, None);
+        assert_eq!(c.links[1].probe_address, Some("10.0.1.2".parse().unwrap()));
     }
 
     #[test]
@@ -419,5 +441,6 @@ mod tests {
             err("[[link]]\nfrom = \"10.0.0.5\"\npiggyback = false\nride-min-bps = 1000")
                 .contains("piggyback = true")
         );
+        assert!(err("[[link]]\nfrom = \"10.0.0.5\"\nride-max-wait = \"5s\"").contains("set both"));
     }
 }

@@ -430,10 +430,22 @@ fn run(s: &Shared, i: usize) {
         mode: link.method.mode(),
         max_time: link.time_limit,
         piggyback: link.piggyback,
+        address: link.probe_address,
         ..MeasureOptions::new(link.from.to_string(), link.transport)
     };
     debug!("{}: measuring from {}:{}", link.name, link.from, link.port);
-    let result = measure(&opts, &s.stop, &mut |_| {});
+    // Each train's, stream's and fleet's verdict, for an operator who asks why.
+    let result = measure(&opts, &s.stop, &mut |p| {
+        if let pathload_rs::tool::Progress::Event(e) = p {
+            if tracing::enabled!(tracing::Level::TRACE) {
+                tracing::trace!(
+                    "{}: {}",
+                    link.name,
+                    serde_json::to_string(e).unwrap_or_default()
+                );
+            }
+        }
+    });
     let ended_at = unix_now();
     let (estimate, outcome, end) = judge(s, link, started_at, ended_at, result);
     match &estimate.error {

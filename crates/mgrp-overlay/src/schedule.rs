@@ -6,7 +6,7 @@
 //! its downlink, so by default one at a time). A failed run backs off, doubling up
 //! to a limit; a neighbour that is down backs off the same way and says so. "Measure
 //! now" puts a link first in line. A link may also be set to wait for application
-//! traffic to ride (`ride_min_bps`): when it falls due it waits, up to one interval,
+//! traffic to ride (`ride_min_bps`): when it falls due it waits, up to `ride_max_wait`,
 //! until the sending side reports that much traffic queued for it, then runs anyway.
 //!
 //! The driver asks [`Scheduler::poll_start`] which link to start, tells it how each
@@ -31,8 +31,11 @@ pub struct Timing {
     /// Longest wait after failures.
     pub max_backoff: Duration,
     /// Application traffic (bits per second queued for this link on the sending side)
-    /// to wait for before a run, up to one interval; `None` runs as soon as due.
+    /// to wait for before a run; `None` runs as soon as due.
     pub ride_min_bps: Option<u64>,
+    /// How long a due link waits for that traffic before it runs anyway; `None`: one
+    /// interval.
+    pub ride_max_wait: Option<Duration>,
 }
 
 impl Default for Timing {
@@ -43,6 +46,7 @@ impl Default for Timing {
             backoff: Duration::from_secs(5),
             max_backoff: Duration::from_secs(300),
             ride_min_bps: None,
+            ride_max_wait: None,
         }
     }
 }
@@ -320,7 +324,9 @@ impl Scheduler {
                     } else {
                         LinkState::AwaitingTraffic {
                             due,
-                            until: due.saturating_add(link.timing.interval),
+                            until: due.saturating_add(
+                                link.timing.ride_max_wait.unwrap_or(link.timing.interval),
+                            ),
                         }
                     }
                 }
@@ -370,6 +376,7 @@ mod tests {
             backoff: Duration::from_secs(2),
             max_backoff: Duration::from_secs(10),
             ride_min_bps: None,
+            ride_max_wait: None,
         }
     }
 
@@ -487,6 +494,20 @@ mod tests {
         assert_eq!(sch.poll_start(s(15)), None);
         assert_eq!(sch.poll_timeout(), Some(s(25)));
         assert_eq!(sch.poll_start(s(25)), Some(0));
+    }
+
+    #[test]
+    fn the_wait_for_traffic_may_be_set_apart_from_the_interval() {
+        let ride = Timing {
+            ride_min_bps: Some(1_000_000),
+            ride_max_wait: Some(Duration::from_secs(60)),
+            ..timing(10)
+        };
+        let mut sch = Scheduler::new(vec![ride], 1, s(0), Duration::ZERO, 5);
+        assert_eq!(sch.poll_start(s(0)), None);
+        assert_eq!(sch.poll_timeout(), Some(s(60)));
+        assert_eq!(sch.poll_start(s(59)), None);
+        assert_eq!(sch.poll_start(s(60)), Some(0));
     }
 
     #[test]

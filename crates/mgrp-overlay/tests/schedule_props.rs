@@ -35,6 +35,7 @@ fn timing(i: usize) -> Timing {
         backoff: Duration::from_millis(500),
         max_backoff: Duration::from_secs(8),
         ride_min_bps: (i % 3 == 2).then_some(1_000_000),
+        ride_max_wait: (i % 6 == 5).then_some(Duration::from_secs(3)),
     }
 }
 
@@ -82,7 +83,8 @@ proptest! {
             }
         }
         // Everything that is not running starts within its longest wait: an interval
-        // with jitter, a traffic wait of one more interval, or the longest back-off.
+        // with jitter, a traffic wait (an interval, or its own bound), or the longest
+        // back-off.
         for i in running.drain() {
             sch.handle_done(i, now, &RunEnd::Estimate);
         }

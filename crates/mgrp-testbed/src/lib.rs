@@ -286,6 +286,9 @@ pub struct Star {
     pub hosts: Vec<Netns>,
     /// Their addresses.
     pub addrs: Vec<Ipv4Addr>,
+    /// A second address of each host (10.79.0.i+1), which [`Star::daemons`] does not
+    /// route into the tunnels: for traffic that must not ride (baselines).
+    pub outside: Vec<Ipv4Addr>,
     /// The router.
     pub router: Netns,
 }
@@ -306,9 +309,11 @@ impl Star {
         router.ip(&["addr", "add", &format!("{STAR_ROUTER}/32"), "dev", "lo"])?;
         let mut hosts = Vec::new();
         let mut addrs = Vec::new();
+        let mut outside = Vec::new();
         for (i, downlink) in downlinks.iter().enumerate() {
             let host = Netns::new(&format!("mh{i}"))?;
             let addr = Ipv4Addr::new(10, 78, 0, u8::try_from(i + 1)?);
+            let second = Ipv4Addr::new(10, 79, 0, u8::try_from(i + 1)?);
             let (to_host, dev) = veth_pair(&router, &host)?;
             for (key, value) in [("proxy_arp", "1"), ("proxy_delay", "0")] {
                 let table = if key == "proxy_arp" { "conf" } else { "neigh" };
@@ -320,18 +325,26 @@ impl Star {
                 ])?;
             }
             router.ip(&["link", "set", &to_host, "up"])?;
-            router.ip(&["route", "add", &format!("{addr}/32"), "dev", &to_host])?;
+            for a in [addr, second] {
+                router.ip(&["route", "add", &format!("{a}/32"), "dev", &to_host])?;
+            }
             if let Some((rate, burst)) = downlink {
                 tbf(&router, &to_host, rate, burst)?;
             }
             host.ip(&["addr", "add", &format!("{addr}/24"), "dev", &dev])?;
+            host.ip(&["addr", "add", &format!("{second}/32"), "dev", &dev])?;
             host.ip(&["link", "set", &dev, "up"])?;
+            // The other hosts' second addresses are reached as the first ones are,
+            // through the router's proxy ARP.
+            host.ip(&["route", "add", "10.79.0.0/24", "dev", &dev])?;
             hosts.push(host);
             addrs.push(addr);
+            outside.push(second);
         }
         Ok(Self {
             hosts,
             addrs,
+            outside,
             router,
         })
     }

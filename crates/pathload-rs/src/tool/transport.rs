@@ -173,14 +173,25 @@ fn send_udp(socket: &Socket, overhead: u32, buf: &mut [u8], b: &Batch) -> Sent {
     let payload = (b.size.saturating_sub(overhead) as usize).clamp(PROBE_HEADER_LEN, buf.len());
     let spacing = i64::try_from(b.spacing_ns).unwrap_or(i64::MAX / 4);
     let mut stamps = Vec::with_capacity(b.packets as usize);
-    let t0 = sys::mono_now() + LEAD_NS;
+    let mut deadline = sys::mono_now() + LEAD_NS;
     for seq in 0..b.packets {
-        let deadline = t0 + i64::from(seq) * spacing;
+        if seq > 0 {
+            deadline += spacing;
+        }
         if deadline - sys::mono_now() > SPIN_MARGIN_NS {
             sys::sleep_until(deadline - SPIN_MARGIN_NS);
         }
-        while sys::mono_now() < deadline {
+        let mut now = sys::mono_now();
+        while now < deadline {
             std::hint::spin_loop();
+            now = sys::mono_now();
+        }
+        // Later than half a gap (the thread was kept from running): the rest keeps
+        // its spacing from here. Catching up would send a burst, which queues on
+        // the path and reads as a rate above the available bandwidth; the long gap
+        // instead splits the stream where the receiver analyses it.
+        if now - deadline > spacing / 2 {
+            deadline = now;
         }
         let stamp = sys::wall_now();
         b.header(seq, stamp).emit(buf);

@@ -17,16 +17,20 @@
 //! which is its bottleneck: the truth of a link is the receiver's downlink less the
 //! application flow when that flow goes to the same host.
 
+#[path = "../tests/embed/mod.rs"]
+mod embed;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, ensure};
+use anyhow::ensure;
 use clap::Parser;
+use embed::{TempDir, unix_now};
+use mgrp_testbed::Star;
 use mgrp_testbed::http::request_in;
 use mgrp_testbed::traffic::{ip_level_truth, udp_cbr};
-use mgrp_testbed::{Netns, Process, Star};
 use serde_json::Value;
 
 /// Each host's downlink, Mbit/s.
@@ -55,15 +59,6 @@ struct Args {
     /// Measurements into one node at once (the overlay's max-running).
     #[arg(long, default_value_t = 1)]
     max_running: u32,
-}
-
-/// Files of one run, removed on drop.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn node_config(i: usize, addrs: &[std::net::Ipv4Addr], socket: &Path, args: &Args) -> String {
@@ -129,13 +124,12 @@ fn bench(args: &Args) -> anyhow::Result<()> {
     let (r, addrs) = (&star.router, star.addrs.clone());
     let me = std::env::current_exe()?;
     let daemons = star.daemons(&me, &["mgrpd"], &["--hold-mode", "always"])?;
-    let dir = TempDir(std::env::temp_dir().join(format!("mgrp-mesh-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0)?;
+    let dir = TempDir::new("mgrp-mesh")?;
     let mut overlays = Vec::new();
     for (i, ns) in star.hosts.iter().enumerate() {
         let p = dir.0.join(format!("n{i}.toml"));
         std::fs::write(&p, node_config(i, &addrs, &daemons[i].socket, args))?;
-        overlays.push(overlay(ns, &p)?);
+        overlays.push(embed::overlay(ns, &p, "info")?);
     }
     let pids: Vec<(String, u32)> = overlays
         .iter()
@@ -331,33 +325,10 @@ fn bench(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn overlay(ns: &Netns, config: &Path) -> anyhow::Result<Process> {
-    let me = std::env::current_exe()?;
-    Process::spawn(
-        ns,
-        &me,
-        &[
-            "overlay".into(),
-            "--config".into(),
-            config.display().to_string(),
-        ],
-    )
-    .context("starting an overlay")
-}
-
-/// Now, Unix seconds.
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
 fn main() -> ExitCode {
     let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    match raw.get(1).and_then(|a| a.to_str()) {
-        Some("mgrpd") => return mgrpd::main_with_args(&raw[1..]),
-        Some("overlay") => return mgrp_overlay::cli::main_with_args(&raw[1..]),
-        _ => {}
+    if let Some(code) = embed::embedded(&raw) {
+        return code;
     }
     let args = Args::parse();
     if !mgrp_testbed::is_root() {

@@ -21,9 +21,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 mod common;
+mod embed;
 
 use anyhow::{Context, bail, ensure};
 use common::first_value;
+use embed::{TempDir, unix_now};
 use mgrp_testbed::http::promql_path;
 use mgrp_testbed::traffic::{ip_level_truth, udp_cbr};
 use mgrp_testbed::{Netns, Process, Star};
@@ -45,28 +47,9 @@ const FLOW_MBPS: f64 = 2.0;
 /// Where Prometheus (in the router) serves its API.
 const PROMETHEUS: &str = "127.0.0.1:9090";
 
-/// Files of one test run, removed on drop.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn overlay(ns: &Netns, config: &Path) -> anyhow::Result<Process> {
-    let me = std::env::current_exe()?;
-    Process::spawn(
-        ns,
-        &me,
-        &[
-            "overlay".into(),
-            "--config".into(),
-            config.display().to_string(),
-            "--log-level".into(),
-            std::env::var("OVERLAY_TEST_LOG_LEVEL").unwrap_or_else(|_| "debug".into()),
-        ],
-    )
+    let level = std::env::var("OVERLAY_TEST_LOG_LEVEL").unwrap_or_else(|_| "debug".into());
+    embed::overlay(ns, config, &level)
 }
 
 /// One request to the overlay API of the host at `addr`, from `ns`: status and body.
@@ -197,8 +180,7 @@ fn check() -> anyhow::Result<()> {
         &["mgrpd"],
         &["--hold-mode", "always", "--metrics", &metrics_listen],
     )?;
-    let dir = TempDir(std::env::temp_dir().join(format!("mgrp-overlay-ns-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0)?;
+    let dir = TempDir::new("mgrp-overlay-ns")?;
     let confs: Vec<PathBuf> = (0..addrs.len())
         .map(|i| {
             let p = dir.0.join(format!("n{i}.toml"));
@@ -491,19 +473,10 @@ fn check() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Now, Unix seconds.
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    match args.get(1).and_then(|a| a.to_str()) {
-        Some("mgrpd") => return mgrpd::main_with_args(&args[1..]),
-        Some("overlay") => return mgrp_overlay::cli::main_with_args(&args[1..]),
-        _ => {}
+    if let Some(code) = embed::embedded(&args) {
+        return code;
     }
     if args.iter().any(|a| a == "--list") {
         println!("three_overlays_measure_every_link: test");

@@ -350,7 +350,7 @@ impl Conn {
             }
         }
         Err(Error::Version(format!(
-            "mgrpd speaks neither protocol {PROTOCOL_VERSION} nor 2; upgrade it"
+            "mgrpd speaks none of protocols {PROTOCOL_VERSION}, 3 and 2; upgrade it"
         )))
     }
 

@@ -218,7 +218,10 @@ fn long_uniform_trains_fit_a_short_request_and_long_varied_ones_are_refused() {
     rt().block_on(async {
         let d = daemon("runs", "[limits]\nmin-gap = \"1us\"").await;
         let c = Client::connect(socket_path("runs")).await.unwrap();
-        assert_eq!(c.protocol_version(), 3);
+        assert_eq!(c.protocol_version(), mgrp_core::api::PROTOCOL_VERSION);
+        // Version 4 answers what traffic goes to each peer (none here yet).
+        let (window, peers) = c.traffic().await.unwrap();
+        assert_eq!((window, peers.len()), (Duration::from_secs(2), 0));
         let limits = c.limits().unwrap();
         assert_eq!(limits.max_request_bytes, 65_536);
         // 10,000 equal probes travel as two runs.

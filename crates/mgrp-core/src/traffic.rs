@@ -24,8 +24,10 @@ pub struct RateMeter {
 
 /// The width of a [`RateMeter`]'s buckets in the daemon.
 pub const BUCKET: Duration = Duration::from_millis(250);
-/// Buckets in the daemon's window: the rate is over the last 2 s.
+/// Buckets in the daemon's window.
 pub const BUCKETS: usize = 8;
+/// The daemon's window: the rate is over the last 2 s.
+pub const WINDOW: Duration = BUCKET.saturating_mul(BUCKETS as u32);
 
 impl Default for RateMeter {
     fn default() -> Self {
@@ -128,7 +130,8 @@ mod tests {
         let m = RateMeter::default();
         assert_eq!(m.bytes_per_second(MonoTime::ZERO), 0.0);
         assert_eq!(m.bytes_per_second(at(123_456)), 0.0);
-        assert_eq!(m.window(), Duration::from_secs(2));
+        assert_eq!(m.window(), WINDOW);
+        assert_eq!(WINDOW, Duration::from_secs(2));
     }
 
     #[test]

@@ -434,16 +434,15 @@ fn run(s: &Shared, i: usize) {
         ..MeasureOptions::new(link.from.to_string(), link.transport)
     };
     debug!("{}: measuring from {}:{}", link.name, link.from, link.port);
-    // Each train's, stream's and fleet's verdict, for an operator who asks why.
+    // Each train's, stream's and fleet's verdict, for an operator who asks why (the
+    // event is only serialised when trace is on).
     let result = measure(&opts, &s.stop, &mut |p| {
         if let pathload_rs::tool::Progress::Event(e) = p {
-            if tracing::enabled!(tracing::Level::TRACE) {
-                tracing::trace!(
-                    "{}: {}",
-                    link.name,
-                    serde_json::to_string(e).unwrap_or_default()
-                );
-            }
+            tracing::trace!(
+                "{}: {}",
+                link.name,
+                serde_json::to_string(e).unwrap_or_default()
+            );
         }
     });
     let ended_at = unix_now();

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use mgrp_core::MonoTime;
 use mgrp_core::api::{DaemonCounters, DaemonStats, PeerTraffic};
 use mgrp_core::stats::ReassemblyCounters;
-use mgrp_core::traffic::RateMeter;
+use mgrp_core::traffic::{self, RateMeter};
 use tracing::warn;
 
 use crate::exchange::{Queues, Snapshot};
@@ -102,15 +102,13 @@ const MAX_METERED_PEERS: usize = 4096;
 pub(crate) struct TrafficTable(Mutex<BTreeMap<IpAddr, RateMeter>>);
 
 impl TrafficTable {
-    /// Counts packets read at `now`: `(peer, packets, IP bytes)` each.
-    pub(crate) fn add(&self, now: MonoTime, packets: impl IntoIterator<Item = (IpAddr, u64, u64)>) {
+    /// Counts `packets` packets of `bytes` IP bytes for `peer`, read at `now`.
+    pub(crate) fn add(&self, now: MonoTime, peer: IpAddr, packets: u64, bytes: u64) {
         let mut t = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        for (peer, n, bytes) in packets {
-            if let Some(m) = t.get_mut(&peer) {
-                m.add(now, n, bytes);
-            } else if t.len() < MAX_METERED_PEERS {
-                t.entry(peer).or_default().add(now, n, bytes);
-            }
+        if let Some(m) = t.get_mut(&peer) {
+            m.add(now, packets, bytes);
+        } else if t.len() < MAX_METERED_PEERS {
+            t.entry(peer).or_default().add(now, packets, bytes);
         }
     }
 
@@ -186,10 +184,7 @@ impl Stats {
     /// The application traffic to each peer at `now`, and the window of its rates.
     pub fn traffic(&self, now: MonoTime) -> (Duration, Vec<PeerTraffic>) {
         let held = self.queues.held();
-        (
-            RateMeter::default().window(),
-            self.counters.traffic.read(now, &held),
-        )
+        (traffic::WINDOW, self.counters.traffic.read(now, &held))
     }
 }
 

@@ -132,8 +132,7 @@ impl TunReader {
         let c = &self.counters;
         // Every segment carries the headers the super-packet has once.
         let bytes = packet.len() as u64 + segments.saturating_sub(1) * u64::from(hdr.hdr_len);
-        c.traffic
-            .add(mgrp_rt::mono_now(), [(peer, segments, bytes)]);
+        c.traffic.add(mgrp_rt::mono_now(), peer, segments, bytes);
         let add = |x: &std::sync::atomic::AtomicU64| {
             x.fetch_add(segments, std::sync::atomic::Ordering::Relaxed);
         };
@@ -156,7 +155,9 @@ impl TunReader {
         // once; after shutdown it takes none.
         let direct = !self.queues.riders_wanted() || self.life.is_stopping();
         let mut riders = Vec::new();
-        let mut metered = Vec::new();
+        // Packets in a row for one peer are metered together (one lock), without
+        // allocating.
+        let mut metered: Option<(IpAddr, u64, u64)> = None;
         for pkt in pkts {
             bump(&c.tun_packets_in);
             let Some(dst) = ip::destination(pkt).filter(|d| !is_housekeeping(*d)) else {
@@ -164,7 +165,18 @@ impl TunReader {
                 continue;
             };
             let peer = self.config.peer_of(dst);
-            metered.push((peer, 1, pkt.len() as u64));
+            let len = pkt.len() as u64;
+            match &mut metered {
+                Some((p, n, bytes)) if *p == peer => {
+                    *n += 1;
+                    *bytes += len;
+                }
+                _ => {
+                    if let Some((p, n, bytes)) = metered.replace((peer, 1, len)) {
+                        c.traffic.add(now, p, n, bytes);
+                    }
+                }
+            }
             if down.contains(&peer) {
                 // Its probes are dropped on arrival: riders would be lost with them.
                 bump(&c.riders_bypassed_peer_down);
@@ -182,7 +194,9 @@ impl TunReader {
             // into a probe, and a clone of this is a count, not an allocation.
             riders.push((peer, Bytes::from_owner(pkt.to_vec())));
         }
-        c.traffic.add(now, metered);
+        if let Some((p, n, bytes)) = metered {
+            c.traffic.add(now, p, n, bytes);
+        }
         if riders.is_empty() {
             return;
         }

@@ -180,8 +180,7 @@ impl Server {
                     if claimed {
                         slot.store(false, Ordering::SeqCst);
                         measured.store(true, Ordering::Relaxed);
-                        let done = done.map(|n| n.unwrap_or(0)).map_err(|e| format!("{e:#}"));
-                        events(ServeEvent::Done(peer, done));
+                        events(ServeEvent::Done(peer, done.map_err(|e| format!("{e:#}"))));
                     }
                 }));
             };
@@ -294,8 +293,8 @@ pub(crate) fn run(args: &SndArgs) -> anyhow::Result<()> {
     )
 }
 
-/// Serves one connection: a measurement once it has claimed `slot` (then
-/// `claimed` is set and the streams sent are returned), or traffic queries.
+/// Serves one connection: a measurement once it has claimed `slot` (then `claimed`
+/// is set; the streams sent are returned), or traffic queries.
 fn serve_one(
     opts: &ServeOptions,
     stream: std::net::TcpStream,
@@ -304,9 +303,9 @@ fn serve_one(
     slot: &AtomicBool,
     claimed: &mut bool,
     report: &mut dyn FnMut(ServeEvent),
-) -> anyhow::Result<Option<u32>> {
+) -> anyhow::Result<u32> {
     if !first_bytes(&stream, stop)? {
-        return Ok(None);
+        return Ok(0);
     }
     stream.set_read_timeout(Some(FIRST_REQUEST))?;
     let mut conn = Conn::new(stream)?;
@@ -350,7 +349,7 @@ fn serve_one(
                     );
                     report(ServeEvent::Refused(peer, message.clone()));
                     conn.send(&Reply::Error { message })?;
-                    return Ok(None);
+                    return Ok(0);
                 } else {
                     if !*claimed {
                         *claimed = true;
@@ -442,7 +441,7 @@ fn serve_one(
         }
         conn.send(&reply)?;
     }
-    Ok(claimed.then_some(streams))
+    Ok(streams)
 }
 
 /// Probes per train or stream the sender accepts.

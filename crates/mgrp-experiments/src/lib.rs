@@ -7,5 +7,6 @@
 //! `demo` and `reproduce` examples of the workspace's root package drive these.
 
 pub mod experiment;
+pub mod medianet;
 pub mod pktrain;
 pub mod plot;

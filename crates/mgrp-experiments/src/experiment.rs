@@ -35,13 +35,14 @@ const CROSS_PORT: u16 = 6001;
 const PATHLOAD_CONTROL_PORT: u16 = 55_002;
 const TRAIN_PORTS: (u16, u16) = (7001, 7002);
 
-/// Runs as mgrpd or pathload-rs when the program was started as `PROGRAM mgrpd ..` or
-/// `PROGRAM pathload-rs ..` (how [`run`] starts them inside the namespaces); `None`
+/// Runs as mgrpd, pathload-rs or the Measurement Overlay when the program was started
+/// as `PROGRAM mgrpd ..`, `PROGRAM pathload-rs ..` or `PROGRAM overlay ..` (how [`run`] starts them inside the namespaces); `None`
 /// otherwise. Programs that run experiments call it first thing in `main`.
 pub fn embedded_main() -> Option<std::process::ExitCode> {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     match argv.get(1).and_then(|a| a.to_str()) {
         Some("mgrpd") => Some(mgrpd::main_with_args(&argv[1..])),
+        Some("overlay") => Some(mgrp_overlay::cli::main_with_args(&argv[1..])),
         Some("pathload-rs") => {
             let code = pathload_rs::tool::main_with_args(&argv[1..]);
             Some(std::process::ExitCode::from(

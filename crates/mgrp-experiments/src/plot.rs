@@ -262,3 +262,116 @@ pub fn bars(path: &Path, title: &str, runs: &[&Outcome], from: usize) -> anyhow:
     legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     present(&root, path)
 }
+
+/// A MediaNet run like the paper's Figures 17–19: on top, the bandwidth available to
+/// the streams (shaded), what the global scheduler believed available (a line) and
+/// the overlay's estimates (marks at the second each ended, low to high); below, the
+/// frames decoded each second per stream, stacked.
+pub fn medianet(run: &crate::medianet::run::Outcome, path: &Path) -> anyhow::Result<()> {
+    use crate::medianet::run::STREAMS;
+    let root = SVGBackend::new(path, (960, 640)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let (top, bottom) = root.split_vertically(340);
+    let n = run.seconds.max(1) as f64;
+    let ymax = run.available.iter().copied().fold(10.0, f64::max) * 1.1;
+    let mut chart = ChartBuilder::on(&top)
+        .caption(
+            format!("{}: bandwidth for the streams", run.label),
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(34)
+        .y_label_area_size(48)
+        .build_cartesian_2d(0.0..n, 0.0..ymax)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("second")
+        .y_desc("Mbit/s")
+        .draw()
+        .map_err(err)?;
+    let shade = RGBColor(200, 200, 200);
+    let avail: Vec<(f64, f64)> = run
+        .available
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &v)| [(i as f64, v), (i as f64 + 1.0, v)])
+        .collect();
+    chart
+        .draw_series(AreaSeries::new(avail, 0.0, shade.filled()))
+        .map_err(err)?
+        .label("available (capacity less cross traffic)")
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], shade.filled()));
+    let blue = RGBColor(30, 80, 200);
+    let mut believed: Vec<(f64, f64)> = Vec::new();
+    let mut last = None;
+    for (t, b, _) in &run.beliefs {
+        if let Some(l) = last {
+            believed.push((*t, l));
+        }
+        believed.push((*t, *b));
+        last = Some(*b);
+    }
+    if let Some(l) = last {
+        believed.push((n, l));
+    }
+    chart
+        .draw_series(LineSeries::new(believed, blue.stroke_width(2)))
+        .map_err(err)?
+        .label("believed by the global scheduler")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], blue.stroke_width(2)));
+    let green = RGBColor(20, 150, 60);
+    chart
+        .draw_series(
+            run.estimates
+                .iter()
+                .filter(|e| e.4)
+                .map(|e| Cross::new((e.1, (e.2 + e.3) / 2.0), 5, green.stroke_width(2))),
+        )
+        .map_err(err)?
+        .label("overlay estimate (mid-range, at its end)")
+        .legend(move |(x, y)| Cross::new((x + 7, y), 4, green.stroke_width(2)));
+    legend(&mut chart, SeriesLabelPosition::LowerLeft)?;
+
+    let mut chart = ChartBuilder::on(&bottom)
+        .caption("frames decoded per second", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(34)
+        .y_label_area_size(48)
+        .build_cartesian_2d(0.0..n, 0.0..100.0)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("second")
+        .y_desc("frames/s")
+        .draw()
+        .map_err(err)?;
+    let colours = [
+        RGBColor(40, 90, 200),
+        RGBColor(40, 160, 80),
+        RGBColor(200, 60, 50),
+    ];
+    let mut tops = vec![vec![0.0; run.seconds]; STREAMS];
+    for s in 0..run.seconds {
+        let mut acc = 0.0;
+        for (i, top) in tops.iter_mut().enumerate() {
+            acc += f64::from(run.fps(i)[s]);
+            top[s] = acc;
+        }
+    }
+    for (i, top) in tops.iter().enumerate().rev() {
+        let pts: Vec<(f64, f64)> = top
+            .iter()
+            .enumerate()
+            .flat_map(|(s, &v)| [(s as f64, v), (s as f64 + 1.0, v)])
+            .collect();
+        let c = colours[i % colours.len()];
+        chart
+            .draw_series(AreaSeries::new(pts, 0.0, c.filled()))
+            .map_err(err)?
+            .label(format!("stream {}", i + 1))
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
+    }
+    legend(&mut chart, SeriesLabelPosition::LowerRight)?;
+    present(&root, path)
+}

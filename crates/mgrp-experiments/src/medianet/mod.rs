@@ -6,6 +6,33 @@
 //! - [`media`]: the frames (the paper's Table 2), the adaptations and the receiver's
 //!   decoding rule (sans-IO).
 //! - [`scheduler`]: the global scheduler (sans-IO).
+//! - [`streams`]: the local schedulers at the source and the receiver at `m5`.
+//! - [`run`]: one run on the paper's testbed in one of Table 3's modes.
 
 pub mod media;
 pub mod scheduler;
+pub mod run;
+pub mod streams;
+
+/// A directory of one run's files, removed on drop.
+#[derive(Debug)]
+pub(crate) struct TempDir(pub(crate) std::path::PathBuf);
+
+impl TempDir {
+    /// A fresh directory named after `tag`, this process and the time.
+    pub(crate) fn new(tag: &str) -> std::io::Result<Self> {
+        let p = std::env::temp_dir().join(format!(
+            "{tag}-{}-{}",
+            std::process::id(),
+            mgrp_testbed::link::realtime_ns()
+        ));
+        std::fs::create_dir_all(&p)?;
+        Ok(Self(p))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -62,9 +62,7 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
         None => Mode::TABLE3.to_vec(),
         Some(list) => list
             .split(',')
-            .map(|l| {
-                Mode::parse(l.trim()).with_context(|| format!("unknown mode {l:?}"))
-            })
+            .map(|l| Mode::parse(l.trim()).with_context(|| format!("unknown mode {l:?}")))
             .collect::<anyhow::Result<_>>()?,
     };
     std::fs::create_dir_all(&args.out)
@@ -180,8 +178,9 @@ fn table(results: &[(Mode, Vec<Outcome>)], args: &Args, wall: f64) -> String {
     };
     let original = avg(Mode::TABLE3[0]);
     let pct = |x: f64, base: Option<f64>| {
-        base.filter(|b| *b > 0.0)
-            .map_or("–".to_string(), |b| format!("{:+.1} %", (x / b - 1.0) * 100.0))
+        base.filter(|b| *b > 0.0).map_or("–".to_string(), |b| {
+            format!("{:+.1} %", (x / b - 1.0) * 100.0)
+        })
     };
     for (mode, outs) in results {
         let (mbps, fps) = avg(*mode).unwrap_or((f64::NAN, f64::NAN));
@@ -195,9 +194,10 @@ fn table(results: &[(Mode, Vec<Outcome>)], args: &Args, wall: f64) -> String {
         let mut fates = [0u64; 5];
         for o in outs {
             for f in &o.fates {
-                for (slot, v) in fates
-                    .iter_mut()
-                    .zip([f.decoded, f.late, f.undecodable, f.stale, f.adapted])
+                for (slot, v) in
+                    fates
+                        .iter_mut()
+                        .zip([f.decoded, f.late, f.undecodable, f.stale, f.adapted])
                 {
                     *slot += v;
                 }

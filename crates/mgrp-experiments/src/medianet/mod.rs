@@ -10,8 +10,8 @@
 //! - [`run`]: one run on the paper's testbed in one of Table 3's modes.
 
 pub mod media;
-pub mod scheduler;
 pub mod run;
+pub mod scheduler;
 pub mod streams;
 
 /// A directory of one run's files, removed on drop.

@@ -402,12 +402,7 @@ pub fn run(
         None
     };
 
-    let mut gs = GlobalScheduler::new(
-        run.scheduler,
-        STREAMS,
-        run.start_level,
-        capacity * 1e6,
-    );
+    let mut gs = GlobalScheduler::new(run.scheduler, STREAMS, run.start_level, capacity * 1e6);
     let seconds = usize::try_from(run.cross.period().as_secs()).unwrap_or(0);
     let unix_start = unix_now() + (run_start_ns - realtime_ns()) as f64 / 1e9;
     let mut estimates = Vec::new();
@@ -418,7 +413,10 @@ pub fn run(
             if now >= seconds as f64 {
                 return Ok(());
             }
-            anyhow::ensure!(!interrupted(), "interrupted; the testbed is being taken down");
+            anyhow::ensure!(
+                !interrupted(),
+                "interrupted; the testbed is being taken down"
+            );
             while let Ok(r) = report_rx.try_recv() {
                 gs.handle_report(r);
             }
@@ -476,9 +474,7 @@ pub fn run(
         .collect();
     let available = (0..seconds)
         .map(|s| {
-            let cross = run
-                .cross
-                .at(Duration::from_millis(s as u64 * 1000 + 500));
+            let cross = run.cross.at(Duration::from_millis(s as u64 * 1000 + 500));
             // The tbf counts Ethernet headers; the cross traffic's datagrams are
             // STEP_DATAGRAM IP bytes.
             let ip_capacity = capacity * 1500.0 / 1514.0;

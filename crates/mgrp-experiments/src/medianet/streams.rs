@@ -432,6 +432,12 @@ fn read_loop(
             "frames of streams {stream:?} and {} on one connection",
             frame.stream
         );
+        let known = received.lock().map_or(0, |r| r.fates.len());
+        anyhow::ensure!(
+            usize::from(frame.stream) < known,
+            "a frame of stream {} when {known} streams are expected",
+            frame.stream
+        );
         stream = Some(frame.stream);
         payload.resize(frame.size as usize - FRAME_HEADER, 0);
         conn.read_exact(&mut payload)

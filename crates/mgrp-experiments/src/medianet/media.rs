@@ -167,7 +167,7 @@ impl Frame {
             stream,
             index,
             kind,
-            captured_ns: start_ns + capture_offset_ns(index),
+            captured_ns: start_ns.saturating_add(capture_offset_ns(index)),
             size: kind.size(),
         }
     }
@@ -216,7 +216,8 @@ impl Frame {
 
 /// When frame `index` is captured, ns after frame 0.
 pub fn capture_offset_ns(index: u64) -> i64 {
-    (index as i64) * 1_000_000_000 / i64::from(FPS)
+    let ns = i128::from(index) * 1_000_000_000 / i128::from(FPS);
+    i64::try_from(ns).unwrap_or(i64::MAX)
 }
 
 /// The frames an encoder emits when frame `index` is captured, in decode order: an
@@ -375,6 +376,50 @@ mod tests {
         assert_eq!(d.arrive(&f(9), 600 * ms), Fate::Undecodable);
         // The next I frame starts afresh.
         assert_eq!(d.arrive(&f(15), 600 * ms), Fate::Decoded);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_header_bytes_parse_or_are_refused(bytes in proptest::array::uniform32(proptest::num::u8::ANY)) {
+            if let Some(f) = Frame::parse_header(&bytes) {
+                proptest::prop_assert_eq!(f.header(), {
+                    // Bytes the header does not use read back as zero.
+                    let mut b = bytes;
+                    b[6] = 0;
+                    b[7] = 0;
+                    b[28..].fill(0);
+                    b
+                });
+                proptest::prop_assert_eq!(f.kind, Kind::of(f.index));
+                proptest::prop_assert!(f.size as usize >= FRAME_HEADER);
+            }
+        }
+
+        #[test]
+        fn every_frame_round_trips(stream in 0u8..3, index in 0u64..1 << 40, start in -(1i64 << 60)..(1i64 << 60)) {
+            let f = Frame::new(stream, index, start);
+            proptest::prop_assert_eq!(Frame::parse_header(&f.header()), Some(f));
+        }
+
+        #[test]
+        fn a_stream_counts_each_frame_once(arrivals in proptest::collection::vec(0i64..3_000_000_000, 1..200)) {
+            // Frames in decode order, each complete at an arbitrary time: every one
+            // gets exactly one fate, and a decoded frame's references decoded.
+            let mut d = Decoder::new(1_000_000_000);
+            let order: Vec<u64> = (0..arrivals.len() as u64).flat_map(emitted_at).take(arrivals.len()).collect();
+            let mut decoded = std::collections::HashSet::new();
+            for (i, t) in order.iter().zip(&arrivals) {
+                let f = Frame::new(0, *i, 0);
+                let fate = d.arrive(&f, *t);
+                proptest::prop_assert!(matches!(fate, Fate::Decoded | Fate::Late | Fate::Undecodable));
+                if fate == Fate::Decoded {
+                    for r in references(*i) {
+                        proptest::prop_assert!(decoded.contains(&r), "{} decoded without {}", i, r);
+                    }
+                    decoded.insert(*i);
+                }
+            }
+        }
     }
 
     #[test]

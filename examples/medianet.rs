@@ -36,6 +36,9 @@ struct Args {
     /// Where results.md, the CSVs and the plots go.
     #[arg(long, default_value = "docs/medianet")]
     out: PathBuf,
+    /// Keep the overlays' logs of every run in DIR/<mode>-<run>/.
+    #[arg(long, value_name = "DIR")]
+    logs: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -75,6 +78,12 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
         for i in 0..args.runs {
             let mut r = Run::paper(*mode);
             r.cross = peaks(args.scale);
+            if let Some(dir) = &args.logs {
+                let d = dir.join(format!("{}-{}", mode.label(), i + 1));
+                std::fs::create_dir_all(&d)
+                    .with_context(|| format!("cannot create {}", d.display()))?;
+                r.logs = Some(d);
+            }
             eprintln!("{} run {}/{}", mode.label(), i + 1, args.runs);
             let out = run::run(&r, &program, &mut |s, levels, believed| {
                 if s % 10 == 0 {

@@ -244,7 +244,10 @@ pub fn source_link_mbps() -> f64 {
     SOURCE_MBPS * f64::from(1448 + 66) / 1448.0
 }
 
-fn daemon(
+/// mgrpd on `m3` (or `m5`): on `m3` with piggybacking it routes `m5` into its tunnel
+/// and holds every packet up to `hold` for a probe (the paper's mgrp10); otherwise it
+/// knows the other host as a peer only.
+pub(crate) fn daemon(
     tb: &Testbed,
     program: &Path,
     m3: bool,

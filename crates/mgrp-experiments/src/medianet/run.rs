@@ -19,12 +19,12 @@ use anyhow::Context as _;
 use mgrp_testbed::link::realtime_ns;
 use mgrp_testbed::paper::{Bottleneck, C2, M3, M5, Testbed};
 use mgrp_testbed::traffic::{Steps, udp_steps};
-use mgrp_testbed::{Daemon, Netns, Process};
+use mgrp_testbed::{Netns, Process};
 
 use super::media::Level;
 use super::scheduler::{Cause, Change, GlobalScheduler, OverlayEstimate, Settings};
 use super::streams::{Fates, LocalScheduler, Received, Sent, Sink, StreamSpec};
-use crate::experiment::{STEP_DATAGRAM, capacity_mbps, interrupted};
+use crate::experiment::{STEP_DATAGRAM, capacity_mbps, daemon, interrupted};
 
 /// Streams the source sends.
 pub const STREAMS: usize = 3;
@@ -214,21 +214,7 @@ impl Outcome {
     }
 }
 
-fn daemon(tb: &Testbed, program: &Path, m3: bool, mgrp: bool) -> anyhow::Result<Daemon> {
-    let (ns, other) = if m3 { (&tb.m3, M5) } else { (&tb.m5, M3) };
-    let other = format!("{other}/32");
-    let mut args = vec!["--log-level", "warn"];
-    if m3 && mgrp {
-        // mgrp10: every stream packet waits up to 10 ms for a probe to ride in.
-        args.extend(["--route", &other, "--hold-mode", "always", "--hold", "10ms"]);
-    } else {
-        args.extend(["--peer", &other]);
-    }
-    Daemon::start_via(ns, program, &["mgrpd"], &args)
-        .with_context(|| format!("cannot start mgrpd on {}", if m3 { "m3" } else { "m5" }))
-}
-
-/// The overlay on `ns` with `config`, its log to `logs` if given.
+/// The overlay on `ns` with the configuration `config`, written into `dir`.
 fn overlay(
     ns: &Netns,
     program: &Path,
@@ -347,8 +333,9 @@ pub fn run(
     let dir = crate::medianet::TempDir::new("medianet")?;
     let mut processes = Vec::new();
     let daemons = if measuring {
-        let a = daemon(&tb, program, true, run.mode.mgrp)?;
-        let b = daemon(&tb, program, false, run.mode.mgrp)?;
+        let hold = Duration::from_millis(10);
+        let a = daemon(&tb, program, true, run.mode.mgrp, hold)?;
+        let b = daemon(&tb, program, false, run.mode.mgrp, hold)?;
         let (c3, c5) = overlay_configs(run.mode, &a.socket, &b.socket);
         processes.push(overlay(&tb.m3, program, &dir.0, "m3", &c3)?);
         processes.push(overlay(&tb.m5, program, &dir.0, "m5", &c5)?);

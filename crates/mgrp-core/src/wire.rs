@@ -19,7 +19,7 @@
 //! | offset | size | field | meaning |
 //! |---:|---:|---|---|
 //! | 0 | 1 | `version` | format version, [`VERSION`] (1); any other value is rejected |
-//! | 1 | 1 | `kind` | 1 = probe, 2 = continuation (rider chunks only) |
+//! | 1 | 1 | `kind` | 1 = probe, 2 = continuation (rider chunks only), 3 = keepalive (nothing but the header and trailer: keeps a NAT's mapping open and tells the peer where its sender is) |
 //! | 2 | 1 | `flags` | bit 0 = last probe of its train; other bits reserved, sent as 0, ignored |
 //! | 3 | 1 | `chunk_count` | number of chunk descriptors that follow (0–255) |
 //! | 4 | 2 | `src_port` | measurement port of the sending tool |
@@ -35,7 +35,7 @@
 //!
 //! | offset | size | field | meaning |
 //! |---:|---:|---|---|
-//! | 0 | 4 | `rider_id` | id of the rider, unique per sending daemon and destination until it wraps |
+//! | 0 | 4 | `rider_id` | id of the rider, unique per sending daemon and destination until it wraps; ids below 2³¹ are riders planned into probes, ids with the top bit set ([`TUNNELED_RIDER_ID`]) riders a daemon sends whole in continuations because their path takes nothing but MGRP (UDP encapsulation), so the two never collide |
 //! | 4 | 2 | `offset` | offset of this chunk's first byte within the rider |
 //! | 6 | 2 | `rider_len` | total length of the rider (its IP total length), ≥ 1 |
 //! | 8 | 2 | `chunk_len` | bytes of rider data in this chunk, ≥ 1 |
@@ -64,6 +64,9 @@ pub const VERSION: u8 = 1;
 pub const HEADER_LEN: usize = 28;
 /// Length of one chunk descriptor.
 pub const CHUNK_DESC_LEN: usize = 12;
+/// The bit set in the id of every rider sent whole in continuations outside any
+/// planner (see the chunk descriptor's `rider_id`); planners use the ids below it.
+pub const TUNNELED_RIDER_ID: u32 = 1 << 31;
 /// The most chunk descriptors one packet can hold.
 pub const MAX_CHUNKS: usize = u8::MAX as usize;
 
@@ -129,6 +132,9 @@ pub enum WireError {
     /// A continuation packet carries a tool header or no chunk at all.
     #[error("continuation packet must carry at least one chunk and no tool header")]
     MalformedContinuation,
+    /// A keepalive carries a chunk or a tool header.
+    #[error("keepalive packet must carry no chunk and no tool header")]
+    MalformedKeepalive,
     /// A chunk descriptor has a zero chunk or rider length.
     #[error("chunk {index} has a zero chunk length or rider length")]
     EmptyChunk {
@@ -174,8 +180,12 @@ pub enum WireError {
 pub enum Kind {
     /// A probe of a tool's train, possibly carrying rider chunks in its padding.
     Probe,
-    /// Rider chunks only: the rest of a rider whose hold time ran out mid-train.
+    /// Rider chunks only: the rest of a rider whose hold time ran out mid-train, or
+    /// over a path that takes only MGRP, a rider that did not ride.
     Continuation,
+    /// Nothing but the header (and trailer): sent to keep a NAT's mapping open, so
+    /// a peer behind it stays reachable.
+    Keepalive,
 }
 
 impl Kind {
@@ -183,6 +193,7 @@ impl Kind {
         match self {
             Self::Probe => 1,
             Self::Continuation => 2,
+            Self::Keepalive => 3,
         }
     }
 
@@ -190,6 +201,7 @@ impl Kind {
         match b {
             1 => Some(Self::Probe),
             2 => Some(Self::Continuation),
+            3 => Some(Self::Keepalive),
             _ => None,
         }
     }
@@ -274,6 +286,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
             Kind::Continuation => {
                 if count == 0 || tool != 0 {
                     return Err(WireError::MalformedContinuation);
+                }
+            }
+            Kind::Keepalive => {
+                if count != 0 || tool != 0 {
+                    return Err(WireError::MalformedKeepalive);
                 }
             }
         }
@@ -514,6 +531,14 @@ pub struct Header {
 }
 
 impl Header {
+    /// The header of a keepalive: no probe fields, no stamp yet.
+    pub fn keepalive() -> Self {
+        Self {
+            kind: Kind::Keepalive,
+            ..Self::continuation()
+        }
+    }
+
     /// The header of a continuation packet: no probe fields, no stamp yet.
     pub fn continuation() -> Self {
         Self {
@@ -749,6 +774,27 @@ mod tests {
         assert_eq!(buf, PROBE_ONE_RIDER);
         let p = Packet::new_checked(&buf[..]).unwrap();
         assert_eq!(Repr::parse(&p), repr);
+    }
+
+    #[test]
+    fn keepalives_carry_nothing() {
+        let repr = Repr {
+            header: Header::keepalive(),
+            tool_header: &[],
+            chunks: vec![],
+            trailer_len: 24,
+        };
+        let packet = repr.emit_into(vec![0u8; repr.buffer_len()]).unwrap();
+        assert_eq!(packet.len(), HEADER_LEN + 24);
+        assert_eq!(packet.kind(), Kind::Keepalive);
+        assert_eq!(packet.chunks().count(), 0);
+        // A chunk or a tool header makes it malformed.
+        let mut b = PROBE_ONE_RIDER;
+        b[1] = 3;
+        assert_eq!(
+            Packet::new_checked(&b[..]).unwrap_err(),
+            WireError::MalformedKeepalive
+        );
     }
 
     #[test]

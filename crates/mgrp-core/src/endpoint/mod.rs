@@ -40,7 +40,7 @@ use bytes::Bytes;
 use crate::MonoTime;
 use crate::WallTime;
 use crate::planner::{
-    Path, PlanError, Planner, Policy, ProbeToSend, RiderDrop, Transaction, Transmit,
+    EncapTable, Path, PlanError, Planner, Policy, ProbeToSend, RiderDrop, Transaction, Transmit,
 };
 use crate::stats::{PlannerCounters, TransactionReport};
 
@@ -57,6 +57,9 @@ pub struct EndpointConfig {
     pub policy: Policy,
     /// MTU of every path.
     pub mtu: u16,
+    /// How MGRP packets travel to each peer (which sets how much of a probe's size
+    /// the headers take).
+    pub encap: EncapTable,
     /// Whether destinations are routed into the tunnel only while trains to them are
     /// queued or in flight (see [`Action::RouteIn`]).
     pub route_on_demand: bool,
@@ -82,6 +85,7 @@ impl EndpointConfig {
         Self {
             policy,
             mtu,
+            encap: EncapTable::default(),
             route_on_demand: false,
             max_destinations: 1024,
             max_held_bytes: 32 << 20,
@@ -206,8 +210,14 @@ pub struct Endpoint {
 impl Endpoint {
     /// An endpoint with no destinations yet. Fails if the policy or MTU cannot work.
     pub fn new(config: EndpointConfig) -> Result<Self, PlanError> {
-        // Both families must be able to carry an MGRP packet.
-        Planner::new(config.policy.clone(), Path::ipv6(config.mtu))?;
+        // Both families must be able to carry an MGRP packet, in UDP if any peer takes
+        // it so.
+        let smallest = if config.encap.any_udp() {
+            Path::ipv6(config.mtu).udp()
+        } else {
+            Path::ipv6(config.mtu)
+        };
+        Planner::new(config.policy.clone(), smallest)?;
         Ok(Self {
             config,
             dests: BTreeMap::new(),
@@ -284,11 +294,7 @@ impl Endpoint {
         let config = &self.config;
         let id_offset = self.id_offset;
         self.dests.entry(peer).or_insert_with(|| {
-            let path = if peer.is_ipv4() {
-                Path::ipv4(config.mtu)
-            } else {
-                Path::ipv6(config.mtu)
-            };
+            let path = config.encap.path(peer, config.mtu);
             let mut planner = Planner::new(config.policy.clone(), path)
                 .expect("checked for the smaller IPv6 room in Endpoint::new");
             planner.set_next_rider_id((config.rider_id_seed ^ mix(peer)).wrapping_add(id_offset));

@@ -171,6 +171,69 @@ impl Path {
             mtu,
         }
     }
+
+    /// The same path with MGRP packets inside UDP datagrams: the UDP header counts
+    /// with the IP header, so probes keep their sizes and give it padding.
+    pub const fn udp(self) -> Self {
+        Self {
+            ip_header_len: self.ip_header_len + UDP_HEADER_LEN,
+            mtu: self.mtu,
+        }
+    }
+}
+
+/// Length of a UDP header.
+pub const UDP_HEADER_LEN: u16 = 8;
+
+/// How MGRP packets travel to a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Encap {
+    /// As the payload of IP packets of MGRP's own protocol number.
+    #[default]
+    Raw,
+    /// As the payload of UDP datagrams, which NATs and firewalls pass. Riders that do
+    /// not ride go in continuations too: a path that passes only UDP would not take
+    /// them as they came.
+    Udp,
+}
+
+/// How MGRP packets travel to each peer: as `per_peer`'s longest prefix holding it
+/// says, else as `default`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EncapTable {
+    /// For peers no prefix names.
+    pub default: Encap,
+    /// Per prefix of peers.
+    pub per_peer: Vec<(crate::peers::Prefix, Encap)>,
+}
+
+impl EncapTable {
+    /// How MGRP packets travel to `peer`.
+    pub fn for_peer(&self, peer: std::net::IpAddr) -> Encap {
+        self.per_peer
+            .iter()
+            .filter(|(p, _)| p.contains(peer))
+            .max_by_key(|(p, _)| p.len())
+            .map_or(self.default, |(_, e)| *e)
+    }
+
+    /// Whether any peer is reached over UDP.
+    pub fn any_udp(&self) -> bool {
+        self.default == Encap::Udp || self.per_peer.iter().any(|(_, e)| *e == Encap::Udp)
+    }
+
+    /// The path to `peer` with this MTU.
+    pub fn path(&self, peer: std::net::IpAddr, mtu: u16) -> Path {
+        let path = if peer.is_ipv4() {
+            Path::ipv4(mtu)
+        } else {
+            Path::ipv6(mtu)
+        };
+        match self.for_peer(peer) {
+            Encap::Raw => path,
+            Encap::Udp => path.udp(),
+        }
+    }
 }
 
 /// One probe of a transaction, as the tool specifies it.
@@ -389,9 +452,10 @@ impl Planner {
 
     /// Sets the id of the next rider. A daemon starts each planner at an unpredictable
     /// id, so that after a restart its riders are not taken for duplicates of the ones
-    /// its previous life sent (receivers remember delivered ids for a while).
+    /// its previous life sent (receivers remember delivered ids for a while). Planned
+    /// riders' ids stay below [`wire::TUNNELED_RIDER_ID`]: its bit is dropped.
     pub fn set_next_rider_id(&mut self, id: u32) {
-        self.next_rider_id = id;
+        self.next_rider_id = id & !wire::TUNNELED_RIDER_ID;
     }
 
     /// The policy in force.
@@ -468,7 +532,7 @@ impl Planner {
             a.arrived_bytes += data.len() as u64;
         }
         let id = self.next_rider_id;
-        self.next_rider_id = self.next_rider_id.wrapping_add(1);
+        self.next_rider_id = self.next_rider_id.wrapping_add(1) & !wire::TUNNELED_RIDER_ID;
         self.queued_bytes += data.len();
         self.riders.push_back(Held {
             id,

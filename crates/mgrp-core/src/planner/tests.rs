@@ -485,7 +485,7 @@ fn poll_start_builds_nothing_until_asked() {
 }
 
 #[test]
-fn next_rider_id_is_settable() {
+fn next_rider_id_is_settable_and_stays_below_the_tunneled_ids() {
     let mut p = planner(Policy::default());
     p.set_next_rider_id(u32::MAX);
     p.handle_rider(ms(0), rider(30, 1)).unwrap();
@@ -499,7 +499,41 @@ fn next_rider_id_is_settable() {
             view.chunks().map(|c| c.rider_id).collect::<Vec<_>>()
         })
         .collect();
-    assert_eq!(ids, [u32::MAX, 0]);
+    // The top bit belongs to riders tunneled whole outside planners.
+    assert_eq!(ids, [wire::TUNNELED_RIDER_ID - 1, 0]);
+}
+
+#[test]
+fn udp_paths_give_the_udp_header_padding() {
+    let table = EncapTable {
+        default: Encap::Raw,
+        per_peer: vec![
+            ("10.0.0.0/8".parse().unwrap(), Encap::Udp),
+            ("10.1.0.0/16".parse().unwrap(), Encap::Raw),
+        ],
+    };
+    let (udp, raw) = ("10.2.0.1".parse().unwrap(), "10.1.0.1".parse().unwrap());
+    assert_eq!(table.for_peer(udp), Encap::Udp);
+    assert_eq!(table.for_peer(raw), Encap::Raw, "the longest prefix decides");
+    assert_eq!(table.for_peer("192.0.2.1".parse().unwrap()), Encap::Raw);
+    assert!(table.any_udp() && !EncapTable::default().any_udp());
+    assert_eq!(table.path(udp, 1500).ip_header_len, 28);
+    assert_eq!(table.path("fd00::1".parse().unwrap(), 1500).ip_header_len, 40);
+    let mut p = Planner::new(Policy::default(), table.path(udp, 1500)).unwrap();
+    p.handle_rider(ms(0), rider(1400, 7)).unwrap();
+    p.handle_transaction(ms(0), train(1, 2, 500, us(10)))
+        .unwrap();
+    for probe in send_all(&mut p, ms(0)) {
+        // IP 20 + UDP 8 + MGRP: the size the tool asked for.
+        assert_eq!(probe.packet.len(), 500 - 28);
+    }
+    // What did not ride leaves in continuations no larger than the MTU allows.
+    while let Some(t) = p.poll_transmit(ms(10_000)) {
+        let Transmit::Continuation(c) = t else {
+            panic!("a partly sent rider continues");
+        };
+        assert!(c.len() + 28 <= 1500);
+    }
 }
 
 #[test]

@@ -440,6 +440,19 @@ pub struct DaemonCounters {
     /// kernel stamps are on (their trains' reports fall back to the daemon's stamps).
     #[serde(default)]
     pub probes_unstamped: u64,
+    /// Keepalives sent to UDP peers (to keep a NAT's mapping open).
+    #[serde(default)]
+    pub keepalives_sent: u64,
+    /// Keepalives that could not be sent.
+    #[serde(default)]
+    pub keepalive_send_errors: u64,
+    /// Keepalives that passed the peer check, parsing and authentication.
+    #[serde(default)]
+    pub keepalives_received: u64,
+    /// Times a roaming UDP peer was heard from a new endpoint and its packets went
+    /// there from then on.
+    #[serde(default)]
+    pub peer_endpoint_changes: u64,
 }
 
 /// Everything the daemon counts.
@@ -487,6 +500,7 @@ impl DaemonStats {
                 + d.mgrp_unexpected_auth
                 + d.probes_received
                 + d.continuations_received
+                + d.keepalives_received
             && d.probes_received
                 == d.probes_delivered + d.probes_unclaimed + d.probes_dropped_slow_listener
             && self.reassembly.riders_delivered

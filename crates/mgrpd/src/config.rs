@@ -14,7 +14,7 @@ use ipnet::IpNet;
 use mgrp_core::auth::{Key, TRAILER_LEN};
 pub use mgrp_core::parse_duration;
 use mgrp_core::peers::{Peer, Peers, Prefix};
-use mgrp_core::planner::{HoldMode, Packing, Policy};
+use mgrp_core::planner::{Encap, EncapTable, HoldMode, Packing, Policy};
 use serde::{Deserialize, Deserializer};
 
 /// The daemon's command line. Every flag overrides the key of the same name in the
@@ -160,6 +160,38 @@ pub struct Cli {
     /// file mode 0600; make one with `mgrpd genkey`). Peers need the same key.
     #[arg(long, value_name = "FILE")]
     pub key_file: Option<PathBuf>,
+    /// How MGRP packets travel to peers without an `encap` of their own: `raw` (IP
+    /// protocol --protocol) or `udp[:PORT]` (UDP datagrams, which NATs and firewalls
+    /// pass; PORT is this daemon's UDP port and its peers') [default: raw; port 4253].
+    #[arg(long, value_name = "raw|udp[:PORT]", value_parser = parse_encap)]
+    pub encap: Option<EncapArg>,
+}
+
+/// An `encap` value: raw IP, or UDP with a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncapArg {
+    /// IP protocol `protocol`.
+    Raw,
+    /// UDP, to this port if one is given.
+    Udp(Option<u16>),
+}
+
+fn parse_encap(s: &str) -> Result<EncapArg, String> {
+    match s.trim() {
+        "raw" => Ok(EncapArg::Raw),
+        "udp" => Ok(EncapArg::Udp(None)),
+        other => other
+            .strip_prefix("udp:")
+            .and_then(|p| p.parse::<u16>().ok())
+            .filter(|p| *p != 0)
+            .map(|p| EncapArg::Udp(Some(p)))
+            .ok_or_else(|| format!("{s:?} is not raw, udp or udp:PORT (PORT 1-65535)")),
+    }
+}
+
+fn de_encap<'de, D: Deserializer<'de>>(d: D) -> Result<Option<EncapArg>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_encap(&s).map(Some).map_err(serde::de::Error::custom)
 }
 
 /// `--hold-mode` values.
@@ -222,6 +254,8 @@ struct File {
     #[serde(default)]
     local_prefixes: Vec<Prefix>,
     key_file: Option<PathBuf>,
+    #[serde(default, deserialize_with = "de_encap")]
+    encap: Option<EncapArg>,
     #[serde(default)]
     limits: LimitsFile,
 }
@@ -234,6 +268,61 @@ struct PeerFile {
     #[serde(default)]
     allowed_sources: Vec<Prefix>,
     key_file: Option<PathBuf>,
+    #[serde(default, deserialize_with = "de_encap")]
+    encap: Option<EncapArg>,
+    endpoint: Option<std::net::SocketAddr>,
+    #[serde(default, deserialize_with = "de_duration")]
+    keepalive: Option<Duration>,
+}
+
+/// The UDP port mgrpd uses unless told otherwise.
+pub const DEFAULT_UDP_PORT: u16 = 4253;
+
+/// How a daemon reaches its peers over UDP.
+#[derive(Debug, Clone, Default)]
+pub struct Udp {
+    /// This daemon's UDP port: where it receives, and where its packets come from.
+    pub port: u16,
+    /// The `[[peers]]` tables reached over UDP.
+    pub peers: Vec<UdpPeer>,
+}
+
+/// A `[[peers]]` table reached over UDP.
+#[derive(Debug, Clone)]
+pub struct UdpPeer {
+    /// Its addresses.
+    pub prefix: Prefix,
+    /// Its UDP port, unless an endpoint is configured.
+    pub port: u16,
+    /// Where its packets go until it is heard from elsewhere.
+    pub endpoint: Option<std::net::SocketAddr>,
+    /// How often to send it a keepalive when nothing else was sent.
+    pub keepalive: Option<Duration>,
+    /// Whether its endpoint is learned from its authenticated packets: it has a key
+    /// of its own and is one host.
+    pub roams: bool,
+}
+
+impl Udp {
+    /// The `[[peers]]` table of `peer`, if it has one that names UDP (longest prefix).
+    pub fn peer(&self, peer: IpAddr) -> Option<&UdpPeer> {
+        self.peers
+            .iter()
+            .filter(|p| p.prefix.contains(peer))
+            .max_by_key(|p| p.prefix.len())
+    }
+
+    /// Where `peer`'s packets go unless it was heard from elsewhere: its configured
+    /// endpoint, else its own address at its port, unless it roams without a
+    /// configured endpoint (then nowhere until it is heard from).
+    pub fn configured_endpoint(&self, peer: IpAddr) -> Option<std::net::SocketAddr> {
+        match self.peer(peer) {
+            Some(p) if p.endpoint.is_some() => p.endpoint,
+            Some(p) if p.roams => None,
+            Some(p) => Some((peer, p.port).into()),
+            None => Some((peer, self.port).into()),
+        }
+    }
 }
 
 /// The keys that authenticate MGRP packets, if any.
@@ -371,6 +460,10 @@ pub struct Config {
     pub peers: Peers,
     /// Keys authenticating MGRP packets.
     pub keys: Keys,
+    /// How MGRP packets travel to each peer.
+    pub encap: EncapTable,
+    /// The UDP port and the peers reached over UDP.
+    pub udp: Udp,
     /// CPU to pin the pacer to.
     pub pacer_cpu: Option<usize>,
     /// Whether to ask for SCHED_FIFO.
@@ -592,6 +685,22 @@ impl Config {
                 )));
             }
         }
+        let encap_arg = cli.encap.or(f.encap).unwrap_or(EncapArg::Raw);
+        let udp_port = match (cli.encap, f.encap) {
+            (Some(EncapArg::Udp(Some(p))), _) | (_, Some(EncapArg::Udp(Some(p)))) => p,
+            _ => DEFAULT_UDP_PORT,
+        };
+        let mut encap = EncapTable {
+            default: match encap_arg {
+                EncapArg::Raw => Encap::Raw,
+                EncapArg::Udp(_) => Encap::Udp,
+            },
+            per_peer: Vec::new(),
+        };
+        let mut udp = Udp {
+            port: udp_port,
+            peers: Vec::new(),
+        };
         let (peers, keys) = {
             let mut peers = Peers::new(Vec::new(), Vec::new(), protocol);
             let mut keys = Keys {
@@ -612,6 +721,44 @@ impl Config {
             for p in f.peers {
                 if let Some(path) = &p.key_file {
                     keys.per_peer.push((p.prefix, read_key(path)?));
+                }
+                let peer_encap = match p.encap {
+                    Some(EncapArg::Raw) => Encap::Raw,
+                    Some(EncapArg::Udp(_)) => Encap::Udp,
+                    None => encap.default,
+                };
+                if p.encap.is_some() {
+                    encap.per_peer.push((p.prefix, peer_encap));
+                }
+                let single = p.prefix.len() == if p.prefix.addr().is_ipv4() { 32 } else { 128 };
+                if peer_encap == Encap::Udp {
+                    udp.peers.push(UdpPeer {
+                        prefix: p.prefix,
+                        port: match p.encap {
+                            Some(EncapArg::Udp(Some(port))) => port,
+                            _ => udp_port,
+                        },
+                        endpoint: p.endpoint,
+                        keepalive: p.keepalive,
+                        roams: p.key_file.is_some() && single,
+                    });
+                } else if p.endpoint.is_some() || p.keepalive.is_some() {
+                    return Err(bad(format!(
+                        "peer {}: endpoint and keepalive need encap = \"udp\" (in its [[peers]] table, or --encap udp for all)",
+                        p.prefix
+                    )));
+                }
+                if p.keepalive.is_some() && !single {
+                    return Err(bad(format!(
+                        "peer {}: keepalive needs one host (a /32 or /128 prefix) to send to",
+                        p.prefix
+                    )));
+                }
+                if p.keepalive.is_some_and(|k| k < Duration::from_secs(1)) {
+                    return Err(bad(format!(
+                        "peer {}: keepalive must be at least 1s (NATs keep UDP mappings for 30 s or more; 25s is usual)",
+                        p.prefix
+                    )));
                 }
                 peers.add_peer(Peer {
                     prefix: p.prefix,
@@ -638,6 +785,21 @@ impl Config {
                 )));
             }
             policy.trailer_len = TRAILER_LEN;
+        }
+        // A roaming peer is told apart by its key alone: no other peer may share it.
+        for (i, (prefix, key)) in keys.per_peer.iter().enumerate() {
+            let roams = udp.peers.iter().any(|p| p.roams && p.prefix == *prefix);
+            let shared = keys.default.iter().any(|d| d.to_hex() == key.to_hex())
+                || keys
+                    .per_peer
+                    .iter()
+                    .enumerate()
+                    .any(|(j, (_, other))| j != i && other.to_hex() == key.to_hex());
+            if roams && shared {
+                return Err(bad(format!(
+                    "peer {prefix} learns its endpoint from its key, so the key must be its own: give it a key-file no other peer uses"
+                )));
+            }
         }
         Ok(Self {
             tun,
@@ -666,6 +828,8 @@ impl Config {
             policy,
             peers,
             keys,
+            encap,
+            udp,
             via,
             pacer_cpu: cli.pacer_cpu.or(f.pacer_cpu),
             realtime: !cli.no_realtime && f.realtime.unwrap_or(true),

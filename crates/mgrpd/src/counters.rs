@@ -86,6 +86,10 @@ counters!(
     link_send_errors,
     tun_frames_dropped,
     probes_unstamped,
+    keepalives_sent,
+    keepalive_send_errors,
+    keepalives_received,
+    peer_endpoint_changes,
 );
 
 /// Adds one to a counter.
@@ -140,18 +144,22 @@ impl TrafficTable {
 /// The reassembly counters of each receiver: IPv4 (and the loopback path) and IPv6,
 /// one slot each, so that neither overwrites the other's.
 #[derive(Debug, Default)]
-pub(crate) struct ReassemblySlots(Mutex<[ReassemblyCounters; 2]>);
+pub(crate) struct ReassemblySlots(Mutex<[ReassemblyCounters; 4]>);
 
 impl ReassemblySlots {
-    /// Publishes the counters of the receiver of slot `v6`.
-    pub(crate) fn publish(&self, v6: bool, c: ReassemblyCounters) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)[usize::from(v6)] = c;
+    /// Publishes the counters of the receiver of one family (`v6`) and socket
+    /// (`udp`, else raw).
+    pub(crate) fn publish(&self, v6: bool, udp: bool, c: ReassemblyCounters) {
+        let slot = usize::from(v6) + 2 * usize::from(udp);
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)[slot] = c;
     }
 
     fn sum(&self) -> ReassemblyCounters {
         let per = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let mut sum = per[0];
-        sum += &per[1];
+        for p in &per[1..] {
+            sum += p;
+        }
         sum
     }
 }

@@ -130,10 +130,10 @@ impl Daemon {
     /// for a kernel data path, or once taken.
     pub(crate) fn loopback_receiver(&mut self) -> Option<impl FnOnce() + Send + 'static> {
         let source = self.looped.take()?;
-        let mut receiver = self.receiver(false);
+        let mut receiver = self.receiver(false, false);
         Some(move || {
             for p in source {
-                receiver.handle_mgrp(p.peer, Some(p.peer), &p.packet, p.ip_len, p.at);
+                receiver.handle_mgrp(p.peer, None, Some(p.peer), &p.packet, p.ip_len, p.at);
             }
         })
     }
@@ -209,8 +209,24 @@ impl Daemon {
         self.tun_reader().handle_packets(std::iter::once(pkt));
     }
 
-    /// A receiver of IPv4 or IPv6 MGRP packets, writing riders into the TUN.
-    pub(crate) fn receiver(&self, v6: bool) -> Receiver {
+    /// Whether UDP peers' packets of one family have a socket to arrive at.
+    pub(crate) fn has_udp_socket(&self, v6: bool) -> bool {
+        self.net.udp_socket(v6).is_some()
+    }
+
+    /// The data path's sending side.
+    pub(crate) fn net(&self) -> Arc<Net> {
+        self.net.clone()
+    }
+
+    /// The daemon's counters.
+    pub(crate) fn counters(&self) -> Arc<Counters> {
+        self.counters.clone()
+    }
+
+    /// A receiver of IPv4 or IPv6 MGRP packets (from the raw socket, or from the UDP
+    /// socket with `udp`), writing riders into the TUN.
+    pub(crate) fn receiver(&self, v6: bool, udp: bool) -> Receiver {
         let tun = match self.net.tun() {
             Some(tun) => TunWriter::Kernel {
                 tun: tun.clone(),
@@ -224,7 +240,9 @@ impl Daemon {
             self.listeners.clone(),
             tun,
             self.reassembly.clone(),
+            self.net.endpoints().clone(),
             v6,
+            udp,
         )
     }
 

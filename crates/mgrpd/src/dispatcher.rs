@@ -82,7 +82,10 @@ impl Dispatcher {
         loop {
             while let Some(o) = q.outputs.pop() {
                 match (o, coalescer.as_mut()) {
-                    (Output::Transmit(_, Transmit::Unchanged(pkt)), Some(c)) => {
+                    // Riders to UDP peers go in continuations, not as they came.
+                    (Output::Transmit(peer, Transmit::Unchanged(pkt)), Some(c))
+                        if !self.net.endpoints().is_udp(peer) =>
+                    {
                         c.push(&pkt, &self.net, &self.counters);
                     }
                     (o, _) => self.execute(o, true),

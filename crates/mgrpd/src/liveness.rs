@@ -147,11 +147,12 @@ impl ErrorQueues {
     /// takes no MGRP any more (its mgrpd died), so riders to it stop riding for a
     /// while.
     pub(crate) fn run(&self, v6: bool, life: &Lifecycle) {
-        let Some(fds) = self.net.error_fds(v6) else {
+        let fds = self.net.error_fds(v6);
+        if fds.is_empty() {
             return;
-        };
+        }
         while !life.is_stopping() {
-            let ready = sys::wait_errors(fds, Duration::from_millis(200));
+            let ready = sys::wait_errors(&fds, Duration::from_millis(200));
             for (fd, _) in fds.iter().zip(ready).filter(|(_, r)| *r) {
                 if let Err(e) = self.drain(*fd, v6) {
                     warn!(
@@ -201,11 +202,18 @@ impl ErrorQueues {
             return;
         }
         bump(&self.counters.peer_unreachable);
+        // Over UDP the error names the peer's endpoint, which may be a NAT's.
+        let peer = if e.port == 0 {
+            e.destination
+        } else {
+            let at = std::net::SocketAddr::new(e.destination, e.port);
+            self.net.endpoints().peer_at(at).unwrap_or(e.destination)
+        };
         let until = mgrp_rt::mono_now().saturating_add(PEER_DOWN_BACKOFF);
-        if self.health.mark_down(e.destination, until) {
+        if self.health.mark_down(peer, until) {
             warn!(
-                "peer {} answered MGRP with ICMP type {} code {}: its mgrpd is gone; its riders go unchanged for {:?}",
-                e.destination, e.icmp_type, e.icmp_code, PEER_DOWN_BACKOFF
+                "peer {peer} answered MGRP with ICMP type {} code {}: its mgrpd is gone; its riders go unchanged for {:?}",
+                e.icmp_type, e.icmp_code, PEER_DOWN_BACKOFF
             );
         }
     }
@@ -245,11 +253,10 @@ impl ErrorQueues {
                     break;
                 }
                 for v6 in [false, true] {
-                    let Some([probe, _]) = self.net.error_fds(v6) else {
-                        continue;
-                    };
-                    if let Err(e) = self.drain_into(&mut kept, probe, v6) {
-                        debug!("reading transmit stamps failed: {e}");
+                    for fd in self.net.stamp_fds(v6) {
+                        if let Err(e) = self.drain_into(&mut kept, fd, v6) {
+                            debug!("reading transmit stamps failed: {e}");
+                        }
                     }
                 }
                 if kept.fill(report) == 0 || started.elapsed() >= STAMP_WAIT {

@@ -6,20 +6,21 @@
 use std::net::IpAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use mgrp_core::WallTime;
 use mgrp_core::auth;
 use mgrp_core::ip;
 use mgrp_core::planner::Transmit;
-use mgrp_core::wire::Packet;
-use socket2::Socket;
+use mgrp_core::wire::{self, Packet};
+use socket2::{SockAddr, Socket};
 use tracing::{debug, warn};
 use tun_rs::SyncDevice;
 
 use crate::config::Config;
 use crate::counters::{Counters, bump};
+use crate::endpoints::Endpoints;
 use crate::sys;
 
 /// Writes the counter and tag into MGRP packets' trailers for peers with a key.
@@ -114,6 +115,9 @@ struct Family {
     mgrp: Socket,
     /// Riders sent unchanged (they bring their own IP header).
     raw: Socket,
+    /// Everything to and from UDP peers, when there are any: probes ask for their
+    /// transmit stamps one by one, so nothing else it sends is stamped.
+    udp: Option<Socket>,
 }
 
 impl Family {
@@ -123,9 +127,13 @@ impl Family {
             probe: sys::mgrp_send_socket(v6, protocol, mark)?,
             mgrp: sys::mgrp_send_socket(v6, protocol, mark)?,
             raw: sys::raw_ip_socket(v6, mark)?,
+            udp: None,
         })
     }
 }
+
+/// How long a UDP receiver waits for a datagram before it looks for shutdown.
+const UDP_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Where the data path's packets go.
 enum Io {
@@ -166,6 +174,11 @@ pub(crate) struct Net {
     kernel_stamps: bool,
     pub(crate) sealer: Sealer,
     counters: Arc<Counters>,
+    config: Arc<Config>,
+    /// Where the UDP peers are.
+    endpoints: Arc<Endpoints>,
+    /// The id of the next rider sent whole in continuations (its top bit is set).
+    tunnel_ids: AtomicU32,
 }
 
 /// The transmit-stamp id of probe `seq` of train `transaction`: unique among the
@@ -181,13 +194,31 @@ impl Net {
         tun: Arc<SyncDevice>,
         counters: Arc<Counters>,
     ) -> anyhow::Result<Self> {
-        let v4 = Family::open(config, false).map_err(|e| {
+        let mut v4 = Family::open(config, false).map_err(|e| {
             anyhow::anyhow!(
                 "cannot open raw IPv4 sockets for protocol {}: {e}; run mgrpd as root (it needs CAP_NET_RAW)",
                 config.protocol
             )
         })?;
-        let v6 = Family::open(config, true).ok();
+        let mut v6 = Family::open(config, true).ok();
+        if config.encap.any_udp() {
+            let port = config.udp.port;
+            v4.udp = Some(
+                sys::udp_socket(false, port, config.fwmark, UDP_READ_TIMEOUT).map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot open UDP port {port} for MGRP: {e}; is another mgrpd or program using it? choose another with --encap udp:PORT (and tell the peers)"
+                    )
+                })?,
+            );
+            if let Some(f) = v6.as_mut() {
+                match sys::udp_socket(true, port, config.fwmark, UDP_READ_TIMEOUT) {
+                    Ok(s) => f.udp = Some(s),
+                    Err(e) => warn!(
+                        "no IPv6 UDP socket on port {port} ({e}); IPv6 UDP peers cannot be reached"
+                    ),
+                }
+            }
+        }
         let tx_ids = config.kernel_departures && sys::kernel_takes_tx_ids();
         if config.kernel_departures && !tx_ids {
             warn!(
@@ -197,7 +228,10 @@ impl Net {
         let kernel_stamps = tx_ids
             && std::iter::once(&v4)
                 .chain(&v6)
-                .try_for_each(|f| sys::enable_tx_stamps(&f.probe))
+                .try_for_each(|f| {
+                    sys::enable_tx_stamps(&f.probe)?;
+                    f.udp.iter().try_for_each(sys::enable_tx_stamp_reports)
+                })
                 .map_err(|e| {
                     warn!("cannot enable kernel transmit stamps: {e}; reports carry the daemon's stamps only");
                 })
@@ -207,6 +241,9 @@ impl Net {
             kernel_stamps,
             sealer: Sealer::new(config.clone()),
             counters,
+            config: config.clone(),
+            endpoints: Arc::new(Endpoints::new(config.clone())),
+            tunnel_ids: AtomicU32::new(initial_tunnel_id()),
         })
     }
 
@@ -222,6 +259,9 @@ impl Net {
             kernel_stamps: false,
             sealer: Sealer::new(config.clone()),
             counters,
+            config: config.clone(),
+            endpoints: Arc::new(Endpoints::new(config.clone())),
+            tunnel_ids: AtomicU32::new(initial_tunnel_id()),
         };
         (net, source)
     }
@@ -247,15 +287,62 @@ impl Net {
         }
     }
 
+    fn kernel_family(&self, v6: bool) -> Option<&Family> {
+        match (&self.io, v6) {
+            (Io::Kernel { v4, .. }, false) => Some(v4),
+            (Io::Kernel { v6: Some(f), .. }, true) => Some(f),
+            _ => None,
+        }
+    }
+
     /// The error queues to watch for one family: the probe socket's (ICMP errors and
-    /// transmit stamps) and the continuation socket's (ICMP errors).
-    pub(crate) fn error_fds(&self, v6: bool) -> Option<[BorrowedFd<'_>; 2]> {
-        let f = match (&self.io, v6) {
-            (Io::Kernel { v4, .. }, false) => v4,
-            (Io::Kernel { v6: Some(f), .. }, true) => f,
-            _ => return None,
-        };
-        Some([f.probe.as_fd(), f.mgrp.as_fd()])
+    /// transmit stamps), the continuation socket's (ICMP errors) and the UDP socket's
+    /// (both), if there is one.
+    pub(crate) fn error_fds(&self, v6: bool) -> Vec<BorrowedFd<'_>> {
+        self.kernel_family(v6).map_or_else(Vec::new, |f| {
+            [Some(&f.probe), Some(&f.mgrp), f.udp.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(AsFd::as_fd)
+                .collect()
+        })
+    }
+
+    /// The error queues that transmit stamps of probes reach for one family.
+    pub(crate) fn stamp_fds(&self, v6: bool) -> Vec<BorrowedFd<'_>> {
+        self.kernel_family(v6).map_or_else(Vec::new, |f| {
+            [Some(&f.probe), f.udp.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(AsFd::as_fd)
+                .collect()
+        })
+    }
+
+    /// The UDP socket of one family, if UDP peers are configured.
+    pub(crate) fn udp_socket(&self, v6: bool) -> Option<&Socket> {
+        self.kernel_family(v6).and_then(|f| f.udp.as_ref())
+    }
+
+    /// Where the UDP peers are.
+    pub(crate) fn endpoints(&self) -> &Arc<Endpoints> {
+        &self.endpoints
+    }
+
+    /// The UDP socket and the endpoint to send `peer`'s packets to.
+    fn udp_target(&self, peer: IpAddr) -> std::io::Result<(&Socket, SockAddr)> {
+        let at = self.endpoints.endpoint(peer).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                format!(
+                    "peer {peer} roams and has not been heard from yet, so its endpoint is unknown"
+                ),
+            )
+        })?;
+        let socket = self
+            .udp_socket(at.is_ipv6())
+            .ok_or_else(|| std::io::Error::other(format!("no UDP socket for {at}")))?;
+        Ok((socket, at.into()))
     }
 
     /// Sends probe `seq` of train `transaction` (on the pacer thread).
@@ -269,10 +356,18 @@ impl Net {
         if let Io::Loopback(_) = self.io {
             return self.send_mgrp(peer, packet);
         }
+        if self.endpoints.is_udp(peer) {
+            let (socket, at) = self.udp_target(peer)?;
+            return if self.kernel_stamps {
+                sys::send_with_tx_id(socket, packet, &at, tx_id(transaction, seq), true)
+            } else {
+                socket.send_to(packet, &at)
+            };
+        }
         let socket = &self.family(peer)?.probe;
         let dst = sys::raw_dest(peer);
         if self.kernel_stamps {
-            sys::send_with_tx_id(socket, packet, &dst, tx_id(transaction, seq))
+            sys::send_with_tx_id(socket, packet, &dst, tx_id(transaction, seq), false)
         } else {
             socket.send_to(packet, &dst)
         }
@@ -281,6 +376,10 @@ impl Net {
     /// Sends an MGRP packet that is not a probe.
     fn send_mgrp(&self, peer: IpAddr, packet: &[u8]) -> std::io::Result<usize> {
         match &self.io {
+            Io::Kernel { .. } if self.endpoints.is_udp(peer) => {
+                let (socket, at) = self.udp_target(peer)?;
+                socket.send_to(packet, &at)
+            }
             Io::Kernel { .. } => self
                 .family(peer)?
                 .mgrp
@@ -306,13 +405,19 @@ impl Net {
         }
     }
 
-    /// Sends a packet on unchanged through the raw socket, and counts it.
+    /// Sends a packet on unchanged through the raw socket, and counts it; a packet
+    /// whose peer is reached over UDP goes whole in continuations instead.
     pub(crate) fn send_unchanged(&self, pkt: &[u8]) {
         let c = &self.counters;
         let Some(dst) = ip::destination(pkt) else {
             bump(&c.unchanged_send_errors);
             return;
         };
+        let peer = self.config.peer_of(dst);
+        if self.endpoints.is_udp(peer) {
+            self.tunnel(peer, pkt);
+            return;
+        }
         match self.send_raw(pkt, dst) {
             Ok(_) => bump(&c.unchanged_sent),
             Err(e) => {
@@ -327,6 +432,7 @@ impl Net {
     pub(crate) fn send_transmit(&self, peer: IpAddr, t: Transmit) {
         let c = &self.counters;
         match t {
+            Transmit::Unchanged(pkt) if self.endpoints.is_udp(peer) => self.tunnel(peer, &pkt),
             Transmit::Unchanged(pkt) => self.send_unchanged(&pkt),
             Transmit::Continuation(mut pkt) => {
                 pkt.set_sender_time(mgrp_rt::wall_now());
@@ -340,5 +446,80 @@ impl Net {
                 }
             }
         }
+    }
+}
+
+/// Where the ids of riders sent whole in continuations start: differs between lives
+/// of the daemon, like the planners' ids.
+fn initial_tunnel_id() -> u32 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::process::id()) as u32
+}
+
+impl Net {
+    /// Sends `rider` to a peer reached over UDP, which would not take it as it came
+    /// (a NAT or firewall passes only the UDP flow): whole, in as many continuations
+    /// as the path needs, under an id of the tunneled riders' own. Counted like a
+    /// packet sent unchanged.
+    fn tunnel(&self, peer: IpAddr, rider: &[u8]) {
+        let c = &self.counters;
+        match self.tunnel_packets(peer, rider) {
+            Ok(()) => bump(&c.unchanged_sent),
+            Err(e) => {
+                bump(&c.unchanged_send_errors);
+                debug!("sending a packet in continuations to {peer} failed: {e}");
+            }
+        }
+    }
+
+    fn tunnel_packets(&self, peer: IpAddr, rider: &[u8]) -> std::io::Result<()> {
+        let rider_len = u16::try_from(rider.len())
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| std::io::Error::other("a rider of no bytes or over 64 KB"))?;
+        let path = self.config.encap.path(peer, self.config.mtu);
+        let trailer = self.config.policy.trailer_len;
+        let room = usize::from(path.mtu)
+            .saturating_sub(usize::from(path.ip_header_len))
+            .saturating_sub(wire::min_packet_len(0, trailer) + wire::CHUNK_DESC_LEN)
+            .max(1);
+        let id = wire::TUNNELED_RIDER_ID | self.tunnel_ids.fetch_add(1, Ordering::Relaxed);
+        for (i, data) in rider.chunks(room).enumerate() {
+            let repr = wire::Repr {
+                header: wire::Header::continuation(),
+                tool_header: &[],
+                chunks: vec![wire::Chunk {
+                    rider_id: id,
+                    offset: (i * room) as u16,
+                    rider_len,
+                    data,
+                }],
+                trailer_len: trailer,
+            };
+            let mut packet = repr
+                .emit_into(vec![0u8; repr.buffer_len()])
+                .map_err(std::io::Error::other)?;
+            packet.set_sender_time(mgrp_rt::wall_now());
+            self.sealer.seal(peer, &mut packet);
+            self.send_mgrp(peer, packet.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Sends `peer` a keepalive, so that the NAT in front of this host keeps its
+    /// mapping and the peer learns where this host is.
+    pub(crate) fn send_keepalive(&self, peer: IpAddr) -> std::io::Result<()> {
+        let repr = wire::Repr {
+            header: wire::Header::keepalive(),
+            tool_header: &[],
+            chunks: Vec::new(),
+            trailer_len: self.config.policy.trailer_len,
+        };
+        let mut packet = repr
+            .emit_into(vec![0u8; repr.buffer_len()])
+            .map_err(std::io::Error::other)?;
+        packet.set_sender_time(mgrp_rt::wall_now());
+        self.sealer.seal(peer, &mut packet);
+        self.send_mgrp(peer, packet.as_bytes()).map(drop)
     }
 }

@@ -43,6 +43,7 @@ const PUBLISH_HELD_EVERY: Duration = Duration::from_millis(100);
 fn endpoint_config(config: &Config) -> EndpointConfig {
     use std::hash::BuildHasher;
     let mut c = EndpointConfig::new(config.policy.clone(), config.mtu);
+    c.encap = config.encap.clone();
     c.route_on_demand = config.route_on_demand;
     c.max_destinations = config.max_destinations;
     c.max_held_bytes = config.max_held_bytes;

@@ -15,13 +15,15 @@ use mgrp_core::api::ReceivedProbe;
 use mgrp_core::auth::{self, AuthError, ReplayWindow};
 use mgrp_core::ip::{IPV6_HEADER_LEN, Ip};
 use mgrp_core::peers::Refusal;
+use mgrp_core::planner::UDP_HEADER_LEN;
 use mgrp_core::reassembly::{ChunkOutcome, Reassembler};
 use mgrp_core::wire::{Kind, Packet};
 use socket2::Socket;
-use tracing::debug;
+use tracing::{debug, info};
 
 use crate::config::Config;
 use crate::counters::{Counters, LimitedLog, ReassemblySlots, bump};
+use crate::endpoints::Endpoints;
 use crate::lifecycle::Lifecycle;
 use crate::listeners::Listeners;
 use crate::net::TunWriter;
@@ -108,6 +110,10 @@ pub(crate) struct Receiver {
     tun: TunWriter,
     /// Whether this receives IPv6 (its slot in `reassembly`).
     v6: bool,
+    /// Whether this reads the UDP socket (datagrams without IP header, from
+    /// endpoints that name their peers through `endpoints`).
+    udp: bool,
+    endpoints: Arc<Endpoints>,
     reassembly: Arc<ReassemblySlots>,
     reasm: Reassembler<IpAddr>,
     /// Riders waiting to be written together.
@@ -127,7 +133,9 @@ impl Receiver {
         listeners: Arc<Listeners>,
         tun: TunWriter,
         reassembly: Arc<ReassemblySlots>,
+        endpoints: Arc<Endpoints>,
         v6: bool,
+        udp: bool,
     ) -> Self {
         Self {
             reasm: Reassembler::new(config.reassembly),
@@ -137,6 +145,8 @@ impl Receiver {
             listeners,
             tun,
             v6,
+            udp,
+            endpoints,
             reassembly,
             replay: HashMap::new(),
             malformed_log: LimitedLog::default(),
@@ -184,6 +194,15 @@ impl Receiver {
                 }
             };
             let data = &buf[..r.len];
+            let stamp = r.stamp.unwrap_or_else(mgrp_rt::wall_now);
+            if self.udp {
+                let from = std::net::SocketAddr::new(r.from, r.port);
+                let ip_len = r.len
+                    + usize::from(UDP_HEADER_LEN)
+                    + if self.v6 { IPV6_HEADER_LEN } else { 20 };
+                self.handle_udp(from, r.to, data, ip_len, stamp);
+                continue;
+            }
             // IPv4 raw sockets deliver the IP header, IPv6 ones only the payload.
             let (payload, ip_len, to) = if self.v6 {
                 (data, r.len + IPV6_HEADER_LEN, r.to)
@@ -193,8 +212,7 @@ impl Receiver {
                     Err(_) => (&[][..], r.len, None),
                 }
             };
-            let stamp = r.stamp.unwrap_or_else(mgrp_rt::wall_now);
-            self.handle_mgrp(r.from, to, payload, ip_len, stamp);
+            self.handle_mgrp(r.from, None, to, payload, ip_len, stamp);
         }
         self.flush_writes();
     }
@@ -221,7 +239,8 @@ impl Receiver {
     }
 
     fn publish(&self) {
-        self.reassembly.publish(self.v6, self.reasm.counters());
+        self.reassembly
+            .publish(self.v6, self.udp, self.reasm.counters());
     }
 
     /// Whether a peer's packet passes authentication (tag, then replay window), or
@@ -291,12 +310,37 @@ impl Receiver {
         ));
     }
 
-    /// Takes in one received MGRP packet, sent by `from` to `to`: riders admitted by
-    /// `Peers::admit` to the TUN, the probe to its listener. Packets from non-peers
-    /// are counted and dropped unread.
+    /// Takes in one UDP datagram from `at`: the MGRP packet of the peer that
+    /// endpoint names (see `Endpoints::identify`), else counted as a non-peer's.
+    pub(crate) fn handle_udp(
+        &mut self,
+        at: std::net::SocketAddr,
+        to: Option<IpAddr>,
+        payload: &[u8],
+        ip_len: usize,
+        stamp: WallTime,
+    ) {
+        let packet = Packet::new_checked(payload).ok();
+        match self.endpoints.identify(at, packet.as_ref()) {
+            Some(peer) => self.handle_mgrp(peer, Some(at), to, payload, ip_len, stamp),
+            None => {
+                let c = &self.counters;
+                bump(&c.mgrp_received);
+                bump(&c.mgrp_not_peer);
+                self.not_peer_log.warn(format_args!(
+                    "dropped an MGRP datagram from {at}, which is no peer's endpoint and carries no roaming peer's key"
+                ));
+            }
+        }
+    }
+
+    /// Takes in one received MGRP packet, sent by `from` (over UDP: from endpoint
+    /// `at`) to `to`: riders admitted by `Peers::admit` to the TUN, the probe to its
+    /// listener. Packets from non-peers are counted and dropped unread.
     pub(crate) fn handle_mgrp(
         &mut self,
         from: IpAddr,
+        at: Option<std::net::SocketAddr>,
         to: Option<IpAddr>,
         payload: &[u8],
         ip_len: usize,
@@ -326,9 +370,20 @@ impl Receiver {
         if !self.authentic(from, &packet) {
             return;
         }
+        // Only an authentic packet, and not a replayed one, moves a roaming peer.
+        if let Some(before) = at.and_then(|at| self.endpoints.heard(from, at)) {
+            bump(&c.peer_endpoint_changes);
+            let at = at.map_or_else(String::new, |a| a.to_string());
+            // Only the key's holder can move a peer: not rate-limited.
+            match before {
+                Some(b) => info!("peer {from} moved from {b} to {at}"),
+                None => info!("peer {from} is at {at}"),
+            }
+        }
         bump(match packet.kind() {
             Kind::Probe => &c.probes_received,
             Kind::Continuation => &c.continuations_received,
+            Kind::Keepalive => &c.keepalives_received,
         });
         let now = mgrp_rt::mono_now();
         for chunk in packet.chunks() {

@@ -142,7 +142,7 @@ async fn serve(
             privileges.worker();
             reader.run();
         })?;
-    let (l, receiver) = (life.clone(), daemon.receiver(false));
+    let (l, receiver) = (life.clone(), daemon.receiver(false, false));
     let mut receivers =
         vec![
             std::thread::Builder::new()
@@ -155,7 +155,7 @@ async fn serve(
         ];
     match recv6 {
         Ok(recv6) => {
-            let (l, receiver) = (life.clone(), daemon.receiver(true));
+            let (l, receiver) = (life.clone(), daemon.receiver(true, false));
             receivers.push(std::thread::Builder::new().name("mgrp-rx6".into()).spawn(
                 move || {
                     let _ends = lifecycle::EndsDaemon::new(&l, "IPv6 receiver");
@@ -165,6 +165,34 @@ async fn serve(
             )?);
         }
         Err(e) => warn!("no IPv6 MGRP receive socket ({e}); IPv6 peers cannot reach this host"),
+    }
+    for v6 in [false, true] {
+        if !daemon.has_udp_socket(v6) {
+            continue;
+        }
+        let (l, receiver, net) = (life.clone(), daemon.receiver(v6, true), daemon.net());
+        let name = if v6 { "mgrp-udp6" } else { "mgrp-udp4" };
+        receivers.push(
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || {
+                    let _ends = lifecycle::EndsDaemon::new(&l, "UDP receiver");
+                    privileges.worker();
+                    if let Some(sock) = net.udp_socket(v6) {
+                        receiver.run(sock, &l);
+                    }
+                })?,
+        );
+    }
+    let keepalives = crate::keepalive::Keepalives::new(config);
+    if !keepalives.is_empty() {
+        let (l, net, counters) = (life.clone(), daemon.net(), daemon.counters());
+        std::thread::Builder::new()
+            .name("mgrp-keepalive".into())
+            .spawn(move || {
+                privileges.worker();
+                keepalives.run(&net, &counters, &l);
+            })?;
     }
     let dispatcher = Arc::new(daemon.dispatcher());
     let (l, s) = (life.clone(), dispatcher.clone());
@@ -204,10 +232,15 @@ async fn serve(
         ));
     }
     info!(
-        "mgrpd ready: tun {} mtu {}, protocol {}, fwmark {:#x}, table {}, hold {:?} ({:?}{}), socket {}",
+        "mgrpd ready: tun {} mtu {}, protocol {}{}, fwmark {:#x}, table {}, hold {:?} ({:?}{}), socket {}",
         config.tun,
         config.mtu,
         config.protocol,
+        if config.encap.any_udp() {
+            format!(", UDP port {}", config.udp.port)
+        } else {
+            String::new()
+        },
         config.fwmark,
         config.table,
         config.policy.hold,

@@ -514,11 +514,18 @@ fn udp_paths_give_the_udp_header_padding() {
     };
     let (udp, raw) = ("10.2.0.1".parse().unwrap(), "10.1.0.1".parse().unwrap());
     assert_eq!(table.for_peer(udp), Encap::Udp);
-    assert_eq!(table.for_peer(raw), Encap::Raw, "the longest prefix decides");
+    assert_eq!(
+        table.for_peer(raw),
+        Encap::Raw,
+        "the longest prefix decides"
+    );
     assert_eq!(table.for_peer("192.0.2.1".parse().unwrap()), Encap::Raw);
     assert!(table.any_udp() && !EncapTable::default().any_udp());
     assert_eq!(table.path(udp, 1500).ip_header_len, 28);
-    assert_eq!(table.path("fd00::1".parse().unwrap(), 1500).ip_header_len, 40);
+    assert_eq!(
+        table.path("fd00::1".parse().unwrap(), 1500).ip_header_len,
+        40
+    );
     let mut p = Planner::new(Policy::default(), table.path(udp, 1500)).unwrap();
     p.handle_rider(ms(0), rider(1400, 7)).unwrap();
     p.handle_transaction(ms(0), train(1, 2, 500, us(10)))

@@ -68,6 +68,39 @@ pub fn mgrp_recv_socket(v6: bool, protocol: u8, timeout: Duration) -> io::Result
     Ok(s)
 }
 
+/// The UDP socket of one family that MGRP packets to and from UDP peers go
+/// through: bound to `port` on every address (so NATs map what it sends and what
+/// comes back to one place), carrying `mark`, with kernel receive stamps, the
+/// address each datagram was sent to (`IP_PKTINFO`, `IPV6_RECVPKTINFO`), ICMP
+/// errors on its error queue and a read timeout so its receiver can notice
+/// shutdown. One socket sends and receives: a second one bound to the port would
+/// take some of the arriving datagrams.
+pub fn udp_socket(v6: bool, port: u16, mark: u32, timeout: Duration) -> io::Result<Socket> {
+    let (domain, addr): (Domain, SocketAddr) = if v6 {
+        (Domain::IPV6, (std::net::Ipv6Addr::UNSPECIFIED, port).into())
+    } else {
+        (Domain::IPV4, (std::net::Ipv4Addr::UNSPECIFIED, port).into())
+    };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    if v6 {
+        s.set_only_v6(true)?;
+    }
+    s.set_mark(mark)?;
+    s.bind(&addr.into())?;
+    setsockopt(&s, sockopt::ReceiveTimestampns, &true)?;
+    if v6 {
+        setsockopt(&s, sockopt::Ipv6RecvPacketInfo, &true)?;
+        setsockopt(&s, sockopt::Ipv6RecvErr, &true)?;
+    } else {
+        setsockopt(&s, sockopt::Ipv4PacketInfo, &true)?;
+        setsockopt(&s, sockopt::Ipv4RecvErr, &true)?;
+    }
+    s.set_read_timeout(Some(timeout))?;
+    let _ = s.set_recv_buffer_size(8 << 20);
+    let _ = s.set_send_buffer_size(4 << 20);
+    Ok(s)
+}
+
 /// The source address the kernel picks for traffic to `dst` that carries `mark`
 /// (and so bypasses the tunnel's table): the address riders must keep as their source.
 pub fn source_for(dst: IpAddr, mark: u32) -> io::Result<IpAddr> {

@@ -3,7 +3,7 @@
 
 use std::io;
 use std::mem::size_of;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
 
@@ -24,6 +24,8 @@ use mgrp_rt::wait::poll_timeout;
 pub struct IcmpError {
     /// Where the packet that drew it was going.
     pub destination: IpAddr,
+    /// Its destination port (UDP), or 0.
+    pub port: u16,
     /// ICMP (or ICMPv6) type.
     pub icmp_type: u8,
     /// ICMP code.
@@ -102,15 +104,42 @@ pub fn enable_tx_stamps(s: &Socket) -> io::Result<()> {
     Ok(())
 }
 
+/// Makes `s` report the transmit stamps a send asks for with [`send_with_tx_id`]
+/// (`per_packet`), and stamp nothing else it sends: for a socket that sends probes
+/// and other packets alike (the UDP socket). Its error queue gets a large buffer.
+pub fn enable_tx_stamp_reports(s: &Socket) -> io::Result<()> {
+    let flags = TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE
+        | TimestampingFlag::SOF_TIMESTAMPING_OPT_ID
+        | TimestampingFlag::SOF_TIMESTAMPING_OPT_TSONLY;
+    setsockopt(s, sockopt::Timestamping, &flags)?;
+    if setsockopt(s, sockopt::RcvBufForce, &(8 << 20)).is_err() {
+        let _ = s.set_recv_buffer_size(8 << 20);
+    }
+    Ok(())
+}
+
 /// Sends `packet` to `dst` with the transmit-stamp id `id` (`SCM_TS_OPT_ID`), so its
 /// stamp on the error queue names it whatever else the socket sent or failed to send.
-pub fn send_with_tx_id(s: &Socket, packet: &[u8], dst: &SockAddr, id: u32) -> io::Result<usize> {
+/// With `per_packet` the send also asks for its two stamps itself (an `SO_TIMESTAMPING`
+/// control message), on a socket set up with [`enable_tx_stamp_reports`].
+pub fn send_with_tx_id(
+    s: &Socket,
+    packet: &[u8],
+    dst: &SockAddr,
+    id: u32,
+    per_packet: bool,
+) -> io::Result<usize> {
     let mut iov = libc::iovec {
         iov_base: packet.as_ptr().cast_mut().cast(),
         iov_len: packet.len(),
     };
-    // One control message with a u32: header plus aligned data fit in 32 bytes.
-    let mut control = [0u64; 4];
+    // Up to two control messages with a u32 each: header plus aligned data fit in 32
+    // bytes each.
+    let mut control = [0u64; 8];
+    let space = |n: usize| {
+        // SAFETY: CMSG_SPACE is pure arithmetic.
+        n * unsafe { libc::CMSG_SPACE(size_of::<u32>() as u32) } as usize
+    };
     // SAFETY: zeroed msghdr is a valid starting value.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_name = dst.as_ptr().cast_mut().cast();
@@ -118,16 +147,23 @@ pub fn send_with_tx_id(s: &Socket, packet: &[u8], dst: &SockAddr, id: u32) -> io
     msg.msg_iov = &raw mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE is pure arithmetic.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u32>() as u32) } as usize;
+    msg.msg_controllen = space(if per_packet { 2 } else { 1 });
     // SAFETY: msg_control points at a zeroed, aligned buffer of at least
-    // msg_controllen bytes, so the first header and its data lie inside it.
+    // msg_controllen bytes, which holds every header and its data written here.
     unsafe {
         let c = libc::CMSG_FIRSTHDR(&raw const msg);
         (*c).cmsg_level = libc::SOL_SOCKET;
         (*c).cmsg_type = SCM_TS_OPT_ID;
         (*c).cmsg_len = libc::CMSG_LEN(size_of::<u32>() as u32) as usize;
         std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u32>(), id);
+        if per_packet {
+            let c = libc::CMSG_NXTHDR(&raw const msg, c);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SO_TIMESTAMPING;
+            (*c).cmsg_len = libc::CMSG_LEN(size_of::<u32>() as u32) as usize;
+            let flags = libc::SOF_TIMESTAMPING_TX_SCHED | libc::SOF_TIMESTAMPING_TX_SOFTWARE;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u32>(), flags);
+        }
     }
     // SAFETY: every pointer in msg refers to live buffers of the stated sizes; the
     // kernel only reads them.
@@ -141,10 +177,15 @@ pub fn send_with_tx_id(s: &Socket, packet: &[u8], dst: &SockAddr, id: u32) -> io
 
 /// Waits up to `timeout` until one of `fds` has something on its error queue;
 /// returns which (`POLLERR` set).
-pub fn wait_errors<const N: usize>(fds: [BorrowedFd<'_>; N], timeout: Duration) -> [bool; N] {
-    let mut pfds = fds.map(|fd| PollFd::new(fd, PollFlags::empty()));
+pub fn wait_errors(fds: &[BorrowedFd<'_>], timeout: Duration) -> Vec<bool> {
+    let mut pfds: Vec<PollFd<'_>> = fds
+        .iter()
+        .map(|fd| PollFd::new(*fd, PollFlags::empty()))
+        .collect();
     let ready = poll(&mut pfds, poll_timeout(timeout)).unwrap_or(0) > 0;
-    pfds.map(|p| ready && p.revents().is_some_and(|r| r.contains(PollFlags::POLLERR)))
+    pfds.iter()
+        .map(|p| ready && p.revents().is_some_and(|r| r.contains(PollFlags::POLLERR)))
+        .collect()
 }
 
 /// Takes one entry off `fd`'s error queue without waiting; `Ok(None)` when it is
@@ -190,13 +231,15 @@ pub fn next_error(fd: BorrowedFd<'_>) -> io::Result<Option<QueuedError>> {
             _ => {}
         },
     )?;
-    let Some((_, destination)) = got else {
+    let Some((_, to)) = got else {
         return Ok(None);
     };
+    let (destination, port) = (to.ip(), to.port());
     Ok(Some(match (icmp, stamp_id, stamp) {
         // The address is the destination of the packet that drew the error.
         (Some((icmp_type, icmp_code)), _, _) => QueuedError::Icmp(IcmpError {
             destination,
+            port,
             icmp_type,
             icmp_code,
         }),
@@ -214,6 +257,8 @@ pub struct Received {
     pub len: usize,
     /// Sender address.
     pub from: IpAddr,
+    /// Sender's port (0 for raw sockets).
+    pub port: u16,
     /// Kernel receive stamp, if the kernel gave one.
     pub stamp: Option<WallTime>,
     /// The address the packet was sent to, when the kernel said (IPv6 packet info).
@@ -222,7 +267,9 @@ pub struct Received {
 
 /// Room for the control messages of one received MGRP packet.
 pub fn recv_cmsg_buffer() -> Vec<u8> {
-    nix::cmsg_space!(libc::timespec, libc::in6_pktinfo)
+    // A socket that also reports transmit stamps adds its receive stamps as three
+    // timespecs.
+    nix::cmsg_space!(libc::timespec, libc::in6_pktinfo, [libc::timespec; 3])
 }
 
 /// Receives one datagram with its kernel timestamp, using `cmsgs` (from
@@ -248,11 +295,17 @@ pub fn recv_stamped(
         ControlMessageOwned::Ipv6PacketInfo(info) => {
             to = Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
         }
+        ControlMessageOwned::Ipv4PacketInfo(info) => {
+            to = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                info.ipi_addr.s_addr,
+            ))));
+        }
         _ => {}
     })?;
     Ok(got.map(|(len, from)| Received {
         len,
-        from,
+        from: from.ip(),
+        port: from.port(),
         stamp,
         to,
     }))
@@ -270,7 +323,7 @@ fn receive(
     cmsgs: &mut Vec<u8>,
     flags: MsgFlags,
     mut cmsg: impl FnMut(ControlMessageOwned),
-) -> io::Result<Option<(usize, IpAddr)>> {
+) -> io::Result<Option<(usize, SocketAddr)>> {
     let mut iov = [io::IoSliceMut::new(buf)];
     let msg = match recvmsg::<SockaddrStorage>(fd, &mut iov, Some(cmsgs), flags) {
         Ok(m) => m,
@@ -280,17 +333,15 @@ fn receive(
     for c in msg.cmsgs()? {
         cmsg(c);
     }
-    let from = msg
-        .address
-        .as_ref()
-        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| {
-            if let Some(v4) = a.as_sockaddr_in() {
-                IpAddr::V4(v4.ip())
-            } else if let Some(v6) = a.as_sockaddr_in6() {
-                IpAddr::V6(v6.ip())
-            } else {
-                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-            }
-        });
+    let unspecified = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
+    let from = msg.address.as_ref().map_or(unspecified, |a| {
+        if let Some(v4) = a.as_sockaddr_in() {
+            SocketAddr::from((v4.ip(), v4.port()))
+        } else if let Some(v6) = a.as_sockaddr_in6() {
+            SocketAddr::from((v6.ip(), v6.port()))
+        } else {
+            unspecified
+        }
+    });
     Ok(Some((msg.bytes, from)))
 }

@@ -686,6 +686,15 @@ impl Config {
             }
         }
         let encap_arg = cli.encap.or(f.encap).unwrap_or(EncapArg::Raw);
+        let udp_anywhere = encap_arg != EncapArg::Raw
+            || f.peers
+                .iter()
+                .any(|p| matches!(p.encap, Some(EncapArg::Udp(_))));
+        if udp_anywhere && cli.route_on_demand.or(f.route_on_demand) == Some(true) {
+            return Err(bad(
+                "route-on-demand cannot be used with UDP peers: their traffic reaches them only through the tunnel, so their routes must stay; drop route-on-demand",
+            ));
+        }
         let udp_port = match (cli.encap, f.encap) {
             (Some(EncapArg::Udp(Some(p))), _) | (_, Some(EncapArg::Udp(Some(p)))) => p,
             _ => DEFAULT_UDP_PORT,
@@ -823,7 +832,10 @@ impl Config {
             table,
             rule_priority: cli.rule_priority.or(f.rule_priority).unwrap_or(4242),
             manage_routes: !(cli.no_routes || f.no_routes.unwrap_or(false)),
+            // A UDP peer's traffic reaches it only through the tunnel (a NAT or
+            // firewall stops it on the kernel's path), so its routes stay.
             route_on_demand: hold_mode == HoldMode::OnDemand
+                && !encap.any_udp()
                 && cli.route_on_demand.or(f.route_on_demand).unwrap_or(true),
             policy,
             peers,

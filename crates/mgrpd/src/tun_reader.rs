@@ -121,6 +121,11 @@ impl TunReader {
             return false;
         };
         let peer = self.config.peer_of(dst);
+        // A UDP peer takes only MGRP: its packets go in continuations, segment by
+        // segment.
+        if self.net.endpoints().is_udp(peer) {
+            return false;
+        }
         let down = self.health.down(mgrp_rt::mono_now()).contains(&peer);
         let direct = !self.queues.riders_wanted() || self.life.is_stopping();
         if !down && !direct {

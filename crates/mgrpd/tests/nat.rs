@@ -1,0 +1,386 @@
+//! MGRP over UDP through a NAT: host A behind a router R that masquerades (nftables)
+//! and lets nothing in that A did not ask for, host B on R's outside. Real
+//! namespaces, veths, TUNs and daemons; they need root (CI runs as root) and say so
+//! and pass vacuously without it. One at a time: each starts real-time pacers.
+
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use mgrp_core::api::DaemonStats;
+use mgrp_core::auth::{self, Key};
+use mgrp_core::wire::{Header, Packet, Repr};
+use mgrp_testbed::{Daemon, Netns, tcp_listen, tcp_transfer, uniform_train, veth_pair};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn mgrpd() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_mgrpd"))
+}
+
+fn root_or_skip(name: &str) -> bool {
+    if mgrp_testbed::is_root() {
+        return true;
+    }
+    eprintln!("{name}: skipped, needs root to create network namespaces");
+    false
+}
+
+/// A's address behind the NAT.
+const A: Ipv4Addr = Ipv4Addr::new(10, 79, 1, 2);
+/// R's inside address.
+const R_IN: Ipv4Addr = Ipv4Addr::new(10, 79, 1, 1);
+/// R's outside address: the one B sees A's packets come from.
+const R_OUT: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+/// B, on R's outside.
+const B: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+
+/// A — R — B, R a NAT router: outgoing traffic from A is masqueraded, and only
+/// replies to it come back in.
+struct NatNet {
+    a: Netns,
+    r: Netns,
+    b: Netns,
+}
+
+impl NatNet {
+    fn new() -> Self {
+        let (a, r, b) = (
+            Netns::new("nata").unwrap(),
+            Netns::new("natr").unwrap(),
+            Netns::new("natb").unwrap(),
+        );
+        let (a0, r0) = veth_pair(&a, &r).unwrap();
+        let (r1, b0) = veth_pair(&r, &b).unwrap();
+        let up = |ns: &Netns, dev: &str, addr: String| {
+            ns.ip(&["addr", "add", &addr, "dev", dev]).unwrap();
+            ns.ip(&["link", "set", dev, "up"]).unwrap();
+        };
+        up(&a, &a0, format!("{A}/24"));
+        up(&r, &r0, format!("{R_IN}/24"));
+        up(&r, &r1, format!("{R_OUT}/24"));
+        up(&b, &b0, format!("{B}/24"));
+        a.ip(&["route", "add", "default", "via", &R_IN.to_string()])
+            .unwrap();
+        // B is on the Internet: its default route leads to R, which must keep
+        // A unreachable by itself.
+        b.ip(&["route", "add", "default", "via", &R_OUT.to_string()])
+            .unwrap();
+        r.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]).unwrap();
+        for rule in [
+            "add table ip mgrptest".to_string(),
+            "add chain ip mgrptest post { type nat hook postrouting priority 100 ; }".into(),
+            format!("add rule ip mgrptest post oifname \"{r1}\" masquerade"),
+            "add chain ip mgrptest inbound { type filter hook forward priority 0 ; policy drop ; }"
+                .into(),
+            "add rule ip mgrptest inbound ct state established,related accept".into(),
+            format!("add rule ip mgrptest inbound iifname \"{r0}\" accept"),
+        ] {
+            r.exec(&["nft", &rule]).unwrap();
+        }
+        Self { a, r, b }
+    }
+
+    /// Makes R forget its mappings and map A's flows to other ports from now on, as
+    /// a NAT that restarted or reassigned its ports would.
+    fn remap(&self) {
+        self.r
+            .exec(&["nft", "flush chain ip mgrptest post"])
+            .unwrap();
+        self.r
+            .exec(&[
+                "nft",
+                "add rule ip mgrptest post ip saddr 10.79.1.0/24 meta l4proto udp snat to 192.0.2.1:40000-40999",
+            ])
+            .unwrap();
+        // Established mappings would otherwise outlive the rule change.
+        let _ = self.r.exec(&["conntrack", "-F"]);
+    }
+}
+
+/// A private file holding a key.
+struct KeyFile(PathBuf);
+
+impl KeyFile {
+    fn new(key: &Key) -> Self {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = std::env::temp_dir().join(format!("{}.key", mgrp_testbed::unique("natk")));
+        std::fs::write(&path, key.to_hex()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        Self(path)
+    }
+}
+
+impl Drop for KeyFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A configuration file, removed on drop.
+struct ConfigFile(PathBuf);
+
+impl ConfigFile {
+    fn new(text: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("{}.toml", mgrp_testbed::unique("natc")));
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        Self(path)
+    }
+
+    fn arg(&self) -> String {
+        self.0.display().to_string()
+    }
+}
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The key of the link between A and B: both hold it, no other peer of B's does, so
+/// B knows A by it.
+fn link_key() -> Key {
+    Key::from_bytes([0xa1; 32])
+}
+
+/// Daemons over UDP with the link's key: A names B's endpoint and sends keepalives;
+/// B knows A only by the key and learns where it is.
+fn udp_daemons(net: &NatNet, key: &KeyFile) -> (Daemon, Daemon, ConfigFile, ConfigFile) {
+    let ca = ConfigFile::new(&format!(
+        "routes = [\"{B}/32\"]\nencap = \"udp\"\n\n[[peers]]\nprefix = \"{B}/32\"\nkey-file = \"{}\"\nendpoint = \"{B}:4253\"\nkeepalive = \"1s\"\n",
+        key.0.display()
+    ));
+    let cb = ConfigFile::new(&format!(
+        "routes = [\"{A}/32\"]\nencap = \"udp\"\n\n[[peers]]\nprefix = \"{A}/32\"\nkey-file = \"{}\"\n",
+        key.0.display()
+    ));
+    let b = Daemon::start(
+        &net.b,
+        mgrpd(),
+        &["--config", &cb.arg(), "--log-level", "debug"],
+    )
+    .expect("mgrpd on B");
+    let a = Daemon::start(
+        &net.a,
+        mgrpd(),
+        &["--config", &ca.arg(), "--log-level", "debug"],
+    )
+    .expect("mgrpd on A");
+    (a, b, ca, cb)
+}
+
+/// Waits until `what` holds of `daemon`'s counters (10 s at most).
+fn wait_for(daemon: &Daemon, what: impl Fn(&DaemonStats) -> bool) -> DaemonStats {
+    let start = Instant::now();
+    loop {
+        let s = daemon.stats().unwrap();
+        if what(&s) || start.elapsed() > Duration::from_secs(10) {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A TCP transfer from `from_ns` to `to` (listening in `to_ns`), with trains from
+/// `trains_from` to `to` alongside; returns how many trains ran.
+fn transfer_with_trains(
+    from_ns: &Netns,
+    to_ns: &Netns,
+    to: Ipv4Addr,
+    port: u16,
+    trains_from: &Daemon,
+    other: &Daemon,
+) -> u64 {
+    let bytes = 2 << 20;
+    let listener = tcp_listen(to_ns, IpAddr::V4(to), port).expect("listen");
+    let stop = Arc::new(AtomicBool::new(false));
+    let api = trains_from.api().unwrap();
+    let s = stop.clone();
+    let trains = std::thread::spawn(move || {
+        let mut n = 0;
+        while !s.load(Ordering::Relaxed) {
+            let train = uniform_train(IpAddr::V4(to), 20, 500, Duration::from_millis(1));
+            let report = api.send_train(train).expect("train report");
+            assert_eq!(report.probes_sent, 20, "{report:#?}");
+            n += 1;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        n
+    });
+    let t = tcp_transfer(from_ns, listener, IpAddr::V4(to), port, bytes).unwrap_or_else(|e| {
+        panic!(
+            "transfer to {to}: {e}\nlog of the daemon sending trains: {}\nits counters: {:#?}\nlog of the other daemon: {}\nits counters: {:#?}",
+            trains_from.process.log(),
+            trains_from.stats().map(|s| s.daemon),
+            other.process.log(),
+            other.stats().map(|s| s.daemon)
+        )
+    });
+    stop.store(true, Ordering::Relaxed);
+    let n = trains.join().unwrap();
+    assert_eq!(t.received, bytes, "bytes lost");
+    assert!(t.intact, "bytes corrupted");
+    eprintln!(
+        "{bytes} B to {to}: {:.1} Mbit/s, {n} trains alongside",
+        t.mbps()
+    );
+    n
+}
+
+/// Over UDP, trains from A to B and from B to A (behind the NAT) carry riders, and
+/// TCP both ways arrives byte for byte; B finds A at the NAT's outer address. Over
+/// raw protocol 253 the same hosts do not reach A from B.
+#[test]
+fn udp_crosses_a_nat_both_ways_and_raw_ip_does_not() {
+    let _serial = serial();
+    if !root_or_skip("udp_crosses_a_nat") {
+        return;
+    }
+    let net = NatNet::new();
+    let ka = link_key();
+    let file = KeyFile::new(&ka);
+    let (a, b, _ca, _cb) = udp_daemons(&net, &file);
+    let sb = wait_for(&b, |s| s.daemon.keepalives_received > 0);
+    assert!(
+        sb.daemon.keepalives_received > 0,
+        "no keepalive from A: {sb:#?}"
+    );
+    assert_eq!(sb.daemon.peer_endpoint_changes, 1, "{sb:#?}");
+    let log = b.process.log();
+    assert!(log.contains(&format!("peer {A} is at {R_OUT}:")), "{log}");
+
+    assert!(transfer_with_trains(&net.a, &net.b, B, 5301, &a, &b) > 0);
+    let sb = b.quiescent_stats().unwrap();
+    assert!(
+        sb.daemon.riders_delivered > 0,
+        "no rider rode from A: {sb:#?}"
+    );
+    assert!(sb.daemon.probes_received > 0, "{sb:#?}");
+    assert!(sb.receive_conserved(), "{sb:#?}");
+
+    assert!(transfer_with_trains(&net.b, &net.a, A, 5302, &b, &a) > 0);
+    let sa = a.quiescent_stats().unwrap();
+    assert!(
+        sa.daemon.riders_delivered > 0,
+        "no rider rode from B: {sa:#?}"
+    );
+    assert!(sa.daemon.probes_received > 0, "{sa:#?}");
+    assert!(sa.receive_conserved() && sa.conserved(), "{sa:#?}");
+    let sb = b.quiescent_stats().unwrap();
+    assert!(sb.conserved(), "{sb:#?}");
+    assert_eq!(
+        (sa.daemon.mgrp_not_peer, sb.daemon.mgrp_not_peer),
+        (0, 0),
+        "{sa:#?} {sb:#?}"
+    );
+    drop((a, b));
+
+    // Raw IP: B's probes to A die at the NAT, which has no mapping for them.
+    let a = Daemon::start(&net.a, mgrpd(), &["--route", &format!("{B}/32")]).unwrap();
+    let b = Daemon::start(&net.b, mgrpd(), &["--route", &format!("{A}/32")]).unwrap();
+    let report = b
+        .api()
+        .unwrap()
+        .send_train(uniform_train(
+            IpAddr::V4(A),
+            20,
+            500,
+            Duration::from_millis(1),
+        ))
+        .unwrap();
+    assert_eq!(report.probes_sent, 20, "{report:#?}");
+    std::thread::sleep(Duration::from_millis(500));
+    let sa = a.stats().unwrap();
+    assert_eq!(
+        sa.daemon.mgrp_received, 0,
+        "raw MGRP crossed the NAT: {sa:#?}"
+    );
+}
+
+/// A packet sealed with A's key, from wherever the test sends it.
+fn sealed_keepalive(key: &Key, counter: u64) -> Vec<u8> {
+    let repr = Repr {
+        header: Header::keepalive(),
+        tool_header: &[],
+        chunks: vec![],
+        trailer_len: auth::TRAILER_LEN,
+    };
+    let mut p: Packet<Vec<u8>> = repr.emit_into(vec![0u8; repr.buffer_len()]).unwrap();
+    auth::seal(key, &mut p, counter).unwrap();
+    p.into_inner()
+}
+
+/// When the NAT maps A to another port, B follows A after A's next authenticated
+/// packet and traffic to A resumes. Packets from a new endpoint that are not
+/// authentic (no trailer, another key, a replay of an old counter) move nothing.
+#[test]
+fn a_peer_whose_nat_mapping_changes_is_followed_by_its_key_alone() {
+    let _serial = serial();
+    if !root_or_skip("nat_mapping_changes") {
+        return;
+    }
+    let net = NatNet::new();
+    let ka = link_key();
+    let file = KeyFile::new(&ka);
+    let (a, b, _ca, _cb) = udp_daemons(&net, &file);
+    let s = wait_for(&b, |s| s.daemon.peer_endpoint_changes > 0);
+    assert_eq!(s.daemon.peer_endpoint_changes, 1, "{s:#?}");
+    transfer_with_trains(&net.b, &net.a, A, 5311, &b, &a);
+
+    net.remap();
+    let s = wait_for(&b, |s| s.daemon.peer_endpoint_changes > 1);
+    assert_eq!(
+        s.daemon.peer_endpoint_changes, 2,
+        "B did not follow A: {s:#?}"
+    );
+    let log = b.process.log();
+    assert!(
+        log.contains(&format!("peer {A} moved from {R_OUT}:")),
+        "{log}"
+    );
+    assert!(log.contains(&format!("to {R_OUT}:40")), "{log}");
+    transfer_with_trains(&net.b, &net.a, A, 5312, &b, &a);
+
+    // From a new endpoint on R: nothing authentic, so nothing moves.
+    let before = b.quiescent_stats().unwrap().daemon;
+    let sock = net
+        .r
+        .run(|| std::net::UdpSocket::bind(SocketAddr::new(IpAddr::V4(R_OUT), 41234)))
+        .unwrap()
+        .unwrap();
+    let to_b = SocketAddr::new(IpAddr::V4(B), 4253);
+    let mut plain = sealed_keepalive(&ka, 1);
+    let n = plain.len() - usize::from(auth::TRAILER_LEN);
+    plain.truncate(n);
+    plain[26..28].copy_from_slice(&0u16.to_be_bytes());
+    for packet in [
+        plain,
+        sealed_keepalive(&Key::from_bytes([0x33; 32]), u64::MAX / 2),
+        // A's key, but a counter far below A's: a replay.
+        sealed_keepalive(&ka, 1),
+    ] {
+        sock.send_to(&packet, to_b).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let after = b.quiescent_stats().unwrap().daemon;
+    assert_eq!(
+        after.peer_endpoint_changes, before.peer_endpoint_changes,
+        "{after:#?}"
+    );
+    assert_eq!(after.mgrp_not_peer - before.mgrp_not_peer, 2, "{after:#?}");
+    assert_eq!(after.mgrp_replayed - before.mgrp_replayed, 1, "{after:#?}");
+    // And B still reaches A where it is.
+    transfer_with_trains(&net.b, &net.a, A, 5313, &b, &a);
+    drop(a);
+}

@@ -241,8 +241,7 @@ impl Daemon {
             tun,
             self.reassembly.clone(),
             self.net.endpoints().clone(),
-            v6,
-            udp,
+            (v6, udp),
         )
     }
 

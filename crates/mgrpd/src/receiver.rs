@@ -134,8 +134,7 @@ impl Receiver {
         tun: TunWriter,
         reassembly: Arc<ReassemblySlots>,
         endpoints: Arc<Endpoints>,
-        v6: bool,
-        udp: bool,
+        (v6, udp): (bool, bool),
     ) -> Self {
         Self {
             reasm: Reassembler::new(config.reassembly),

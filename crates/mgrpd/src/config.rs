@@ -1088,6 +1088,77 @@ mod tests {
     }
 
     #[test]
+    fn udp_peers_their_endpoints_and_who_roams() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir();
+        let key = |name: &str, byte: &str| {
+            let path = dir.join(format!("mgrpd-udp-{}-{name}.key", std::process::id()));
+            std::fs::write(&path, byte.repeat(32)).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+            path
+        };
+        let (ka, kb) = (key("a", "a1"), key("b", "b2"));
+        let text = format!(
+            "routes = [\"10.0.0.2/32\"]\nencap = \"udp:5000\"\nkey-file = \"{}\"\n\
+             [[peers]]\nprefix = \"10.0.1.2/32\"\nkey-file = \"{}\"\nkeepalive = \"25s\"\n\
+             [[peers]]\nprefix = \"10.0.2.0/24\"\nencap = \"udp:6000\"\nendpoint = \"192.0.2.9:7000\"\n\
+             [[peers]]\nprefix = \"10.0.3.0/24\"\nencap = \"raw\"\n",
+            kb.display(),
+            ka.display()
+        );
+        let c = Config::from_toml(&text).unwrap();
+        assert_eq!(c.udp.port, 5000);
+        assert!(!c.route_on_demand, "UDP peers keep their routes");
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(c.encap.for_peer(ip("10.0.0.2")), Encap::Udp);
+        assert_eq!(c.encap.for_peer(ip("10.0.3.1")), Encap::Raw);
+        // The host with a key of its own roams: nowhere to send until heard from.
+        let a = c.udp.peer(ip("10.0.1.2")).unwrap();
+        assert!(a.roams && a.keepalive == Some(Duration::from_secs(25)));
+        assert_eq!(c.udp.configured_endpoint(ip("10.0.1.2")), None);
+        // A prefix with an endpoint goes there; a route's peer to its own address.
+        let e: std::net::SocketAddr = "192.0.2.9:7000".parse().unwrap();
+        assert_eq!(c.udp.configured_endpoint(ip("10.0.2.5")), Some(e));
+        assert!(!c.udp.peer(ip("10.0.2.5")).unwrap().roams);
+        assert_eq!(
+            c.udp.configured_endpoint(ip("10.0.0.2")),
+            Some("10.0.0.2:5000".parse().unwrap())
+        );
+
+        // A roaming peer's key must be its own.
+        let shared = format!(
+            "routes = [\"10.0.0.2/32\"]\nkey-file = \"{0}\"\nencap = \"udp\"\n[[peers]]\nprefix = \"10.0.1.2/32\"\nkey-file = \"{0}\"\n",
+            ka.display()
+        );
+        let e = Config::from_toml(&shared).unwrap_err().to_string();
+        assert!(e.contains("must be its own"), "{e}");
+        for (bad, says) in [
+            ("encap = \"udp:0\"", "udp:PORT"),
+            ("encap = \"tcp\"", "udp:PORT"),
+            ("encap = \"udp\"\nroute-on-demand = true", "route-on-demand"),
+            (
+                "[[peers]]\nprefix = \"10.0.9.0/24\"\nencap = \"udp\"\nkeepalive = \"25s\"",
+                "one host",
+            ),
+            (
+                "[[peers]]\nprefix = \"10.0.9.1/32\"\nencap = \"udp\"\nkeepalive = \"100ms\"",
+                "at least 1s",
+            ),
+            (
+                "[[peers]]\nprefix = \"10.0.9.1/32\"\nendpoint = \"192.0.2.1:1\"",
+                "need encap",
+            ),
+        ] {
+            let e = Config::from_toml(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let cli = Cli::parse_from(["mgrpd", "--encap", "udp:4300"]);
+        let c = Config::merge(File::default(), &cli).unwrap();
+        assert_eq!((c.udp.port, c.encap.default), (4300, Encap::Udp));
+        let _ = (std::fs::remove_file(ka), std::fs::remove_file(kb));
+    }
+
+    #[test]
     fn example_config_is_valid() {
         let c = Config::from_toml(include_str!("../mgrpd.example.toml")).unwrap();
         assert_eq!(c.routes.len(), 2);

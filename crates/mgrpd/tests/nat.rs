@@ -382,5 +382,31 @@ fn a_peer_whose_nat_mapping_changes_is_followed_by_its_key_alone() {
     assert_eq!(after.mgrp_replayed - before.mgrp_replayed, 1, "{after:#?}");
     // And B still reaches A where it is.
     transfer_with_trains(&net.b, &net.a, A, 5313, &b, &a);
+
+    // Last, since it moves A (whoever holds the key may) and its counter puts A's
+    // own packets behind the replay window: a sealed packet whose riders claim a
+    // source A may not speak for, or a destination that is not B. Both are refused.
+    let before = b.quiescent_stats().unwrap().daemon;
+    for (id, src, dst) in [
+        (1, Ipv4Addr::new(10, 79, 9, 9), B),
+        (2, A, Ipv4Addr::new(192, 0, 2, 77)),
+    ] {
+        let rider = mgrp_testbed::forge::udp_packet(src, dst, 17, 7777, b"forged");
+        let buf = mgrp_testbed::forge::continuation(0x7100_0000 + id, &rider, auth::TRAILER_LEN);
+        let mut p = Packet::new_checked(buf).unwrap();
+        auth::seal(&ka, &mut p, u64::MAX / 2 + u64::from(id)).unwrap();
+        sock.send_to(p.as_bytes(), to_b).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let after = b.quiescent_stats().unwrap().daemon;
+    assert_eq!(
+        (
+            after.riders_refused_foreign_source - before.riders_refused_foreign_source,
+            after.riders_refused_foreign_destination - before.riders_refused_foreign_destination,
+            after.riders_delivered - before.riders_delivered,
+        ),
+        (1, 1, 0),
+        "{after:#?}"
+    );
     drop(a);
 }

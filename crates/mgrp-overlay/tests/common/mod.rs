@@ -11,12 +11,25 @@ use mgrp_overlay::node::Node;
 use serde_json::Value;
 use tokio::sync::watch;
 
+/// A port nothing listens on now and that no other test of this binary was given.
+/// The kernel hands a released ephemeral port out again, so two tests running side
+/// by side could otherwise both be given one port and the second bind would fail.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// B's configuration, measuring from A on `a_port`, with an optional token file.

@@ -686,15 +686,6 @@ impl Config {
             }
         }
         let encap_arg = cli.encap.or(f.encap).unwrap_or(EncapArg::Raw);
-        let udp_anywhere = encap_arg != EncapArg::Raw
-            || f.peers
-                .iter()
-                .any(|p| matches!(p.encap, Some(EncapArg::Udp(_))));
-        if udp_anywhere && cli.route_on_demand.or(f.route_on_demand) == Some(true) {
-            return Err(bad(
-                "route-on-demand cannot be used with UDP peers: their traffic reaches them only through the tunnel, so their routes must stay; drop route-on-demand",
-            ));
-        }
         let udp_port = match (cli.encap, f.encap) {
             (Some(EncapArg::Udp(Some(p))), _) | (_, Some(EncapArg::Udp(Some(p)))) => p,
             _ => DEFAULT_UDP_PORT,
@@ -795,15 +786,20 @@ impl Config {
             }
             policy.trailer_len = TRAILER_LEN;
         }
+        if encap.any_udp() && cli.route_on_demand.or(f.route_on_demand) == Some(true) {
+            return Err(bad(
+                "route-on-demand cannot be used with UDP peers: their traffic reaches them only through the tunnel, so their routes must stay; drop route-on-demand",
+            ));
+        }
         // A roaming peer is told apart by its key alone: no other peer may share it.
         for (i, (prefix, key)) in keys.per_peer.iter().enumerate() {
             let roams = udp.peers.iter().any(|p| p.roams && p.prefix == *prefix);
-            let shared = keys.default.iter().any(|d| d.to_hex() == key.to_hex())
+            let shared = keys.default.as_ref() == Some(key)
                 || keys
                     .per_peer
                     .iter()
                     .enumerate()
-                    .any(|(j, (_, other))| j != i && other.to_hex() == key.to_hex());
+                    .any(|(j, (_, other))| j != i && other == key);
             if roams && shared {
                 return Err(bad(format!(
                     "peer {prefix} learns its endpoint from its key, so the key must be its own: give it a key-file no other peer uses"

@@ -27,6 +27,9 @@ pub(crate) struct Endpoints {
     /// The roaming peers and their keys, tried on a packet from an endpoint no
     /// peer is known at.
     roaming: Vec<(IpAddr, Key)>,
+    /// Whether any peer is reached over UDP: without one, the senders' question
+    /// costs a load, not a table lookup.
+    any: bool,
 }
 
 impl Endpoints {
@@ -42,6 +45,7 @@ impl Endpoints {
             })
             .collect();
         Self {
+            any: config.encap.any_udp(),
             config,
             learned: RwLock::default(),
             roaming,
@@ -50,7 +54,7 @@ impl Endpoints {
 
     /// Whether MGRP packets to `peer` go over UDP.
     pub(crate) fn is_udp(&self, peer: IpAddr) -> bool {
-        self.config.encap.for_peer(peer) == Encap::Udp
+        self.any && self.config.encap.for_peer(peer) == Encap::Udp
     }
 
     /// Where `peer`'s packets go now, if anywhere is known.
@@ -64,12 +68,8 @@ impl Endpoints {
 
     /// The peer a datagram from `from` comes from: the peer last heard from there
     /// or configured there, else the peer whose own address it is, else the roaming
-    /// peer whose key `packet` is sealed with. `None`: no peer.
-    pub(crate) fn identify(
-        &self,
-        from: SocketAddr,
-        packet: Option<&Packet<&[u8]>>,
-    ) -> Option<IpAddr> {
+    /// peer whose key `payload` is sealed with (parsed only then). `None`: no peer.
+    pub(crate) fn identify(&self, from: SocketAddr, payload: &[u8]) -> Option<IpAddr> {
         {
             let learned = self.learned.read().unwrap_or_else(PoisonError::into_inner);
             if let Some((peer, _)) = learned.iter().find(|(_, at)| **at == from) {
@@ -89,10 +89,13 @@ impl Endpoints {
         if self.config.peers.is_peer(ip) && self.is_udp(ip) {
             return Some(ip);
         }
-        let packet = packet?;
+        if self.roaming.is_empty() {
+            return None;
+        }
+        let packet = Packet::new_checked(payload).ok()?;
         self.roaming
             .iter()
-            .find(|(_, key)| auth::open(key, packet).is_ok())
+            .find(|(_, key)| auth::open(key, &packet).is_ok())
             .map(|(peer, _)| *peer)
     }
 

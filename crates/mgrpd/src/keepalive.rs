@@ -6,8 +6,6 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use tracing::debug;
-
 use crate::config::Config;
 use crate::counters::{Counters, LimitedLog, bump};
 use crate::lifecycle::Lifecycle;
@@ -51,7 +49,6 @@ impl Keepalives {
                     Ok(()) => bump(&counters.keepalives_sent),
                     Err(e) => {
                         bump(&counters.keepalive_send_errors);
-                        debug!("keepalive to {peer}: {e}");
                         log.warn(format_args!("cannot send a keepalive to peer {peer}: {e}"));
                     }
                 }

@@ -319,8 +319,7 @@ impl Receiver {
         ip_len: usize,
         stamp: WallTime,
     ) {
-        let packet = Packet::new_checked(payload).ok();
-        match self.endpoints.identify(at, packet.as_ref()) {
+        match self.endpoints.identify(at, payload) {
             Some(peer) => self.handle_mgrp(peer, Some(at), to, payload, ip_len, stamp),
             None => {
                 let c = &self.counters;

@@ -96,6 +96,12 @@ pub fn enable_tx_stamps(s: &Socket) -> io::Result<()> {
         | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE
         | TimestampingFlag::SOF_TIMESTAMPING_OPT_ID
         | TimestampingFlag::SOF_TIMESTAMPING_OPT_TSONLY;
+    set_tx_stamping(s, flags)
+}
+
+/// Sets `s`'s stamping `flags` and gives its error queue room for a long train's
+/// stamps.
+fn set_tx_stamping(s: &Socket, flags: TimestampingFlag) -> io::Result<()> {
     setsockopt(s, sockopt::Timestamping, &flags)?;
     // Above net.core.rmem_max needs CAP_NET_ADMIN, which mgrpd has while it sets up.
     if setsockopt(s, sockopt::RcvBufForce, &(8 << 20)).is_err() {
@@ -111,11 +117,7 @@ pub fn enable_tx_stamp_reports(s: &Socket) -> io::Result<()> {
     let flags = TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE
         | TimestampingFlag::SOF_TIMESTAMPING_OPT_ID
         | TimestampingFlag::SOF_TIMESTAMPING_OPT_TSONLY;
-    setsockopt(s, sockopt::Timestamping, &flags)?;
-    if setsockopt(s, sockopt::RcvBufForce, &(8 << 20)).is_err() {
-        let _ = s.set_recv_buffer_size(8 << 20);
-    }
-    Ok(())
+    set_tx_stamping(s, flags)
 }
 
 /// Sends `packet` to `dst` with the transmit-stamp id `id` (`SCM_TS_OPT_ID`), so its

@@ -7,12 +7,14 @@
 //! histories, "measure now", and a broadcast of each new estimate.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use pathload_rs::control::Transport;
 use pathload_rs::tool::{
     BUSY, MeasureError, MeasureOptions, Measurement, ServeEvent, ServeOptions, Server, measure,
     sender_traffic,
@@ -250,6 +252,7 @@ impl Shared {
 pub struct Node {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
+    serving: Vec<(Transport, SocketAddr)>,
 }
 
 impl Node {
@@ -272,6 +275,12 @@ impl Node {
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        let serving = config
+            .serve
+            .iter()
+            .zip(&servers)
+            .map(|(&(transport, _), server)| Ok((transport, server.local_addr()?)))
+            .collect::<std::io::Result<Vec<_>>>()?;
         let seed = mgrp_rt::wall_now().as_nanos() ^ u64::from(std::process::id());
         let sched = Scheduler::new(
             config.links.iter().map(|l| l.timing.clone()).collect(),
@@ -318,7 +327,17 @@ impl Node {
                     .spawn(move || watch_traffic(&s))?,
             );
         }
-        Ok(Self { shared, threads })
+        Ok(Self {
+            shared,
+            threads,
+            serving,
+        })
+    }
+
+    /// The transports this node serves and the control addresses they listen on (the
+    /// port the kernel chose when the configuration gave port 0).
+    pub fn serving(&self) -> &[(Transport, SocketAddr)] {
+        &self.serving
     }
 
     /// The state the API reads.

@@ -37,6 +37,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     info!("mgrp-overlay {name}: {links} links, API on http://{listen}/");
+    for (transport, addr) in node.serving() {
+        info!("serving {transport} measurements on control port {addr}");
+    }
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             tokio::select! {

@@ -14,8 +14,7 @@ use serde_json::Value;
 
 #[test]
 fn the_api_serves_links_history_stream_metrics_and_page() {
-    let a_port = free_port();
-    let a = node_a(a_port);
+    let (a, a_port) = node_a();
     let api = Api::start(b_config(a_port, None));
     let addr = api.addr;
 

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{free_port, node_a};
+use common::{free_port, node_a, node_a_on};
 use mgrp_overlay::config::Config;
 use mgrp_overlay::node::{Node, NowError};
 
@@ -37,8 +37,7 @@ fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
 
 #[test]
 fn runs_are_recorded_broadcast_and_survive_a_neighbour_going_away() {
-    let a_port = free_port();
-    let a = node_a(a_port);
+    let (a, a_port) = node_a();
     let b = node_b(a_port);
     let shared = b.shared();
     let mut stream = shared.subscribe();
@@ -86,7 +85,8 @@ fn runs_are_recorded_broadcast_and_survive_a_neighbour_going_away() {
     );
 
     // A is back: the back-off (1 s, then 2 s) ends and runs succeed again.
-    let a = node_a(a_port);
+    // Its old port: B still measures from there.
+    let a = node_a_on(a_port);
     let down = shared.link("from-a").unwrap().runs.peer_down;
     assert!(eventually(Duration::from_secs(20), || {
         let v = shared.link("from-a").unwrap();

@@ -88,8 +88,7 @@ fn query(p: &Prometheus, expr: &str) -> Option<f64> {
 
 #[test]
 fn prometheus_gets_the_values_the_overlay_served() {
-    let a_port = free_port();
-    let a = node_a(a_port);
+    let (a, a_port) = node_a();
     let api = Api::start(b_config(a_port, None));
     let p = Prometheus::start(&api.addr.to_string());
     let expr = "sum(mgrp_overlay_runs_total{link=\"from-a\",node=\"b\"})";

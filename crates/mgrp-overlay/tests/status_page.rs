@@ -34,8 +34,7 @@ fn the_page_shows_every_link_in_a_headless_browser() {
         chromium.exists(),
         "chromium is not installed: `apt-get install chromium` (as .ci/run does)"
     );
-    let a_port = free_port();
-    let a = node_a(a_port);
+    let (a, a_port) = node_a();
     let api = Api::start(config(a_port));
     let shared = api.node.as_ref().unwrap().shared();
     // Wait for a run of each link, so the page has something to show.

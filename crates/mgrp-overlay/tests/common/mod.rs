@@ -3,7 +3,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 
 use mgrp_overlay::config::Config;
 use mgrp_overlay::http;
@@ -11,21 +11,23 @@ use mgrp_overlay::node::Node;
 use serde_json::Value;
 use tokio::sync::watch;
 
-/// A port nothing listens on now and that no other test of this binary was given.
-/// The kernel hands a released ephemeral port out again, so two tests running side
-/// by side could otherwise both be given one port and the second bind would fail.
+/// A port nothing uses now, for TCP or UDP on any address, and that no other test of
+/// this binary was given. It is probed by binding the IPv6 wildcard (which covers IPv4
+/// too), as the servers bind: a probe on 127.0.0.1 alone could be handed a port a
+/// connection of the host's own address holds. The kernel hands a released port out
+/// again, so two tests running side by side could otherwise both be given one port.
+/// Where a test can let the kernel choose (port 0) and read the port back, it does
+/// that instead: a port released here can still be taken before it is bound.
 pub fn free_port() -> u16 {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let mut given = GIVEN
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if !given.contains(&port) {
+        let tcp = TcpListener::bind("[::]:0").unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        let udp_free = UdpSocket::bind(("::", port)).is_ok();
+        if udp_free && !given.contains(&port) {
             given.push(port);
             return port;
         }
@@ -119,8 +121,16 @@ pub fn json(addr: SocketAddr, method: &str, path: &str) -> (u16, Value) {
     )
 }
 
-/// Node A: serves plain-UDP measurements on `port`.
-pub fn node_a(port: u16) -> Node {
+/// Node A: serves plain-UDP measurements on a port the kernel chooses; returns the
+/// node and that port.
+pub fn node_a() -> (Node, u16) {
+    let node = node_a_on(0);
+    let port = node.serving()[0].1.port();
+    (node, port)
+}
+
+/// Node A on a given port (0: the kernel chooses).
+pub fn node_a_on(port: u16) -> Node {
     let toml = format!("name = \"a\"\n[serve]\ntransports = [\"udp\"]\nudp-port = {port}\n");
     Node::start(Config::from_toml(&toml, None).unwrap()).unwrap()
 }

@@ -1,19 +1,22 @@
-//! Any bytes handed to the MGRP packet parser: it must never panic, and whatever it
-//! accepts must emit back to the same bytes and parse again equal. Padding is not
-//! compared, and neither are the flag bytes of the packet and of each chunk: their
-//! reserved bits are ignored on receipt and sent as zero, and a chunk's last-chunk
-//! bit is recomputed from its offset and length on emit (the parser trusts the
-//! lengths, not the bit).
+//! Any bytes handed to the MGRP packet parser, either version: it must never panic,
+//! and whatever it accepts must emit back to the same bytes and parse again equal.
+//! Padding is not compared, and in version 1 neither are the flag bytes of the packet
+//! and of each chunk: their reserved bits are ignored on receipt and sent as zero, and
+//! a chunk's last-chunk bit is recomputed from its offset and length on emit (the
+//! parser trusts the lengths, not the bit). Version 2 has no reserved bits and one
+//! encoding per packet: every byte but padding must come back.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mgrp_core::wire::{Packet, Repr};
+use mgrp_core::wire::{Packet, Repr, Version};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(packet) = Packet::new_checked(data) else {
         return;
     };
     let _ = (
+        packet.sender_time_near(mgrp_core::WallTime::from_nanos(u64::from(data[0]) << 40)),
+        packet.padding_len(),
         packet.kind(),
         packet.tool_header(),
         packet.trailer(),
@@ -29,9 +32,12 @@ fuzz_target!(|data: &[u8]| {
     let end = repr.buffer_len() - usize::from(repr.trailer_len);
     let mut expected = data[..end].to_vec();
     let mut got = buf[..end].to_vec();
-    let mut flag_bytes = vec![2];
-    for i in 0..usize::from(data[3]) {
-        flag_bytes.extend([28 + 12 * i + 10, 28 + 12 * i + 11]);
+    let mut flag_bytes = Vec::new();
+    if packet.version() == Version::V1 {
+        flag_bytes.push(2);
+        for i in 0..usize::from(data[3]) {
+            flag_bytes.extend([28 + 12 * i + 10, 28 + 12 * i + 11]);
+        }
     }
     for i in flag_bytes {
         expected[i] = 0;

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use mgrp_core::planner::{Packing, Path, Planner, Policy, ProbeSpec, Transaction};
 use mgrp_core::reassembly::{ChunkOutcome, Limits, Reassembler};
-use mgrp_core::wire::{Chunk, Header, Kind, Packet, Repr};
+use mgrp_core::wire::{Chunk, Header, Kind, Packet, Repr, Version};
 use mgrp_core::{MonoTime, WallTime};
 
 const PROBE_LEN: usize = 1000 - 20;
@@ -56,11 +56,16 @@ fn wire(c: &mut Criterion) {
         ),
     ];
     let mut g = c.benchmark_group("wire_1000B_probe");
-    for (name, chunks) in cases {
+    for (version, (name, chunks)) in [Version::V1, Version::V2]
+        .into_iter()
+        .flat_map(|v| cases.iter().map(move |c| (v, c)))
+    {
+        let name = format!("v{}/{name}", version.number());
         let repr = Repr {
+            version,
             header: header(),
             tool_header: &tool,
-            chunks,
+            chunks: chunks.clone(),
             trailer_len: 0,
         };
         let mut buf = vec![0u8; PROBE_LEN];
@@ -218,6 +223,7 @@ fn auth(c: &mut Criterion) {
     for size in [228usize, 1000, 1500] {
         let len = size - 20;
         let repr = Repr {
+            version: Version::V1,
             header: header(),
             tool_header: &[0; 24],
             chunks: Vec::new(),

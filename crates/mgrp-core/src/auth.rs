@@ -234,6 +234,7 @@ mod tests {
     fn packet(trailer_len: u16) -> Packet<Vec<u8>> {
         let rider = [0x45u8; 40];
         let repr = Repr {
+            version: crate::wire::Version::V1,
             header: Header {
                 kind: Kind::Probe,
                 last_in_train: false,

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::MonoTime;
 use crate::stats::ReassemblyCounters;
-use crate::wire::Chunk;
+use crate::wire::{Chunk, UNNUMBERED_RIDER_ID};
 
 /// Bounds of a reassembler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +132,17 @@ impl<P: Copy + Eq + Hash> Reassembler<P> {
     pub fn handle_chunk(&mut self, now: MonoTime, peer: P, chunk: &Chunk<'_>) -> ChunkOutcome {
         self.counters.chunks_in += 1;
         self.expire(now);
+        if chunk.rider_id == UNNUMBERED_RIDER_ID && chunk.is_whole() {
+            // A whole rider in version 2 has no id: nothing to remember it by, nothing
+            // to look up (see `wire`).
+            if usize::from(chunk.rider_len) > self.limits.max_rider_len {
+                self.counters.chunks_too_large += 1;
+                return ChunkOutcome::TooLarge;
+            }
+            self.counters.riders_delivered += 1;
+            self.counters.rider_bytes_delivered += chunk.data.len() as u64;
+            return ChunkOutcome::Complete(chunk.data.to_vec());
+        }
         let key = (peer, chunk.rider_id);
         if self.delivered.contains(&key) {
             self.counters.chunks_duplicate += 1;

@@ -1,5 +1,4 @@
-//! The MGRP packet: the payload of an IP packet of protocol 253 (or, later, of a UDP
-//! datagram).
+//! The MGRP packet: the payload of an IP packet of protocol 253, or of a UDP datagram.
 //!
 //! A probe travels with exactly the IP total length its tool asked for. Its MGRP payload
 //! starts with a fixed header, then one descriptor per rider chunk, then the tool's own
@@ -12,13 +11,21 @@
 //!
 //! Riders are whole IPv4 or IPv6 packets; nothing here looks inside them.
 //!
+//! Two versions of the format exist ([`Version`]); a receiver takes both, told apart by
+//! the first byte, and a sender uses the one its peer is configured for. Version 2 is
+//! the lean one: every byte of header is a byte of padding a rider cannot use, and a
+//! small probe (the paper's pk1 is 314 bytes on the link) loses an eighth of its
+//! padding to version 1's 28-byte header and 12-byte descriptor.
+//!
 //! All integers are big-endian (network order).
 //!
-//! # Fixed header (28 bytes)
+//! # Version 1
+//!
+//! ## Fixed header (28 bytes)
 //!
 //! | offset | size | field | meaning |
 //! |---:|---:|---|---|
-//! | 0 | 1 | `version` | format version, [`VERSION`] (1); any other value is rejected |
+//! | 0 | 1 | `version` | 1 |
 //! | 1 | 1 | `kind` | 1 = probe, 2 = continuation (rider chunks only), 3 = keepalive (nothing but the header and trailer: keeps a NAT's mapping open and tells the peer where its sender is) |
 //! | 2 | 1 | `flags` | bit 0 = last probe of its train; other bits reserved, sent as 0, ignored |
 //! | 3 | 1 | `chunk_count` | number of chunk descriptors that follow (0–255) |
@@ -31,7 +38,7 @@
 //! | 24 | 2 | `tool_header_len` | length of the tool's probe header |
 //! | 26 | 2 | `trailer_len` | length of the trailer at the end of the packet (0 = none) |
 //!
-//! # Chunk descriptor (12 bytes each, `chunk_count` of them from offset 28)
+//! ## Chunk descriptor (12 bytes each, `chunk_count` of them from offset 28)
 //!
 //! | offset | size | field | meaning |
 //! |---:|---:|---|---|
@@ -42,11 +49,49 @@
 //! | 10 | 1 | `chunk_flags` | bit 0 = last chunk (`offset + chunk_len == rider_len`); others reserved |
 //! | 11 | 1 | reserved | sent as 0, ignored |
 //!
-//! # Body
+//! # Version 2
+//!
+//! Designed from what each field is for. A probe needs what its receiving tool is
+//! told ([`crate::api::ReceivedProbe`]: ports, transaction, sequence, train length,
+//! tool header, sender stamp); a continuation or keepalive needs none of it. A whole
+//! rider, the common case, needs only its length; only a rider cut across packets
+//! needs an id and a position.
+//!
+//! ## Header: 16 bytes for a probe, 2 for a continuation or keepalive
+//!
+//! | offset | size | field | meaning |
+//! |---:|---:|---|---|
+//! | 0 | 1 | `version·kind·flags` | bits 7–4: version, 2; bits 3–2: kind (1 probe, 2 continuation, 3 keepalive); bit 1: last probe of its train; bit 0: the packet ends in the [`V2_TRAILER_LEN`]-byte authentication trailer |
+//! | 1 | 1 | `chunk_count` | number of chunk descriptors (0–255) |
+//! | 2 | 2 | `dst_port` | probes only, from here on |
+//! | 4 | 2 | `src_port` | |
+//! | 6 | 2 | `transaction` | the low 16 bits of the sending daemon's transaction id: trains to one destination leave one after another, so 16 bits tell apart any that could be in the network together |
+//! | 8 | 4 | `seq·train·tool` | bits 31–20: `seq`; bits 19–8: `train_len` (1–4095); bits 7–0: `tool_header_len` (0–255). A train longer or a tool header larger goes as version 1 |
+//! | 12 | 4 | `sender_time` | the low 32 bits of the realtime nanoseconds stamp; the receiver takes the full stamp within ±2.1 s of its own receive stamp ([`widen_sender_time`]), so sender and receiver clocks must agree to better than that, less the one-way delay |
+//!
+//! ## Chunk descriptor: 2, 6 or 8 bytes
+//!
+//! The first two bytes: bits 15–14 the chunk's place in its rider (0 whole, 1 first,
+//! 2 middle, 3 last), bits 13–0 `chunk_len` (1–16383). Then, by place:
+//!
+//! | place | then | size |
+//! |---|---|---:|
+//! | whole | nothing: `offset` 0, `rider_len` = `chunk_len` | 2 |
+//! | first | `rider_id` (2), `rider_len` (2); `offset` 0 | 6 |
+//! | middle | `rider_id` (2), `offset` (2), `rider_len` (2) | 8 |
+//! | last | `rider_id` (2), `offset` (2); `rider_len` = `offset + chunk_len` | 6 |
+//!
+//! `rider_id` here is 16 bits: bit 15 is [`TUNNELED_RIDER_ID`]'s bit, bits 14–0 the low
+//! bits of the id. Only riders cut across packets are numbered, so the ids wrap only
+//! after 32768 such riders (one per probe at most). A whole rider has no id: a receiver
+//! cannot recognise it if the network duplicates its packet (with a key, replayed
+//! packets are refused before their riders are looked at).
+//!
+//! # Body (both versions)
 //!
 //! | offset | size | content |
 //! |---:|---:|---|
-//! | 28 + 12·`chunk_count` | `tool_header_len` | the tool's probe header, delivered to the receiving tool |
+//! | header + descriptors | `tool_header_len` | the tool's probe header, delivered to the receiving tool |
 //! | … | Σ `chunk_len` | chunk data, in descriptor order |
 //! | … | rest | padding, sent as zeros, not checked on receipt |
 //! | end − `trailer_len` | `trailer_len` | trailer: authentication data; with a key (`auth`) a 24-byte trailer holds the sender's packet counter and a keyed tag over everything before it, without one the trailer is absent |
@@ -58,20 +103,135 @@ use std::fmt;
 
 use crate::WallTime;
 
-/// The only format version this crate speaks.
-pub const VERSION: u8 = 1;
-/// Length of the fixed header.
+/// Length of version 1's fixed header.
 pub const HEADER_LEN: usize = 28;
-/// Length of one chunk descriptor.
+/// Length of one version-1 chunk descriptor.
 pub const CHUNK_DESC_LEN: usize = 12;
 /// The bit set in the id of every rider sent whole in continuations outside any
 /// planner (see the chunk descriptor's `rider_id`); planners use the ids below it.
 pub const TUNNELED_RIDER_ID: u32 = 1 << 31;
 /// The most chunk descriptors one packet can hold.
 pub const MAX_CHUNKS: usize = u8::MAX as usize;
+/// The only trailer length version 2 knows (the authentication trailer's, see `auth`).
+pub const V2_TRAILER_LEN: u16 = 24;
+/// Length of a version-2 probe's header.
+pub const V2_PROBE_HEADER_LEN: usize = 16;
+/// Length of a version-2 continuation's or keepalive's header.
+pub const V2_SHORT_HEADER_LEN: usize = 2;
+/// Longest train version 2 numbers (12-bit sequence and length).
+pub const V2_MAX_TRAIN_LEN: u16 = 4095;
+/// Longest tool header version 2 carries.
+pub const V2_MAX_TOOL_HEADER_LEN: usize = 255;
+/// Longest chunk version 2 describes (14 bits).
+pub const V2_MAX_CHUNK_LEN: usize = (1 << 14) - 1;
+/// The rider id a version-2 whole rider is read with: it has none on the wire, and a
+/// reassembler must neither remember nor look it up.
+pub const UNNUMBERED_RIDER_ID: u32 = u32::MAX;
 
 const FLAG_LAST_PROBE: u8 = 0x01;
 const CHUNK_FLAG_LAST: u8 = 0x01;
+const V2_LAST_PROBE: u8 = 0x02;
+const V2_TRAILER: u8 = 0x01;
+const V2_ID_TUNNELED: u16 = 0x8000;
+
+/// A format version. The default is version 1, which every MGRP daemon speaks; a
+/// daemon chooses its own default for its peers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Version {
+    /// The original 28-byte header and 12-byte descriptors.
+    #[default]
+    V1,
+    /// The lean header (16 bytes for a probe) and 2- to 8-byte descriptors.
+    V2,
+}
+
+impl Version {
+    /// The version's number.
+    pub const fn number(self) -> u8 {
+        match self {
+            Self::V1 => 1,
+            Self::V2 => 2,
+        }
+    }
+
+    /// The version numbered `n`, if this implementation speaks it.
+    pub const fn from_number(n: u8) -> Option<Self> {
+        match n {
+            1 => Some(Self::V1),
+            2 => Some(Self::V2),
+            _ => None,
+        }
+    }
+
+    /// Length of the fixed header of a packet of `kind`.
+    pub const fn header_len(self, kind: Kind) -> usize {
+        match (self, kind) {
+            (Self::V1, _) => HEADER_LEN,
+            (Self::V2, Kind::Probe) => V2_PROBE_HEADER_LEN,
+            (Self::V2, _) => V2_SHORT_HEADER_LEN,
+        }
+    }
+
+    /// Length of the descriptor of a chunk of `len` bytes at `offset` in a rider of
+    /// `rider_len` bytes.
+    pub fn desc_len(self, offset: usize, len: usize, rider_len: usize) -> usize {
+        match self {
+            Self::V1 => CHUNK_DESC_LEN,
+            Self::V2 => match Place::of(offset, len, rider_len) {
+                Place::Whole => 2,
+                Place::First | Place::Last => 6,
+                Place::Middle => 8,
+            },
+        }
+    }
+
+    /// The longest descriptor of the version.
+    pub const fn max_desc_len(self) -> usize {
+        match self {
+            Self::V1 => CHUNK_DESC_LEN,
+            Self::V2 => 8,
+        }
+    }
+
+    /// Whether a train of `train_len` probes with a tool header of `tool_header_len`
+    /// bytes and a trailer of `trailer_len` fits this version's fields.
+    pub fn fits(self, train_len: usize, tool_header_len: usize, trailer_len: u16) -> bool {
+        match self {
+            Self::V1 => u16::try_from(train_len).is_ok() && u16::try_from(tool_header_len).is_ok(),
+            Self::V2 => {
+                train_len <= usize::from(V2_MAX_TRAIN_LEN)
+                    && tool_header_len <= V2_MAX_TOOL_HEADER_LEN
+                    && (trailer_len == 0 || trailer_len == V2_TRAILER_LEN)
+            }
+        }
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.number())
+    }
+}
+
+/// A chunk's place in its rider (version 2 descriptors say it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Whole,
+    First,
+    Middle,
+    Last,
+}
+
+impl Place {
+    fn of(offset: usize, len: usize, rider_len: usize) -> Self {
+        match (offset == 0, offset + len >= rider_len) {
+            (true, true) => Self::Whole,
+            (true, false) => Self::First,
+            (false, false) => Self::Middle,
+            (false, true) => Self::Last,
+        }
+    }
+}
 
 mod field {
     use std::ops::Range;
@@ -94,8 +254,19 @@ mod field {
     pub(super) const RIDER_LEN: Range<usize> = 6..8;
     pub(super) const CHUNK_LEN: Range<usize> = 8..10;
     pub(super) const CHUNK_FLAGS: usize = 10;
-}
 
+    pub(super) mod v2 {
+        use std::ops::Range;
+
+        pub(crate) const FIRST: usize = 0;
+        pub(crate) const CHUNK_COUNT: usize = 1;
+        pub(crate) const DST_PORT: Range<usize> = 2..4;
+        pub(crate) const SRC_PORT: Range<usize> = 4..6;
+        pub(crate) const TRANSACTION: Range<usize> = 6..8;
+        pub(crate) const SEQ_TRAIN_TOOL: Range<usize> = 8..12;
+        pub(crate) const SENDER_TIME: Range<usize> = 12..16;
+    }
+}
 /// What was wrong with a packet that failed to parse or emit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
@@ -105,8 +276,8 @@ pub enum WireError {
         /// Length of the packet.
         len: usize,
     },
-    /// The version byte names a format this implementation does not speak.
-    #[error("unsupported MGRP version {0} (this implementation speaks version {VERSION})")]
+    /// The first byte names a format this implementation does not speak.
+    #[error("unsupported MGRP version {0} (this implementation speaks versions 1 and 2)")]
     UnsupportedVersion(u8),
     /// The kind byte is neither probe nor continuation.
     #[error("unknown MGRP packet kind {0}")]
@@ -170,9 +341,12 @@ pub enum WireError {
         /// Bytes given.
         len: usize,
     },
-    /// The tool header or trailer does not fit its 16-bit length field.
-    #[error("tool header or trailer of {0} bytes exceeds 65535")]
+    /// The tool header, trailer, chunk or train does not fit its length field.
+    #[error("a tool header, trailer, chunk or train of {0} does not fit its field in this version")]
     FieldTooLong(usize),
+    /// A version-2 packet with a trailer other than the authentication trailer.
+    #[error("version 2 carries a trailer of {V2_TRAILER_LEN} bytes or none, not {0}")]
+    TrailerLen(u16),
 }
 
 /// The kind of an MGRP packet.
@@ -225,18 +399,76 @@ fn be64(b: &[u8], r: std::ops::Range<usize>) -> u64 {
     u64::from_be_bytes(a)
 }
 
-/// A checked, zero-copy view of an MGRP packet.
+/// The version a packet's first byte names.
+fn version_of(b0: u8) -> Result<Version, WireError> {
+    if b0 == 1 {
+        Ok(Version::V1)
+    } else if b0 >> 4 == 2 {
+        Ok(Version::V2)
+    } else {
+        Err(WireError::UnsupportedVersion(if b0 >> 4 == 0 {
+            b0
+        } else {
+            b0 >> 4
+        }))
+    }
+}
+
+/// A version-2 descriptor as read: the chunk's length, its rider's id, offset and
+/// length, and the descriptor's own length. Only called on descriptors that fit the
+/// buffer (`check` looks before it reads).
+fn v2_desc(d: &[u8]) -> Option<(u16, u32, u16, u16, usize)> {
+    let w = be16(d, 0..2);
+    let len = w & 0x3fff;
+    let id = |b: &[u8]| {
+        let raw = be16(b, 2..4);
+        (u32::from(raw & V2_ID_TUNNELED) << 16) | u32::from(raw & 0x7fff)
+    };
+    match w >> 14 {
+        0 => Some((len, UNNUMBERED_RIDER_ID, 0, len, 2)),
+        1 => {
+            let d = d.get(..6)?;
+            Some((len, id(d), 0, be16(d, 4..6), 6))
+        }
+        2 => {
+            let d = d.get(..8)?;
+            Some((len, id(d), be16(d, 4..6), be16(d, 6..8), 8))
+        }
+        _ => {
+            let d = d.get(..6)?;
+            let offset = be16(d, 4..6);
+            let end = u32::from(offset) + u32::from(len);
+            Some((len, id(d), offset, u16::try_from(end).unwrap_or(0), 6))
+        }
+    }
+}
+
+/// The full sender stamp of a version-2 probe, whose packet holds only its low 32
+/// bits: the stamp within ±2.1 s of `near` (the receive stamp) with those low bits.
+pub fn widen_sender_time(low: u32, near: WallTime) -> WallTime {
+    let near_ns = near.as_nanos();
+    // near − sent, modulo 2³², read as signed: the sender's clock may be ahead.
+    let behind = (near_ns as u32).wrapping_sub(low) as i32;
+    let sent = i128::from(near_ns) - i128::from(behind);
+    WallTime::from_nanos(u64::try_from(sent.max(0)).unwrap_or(u64::MAX))
+}
+
+/// A checked, zero-copy view of an MGRP packet of either version.
 ///
 /// Construct it with [`Packet::new_checked`], or get one from [`Repr::emit_into`];
 /// every getter is then infallible.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Packet<T: AsRef<[u8]>> {
     buffer: T,
+    version: Version,
+    /// Where the descriptors end (version 2's have several lengths).
+    desc_end: usize,
 }
 
 impl<T: AsRef<[u8]>> fmt::Debug for Packet<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Packet")
+            .field("version", &self.version)
             .field("kind", &self.kind())
             .field("transaction", &self.transaction())
             .field("seq", &self.seq())
@@ -250,78 +482,21 @@ impl<T: AsRef<[u8]>> fmt::Debug for Packet<T> {
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks every length and descriptor of `buffer` and wraps it.
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        let packet = Self { buffer };
-        packet.check()?;
-        Ok(packet)
-    }
-
-    fn check(&self) -> Result<(), WireError> {
-        let b = self.buffer.as_ref();
+        let b = buffer.as_ref();
         let len = b.len();
-        if len < HEADER_LEN {
+        let Some(&b0) = b.first() else {
             return Err(WireError::TruncatedHeader { len });
-        }
-        if b[field::VERSION] != VERSION {
-            return Err(WireError::UnsupportedVersion(b[field::VERSION]));
-        }
-        let kind = Kind::from_byte(b[field::KIND]).ok_or(WireError::UnknownKind(b[field::KIND]))?;
-        let count = usize::from(b[field::CHUNK_COUNT]);
-        let tool = usize::from(be16(b, field::TOOL_HEADER_LEN));
-        let trailer = usize::from(be16(b, field::TRAILER_LEN));
-        let desc_end = HEADER_LEN + count * CHUNK_DESC_LEN;
-        let fixed = desc_end + tool + trailer;
-        if fixed > len {
-            return Err(WireError::LengthsExceedPacket {
-                claimed: fixed,
-                len,
-            });
-        }
-        match kind {
-            Kind::Probe => {
-                let (seq, train_len) = (be16(b, field::SEQ), be16(b, field::TRAIN_LEN));
-                if seq >= train_len {
-                    return Err(WireError::SeqOutOfRange { seq, train_len });
-                }
-            }
-            Kind::Continuation => {
-                if count == 0 || tool != 0 {
-                    return Err(WireError::MalformedContinuation);
-                }
-            }
-            Kind::Keepalive => {
-                if count != 0 || tool != 0 {
-                    return Err(WireError::MalformedKeepalive);
-                }
-            }
-        }
-        let mut claimed = fixed;
-        for index in 0..count {
-            let d = &b[HEADER_LEN + index * CHUNK_DESC_LEN..][..CHUNK_DESC_LEN];
-            let offset = be16(d, field::OFFSET);
-            let rider_len = be16(d, field::RIDER_LEN);
-            let chunk_len = be16(d, field::CHUNK_LEN);
-            if chunk_len == 0 || rider_len == 0 {
-                return Err(WireError::EmptyChunk { index });
-            }
-            let end = u32::from(offset) + u32::from(chunk_len);
-            if end > u32::from(rider_len) {
-                return Err(WireError::ChunkOutOfRange {
-                    index,
-                    offset,
-                    end,
-                    rider_len,
-                });
-            }
-            let last = d[field::CHUNK_FLAGS] & CHUNK_FLAG_LAST != 0;
-            if last != (end == u32::from(rider_len)) {
-                return Err(WireError::LastFlagMismatch { index });
-            }
-            claimed += usize::from(chunk_len);
-        }
-        if claimed > len {
-            return Err(WireError::LengthsExceedPacket { claimed, len });
-        }
-        Ok(())
+        };
+        let version = version_of(b0)?;
+        let desc_end = match version {
+            Version::V1 => check_v1(b)?,
+            Version::V2 => check_v2(b)?,
+        };
+        Ok(Self {
+            buffer,
+            version,
+            desc_end,
+        })
     }
 
     /// The underlying buffer.
@@ -344,72 +519,147 @@ impl<T: AsRef<[u8]>> Packet<T> {
         false
     }
 
-    /// Probe or continuation.
+    /// The packet's format version.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// Probe, continuation or keepalive.
     pub fn kind(&self) -> Kind {
-        // Checked in `check`; a continuation is the only other kind.
-        Kind::from_byte(self.buffer.as_ref()[field::KIND]).unwrap_or(Kind::Continuation)
+        let b = self.buffer.as_ref();
+        let byte = match self.version {
+            Version::V1 => b[field::KIND],
+            Version::V2 => (b[field::v2::FIRST] >> 2) & 3,
+        };
+        // Checked in `check`.
+        Kind::from_byte(byte).unwrap_or(Kind::Continuation)
+    }
+
+    fn is_v2_probe(&self) -> bool {
+        self.version == Version::V2 && self.kind() == Kind::Probe
     }
 
     /// Whether this probe is the last of its train.
     pub fn last_in_train(&self) -> bool {
-        self.buffer.as_ref()[field::FLAGS] & FLAG_LAST_PROBE != 0
+        let b = self.buffer.as_ref();
+        match self.version {
+            Version::V1 => b[field::FLAGS] & FLAG_LAST_PROBE != 0,
+            Version::V2 => b[field::v2::FIRST] & V2_LAST_PROBE != 0,
+        }
     }
 
     /// Number of rider chunks.
     pub fn chunk_count(&self) -> usize {
-        usize::from(self.buffer.as_ref()[field::CHUNK_COUNT])
+        let b = self.buffer.as_ref();
+        usize::from(match self.version {
+            Version::V1 => b[field::CHUNK_COUNT],
+            Version::V2 => b[field::v2::CHUNK_COUNT],
+        })
+    }
+
+    /// A version-2 probe's 16-bit field at `r`, 0 in any other packet.
+    fn v2_probe16(&self, r: std::ops::Range<usize>) -> u16 {
+        if self.is_v2_probe() {
+            be16(self.buffer.as_ref(), r)
+        } else {
+            0
+        }
+    }
+
+    fn v2_seq_train_tool(&self) -> u32 {
+        if self.is_v2_probe() {
+            be32(self.buffer.as_ref(), field::v2::SEQ_TRAIN_TOOL)
+        } else {
+            0
+        }
     }
 
     /// Measurement port of the sending tool.
     pub fn src_port(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::SRC_PORT)
+        match self.version {
+            Version::V1 => be16(self.buffer.as_ref(), field::SRC_PORT),
+            Version::V2 => self.v2_probe16(field::v2::SRC_PORT),
+        }
     }
 
     /// Measurement port of the receiving tool.
     pub fn dst_port(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::DST_PORT)
+        match self.version {
+            Version::V1 => be16(self.buffer.as_ref(), field::DST_PORT),
+            Version::V2 => self.v2_probe16(field::v2::DST_PORT),
+        }
     }
 
-    /// Transaction id.
+    /// Transaction id (its low 16 bits in version 2).
     pub fn transaction(&self) -> u32 {
-        be32(self.buffer.as_ref(), field::TRANSACTION)
+        match self.version {
+            Version::V1 => be32(self.buffer.as_ref(), field::TRANSACTION),
+            Version::V2 => u32::from(self.v2_probe16(field::v2::TRANSACTION)),
+        }
     }
 
     /// Probe sequence number within its train.
     pub fn seq(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::SEQ)
+        match self.version {
+            Version::V1 => be16(self.buffer.as_ref(), field::SEQ),
+            Version::V2 => (self.v2_seq_train_tool() >> 20) as u16,
+        }
     }
 
     /// Number of probes in the train.
     pub fn train_len(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::TRAIN_LEN)
+        match self.version {
+            Version::V1 => be16(self.buffer.as_ref(), field::TRAIN_LEN),
+            Version::V2 => ((self.v2_seq_train_tool() >> 8) & 0xfff) as u16,
+        }
     }
 
-    /// The sender's realtime stamp.
+    /// The sender's realtime stamp as the packet holds it: whole in version 1, its low
+    /// 32 bits in version 2 (see [`Packet::sender_time_near`]).
     pub fn sender_time(&self) -> WallTime {
-        WallTime::from_nanos(be64(self.buffer.as_ref(), field::SENDER_TIME))
+        let b = self.buffer.as_ref();
+        match self.version {
+            Version::V1 => WallTime::from_nanos(be64(b, field::SENDER_TIME)),
+            Version::V2 if self.kind() == Kind::Probe => {
+                WallTime::from_nanos(u64::from(be32(b, field::v2::SENDER_TIME)))
+            }
+            Version::V2 => WallTime::UNIX_EPOCH,
+        }
+    }
+
+    /// The sender's full realtime stamp, given the receive stamp `near` (version 2
+    /// holds only the low 32 bits; see [`widen_sender_time`]).
+    pub fn sender_time_near(&self, near: WallTime) -> WallTime {
+        match self.version {
+            Version::V1 => self.sender_time(),
+            Version::V2 => widen_sender_time(self.sender_time().as_nanos() as u32, near),
+        }
     }
 
     fn tool_header_len(&self) -> usize {
-        usize::from(be16(self.buffer.as_ref(), field::TOOL_HEADER_LEN))
+        match self.version {
+            Version::V1 => usize::from(be16(self.buffer.as_ref(), field::TOOL_HEADER_LEN)),
+            Version::V2 => (self.v2_seq_train_tool() & 0xff) as usize,
+        }
     }
 
     fn trailer_len(&self) -> usize {
-        usize::from(be16(self.buffer.as_ref(), field::TRAILER_LEN))
-    }
-
-    fn body_start(&self) -> usize {
-        HEADER_LEN + self.chunk_count() * CHUNK_DESC_LEN
+        let b = self.buffer.as_ref();
+        match self.version {
+            Version::V1 => usize::from(be16(b, field::TRAILER_LEN)),
+            Version::V2 if b[field::v2::FIRST] & V2_TRAILER != 0 => usize::from(V2_TRAILER_LEN),
+            Version::V2 => 0,
+        }
     }
 
     /// The tool's probe header.
     pub fn tool_header(&self) -> &[u8] {
-        &self.buffer.as_ref()[self.body_start()..self.chunk_data_start()]
+        &self.buffer.as_ref()[self.desc_end..self.chunk_data_start()]
     }
 
     /// Where the chunks' data begins, after the descriptors and the tool header.
     fn chunk_data_start(&self) -> usize {
-        self.body_start() + self.tool_header_len()
+        self.desc_end + self.tool_header_len()
     }
 
     /// The authentication trailer (see `auth`; empty without a key).
@@ -420,11 +670,16 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// The rider chunks, in descriptor order.
     pub fn chunks(&self) -> Chunks<'_> {
-        let b = self.buffer.as_ref();
+        self.chunks_of(self.buffer.as_ref())
+    }
+
+    fn chunks_of<'a>(&self, b: &'a [u8]) -> Chunks<'a> {
         Chunks {
             buffer: b,
+            version: self.version,
             index: 0,
             count: self.chunk_count(),
+            desc_at: self.version.header_len(self.kind()),
             data_at: self.chunk_data_start(),
         }
     }
@@ -433,12 +688,182 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn rider_bytes(&self) -> usize {
         self.chunks().map(|c| c.data.len()).sum()
     }
+
+    /// Bytes of padding: what the header, descriptors, tool header, chunks and
+    /// trailer leave of the packet.
+    pub fn padding_len(&self) -> usize {
+        // Checked: they fit the packet.
+        self.len() - self.chunk_data_start() - self.rider_bytes() - self.trailer_len()
+    }
+}
+
+/// Checks a version-1 packet; returns where its descriptors end.
+fn check_v1(b: &[u8]) -> Result<usize, WireError> {
+    let len = b.len();
+    if len < HEADER_LEN {
+        return Err(WireError::TruncatedHeader { len });
+    }
+    let kind = Kind::from_byte(b[field::KIND]).ok_or(WireError::UnknownKind(b[field::KIND]))?;
+    let count = usize::from(b[field::CHUNK_COUNT]);
+    let tool = usize::from(be16(b, field::TOOL_HEADER_LEN));
+    let trailer = usize::from(be16(b, field::TRAILER_LEN));
+    let desc_end = HEADER_LEN + count * CHUNK_DESC_LEN;
+    let fixed = desc_end + tool + trailer;
+    if fixed > len {
+        return Err(WireError::LengthsExceedPacket {
+            claimed: fixed,
+            len,
+        });
+    }
+    check_kind(
+        kind,
+        be16(b, field::SEQ),
+        be16(b, field::TRAIN_LEN),
+        count,
+        tool,
+    )?;
+    let mut claimed = fixed;
+    for index in 0..count {
+        let d = &b[HEADER_LEN + index * CHUNK_DESC_LEN..][..CHUNK_DESC_LEN];
+        let offset = be16(d, field::OFFSET);
+        let rider_len = be16(d, field::RIDER_LEN);
+        let chunk_len = be16(d, field::CHUNK_LEN);
+        if chunk_len == 0 || rider_len == 0 {
+            return Err(WireError::EmptyChunk { index });
+        }
+        let end = u32::from(offset) + u32::from(chunk_len);
+        if end > u32::from(rider_len) {
+            return Err(WireError::ChunkOutOfRange {
+                index,
+                offset,
+                end,
+                rider_len,
+            });
+        }
+        let last = d[field::CHUNK_FLAGS] & CHUNK_FLAG_LAST != 0;
+        if last != (end == u32::from(rider_len)) {
+            return Err(WireError::LastFlagMismatch { index });
+        }
+        claimed += usize::from(chunk_len);
+    }
+    if claimed > len {
+        return Err(WireError::LengthsExceedPacket { claimed, len });
+    }
+    Ok(desc_end)
+}
+
+/// What every version requires of each kind.
+fn check_kind(
+    kind: Kind,
+    seq: u16,
+    train_len: u16,
+    count: usize,
+    tool: usize,
+) -> Result<(), WireError> {
+    match kind {
+        Kind::Probe if seq >= train_len => Err(WireError::SeqOutOfRange { seq, train_len }),
+        Kind::Continuation if count == 0 || tool != 0 => Err(WireError::MalformedContinuation),
+        Kind::Keepalive if count != 0 || tool != 0 => Err(WireError::MalformedKeepalive),
+        _ => Ok(()),
+    }
+}
+
+/// Checks a version-2 packet; returns where its descriptors end.
+fn check_v2(b: &[u8]) -> Result<usize, WireError> {
+    let len = b.len();
+    if len < V2_SHORT_HEADER_LEN {
+        return Err(WireError::TruncatedHeader { len });
+    }
+    let first = b[field::v2::FIRST];
+    let kind_bits = (first >> 2) & 3;
+    let kind = Kind::from_byte(kind_bits).ok_or(WireError::UnknownKind(kind_bits))?;
+    let header = Version::V2.header_len(kind);
+    if len < header {
+        return Err(WireError::TruncatedHeader { len });
+    }
+    let count = usize::from(b[field::v2::CHUNK_COUNT]);
+    let (seq, train_len, tool) = if kind == Kind::Probe {
+        let w = be32(b, field::v2::SEQ_TRAIN_TOOL);
+        (
+            (w >> 20) as u16,
+            ((w >> 8) & 0xfff) as u16,
+            (w & 0xff) as usize,
+        )
+    } else {
+        (0, 0, 0)
+    };
+    check_kind(kind, seq, train_len, count, tool)?;
+    let trailer = if first & V2_TRAILER != 0 {
+        usize::from(V2_TRAILER_LEN)
+    } else {
+        0
+    };
+    let mut at = header;
+    let mut data = 0;
+    for index in 0..count {
+        let Some((chunk_len, _, offset, rider_len, size)) =
+            b.get(at..at + 2).and_then(|_| v2_desc(&b[at..]))
+        else {
+            return Err(WireError::LengthsExceedPacket {
+                claimed: at + Version::V2.max_desc_len(),
+                len,
+            });
+        };
+        if chunk_len == 0 {
+            return Err(WireError::EmptyChunk { index });
+        }
+        let end = u32::from(offset) + u32::from(chunk_len);
+        let place = be16(b, at..at + 2) >> 14;
+        if place == 3 && end > u32::from(u16::MAX) {
+            return Err(WireError::ChunkOutOfRange {
+                index,
+                offset,
+                end,
+                rider_len: u16::MAX,
+            });
+        }
+        if end > u32::from(rider_len) {
+            return Err(WireError::ChunkOutOfRange {
+                index,
+                offset,
+                end,
+                rider_len,
+            });
+        }
+        // The place must be the one offset and length give (so each chunk has one
+        // encoding): a first chunk starts but does not end its rider, and so on.
+        let says = Place::of(
+            usize::from(offset),
+            usize::from(chunk_len),
+            usize::from(rider_len),
+        );
+        let claims = [Place::Whole, Place::First, Place::Middle, Place::Last][usize::from(place)];
+        if says != claims {
+            return Err(WireError::LastFlagMismatch { index });
+        }
+        at += size;
+        data += usize::from(chunk_len);
+    }
+    let claimed = at + tool + data + trailer;
+    if claimed > len {
+        return Err(WireError::LengthsExceedPacket { claimed, len });
+    }
+    Ok(at)
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    /// Writes the sender's realtime stamp; called right before the packet is sent.
+    /// Writes the sender's realtime stamp (all of it in version 1, its low 32 bits in
+    /// a version-2 probe; other version-2 packets have none); called right before the
+    /// packet is sent.
     pub fn set_sender_time(&mut self, t: WallTime) {
-        self.buffer.as_mut()[field::SENDER_TIME].copy_from_slice(&t.as_nanos().to_be_bytes());
+        match self.version {
+            Version::V1 => self.buffer.as_mut()[field::SENDER_TIME]
+                .copy_from_slice(&t.as_nanos().to_be_bytes()),
+            Version::V2 if self.kind() == Kind::Probe => self.buffer.as_mut()
+                [field::v2::SENDER_TIME]
+                .copy_from_slice(&(t.as_nanos() as u32).to_be_bytes()),
+            Version::V2 => {}
+        }
     }
 
     /// The packet's bytes, to write what the view has no setter for (the trailer).
@@ -450,7 +875,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 /// One rider chunk carried in an MGRP packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Chunk<'a> {
-    /// Rider id, unique per sender and destination until it wraps.
+    /// Rider id, unique per sender and destination until it wraps
+    /// ([`UNNUMBERED_RIDER_ID`] for a whole rider in version 2).
     pub rider_id: u32,
     /// Offset of `data` within the rider.
     pub offset: u16,
@@ -476,8 +902,10 @@ impl Chunk<'_> {
 #[derive(Debug, Clone)]
 pub struct Chunks<'a> {
     buffer: &'a [u8],
+    version: Version,
     index: usize,
     count: usize,
+    desc_at: usize,
     data_at: usize,
 }
 
@@ -488,12 +916,29 @@ impl<'a> Iterator for Chunks<'a> {
         if self.index >= self.count {
             return None;
         }
-        let d = &self.buffer[HEADER_LEN + self.index * CHUNK_DESC_LEN..][..CHUNK_DESC_LEN];
-        let len = usize::from(be16(d, field::CHUNK_LEN));
+        let (len, rider_id, offset, rider_len) = match self.version {
+            Version::V1 => {
+                let d = &self.buffer[self.desc_at..][..CHUNK_DESC_LEN];
+                self.desc_at += CHUNK_DESC_LEN;
+                (
+                    be16(d, field::CHUNK_LEN),
+                    be32(d, field::RIDER_ID),
+                    be16(d, field::OFFSET),
+                    be16(d, field::RIDER_LEN),
+                )
+            }
+            Version::V2 => {
+                // Checked: every descriptor fits.
+                let (len, id, offset, rider_len, size) = v2_desc(&self.buffer[self.desc_at..])?;
+                self.desc_at += size;
+                (len, id, offset, rider_len)
+            }
+        };
+        let len = usize::from(len);
         let chunk = Chunk {
-            rider_id: be32(d, field::RIDER_ID),
-            offset: be16(d, field::OFFSET),
-            rider_len: be16(d, field::RIDER_LEN),
+            rider_id,
+            offset,
+            rider_len,
             data: &self.buffer[self.data_at..self.data_at + len],
         };
         self.index += 1;
@@ -557,6 +1002,8 @@ impl Header {
 /// A parsed MGRP packet; the input of [`Repr::emit`] and the output of [`Repr::parse`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Repr<'a> {
+    /// Format version.
+    pub version: Version,
     /// Fixed-header fields.
     pub header: Header,
     /// The tool's probe header (empty for a continuation).
@@ -573,6 +1020,7 @@ impl<'a> Repr<'a> {
         let b: &'a [u8] = packet.buffer;
         let view = packet;
         Self {
+            version: view.version,
             header: Header {
                 kind: view.kind(),
                 last_in_train: view.last_in_train(),
@@ -585,34 +1033,39 @@ impl<'a> Repr<'a> {
             },
             // From the buffer rather than the view's getters, which borrow the view:
             // the parts live as long as the buffer.
-            tool_header: &b[view.body_start()..view.chunk_data_start()],
-            chunks: Chunks {
-                buffer: b,
-                index: 0,
-                count: view.chunk_count(),
-                data_at: view.chunk_data_start(),
-            }
-            .collect(),
-            trailer_len: be16(b, field::TRAILER_LEN),
+            tool_header: &b[view.desc_end..view.chunk_data_start()],
+            chunks: view.chunks_of(b).collect(),
+            // Fits: at most the packet's length, and v2's is 24.
+            trailer_len: u16::try_from(view.trailer_len()).unwrap_or(u16::MAX),
         }
     }
 
     /// The smallest buffer this packet fits in: header, descriptors, tool header,
     /// chunk data and trailer, with no padding.
     pub fn buffer_len(&self) -> usize {
-        min_packet_len(self.tool_header.len(), self.trailer_len)
-            + self
-                .chunks
-                .iter()
-                .map(|c| CHUNK_DESC_LEN + c.data.len())
-                .sum::<usize>()
+        min_packet_len(
+            self.version,
+            self.header.kind,
+            self.tool_header.len(),
+            self.trailer_len,
+        ) + self
+            .chunks
+            .iter()
+            .map(|c| {
+                self.version.desc_len(
+                    usize::from(c.offset),
+                    c.data.len(),
+                    usize::from(c.rider_len),
+                ) + c.data.len()
+            })
+            .sum::<usize>()
     }
 
     /// Writes the packet into `buf`, which is exactly as long as the packet is to be
     /// on the wire: everything beyond [`Self::buffer_len`] becomes zero padding, with
     /// the zeroed trailer at the very end.
     pub fn emit(&self, buf: &mut [u8]) -> Result<(), WireError> {
-        self.emit_unviewed(buf)
+        self.emit_unviewed(buf).map(|_| ())
     }
 
     /// Emits into `buf` (as [`Repr::emit`]) and returns it as a checked view: what
@@ -621,20 +1074,28 @@ impl<'a> Repr<'a> {
         &self,
         mut buf: T,
     ) -> Result<Packet<T>, WireError> {
-        self.emit_unviewed(buf.as_mut())?;
+        let desc_end = self.emit_unviewed(buf.as_mut())?;
         debug_assert!(
             Packet::new_checked(buf.as_ref()).is_ok(),
             "emitted a packet its own check refuses"
         );
-        Ok(Packet { buffer: buf })
+        Ok(Packet {
+            buffer: buf,
+            version: self.version,
+            desc_end,
+        })
     }
 
-    fn emit_unviewed(&self, buf: &mut [u8]) -> Result<(), WireError> {
+    /// Writes the packet; returns where its descriptors end.
+    fn emit_unviewed(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         if self.chunks.len() > MAX_CHUNKS {
             return Err(WireError::TooManyChunks(self.chunks.len()));
         }
         let tool_len = u16::try_from(self.tool_header.len())
             .map_err(|_| WireError::FieldTooLong(self.tool_header.len()))?;
+        if self.version == Version::V2 {
+            self.check_v2_fits()?;
+        }
         let needed = self.buffer_len();
         if needed > buf.len() {
             return Err(WireError::BufferTooSmall {
@@ -642,11 +1103,64 @@ impl<'a> Repr<'a> {
                 len: buf.len(),
             });
         }
+        let mut at = match self.version {
+            Version::V1 => self.emit_v1_header(buf, tool_len),
+            Version::V2 => self.emit_v2_header(buf),
+        };
+        for c in &self.chunks {
+            let chunk_len =
+                u16::try_from(c.data.len()).map_err(|_| WireError::FieldTooLong(c.data.len()))?;
+            at += match self.version {
+                Version::V1 => emit_v1_desc(&mut buf[at..], c, chunk_len),
+                Version::V2 => emit_v2_desc(&mut buf[at..], c, chunk_len),
+            };
+        }
+        let desc_end = at;
+        buf[at..at + self.tool_header.len()].copy_from_slice(self.tool_header);
+        at += self.tool_header.len();
+        for c in &self.chunks {
+            buf[at..at + c.data.len()].copy_from_slice(c.data);
+            at += c.data.len();
+        }
+        buf[at..].fill(0);
+        Ok(desc_end)
+    }
+
+    /// Refuses what version 2's fields cannot hold.
+    fn check_v2_fits(&self) -> Result<(), WireError> {
         let h = &self.header;
-        buf[field::VERSION] = VERSION;
+        if self.trailer_len != 0 && self.trailer_len != V2_TRAILER_LEN {
+            return Err(WireError::TrailerLen(self.trailer_len));
+        }
+        match h.kind {
+            Kind::Probe => {
+                if h.train_len > V2_MAX_TRAIN_LEN || h.seq > V2_MAX_TRAIN_LEN {
+                    return Err(WireError::FieldTooLong(usize::from(h.train_len.max(h.seq))));
+                }
+                if self.tool_header.len() > V2_MAX_TOOL_HEADER_LEN {
+                    return Err(WireError::FieldTooLong(self.tool_header.len()));
+                }
+            }
+            Kind::Continuation if !self.tool_header.is_empty() => {
+                return Err(WireError::MalformedContinuation);
+            }
+            Kind::Keepalive if !self.tool_header.is_empty() => {
+                return Err(WireError::MalformedKeepalive);
+            }
+            _ => {}
+        }
+        match self.chunks.iter().find(|c| c.data.len() > V2_MAX_CHUNK_LEN) {
+            Some(c) => Err(WireError::FieldTooLong(c.data.len())),
+            None => Ok(()),
+        }
+    }
+
+    fn emit_v1_header(&self, buf: &mut [u8], tool_len: u16) -> usize {
+        let h = &self.header;
+        buf[field::VERSION] = 1;
         buf[field::KIND] = h.kind.to_byte();
         buf[field::FLAGS] = if h.last_in_train { FLAG_LAST_PROBE } else { 0 };
-        // Fits: checked against MAX_CHUNKS above.
+        // Fits: checked against MAX_CHUNKS.
         buf[field::CHUNK_COUNT] = self.chunks.len() as u8;
         buf[field::SRC_PORT].copy_from_slice(&h.src_port.to_be_bytes());
         buf[field::DST_PORT].copy_from_slice(&h.dst_port.to_be_bytes());
@@ -656,33 +1170,91 @@ impl<'a> Repr<'a> {
         buf[field::SENDER_TIME].copy_from_slice(&h.sender_time.as_nanos().to_be_bytes());
         buf[field::TOOL_HEADER_LEN].copy_from_slice(&tool_len.to_be_bytes());
         buf[field::TRAILER_LEN].copy_from_slice(&self.trailer_len.to_be_bytes());
-        let mut at = HEADER_LEN;
-        for c in &self.chunks {
-            let d = &mut buf[at..at + CHUNK_DESC_LEN];
-            d[field::RIDER_ID].copy_from_slice(&c.rider_id.to_be_bytes());
-            d[field::OFFSET].copy_from_slice(&c.offset.to_be_bytes());
-            d[field::RIDER_LEN].copy_from_slice(&c.rider_len.to_be_bytes());
-            let chunk_len =
-                u16::try_from(c.data.len()).map_err(|_| WireError::FieldTooLong(c.data.len()))?;
-            d[field::CHUNK_LEN].copy_from_slice(&chunk_len.to_be_bytes());
-            d[field::CHUNK_FLAGS] = if c.is_last() { CHUNK_FLAG_LAST } else { 0 };
-            d[11] = 0;
-            at += CHUNK_DESC_LEN;
+        HEADER_LEN
+    }
+
+    fn emit_v2_header(&self, buf: &mut [u8]) -> usize {
+        let h = &self.header;
+        let mut first = (2 << 4) | (h.kind.to_byte() << 2);
+        if h.last_in_train {
+            first |= V2_LAST_PROBE;
         }
-        buf[at..at + self.tool_header.len()].copy_from_slice(self.tool_header);
-        at += self.tool_header.len();
-        for c in &self.chunks {
-            buf[at..at + c.data.len()].copy_from_slice(c.data);
-            at += c.data.len();
+        if self.trailer_len != 0 {
+            first |= V2_TRAILER;
         }
-        buf[at..].fill(0);
-        Ok(())
+        buf[field::v2::FIRST] = first;
+        // Fits: checked against MAX_CHUNKS.
+        buf[field::v2::CHUNK_COUNT] = self.chunks.len() as u8;
+        if h.kind != Kind::Probe {
+            return V2_SHORT_HEADER_LEN;
+        }
+        buf[field::v2::DST_PORT].copy_from_slice(&h.dst_port.to_be_bytes());
+        buf[field::v2::SRC_PORT].copy_from_slice(&h.src_port.to_be_bytes());
+        buf[field::v2::TRANSACTION].copy_from_slice(&(h.transaction as u16).to_be_bytes());
+        // Fit: checked by check_v2_fits.
+        let w = (u32::from(h.seq) << 20)
+            | (u32::from(h.train_len) << 8)
+            | self.tool_header.len() as u32;
+        buf[field::v2::SEQ_TRAIN_TOOL].copy_from_slice(&w.to_be_bytes());
+        buf[field::v2::SENDER_TIME]
+            .copy_from_slice(&(h.sender_time.as_nanos() as u32).to_be_bytes());
+        V2_PROBE_HEADER_LEN
     }
 }
 
-/// The smallest MGRP packet with this tool header and trailer and no chunks.
-pub fn min_packet_len(tool_header_len: usize, trailer_len: u16) -> usize {
-    HEADER_LEN + tool_header_len + usize::from(trailer_len)
+fn emit_v1_desc(d: &mut [u8], c: &Chunk<'_>, chunk_len: u16) -> usize {
+    d[field::RIDER_ID].copy_from_slice(&c.rider_id.to_be_bytes());
+    d[field::OFFSET].copy_from_slice(&c.offset.to_be_bytes());
+    d[field::RIDER_LEN].copy_from_slice(&c.rider_len.to_be_bytes());
+    d[field::CHUNK_LEN].copy_from_slice(&chunk_len.to_be_bytes());
+    d[field::CHUNK_FLAGS] = if c.is_last() { CHUNK_FLAG_LAST } else { 0 };
+    d[11] = 0;
+    CHUNK_DESC_LEN
+}
+
+fn emit_v2_desc(d: &mut [u8], c: &Chunk<'_>, chunk_len: u16) -> usize {
+    let place = Place::of(
+        usize::from(c.offset),
+        c.data.len(),
+        usize::from(c.rider_len),
+    );
+    let tag: u16 = match place {
+        Place::Whole => 0,
+        Place::First => 1,
+        Place::Middle => 2,
+        Place::Last => 3,
+    };
+    d[0..2].copy_from_slice(&((tag << 14) | chunk_len).to_be_bytes());
+    if place == Place::Whole {
+        return 2;
+    }
+    let id = (((c.rider_id >> 31) as u16) << 15) | (c.rider_id & 0x7fff) as u16;
+    d[2..4].copy_from_slice(&id.to_be_bytes());
+    match place {
+        Place::First => {
+            d[4..6].copy_from_slice(&c.rider_len.to_be_bytes());
+            6
+        }
+        Place::Middle => {
+            d[4..6].copy_from_slice(&c.offset.to_be_bytes());
+            d[6..8].copy_from_slice(&c.rider_len.to_be_bytes());
+            8
+        }
+        _ => {
+            d[4..6].copy_from_slice(&c.offset.to_be_bytes());
+            6
+        }
+    }
+}
+/// The smallest MGRP packet of this version and kind with this tool header and
+/// trailer and no chunks.
+pub fn min_packet_len(
+    version: Version,
+    kind: Kind,
+    tool_header_len: usize,
+    trailer_len: u16,
+) -> usize {
+    version.header_len(kind) + tool_header_len + usize::from(trailer_len)
 }
 
 #[cfg(test)]
@@ -749,6 +1321,7 @@ mod tests {
         let tool = [0xaa, 0xbb, 0xcc];
         let rider = [0x45, 0, 0, 4];
         let repr = Repr {
+            version: Version::V1,
             header: Header {
                 kind: Kind::Probe,
                 last_in_train: false,
@@ -779,6 +1352,7 @@ mod tests {
     #[test]
     fn keepalives_carry_nothing() {
         let repr = Repr {
+            version: Version::V1,
             header: Header::keepalive(),
             tool_header: &[],
             chunks: vec![],
@@ -901,6 +1475,7 @@ mod tests {
     #[test]
     fn emit_refuses_small_buffer() {
         let repr = Repr {
+            version: Version::V1,
             header: Header {
                 kind: Kind::Probe,
                 last_in_train: true,
@@ -935,5 +1510,203 @@ mod tests {
         assert_eq!(p.sender_time(), WallTime::from_nanos(42));
         assert_eq!(b[..16], PROBE_ONE_RIDER[..16]);
         assert_eq!(b[24..], PROBE_ONE_RIDER[24..]);
+    }
+
+    /// A version-2 probe: seq 2 of 5, last-flag set, with the authentication-trailer
+    /// flag, ports 40001 -> 40002, transaction 7, a 3-byte tool header, a whole 4-byte
+    /// rider and the last 2 bytes of a 10-byte rider (id 5), 3 bytes of padding and
+    /// the 24-byte trailer; 60 bytes in all.
+    const V2_PROBE: [u8; 60] = [
+        0x27, 0x02, // version 2, probe (1 << 2), last (0x02), trailer (0x01); 2 chunks
+        0x9c, 0x42, 0x9c, 0x41, // dst 40002, src 40001
+        0x00, 0x07, // transaction 7
+        0x00, 0x20, 0x05, 0x03, // seq 2, train 5, tool header 3
+        0x3b, 0x9a, 0xca, 0x01, // sender time, low 32 bits
+        0x00, 0x04, // whole, 4 bytes
+        0xc0, 0x02, 0x00, 0x05, 0x00, 0x08, // last, 2 bytes, id 5, offset 8
+        0xaa, 0xbb, 0xcc, // tool header
+        0x45, 0x00, 0x00, 0x04, // whole rider
+        0xde, 0xad, // end of rider 5
+        0x00, 0x00, 0x00, // padding
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, // trailer
+    ];
+
+    #[test]
+    fn v2_probe_vector() {
+        let p = Packet::new_checked(&V2_PROBE[..]).unwrap();
+        assert_eq!(p.version(), Version::V2);
+        assert_eq!(p.kind(), Kind::Probe);
+        assert!(p.last_in_train());
+        assert_eq!((p.src_port(), p.dst_port()), (40001, 40002));
+        assert_eq!(p.transaction(), 7);
+        assert_eq!((p.seq(), p.train_len()), (2, 5));
+        assert_eq!(p.sender_time(), WallTime::from_nanos(1_000_000_001));
+        assert_eq!(p.tool_header(), &[0xaa, 0xbb, 0xcc]);
+        assert_eq!(p.trailer().len(), 24);
+        let chunks: Vec<_> = p.chunks().collect();
+        assert_eq!(
+            chunks,
+            [
+                Chunk {
+                    rider_id: UNNUMBERED_RIDER_ID,
+                    offset: 0,
+                    rider_len: 4,
+                    data: &[0x45, 0, 0, 4]
+                },
+                Chunk {
+                    rider_id: 5,
+                    offset: 8,
+                    rider_len: 10,
+                    data: &[0xde, 0xad]
+                }
+            ]
+        );
+        let repr = Repr::parse(&p);
+        assert_eq!(repr.buffer_len(), 57);
+        let mut buf = [0xffu8; 60];
+        repr.emit(&mut buf).unwrap();
+        assert_eq!(buf, V2_PROBE);
+        // Header 16 bytes, descriptors 2 + 6: against version 1's 28 + 2 × 12.
+        assert_eq!(
+            p.tool_header().as_ptr() as usize - V2_PROBE.as_ptr() as usize,
+            24
+        );
+    }
+
+    #[test]
+    fn v2_descriptors_by_place() {
+        let rider = [7u8; 10];
+        let repr = |offset: u16, len: usize, id: u32| Repr {
+            version: Version::V2,
+            header: Header::continuation(),
+            tool_header: &[],
+            chunks: vec![Chunk {
+                rider_id: id,
+                offset,
+                rider_len: 10,
+                data: &rider[..len],
+            }],
+            trailer_len: 0,
+        };
+        // first, middle, last: 6, 8, 6 bytes after the 2-byte header; ids keep the
+        // tunneled bit and 15 low bits.
+        for (offset, len, id, desc) in [
+            (0, 4, 0x8000_0003, vec![0x40, 0x04, 0x80, 0x03, 0x00, 0x0a]),
+            (
+                4,
+                3,
+                3,
+                vec![0x80, 0x03, 0x00, 0x03, 0x00, 0x04, 0x00, 0x0a],
+            ),
+            (7, 3, 3, vec![0xc0, 0x03, 0x00, 0x03, 0x00, 0x07]),
+        ] {
+            let r = repr(offset, len, id);
+            let p = r.emit_into(vec![0u8; r.buffer_len()]).unwrap();
+            assert_eq!(p.as_bytes()[..2], [0x28, 1]);
+            assert_eq!(p.as_bytes()[2..2 + desc.len()], desc[..]);
+            assert_eq!(Repr::parse(&Packet::new_checked(p.as_bytes()).unwrap()), r);
+        }
+        // A descriptor whose place disagrees with its numbers is refused: a "first"
+        // chunk that ends its rider.
+        let mut b = vec![0x28, 1, 0x40, 0x02, 0, 1, 0, 2, 9, 9];
+        assert_eq!(
+            Packet::new_checked(&b[..]).unwrap_err(),
+            WireError::LastFlagMismatch { index: 0 }
+        );
+        b[7] = 3;
+        assert!(Packet::new_checked(&b[..]).is_ok());
+    }
+
+    #[test]
+    fn v2_refuses_what_it_cannot_hold() {
+        let tool = [0u8; 256];
+        let mut r = Repr {
+            version: Version::V2,
+            header: Header {
+                kind: Kind::Probe,
+                last_in_train: false,
+                src_port: 1,
+                dst_port: 2,
+                transaction: 3,
+                seq: 0,
+                train_len: 4096,
+                sender_time: WallTime::UNIX_EPOCH,
+            },
+            tool_header: &tool[..8],
+            chunks: vec![],
+            trailer_len: 0,
+        };
+        let mut buf = vec![0u8; 400];
+        assert_eq!(r.emit(&mut buf), Err(WireError::FieldTooLong(4096)));
+        r.header.train_len = 4095;
+        r.emit(&mut buf).unwrap();
+        r.tool_header = &tool;
+        assert_eq!(r.emit(&mut buf), Err(WireError::FieldTooLong(256)));
+        r.tool_header = &[];
+        r.trailer_len = 8;
+        assert_eq!(r.emit(&mut buf), Err(WireError::TrailerLen(8)));
+        assert!(!Version::V2.fits(4096, 0, 0));
+        assert!(!Version::V2.fits(1, 256, 0));
+        assert!(Version::V2.fits(4095, 255, 24));
+        assert!(Version::V1.fits(65535, 1000, 8));
+    }
+
+    #[test]
+    fn v2_short_packets() {
+        let r = Repr {
+            version: Version::V2,
+            header: Header::keepalive(),
+            tool_header: &[],
+            chunks: vec![],
+            trailer_len: 24,
+        };
+        let p = r.emit_into(vec![0u8; r.buffer_len()]).unwrap();
+        assert_eq!(p.len(), 2 + 24);
+        assert_eq!(p.as_bytes()[0], 0x2d);
+        assert_eq!(p.kind(), Kind::Keepalive);
+        assert_eq!((p.src_port(), p.seq(), p.transaction()), (0, 0, 0));
+        assert_eq!(
+            Packet::new_checked(&[0x28u8, 0][..]).unwrap_err(),
+            WireError::MalformedContinuation
+        );
+        assert_eq!(
+            Packet::new_checked(&[0x2cu8, 1, 0, 1, 9][..]).unwrap_err(),
+            WireError::MalformedKeepalive
+        );
+        assert_eq!(
+            Packet::new_checked(&[0x20u8, 0][..]).unwrap_err(),
+            WireError::UnknownKind(0)
+        );
+        assert_eq!(
+            Packet::new_checked(&[0x24u8, 0, 0, 0][..]).unwrap_err(),
+            WireError::TruncatedHeader { len: 4 }
+        );
+        assert_eq!(
+            Packet::new_checked(&[0x31u8; 40][..]).unwrap_err(),
+            WireError::UnsupportedVersion(3)
+        );
+        assert_eq!(
+            Packet::new_checked(&[0u8; 40][..]).unwrap_err(),
+            WireError::UnsupportedVersion(0)
+        );
+    }
+
+    #[test]
+    fn sender_times_widen_around_the_receive_stamp() {
+        let sent = 1_700_000_000_123_456_789u64;
+        let low = sent as u32;
+        for delta in [0i64, 1, 1_000_000, 2_000_000_000, -1, -2_000_000_000] {
+            let near = WallTime::from_nanos((sent as i64 + delta) as u64);
+            assert_eq!(widen_sender_time(low, near).as_nanos(), sent, "{delta}");
+        }
+        // Beyond ±2.1 s the low bits are ambiguous: the answer is off by 2^32 ns.
+        let near = WallTime::from_nanos(sent + 3_000_000_000);
+        assert_eq!(widen_sender_time(low, near).as_nanos(), sent + (1u64 << 32));
+        // Near the epoch, nothing underflows.
+        assert_eq!(widen_sender_time(5, WallTime::from_nanos(1)).as_nanos(), 5);
+        assert_eq!(
+            widen_sender_time(u32::MAX, WallTime::from_nanos(1)).as_nanos(),
+            0
+        );
     }
 }

@@ -12,7 +12,10 @@ use mgrp_core::planner::{
 };
 use mgrp_core::reassembly::{ChunkOutcome, Limits, Reassembler};
 use mgrp_core::schedule::Schedule;
-use mgrp_core::wire::{Chunk, HEADER_LEN, Header, Kind, Packet, Repr};
+use mgrp_core::wire::{
+    Chunk, Header, Kind, Packet, Repr, TUNNELED_RIDER_ID, UNNUMBERED_RIDER_ID, V2_TRAILER_LEN,
+    Version,
+};
 use mgrp_core::{MonoTime, WallTime};
 use proptest::prelude::*;
 
@@ -49,6 +52,7 @@ fn chunk_strategy() -> impl Strategy<Value = OwnedChunk> {
 
 #[derive(Debug, Clone)]
 struct OwnedPacket {
+    version: Version,
     header: Header,
     tool_header: Vec<u8>,
     chunks: Vec<OwnedChunk>,
@@ -93,20 +97,62 @@ fn packet_strategy() -> impl Strategy<Value = OwnedPacket> {
             };
             (header, Vec::new(), chunks)
         });
-    (prop_oneof![probe, continuation], 0u16..40, 0usize..300).prop_map(
-        |((header, tool_header, chunks), trailer_len, padding)| OwnedPacket {
-            header,
-            tool_header,
-            chunks,
-            trailer_len,
-            padding,
-        },
+    (
+        prop_oneof![probe, continuation],
+        0u16..40,
+        0usize..300,
+        any::<bool>(),
     )
+        .prop_map(
+            |((header, tool_header, chunks), trailer_len, padding, v2)| {
+                let p = OwnedPacket {
+                    version: Version::V1,
+                    header,
+                    tool_header,
+                    chunks,
+                    trailer_len,
+                    padding,
+                };
+                if v2 { p.into_v2() } else { p }
+            },
+        )
 }
 
 impl OwnedPacket {
+    /// The packet with every field cut to what version 2 holds: a 16-bit transaction,
+    /// 12-bit sequence and train length, the stamp's low 32 bits (none outside a probe),
+    /// a 24-byte trailer or none, 15-bit rider ids (and the tunneled bit), and no id
+    /// on a whole rider.
+    fn into_v2(mut self) -> Self {
+        let h = &mut self.header;
+        h.transaction &= 0xffff;
+        if h.kind == Kind::Probe {
+            h.train_len = h.train_len % 4095 + 1;
+            h.seq %= h.train_len;
+            h.sender_time = WallTime::from_nanos(h.sender_time.as_nanos() & 0xffff_ffff);
+        } else {
+            h.sender_time = WallTime::UNIX_EPOCH;
+        }
+        self.trailer_len = if self.trailer_len % 2 == 0 {
+            0
+        } else {
+            V2_TRAILER_LEN
+        };
+        for c in &mut self.chunks {
+            let whole = c.offset == 0 && usize::from(c.rider_len) == c.data.len();
+            c.rider_id = if whole {
+                UNNUMBERED_RIDER_ID
+            } else {
+                (c.rider_id & TUNNELED_RIDER_ID) | (c.rider_id & 0x7fff)
+            };
+        }
+        self.version = Version::V2;
+        self
+    }
+
     fn repr(&self) -> Repr<'_> {
         Repr {
+            version: self.version,
             header: self.header,
             tool_header: &self.tool_header,
             chunks: self
@@ -153,7 +199,7 @@ proptest! {
         if let Ok(p) = Packet::new_checked(&data[..]) {
             let repr = Repr::parse(&p);
             prop_assert!(repr.buffer_len() <= data.len());
-            prop_assert!(data.len() >= HEADER_LEN);
+            prop_assert!(data.len() >= p.version().header_len(p.kind()));
         }
     }
 
@@ -209,6 +255,7 @@ struct Scenario {
     seed: u64,
     loss_percent: u64,
     dup_percent: u64,
+    wire: Version,
 }
 
 fn policy_strategy() -> impl Strategy<Value = Policy> {
@@ -264,12 +311,17 @@ fn scenario_strategy() -> impl Strategy<Value = Scenario> {
         any::<u64>(),
         0u64..30,
         0u64..30,
+        prop_oneof![Just(Version::V1), Just(Version::V2)],
     )
         .prop_map(
-            |(policy, mut riders, mut trains, seed, loss_percent, dup_percent)| {
+            |(mut policy, mut riders, mut trains, seed, loss_percent, dup_percent, wire)| {
                 riders.sort_by_key(|r| r.0);
                 trains.sort_by_key(|t| t.0);
+                if wire == Version::V2 && policy.trailer_len != 0 {
+                    policy.trailer_len = V2_TRAILER_LEN;
+                }
                 Scenario {
+                    wire,
                     policy,
                     riders,
                     trains,
@@ -311,12 +363,46 @@ struct Outcome {
     /// MGRP packets that left: probes and continuations.
     mgrp: Vec<Vec<u8>>,
     unchanged: Vec<Bytes>,
-    /// Riders accepted by the planner, in order: the k-th has rider id k.
+    /// Riders accepted by the planner, in order (in version 1 the k-th has rider id k).
     accepted: Vec<Bytes>,
+    /// What left, in order: true for the next MGRP packet, false for the next rider
+    /// sent unchanged.
+    order: Vec<bool>,
+}
+
+impl Outcome {
+    /// The accepted rider each chunk of each MGRP packet belongs to. Riders leave in
+    /// arrival order, so the packets and unchanged riders, in the order they left,
+    /// are the accepted riders in order: a chunk at offset 0 starts the next one, any
+    /// other continues the one before.
+    fn attribute(&self) -> Vec<Vec<usize>> {
+        let (mut next, mut current, mut packets) = (0, None, self.mgrp.iter());
+        let mut owners = Vec::new();
+        for &is_mgrp in &self.order {
+            if !is_mgrp {
+                next += 1;
+                continue;
+            }
+            let pkt = packets.next().expect("one packet per entry");
+            let mut of = Vec::new();
+            for c in Packet::new_checked(&pkt[..]).unwrap().chunks() {
+                let owner = if c.offset == 0 {
+                    next += 1;
+                    next - 1
+                } else {
+                    current.expect("a chunk past offset 0 continues a started rider")
+                };
+                current = Some(owner);
+                of.push(owner);
+            }
+            owners.push(of);
+        }
+        owners
+    }
 }
 
 fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
-    let mut p = Planner::new(s.policy.clone(), PATH).unwrap();
+    let mut p = Planner::new(s.policy.clone(), PATH.with_wire(s.wire)).unwrap();
     let mut out = Outcome::default();
     let mut riders = s.riders.iter().enumerate().peekable();
     let mut trains = s.trains.iter().enumerate().peekable();
@@ -361,8 +447,14 @@ fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
         }
         while let Some(t) = p.poll_transmit(us(now)) {
             match t {
-                Transmit::Unchanged(b) => out.unchanged.push(b),
-                Transmit::Continuation(b) => out.mgrp.push(b.into_inner()),
+                Transmit::Unchanged(b) => {
+                    out.unchanged.push(b);
+                    out.order.push(false);
+                }
+                Transmit::Continuation(b) => {
+                    out.mgrp.push(b.into_inner());
+                    out.order.push(true);
+                }
             }
         }
         let probe_due = match p.next_deadline() {
@@ -396,6 +488,7 @@ fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
                 Some((departed, WallTime::from_nanos(departed.as_nanos()))),
             );
             out.mgrp.push(probe.packet.into_inner());
+            out.order.push(true);
             continue;
         }
         prop_assert!(p.counters().riders_accounted(), "{:?}", p.counters());
@@ -439,13 +532,18 @@ fn run(s: &Scenario) -> Result<Outcome, TestCaseError> {
     // Every accepted rider left exactly once: all of its bytes in MGRP packets (each
     // byte once, and right), or whole and unchanged.
     let mut sent_bytes: HashMap<u32, Vec<u8>> = HashMap::new();
-    for pkt in &out.mgrp {
-        for ch in Packet::new_checked(&pkt[..]).unwrap().chunks() {
-            let original = &out.accepted[ch.rider_id as usize];
+    for (pkt, owners) in out.mgrp.iter().zip(out.attribute()) {
+        for (ch, owner) in Packet::new_checked(&pkt[..]).unwrap().chunks().zip(owners) {
+            if s.wire == Version::V1 {
+                prop_assert_eq!(ch.rider_id as usize, owner);
+            } else if ch.is_whole() {
+                prop_assert_eq!(ch.rider_id, UNNUMBERED_RIDER_ID);
+            }
+            let original = &out.accepted[owner];
             let at = usize::from(ch.offset);
             prop_assert_eq!(ch.data, &original[at..at + ch.data.len()]);
             let count = sent_bytes
-                .entry(ch.rider_id)
+                .entry(owner as u32)
                 .or_insert_with(|| vec![0; original.len()]);
             count[at..at + ch.data.len()]
                 .iter_mut()
@@ -476,40 +574,50 @@ proptest! {
         let out = run(&s)?;
         // The network: reorder, lose, duplicate.
         let mut rng = Rng(s.seed | 1);
-        let mut wire: Vec<(u64, &Vec<u8>)> = Vec::new();
-        for pkt in &out.mgrp {
+        let owners = out.attribute();
+        let mut wire: Vec<(u64, &Vec<u8>, &Vec<usize>)> = Vec::new();
+        for (pkt, of) in out.mgrp.iter().zip(&owners) {
             if rng.next() % 100 < s.loss_percent {
                 continue;
             }
-            wire.push((rng.next(), pkt));
+            wire.push((rng.next(), pkt, of));
             if rng.next() % 100 < s.dup_percent {
-                wire.push((rng.next(), pkt));
+                wire.push((rng.next(), pkt, of));
             }
         }
         wire.sort_by_key(|w| w.0);
         // Which bytes of which riders survived the network.
-        let mut arrived: HashMap<u32, Vec<bool>> = HashMap::new();
-        for (_, pkt) in &wire {
-            for c in Packet::new_checked(&pkt[..]).unwrap().chunks() {
-                let have = arrived.entry(c.rider_id).or_insert_with(|| vec![false; usize::from(c.rider_len)]);
+        let mut arrived: HashMap<usize, Vec<bool>> = HashMap::new();
+        // Copies of whole version-2 riders that arrived: they carry no id, so a
+        // duplicated packet delivers them twice (the documented cost of the lean format).
+        let mut unnumbered: HashMap<usize, usize> = HashMap::new();
+        for (_, pkt, of) in &wire {
+            for (c, &owner) in Packet::new_checked(&pkt[..]).unwrap().chunks().zip(of.iter()) {
+                if c.rider_id == UNNUMBERED_RIDER_ID {
+                    *unnumbered.entry(owner).or_default() += 1;
+                }
+                let have = arrived.entry(owner).or_insert_with(|| vec![false; usize::from(c.rider_len)]);
                 have[usize::from(c.offset)..usize::from(c.offset) + c.data.len()].fill(true);
             }
         }
         let limits = Limits { per_peer_bytes: 1 << 26, total_bytes: 1 << 26, timeout: Duration::from_secs(3600), remembered: 1 << 20, max_rider_len: usize::from(u16::MAX) };
         let mut r = Reassembler::new(limits);
-        let mut delivered: HashMap<u32, usize> = HashMap::new();
-        for (_, pkt) in &wire {
-            for c in Packet::new_checked(&pkt[..]).unwrap().chunks() {
+        let mut delivered: HashMap<usize, usize> = HashMap::new();
+        for (_, pkt, of) in &wire {
+            for (c, &owner) in Packet::new_checked(&pkt[..]).unwrap().chunks().zip(of.iter()) {
                 if let ChunkOutcome::Complete(bytes) = r.handle_chunk(MonoTime::ZERO, 0u8, &c) {
-                    let original = &out.accepted[c.rider_id as usize];
-                    prop_assert_eq!(&bytes[..], &original[..], "rider {} delivered wrong", c.rider_id);
-                    *delivered.entry(c.rider_id).or_default() += 1;
+                    let original = &out.accepted[owner];
+                    prop_assert_eq!(&bytes[..], &original[..], "rider {} delivered wrong", owner);
+                    *delivered.entry(owner).or_default() += 1;
                 }
             }
         }
         let complete = arrived.values().filter(|have| have.iter().all(|&b| b)).count();
         prop_assert_eq!(delivered.len(), complete);
-        prop_assert!(delivered.values().all(|&n| n == 1), "a rider was delivered twice");
+        for (owner, n) in &delivered {
+            let copies = unnumbered.get(owner).copied().unwrap_or(1);
+            prop_assert_eq!(*n, copies, "rider {} delivered {} times", owner, n);
+        }
         for (id, have) in &arrived {
             prop_assert_eq!(delivered.contains_key(id), have.iter().all(|&b| b));
         }

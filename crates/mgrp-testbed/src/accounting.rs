@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mgrp_core::ip::Ip;
-use mgrp_core::wire::{CHUNK_DESC_LEN, HEADER_LEN as MGRP_HEADER_LEN, Kind as WireKind, Packet};
+use mgrp_core::wire::{Kind as WireKind, Packet};
 
 use crate::Netns;
 use crate::link::{Direction, LinkSocket, MAX_FRAME, VNET_HDR_LEN, VnetHdr, realtime_ns};
@@ -160,13 +160,6 @@ impl Classifier {
                 ..Sorted::plain(Kind::Piggybacked, wire_bytes)
             };
         }
-        // What is left after the MGRP header, the chunk descriptors, the tool's
-        // header, the riders and the trailer.
-        let used = MGRP_HEADER_LEN
-            + CHUNK_DESC_LEN * p.chunk_count()
-            + p.tool_header().len()
-            + p.rider_bytes()
-            + p.trailer().len();
         let riders = rider_bytes.min(wire_bytes);
         Sorted {
             parts: [
@@ -175,7 +168,7 @@ impl Classifier {
             ],
             mgrp: true,
             rider_bytes,
-            padding: p.len().saturating_sub(used) as u64,
+            padding: p.padding_len() as u64,
         }
     }
 }
@@ -347,6 +340,7 @@ mod tests {
         let c = classifier();
         let rider = [7u8; 300];
         let repr = Repr {
+            version: mgrp_core::wire::Version::V1,
             header: Header {
                 kind: WireKind::Probe,
                 last_in_train: false,

@@ -4,7 +4,7 @@
 
 use std::net::Ipv4Addr;
 
-use mgrp_core::wire::{Chunk, Header, Repr};
+use mgrp_core::wire::{Chunk, Header, Repr, Version};
 
 /// An IPv4 header (checksum included) in front of `payload`.
 pub fn ipv4_packet(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, payload: &[u8]) -> Vec<u8> {
@@ -38,6 +38,7 @@ pub fn udp_packet(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, port: u16, text: &
 /// trailer of `trailer_len` bytes (to be sealed, or left for a receiver to refuse).
 pub fn continuation(rider_id: u32, rider: &[u8], trailer_len: u16) -> Vec<u8> {
     let repr = Repr {
+        version: Version::V1,
         header: Header::continuation(),
         tool_header: &[],
         chunks: vec![Chunk {

@@ -15,6 +15,7 @@ use mgrp_core::auth::{Key, TRAILER_LEN};
 pub use mgrp_core::parse_duration;
 use mgrp_core::peers::{Peer, Peers, Prefix};
 use mgrp_core::planner::{Encap, EncapTable, HoldMode, Packing, Policy};
+use mgrp_core::wire::Version;
 use serde::{Deserialize, Deserializer};
 
 /// The daemon's command line. Every flag overrides the key of the same name in the
@@ -165,7 +166,30 @@ pub struct Cli {
     /// pass; PORT is this daemon's UDP port and its peers') [default: raw; port 4253].
     #[arg(long, value_name = "raw|udp[:PORT]", value_parser = parse_encap)]
     pub encap: Option<EncapArg>,
+    /// MGRP format version sent to peers without a `wire` of their own: 2 (the lean
+    /// header) or 1 (for peers running an mgrpd older than version 2's). Both are
+    /// always received [default: 2].
+    #[arg(long, value_name = "1|2", value_parser = parse_wire)]
+    pub wire: Option<Version>,
 }
+
+fn parse_wire(s: &str) -> Result<Version, String> {
+    s.trim()
+        .parse::<u8>()
+        .ok()
+        .and_then(Version::from_number)
+        .ok_or_else(|| format!("wire version {s:?}: use 1 or 2"))
+}
+
+fn de_wire<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Version>, D::Error> {
+    let n = u8::deserialize(d)?;
+    Version::from_number(n)
+        .map(Some)
+        .ok_or_else(|| serde::de::Error::custom(format!("wire version {n}: use 1 or 2")))
+}
+
+/// The format version peers are sent unless told otherwise.
+pub const DEFAULT_WIRE: Version = Version::V2;
 
 /// An `encap` value: raw IP, or UDP with a port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -256,6 +280,8 @@ struct File {
     key_file: Option<PathBuf>,
     #[serde(default, deserialize_with = "de_encap")]
     encap: Option<EncapArg>,
+    #[serde(default, deserialize_with = "de_wire")]
+    wire: Option<Version>,
     #[serde(default)]
     limits: LimitsFile,
 }
@@ -273,6 +299,8 @@ struct PeerFile {
     endpoint: Option<std::net::SocketAddr>,
     #[serde(default, deserialize_with = "de_duration")]
     keepalive: Option<Duration>,
+    #[serde(default, deserialize_with = "de_wire")]
+    wire: Option<Version>,
 }
 
 /// The UDP port mgrpd uses unless told otherwise.
@@ -696,6 +724,8 @@ impl Config {
                 EncapArg::Udp(_) => Encap::Udp,
             },
             per_peer: Vec::new(),
+            wire_default: cli.wire.or(f.wire).unwrap_or(DEFAULT_WIRE),
+            wire_per_peer: Vec::new(),
         };
         let mut udp = Udp {
             port: udp_port,
@@ -729,6 +759,9 @@ impl Config {
                 };
                 if p.encap.is_some() {
                     encap.per_peer.push((p.prefix, peer_encap));
+                }
+                if let Some(w) = p.wire {
+                    encap.wire_per_peer.push((p.prefix, w));
                 }
                 let single = p.prefix.len() == if p.prefix.addr().is_ipv4() { 32 } else { 128 };
                 if peer_encap == Encap::Udp {
@@ -1081,6 +1114,25 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(c.strict_rp_filter(), Ok(()));
+    }
+
+    #[test]
+    fn wire_versions_default_to_2_and_are_chosen_per_peer() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let base = "routes = [\"10.0.0.2/32\"]\n";
+        let c = Config::from_toml(base).unwrap();
+        assert_eq!(c.encap.wire_for_peer(ip("10.0.0.2")), Version::V2);
+        let c = Config::from_toml(&format!(
+            "{base}wire = 1\n[[peers]]\nprefix = \"10.0.1.0/24\"\nwire = 2\n"
+        ))
+        .unwrap();
+        assert_eq!(c.encap.wire_for_peer(ip("10.0.0.2")), Version::V1);
+        assert_eq!(c.encap.wire_for_peer(ip("10.0.1.7")), Version::V2);
+        assert_eq!(c.encap.path(ip("10.0.1.7"), 1500).wire, Version::V2);
+        let e = Config::from_toml(&format!("{base}wire = 3\n")).unwrap_err();
+        assert!(e.to_string().contains("use 1 or 2"), "{e}");
+        assert_eq!(parse_wire("1"), Ok(Version::V1));
+        assert!(parse_wire("v2").is_err());
     }
 
     #[test]

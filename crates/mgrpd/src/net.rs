@@ -481,11 +481,15 @@ impl Net {
         let trailer = self.config.policy.trailer_len;
         let room = usize::from(path.mtu)
             .saturating_sub(usize::from(path.ip_header_len))
-            .saturating_sub(wire::min_packet_len(0, trailer) + wire::CHUNK_DESC_LEN)
+            .saturating_sub(
+                wire::min_packet_len(path.wire, wire::Kind::Continuation, 0, trailer)
+                    + path.wire.max_desc_len(),
+            )
             .max(1);
         let id = wire::TUNNELED_RIDER_ID | self.tunnel_ids.fetch_add(1, Ordering::Relaxed);
         for (i, data) in rider.chunks(room).enumerate() {
             let repr = wire::Repr {
+                version: path.wire,
                 header: wire::Header::continuation(),
                 tool_header: &[],
                 chunks: vec![wire::Chunk {
@@ -510,6 +514,7 @@ impl Net {
     /// mapping and the peer learns where this host is.
     pub(crate) fn send_keepalive(&self, peer: IpAddr) -> std::io::Result<()> {
         let repr = wire::Repr {
+            version: self.config.encap.wire_for_peer(peer),
             header: wire::Header::keepalive(),
             tool_header: &[],
             chunks: Vec::new(),

@@ -420,7 +420,7 @@ impl Receiver {
                 train_len: packet.train_len(),
                 size: u16::try_from(ip_len).unwrap_or(u16::MAX),
                 header: packet.tool_header().to_vec(),
-                sender_time: packet.sender_time(),
+                sender_time: packet.sender_time_near(stamp),
                 receive_time: stamp,
                 rider_bytes: u32::try_from(packet.rider_bytes()).unwrap_or(u32::MAX),
             };

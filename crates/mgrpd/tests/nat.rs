@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use mgrp_core::api::DaemonStats;
 use mgrp_core::auth::{self, Key};
-use mgrp_core::wire::{Header, Packet, Repr};
+use mgrp_core::wire::{Header, Packet, Repr, Version};
 use mgrp_testbed::{Daemon, Netns, tcp_listen, tcp_transfer, uniform_train, veth_pair};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -310,7 +310,9 @@ fn udp_crosses_a_nat_both_ways_and_raw_ip_does_not() {
 
 /// A packet sealed with A's key, from wherever the test sends it.
 fn sealed_keepalive(key: &Key, counter: u64) -> Vec<u8> {
+    // Version 1: a daemon that sends version 2 takes both.
     let repr = Repr {
+        version: Version::V1,
         header: Header::keepalive(),
         tool_header: &[],
         chunks: vec![],

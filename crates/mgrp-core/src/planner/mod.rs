@@ -29,7 +29,7 @@ use bytes::Bytes;
 
 use crate::stats::{Outcome, PlannerCounters, ProbeDeparture, TransactionReport};
 use crate::time::duration_nanos;
-use crate::wire::{self, CHUNK_DESC_LEN, Chunk, Header, Kind, MAX_CHUNKS, Packet, Repr};
+use crate::wire::{self, Chunk, Header, Kind, MAX_CHUNKS, Packet, Repr, Version};
 use crate::{MonoTime, WallTime};
 
 /// When held riders leave without a train. No default of its own: the paper's
@@ -153,6 +153,9 @@ pub struct Path {
     pub ip_header_len: u16,
     /// Largest IP packet the path carries.
     pub mtu: u16,
+    /// The MGRP format version the peer at its end is sent (trains version 2 cannot
+    /// number go as version 1; see [`Version::fits`]).
+    pub wire: Version,
 }
 
 impl Path {
@@ -161,6 +164,7 @@ impl Path {
         Self {
             ip_header_len: 20,
             mtu,
+            wire: Version::V1,
         }
     }
 
@@ -169,6 +173,7 @@ impl Path {
         Self {
             ip_header_len: 40,
             mtu,
+            wire: Version::V1,
         }
     }
 
@@ -177,8 +182,13 @@ impl Path {
     pub const fn udp(self) -> Self {
         Self {
             ip_header_len: self.ip_header_len + UDP_HEADER_LEN,
-            mtu: self.mtu,
+            ..self
         }
+    }
+
+    /// The same path with MGRP packets in format `wire`.
+    pub const fn with_wire(self, wire: Version) -> Self {
+        Self { wire, ..self }
     }
 }
 
@@ -197,24 +207,37 @@ pub enum Encap {
     Udp,
 }
 
-/// How MGRP packets travel to each peer: as `per_peer`'s longest prefix holding it
-/// says, else as `default`.
+/// How MGRP packets travel to each peer, encapsulation and format: as the longest
+/// prefix holding it says, else as the default.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct EncapTable {
     /// For peers no prefix names.
     pub default: Encap,
     /// Per prefix of peers.
     pub per_peer: Vec<(crate::peers::Prefix, Encap)>,
+    /// The format for peers no prefix names.
+    pub wire_default: Version,
+    /// The format per prefix of peers.
+    pub wire_per_peer: Vec<(crate::peers::Prefix, Version)>,
+}
+
+fn longest<T: Copy>(table: &[(crate::peers::Prefix, T)], peer: std::net::IpAddr, default: T) -> T {
+    table
+        .iter()
+        .filter(|(p, _)| p.contains(peer))
+        .max_by_key(|(p, _)| p.len())
+        .map_or(default, |(_, e)| *e)
 }
 
 impl EncapTable {
     /// How MGRP packets travel to `peer`.
     pub fn for_peer(&self, peer: std::net::IpAddr) -> Encap {
-        self.per_peer
-            .iter()
-            .filter(|(p, _)| p.contains(peer))
-            .max_by_key(|(p, _)| p.len())
-            .map_or(self.default, |(_, e)| *e)
+        longest(&self.per_peer, peer, self.default)
+    }
+
+    /// The format `peer` is sent.
+    pub fn wire_for_peer(&self, peer: std::net::IpAddr) -> Version {
+        longest(&self.wire_per_peer, peer, self.wire_default)
     }
 
     /// Whether any peer is reached over UDP.
@@ -228,7 +251,8 @@ impl EncapTable {
             Path::ipv4(mtu)
         } else {
             Path::ipv6(mtu)
-        };
+        }
+        .with_wire(self.wire_for_peer(peer));
         match self.for_peer(peer) {
             Encap::Raw => path,
             Encap::Udp => path.udp(),
@@ -322,6 +346,8 @@ struct Held {
 #[derive(Debug)]
 struct Active {
     tx: Transaction,
+    /// The format of its probes.
+    wire: Version,
     submitted: MonoTime,
     next_seq: usize,
     next_deadline: MonoTime,
@@ -349,6 +375,8 @@ pub struct Planner {
     riders: VecDeque<Held>,
     queued_bytes: usize,
     next_rider_id: u32,
+    /// The id the next rider cut across version-2 packets gets (15 bits).
+    next_cut_id: u32,
     pending: VecDeque<(MonoTime, Transaction)>,
     active: Option<Active>,
     reports: VecDeque<TransactionReport>,
@@ -397,9 +425,10 @@ impl Planner {
             ));
         }
         let room = usize::from(path.mtu).checked_sub(
-            usize::from(path.ip_header_len) + wire::min_packet_len(0, policy.trailer_len),
+            usize::from(path.ip_header_len)
+                + wire::min_packet_len(path.wire, Kind::Probe, 0, policy.trailer_len),
         );
-        let Some(room) = room.filter(|&r| r > CHUNK_DESC_LEN) else {
+        let Some(room) = room.filter(|&r| r > path.wire.max_desc_len()) else {
             return Err(PlanError::BadPath {
                 ip_header_len: path.ip_header_len,
                 mtu: path.mtu,
@@ -408,9 +437,9 @@ impl Planner {
         // The most chunks one probe can carry: its buffers are sized for that once.
         let most = match policy.packing {
             Packing::OnePerProbe => 1,
-            Packing::Multiple => {
-                (room / (CHUNK_DESC_LEN + policy.min_fragment.max(1))).clamp(1, MAX_CHUNKS)
-            }
+            Packing::Multiple => (room
+                / (path.wire.desc_len(0, 1, 1) + policy.min_fragment.max(1)))
+            .clamp(1, MAX_CHUNKS),
         };
         let spare = Spare {
             packets: Vec::new(),
@@ -425,6 +454,7 @@ impl Planner {
             riders: VecDeque::new(),
             queued_bytes: 0,
             next_rider_id: 0,
+            next_cut_id: 0,
             pending: VecDeque::new(),
             active: None,
             reports: VecDeque::new(),
@@ -453,9 +483,11 @@ impl Planner {
     /// Sets the id of the next rider. A daemon starts each planner at an unpredictable
     /// id, so that after a restart its riders are not taken for duplicates of the ones
     /// its previous life sent (receivers remember delivered ids for a while). Planned
-    /// riders' ids stay below [`wire::TUNNELED_RIDER_ID`]: its bit is dropped.
+    /// riders' ids stay below [`wire::TUNNELED_RIDER_ID`]: its bit is dropped. Version
+    /// 2's cut riders start at the id's low 15 bits.
     pub fn set_next_rider_id(&mut self, id: u32) {
         self.next_rider_id = id & !wire::TUNNELED_RIDER_ID;
+        self.next_cut_id = id & 0x7fff;
     }
 
     /// The policy in force.
@@ -483,8 +515,26 @@ impl Planner {
 
     /// The smallest IP total length a probe with this tool header may ask for.
     pub fn min_probe_size(&self, tool_header_len: usize) -> usize {
+        self.min_probe_size_in(self.path.wire, tool_header_len)
+    }
+
+    fn min_probe_size_in(&self, wire: Version, tool_header_len: usize) -> usize {
         usize::from(self.path.ip_header_len)
-            + wire::min_packet_len(tool_header_len, self.policy.trailer_len)
+            + wire::min_packet_len(wire, Kind::Probe, tool_header_len, self.policy.trailer_len)
+    }
+
+    /// The format a train goes in: the path's, unless its fields cannot hold the train.
+    fn wire_for(&self, tx: &Transaction) -> Version {
+        let tool = tx.probes.iter().map(|p| p.header.len()).max().unwrap_or(0);
+        if self
+            .path
+            .wire
+            .fits(tx.probes.len(), tool, self.policy.trailer_len)
+        {
+            self.path.wire
+        } else {
+            Version::V1
+        }
     }
 
     /// Rider bytes held.
@@ -563,8 +613,9 @@ impl Planner {
         if tx.probes.len() > usize::from(u16::MAX) {
             return Err(PlanError::TrainTooLong(tx.probes.len()));
         }
+        let wire = self.wire_for(tx);
         for (seq, p) in (0u16..).zip(&tx.probes) {
-            let min = self.min_probe_size(p.header.len());
+            let min = self.min_probe_size_in(wire, p.header.len());
             if usize::from(p.size) < min {
                 return Err(PlanError::ProbeTooSmall {
                     seq,
@@ -649,6 +700,7 @@ impl Planner {
         let first_gap = tx.probes[0].gap;
         let deadline = now.saturating_add(first_gap);
         self.active = Some(Active {
+            wire: self.wire_for(&tx),
             departures: Vec::with_capacity(n),
             first_departed: None,
             chunks_carried: 0,
@@ -688,7 +740,14 @@ impl Planner {
         let may_carry = spec.piggyback
             && active.carry_budget > 0
             && self.policy.first_n.is_none_or(|f| seq < usize::from(f));
-        let room = len - wire::min_packet_len(spec.header.len(), self.policy.trailer_len);
+        let wire = active.wire;
+        let room = len
+            - wire::min_packet_len(
+                wire,
+                Kind::Probe,
+                spec.header.len(),
+                self.policy.trailer_len,
+            );
         let max_chunks = match self.policy.packing {
             Packing::OnePerProbe => 1,
             Packing::Multiple => MAX_CHUNKS,
@@ -701,8 +760,20 @@ impl Planner {
                 room,
                 max_chunks,
                 self.policy.min_fragment,
+                wire,
                 &mut plan,
             );
+            if wire == Version::V2 {
+                // Version 2 numbers only riders cut across packets: each gets its id
+                // when it is first cut, so the 15 bits wrap as slowly as they can.
+                for &(i, take) in &plan {
+                    let r = &mut self.riders[i];
+                    if r.sent == 0 && take < r.data.len() {
+                        r.id = self.next_cut_id;
+                        self.next_cut_id = self.next_cut_id.wrapping_add(1) & 0x7fff;
+                    }
+                }
+            }
         }
         let seq16 = seq as u16; // checked: trains have at most u16::MAX probes
         let mut packet = self.spare.packets.pop().unwrap_or_default();
@@ -719,6 +790,7 @@ impl Planner {
             }
         }));
         let repr = Repr {
+            version: wire,
             header: Header {
                 kind: Kind::Probe,
                 last_in_train: seq + 1 == active.tx.probes.len(),
@@ -919,6 +991,7 @@ impl Planner {
             data: &front.data[front.sent..front.sent + take],
         };
         let repr = Repr {
+            version: self.path.wire,
             header: Header::continuation(),
             tool_header: &[],
             chunks: vec![chunk],
@@ -941,8 +1014,13 @@ impl Planner {
     fn continuation_room(&self) -> usize {
         usize::from(self.path.mtu)
             - usize::from(self.path.ip_header_len)
-            - wire::min_packet_len(0, self.policy.trailer_len)
-            - CHUNK_DESC_LEN
+            - wire::min_packet_len(
+                self.path.wire,
+                Kind::Continuation,
+                0,
+                self.policy.trailer_len,
+            )
+            - self.path.wire.max_desc_len()
     }
 
     /// When the front rider falls due, if any rider is held.
@@ -974,30 +1052,34 @@ impl Planner {
     }
 }
 
-/// Chooses chunks for a probe with `room` bytes of padding: `(queue index, bytes)` in
-/// queue order, starting at the front. Only the last chunk may be a fragment.
+/// Chooses chunks for a probe with `room` bytes of padding in format `wire`:
+/// `(queue index, bytes)` in queue order, starting at the front. Only the last chunk
+/// may be cut short.
 fn plan_chunks(
     riders: &VecDeque<Held>,
     mut room: usize,
     max_chunks: usize,
     min_fragment: usize,
+    wire: Version,
     plan: &mut Vec<(usize, usize)>,
 ) {
     for (i, r) in riders.iter().enumerate() {
-        if plan.len() == max_chunks || room <= CHUNK_DESC_LEN {
+        if plan.len() == max_chunks {
             break;
         }
         let remaining = r.data.len() - r.sent;
-        let fits = room - CHUNK_DESC_LEN;
-        if remaining <= fits {
+        let rest = wire.desc_len(r.sent, remaining, r.data.len()) + remaining;
+        if rest <= room {
             plan.push((i, remaining));
-            room -= CHUNK_DESC_LEN + remaining;
-        } else {
-            if fits >= min_fragment.max(1) {
-                plan.push((i, fits));
-            }
-            break;
+            room -= rest;
+            continue;
         }
+        // The piece that fits starts the rider or goes on with it, without ending it.
+        let cut = wire.desc_len(r.sent, 0, r.data.len());
+        if let Some(fits) = room.checked_sub(cut).filter(|&f| f >= min_fragment.max(1)) {
+            plan.push((i, fits));
+        }
+        break;
     }
 }
 

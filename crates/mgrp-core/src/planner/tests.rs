@@ -511,6 +511,7 @@ fn udp_paths_give_the_udp_header_padding() {
             ("10.0.0.0/8".parse().unwrap(), Encap::Udp),
             ("10.1.0.0/16".parse().unwrap(), Encap::Raw),
         ],
+        ..EncapTable::default()
     };
     let (udp, raw) = ("10.2.0.1".parse().unwrap(), "10.1.0.1".parse().unwrap());
     assert_eq!(table.for_peer(udp), Encap::Udp);
@@ -570,4 +571,58 @@ fn poll_timeout_covers_probes_and_riders() {
     assert_eq!(probe.deadline, ms(8));
     assert_eq!(p.next_deadline(), Some(ms(9)));
     assert_eq!(p.poll_timeout(), Some(ms(9)));
+}
+
+#[test]
+fn version_2_gives_riders_the_bytes_version_1_spends_on_headers() {
+    // A 314-byte probe (the paper's pk1 on the link, 300 bytes of IP) with a 3-byte
+    // tool header: the largest whole rider that rides is the padding less one header
+    // and one descriptor.
+    for (wire, fits) in [
+        (Version::V1, 300 - 20 - 28 - 12 - 3),
+        (Version::V2, 300 - 20 - 16 - 2 - 3),
+    ] {
+        let path = Path::ipv4(1500).with_wire(wire);
+        for (len, rides) in [(fits, true), (fits + 1, false)] {
+            let mut p = Planner::new(Policy::default(), path).unwrap();
+            p.handle_rider(ms(0), rider(len, 7)).unwrap();
+            p.handle_transaction(ms(0), train(1, 1, 300, us(0)))
+                .unwrap();
+            let probe = p.poll_probe(ms(0)).unwrap();
+            assert_eq!(probe.packet.version(), wire);
+            assert_eq!(probe.packet.len(), 280);
+            let whole = probe.packet.chunks().next().is_some_and(|c| c.is_whole());
+            assert_eq!(whole, rides, "{wire:?}, {len} bytes");
+        }
+    }
+}
+
+#[test]
+fn version_2_numbers_only_cut_riders_and_trains_it_cannot_hold_go_as_version_1() {
+    let path = Path::ipv4(1500).with_wire(Version::V2);
+    let mut p = Planner::new(Policy::default(), path).unwrap();
+    p.set_next_rider_id(0x1234_5678);
+    p.handle_rider(ms(0), rider(1000, 1)).unwrap();
+    p.handle_transaction(ms(0), train(1, 2, 600, us(10)))
+        .unwrap();
+    let first = p.poll_probe(ms(0)).unwrap();
+    let c = first.packet.chunks().next().unwrap();
+    assert!(!c.is_whole());
+    // Cut: numbered from the low 15 bits of the start id.
+    assert_eq!(c.rider_id, 0x5678);
+    // Too long a train for 12-bit sequence numbers: version 1, whatever the path.
+    let mut p = Planner::new(Policy::default(), path).unwrap();
+    p.handle_transaction(ms(0), train(1, 4096, 100, us(0)))
+        .unwrap();
+    assert_eq!(p.poll_probe(ms(0)).unwrap().packet.version(), Version::V1);
+    // A whole rider in version 2 has no id.
+    let mut p = Planner::new(Policy::default(), path).unwrap();
+    p.handle_rider(ms(0), rider(100, 1)).unwrap();
+    p.handle_transaction(ms(0), train(1, 1, 600, us(0)))
+        .unwrap();
+    let probe = p.poll_probe(ms(0)).unwrap();
+    assert_eq!(
+        probe.packet.chunks().next().unwrap().rider_id,
+        wire::UNNUMBERED_RIDER_ID
+    );
 }

@@ -625,6 +625,72 @@ fn pk2_probes_arrive_with_stamps_and_riders_balance() {
     check_conserved("B", &b.quiescent_stats().unwrap());
 }
 
+/// Mixed versions: A sends wire version 1 (as an mgrpd from before version 2 does),
+/// B sends version 2. Trains go both ways while TCP runs from A to B, its data riding
+/// A's trains and its acknowledgements B's: every byte arrives intact, both deliver
+/// riders, and on the wire A's MGRP packets are version 1 and B's version 2.
+#[test]
+fn daemons_on_either_wire_version_exchange_trains_and_riders() {
+    let _serial = serial();
+    if !root_or_skip("daemons_on_either_wire_version_exchange_trains_and_riders") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let (to_b, to_a) = (format!("{ADDR_B}/32"), format!("{ADDR_A}/32"));
+    let a = Daemon::start(&net.a, mgrpd(), &["--route", &to_b, "--wire", "1"]).unwrap();
+    let b = Daemon::start(&net.b, mgrpd(), &["--route", &to_a]).unwrap();
+    // Raw sockets of protocol 253 get a copy of every MGRP packet each host receives.
+    let sniffers = [mgrp_socket(&net.a), mgrp_socket(&net.b)];
+    for s in &sniffers {
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+    }
+    let listener = tcp_listen(&net.b, IpAddr::V4(ADDR_B), 5030).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let from_a = trains_until(&a, stop.clone());
+    let api_b = b.api().unwrap();
+    let stop_b = stop.clone();
+    let from_b = std::thread::spawn(move || {
+        while !stop_b.load(Ordering::Relaxed) {
+            let train = uniform_train(IpAddr::V4(ADDR_A), 20, 500, Duration::from_millis(1));
+            assert_eq!(api_b.send_train(train).unwrap().probes_sent, 20);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let t = tcp_transfer(&net.a, listener, IpAddr::V4(ADDR_B), 5030, 40 * MB).unwrap();
+    stop.store(true, Ordering::Relaxed);
+    assert!(from_a.join().unwrap() > 0);
+    from_b.join().unwrap();
+    assert!(t.intact && t.received == 40 * MB, "{t:?}");
+    let (sa, sb) = (a.quiescent_stats().unwrap(), b.quiescent_stats().unwrap());
+    for (name, s, other) in [("A", &sa, &sb), ("B", &sb, &sa)] {
+        assert!(
+            s.planner.riders_piggybacked > 0,
+            "{name}: nothing rode: {s:#?}"
+        );
+        assert!(
+            other.daemon.riders_delivered > 0,
+            "{name}'s riders were not delivered: {other:#?}"
+        );
+        assert_eq!(s.reassembly.riders_inconsistent, 0, "{name}: {s:#?}");
+        check_conserved(name, s);
+    }
+    // What each host received: A's packets at B, B's at A.
+    for (sniffer, sender, version) in [(&sniffers[1], "A", 1u8), (&sniffers[0], "B", 2u8)] {
+        let mut seen = 0;
+        let mut buf = [0u8; 2048];
+        while let Ok(n) = (&mut &*sniffer).read(&mut buf) {
+            // The IPv4 header (20 bytes here), then the MGRP packet's first byte.
+            assert!(n > 20, "an MGRP packet without payload");
+            let first = buf[20];
+            let got = if first == 1 { 1 } else { first >> 4 };
+            assert_eq!(got, version, "{sender} sent version {got}");
+            seen += 1;
+        }
+        assert!(seen > 0, "no MGRP packet from {sender} was seen");
+    }
+}
+
 #[test]
 fn ipv6_riders_ride_in_ipv6_probes() {
     let _serial = serial();

@@ -186,8 +186,14 @@ impl Path {
         }
     }
 
-    /// The same path with MGRP packets in format `wire`.
+    /// The same path with MGRP packets in format `wire`; version 1 if the path's MTU
+    /// is over the longest chunk version 2 describes (16383 bytes).
     pub const fn with_wire(self, wire: Version) -> Self {
+        let wire = if self.mtu as usize > wire::V2_MAX_CHUNK_LEN {
+            Version::V1
+        } else {
+            wire
+        };
         Self { wire, ..self }
     }
 }

@@ -626,3 +626,16 @@ fn version_2_numbers_only_cut_riders_and_trains_it_cannot_hold_go_as_version_1()
         wire::UNNUMBERED_RIDER_ID
     );
 }
+
+#[test]
+fn paths_too_wide_for_version_2_chunks_keep_version_1() {
+    assert_eq!(Path::ipv4(9000).with_wire(Version::V2).wire, Version::V2);
+    assert_eq!(Path::ipv4(65535).with_wire(Version::V2).wire, Version::V1);
+    let mut p = Planner::new(Policy::default(), Path::ipv4(65535).with_wire(Version::V2)).unwrap();
+    p.handle_rider(ms(0), rider(20_000, 1)).unwrap();
+    p.handle_transaction(ms(0), train(1, 1, 30_000, us(0)))
+        .unwrap();
+    let probe = p.poll_probe(ms(0)).unwrap();
+    assert_eq!(probe.packet.version(), Version::V1);
+    assert_eq!(probe.packet.rider_bytes(), 20_000);
+}

@@ -132,19 +132,10 @@ impl<P: Copy + Eq + Hash> Reassembler<P> {
     pub fn handle_chunk(&mut self, now: MonoTime, peer: P, chunk: &Chunk<'_>) -> ChunkOutcome {
         self.counters.chunks_in += 1;
         self.expire(now);
-        if chunk.rider_id == UNNUMBERED_RIDER_ID && chunk.is_whole() {
-            // A whole rider in version 2 has no id: nothing to remember it by, nothing
-            // to look up (see `wire`).
-            if usize::from(chunk.rider_len) > self.limits.max_rider_len {
-                self.counters.chunks_too_large += 1;
-                return ChunkOutcome::TooLarge;
-            }
-            self.counters.riders_delivered += 1;
-            self.counters.rider_bytes_delivered += chunk.data.len() as u64;
-            return ChunkOutcome::Complete(chunk.data.to_vec());
-        }
+        // A whole rider in version 2 has no id: nothing to look up or remember it by.
+        let unnumbered = chunk.rider_id == UNNUMBERED_RIDER_ID && chunk.is_whole();
         let key = (peer, chunk.rider_id);
-        if self.delivered.contains(&key) {
+        if !unnumbered && self.delivered.contains(&key) {
             self.counters.chunks_duplicate += 1;
             return ChunkOutcome::Duplicate;
         }
@@ -161,9 +152,9 @@ impl<P: Copy + Eq + Hash> Reassembler<P> {
             self.counters.chunks_too_large += 1;
             return ChunkOutcome::TooLarge;
         }
-        if !self.entries.contains_key(&key) {
+        if unnumbered || !self.entries.contains_key(&key) {
             if chunk.is_whole() {
-                self.deliver(now, key, chunk.data.len());
+                self.deliver(now, key, chunk.data.len(), !unnumbered);
                 return ChunkOutcome::Complete(chunk.data.to_vec());
             }
             let cost = rider_len + ENTRY_OVERHEAD;
@@ -208,14 +199,15 @@ impl<P: Copy + Eq + Hash> Reassembler<P> {
             return ChunkOutcome::Pending;
         }
         let data = self.remove(&key).map(|e| e.data).unwrap_or_default();
-        self.deliver(now, key, data.len());
+        self.deliver(now, key, data.len(), true);
         ChunkOutcome::Complete(data)
     }
 
-    fn deliver(&mut self, now: MonoTime, key: Key<P>, len: usize) {
+    /// Counts a delivered rider, and remembers it for duplicate detection if `remember`.
+    fn deliver(&mut self, now: MonoTime, key: Key<P>, len: usize, remember: bool) {
         self.counters.riders_delivered += 1;
         self.counters.rider_bytes_delivered += len as u64;
-        if self.limits.remembered == 0 {
+        if !remember || self.limits.remembered == 0 {
             return;
         }
         if self.delivered.len() >= self.limits.remembered {
@@ -357,6 +349,35 @@ mod tests {
 
     fn t(ms: u64) -> MonoTime {
         MonoTime::from_nanos(ms * 1_000_000)
+    }
+
+    #[test]
+    fn unnumbered_whole_riders_are_neither_remembered_nor_looked_up() {
+        use crate::wire::UNNUMBERED_RIDER_ID as NO_ID;
+        let mut r = Reassembler::new(Limits {
+            max_rider_len: 4,
+            ..Limits::default()
+        });
+        for _ in 0..2 {
+            assert_eq!(
+                r.handle_chunk(t(0), 1u8, &chunk(NO_ID, 0, 3, b"abc")),
+                ChunkOutcome::Complete(b"abc".to_vec())
+            );
+        }
+        assert_eq!(
+            r.handle_chunk(t(0), 1u8, &chunk(NO_ID, 0, 5, b"abcde")),
+            ChunkOutcome::TooLarge
+        );
+        let c = r.counters();
+        assert_eq!(
+            (
+                c.riders_delivered,
+                c.rider_bytes_delivered,
+                c.chunks_duplicate
+            ),
+            (2, 6, 0)
+        );
+        assert!(r.delivered.is_empty());
     }
 
     #[test]

@@ -177,11 +177,18 @@ impl Version {
     pub fn desc_len(self, offset: usize, len: usize, rider_len: usize) -> usize {
         match self {
             Self::V1 => CHUNK_DESC_LEN,
-            Self::V2 => match Place::of(offset, len, rider_len) {
-                Place::Whole => 2,
-                Place::First | Place::Last => 6,
-                Place::Middle => 8,
-            },
+            Self::V2 => self.desc_len_of(Place::of(offset, len, rider_len)),
+        }
+    }
+
+    /// Length of a version-2 descriptor of a chunk in this place (version 1's are all
+    /// one length).
+    const fn desc_len_of(self, place: Place) -> usize {
+        match (self, place) {
+            (Self::V1, _) => CHUNK_DESC_LEN,
+            (Self::V2, Place::Whole) => 2,
+            (Self::V2, Place::First | Place::Last) => 6,
+            (Self::V2, Place::Middle) => 8,
         }
     }
 
@@ -213,13 +220,14 @@ impl fmt::Display for Version {
     }
 }
 
-/// A chunk's place in its rider (version 2 descriptors say it).
+/// A chunk's place in its rider (version 2 descriptors say it, in their top two
+/// bits: the discriminants).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
-    Whole,
-    First,
-    Middle,
-    Last,
+    Whole = 0,
+    First = 1,
+    Middle = 2,
+    Last = 3,
 }
 
 impl Place {
@@ -414,33 +422,48 @@ fn version_of(b0: u8) -> Result<Version, WireError> {
     }
 }
 
-/// A version-2 descriptor as read: the chunk's length, its rider's id, offset and
-/// length, and the descriptor's own length. Only called on descriptors that fit the
-/// buffer (`check` looks before it reads).
-fn v2_desc(d: &[u8]) -> Option<(u16, u32, u16, u16, usize)> {
-    let w = be16(d, 0..2);
+/// A version-2 descriptor as read.
+struct V2Desc {
+    len: u16,
+    id: u32,
+    offset: u16,
+    /// The rider's length; for a last piece, `offset + len`, saturated at `u16::MAX`
+    /// (so an end past it reads as a chunk out of range).
+    rider_len: u16,
+    place: Place,
+    /// The descriptor's own length.
+    size: usize,
+}
+
+/// Reads the version-2 descriptor at the start of `d`; `None` if it does not fit.
+fn v2_desc(d: &[u8]) -> Option<V2Desc> {
+    let w = be16(d.get(..2)?, 0..2);
     let len = w & 0x3fff;
-    let id = |b: &[u8]| {
-        let raw = be16(b, 2..4);
+    let place = [Place::Whole, Place::First, Place::Middle, Place::Last][usize::from(w >> 14)];
+    let size = Version::V2.desc_len_of(place);
+    let d = d.get(..size)?;
+    let id = || {
+        let raw = be16(d, 2..4);
         (u32::from(raw & V2_ID_TUNNELED) << 16) | u32::from(raw & 0x7fff)
     };
-    match w >> 14 {
-        0 => Some((len, UNNUMBERED_RIDER_ID, 0, len, 2)),
-        1 => {
-            let d = d.get(..6)?;
-            Some((len, id(d), 0, be16(d, 4..6), 6))
-        }
-        2 => {
-            let d = d.get(..8)?;
-            Some((len, id(d), be16(d, 4..6), be16(d, 6..8), 8))
-        }
-        _ => {
-            let d = d.get(..6)?;
+    let (id, offset, rider_len) = match place {
+        Place::Whole => (UNNUMBERED_RIDER_ID, 0, len),
+        Place::First => (id(), 0, be16(d, 4..6)),
+        Place::Middle => (id(), be16(d, 4..6), be16(d, 6..8)),
+        Place::Last => {
             let offset = be16(d, 4..6);
             let end = u32::from(offset) + u32::from(len);
-            Some((len, id(d), offset, u16::try_from(end).unwrap_or(0), 6))
+            (id(), offset, u16::try_from(end).unwrap_or(u16::MAX))
         }
-    }
+    };
+    Some(V2Desc {
+        len,
+        id,
+        offset,
+        rider_len,
+        place,
+        size,
+    })
 }
 
 /// The full sender stamp of a version-2 probe, whose packet holds only its low 32
@@ -801,8 +824,14 @@ fn check_v2(b: &[u8]) -> Result<usize, WireError> {
     let mut at = header;
     let mut data = 0;
     for index in 0..count {
-        let Some((chunk_len, _, offset, rider_len, size)) =
-            b.get(at..at + 2).and_then(|_| v2_desc(&b[at..]))
+        let Some(V2Desc {
+            len: chunk_len,
+            offset,
+            rider_len,
+            place,
+            size,
+            ..
+        }) = b.get(at..).and_then(v2_desc)
         else {
             return Err(WireError::LengthsExceedPacket {
                 claimed: at + Version::V2.max_desc_len(),
@@ -813,15 +842,6 @@ fn check_v2(b: &[u8]) -> Result<usize, WireError> {
             return Err(WireError::EmptyChunk { index });
         }
         let end = u32::from(offset) + u32::from(chunk_len);
-        let place = be16(b, at..at + 2) >> 14;
-        if place == 3 && end > u32::from(u16::MAX) {
-            return Err(WireError::ChunkOutOfRange {
-                index,
-                offset,
-                end,
-                rider_len: u16::MAX,
-            });
-        }
         if end > u32::from(rider_len) {
             return Err(WireError::ChunkOutOfRange {
                 index,
@@ -837,8 +857,7 @@ fn check_v2(b: &[u8]) -> Result<usize, WireError> {
             usize::from(chunk_len),
             usize::from(rider_len),
         );
-        let claims = [Place::Whole, Place::First, Place::Middle, Place::Last][usize::from(place)];
-        if says != claims {
+        if says != place {
             return Err(WireError::LastFlagMismatch { index });
         }
         at += size;
@@ -929,9 +948,9 @@ impl<'a> Iterator for Chunks<'a> {
             }
             Version::V2 => {
                 // Checked: every descriptor fits.
-                let (len, id, offset, rider_len, size) = v2_desc(&self.buffer[self.desc_at..])?;
-                self.desc_at += size;
-                (len, id, offset, rider_len)
+                let d = v2_desc(&self.buffer[self.desc_at..])?;
+                self.desc_at += d.size;
+                (d.len, d.id, d.offset, d.rider_len)
             }
         };
         let len = usize::from(len);
@@ -1218,34 +1237,28 @@ fn emit_v2_desc(d: &mut [u8], c: &Chunk<'_>, chunk_len: u16) -> usize {
         c.data.len(),
         usize::from(c.rider_len),
     );
-    let tag: u16 = match place {
-        Place::Whole => 0,
-        Place::First => 1,
-        Place::Middle => 2,
-        Place::Last => 3,
-    };
+    let tag = place as u16;
     d[0..2].copy_from_slice(&((tag << 14) | chunk_len).to_be_bytes());
-    if place == Place::Whole {
-        return 2;
-    }
     let id = (((c.rider_id >> 31) as u16) << 15) | (c.rider_id & 0x7fff) as u16;
-    d[2..4].copy_from_slice(&id.to_be_bytes());
     match place {
+        Place::Whole => {}
         Place::First => {
+            d[2..4].copy_from_slice(&id.to_be_bytes());
             d[4..6].copy_from_slice(&c.rider_len.to_be_bytes());
-            6
         }
         Place::Middle => {
+            d[2..4].copy_from_slice(&id.to_be_bytes());
             d[4..6].copy_from_slice(&c.offset.to_be_bytes());
             d[6..8].copy_from_slice(&c.rider_len.to_be_bytes());
-            8
         }
-        _ => {
+        Place::Last => {
+            d[2..4].copy_from_slice(&id.to_be_bytes());
             d[4..6].copy_from_slice(&c.offset.to_be_bytes());
-            6
         }
     }
+    Version::V2.desc_len_of(place)
 }
+
 /// The smallest MGRP packet of this version and kind with this tool header and
 /// trailer and no chunks.
 pub fn min_packet_len(
@@ -1615,6 +1628,17 @@ mod tests {
         );
         b[7] = 3;
         assert!(Packet::new_checked(&b[..]).is_ok());
+        // A last piece whose end passes 65535.
+        let b = [0x28, 1, 0xc0, 0x02, 0, 1, 0xff, 0xff, 9, 9];
+        assert_eq!(
+            Packet::new_checked(&b[..]).unwrap_err(),
+            WireError::ChunkOutOfRange {
+                index: 0,
+                offset: 0xffff,
+                end: 0x1_0001,
+                rider_len: u16::MAX
+            }
+        );
     }
 
     #[test]

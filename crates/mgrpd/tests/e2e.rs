@@ -46,13 +46,14 @@ fn daemons(net: &TwoHosts, extra: &[&str]) -> (Daemon, Daemon) {
 
 /// Runs pk2-like trains (20 × 500 B, 1 ms apart, every 20 ms) from A to B until `stop`.
 fn trains_until(daemon: &Daemon, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
-    trains_every(daemon, stop, Duration::from_millis(20))
+    trains_every(daemon, ADDR_B, stop, Duration::from_millis(20))
 }
 
-/// Runs trains of 20 × 500 B, 1 ms apart, from A to B, `pause` after each report,
-/// until `stop`.
+/// Runs trains of 20 × 500 B, 1 ms apart, from `daemon` to `to`, `pause` after each
+/// report, until `stop`.
 fn trains_every(
     daemon: &Daemon,
+    to: std::net::Ipv4Addr,
     stop: Arc<AtomicBool>,
     pause: Duration,
 ) -> std::thread::JoinHandle<u64> {
@@ -60,7 +61,7 @@ fn trains_every(
     std::thread::spawn(move || {
         let mut sent = 0;
         while !stop.load(Ordering::Relaxed) {
-            let train = uniform_train(IpAddr::V4(ADDR_B), 20, 500, Duration::from_millis(1));
+            let train = uniform_train(IpAddr::V4(to), 20, 500, Duration::from_millis(1));
             let report = api.send_train(train).expect("train report");
             assert_eq!(report.probes_sent, 20);
             sent += 1;
@@ -237,7 +238,7 @@ fn greedy_transfer_with_back_to_back_trains() {
     let (a, b) = daemons(&net, &[]);
     let listener = tcp_listen(&net.b, IpAddr::V4(ADDR_B), 5003).expect("listen on B");
     let stop = Arc::new(AtomicBool::new(false));
-    let trains = trains_every(&a, stop.clone(), Duration::ZERO);
+    let trains = trains_every(&a, ADDR_B, stop.clone(), Duration::ZERO);
     let t = tcp_transfer(&net.a, listener, IpAddr::V4(ADDR_B), 5003, 100 * MB).expect("transfer");
     stop.store(true, Ordering::Relaxed);
     let n = trains.join().expect("train thread");
@@ -648,19 +649,11 @@ fn daemons_on_either_wire_version_exchange_trains_and_riders() {
     let listener = tcp_listen(&net.b, IpAddr::V4(ADDR_B), 5030).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let from_a = trains_until(&a, stop.clone());
-    let api_b = b.api().unwrap();
-    let stop_b = stop.clone();
-    let from_b = std::thread::spawn(move || {
-        while !stop_b.load(Ordering::Relaxed) {
-            let train = uniform_train(IpAddr::V4(ADDR_A), 20, 500, Duration::from_millis(1));
-            assert_eq!(api_b.send_train(train).unwrap().probes_sent, 20);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    });
+    let from_b = trains_every(&b, ADDR_A, stop.clone(), Duration::from_millis(20));
     let t = tcp_transfer(&net.a, listener, IpAddr::V4(ADDR_B), 5030, 40 * MB).unwrap();
     stop.store(true, Ordering::Relaxed);
     assert!(from_a.join().unwrap() > 0);
-    from_b.join().unwrap();
+    assert!(from_b.join().unwrap() > 0);
     assert!(t.intact && t.received == 40 * MB, "{t:?}");
     let (sa, sb) = (a.quiescent_stats().unwrap(), b.quiescent_stats().unwrap());
     for (name, s, other) in [("A", &sa, &sb), ("B", &sb, &sa)] {
@@ -679,7 +672,8 @@ fn daemons_on_either_wire_version_exchange_trains_and_riders() {
     for (sniffer, sender, version) in [(&sniffers[1], "A", 1u8), (&sniffers[0], "B", 2u8)] {
         let mut seen = 0;
         let mut buf = [0u8; 2048];
-        while let Ok(n) = (&mut &*sniffer).read(&mut buf) {
+        let mut sniffer: &socket2::Socket = sniffer;
+        while let Ok(n) = sniffer.read(&mut buf) {
             // The IPv4 header (20 bytes here), then the MGRP packet's first byte.
             assert!(n > 20, "an MGRP packet without payload");
             let first = buf[20];

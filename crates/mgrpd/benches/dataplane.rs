@@ -7,9 +7,10 @@
 //!   SCHED_FIFO.
 //!
 //! Needs root. Run with `cargo bench -p mgrpd --bench dataplane` (add `-- quick` for a
-//! shorter run, `-- --mgrpd PATH` to measure another build). Prints a table, with both
-//! daemons' CPU time per gigabyte forwarded; the numbers depend on the machine's load,
-//! so note it.
+//! shorter run, `-- --mgrpd PATH` to measure another build, `-- --encap udp` to run
+//! every setting with UDP encapsulation; route on demand is then left out, as mgrpd
+//! refuses it with UDP peers). Prints a table, with both daemons' CPU time per gigabyte
+//! forwarded; the numbers depend on the machine's load, so note it.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -33,6 +34,24 @@ fn mgrpd() -> &'static Path {
             .and_then(|i| args.get(i + 1))
             .map_or_else(|| env!("CARGO_BIN_EXE_mgrpd").into(), Into::into)
     })
+}
+
+/// `--encap VALUE` for both daemons (`raw`, `udp`, `udp:PORT`); raw IP when absent.
+fn encap() -> Option<&'static str> {
+    static ENCAP: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    ENCAP
+        .get_or_init(|| {
+            let args: Vec<String> = std::env::args().collect();
+            args.iter()
+                .position(|a| a == "--encap")
+                .and_then(|i| args.get(i + 1))
+                .cloned()
+        })
+        .as_deref()
+}
+
+fn udp() -> bool {
+    encap().is_some_and(|e| e.starts_with("udp"))
 }
 
 /// User plus system CPU time of a process so far, in seconds.
@@ -82,6 +101,9 @@ fn load() -> String {
 
 fn daemons(net: &TwoHosts, extra: &[&str]) -> (Daemon, Daemon) {
     let mut args = vec!["--log-level", "warn"];
+    if let Some(e) = encap() {
+        args.extend(["--encap", e]);
+    }
     args.extend_from_slice(extra);
     mgrp_testbed::daemon_pair(net, mgrpd(), &[], &args).expect("mgrpd on A and B")
 }
@@ -191,7 +213,11 @@ fn pacing(a: &Daemon, gap: Duration, trains: usize) -> (f64, f64, f64, u32) {
 
 /// Only the pacing figures, with ten trains per setting: `-- pacing`.
 fn pacing_only() {
-    println!("load before: {}", load());
+    println!(
+        "load before: {}, encap {}",
+        load(),
+        encap().unwrap_or("raw")
+    );
     let net = TwoHosts::new(&TwoHostOptions::default()).unwrap();
     for (name, extra) in [
         ("SCHED_FIFO", &[][..]),
@@ -226,7 +252,12 @@ fn main() {
     } else {
         (1u64 << 30, 3, 20_000, 5)
     };
-    println!("load before: {}, mgrpd {}", load(), mgrpd().display());
+    println!(
+        "load before: {}, mgrpd {}, encap {}",
+        load(),
+        mgrpd().display(),
+        encap().unwrap_or("raw")
+    );
     let net = TwoHosts::new(&TwoHostOptions::default()).unwrap();
     let mut port = 6000;
 
@@ -272,7 +303,9 @@ fn main() {
             r - direct_rtt
         );
     }
-    {
+    if udp() {
+        println!("route on demand: not measured (mgrpd refuses it with UDP peers)");
+    } else {
         let (a, _b) = daemons(&net, &["--hold-mode", "on-demand"]);
         let tput = throughput(&net, bytes, runs, &mut port);
         let (r, r99) = rtt(&net, rtts, &mut port);

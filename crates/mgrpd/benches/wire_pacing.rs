@@ -9,9 +9,10 @@
 //! tunnel, with `--hold-mode always` and with `--hold-mode on-demand`.
 //!
 //! Needs root. `cargo bench -p mgrpd --bench wire_pacing -- [--trains N] [--gap-us G]
-//! [--probes N] [--mgrpd PATH] [--pacer-cpu N] [--daemon-flags "FLAGS"] [--only TEXT]` (`--mgrpd` measures another
-//! build of the daemon, for before/after figures; `--pacer-cpu` pins both daemons'
-//! pacers; `--only` runs the settings whose name contains TEXT). Prints one line per
+//! [--probes N] [--mgrpd PATH] [--pacer-cpu N] [--daemon-flags "FLAGS"] [--encap E] [--only TEXT]`
+//! (`--mgrpd` measures another build of the daemon, for before/after figures;
+//! `--pacer-cpu` pins both daemons' pacers; `--encap udp[:PORT]` runs both daemons with
+//! UDP encapsulation and captures the probes inside it; `--only` runs the settings whose name contains TEXT). Prints one line per
 //! setting; note the machine's load.
 
 use std::collections::BTreeMap;
@@ -37,9 +38,10 @@ fn load() -> String {
 /// One captured probe: transaction, sequence number, capture stamp (ns, realtime).
 type Seen = (u32, u16, i64);
 
-/// An AF_PACKET socket on `dev` that sees packets of IP protocol 253 only. Only
-/// `ETH_P_ALL` sockets see outgoing packets.
-fn capture_socket(dev: &str) -> std::io::Result<OwnedFd> {
+/// An AF_PACKET socket on `dev` that sees MGRP probes only: IP protocol 253, or UDP
+/// to `udp_port` when the daemons encapsulate in UDP. Only `ETH_P_ALL` sockets see
+/// outgoing packets.
+fn capture_socket(dev: &str, udp_port: Option<u16>) -> std::io::Result<OwnedFd> {
     let proto = (libc::ETH_P_ALL as u16).to_be();
     // SAFETY: plain syscall; the fd is owned below.
     let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM, i32::from(proto)) };
@@ -54,33 +56,32 @@ fn capture_socket(dev: &str) -> std::io::Result<OwnedFd> {
     if ifindex == 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // Classic BPF: the IP header starts at offset 0 of a cooked packet; keep protocol
-    // 253, drop the rest (a greedy transfer's segments would swamp the socket).
+    // Classic BPF: the IP header starts at offset 0 of a cooked packet. Keep MGRP
+    // probes (protocol 253, or UDP to `udp_port` when given), drop the rest: a greedy
+    // transfer's segments and the continuations carrying them would swamp the socket.
+    // X holds the offset of the MGRP header; a probe is version 1 with kind 1, or
+    // version 2 with kind 1 (first byte 0b0010_01xx).
+    let f = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+    let port = u32::from(udp_port.unwrap_or(0));
     let code = [
-        libc::sock_filter {
-            code: 0x30,
-            jt: 0,
-            jf: 0,
-            k: 9,
-        }, // ldb [9]
-        libc::sock_filter {
-            code: 0x15,
-            jt: 0,
-            jf: 1,
-            k: 253,
-        }, // jeq #253
-        libc::sock_filter {
-            code: 0x06,
-            jt: 0,
-            jf: 0,
-            k: 0xffff,
-        }, // ret #65535
-        libc::sock_filter {
-            code: 0x06,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        }, // ret #0
+        f(0xb1, 0, 0, 0),      // 0: ldxb 4*([0]&0xf)
+        f(0x30, 0, 0, 9),      // 1: ldb [9]
+        f(0x15, 6, 0, 253),    // 2: jeq #253 -> 9
+        f(0x15, 0, 13, 17),    // 3: jeq #17 else -> 17
+        f(0x48, 0, 0, 2),      // 4: ldh [x+2]
+        f(0x15, 0, 11, port),  // 5: jeq #port else -> 17
+        f(0x87, 0, 0, 0),      // 6: txa
+        f(0x04, 0, 0, 8),      // 7: add #8
+        f(0x07, 0, 0, 0),      // 8: tax
+        f(0x50, 0, 0, 0),      // 9: ldb [x+0]
+        f(0x54, 0, 0, 0xfc),   // 10: and #0xfc
+        f(0x15, 4, 0, 0x24),   // 11: jeq #0x24 -> 16
+        f(0x50, 0, 0, 0),      // 12: ldb [x+0]
+        f(0x15, 0, 3, 1),      // 13: jeq #1 else -> 17
+        f(0x50, 0, 0, 1),      // 14: ldb [x+1]
+        f(0x15, 0, 1, 1),      // 15: jeq #1 else -> 17
+        f(0x06, 0, 0, 0xffff), // 16: ret #65535
+        f(0x06, 0, 0, 0),      // 17: ret #0
     ];
     let prog = libc::sock_fprog {
         len: code.len() as u16,
@@ -141,8 +142,8 @@ fn capture_socket(dev: &str) -> std::io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Reads probes from `fd` until `stop`.
-fn capture(fd: &OwnedFd, stop: &AtomicBool) -> Vec<Seen> {
+/// Reads probes from `fd` until `stop`; with `udp_port`, from UDP datagrams to it.
+fn capture(fd: &OwnedFd, udp_port: Option<u16>, stop: &AtomicBool) -> Vec<Seen> {
     let mut seen = Vec::new();
     let mut buf = vec![0u8; 65_536];
     let mut control = [0u8; 256];
@@ -184,10 +185,21 @@ fn capture(fd: &OwnedFd, stop: &AtomicBool) -> Vec<Seen> {
         let Ok(ip) = mgrp_core::ip::Ip::parse(data) else {
             continue;
         };
-        let Some(stamp) = stamp.filter(|_| ip.is_v4() && ip.protocol == 253) else {
+        let Some(stamp) = stamp.filter(|_| ip.is_v4()) else {
             continue;
         };
-        if let Ok(p) = Packet::new_checked(ip.payload) {
+        let payload = match udp_port {
+            None if ip.protocol == 253 => ip.payload,
+            Some(port)
+                if ip.protocol == 17
+                    && ip.payload.len() >= 8
+                    && u16::from_be_bytes([ip.payload[2], ip.payload[3]]) == port =>
+            {
+                &ip.payload[8..]
+            }
+            _ => continue,
+        };
+        if let Ok(p) = Packet::new_checked(payload) {
             if p.kind() == Kind::Probe {
                 seen.push((p.transaction(), p.seq(), stamp));
             }
@@ -312,6 +324,8 @@ struct Run<'a> {
     mgrpd: &'a Path,
     /// More flags for both daemons.
     extra: &'a [String],
+    /// The UDP port probes go to, when the daemons encapsulate in UDP.
+    udp_port: Option<u16>,
     trains: usize,
     probes: usize,
     gap: Duration,
@@ -321,6 +335,7 @@ fn setting(run: &Run<'_>, name: &str, hold: &str, traffic: Traffic) {
     let Run {
         mgrpd,
         extra,
+        udp_port,
         trains,
         probes,
         gap,
@@ -333,13 +348,13 @@ fn setting(run: &Run<'_>, name: &str, hold: &str, traffic: Traffic) {
     let dev = net.veth_a.clone();
     let fd = net
         .a
-        .run(|| capture_socket(&dev))
+        .run(|| capture_socket(&dev, udp_port))
         .expect("thread in A")
         .expect("AF_PACKET socket");
     let stop = Arc::new(AtomicBool::new(false));
     let capturer = {
         let stop = stop.clone();
-        std::thread::spawn(move || capture(&fd, &stop))
+        std::thread::spawn(move || capture(&fd, udp_port, &stop))
     };
     let source = match traffic {
         Traffic::Quiet => None,
@@ -414,6 +429,17 @@ fn main() {
     if let Some(flags) = value("--daemon-flags") {
         extra.extend(flags.split_whitespace().map(str::to_string));
     }
+    // --encap udp[:PORT]: both daemons encapsulate in UDP; probes are read from it.
+    let udp_port = value("--encap").and_then(|e| {
+        extra.extend(["--encap".to_string(), e.clone()]);
+        let port = e.strip_prefix("udp")?;
+        Some(
+            port.strip_prefix(':')
+                .map_or(mgrpd::config::DEFAULT_UDP_PORT, |p| {
+                    p.parse().expect("--encap udp:PORT")
+                }),
+        )
+    });
     let only = value("--only");
     println!(
         "wire pacing: {trains} trains x {probes} probes of 300 B at {gap_us} µs, mgrpd {} {}, load {}",
@@ -431,6 +457,7 @@ fn main() {
             let run = Run {
                 mgrpd: &mgrpd,
                 extra: &extra,
+                udp_port,
                 trains,
                 probes,
                 gap,

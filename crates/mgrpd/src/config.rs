@@ -948,6 +948,34 @@ impl Config {
         }
     }
 
+    /// The MTU for the route of `net` into the TUN, when a UDP peer may carry its
+    /// traffic: the longest packet that rides whole in one continuation to that peer
+    /// ([`mgrp_core::planner::Path::whole_rider_room`]), so TCP sizes its segments to
+    /// it and none is cut in two. `None` (the TUN's MTU) when only raw peers carry
+    /// `net`: what does not ride reaches them as it came.
+    pub fn route_mtu(&self, net: IpNet) -> Option<u16> {
+        if !self.encap.any_udp() {
+            return None;
+        }
+        let overlaps = |p: &Prefix| net.contains(&p.addr()) || p.contains(net.network());
+        std::iter::once(self.peer_of(net.network()))
+            .chain(
+                self.encap
+                    .per_peer
+                    .iter()
+                    .filter(|(p, e)| *e == Encap::Udp && overlaps(p))
+                    .map(|(p, _)| p.addr()),
+            )
+            .filter(|peer| self.encap.for_peer(*peer) == Encap::Udp)
+            .map(|peer| {
+                self.encap
+                    .path(peer, self.mtu)
+                    .whole_rider_room(self.policy.trailer_len)
+            })
+            .min()
+            .and_then(|room| u16::try_from(room).ok())
+    }
+
     /// The MGRP peer that carries traffic for `dst`.
     pub fn peer_of(&self, dst: IpAddr) -> IpAddr {
         self.via.get(&dst).copied().unwrap_or(dst)
@@ -1204,6 +1232,28 @@ mod tests {
         let c = Config::merge(File::default(), &cli).unwrap();
         assert_eq!((c.udp.port, c.encap.default), (4300, Encap::Udp));
         let _ = (std::fs::remove_file(ka), std::fs::remove_file(kb));
+    }
+
+    #[test]
+    fn routes_to_udp_peers_take_the_mtu_of_one_continuation() {
+        let net = |s: &str| s.parse::<IpNet>().unwrap();
+        let raw = Config::from_toml("routes = [\"10.0.0.0/16\"]\n").unwrap();
+        assert_eq!(
+            raw.route_mtu(net("10.0.0.0/16")),
+            None,
+            "raw peers: the TUN's"
+        );
+        let text = "routes = [\"10.0.0.0/16\", \"10.9.0.2/32\", \"fd00::2/128\"]\nencap = \"raw\"\n\
+                    [[peers]]\nprefix = \"10.0.5.0/24\"\nencap = \"udp\"\n\
+                    [[peers]]\nprefix = \"fd00::/64\"\nencap = \"udp\"\nwire = 1\n";
+        let c = Config::from_toml(text).unwrap();
+        // IPv4 20 + UDP 8 + a continuation's 2 + a whole rider's 2.
+        assert_eq!(c.route_mtu(net("10.0.5.0/24")), Some(1500 - 32));
+        // A route holding a UDP peer's prefix takes its MTU too; one holding none not.
+        assert_eq!(c.route_mtu(net("10.0.0.0/16")), Some(1500 - 32));
+        assert_eq!(c.route_mtu(net("10.9.0.2/32")), None);
+        // IPv6 40 + UDP 8 + version 1's 28 and 12.
+        assert_eq!(c.route_mtu(net("fd00::2/128")), Some(1500 - 88));
     }
 
     #[test]

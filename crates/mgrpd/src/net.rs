@@ -479,13 +479,13 @@ impl Net {
             .ok_or_else(|| std::io::Error::other("a rider of no bytes or over 64 KB"))?;
         let path = self.config.encap.path(peer, self.config.mtu);
         let trailer = self.config.policy.trailer_len;
-        let room = usize::from(path.mtu)
-            .saturating_sub(usize::from(path.ip_header_len))
-            .saturating_sub(
-                wire::min_packet_len(path.wire, wire::Kind::Continuation, 0, trailer)
-                    + path.wire.max_desc_len(),
-            )
-            .max(1);
+        // Whole when it fits (a route to a UDP peer has that as its MTU, see
+        // `Config::route_mtu`), else in pieces, whose descriptors are longer.
+        let room = if rider.len() <= path.whole_rider_room(trailer) {
+            rider.len()
+        } else {
+            path.piece_room(trailer).max(1)
+        };
         let id = wire::TUNNELED_RIDER_ID | self.tunnel_ids.fetch_add(1, Ordering::Relaxed);
         for (i, data) in rider.chunks(room).enumerate() {
             let repr = wire::Repr {

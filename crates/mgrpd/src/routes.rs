@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use futures_util::TryStreamExt;
 use ipnet::IpNet;
 use rtnetlink::packet_route::AddressFamily;
-use rtnetlink::packet_route::route::RouteScope;
+use rtnetlink::packet_route::route::{RouteAttribute, RouteMetric, RouteScope};
 use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute, RuleFlags, RuleMessage};
 use rtnetlink::{Handle, RouteMessageBuilder};
 
@@ -45,6 +45,17 @@ pub struct Routes {
     priority: u32,
     rules: Vec<bool>,
     routes: BTreeSet<IpNet>,
+    /// The MTU each route gets (`None`: the TUN's).
+    mtu_of: RouteMtu,
+}
+
+/// What gives a route its MTU.
+struct RouteMtu(Box<dyn Fn(IpNet) -> Option<u16> + Send + Sync>);
+
+impl std::fmt::Debug for RouteMtu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RouteMtu")
+    }
 }
 
 impl Routes {
@@ -69,7 +80,19 @@ impl Routes {
             priority,
             rules: Vec::new(),
             routes: BTreeSet::new(),
+            mtu_of: RouteMtu(Box::new(|_| None)),
         })
+    }
+
+    /// Gives each route the MTU `mtu_of` says (routes to UDP peers: the longest packet
+    /// that crosses in one continuation).
+    #[must_use]
+    pub fn with_route_mtu(
+        mut self,
+        mtu_of: impl Fn(IpNet) -> Option<u16> + Send + Sync + 'static,
+    ) -> Self {
+        self.mtu_of = RouteMtu(Box::new(mtu_of));
+        self
     }
 
     fn rule_message(&self, v6: bool) -> RuleMessage {
@@ -157,7 +180,7 @@ impl Routes {
     /// source address (otherwise the kernel would pick the TUN's own address).
     fn route_message(&self, net: IpNet) -> rtnetlink::packet_route::route::RouteMessage {
         let src = sys::source_for(net.network(), self.fwmark).ok();
-        match net {
+        let mut message = match net {
             IpNet::V4(n) => {
                 let mut b = RouteMessageBuilder::<Ipv4Addr>::new()
                     .destination_prefix(n.network(), n.prefix_len())
@@ -179,7 +202,15 @@ impl Routes {
                 }
                 b.build()
             }
+        };
+        if let Some(mtu) = (self.mtu_of.0)(net) {
+            message
+                .attributes
+                .push(RouteAttribute::Metrics(vec![RouteMetric::Mtu(u32::from(
+                    mtu,
+                ))]));
         }
+        message
     }
 
     /// Routes `net` into the TUN in table T. Adding a route that is there already is
@@ -199,7 +230,11 @@ impl Routes {
             Err(e) if errno(&e) == Some(libc::EEXIST) => {}
             Err(source) => {
                 return Err(RouteError {
-                    what: format!("adding route {net} dev tun table {}", self.table),
+                    what: format!(
+                        "adding route {net} dev tun table {}{}",
+                        self.table,
+                        (self.mtu_of.0)(net).map_or(String::new(), |m| format!(" mtu {m}"))
+                    ),
                     source,
                 });
             }

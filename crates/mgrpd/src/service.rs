@@ -78,7 +78,11 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
             config.fwmark,
             config.rule_priority,
         )
-        .await?;
+        .await?
+        .with_route_mtu({
+            let config = config.clone();
+            move |net| config.route_mtu(net)
+        });
         let v6 = config
             .routes
             .iter()

@@ -259,6 +259,16 @@ fn udp_crosses_a_nat_both_ways_and_raw_ip_does_not() {
     assert_eq!(sb.daemon.peer_endpoint_changes, 1, "{sb:#?}");
     let log = b.process.log();
     assert!(log.contains(&format!("peer {A} is at {R_OUT}:")), "{log}");
+    // A's route to B has the MTU of one continuation (IPv4 20, UDP 8, version 2's
+    // continuation header 2 and whole-rider descriptor 2, the trailer 24), so TCP
+    // segments cross whole, never cut in two.
+    let routes = net.a.ip(&["-o", "route", "show", "table", "all"]).unwrap();
+    assert!(
+        routes
+            .lines()
+            .any(|l| l.starts_with(&format!("{B} ")) && l.contains(" mtu 1444")),
+        "{routes}"
+    );
 
     assert!(transfer_with_trains(&net.a, &net.b, B, 5301, &a, &b) > 0);
     let sb = b.quiescent_stats().unwrap();

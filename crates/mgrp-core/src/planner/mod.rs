@@ -196,6 +196,33 @@ impl Path {
         };
         Self { wire, ..self }
     }
+
+    /// The longest rider that fits whole in one continuation on this path, with a
+    /// trailer of `trailer_len` bytes: the path's MTU less the IP (and UDP) header,
+    /// the continuation header, one descriptor of a whole rider and the trailer. A
+    /// route to a UDP peer with this as its MTU makes every packet of it one
+    /// continuation.
+    pub fn whole_rider_room(&self, trailer_len: u16) -> usize {
+        self.room(trailer_len, self.wire.desc_len(0, 1, 1))
+    }
+
+    /// The rider bytes each continuation carries when a rider is cut across several
+    /// (each piece's descriptor is the longest of the format).
+    pub fn piece_room(&self, trailer_len: u16) -> usize {
+        self.room(trailer_len, self.wire.max_desc_len())
+    }
+
+    fn room(&self, trailer_len: u16, desc_len: usize) -> usize {
+        usize::from(self.mtu)
+            .saturating_sub(usize::from(self.ip_header_len))
+            .saturating_sub(wire::min_packet_len(
+                self.wire,
+                Kind::Continuation,
+                0,
+                trailer_len,
+            ))
+            .saturating_sub(desc_len)
+    }
 }
 
 /// Length of a UDP header.

@@ -639,3 +639,53 @@ fn paths_too_wide_for_version_2_chunks_keep_version_1() {
     assert_eq!(probe.packet.version(), Version::V1);
     assert_eq!(probe.packet.rider_bytes(), 20_000);
 }
+
+#[test]
+fn a_rider_of_the_whole_room_fills_one_continuation_to_the_mtu() {
+    let data = vec![0x45u8; 1500];
+    for (path, trailer) in [
+        (Path::ipv4(1500).udp().with_wire(Version::V2), 24),
+        (Path::ipv4(1500).udp().with_wire(Version::V2), 0),
+        (Path::ipv6(1500).udp().with_wire(Version::V1), 24),
+        (Path::ipv4(1280).with_wire(Version::V1), 0),
+    ] {
+        let room = path.whole_rider_room(trailer);
+        let whole = |len: usize| Repr {
+            version: path.wire,
+            header: Header::continuation(),
+            tool_header: &[],
+            chunks: vec![Chunk {
+                rider_id: wire::TUNNELED_RIDER_ID,
+                offset: 0,
+                rider_len: len as u16,
+                data: &data[..len],
+            }],
+            trailer_len: trailer,
+        };
+        let ip = usize::from(path.ip_header_len);
+        assert_eq!(
+            whole(room).buffer_len() + ip,
+            usize::from(path.mtu),
+            "{path:?}"
+        );
+        // A piece carries less: its descriptor is the longest.
+        let piece = path.piece_room(trailer);
+        assert!(piece <= room);
+        let first = Repr {
+            chunks: vec![Chunk {
+                rider_len: (room + 1) as u16,
+                ..whole(piece).chunks[0]
+            }],
+            ..whole(piece)
+        };
+        assert!(first.buffer_len() + ip <= usize::from(path.mtu), "{path:?}");
+    }
+    // Version 2 over IPv4 and UDP with a key: 1500 − 28 − 2 − 2 − 24.
+    assert_eq!(
+        Path::ipv4(1500)
+            .udp()
+            .with_wire(Version::V2)
+            .whole_rider_room(24),
+        1444
+    );
+}

@@ -16,7 +16,7 @@ use crate::counters::{Counters, LimitedLog};
 use crate::exchange::{Bound, Control, Output, Queues, RouteEvent};
 use crate::fastpath::{Coalescer, FastPath};
 use crate::liveness::ErrorQueues;
-use crate::net::Net;
+use crate::net::{Net, TunnelBatch};
 
 #[derive(Debug)]
 pub(crate) struct Dispatcher {
@@ -79,18 +79,28 @@ impl Dispatcher {
             .fast
             .clone()
             .map(|f| Coalescer::new(f, self.config.mtu));
+        // Riders to UDP peers go in continuations, not as they came, gathered into
+        // segmented sends.
+        let mut tunnel = TunnelBatch::default();
         loop {
             while let Some(o) = q.outputs.pop() {
                 match (o, coalescer.as_mut()) {
-                    // Riders to UDP peers go in continuations, not as they came.
-                    (Output::Transmit(peer, Transmit::Unchanged(pkt)), Some(c))
-                        if !self.net.endpoints().is_udp(peer) =>
+                    (Output::Transmit(peer, Transmit::Unchanged(pkt)), _)
+                        if self.net.endpoints().is_udp(peer) =>
                     {
+                        self.net.send_unchanged_batched(&mut tunnel, peer, &pkt);
+                    }
+                    (Output::Transmit(_, Transmit::Unchanged(pkt)), Some(c)) => {
                         c.push(&pkt, &self.net, &self.counters);
                     }
-                    (o, _) => self.execute(o, true),
+                    (o, _) => {
+                        // What else leaves keeps its place after the batch.
+                        self.net.flush_tunnel(&mut tunnel);
+                        self.execute(o, true);
+                    }
                 }
             }
+            self.net.flush_tunnel(&mut tunnel);
             if let Some(c) = coalescer.as_mut() {
                 c.flush(&self.net, &self.counters);
             }

@@ -179,6 +179,9 @@ pub(crate) struct Net {
     endpoints: Arc<Endpoints>,
     /// The id of the next rider sent whole in continuations (its top bit is set).
     tunnel_ids: AtomicU32,
+    /// Set once the kernel has refused a segmented UDP send: batches go one datagram
+    /// at a time from then on.
+    no_udp_segmentation: std::sync::atomic::AtomicBool,
 }
 
 /// The transmit-stamp id of probe `seq` of train `transaction`: unique among the
@@ -244,6 +247,7 @@ impl Net {
             config: config.clone(),
             endpoints: Arc::new(Endpoints::new(config.clone())),
             tunnel_ids: AtomicU32::new(initial_tunnel_id()),
+            no_udp_segmentation: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -262,6 +266,7 @@ impl Net {
             config: config.clone(),
             endpoints: Arc::new(Endpoints::new(config.clone())),
             tunnel_ids: AtomicU32::new(initial_tunnel_id()),
+            no_udp_segmentation: std::sync::atomic::AtomicBool::new(false),
         };
         (net, source)
     }
@@ -456,23 +461,140 @@ fn initial_tunnel_id() -> u32 {
     std::collections::hash_map::RandomState::new().hash_one(std::process::id()) as u32
 }
 
+/// Most datagrams one segmented send carries (the kernel's `UDP_MAX_SEGMENTS`).
+const MAX_SEGMENTS: usize = 64;
+/// Most bytes one segmented send carries: a UDP payload's limit, with room for the
+/// IPv6 header.
+const MAX_SEGMENTED_BYTES: usize = 65_000;
+
+/// Continuations for one UDP peer gathered to leave in one system call (UDP
+/// segmentation offload): all as long as the first but the last, which may be
+/// shorter. A burst of TCP segments from the TUN is a run of equal packets, so it
+/// leaves as few sends instead of one per packet.
+#[derive(Debug, Default)]
+pub(crate) struct TunnelBatch {
+    peer: Option<IpAddr>,
+    buf: Vec<u8>,
+    segment: usize,
+    count: usize,
+    /// A shorter datagram ends the batch.
+    closed: bool,
+    /// Riders whose last continuation is in the batch: counted sent or failed with it.
+    riders: u64,
+}
+
 impl Net {
     /// Sends `rider` to a peer reached over UDP, which would not take it as it came
     /// (a NAT or firewall passes only the UDP flow): whole, in as many continuations
     /// as the path needs, under an id of the tunneled riders' own. Counted like a
     /// packet sent unchanged.
     fn tunnel(&self, peer: IpAddr, rider: &[u8]) {
-        let c = &self.counters;
-        match self.tunnel_packets(peer, rider) {
-            Ok(()) => bump(&c.unchanged_sent),
-            Err(e) => {
-                bump(&c.unchanged_send_errors);
-                debug!("sending a packet in continuations to {peer} failed: {e}");
-            }
+        let mut batch = TunnelBatch::default();
+        self.tunnel_batched(&mut batch, peer, rider);
+        self.flush_tunnel(&mut batch);
+    }
+
+    /// Sends `pkt` on unchanged to `peer`: into `batch` when the peer is reached over
+    /// UDP (sent by [`Self::flush_tunnel`] or the next packet that does not fit it),
+    /// else at once.
+    pub(crate) fn send_unchanged_batched(&self, batch: &mut TunnelBatch, peer: IpAddr, pkt: &[u8]) {
+        if matches!(self.io, Io::Kernel { .. }) && self.endpoints.is_udp(peer) {
+            self.tunnel_batched(batch, peer, pkt);
+        } else {
+            self.send_transmit(
+                peer,
+                Transmit::Unchanged(bytes::Bytes::copy_from_slice(pkt)),
+            );
         }
     }
 
-    fn tunnel_packets(&self, peer: IpAddr, rider: &[u8]) -> std::io::Result<()> {
+    /// Adds the continuations that carry `rider` to `peer` to `batch`, sending what
+    /// the batch held first when they do not fit it.
+    pub(crate) fn tunnel_batched(&self, batch: &mut TunnelBatch, peer: IpAddr, rider: &[u8]) {
+        let packets = match self.continuations(peer, rider) {
+            Ok(p) => p,
+            Err(e) => {
+                bump(&self.counters.unchanged_send_errors);
+                debug!("cannot put a packet to {peer} in continuations: {e}");
+                return;
+            }
+        };
+        for p in &packets {
+            let fits = batch.count > 0
+                && batch.peer == Some(peer)
+                && !batch.closed
+                && p.len() <= batch.segment
+                && batch.count < MAX_SEGMENTS
+                && batch.buf.len() + p.len() <= MAX_SEGMENTED_BYTES;
+            if !fits {
+                self.flush_tunnel(batch);
+                batch.peer = Some(peer);
+                batch.segment = p.len();
+            }
+            batch.closed = p.len() < batch.segment;
+            batch.buf.extend_from_slice(p);
+            batch.count += 1;
+        }
+        batch.riders += 1;
+    }
+
+    /// Sends what `batch` holds, in one system call where the kernel segments UDP,
+    /// and counts its riders sent or failed.
+    pub(crate) fn flush_tunnel(&self, batch: &mut TunnelBatch) {
+        let riders = std::mem::take(&mut batch.riders);
+        let Some(peer) = batch.peer.take() else {
+            return;
+        };
+        let result = self.send_continuations(peer, &batch.buf, batch.segment, batch.count);
+        batch.buf.clear();
+        batch.count = 0;
+        batch.closed = false;
+        let c = &self.counters;
+        match result {
+            Ok(()) => c.unchanged_sent.fetch_add(riders, Ordering::Relaxed),
+            Err(e) => {
+                debug!("sending packets in continuations to {peer} failed: {e}");
+                c.unchanged_send_errors.fetch_add(riders, Ordering::Relaxed)
+            }
+        };
+    }
+
+    fn send_continuations(
+        &self,
+        peer: IpAddr,
+        buf: &[u8],
+        segment: usize,
+        count: usize,
+    ) -> std::io::Result<()> {
+        if count > 1
+            && matches!(self.io, Io::Kernel { .. })
+            && !self.no_udp_segmentation.load(Ordering::Relaxed)
+        {
+            let (socket, at) = self.udp_target(peer)?;
+            match sys::send_segmented(socket, buf, &at, segment as u16) {
+                Ok(_) => return Ok(()),
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINVAL | libc::EIO | libc::ENOPROTOOPT | libc::EOPNOTSUPP)
+                    ) =>
+                {
+                    self.no_udp_segmentation.store(true, Ordering::Relaxed);
+                    warn!(
+                        "the kernel does not segment UDP here ({e}): continuations go one datagram per system call"
+                    );
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        for p in buf.chunks(segment.max(1)) {
+            self.send_mgrp(peer, p)?;
+        }
+        Ok(())
+    }
+
+    /// The continuations, sealed, that carry `rider` to `peer`.
+    fn continuations(&self, peer: IpAddr, rider: &[u8]) -> std::io::Result<Vec<Vec<u8>>> {
         let rider_len = u16::try_from(rider.len())
             .ok()
             .filter(|n| *n > 0)
@@ -487,27 +609,31 @@ impl Net {
             path.piece_room(trailer).max(1)
         };
         let id = wire::TUNNELED_RIDER_ID | self.tunnel_ids.fetch_add(1, Ordering::Relaxed);
-        for (i, data) in rider.chunks(room).enumerate() {
-            let repr = wire::Repr {
-                version: path.wire,
-                header: wire::Header::continuation(),
-                tool_header: &[],
-                chunks: vec![wire::Chunk {
-                    rider_id: id,
-                    offset: (i * room) as u16,
-                    rider_len,
-                    data,
-                }],
-                trailer_len: trailer,
-            };
-            let mut packet = repr
-                .emit_into(vec![0u8; repr.buffer_len()])
-                .map_err(std::io::Error::other)?;
-            packet.set_sender_time(mgrp_rt::wall_now());
-            self.sealer.seal(peer, &mut packet);
-            self.send_mgrp(peer, packet.as_bytes())?;
-        }
-        Ok(())
+        let now = mgrp_rt::wall_now();
+        rider
+            .chunks(room)
+            .enumerate()
+            .map(|(i, data)| {
+                let repr = wire::Repr {
+                    version: path.wire,
+                    header: wire::Header::continuation(),
+                    tool_header: &[],
+                    chunks: vec![wire::Chunk {
+                        rider_id: id,
+                        offset: (i * room) as u16,
+                        rider_len,
+                        data,
+                    }],
+                    trailer_len: trailer,
+                };
+                let mut packet = repr
+                    .emit_into(vec![0u8; repr.buffer_len()])
+                    .map_err(std::io::Error::other)?;
+                packet.set_sender_time(now);
+                self.sealer.seal(peer, &mut packet);
+                Ok(packet.into_inner())
+            })
+            .collect()
     }
 
     /// Sends `peer` a keepalive, so that the NAT in front of this host keeps its

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use mgrp_core::ip;
-use mgrp_core::planner::Transmit;
 use tracing::warn;
 use tun_rs::{VIRTIO_NET_HDR_LEN, VirtioNetHdr};
 
@@ -18,7 +17,7 @@ use crate::exchange::{Queues, RiderBatch};
 use crate::fastpath::{FastPath, frame_header, split_frame};
 use crate::lifecycle::Lifecycle;
 use crate::liveness::PeerHealth;
-use crate::net::Net;
+use crate::net::{Net, TunnelBatch};
 
 /// Whether a packet read from the TUN is kernel housekeeping rather than traffic to a
 /// peer (multicast, link-local, unspecified).
@@ -163,6 +162,8 @@ impl TunReader {
         // Packets in a row for one peer are metered together (one lock), without
         // allocating.
         let mut metered: Option<(IpAddr, u64, u64)> = None;
+        // Packets in a row for one UDP peer leave together.
+        let mut tunnel = TunnelBatch::default();
         for pkt in pkts {
             bump(&c.tun_packets_in);
             let Some(dst) = ip::destination(pkt).filter(|d| !is_housekeeping(*d)) else {
@@ -185,14 +186,12 @@ impl TunReader {
             if down.contains(&peer) {
                 // Its probes are dropped on arrival: riders would be lost with them.
                 bump(&c.riders_bypassed_peer_down);
-                self.net
-                    .send_transmit(peer, Transmit::Unchanged(Bytes::copy_from_slice(pkt)));
+                self.net.send_unchanged_batched(&mut tunnel, peer, pkt);
                 continue;
             }
             if direct {
                 bump(&c.riders_sent_direct);
-                self.net
-                    .send_transmit(peer, Transmit::Unchanged(Bytes::copy_from_slice(pkt)));
+                self.net.send_unchanged_batched(&mut tunnel, peer, pkt);
                 continue;
             }
             // Owned by a counted handle from the start: the pacer clones riders it puts
@@ -202,16 +201,17 @@ impl TunReader {
         if let Some((p, n, bytes)) = metered {
             c.traffic.add(now, p, n, bytes);
         }
-        if riders.is_empty() {
-            return;
-        }
-        if let Err(batch) = self.queues.push_riders(RiderBatch { at: now, riders }) {
-            // The pacer is behind: these go as they came rather than wait or be lost.
-            for (peer, data) in batch.riders {
-                bump(&c.riders_bypassed_pacer_busy);
-                self.net.send_transmit(peer, Transmit::Unchanged(data));
+        if !riders.is_empty() {
+            if let Err(batch) = self.queues.push_riders(RiderBatch { at: now, riders }) {
+                // The pacer is behind: these go as they came rather than wait or be
+                // lost.
+                for (peer, data) in batch.riders {
+                    bump(&c.riders_bypassed_pacer_busy);
+                    self.net.send_unchanged_batched(&mut tunnel, peer, &data);
+                }
             }
         }
+        self.net.flush_tunnel(&mut tunnel);
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use nix::sys::socket::{setsockopt, sockopt};
@@ -121,4 +122,43 @@ pub fn source_for(dst: IpAddr, mark: u32) -> io::Result<IpAddr> {
 /// The socket address raw sockets send to.
 pub fn raw_dest(ip: IpAddr) -> SockAddr {
     SockAddr::from(SocketAddr::new(ip, 0))
+}
+
+/// Sends `buf` to `dst` as datagrams of `segment` bytes each (the last may be
+/// shorter) in one system call: UDP segmentation offload (`UDP_SEGMENT`), done by
+/// the device or, failing that, by the kernel just before it. Errors with
+/// `EINVAL`/`EIO` where the kernel or device cannot segment; send them one by one then.
+pub fn send_segmented(s: &Socket, buf: &[u8], dst: &SockAddr, segment: u16) -> io::Result<usize> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_ptr().cast_mut().cast(),
+        iov_len: buf.len(),
+    };
+    // One control message with a u16: header plus aligned data fit in 24 bytes.
+    let mut control = [0u64; 4];
+    // SAFETY: zeroed msghdr is a valid starting value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = dst.as_ptr().cast_mut().cast();
+    msg.msg_namelen = dst.len();
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is pure arithmetic.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
+    // SAFETY: msg_control points at a zeroed, aligned buffer of at least
+    // msg_controllen bytes, which holds the header and its data written here.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&raw const msg);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = libc::UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), segment);
+    }
+    // SAFETY: every pointer in msg refers to live buffers of the stated sizes; the
+    // kernel only reads them.
+    let n = unsafe { libc::sendmsg(s.as_raw_fd(), &raw const msg, 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
 }

@@ -691,8 +691,48 @@ fn ipv6_riders_ride_in_ipv6_probes() {
     if !root_or_skip("ipv6_riders_ride_in_ipv6_probes") {
         return;
     }
-    use mgrp_testbed::{ADDR6_A, ADDR6_B};
     let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    ipv6_transfer_with_trains(&net, &[]);
+}
+
+#[test]
+fn ipv6_riders_ride_in_ipv6_probes_over_udp() {
+    let _serial = serial();
+    if !root_or_skip("ipv6_riders_ride_in_ipv6_probes_over_udp") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    // B takes no raw MGRP at all: what arrives must have come in UDP. The table goes
+    // with the namespace.
+    net.b
+        .exec(&[
+            "nft",
+            "add table ip6 mgrptest; add chain ip6 mgrptest input { type filter hook input priority 0; }; add rule ip6 mgrptest input meta l4proto 253 counter drop",
+        ])
+        .expect("nftables in B");
+    let key = mgrp_core::auth::Key::from_bytes([0x6b; 32]);
+    let file = KeyFile::new(&key);
+    let key_path = file.0.to_str().unwrap().to_string();
+    let _daemons = ipv6_transfer_with_trains(&net, &["--encap", "udp", "--key-file", &key_path]);
+    // IPv6 40, UDP 8, version 2's continuation header 2 and whole-rider descriptor 2,
+    // the trailer 24: TCP segments fit one continuation.
+    let routes = net
+        .a
+        .ip(&["-6", "-o", "route", "show", "table", "all"])
+        .unwrap();
+    assert!(
+        routes
+            .lines()
+            .any(|l| l.starts_with("fd77::2 ") && l.contains(" mtu 1424")),
+        "{routes}"
+    );
+}
+
+/// 40 MB of TCP from A to B over IPv6 through both daemons (`extra` flags), with
+/// trains of A alongside: intact, riders delivered, counters balanced. Returns the
+/// daemons, still running.
+fn ipv6_transfer_with_trains(net: &TwoHosts, extra: &[&str]) -> (Daemon, Daemon) {
+    use mgrp_testbed::{ADDR6_A, ADDR6_B};
     let route_b = format!("{ADDR6_B}/128");
     let route_a = format!("{ADDR6_A}/128");
     // Permanent routes, so the whole transfer is in the tunnel (with routes on demand
@@ -701,13 +741,13 @@ fn ipv6_riders_ride_in_ipv6_probes() {
     let a = Daemon::start(
         &net.a,
         mgrpd(),
-        &[&["--route", &route_b][..], &always].concat(),
+        &[&["--route", &route_b][..], &always, extra].concat(),
     )
     .expect("mgrpd on A");
     let b = Daemon::start(
         &net.b,
         mgrpd(),
-        &[&["--route", &route_a][..], &always].concat(),
+        &[&["--route", &route_a][..], &always, extra].concat(),
     )
     .expect("mgrpd on B");
     let listener = tcp_listen(&net.b, IpAddr::V6(ADDR6_B), 5011).unwrap();
@@ -741,6 +781,7 @@ fn ipv6_riders_ride_in_ipv6_probes() {
     assert_eq!(sb.daemon.mgrp_malformed, 0);
     check_conserved("A", &sa);
     check_conserved("B", &sb);
+    (a, b)
 }
 
 #[test]

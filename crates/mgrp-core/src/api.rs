@@ -440,6 +440,13 @@ pub struct DaemonCounters {
     /// kernel stamps are on (their trains' reports fall back to the daemon's stamps).
     #[serde(default)]
     pub probes_unstamped: u64,
+    /// System calls that sent several continuations to a UDP peer at once (UDP
+    /// segmentation offload).
+    #[serde(default)]
+    pub segmented_sends: u64,
+    /// The datagrams those system calls carried.
+    #[serde(default)]
+    pub segmented_datagrams: u64,
     /// Keepalives sent to UDP peers (to keep a NAT's mapping open).
     #[serde(default)]
     pub keepalives_sent: u64,

@@ -53,6 +53,8 @@ counters!(
     unchanged_send_errors,
     continuations_sent,
     continuation_send_errors,
+    segmented_sends,
+    segmented_datagrams,
     mgrp_received,
     mgrp_malformed,
     riders_delivered,

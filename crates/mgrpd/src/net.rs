@@ -572,7 +572,13 @@ impl Net {
         {
             let (socket, at) = self.udp_target(peer)?;
             match sys::send_segmented(socket, buf, &at, segment as u16) {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    bump(&self.counters.segmented_sends);
+                    self.counters
+                        .segmented_datagrams
+                        .fetch_add(count as u64, Ordering::Relaxed);
+                    return Ok(());
+                }
                 Err(e)
                     if matches!(
                         e.raw_os_error(),

@@ -271,6 +271,13 @@ fn udp_crosses_a_nat_both_ways_and_raw_ip_does_not() {
     );
 
     assert!(transfer_with_trains(&net.a, &net.b, B, 5301, &a, &b) > 0);
+    // Bursts of segments left A in segmented sends, several datagrams each.
+    let sa = a.stats().unwrap();
+    assert!(
+        sa.daemon.segmented_sends > 0
+            && sa.daemon.segmented_datagrams >= 2 * sa.daemon.segmented_sends,
+        "{sa:#?}"
+    );
     let sb = b.quiescent_stats().unwrap();
     assert!(
         sb.daemon.riders_delivered > 0,

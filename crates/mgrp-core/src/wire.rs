@@ -751,18 +751,7 @@ fn check_v1(b: &[u8]) -> Result<usize, WireError> {
         let offset = be16(d, field::OFFSET);
         let rider_len = be16(d, field::RIDER_LEN);
         let chunk_len = be16(d, field::CHUNK_LEN);
-        if chunk_len == 0 || rider_len == 0 {
-            return Err(WireError::EmptyChunk { index });
-        }
-        let end = u32::from(offset) + u32::from(chunk_len);
-        if end > u32::from(rider_len) {
-            return Err(WireError::ChunkOutOfRange {
-                index,
-                offset,
-                end,
-                rider_len,
-            });
-        }
+        let end = chunk_end(index, offset, chunk_len, rider_len)?;
         let last = d[field::CHUNK_FLAGS] & CHUNK_FLAG_LAST != 0;
         if last != (end == u32::from(rider_len)) {
             return Err(WireError::LastFlagMismatch { index });
@@ -838,18 +827,7 @@ fn check_v2(b: &[u8]) -> Result<usize, WireError> {
                 len,
             });
         };
-        if chunk_len == 0 {
-            return Err(WireError::EmptyChunk { index });
-        }
-        let end = u32::from(offset) + u32::from(chunk_len);
-        if end > u32::from(rider_len) {
-            return Err(WireError::ChunkOutOfRange {
-                index,
-                offset,
-                end,
-                rider_len,
-            });
-        }
+        chunk_end(index, offset, chunk_len, rider_len)?;
         // The place must be the one offset and length give (so each chunk has one
         // encoding): a first chunk starts but does not end its rider, and so on.
         let says = Place::of(
@@ -868,6 +846,24 @@ fn check_v2(b: &[u8]) -> Result<usize, WireError> {
         return Err(WireError::LengthsExceedPacket { claimed, len });
     }
     Ok(at)
+}
+
+/// Where chunk `index` ends in its rider, if it holds bytes of a rider that has some
+/// and ends within it: the range check both versions make of every descriptor.
+fn chunk_end(index: usize, offset: u16, chunk_len: u16, rider_len: u16) -> Result<u32, WireError> {
+    if chunk_len == 0 || rider_len == 0 {
+        return Err(WireError::EmptyChunk { index });
+    }
+    let end = u32::from(offset) + u32::from(chunk_len);
+    if end > u32::from(rider_len) {
+        return Err(WireError::ChunkOutOfRange {
+            index,
+            offset,
+            end,
+            rider_len,
+        });
+    }
+    Ok(end)
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {

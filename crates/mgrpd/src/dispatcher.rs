@@ -88,7 +88,7 @@ impl Dispatcher {
                     (Output::Transmit(peer, Transmit::Unchanged(pkt)), _)
                         if self.net.endpoints().is_udp(peer) =>
                     {
-                        self.net.send_unchanged_batched(&mut tunnel, peer, &pkt);
+                        self.net.tunnel_batched(&mut tunnel, peer, &pkt);
                     }
                     (Output::Transmit(_, Transmit::Unchanged(pkt)), Some(c)) => {
                         c.push(&pkt, &self.net, &self.counters);

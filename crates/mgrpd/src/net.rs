@@ -498,7 +498,7 @@ impl Net {
     /// UDP (sent by [`Self::flush_tunnel`] or the next packet that does not fit it),
     /// else at once.
     pub(crate) fn send_unchanged_batched(&self, batch: &mut TunnelBatch, peer: IpAddr, pkt: &[u8]) {
-        if matches!(self.io, Io::Kernel { .. }) && self.endpoints.is_udp(peer) {
+        if self.endpoints.is_udp(peer) {
             self.tunnel_batched(batch, peer, pkt);
         } else {
             self.send_transmit(

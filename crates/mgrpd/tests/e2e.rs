@@ -5,9 +5,8 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use mgrp_core::api::DaemonStats;
@@ -16,26 +15,11 @@ use mgrp_testbed::{
     ADDR_A, ADDR_B, Daemon, TwoHostOptions, TwoHosts, tcp_listen, tcp_transfer, uniform_train,
 };
 
-static SERIAL: Mutex<()> = Mutex::new(());
+mod common;
 
-/// One test at a time; a failed test must not stop the others.
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use common::{KeyFile, mgrpd, root_or_skip, serial, trains_every};
 
 const MB: u64 = 1 << 20;
-
-fn mgrpd() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_mgrpd"))
-}
-
-fn root_or_skip(name: &str) -> bool {
-    if mgrp_testbed::is_root() {
-        return true;
-    }
-    eprintln!("{name}: skipped, needs root to create network namespaces");
-    false
-}
 
 /// Daemons on both hosts, each routing the other host into its tunnel.
 fn daemons(net: &TwoHosts, extra: &[&str]) -> (Daemon, Daemon) {
@@ -46,29 +30,7 @@ fn daemons(net: &TwoHosts, extra: &[&str]) -> (Daemon, Daemon) {
 
 /// Runs pk2-like trains (20 × 500 B, 1 ms apart, every 20 ms) from A to B until `stop`.
 fn trains_until(daemon: &Daemon, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
-    trains_every(daemon, ADDR_B, stop, Duration::from_millis(20))
-}
-
-/// Runs trains of 20 × 500 B, 1 ms apart, from `daemon` to `to`, `pause` after each
-/// report, until `stop`.
-fn trains_every(
-    daemon: &Daemon,
-    to: std::net::Ipv4Addr,
-    stop: Arc<AtomicBool>,
-    pause: Duration,
-) -> std::thread::JoinHandle<u64> {
-    let api = daemon.api().expect("API of A");
-    std::thread::spawn(move || {
-        let mut sent = 0;
-        while !stop.load(Ordering::Relaxed) {
-            let train = uniform_train(IpAddr::V4(to), 20, 500, Duration::from_millis(1));
-            let report = api.send_train(train).expect("train report");
-            assert_eq!(report.probes_sent, 20);
-            sent += 1;
-            std::thread::sleep(pause);
-        }
-        sent
-    })
+    trains_every(daemon, IpAddr::V4(ADDR_B), stop, Duration::from_millis(20))
 }
 
 fn check_conserved(name: &str, s: &DaemonStats) {
@@ -238,7 +200,7 @@ fn greedy_transfer_with_back_to_back_trains() {
     let (a, b) = daemons(&net, &[]);
     let listener = tcp_listen(&net.b, IpAddr::V4(ADDR_B), 5003).expect("listen on B");
     let stop = Arc::new(AtomicBool::new(false));
-    let trains = trains_every(&a, ADDR_B, stop.clone(), Duration::ZERO);
+    let trains = trains_every(&a, IpAddr::V4(ADDR_B), stop.clone(), Duration::ZERO);
     let t = tcp_transfer(&net.a, listener, IpAddr::V4(ADDR_B), 5003, 100 * MB).expect("transfer");
     stop.store(true, Ordering::Relaxed);
     let n = trains.join().expect("train thread");
@@ -649,7 +611,12 @@ fn daemons_on_either_wire_version_exchange_trains_and_riders() {
     let listener = tcp_listen(&net.b, IpAddr::V4(ADDR_B), 5030).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let from_a = trains_until(&a, stop.clone());
-    let from_b = trains_every(&b, ADDR_A, stop.clone(), Duration::from_millis(20));
+    let from_b = trains_every(
+        &b,
+        IpAddr::V4(ADDR_A),
+        stop.clone(),
+        Duration::from_millis(20),
+    );
     let t = tcp_transfer(&net.a, listener, IpAddr::V4(ADDR_B), 5030, 40 * MB).unwrap();
     stop.store(true, Ordering::Relaxed);
     assert!(from_a.join().unwrap() > 0);
@@ -712,8 +679,7 @@ fn ipv6_riders_ride_in_ipv6_probes_over_udp() {
         .expect("nftables in B");
     let key = mgrp_core::auth::Key::from_bytes([0x6b; 32]);
     let file = KeyFile::new(&key);
-    let key_path = file.0.to_str().unwrap().to_string();
-    let _daemons = ipv6_transfer_with_trains(&net, &["--encap", "udp", "--key-file", &key_path]);
+    let _daemons = ipv6_transfer_with_trains(&net, &["--encap", "udp", "--key-file", &file.arg()]);
     // IPv6 40, UDP 8, version 2's continuation header 2 and whole-rider descriptor 2,
     // the trailer 24: TCP segments fit one continuation.
     let routes = net
@@ -752,19 +718,7 @@ fn ipv6_transfer_with_trains(net: &TwoHosts, extra: &[&str]) -> (Daemon, Daemon)
     .expect("mgrpd on B");
     let listener = tcp_listen(&net.b, IpAddr::V6(ADDR6_B), 5011).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let trains = {
-        let api = a.api().unwrap();
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut n = 0;
-            while !stop.load(Ordering::Relaxed) {
-                let t = uniform_train(IpAddr::V6(ADDR6_B), 20, 500, Duration::from_millis(1));
-                assert_eq!(api.send_train(t).unwrap().probes_sent, 20);
-                n += 1;
-            }
-            n
-        })
-    };
+    let trains = trains_every(&a, IpAddr::V6(ADDR6_B), stop.clone(), Duration::ZERO);
     let t = tcp_transfer(&net.a, listener, IpAddr::V6(ADDR6_B), 5011, 40 * MB).unwrap();
     stop.store(true, Ordering::Relaxed);
     assert!(trains.join().unwrap() > 0);
@@ -946,29 +900,6 @@ fn forged_riders_are_refused_and_counted() {
     assert!(!routes.contains("10.77.0.3 "), "{routes}");
     let sa = a.stats().unwrap().daemon;
     assert_eq!(sa.trains_refused_not_peer, 1, "{sa:#?}");
-}
-
-/// A key file of mode 0600 holding `key`, removed on drop.
-struct KeyFile(std::path::PathBuf);
-
-impl KeyFile {
-    fn new(key: &mgrp_core::auth::Key) -> Self {
-        use std::os::unix::fs::PermissionsExt as _;
-        let path = std::env::temp_dir().join(format!("{}.key", mgrp_testbed::unique("mgk")));
-        std::fs::write(&path, key.to_hex()).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        Self(path)
-    }
-
-    fn arg(&self) -> String {
-        self.0.display().to_string()
-    }
-}
-
-impl Drop for KeyFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 /// A hand-made continuation with an authentication trailer, sealed with `key`.

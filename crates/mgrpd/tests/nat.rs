@@ -5,9 +5,9 @@
 
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use mgrp_core::api::DaemonStats;
@@ -15,23 +15,9 @@ use mgrp_core::auth::{self, Key};
 use mgrp_core::wire::{Header, Packet, Repr, Version};
 use mgrp_testbed::{Daemon, Netns, tcp_listen, tcp_transfer, uniform_train, veth_pair};
 
-static SERIAL: Mutex<()> = Mutex::new(());
+mod common;
 
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn mgrpd() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_mgrpd"))
-}
-
-fn root_or_skip(name: &str) -> bool {
-    if mgrp_testbed::is_root() {
-        return true;
-    }
-    eprintln!("{name}: skipped, needs root to create network namespaces");
-    false
-}
+use common::{KeyFile, mgrpd, root_or_skip, serial, trains_every};
 
 /// A's address behind the NAT.
 const A: Ipv4Addr = Ipv4Addr::new(10, 79, 1, 2);
@@ -105,25 +91,6 @@ impl NatNet {
     }
 }
 
-/// A private file holding a key.
-struct KeyFile(PathBuf);
-
-impl KeyFile {
-    fn new(key: &Key) -> Self {
-        use std::os::unix::fs::PermissionsExt as _;
-        let path = std::env::temp_dir().join(format!("{}.key", mgrp_testbed::unique("natk")));
-        std::fs::write(&path, key.to_hex()).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        Self(path)
-    }
-}
-
-impl Drop for KeyFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 /// A configuration file, removed on drop.
 struct ConfigFile(PathBuf);
 
@@ -159,11 +126,11 @@ fn link_key() -> Key {
 fn udp_daemons(net: &NatNet, key: &KeyFile) -> (Daemon, Daemon, ConfigFile, ConfigFile) {
     let ca = ConfigFile::new(&format!(
         "routes = [\"{B}/32\"]\nencap = \"udp\"\n\n[[peers]]\nprefix = \"{B}/32\"\nkey-file = \"{}\"\nendpoint = \"{B}:4253\"\nkeepalive = \"1s\"\n",
-        key.0.display()
+        key.arg()
     ));
     let cb = ConfigFile::new(&format!(
         "routes = [\"{A}/32\"]\nencap = \"udp\"\n\n[[peers]]\nprefix = \"{A}/32\"\nkey-file = \"{}\"\n",
-        key.0.display()
+        key.arg()
     ));
     let b = Daemon::start(
         &net.b,
@@ -205,19 +172,12 @@ fn transfer_with_trains(
     let bytes = 2 << 20;
     let listener = tcp_listen(to_ns, IpAddr::V4(to), port).expect("listen");
     let stop = Arc::new(AtomicBool::new(false));
-    let api = trains_from.api().unwrap();
-    let s = stop.clone();
-    let trains = std::thread::spawn(move || {
-        let mut n = 0;
-        while !s.load(Ordering::Relaxed) {
-            let train = uniform_train(IpAddr::V4(to), 20, 500, Duration::from_millis(1));
-            let report = api.send_train(train).expect("train report");
-            assert_eq!(report.probes_sent, 20, "{report:#?}");
-            n += 1;
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        n
-    });
+    let trains = trains_every(
+        trains_from,
+        IpAddr::V4(to),
+        stop.clone(),
+        Duration::from_millis(20),
+    );
     let t = tcp_transfer(from_ns, listener, IpAddr::V4(to), port, bytes).unwrap_or_else(|e| {
         panic!(
             "transfer to {to}: {e}\nlog of the daemon sending trains: {}\nits counters: {:#?}\nlog of the other daemon: {}\nits counters: {:#?}",

@@ -129,12 +129,30 @@ pub fn raw_dest(ip: IpAddr) -> SockAddr {
 /// the device or, failing that, by the kernel just before it. Errors with
 /// `EINVAL`/`EIO` where the kernel or device cannot segment; send them one by one then.
 pub fn send_segmented(s: &Socket, buf: &[u8], dst: &SockAddr, segment: u16) -> io::Result<usize> {
+    send_with_control(
+        s,
+        buf,
+        dst,
+        &[(libc::SOL_UDP, libc::UDP_SEGMENT, &segment.to_ne_bytes())],
+    )
+}
+
+/// Sends `packet` to `dst` with up to two control messages, each `(level, type,
+/// data)` with at most 8 bytes of data (in the host's byte order), without
+/// allocating.
+pub(super) fn send_with_control(
+    s: &Socket,
+    packet: &[u8],
+    dst: &SockAddr,
+    messages: &[(libc::c_int, libc::c_int, &[u8])],
+) -> io::Result<usize> {
+    // Each header plus up to 8 aligned bytes of data takes 24 bytes.
+    let mut control = [0u64; 8];
+    assert!(messages.len() <= 2 && messages.iter().all(|m| m.2.len() <= 8));
     let mut iov = libc::iovec {
-        iov_base: buf.as_ptr().cast_mut().cast(),
-        iov_len: buf.len(),
+        iov_base: packet.as_ptr().cast_mut().cast(),
+        iov_len: packet.len(),
     };
-    // One control message with a u16: header plus aligned data fit in 24 bytes.
-    let mut control = [0u64; 4];
     // SAFETY: zeroed msghdr is a valid starting value.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_name = dst.as_ptr().cast_mut().cast();
@@ -142,16 +160,23 @@ pub fn send_segmented(s: &Socket, buf: &[u8], dst: &SockAddr, segment: u16) -> i
     msg.msg_iov = &raw mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE is pure arithmetic.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
+    msg.msg_controllen = messages
+        .iter()
+        // SAFETY: CMSG_SPACE is pure arithmetic.
+        .map(|m| unsafe { libc::CMSG_SPACE(m.2.len() as u32) } as usize)
+        .sum();
     // SAFETY: msg_control points at a zeroed, aligned buffer of at least
-    // msg_controllen bytes, which holds the header and its data written here.
+    // msg_controllen bytes (checked above), which holds every header and its data
+    // written here.
     unsafe {
-        let c = libc::CMSG_FIRSTHDR(&raw const msg);
-        (*c).cmsg_level = libc::SOL_UDP;
-        (*c).cmsg_type = libc::UDP_SEGMENT;
-        (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), segment);
+        let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
+        for &(level, kind, data) in messages {
+            (*c).cmsg_level = level;
+            (*c).cmsg_type = kind;
+            (*c).cmsg_len = libc::CMSG_LEN(data.len() as u32) as usize;
+            std::ptr::copy_nonoverlapping(data.as_ptr(), libc::CMSG_DATA(c), data.len());
+            c = libc::CMSG_NXTHDR(&raw const msg, c);
+        }
     }
     // SAFETY: every pointer in msg refers to live buffers of the stated sizes; the
     // kernel only reads them.

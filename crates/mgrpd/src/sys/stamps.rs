@@ -2,7 +2,6 @@
 //! about sent packets, and datagrams received with their receive stamps.
 
 use std::io;
-use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
@@ -131,50 +130,14 @@ pub fn send_with_tx_id(
     id: u32,
     per_packet: bool,
 ) -> io::Result<usize> {
-    let mut iov = libc::iovec {
-        iov_base: packet.as_ptr().cast_mut().cast(),
-        iov_len: packet.len(),
-    };
-    // Up to two control messages with a u32 each: header plus aligned data fit in 32
-    // bytes each.
-    let mut control = [0u64; 8];
-    let space = |n: usize| {
-        // SAFETY: CMSG_SPACE is pure arithmetic.
-        n * unsafe { libc::CMSG_SPACE(size_of::<u32>() as u32) } as usize
-    };
-    // SAFETY: zeroed msghdr is a valid starting value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = dst.as_ptr().cast_mut().cast();
-    msg.msg_namelen = dst.len();
-    msg.msg_iov = &raw mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space(if per_packet { 2 } else { 1 });
-    // SAFETY: msg_control points at a zeroed, aligned buffer of at least
-    // msg_controllen bytes, which holds every header and its data written here.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&raw const msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = SCM_TS_OPT_ID;
-        (*c).cmsg_len = libc::CMSG_LEN(size_of::<u32>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u32>(), id);
-        if per_packet {
-            let c = libc::CMSG_NXTHDR(&raw const msg, c);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SO_TIMESTAMPING;
-            (*c).cmsg_len = libc::CMSG_LEN(size_of::<u32>() as u32) as usize;
-            let flags = libc::SOF_TIMESTAMPING_TX_SCHED | libc::SOF_TIMESTAMPING_TX_SOFTWARE;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u32>(), flags);
-        }
-    }
-    // SAFETY: every pointer in msg refers to live buffers of the stated sizes; the
-    // kernel only reads them.
-    let n = unsafe { libc::sendmsg(s.as_raw_fd(), &raw const msg, 0) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    let id = id.to_ne_bytes();
+    let flags =
+        (libc::SOF_TIMESTAMPING_TX_SCHED | libc::SOF_TIMESTAMPING_TX_SOFTWARE).to_ne_bytes();
+    let messages: [(libc::c_int, libc::c_int, &[u8]); 2] = [
+        (libc::SOL_SOCKET, SCM_TS_OPT_ID, &id),
+        (libc::SOL_SOCKET, libc::SO_TIMESTAMPING, &flags),
+    ];
+    super::sockets::send_with_control(s, packet, dst, &messages[..if per_packet { 2 } else { 1 }])
 }
 
 /// Waits up to `timeout` until one of `fds` has something on its error queue;

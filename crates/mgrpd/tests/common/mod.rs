@@ -1,0 +1,79 @@
+//! What the namespace tests (`e2e`, `nat`) share: one test at a time, the daemon
+//! under test, the root check, key files and trains running beside a transfer.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use mgrp_core::auth::Key;
+use mgrp_testbed::{Daemon, uniform_train};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// One test at a time (each starts real-time pacers on a 2-CPU machine); a failed
+/// test must not stop the others.
+pub(crate) fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The daemon this build made.
+pub(crate) fn mgrpd() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_mgrpd"))
+}
+
+/// Whether the test can run (it needs root for namespaces); says so when not.
+pub(crate) fn root_or_skip(name: &str) -> bool {
+    if mgrp_testbed::is_root() {
+        return true;
+    }
+    eprintln!("{name}: skipped, needs root to create network namespaces");
+    false
+}
+
+/// A key file of mode 0600 holding `key`, removed on drop.
+pub(crate) struct KeyFile(pub(crate) PathBuf);
+
+impl KeyFile {
+    pub(crate) fn new(key: &Key) -> Self {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = std::env::temp_dir().join(format!("{}.key", mgrp_testbed::unique("mgk")));
+        std::fs::write(&path, key.to_hex()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        Self(path)
+    }
+
+    /// The path, as a command-line argument.
+    pub(crate) fn arg(&self) -> String {
+        self.0.display().to_string()
+    }
+}
+
+impl Drop for KeyFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Runs trains of 20 × 500 B, 1 ms apart, from `daemon` to `to`, `pause` after each
+/// report, until `stop`; every probe must leave. Returns how many trains ran.
+pub(crate) fn trains_every(
+    daemon: &Daemon,
+    to: IpAddr,
+    stop: Arc<AtomicBool>,
+    pause: Duration,
+) -> std::thread::JoinHandle<u64> {
+    let api = daemon.api().expect("API of the daemon sending trains");
+    std::thread::spawn(move || {
+        let mut sent = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let train = uniform_train(to, 20, 500, Duration::from_millis(1));
+            let report = api.send_train(train).expect("train report");
+            assert_eq!(report.probes_sent, 20, "{report:#?}");
+            sent += 1;
+            std::thread::sleep(pause);
+        }
+        sent
+    })
+}

@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
+
 use crate::threads::Stoppable;
 use crate::{Netns, fill_pattern, read_pattern, tcp_listen};
 
@@ -354,9 +356,17 @@ pub fn tcp_source(
 /// A TCP flow from `from` to `to:port` whose sender paces it to `mbps` of payload: the
 /// application writes all it can and the kernel spaces the segments out
 /// (`SO_MAX_PACING_RATE`, which turns on TCP's own pacing without an fq qdisc), one
-/// segment at a time (the sender's namespace gets `tcp_min_tso_segs = 1`). Unlike
-/// [`tcp_source`] with a rate, whose application writes a burst every 10 ms, it reaches
-/// a bottleneck as a smooth flow, like a server that paces its connections.
+/// segment at a time. Unlike [`tcp_source`] with a rate, whose application writes a
+/// burst every 10 ms, it reaches a bottleneck as a smooth flow, like a server that
+/// paces its connections.
+///
+/// One segment at a time takes three settings, because a namespace's path has a round
+/// trip of tens of microseconds, which no real path has: the sender's namespace gets
+/// `tcp_min_tso_segs = 1` and `tcp_tso_rtt_log = 0` (from Linux 5.18 TCP adds up to
+/// 64 KB to each send while the path's least round trip is under 512 µs; here that made
+/// the flow leave 6–10 segments at line rate every 17–25 ms, bursts a 40 ms probe
+/// stream reads as the available bandwidth swinging by several Mbit/s), and the flow
+/// uses CUBIC whatever the host's default (BBR sends at least two segments at once).
 pub fn tcp_paced_source(
     from: &Netns,
     to_ns: &Netns,
@@ -365,6 +375,13 @@ pub fn tcp_paced_source(
     mbps: f64,
 ) -> anyhow::Result<Source> {
     from.exec(&["sysctl", "-q", "-w", "net.ipv4.tcp_min_tso_segs=1"])?;
+    // Kernels before 5.18 have no such setting and no such bursts.
+    if from
+        .exec(&["test", "-e", "/proc/sys/net/ipv4/tcp_tso_rtt_log"])
+        .is_ok()
+    {
+        from.exec(&["sysctl", "-q", "-w", "net.ipv4.tcp_tso_rtt_log=0"])?;
+    }
     tcp_flow(from, to_ns, to, port, None, Some(mbps))
 }
 
@@ -402,6 +419,12 @@ fn tcp_flow(
         // 1500 per 1448 of payload.
         let bytes_per_s = (rate * 1e6 / 8.0 * 1500.0 / 1448.0) as libc::c_ulong;
         set_max_pacing_rate(&stream, bytes_per_s)?;
+        nix::sys::socket::setsockopt(
+            &stream,
+            nix::sys::socket::sockopt::TcpCongestion,
+            &std::ffi::OsString::from("cubic"),
+        )
+        .context("cannot make the paced TCP flow use CUBIC (tcp_cubic not in this kernel?)")?;
     }
     let retransmits = Arc::new(AtomicU64::new(0));
     let sender = {

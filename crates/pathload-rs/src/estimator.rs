@@ -70,6 +70,10 @@ pub struct Config {
     pub max_fleets: u32,
     /// End a fleet once its verdict is certain.
     pub early_verdict: bool,
+    /// Aim the search at the rate an increasing fleet's delay growth points to
+    /// ([`crate::search::Search::aim_at`]); `false` searches by bisection alone, as
+    /// pathload 1.3.2.
+    pub aim: bool,
 }
 
 impl Default for Config {
@@ -84,6 +88,7 @@ impl Default for Config {
             stream_duration_ns: STREAM_DURATION_NS,
             max_fleets: DEFAULT_MAX_FLEETS,
             early_verdict: true,
+            aim: true,
         }
     }
 }
@@ -230,6 +235,9 @@ pub struct FleetReport {
     pub trends: String,
     /// The search's bounds after this fleet.
     pub bounds: Bounds,
+    /// Where this increasing fleet's delay growth puts the available bandwidth,
+    /// Mbit/s, if it says (see [`Config::aim`]).
+    pub aim: Option<f64>,
 }
 
 /// Why a run ended.
@@ -636,6 +644,9 @@ impl Estimator {
         } else {
             verdict
         };
+        let aim = (verdict == FleetVerdict::Increasing && !loss_abort)
+            .then(|| self.adr.and_then(|c| aim_from(&f.analyses, at.rate, c)))
+            .flatten();
         let Some(search) = self.search.as_mut() else {
             return;
         };
@@ -644,6 +655,9 @@ impl Estimator {
             FleetVerdict::NoTrend => search.record(at, Trend::NoTrend),
             FleetVerdict::Grey => search.record(at, Trend::Ambiguous),
             FleetVerdict::Unusable | FleetVerdict::RateMissed => {}
+        }
+        if let (Some(rate), true) = (aim, self.config.aim) {
+            search.aim_at(rate);
         }
         let bounds = search.bounds();
         self.events.push_back(Event::Fleet(FleetReport {
@@ -656,6 +670,7 @@ impl Estimator {
             streams,
             trends,
             bounds,
+            aim,
         }));
         if verdict == FleetVerdict::Unusable {
             if repeat {
@@ -772,6 +787,32 @@ fn judge_train(size: u32, t: &TrainResult) -> Option<JudgedTrain> {
         coalescence: batched as f64 > COALESCENCE_SHARE * gaps as f64,
         send_cost_ns,
     })
+}
+
+/// Where the increasing streams of a fleet at `rate` put the available bandwidth,
+/// Mbit/s, on a path of capacity about `capacity` (the initial rate): `rate` less the
+/// median delay growth times the capacity (a stream at R above the available
+/// bandwidth A over a FIFO of capacity C grows its delays at (R − A) / C). `None`
+/// unless the answer lies between 0 and `rate`.
+fn aim_from(analyses: &[StreamAnalysis], rate: f64, capacity: f64) -> Option<f64> {
+    let mut growths: Vec<f64> = analyses
+        .iter()
+        .filter(|a| a.trend == Some(Trend::Increasing))
+        .filter_map(|a| a.growth)
+        .filter(|g| g.is_finite() && *g > 0.0)
+        .collect();
+    if growths.is_empty() {
+        return None;
+    }
+    growths.sort_by(f64::total_cmp);
+    let n = growths.len();
+    let g = if n % 2 == 1 {
+        growths[n / 2]
+    } else {
+        (growths[n / 2 - 1] + growths[n / 2]) / 2.0
+    };
+    let aim = rate - g * capacity;
+    (aim > 0.0 && aim < rate).then_some(aim)
 }
 
 /// The fleet's verdict once it is certain, with how the fleet ended; `None` while

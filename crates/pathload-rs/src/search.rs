@@ -13,6 +13,15 @@
 //! Rmax) is taken as news: the bound it contradicts falls back to the nearest earlier
 //! verdict that still agrees, so the search recovers instead of looping.
 //!
+//! One change of this project: an increasing fleet's delays say how far above the
+//! available bandwidth it was (their growth, see [`crate::trend::StreamAnalysis`]), so
+//! the estimator may give the search an aim ([`Search::aim_at`]): the next fleets then
+//! go just below and just above the aim (± 0.45 ω) instead of to the middle of
+//! [Rmin, Rmax], and when both verdicts are as expected the search has converged in
+//! two fleets where bisection takes four or five. Bounds still come only from
+//! verdicts, so an aim never makes a range; a verdict that disagrees with the aim
+//! drops it and the next fleet bisects, and aims are not used inside a grey region.
+//!
 //! Every bound remembers the rate of competing application traffic that rode in its
 //! fleet's probes (MGRP §2.4), so the range can be reported adjusted as well.
 
@@ -81,6 +90,20 @@ pub struct Search {
     max_rate: f64,
     bounds: Bounds,
     history: Vec<(Bound, Trend)>,
+    aim: Option<Aim>,
+    /// Set when a verdict disagreed with the aim: the next fleet bisects whatever aim
+    /// comes meanwhile.
+    bisect_next: bool,
+}
+
+/// A rate the delays point at, and what was tried around it.
+#[derive(Debug, Clone, Copy)]
+struct Aim {
+    rate: f64,
+    tried_below: bool,
+    tried_above: bool,
+    /// The verdict expected of the fleet sent for this aim.
+    expect: Option<Trend>,
 }
 
 impl Search {
@@ -93,7 +116,28 @@ impl Search {
             max_rate,
             bounds: Bounds::default(),
             history: Vec::new(),
+            aim: None,
+            bisect_next: false,
         }
+    }
+
+    /// Aims the next fleets at `rate`, Mbit/s: where an increasing fleet's delay
+    /// growth puts the available bandwidth. Ignored right after a verdict disagreed
+    /// with the previous aim.
+    pub fn aim_at(&mut self, rate: f64) {
+        if !self.bisect_next && rate.is_finite() && rate > 0.0 {
+            self.aim = Some(Aim {
+                rate,
+                tried_below: false,
+                tried_above: false,
+                expect: None,
+            });
+        }
+    }
+
+    /// The rate the search aims at, if any.
+    pub fn aim(&self) -> Option<f64> {
+        self.aim.map(|a| a.rate)
     }
 
     /// The bounds so far.
@@ -118,6 +162,12 @@ impl Search {
 
     /// Records a fleet's verdict at its rate.
     pub fn record(&mut self, at: Bound, verdict: Trend) {
+        if let Some(expect) = self.aim.as_mut().and_then(|a| a.expect.take())
+            && expect != verdict
+        {
+            self.aim = None;
+            self.bisect_next = true;
+        }
         self.history.push((at, verdict));
         let h = &self.history;
         let b = &mut self.bounds;
@@ -182,8 +232,9 @@ impl Search {
 
     /// The next rate after a fleet asked to send at `requested` Mbit/s that sent at
     /// `last`, or the end.
-    pub fn next(&self, requested: f64, last: f64) -> Next {
-        let b = &self.bounds;
+    pub fn next(&mut self, requested: f64, last: f64) -> Next {
+        let bisect = std::mem::take(&mut self.bisect_next);
+        let b = self.bounds;
         let lo = b.rmin.map_or(0.0, |r| r.rate);
         let Some(rmax) = b.rmax else {
             // Exponential phase (or a grey region with nothing above it yet): double.
@@ -209,8 +260,31 @@ impl Search {
                     Next::Rate((lo + gmin.rate) / 2.0)
                 }
             }
-            _ => Next::Rate((lo + hi) / 2.0),
+            _ => Next::Rate(
+                (!bisect)
+                    .then(|| self.aimed(lo, hi))
+                    .flatten()
+                    .unwrap_or((lo + hi) / 2.0),
+            ),
         }
+    }
+
+    /// Just below the aim, then just above it, while those lie well inside (lo, hi).
+    fn aimed(&mut self, lo: f64, hi: f64) -> Option<f64> {
+        let (half, margin) = (0.45 * self.omega, 0.1 * self.omega);
+        let inside = |r: f64| r > lo + margin && r < hi - margin;
+        let aim = self.aim.as_mut()?;
+        if !aim.tried_below && inside(aim.rate - half) {
+            aim.tried_below = true;
+            aim.expect = Some(Trend::NoTrend);
+            return Some(aim.rate - half);
+        }
+        if !aim.tried_above && inside(aim.rate + half) {
+            aim.tried_above = true;
+            aim.expect = Some(Trend::Increasing);
+            return Some(aim.rate + half);
+        }
+        None
     }
 
     /// The range the search supports now: [Rmin, Rmax], with 0 and the highest rate
@@ -367,5 +441,63 @@ mod tests {
             competing: 2.5,
         };
         assert_eq!(b.adjusted(), 0.0);
+    }
+    #[test]
+    fn an_aim_is_bracketed_in_two_fleets() {
+        let mut s = Search::new(0.2, 0.5, 100.0);
+        s.record(at(10.0), Trend::Increasing);
+        s.aim_at(9.4);
+        let Next::Rate(below) = s.next(10.0, 10.0) else {
+            panic!()
+        };
+        assert!((below - 9.31).abs() < 1e-9, "{below}");
+        s.record(at(below), Trend::NoTrend);
+        let Next::Rate(above) = s.next(below, below) else {
+            panic!()
+        };
+        assert!((above - 9.49).abs() < 1e-9, "{above}");
+        s.record(at(above), Trend::Increasing);
+        s.aim_at(9.42);
+        assert_eq!(
+            s.next(above, above),
+            Next::Converged(Convergence::UserResolution)
+        );
+        assert_eq!(s.range().0.rate, below);
+        assert_eq!(s.range().1.rate, above);
+    }
+
+    #[test]
+    fn a_verdict_against_the_aim_drops_it_and_the_next_fleet_bisects() {
+        let mut s = Search::new(0.2, 0.5, 100.0);
+        s.record(at(10.0), Trend::Increasing);
+        s.aim_at(9.0);
+        let Next::Rate(below) = s.next(10.0, 10.0) else {
+            panic!()
+        };
+        // Expected no trend below the aim; it was increasing: the aim is gone, the
+        // new one is refused once, and the next rate is the middle of [0, below].
+        s.record(at(below), Trend::Increasing);
+        s.aim_at(8.5);
+        assert_eq!(s.aim(), None);
+        assert_eq!(s.next(below, below), Next::Rate(below / 2.0));
+        // After that bisection aims are taken again.
+        s.record(at(below / 2.0), Trend::NoTrend);
+        s.aim_at(8.5);
+        assert_eq!(s.aim(), Some(8.5));
+    }
+
+    #[test]
+    fn an_aim_outside_the_bounds_or_in_a_grey_region_is_not_used() {
+        let mut s = Search::new(0.2, 0.5, 100.0);
+        s.record(at(5.0), Trend::NoTrend);
+        s.record(at(10.0), Trend::Increasing);
+        s.aim_at(4.0);
+        assert_eq!(s.next(10.0, 10.0), Next::Rate(7.5));
+        let mut s = Search::new(0.2, 0.5, 100.0);
+        s.record(at(5.0), Trend::NoTrend);
+        s.record(at(7.0), Trend::Ambiguous);
+        s.record(at(10.0), Trend::Increasing);
+        s.aim_at(9.0);
+        assert_eq!(s.next(10.0, 10.0), Next::Rate(8.5));
     }
 }

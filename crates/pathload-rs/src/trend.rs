@@ -86,6 +86,12 @@ pub struct StreamAnalysis {
     pub pdt: Option<f64>,
     /// The stream's trend; `None` when it was discarded (too few medians).
     pub trend: Option<Trend>,
+    /// How fast the one-way delays grew, in seconds per second of sending (the
+    /// least-squares slope over the longest sub-stream; `None` with fewer than
+    /// [`MIN_SUBSTREAM_DELAYS`] delays). Over a fluid FIFO bottleneck of capacity C it
+    /// is (R − A) / C for a stream at rate R above the available bandwidth A: it says
+    /// how far above A the stream was, which the trend alone does not.
+    pub growth: Option<f64>,
 }
 
 /// Analyses one stream of `sent` packets sent `spacing_ns` apart, of which `arrivals`
@@ -149,6 +155,11 @@ pub fn analyse(sent: u32, spacing_ns: u64, arrivals: &[Arrival]) -> StreamAnalys
             medians.push(group_medians(sub));
         }
     }
+    let growth = subs
+        .iter()
+        .filter(|sub| sub.len() > MIN_SUBSTREAM_DELAYS)
+        .max_by_key(|sub| sub.len())
+        .and_then(|sub| delay_growth(sub));
     let count: usize = medians.iter().map(Vec::len).sum();
     let (pct, pdt, trend) = if count < MIN_MEDIANS {
         (None, None, None)
@@ -165,7 +176,30 @@ pub fn analyse(sent: u32, spacing_ns: u64, arrivals: &[Arrival]) -> StreamAnalys
         pct,
         pdt,
         trend,
+        growth,
     }
+}
+
+/// The least-squares slope of one-way delay over sending time, or `None` when the
+/// packets were all sent at once.
+fn delay_growth(sub: &[Arrival]) -> Option<f64> {
+    let first = sub.first()?;
+    // Offsets from the first packet keep the sums well inside f64's precision.
+    let points = sub.iter().map(|a| {
+        let x = a.sent_ns.saturating_sub(first.sent_ns) as f64;
+        let y = (a.received_ns.saturating_sub(a.sent_ns))
+            .saturating_sub(first.received_ns.saturating_sub(first.sent_ns)) as f64;
+        (x, y)
+    });
+    let n = sub.len() as f64;
+    let (sx, sy) = points
+        .clone()
+        .fold((0.0, 0.0), |(sx, sy), (x, y)| (sx + x, sy + y));
+    let (mx, my) = (sx / n, sy / n);
+    let (sxy, sxx) = points.fold((0.0, 0.0), |(sxy, sxx), (x, y)| {
+        (sxy + (x - mx) * (y - my), sxx + (x - mx) * (x - mx))
+    });
+    (sxx > 0.0).then(|| sxy / sxx)
 }
 
 /// Medians of consecutive groups of ⌊√n⌋ one-way delays; a last, short group is left
@@ -272,6 +306,20 @@ mod tests {
         assert!((a.pct.unwrap() - 0.9).abs() < 1e-9, "{a:?}");
         assert!((a.pdt.unwrap() - 1.0).abs() < 1e-9);
         assert_eq!(a.loss_class, LossClass::Low);
+    }
+
+    #[test]
+    fn growth_is_the_delay_slope_per_second_of_sending() {
+        // 20 µs more per packet sent 182.4 µs apart.
+        let a = analyse(100, T, &stream(|i| f64::from(i) * 20.0));
+        let g = a.growth.unwrap();
+        assert!((g - 20_000.0 / T as f64).abs() < 1e-6, "{g}");
+        // Noise around a level: no growth to speak of; flat: none at all.
+        let a = analyse(100, T, &stream(|i| noise(i, 200.0)));
+        assert!(a.growth.unwrap().abs() < 0.01, "{a:?}");
+        assert_eq!(analyse(100, T, &stream(|_| 0.0)).growth, Some(0.0));
+        // Too few packets to say.
+        assert_eq!(analyse(100, T, &stream(|_| 0.0)[..20]).growth, None);
     }
 
     #[test]

@@ -1,12 +1,10 @@
 //! End-to-end: `pathload-rs snd` on host A, `pathload-rs rcv` on host B, a
 //! `tbf rate 10mbit burst 1540` bottleneck either on A's own egress (the sending host
 //! shapes its uplink: the first queue of the path is the sender's) or on a router
-//! between them, over plain UDP and over MGRP (a real mgrpd on each host): quiet and
-//! with 4 Mbit/s of constant-rate UDP cross traffic, and over MGRP with a paced
-//! 4 Mbit/s TCP flow whose packets ride in the probes. (A TCP flow that competes
-//! with plain UDP probes slows down as their queue builds, and the method reads the
-//! path as emptier than the flow's average leaves it: the accuracy bench measures that
-//! case, `--cross tcp --transports udp`.) Each case measures once: it must
+//! between them, over plain UDP and over MGRP (a real mgrpd on each host): quiet, with
+//! 4 Mbit/s of constant-rate UDP cross traffic, and with a paced 4 Mbit/s TCP flow
+//! from A to B (over MGRP its packets ride in the probes; over UDP it competes with
+//! them). Each case measures once: it must
 //! converge (exit 0) and its range must hold the truth computed at the IP level within
 //! a wide band; over MGRP every stream must have been timed by the kernel's
 //! queue-entry stamps. Timing is never asserted tightly (the machine is shared); the
@@ -114,12 +112,14 @@ type Test = (&'static str, fn() -> anyhow::Result<()>);
 cases! {
     sender_udp_quiet: Sender, "udp", Cross::Quiet;
     sender_udp_cbr: Sender, "udp", Cross::Cbr(CROSS);
+    sender_udp_tcp: Sender, "udp", Cross::Tcp(CROSS);
     sender_mgrp_quiet: Sender, "mgrp", Cross::Quiet;
     sender_mgrp_cbr: Sender, "mgrp", Cross::Cbr(CROSS);
     sender_mgrp_cbr_riding: Sender, "mgrp", Cross::CbrRiding(CROSS);
     sender_mgrp_tcp_riding: Sender, "mgrp", Cross::Tcp(CROSS);
     router_udp_quiet: Router, "udp", Cross::Quiet;
     router_udp_cbr: Router, "udp", Cross::Cbr(CROSS);
+    router_udp_tcp: Router, "udp", Cross::Tcp(CROSS);
     router_mgrp_quiet: Router, "mgrp", Cross::Quiet;
     router_mgrp_cbr: Router, "mgrp", Cross::Cbr(CROSS);
     router_mgrp_tcp_riding: Router, "mgrp", Cross::Tcp(CROSS);

@@ -153,7 +153,11 @@ fn a_reordered_train_is_bad_and_coalescence_lengthens_streams() {
 
 #[test]
 fn an_increasing_fleet_ends_early_and_halves_the_rate() {
-    let mut e = started(&Config::default());
+    // Bisection alone, as the original: the halving is what is checked.
+    let mut e = started(&Config {
+        aim: false,
+        ..Config::default()
+    });
     for i in 0..8 {
         let s = spec(&e);
         assert_eq!(s.stream, i);
@@ -501,4 +505,47 @@ fn a_path_faster_than_the_sender_stops_at_the_maximum_rate() {
         "{o:?}"
     );
     assert_eq!(o.fleets, 1);
+}
+
+#[test]
+fn aiming_at_the_delay_growth_takes_fewer_fleets_than_bisection_for_the_same_answer() {
+    let mut fleets = (0, 0);
+    for (cross, seed) in [(0.0, 1), (0.0, 2), (4.0, 3), (2.0, 4), (6.0, 5)] {
+        let link = LinkConfig {
+            cross_mbps: cross,
+            cross_size: 300,
+            seed,
+            ..LinkConfig::default()
+        };
+        let truth = link.truth(228);
+        let with = |aim: bool| {
+            let mut e = Estimator::new(Config {
+                mode: Mode::Fast,
+                rtt_ns: 2 * link.delay_ns as u64,
+                aim,
+                ..Config::default()
+            });
+            let mut aims = 0;
+            let (o, _) = crate::sim::run_with(&mut e, &mut Link::new(link.clone()), |ev| {
+                aims += usize::from(matches!(ev, Event::Fleet(f) if f.aim.is_some()));
+            });
+            (o, aims)
+        };
+        let (aimed, aims) = with(true);
+        let (bisected, reported) = with(false);
+        assert!(aims > 0, "no fleet gave an aim ({aimed:?})");
+        assert!(reported > 0, "the aim is reported even when not used");
+        for o in [&aimed, &bisected] {
+            assert!(o.reason.converged(), "{o:?}");
+            assert_brackets(o, truth, 0.4);
+        }
+        fleets.0 += aimed.fleets;
+        fleets.1 += bisected.fleets;
+    }
+    assert!(
+        fleets.0 < fleets.1,
+        "aimed {} fleets against bisection's {}",
+        fleets.0,
+        fleets.1
+    );
 }

@@ -376,10 +376,7 @@ pub fn tcp_paced_source(
 ) -> anyhow::Result<Source> {
     from.exec(&["sysctl", "-q", "-w", "net.ipv4.tcp_min_tso_segs=1"])?;
     // Kernels before 5.18 have no such setting and no such bursts.
-    if from
-        .exec(&["test", "-e", "/proc/sys/net/ipv4/tcp_tso_rtt_log"])
-        .is_ok()
-    {
+    if std::path::Path::new("/proc/sys/net/ipv4/tcp_tso_rtt_log").exists() {
         from.exec(&["sysctl", "-q", "-w", "net.ipv4.tcp_tso_rtt_log=0"])?;
     }
     tcp_flow(from, to_ns, to, port, None, Some(mbps))

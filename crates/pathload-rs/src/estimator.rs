@@ -658,7 +658,9 @@ impl Estimator {
             FleetVerdict::Grey => search.record(at, Trend::Ambiguous),
             FleetVerdict::Unusable | FleetVerdict::RateMissed => {}
         }
-        if let (Some(rate), true) = (aim, self.config.aim) {
+        if self.config.aim
+            && let Some(rate) = aim
+        {
             search.aim_at(rate);
         }
         let bounds = search.bounds();

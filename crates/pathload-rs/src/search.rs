@@ -260,12 +260,10 @@ impl Search {
                     Next::Rate((lo + gmin.rate) / 2.0)
                 }
             }
-            _ => Next::Rate(
-                (!bisect)
-                    .then(|| self.aimed(lo, hi))
-                    .flatten()
-                    .unwrap_or((lo + hi) / 2.0),
-            ),
+            _ => {
+                let aimed = if bisect { None } else { self.aimed(lo, hi) };
+                Next::Rate(aimed.unwrap_or((lo + hi) / 2.0))
+            }
         }
     }
 
@@ -442,19 +440,24 @@ mod tests {
         };
         assert_eq!(b.adjusted(), 0.0);
     }
+
+    /// The rate of a `Next` that must be one.
+    fn rate(next: Next) -> f64 {
+        match next {
+            Next::Rate(r) => r,
+            other => panic!("expected a rate, got {other:?}"),
+        }
+    }
+
     #[test]
     fn an_aim_is_bracketed_in_two_fleets() {
         let mut s = Search::new(0.2, 0.5, 100.0);
         s.record(at(10.0), Trend::Increasing);
         s.aim_at(9.4);
-        let Next::Rate(below) = s.next(10.0, 10.0) else {
-            panic!()
-        };
+        let below = rate(s.next(10.0, 10.0));
         assert!((below - 9.31).abs() < 1e-9, "{below}");
         s.record(at(below), Trend::NoTrend);
-        let Next::Rate(above) = s.next(below, below) else {
-            panic!()
-        };
+        let above = rate(s.next(below, below));
         assert!((above - 9.49).abs() < 1e-9, "{above}");
         s.record(at(above), Trend::Increasing);
         s.aim_at(9.42);
@@ -471,9 +474,7 @@ mod tests {
         let mut s = Search::new(0.2, 0.5, 100.0);
         s.record(at(10.0), Trend::Increasing);
         s.aim_at(9.0);
-        let Next::Rate(below) = s.next(10.0, 10.0) else {
-            panic!()
-        };
+        let below = rate(s.next(10.0, 10.0));
         // Expected no trend below the aim; it was increasing: the aim is gone, the
         // new one is refused once, and the next rate is the middle of [0, below].
         s.record(at(below), Trend::Increasing);

@@ -661,7 +661,7 @@ impl Estimator {
         if self.config.aim
             && let Some(rate) = aim
         {
-            search.aim_at(rate);
+            search.aim_at(rate, at.rate);
         }
         let bounds = search.bounds();
         self.events.push_back(Event::Fleet(FleetReport {

@@ -18,8 +18,11 @@
 //! the estimator may give the search an aim ([`Search::aim_at`]): the next fleets then
 //! go just below and just above the aim (± 0.45 ω) instead of to the middle of
 //! [Rmin, Rmax], and when both verdicts are as expected the search has converged in
-//! two fleets where bisection takes four or five. Bounds still come only from
-//! verdicts, so an aim never makes a range; a verdict that disagrees with the aim
+//! two fleets where bisection takes four or five. An aim from a fleet far above the
+//! available bandwidth is coarse (it is off by a share of that distance, see
+//! [`AIM_SLACK`]): the next fleet goes that share above it, where it should still
+//! increase, and that fleet's nearer aim is the one bracketed. Bounds still come only
+//! from verdicts, so an aim never makes a range; a verdict that disagrees with the aim
 //! drops it and the next fleet bisects, and aims are not used inside a grey region.
 //!
 //! Every bound remembers the rate of competing application traffic that rode in its
@@ -28,6 +31,14 @@
 use serde::Serialize;
 
 use crate::trend::Trend;
+
+/// How far an aim may be off, as a share of its distance below the fleet it came
+/// from. The estimator takes the initial rate (from 1500-byte trains) as the
+/// capacity, and small probes see less of a link than large packets do because of
+/// per-packet overheads (228-byte probes behind a 14-byte header: 5 % less), so an aim
+/// from a fleet far above the available bandwidth lies low by about that share of the
+/// distance. Twice that covers headers up to about 30 bytes.
+pub const AIM_SLACK: f64 = 0.1;
 
 /// A rate the search learnt something at.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -100,6 +111,8 @@ pub struct Search {
 #[derive(Debug, Clone, Copy)]
 struct Aim {
     rate: f64,
+    /// How far below the fleet it came from, Mbit/s.
+    distance: f64,
     tried_below: bool,
     tried_above: bool,
     /// The verdict expected of the fleet sent for this aim.
@@ -121,13 +134,14 @@ impl Search {
         }
     }
 
-    /// Aims the next fleets at `rate`, Mbit/s: where an increasing fleet's delay
-    /// growth puts the available bandwidth. Ignored right after a verdict disagreed
-    /// with the previous aim.
-    pub fn aim_at(&mut self, rate: f64) {
-        if !self.bisect_next && rate.is_finite() && rate > 0.0 {
+    /// Aims the next fleets at `rate`, Mbit/s: where the delay growth of an
+    /// increasing fleet sent at `from` Mbit/s puts the available bandwidth. Ignored
+    /// right after a verdict disagreed with the previous aim.
+    pub fn aim_at(&mut self, rate: f64, from: f64) {
+        if !self.bisect_next && rate.is_finite() && rate > 0.0 && from.is_finite() {
             self.aim = Some(Aim {
                 rate,
+                distance: (from - rate).max(0.0),
                 tried_below: false,
                 tried_above: false,
                 expect: None,
@@ -267,11 +281,21 @@ impl Search {
         }
     }
 
-    /// Just below the aim, then just above it, while those lie well inside (lo, hi).
+    /// Just below the aim, then just above it, while those lie well inside (lo, hi); a
+    /// coarse aim only above it, by its slack.
     fn aimed(&mut self, lo: f64, hi: f64) -> Option<f64> {
         let (half, margin) = (0.45 * self.omega, 0.1 * self.omega);
         let inside = |r: f64| r > lo + margin && r < hi - margin;
         let aim = self.aim.as_mut()?;
+        let slack = AIM_SLACK * aim.distance;
+        if slack > half {
+            if !aim.tried_above && inside(aim.rate + slack) {
+                aim.tried_above = true;
+                aim.expect = Some(Trend::Increasing);
+                return Some(aim.rate + slack);
+            }
+            return None;
+        }
         if !aim.tried_below && inside(aim.rate - half) {
             aim.tried_below = true;
             aim.expect = Some(Trend::NoTrend);
@@ -453,14 +477,14 @@ mod tests {
     fn an_aim_is_bracketed_in_two_fleets() {
         let mut s = Search::new(0.2, 0.5, 100.0);
         s.record(at(10.0), Trend::Increasing);
-        s.aim_at(9.4);
+        s.aim_at(9.4, 10.0);
         let below = rate(s.next(10.0, 10.0));
         assert!((below - 9.31).abs() < 1e-9, "{below}");
         s.record(at(below), Trend::NoTrend);
         let above = rate(s.next(below, below));
         assert!((above - 9.49).abs() < 1e-9, "{above}");
         s.record(at(above), Trend::Increasing);
-        s.aim_at(9.42);
+        s.aim_at(9.42, 9.49);
         assert_eq!(
             s.next(above, above),
             Next::Converged(Convergence::UserResolution)
@@ -472,18 +496,19 @@ mod tests {
     #[test]
     fn a_verdict_against_the_aim_drops_it_and_the_next_fleet_bisects() {
         let mut s = Search::new(0.2, 0.5, 100.0);
-        s.record(at(10.0), Trend::Increasing);
-        s.aim_at(9.0);
-        let below = rate(s.next(10.0, 10.0));
+        s.record(at(9.5), Trend::Increasing);
+        s.aim_at(9.0, 9.5);
+        let below = rate(s.next(9.5, 9.5));
+        assert!((below - 8.91).abs() < 1e-9, "{below}");
         // Expected no trend below the aim; it was increasing: the aim is gone, the
         // new one is refused once, and the next rate is the middle of [0, below].
         s.record(at(below), Trend::Increasing);
-        s.aim_at(8.5);
+        s.aim_at(8.5, 9.0);
         assert_eq!(s.aim(), None);
         assert_eq!(s.next(below, below), Next::Rate(below / 2.0));
         // After that bisection aims are taken again.
         s.record(at(below / 2.0), Trend::NoTrend);
-        s.aim_at(8.5);
+        s.aim_at(8.5, 9.0);
         assert_eq!(s.aim(), Some(8.5));
     }
 
@@ -492,13 +517,46 @@ mod tests {
         let mut s = Search::new(0.2, 0.5, 100.0);
         s.record(at(5.0), Trend::NoTrend);
         s.record(at(10.0), Trend::Increasing);
-        s.aim_at(4.0);
+        s.aim_at(4.0, 10.0);
         assert_eq!(s.next(10.0, 10.0), Next::Rate(7.5));
         let mut s = Search::new(0.2, 0.5, 100.0);
         s.record(at(5.0), Trend::NoTrend);
         s.record(at(7.0), Trend::Ambiguous);
         s.record(at(10.0), Trend::Increasing);
-        s.aim_at(9.0);
+        s.aim_at(9.0, 10.0);
         assert_eq!(s.next(10.0, 10.0), Next::Rate(8.5));
+    }
+
+    #[test]
+    fn a_coarse_aim_is_passed_by_its_slack_and_the_nearer_aim_bracketed() {
+        let mut s = Search::new(0.2, 0.5, 100.0);
+        s.record(at(9.8), Trend::Increasing);
+        // 4.4 Mbit/s below the fleet: off by up to 0.44, so the next fleet goes there.
+        s.aim_at(5.4, 9.8);
+        let above = rate(s.next(9.8, 9.8));
+        assert!((above - 5.84).abs() < 1e-9, "{above}");
+        s.record(at(above), Trend::Increasing);
+        // The fleet at 5.84 aims within 0.25: near, so below and above it.
+        s.aim_at(5.6, above);
+        let below = rate(s.next(above, above));
+        assert!((below - 5.51).abs() < 1e-9, "{below}");
+        s.record(at(below), Trend::NoTrend);
+        let then = rate(s.next(below, below));
+        assert!((then - 5.69).abs() < 1e-9, "{then}");
+        s.record(at(then), Trend::Increasing);
+        assert_eq!(
+            s.next(then, then),
+            Next::Converged(Convergence::UserResolution)
+        );
+    }
+
+    #[test]
+    fn a_coarse_aim_that_was_not_low_drops_to_bisection() {
+        let mut s = Search::new(0.2, 0.5, 100.0);
+        s.record(at(9.8), Trend::Increasing);
+        s.aim_at(5.4, 9.8);
+        let above = rate(s.next(9.8, 9.8));
+        s.record(at(above), Trend::NoTrend);
+        assert_eq!(s.next(above, above), Next::Rate((above + 9.8) / 2.0));
     }
 }

@@ -71,10 +71,8 @@ pub struct Config {
     /// End a fleet once its verdict is certain.
     pub early_verdict: bool,
     /// Aim the search at the rate an increasing fleet's delay growth points to
-    /// ([`crate::search::Search::aim_at`]); `false` (the default) searches by
-    /// bisection alone, as pathload 1.3.2. Aims halve the probe bytes on a quiet
-    /// path but, with the initial rate taken as the capacity, land off with cross
-    /// traffic (see the README).
+    /// ([`crate::search::Search::aim_at`]); `false` searches by bisection alone, as
+    /// pathload 1.3.2.
     pub aim: bool,
 }
 
@@ -90,7 +88,7 @@ impl Default for Config {
             stream_duration_ns: STREAM_DURATION_NS,
             max_fleets: DEFAULT_MAX_FLEETS,
             early_verdict: true,
-            aim: false,
+            aim: true,
         }
     }
 }

@@ -163,12 +163,12 @@ pub(crate) struct RcvArgs {
     /// Send every stream of a fleet even when its verdict is already certain.
     #[arg(long)]
     pub(crate) full_fleets: bool,
-    /// Aim the search: an increasing fleet's delay growth sends the next fleets just
-    /// below and above the rate it points to instead of bisecting. Half the fleets and
-    /// probe bytes on a quiet path; with cross traffic it can take more fleets and
-    /// read a few per cent higher (bounds still come only from fleet verdicts).
+    /// Search by bisection alone, as the original pathload. By default an increasing
+    /// fleet's delay growth aims the next fleets just below and above the rate it
+    /// points to, which usually converges in fewer fleets (bounds still come only from
+    /// fleet verdicts).
     #[arg(long)]
-    pub(crate) aim: bool,
+    pub(crate) bisect: bool,
     /// Print JSON lines on standard output: one per fleet, then the result.
     #[arg(long)]
     pub(crate) json: bool,
@@ -201,7 +201,7 @@ impl RcvArgs {
             stream_duration: Duration::from_millis(self.stream_duration),
             piggyback: !self.no_piggyback,
             full_fleets: self.full_fleets,
-            aim: self.aim,
+            bisect: self.bisect,
         }
     }
 }

@@ -69,9 +69,9 @@ pub struct MeasureOptions {
     pub piggyback: bool,
     /// Send every stream of a fleet even when its verdict is already certain.
     pub full_fleets: bool,
-    /// Aim fleets where the delays of an increasing fleet point instead of bisecting
-    /// (see [`crate::Config::aim`]).
-    pub aim: bool,
+    /// Search by bisection alone, as pathload 1.3.2, instead of aiming fleets where
+    /// the delays of an increasing fleet point.
+    pub bisect: bool,
 }
 
 impl MeasureOptions {
@@ -92,7 +92,7 @@ impl MeasureOptions {
             stream_duration: Duration::from_nanos(STREAM_DURATION_NS),
             piggyback: true,
             full_fleets: false,
-            aim: false,
+            bisect: false,
         }
     }
 }
@@ -350,7 +350,7 @@ fn run_measurement(
         max_size,
         max_fleets: opts.max_fleets,
         early_verdict: !opts.full_fleets,
-        aim: opts.aim,
+        aim: !opts.bisect,
         stream_packets: opts.packets,
         stream_duration_ns: u64::try_from(opts.stream_duration.as_nanos()).unwrap_or(u64::MAX),
         ..Config::default()

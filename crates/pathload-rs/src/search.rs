@@ -517,6 +517,9 @@ mod tests {
         let mut s = Search::new(0.2, 0.5, 100.0);
         s.record(at(5.0), Trend::NoTrend);
         s.record(at(10.0), Trend::Increasing);
+        // A near aim (4.0 ± 0.09) and a coarse one (4.0 + 0.6) below Rmin alike.
+        s.aim_at(4.0, 4.5);
+        assert_eq!(s.next(10.0, 10.0), Next::Rate(7.5));
         s.aim_at(4.0, 10.0);
         assert_eq!(s.next(10.0, 10.0), Next::Rate(7.5));
         let mut s = Search::new(0.2, 0.5, 100.0);

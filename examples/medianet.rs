@@ -5,7 +5,10 @@
 //! per mode, a plot like the paper's Figures 17–19.
 //!
 //! Run as root: `cargo run --release --example medianet -- --help`. Not run by CI:
-//! the default (3 runs of 240 s in each of 5 modes) takes about an hour.
+//! the default (3 runs of 240 s in each of 5 modes) takes about an hour. Each run also
+//! leaves a summary (`<mode>-<run>.json`), and the table pools runs 1 to the last one
+//! made, so a long series can be made in parts: `--runs 2`, then
+//! `--first-run 3 --runs 2`, and so on.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -26,6 +29,10 @@ struct Args {
     /// Runs per mode.
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Number the runs from N; the table then also counts runs 1 to N-1 of each mode,
+    /// read from their summaries in the output directory.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    first_run: u32,
     /// Modes to run, comma-separated, from mgrpOFF.pOFF, mgrpOFF.pSLOW, mgrp10.pSLOW,
     /// mgrpOFF.pFAST, mgrp10.pFAST (default: all five).
     #[arg(long)]
@@ -71,52 +78,179 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let program = std::env::current_exe()?;
-    let started = Instant::now();
-    let mut results: Vec<(Mode, Vec<Outcome>)> = Vec::new();
+    let last = args.first_run + u32::try_from(args.runs).context("too many runs")? - 1;
+    // Fail now, not after an hour of runs, if an earlier part is missing.
     for mode in &modes {
-        let mut outs = Vec::new();
-        for i in 0..args.runs {
+        for n in 1..args.first_run {
+            let r = Summary::load(&args.out, *mode, n)?;
+            if r.scale != args.scale {
+                anyhow::bail!(
+                    "{} run {n} in {} was made with --scale {}, not {}: pool only runs of one length",
+                    r.mode,
+                    args.out.display(),
+                    r.scale,
+                    args.scale
+                );
+            }
+        }
+    }
+    let commit = commit();
+    let started = Instant::now();
+    for mode in &modes {
+        for n in args.first_run..=last {
             let mut r = Run::paper(*mode);
             r.cross = peaks(args.scale);
             if let Some(dir) = &args.logs {
-                let d = dir.join(format!("{}-{}", mode.label(), i + 1));
+                let d = dir.join(format!("{}-{n}", mode.label()));
                 std::fs::create_dir_all(&d)
                     .with_context(|| format!("cannot create {}", d.display()))?;
                 r.logs = Some(d);
             }
-            eprintln!("{} run {}/{}", mode.label(), i + 1, args.runs);
+            let load = load_average();
+            eprintln!("{} run {n} of {}-{last}", mode.label(), args.first_run);
             let out = run::run(&r, &program, &mut |s, levels, believed| {
                 if s % 10 == 0 {
                     let l: Vec<&str> = levels.iter().map(|l| l.name()).collect();
                     eprintln!("  {s:>4} s: levels {l:?}, believed {believed:.2} Mbit/s");
                 }
             })?;
+            let summary = Summary::of(&out, *mode, n, args.scale, load, commit.clone());
             eprintln!(
                 "  {:.3} Mbit/s decoded, {:.2} frames/s; {} changes on estimates, {} on local reports; {} estimates",
-                out.mean_mbps(),
-                out.mean_fps(),
-                out.changes_for(Cause::Estimate),
-                out.changes_for(Cause::LocalReport),
-                out.estimates.iter().filter(|e| e.4).count()
+                summary.mbps,
+                summary.fps,
+                summary.changes_on_estimates,
+                summary.changes_on_reports,
+                summary.estimates
             );
             std::fs::write(
-                args.out.join(format!("{}-{}.csv", mode.label(), i + 1)),
+                args.out.join(format!("{}-{n}.csv", mode.label())),
                 csv(&out),
             )?;
-            if i == 0 {
+            summary.save(&args.out)?;
+            if n == 1 {
                 mgrp_experiments::plot::medianet(
                     &out,
                     &args.out.join(format!("{}.svg", mode.label())),
                 )?;
             }
-            outs.push(out);
         }
-        results.push((*mode, outs));
+    }
+    let mut results: Vec<(Mode, Vec<Summary>)> = Vec::new();
+    for mode in &modes {
+        let runs = (1..=last)
+            .map(|n| Summary::load(&args.out, *mode, n))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        results.push((*mode, runs));
     }
     let md = table(&results, args, started.elapsed().as_secs_f64());
     std::fs::write(args.out.join("results.md"), &md)?;
     println!("{md}");
     Ok(())
+}
+
+/// What the table needs of one run, kept beside its CSV so that runs made in parts
+/// can be pooled.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Summary {
+    mode: String,
+    run: u32,
+    scale: f64,
+    seconds: usize,
+    mbps: f64,
+    fps: f64,
+    /// Converged estimates the overlay reported.
+    estimates: usize,
+    changes_on_estimates: usize,
+    changes_on_reports: usize,
+    /// Frames decoded / late / undecodable / stale / dropped by adaptation, all streams.
+    fates: [u64; 5],
+    /// The 1-minute load average when the run started.
+    load: Option<f64>,
+    /// `git describe --always --dirty` of the tree the run was built from, if known.
+    commit: Option<String>,
+}
+
+impl Summary {
+    fn of(
+        o: &Outcome,
+        mode: Mode,
+        run: u32,
+        scale: f64,
+        load: Option<f64>,
+        commit: Option<String>,
+    ) -> Self {
+        let mut fates = [0u64; 5];
+        for f in &o.fates {
+            for (slot, v) in
+                fates
+                    .iter_mut()
+                    .zip([f.decoded, f.late, f.undecodable, f.stale, f.adapted])
+            {
+                *slot += v;
+            }
+        }
+        Self {
+            mode: mode.label().to_string(),
+            run,
+            scale,
+            seconds: o.seconds,
+            mbps: o.mean_mbps(),
+            fps: o.mean_fps(),
+            estimates: o.estimates.iter().filter(|e| e.4).count(),
+            changes_on_estimates: o.changes_for(Cause::Estimate),
+            changes_on_reports: o.changes_for(Cause::LocalReport),
+            fates,
+            load,
+            commit,
+        }
+    }
+
+    fn path(dir: &std::path::Path, mode: Mode, run: u32) -> PathBuf {
+        dir.join(format!("{}-{run}.json", mode.label()))
+    }
+
+    fn save(&self, dir: &std::path::Path) -> anyhow::Result<()> {
+        let mode = Mode::parse(&self.mode).context("summary of an unknown mode")?;
+        let path = Self::path(dir, mode, self.run);
+        let mut text = serde_json::to_string_pretty(self)?;
+        text.push('\n');
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    fn load(dir: &std::path::Path, mode: Mode, run: u32) -> anyhow::Result<Self> {
+        let path = Self::path(dir, mode, run);
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "no summary of {} run {run} ({}): make runs 1 to {} first, or start at --first-run {run}",
+                mode.label(),
+                path.display(),
+                run
+            )
+        })?;
+        serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a run summary", path.display()))
+    }
+}
+
+/// The 1-minute load average, if `/proc/loadavg` can be read.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Which tree the runs were built from, if this is a git checkout.
+fn commit() -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .ok()?;
+    let s = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    (out.status.success() && !s.is_empty()).then_some(s)
 }
 
 /// One row per second: the available and believed bandwidth, each stream's level and
@@ -165,23 +299,49 @@ fn mean(v: impl Iterator<Item = f64>) -> f64 {
     if n == 0 { f64::NAN } else { sum / n as f64 }
 }
 
-fn table(results: &[(Mode, Vec<Outcome>)], args: &Args, wall: f64) -> String {
+fn table(results: &[(Mode, Vec<Summary>)], args: &Args, wall: f64) -> String {
     let mut md = String::new();
+    let total = args.first_run as usize - 1 + args.runs;
+    let part = if args.first_run > 1 {
+        format!(
+            "; this part made runs {}–{total} (`--first-run {} --runs {}`)",
+            args.first_run, args.first_run, args.runs
+        )
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         md,
-        "# MediaNet on the testbed (MGRP paper §5, Table 3)\n\n`cargo run --release --example medianet -- --runs {} --scale {}`, {:.0} s of wall time.\n",
-        args.runs, args.scale, wall
+        "# MediaNet on the testbed (MGRP paper §5, Table 3)\n\n`cargo run --release --example medianet -- --runs {total} --scale {}`{part}, {wall:.0} s of wall time.\n",
+        args.scale
     );
+    let all = results.iter().flat_map(|(_, r)| r);
+    let loads: Vec<f64> = all.clone().filter_map(|r| r.load).collect();
+    if !loads.is_empty() {
+        let lo = loads.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = loads.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let _ = writeln!(
+            md,
+            "Load average (1 min) at the runs' starts: {lo:.2}–{hi:.2}."
+        );
+    }
+    let mut commits: Vec<&str> = all.filter_map(|r| r.commit.as_deref()).collect();
+    commits.sort_unstable();
+    commits.dedup();
+    if !commits.is_empty() {
+        let _ = writeln!(md, "Built from: {}.", commits.join(", "));
+    }
+    let _ = writeln!(md);
     let _ = writeln!(
         md,
         "| mode | runs | seconds | Mbit/s | vs mgrpOFF | vs original | frames/s | vs mgrpOFF | vs original | estimates per run | changes on estimates | changes on reports | decoded / late / undecodable / stale / adapted |"
     );
     let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let avg = |mode: Mode| {
-        results.iter().find(|(m, _)| *m == mode).map(|(_, o)| {
+        results.iter().find(|(m, _)| *m == mode).map(|(_, r)| {
             (
-                mean(o.iter().map(Outcome::mean_mbps)),
-                mean(o.iter().map(Outcome::mean_fps)),
+                mean(r.iter().map(|r| r.mbps)),
+                mean(r.iter().map(|r| r.fps)),
             )
         })
     };
@@ -191,60 +351,56 @@ fn table(results: &[(Mode, Vec<Outcome>)], args: &Args, wall: f64) -> String {
             format!("{:+.1} %", (x / b - 1.0) * 100.0)
         })
     };
-    for (mode, outs) in results {
+    for (mode, runs) in results {
         let (mbps, fps) = avg(*mode).unwrap_or((f64::NAN, f64::NAN));
-        let without = (mode.mgrp).then(|| {
-            avg(Mode {
-                probing: mode.probing,
-                mgrp: false,
+        let without = mode
+            .mgrp
+            .then(|| {
+                avg(Mode {
+                    probing: mode.probing,
+                    mgrp: false,
+                })
             })
-        });
-        let without = without.flatten();
+            .flatten();
+        let is_original = *mode == Mode::TABLE3[0];
         let mut fates = [0u64; 5];
-        for o in outs {
-            for f in &o.fates {
-                for (slot, v) in
-                    fates
-                        .iter_mut()
-                        .zip([f.decoded, f.late, f.undecodable, f.stale, f.adapted])
-                {
-                    *slot += v;
-                }
+        for r in runs {
+            for (slot, v) in fates.iter_mut().zip(r.fates) {
+                *slot += v;
             }
         }
-        let n = outs.len() as f64;
+        let per_run = |f: fn(&Summary) -> usize| mean(runs.iter().map(|r| f(r) as f64));
         let _ = writeln!(
             md,
             "| {} | {} | {} | {mbps:.3} | {} | {} | {fps:.2} | {} | {} | {:.1} | {:.1} | {:.1} | {} |",
             mode.label(),
-            outs.len(),
-            outs.first().map_or(0, |o| o.seconds),
+            runs.len(),
+            runs.first().map_or(0, |r| r.seconds),
             pct(mbps, without.map(|w| w.0)),
-            if Some(*mode) == Some(Mode::TABLE3[0]) {
+            if is_original {
                 "–".to_string()
             } else {
                 pct(mbps, original.map(|o| o.0))
             },
             pct(fps, without.map(|w| w.1)),
-            if Some(*mode) == Some(Mode::TABLE3[0]) {
+            if is_original {
                 "–".to_string()
             } else {
                 pct(fps, original.map(|o| o.1))
             },
-            outs.iter()
-                .map(|o| o.estimates.iter().filter(|e| e.4).count() as f64)
-                .sum::<f64>()
-                / n,
-            outs.iter()
-                .map(|o| o.changes_for(Cause::Estimate) as f64)
-                .sum::<f64>()
-                / n,
-            outs.iter()
-                .map(|o| o.changes_for(Cause::LocalReport) as f64)
-                .sum::<f64>()
-                / n,
+            per_run(|r| r.estimates),
+            per_run(|r| r.changes_on_estimates),
+            per_run(|r| r.changes_on_reports),
             fates.map(|f| f.to_string()).join(" / "),
         );
+    }
+    let _ = writeln!(md, "\nPer run, Mbit/s and frames/s decoded:\n");
+    for (mode, runs) in results {
+        let cells: Vec<String> = runs
+            .iter()
+            .map(|r| format!("{:.3} / {:.2}", r.mbps, r.fps))
+            .collect();
+        let _ = writeln!(md, "- {}: {}", mode.label(), cells.join("; "));
     }
     md
 }

@@ -175,6 +175,9 @@ pub struct Outcome {
     pub beliefs: Vec<(f64, f64, Cause)>,
     /// Estimates the overlay reported: (started, ended, low, high Mbit/s, converged).
     pub estimates: Vec<(f64, f64, f64, f64, bool)>,
+    /// IP bytes of every probe the overlay's runs sent, and of those that carried
+    /// the streams' packets (MGRP).
+    pub probe_bytes: (u64, u64),
     /// The bandwidth available to the streams each second: capacity less the cross
     /// traffic, Mbit/s at the IP level.
     pub available: Vec<f64>,
@@ -238,29 +241,37 @@ fn overlay(
     .with_context(|| format!("cannot start the overlay on {name}"))
 }
 
+/// The overlays' configurations. Without MGRP (`mgrpOFF`) both sides say no riders:
+/// the probes still go through mgrpd, but it routes nothing into its tunnel for them
+/// (by default mgrpd routes a destination into the tunnel while a train that may
+/// carry riders is queued for it).
 fn overlay_configs(mode: Mode, m3_socket: &Path, m5_socket: &Path) -> (String, String) {
     let method = if mode.probing == Probing::Slow {
         "pathload-slow"
     } else {
         "pathload-fast"
     };
+    let piggyback = mode.mgrp;
     let m3 = format!(
-        "name = \"m3\"\nlisten = \"127.0.0.1:{OVERLAY_HTTP}\"\nsocket = \"{}\"\n\n[serve]\ntransports = [\"mgrp\"]\nmgrp-port = {OVERLAY_MGRP_PORT}\n",
+        "name = \"m3\"\nlisten = \"127.0.0.1:{OVERLAY_HTTP}\"\nsocket = \"{}\"\n\n[serve]\ntransports = [\"mgrp\"]\nmgrp-port = {OVERLAY_MGRP_PORT}\npiggyback = {piggyback}\n",
         m3_socket.display()
     );
     let m5 = format!(
-        "name = \"m5\"\nlisten = \"127.0.0.1:{OVERLAY_HTTP}\"\nsocket = \"{}\"\n\n[serve]\ntransports = [\"mgrp\"]\nmgrp-port = {OVERLAY_MGRP_PORT}\n\n[[link]]\nname = \"{LINK}\"\nfrom = \"{M3}\"\nport = {OVERLAY_MGRP_PORT}\ntransport = \"mgrp\"\nmethod = \"{method}\"\ninterval = \"1s\"\njitter = 0\ntime-limit = \"60s\"\nbackoff = \"1s\"\nmax-backoff = \"5s\"\n",
+        "name = \"m5\"\nlisten = \"127.0.0.1:{OVERLAY_HTTP}\"\nsocket = \"{}\"\n\n[serve]\ntransports = [\"mgrp\"]\nmgrp-port = {OVERLAY_MGRP_PORT}\n\n[[link]]\nname = \"{LINK}\"\nfrom = \"{M3}\"\nport = {OVERLAY_MGRP_PORT}\ntransport = \"mgrp\"\nmethod = \"{method}\"\ninterval = \"1s\"\njitter = 0\ntime-limit = \"60s\"\nbackoff = \"1s\"\nmax-backoff = \"5s\"\npiggyback = {piggyback}\n",
         m5_socket.display()
     );
     (m3, m5)
 }
 
-/// Reads the overlay's event stream for the link into `tx` until `stop`: each
-/// estimate as (started, ended, low, high bits/s, converged) in Unix seconds.
+/// One estimate from the overlay's event stream: (started, ended (Unix seconds), low,
+/// high (bits/s), converged, probe bytes, bytes of probes that carried riders).
+type Event = (f64, f64, f64, f64, bool, u64, u64);
+
+/// Reads the overlay's event stream for the link into `tx` until `stop`.
 fn subscribe(
     m5: &Netns,
     stop: Arc<AtomicBool>,
-    tx: mpsc::Sender<(f64, f64, f64, f64, bool)>,
+    tx: mpsc::Sender<Event>,
 ) -> anyhow::Result<std::thread::JoinHandle<anyhow::Result<()>>> {
     m5.spawn("medianet-gs-sse", move || {
         let addr = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), OVERLAY_HTTP);
@@ -312,6 +323,8 @@ fn subscribe(
                     num("low_bps"),
                     num("high_bps"),
                     v["converged"] == true,
+                    v["probe_bytes"].as_u64().unwrap_or(0),
+                    v["riding_probe_bytes"].as_u64().unwrap_or(0),
                 ));
             }
         }
@@ -393,6 +406,7 @@ pub fn run(
     let seconds = usize::try_from(run.cross.period().as_secs()).unwrap_or(0);
     let unix_start = unix_now() + (run_start_ns - realtime_ns()) as f64 / 1e9;
     let mut estimates = Vec::new();
+    let mut probe_bytes = (0u64, 0u64);
     let mut next_second = 1usize;
     let result = (|| -> anyhow::Result<()> {
         loop {
@@ -407,7 +421,10 @@ pub fn run(
             while let Ok(r) = report_rx.try_recv() {
                 gs.handle_report(r);
             }
-            while let Ok((started, ended, low, high, converged)) = est_rx.try_recv() {
+            while let Ok((started, ended, low, high, converged, probes, riding)) = est_rx.try_recv()
+            {
+                probe_bytes.0 += probes;
+                probe_bytes.1 += riding;
                 let (started, ended) = (started - unix_start, ended - unix_start);
                 estimates.push((started, ended, low / 1e6, high / 1e6, converged));
                 if converged && low.is_finite() {
@@ -450,6 +467,13 @@ pub fn run(
     drop(processes);
     drop(daemons);
     result?;
+    anyhow::ensure!(
+        run.mode.mgrp || probe_bytes.1 == 0,
+        "{}: {} of {} probe bytes carried riders although this mode sends probes without MGRP's piggybacking",
+        run.mode.label(),
+        probe_bytes.1,
+        probe_bytes.0
+    );
     let fates = sent
         .iter()
         .zip(&received.fates)
@@ -481,6 +505,7 @@ pub fn run(
             .map(|(t, b, c)| (*t, b / 1e6, *c))
             .collect(),
         estimates,
+        probe_bytes,
         available,
     })
 }
@@ -489,4 +514,24 @@ fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_mgrp_neither_overlay_lets_riders_into_the_probes() {
+        let sockets = (Path::new("a.sock"), Path::new("b.sock"));
+        for mode in Mode::TABLE3.iter().filter(|m| m.probing != Probing::Off) {
+            let (m3, m5) = overlay_configs(*mode, sockets.0, sockets.1);
+            let want = format!("piggyback = {}", mode.mgrp);
+            assert!(m3.contains(&want), "{}: m3 serves with\n{m3}", mode.label());
+            assert!(
+                m5.contains(&want),
+                "{}: m5 measures with\n{m5}",
+                mode.label()
+            );
+        }
+    }
 }

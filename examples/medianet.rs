@@ -78,11 +78,16 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let program = std::env::current_exe()?;
-    let last = args.first_run + u32::try_from(args.runs).context("too many runs")? - 1;
+    let last = u32::try_from(args.runs)
+        .ok()
+        .and_then(|r| args.first_run.checked_add(r))
+        .context("too many runs")?
+        - 1;
     // Fail now, not after an hour of runs, if an earlier part is missing.
     for mode in &modes {
         for n in 1..args.first_run {
             let r = Summary::load(&args.out, *mode, n)?;
+            fps_per_second(&csv_path(&args.out, *mode, n))?;
             if r.scale != args.scale {
                 anyhow::bail!(
                     "{} run {n} in {} was made with --scale {}, not {}: pool only runs of one length",
@@ -92,6 +97,15 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
                     args.scale
                 );
             }
+        }
+    }
+    for mode in &modes {
+        if Summary::path(&args.out, *mode, last + 1).exists() {
+            eprintln!(
+                "medianet: {} has runs of {} after run {last}; the table counts runs 1 to {last} only",
+                args.out.display(),
+                mode.label()
+            );
         }
     }
     let commit = commit();
@@ -107,14 +121,22 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
                 r.logs = Some(d);
             }
             let load = load_average();
+            let mut loads = Vec::new();
             eprintln!("{} run {n} of {}-{last}", mode.label(), args.first_run);
             let out = run::run(&r, &program, &mut |s, levels, believed| {
                 if s % 10 == 0 {
+                    loads.extend(load_average());
                     let l: Vec<&str> = levels.iter().map(|l| l.name()).collect();
                     eprintln!("  {s:>4} s: levels {l:?}, believed {believed:.2} Mbit/s");
                 }
             })?;
-            let summary = Summary::of(&out, *mode, n, args.scale, load, commit.clone());
+            let mut summary = Summary::of(&out, *mode, n, args.scale, load, commit.clone());
+            summary.load_during = (!loads.is_empty()).then(|| {
+                [
+                    mean(loads.iter().copied()),
+                    loads.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                ]
+            });
             eprintln!(
                 "  {:.3} Mbit/s decoded, {:.2} frames/s; {} changes on estimates, {} on local reports; {} estimates",
                 summary.mbps,
@@ -123,10 +145,7 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
                 summary.changes_on_reports,
                 summary.estimates
             );
-            std::fs::write(
-                args.out.join(format!("{}-{n}.csv", mode.label())),
-                csv(&out),
-            )?;
+            std::fs::write(csv_path(&args.out, *mode, n), csv(&out))?;
             summary.save(&args.out)?;
             if n == 1 {
                 mgrp_experiments::plot::medianet(
@@ -143,7 +162,12 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
             .collect::<anyhow::Result<Vec<_>>>()?;
         results.push((*mode, runs));
     }
-    let md = table(&results, args, started.elapsed().as_secs_f64());
+    let mut md = table(&results, args, started.elapsed().as_secs_f64());
+    // The runs' own table is written even if a CSV cannot be read.
+    match phase_table(&results, args) {
+        Ok(t) => md.push_str(&t),
+        Err(e) => eprintln!("medianet: no table per phase: {e:#}"),
+    }
     std::fs::write(args.out.join("results.md"), &md)?;
     println!("{md}");
     Ok(())
@@ -163,10 +187,18 @@ struct Summary {
     estimates: usize,
     changes_on_estimates: usize,
     changes_on_reports: usize,
+    /// IP bytes of the overlay's probes, all of them and those that carried riders.
+    #[serde(default)]
+    probe_bytes: u64,
+    #[serde(default)]
+    riding_probe_bytes: u64,
     /// Frames decoded / late / undecodable / stale / dropped by adaptation, all streams.
     fates: [u64; 5],
     /// The 1-minute load average when the run started.
     load: Option<f64>,
+    /// The 1-minute load average sampled every 10 s of the run: mean and maximum.
+    #[serde(default)]
+    load_during: Option<[f64; 2]>,
     /// `git describe --always --dirty` of the tree the run was built from, if known.
     commit: Option<String>,
 }
@@ -191,7 +223,7 @@ impl Summary {
             }
         }
         Self {
-            mode: mode.label().to_string(),
+            mode: mode.label(),
             run,
             scale,
             seconds: o.seconds,
@@ -200,8 +232,11 @@ impl Summary {
             estimates: o.estimates.iter().filter(|e| e.4).count(),
             changes_on_estimates: o.changes_for(Cause::Estimate),
             changes_on_reports: o.changes_for(Cause::LocalReport),
+            probe_bytes: o.probe_bytes.0,
+            riding_probe_bytes: o.probe_bytes.1,
             fates,
             load,
+            load_during: None,
             commit,
         }
     }
@@ -222,14 +257,22 @@ impl Summary {
         let path = Self::path(dir, mode, run);
         let text = std::fs::read_to_string(&path).with_context(|| {
             format!(
-                "no summary of {} run {run} ({}): make runs 1 to {} first, or start at --first-run {run}",
+                "no summary of {} run {run} ({}): make it first (`--first-run {run} --runs 1`), or start this part at --first-run {run}",
                 mode.label(),
                 path.display(),
-                run
             )
         })?;
-        serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a run summary", path.display()))
+        let s: Self = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a run summary", path.display()))?;
+        anyhow::ensure!(
+            s.run == run && s.mode == mode.label(),
+            "{} holds {} run {}, not {} run {run}",
+            path.display(),
+            s.mode,
+            s.run,
+            mode.label()
+        );
+        Ok(s)
     }
 }
 
@@ -243,14 +286,36 @@ fn load_average() -> Option<f64> {
         .ok()
 }
 
-/// Which tree the runs were built from, if this is a git checkout.
+/// The last commit that changed anything outside `docs/` (where results go), with
+/// `-dirty` if such files have uncommitted changes: the code the runs were made with,
+/// if this is a git checkout.
 fn commit() -> Option<String> {
-    let out = std::process::Command::new("git")
-        .args(["describe", "--always", "--dirty"])
-        .output()
-        .ok()?;
-    let s = String::from_utf8(out.stdout).ok()?.trim().to_string();
-    (out.status.success() && !s.is_empty()).then_some(s)
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git").args(args).output().ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let hash = git(&["log", "-1", "--format=%h", "--", ".", ":!docs"])?;
+    let dirty = git(&[
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ".",
+        ":!docs",
+    ])?;
+    (!hash.is_empty()).then(|| {
+        if dirty.is_empty() {
+            hash
+        } else {
+            format!("{hash}-dirty")
+        }
+    })
+}
+
+fn csv_path(dir: &std::path::Path, mode: Mode, run: u32) -> PathBuf {
+    dir.join(format!("{}-{run}.csv", mode.label()))
 }
 
 /// One row per second: the available and believed bandwidth, each stream's level and
@@ -302,17 +367,19 @@ fn mean(v: impl Iterator<Item = f64>) -> f64 {
 fn table(results: &[(Mode, Vec<Summary>)], args: &Args, wall: f64) -> String {
     let mut md = String::new();
     let total = args.first_run as usize - 1 + args.runs;
-    let part = if args.first_run > 1 {
+    let part = if args.runs == 0 {
+        "; the table alone, from runs made before".to_string()
+    } else if args.first_run > 1 {
         format!(
-            "; this part made runs {}–{total} (`--first-run {} --runs {}`)",
-            args.first_run, args.first_run, args.runs
+            "; the last part (`--first-run {} --runs {}`) took {wall:.0} s of wall time",
+            args.first_run, args.runs
         )
     } else {
-        String::new()
+        format!(", {wall:.0} s of wall time")
     };
     let _ = writeln!(
         md,
-        "# MediaNet on the testbed (MGRP paper §5, Table 3)\n\n`cargo run --release --example medianet -- --runs {total} --scale {}`{part}, {wall:.0} s of wall time.\n",
+        "# MediaNet on the testbed (MGRP paper §5, Table 3)\n\n`cargo run --release --example medianet -- --runs {total} --scale {}`{part}.\n",
         args.scale
     );
     let all = results.iter().flat_map(|(_, r)| r);
@@ -325,6 +392,20 @@ fn table(results: &[(Mode, Vec<Summary>)], args: &Args, wall: f64) -> String {
             "Load average (1 min) at the runs' starts: {lo:.2}–{hi:.2}."
         );
     }
+    let during: Vec<[f64; 2]> = all.clone().filter_map(|r| r.load_during).collect();
+    if !during.is_empty() {
+        let _ = writeln!(
+            md,
+            "During the runs (sampled every 10 s; {} of {} runs recorded it): mean {:.2}, maximum {:.2}.",
+            during.len(),
+            all.clone().count(),
+            mean(during.iter().map(|d| d[0])),
+            during
+                .iter()
+                .map(|d| d[1])
+                .fold(f64::NEG_INFINITY, f64::max)
+        );
+    }
     let mut commits: Vec<&str> = all.filter_map(|r| r.commit.as_deref()).collect();
     commits.sort_unstable();
     commits.dedup();
@@ -334,9 +415,12 @@ fn table(results: &[(Mode, Vec<Summary>)], args: &Args, wall: f64) -> String {
     let _ = writeln!(md);
     let _ = writeln!(
         md,
-        "| mode | runs | seconds | Mbit/s | vs mgrpOFF | vs original | frames/s | vs mgrpOFF | vs original | estimates per run | changes on estimates | changes on reports | decoded / late / undecodable / stale / adapted |"
+        "| mode | runs | seconds | Mbit/s | vs mgrpOFF | vs original | frames/s | vs mgrpOFF | vs original | estimates per run | probe MB per run | riding share | changes on estimates | changes on reports | decoded / late / undecodable / stale / adapted |"
     );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        md,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     let avg = |mode: Mode| {
         results.iter().find(|(m, _)| *m == mode).map(|(_, r)| {
             (
@@ -370,9 +454,16 @@ fn table(results: &[(Mode, Vec<Summary>)], args: &Args, wall: f64) -> String {
             }
         }
         let per_run = |f: fn(&Summary) -> usize| mean(runs.iter().map(|r| f(r) as f64));
+        let probes: u64 = runs.iter().map(|r| r.probe_bytes).sum();
+        let riding: u64 = runs.iter().map(|r| r.riding_probe_bytes).sum();
+        let share = if probes == 0 {
+            "–".to_string()
+        } else {
+            format!("{:.0} %", riding as f64 * 100.0 / probes as f64)
+        };
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {mbps:.3} | {} | {} | {fps:.2} | {} | {} | {:.1} | {:.1} | {:.1} | {} |",
+            "| {} | {} | {} | {mbps:.3} | {} | {} | {fps:.2} | {} | {} | {:.1} | {:.1} | {share} | {:.1} | {:.1} | {} |",
             mode.label(),
             runs.len(),
             runs.first().map_or(0, |r| r.seconds),
@@ -389,6 +480,7 @@ fn table(results: &[(Mode, Vec<Summary>)], args: &Args, wall: f64) -> String {
                 pct(fps, original.map(|o| o.1))
             },
             per_run(|r| r.estimates),
+            probes as f64 / 1e6 / runs.len() as f64,
             per_run(|r| r.changes_on_estimates),
             per_run(|r| r.changes_on_reports),
             fates.map(|f| f.to_string()).join(" / "),
@@ -403,4 +495,95 @@ fn table(results: &[(Mode, Vec<Summary>)], args: &Args, wall: f64) -> String {
         let _ = writeln!(md, "- {}: {}", mode.label(), cells.join("; "));
     }
     md
+}
+
+/// Mean decoded frames per second in each phase of PEAKS (and after the first one),
+/// from the runs' CSVs, averaged over the runs.
+fn phase_table(results: &[(Mode, Vec<Summary>)], args: &Args) -> anyhow::Result<String> {
+    let cross = peaks(args.scale);
+    let step = cross.step.as_secs_f64();
+    // (rate, from, to) in seconds of the run.
+    let mut phases: Vec<(f64, f64, f64)> = Vec::new();
+    for (i, rate) in cross.mbps.iter().enumerate() {
+        let at = i as f64 * step;
+        match phases.last_mut() {
+            Some(p) if p.0 == *rate => p.2 = at + step,
+            _ => phases.push((*rate, at, at + step)),
+        }
+    }
+    let Some(first_end) = phases.first().map(|p| p.2) else {
+        return Ok(String::new());
+    };
+    let mut md = String::from(
+        "\nPer phase of PEAKS (cross traffic in Mbit/s), decoded frames/s summed over the streams and averaged over the runs:\n\n| mode |",
+    );
+    for (rate, from, to) in &phases {
+        let _ = write!(md, " {from}–{to} s ({rate}) |");
+    }
+    let _ = write!(md, " after {first_end} s |\n|---|");
+    md.push_str(&"---|".repeat(phases.len() + 1));
+    md.push('\n');
+    for (mode, runs) in results {
+        let mut sums = vec![0.0; phases.len() + 1];
+        for r in runs {
+            let path = args.out.join(format!("{}-{}.csv", mode.label(), r.run));
+            let per_second = fps_per_second(&path)?;
+            let within = |from: f64, to: f64| {
+                mean(
+                    per_second
+                        .iter()
+                        .enumerate()
+                        .filter(|(s, _)| (*s as f64 + 0.5) >= from && (*s as f64 + 0.5) < to)
+                        .map(|(_, f)| *f),
+                )
+            };
+            for (slot, (_, from, to)) in sums.iter_mut().zip(&phases) {
+                *slot += within(*from, *to);
+            }
+            sums[phases.len()] += within(first_end, f64::INFINITY);
+        }
+        let _ = write!(md, "| {} |", mode.label());
+        for s in &sums {
+            let _ = write!(md, " {:.1} |", s / runs.len() as f64);
+        }
+        md.push('\n');
+    }
+    Ok(md)
+}
+
+/// The frames decoded in each second of a run, all streams, read from its CSV.
+fn fps_per_second(path: &std::path::Path) -> anyhow::Result<Vec<f64>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+    let columns: Vec<usize> = header
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| h.starts_with("fps"))
+        .map(|(i, _)| i)
+        .collect();
+    anyhow::ensure!(!columns.is_empty(), "{} has no fps columns", path.display());
+    lines
+        .enumerate()
+        .map(|(n, line)| {
+            let cells: Vec<&str> = line.split(',').collect();
+            columns
+                .iter()
+                .map(|c| {
+                    cells
+                        .get(*c)
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .with_context(|| {
+                            format!(
+                                "{} line {}: no frame count in column {}",
+                                path.display(),
+                                n + 2,
+                                c + 1
+                            )
+                        })
+                })
+                .sum::<anyhow::Result<f64>>()
+        })
+        .collect()
 }

@@ -100,7 +100,7 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
         }
     }
     for mode in &modes {
-        if Summary::path(&args.out, *mode, last + 1).exists() {
+        if Summary::path(&args.out, &mode.label(), last + 1).exists() {
             eprintln!(
                 "medianet: {} has runs of {} after run {last}; the table counts runs 1 to {last} only",
                 args.out.display(),
@@ -130,13 +130,7 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
                     eprintln!("  {s:>4} s: levels {l:?}, believed {believed:.2} Mbit/s");
                 }
             })?;
-            let mut summary = Summary::of(&out, *mode, n, args.scale, load, commit.clone());
-            summary.load_during = (!loads.is_empty()).then(|| {
-                [
-                    mean(loads.iter().copied()),
-                    loads.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                ]
-            });
+            let summary = Summary::of(&out, *mode, n, args.scale, (load, &loads), commit.clone());
             eprintln!(
                 "  {:.3} Mbit/s decoded, {:.2} frames/s; {} changes on estimates, {} on local reports; {} estimates",
                 summary.mbps,
@@ -199,7 +193,7 @@ struct Summary {
     /// The 1-minute load average sampled every 10 s of the run: mean and maximum.
     #[serde(default)]
     load_during: Option<[f64; 2]>,
-    /// `git describe --always --dirty` of the tree the run was built from, if known.
+    /// The code the run was made with, as [`commit`] gives it.
     commit: Option<String>,
 }
 
@@ -209,7 +203,7 @@ impl Summary {
         mode: Mode,
         run: u32,
         scale: f64,
-        load: Option<f64>,
+        (load, during): (Option<f64>, &[f64]),
         commit: Option<String>,
     ) -> Self {
         let mut fates = [0u64; 5];
@@ -236,25 +230,29 @@ impl Summary {
             riding_probe_bytes: o.probe_bytes.1,
             fates,
             load,
-            load_during: None,
+            load_during: (!during.is_empty()).then(|| {
+                [
+                    mean(during.iter().copied()),
+                    during.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                ]
+            }),
             commit,
         }
     }
 
-    fn path(dir: &std::path::Path, mode: Mode, run: u32) -> PathBuf {
-        dir.join(format!("{}-{run}.json", mode.label()))
+    fn path(dir: &std::path::Path, label: &str, run: u32) -> PathBuf {
+        dir.join(format!("{label}-{run}.json"))
     }
 
     fn save(&self, dir: &std::path::Path) -> anyhow::Result<()> {
-        let mode = Mode::parse(&self.mode).context("summary of an unknown mode")?;
-        let path = Self::path(dir, mode, self.run);
+        let path = Self::path(dir, &self.mode, self.run);
         let mut text = serde_json::to_string_pretty(self)?;
         text.push('\n');
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
     }
 
     fn load(dir: &std::path::Path, mode: Mode, run: u32) -> anyhow::Result<Self> {
-        let path = Self::path(dir, mode, run);
+        let path = Self::path(dir, &mode.label(), run);
         let text = std::fs::read_to_string(&path).with_context(|| {
             format!(
                 "no summary of {} run {run} ({}): make it first (`--first-run {run} --runs 1`), or start this part at --first-run {run}",

@@ -246,7 +246,9 @@ pub fn source_link_mbps() -> f64 {
 
 /// mgrpd on `m3` (or `m5`): on `m3` with piggybacking it routes `m5` into its tunnel
 /// and holds every packet up to `hold` for a probe (the paper's mgrp10); otherwise it
-/// knows the other host as a peer only.
+/// knows the other host as a peer only, and still routes it into the tunnel on demand
+/// while a train whose probes allow riders is queued: a run without piggybacking must
+/// ask its tools for probes without riders.
 pub(crate) fn daemon(
     tb: &Testbed,
     program: &Path,

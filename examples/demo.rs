@@ -82,11 +82,7 @@ fn preflight() -> anyhow::Result<PathBuf> {
             "/dev/net/tun is missing: load the tun module (modprobe tun) or run on a host with TUN support"
         );
     }
-    for tool in ["ip", "tc"] {
-        if mgrp_testbed::sh(&["which", tool]).is_err() {
-            bail!("`{tool}` is not installed: install iproute2 (apt-get install iproute2)");
-        }
-    }
+    mgrp_testbed::packages::require_for_demo()?;
     std::env::current_exe().context("cannot find the demo's own executable")
 }
 

@@ -57,6 +57,10 @@ fn main() -> ExitCode {
         eprintln!("medianet: needs root to build the testbed's network namespaces");
         return ExitCode::from(2);
     }
+    if let Err(e) = mgrp_testbed::packages::require_for_demo() {
+        eprintln!("medianet: {e}");
+        return ExitCode::from(2);
+    }
     experiment::stop_on_signals();
     match run_all(&args) {
         Ok(()) => ExitCode::SUCCESS,

@@ -94,6 +94,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     if !mgrp_testbed::is_root() {
         bail!("the reproduction builds network namespaces: run it as root");
     }
+    mgrp_testbed::packages::require_for_demo()?;
     let me = std::env::current_exe()?;
     let mut runs = matrix(Duration::from_secs(args.step_seconds));
     if let Some(only) = &args.only {

@@ -88,11 +88,8 @@ fn prometheus(
     overlays: &[String],
     mgrpds: &[String],
 ) -> anyhow::Result<Process> {
-    let program = Path::new("/usr/bin/prometheus");
-    ensure!(
-        program.exists(),
-        "prometheus is not installed: `apt-get install prometheus` (as .ci/run does)"
-    );
+    mgrp_testbed::packages::require(&["prometheus"])?;
+    let program = mgrp_testbed::packages::find("prometheus").expect("just checked");
     let list = |t: &[String]| {
         t.iter()
             .map(|a| format!("'{a}'"))
@@ -110,7 +107,7 @@ fn prometheus(
     )?;
     Process::spawn(
         ns,
-        program,
+        &program,
         &[
             format!("--config.file={}", config.display()),
             format!("--storage.tsdb.path={}", dir.join("tsdb").display()),

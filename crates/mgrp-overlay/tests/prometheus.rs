@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,13 +13,8 @@ use common::{Api, b_config, first_value, free_port, json, node_a, request};
 use mgrp_testbed::http::promql_path;
 
 fn tool(name: &str) -> PathBuf {
-    for dir in ["/usr/bin", "/usr/local/bin"] {
-        let p = Path::new(dir).join(name);
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!("{name} is not installed: `apt-get install prometheus` (as .ci/run does)");
+    mgrp_testbed::packages::find(name)
+        .unwrap_or_else(|| panic!("{}", mgrp_testbed::packages::require(&[name]).unwrap_err()))
 }
 
 /// A Prometheus server, killed (by its PID) and its storage removed on drop.

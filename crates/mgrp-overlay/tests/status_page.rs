@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -29,11 +28,12 @@ fn config(a_port: u16) -> Config {
 
 #[test]
 fn the_page_shows_every_link_in_a_headless_browser() {
-    let chromium = Path::new("/usr/bin/chromium");
-    assert!(
-        chromium.exists(),
-        "chromium is not installed: `apt-get install chromium` (as .ci/run does)"
-    );
+    let chromium = mgrp_testbed::packages::find("chromium").unwrap_or_else(|| {
+        panic!(
+            "{}",
+            mgrp_testbed::packages::require(&["chromium"]).unwrap_err()
+        )
+    });
     let (a, a_port) = node_a();
     let api = Api::start(config(a_port));
     let shared = api.node.as_ref().unwrap().shared();

@@ -24,6 +24,7 @@ pub mod delay;
 pub mod forge;
 pub mod http;
 pub mod link;
+pub mod packages;
 pub mod paper;
 pub mod threads;
 pub mod traffic;

@@ -1055,8 +1055,11 @@ fn capabilities_not_root() {
     if !root_or_skip("capabilities_not_root") {
         return;
     }
-    let Ok(setpriv) = which("setpriv") else {
-        panic!("setpriv (util-linux) is needed for this test");
+    let Some(setpriv) = mgrp_testbed::packages::find("setpriv") else {
+        panic!(
+            "{}",
+            mgrp_testbed::packages::require(&["setpriv"]).unwrap_err()
+        );
     };
     let me = mgrpd().display().to_string();
     let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
@@ -1109,15 +1112,6 @@ fn capabilities_not_root() {
         err.contains("lacks") && err.contains("CAP_NET_RAW"),
         "{err}"
     );
-}
-
-fn which(program: &str) -> std::io::Result<std::path::PathBuf> {
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
-        .ok_or_else(|| std::io::Error::other(format!("{program} not found")))
 }
 
 /// The far daemon is killed in the middle of a transfer that rides in trains: its

@@ -38,6 +38,9 @@ struct NatNet {
 
 impl NatNet {
     fn new() -> Self {
+        if let Err(e) = mgrp_testbed::packages::require(&["nft", "conntrack"]) {
+            panic!("{e}");
+        }
         let (a, r, b) = (
             Netns::new("nata").unwrap(),
             Netns::new("natr").unwrap(),

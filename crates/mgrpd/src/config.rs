@@ -149,6 +149,13 @@ pub struct Cli {
     /// destination is its own peer]. PEER becomes a peer.
     #[arg(long = "via", value_name = "DST=PEER", value_parser = parse_peer)]
     pub via: Vec<(IpAddr, IpAddr)>,
+    /// Source address for traffic routed into the tunnel: the address the peers know
+    /// this host by (one per address family). Needed only where mgrpd cannot find it:
+    /// a host whose only route to a peer is the tunnel, or a UDP peer that roams and
+    /// has not been heard from. [default: the host's address on the way to each
+    /// peer's endpoint]
+    #[arg(long = "source", value_name = "ADDR")]
+    pub sources: Vec<IpAddr>,
     /// Also take MGRP packets from the hosts in PREFIX (repeatable); the hosts inside
     /// the --route prefixes are always peers, and nobody else is.
     #[arg(long = "peer", value_name = "PREFIX")]
@@ -277,6 +284,8 @@ struct File {
     peers: Vec<PeerFile>,
     #[serde(default)]
     local_prefixes: Vec<Prefix>,
+    #[serde(default)]
+    source: Option<OneOrMany>,
     key_file: Option<PathBuf>,
     #[serde(default, deserialize_with = "de_encap")]
     encap: Option<EncapArg>,
@@ -301,6 +310,60 @@ struct PeerFile {
     keepalive: Option<Duration>,
     #[serde(default, deserialize_with = "de_wire")]
     wire: Option<Version>,
+    source: Option<IpAddr>,
+}
+
+/// `source = "ADDR"` or `source = ["ADDR", "ADDR"]`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(IpAddr),
+    Many(Vec<IpAddr>),
+}
+
+/// The source addresses configured for traffic routed into the tunnel.
+#[derive(Debug, Clone, Default)]
+pub struct RouteSources {
+    /// For every peer without its own (at most one per address family).
+    pub default: Vec<IpAddr>,
+    /// `source` in a `[[peers]]` table.
+    pub per_peer: Vec<(Prefix, IpAddr)>,
+}
+
+impl RouteSources {
+    /// The configured source for traffic to `peer` of `peer`'s family: its table's
+    /// (longest prefix), else the default one of that family.
+    pub fn for_peer(&self, peer: IpAddr) -> Option<IpAddr> {
+        self.per_peer
+            .iter()
+            .filter(|(p, _)| p.contains(peer))
+            .max_by_key(|(p, _)| p.len())
+            .map(|(_, s)| *s)
+            .or_else(|| {
+                self.default
+                    .iter()
+                    .copied()
+                    .find(|s| s.is_ipv4() == peer.is_ipv4())
+            })
+    }
+}
+
+/// Where the source address of a route into the tunnel comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourcePlan {
+    /// Configured (`source`, `--source`).
+    Configured(IpAddr),
+    /// The host's address on its way (outside the tunnel) to this address: the peer's
+    /// endpoint, where its MGRP packets go.
+    Toward {
+        /// The MGRP peer.
+        peer: IpAddr,
+        /// Where its MGRP packets go.
+        endpoint: IpAddr,
+    },
+    /// Not known yet: the peer roams and has not been heard from (the address towards
+    /// the peer itself is the best guess until then).
+    Roaming(IpAddr),
 }
 
 /// The UDP port mgrpd uses unless told otherwise.
@@ -483,6 +546,8 @@ pub struct Config {
     pub policy: Policy,
     /// MGRP peer of each destination that is not its own peer.
     pub via: BTreeMap<IpAddr, IpAddr>,
+    /// Configured source addresses for traffic routed into the tunnel.
+    pub sources: RouteSources,
     /// The hosts MGRP packets are taken from, what their riders may claim, and the
     /// local prefixes riders may be addressed to.
     pub peers: Peers,
@@ -574,7 +639,7 @@ impl Config {
         Self::merge(file, &Cli::parse_from(["mgrpd"]))
     }
 
-    fn merge(f: File, cli: &Cli) -> Result<Self, ConfigError> {
+    fn merge(mut f: File, cli: &Cli) -> Result<Self, ConfigError> {
         let hold_mode = match cli
             .hold_mode
             .or(f.hold_mode)
@@ -633,6 +698,35 @@ impl Config {
             v.extend(cli.via.iter().copied());
             v
         };
+        let mut sources = RouteSources {
+            default: if cli.sources.is_empty() {
+                match f.source.take() {
+                    None => Vec::new(),
+                    Some(OneOrMany::One(a)) => vec![a],
+                    Some(OneOrMany::Many(v)) => v,
+                }
+            } else {
+                cli.sources.clone()
+            },
+            per_peer: Vec::new(),
+        };
+        for family_v4 in [true, false] {
+            if sources
+                .default
+                .iter()
+                .filter(|a| a.is_ipv4() == family_v4)
+                .count()
+                > 1
+            {
+                return Err(bad(format!(
+                    "source: give at most one {} address (the address the peers know this host by)",
+                    if family_v4 { "IPv4" } else { "IPv6" }
+                )));
+            }
+        }
+        for a in &sources.default {
+            check_source(*a, "source")?;
+        }
         let fwmark = cli.fwmark.or(f.fwmark).unwrap_or(0x4d47);
         if fwmark == 0 {
             return Err(bad(
@@ -763,6 +857,16 @@ impl Config {
                 if let Some(w) = p.wire {
                     encap.wire_per_peer.push((p.prefix, w));
                 }
+                if let Some(src) = p.source {
+                    let what = format!("peer {}: source", p.prefix);
+                    check_source(src, &what)?;
+                    if src.is_ipv4() != p.prefix.addr().is_ipv4() {
+                        return Err(bad(format!(
+                            "{what} {src} is not of the peer's address family"
+                        )));
+                    }
+                    sources.per_peer.push((p.prefix, src));
+                }
                 let single = p.prefix.len() == if p.prefix.addr().is_ipv4() { 32 } else { 128 };
                 if peer_encap == Encap::Udp {
                     udp.peers.push(UdpPeer {
@@ -872,6 +976,7 @@ impl Config {
             encap,
             udp,
             via,
+            sources,
             pacer_cpu: cli.pacer_cpu.or(f.pacer_cpu),
             realtime: !cli.no_realtime && f.realtime.unwrap_or(true),
             busy_poll_margin,
@@ -980,6 +1085,45 @@ impl Config {
     pub fn peer_of(&self, dst: IpAddr) -> IpAddr {
         self.via.get(&dst).copied().unwrap_or(dst)
     }
+
+    /// Where the source address of the route of `net` into the tunnel comes from:
+    /// the configured one, else the host's address towards the endpoint of the peer
+    /// that carries `net` (its learned endpoint if `learned` knows one, else its
+    /// configured one, else its own address over raw IP). The peer admits riders
+    /// from the address its MGRP packets come from, which is that one.
+    pub fn source_plan(
+        &self,
+        net: IpNet,
+        learned: impl Fn(IpAddr) -> Option<std::net::SocketAddr>,
+    ) -> SourcePlan {
+        let peer = self.peer_of(net.network());
+        if let Some(s) = self.sources.for_peer(peer) {
+            return SourcePlan::Configured(s);
+        }
+        if self.encap.for_peer(peer) != Encap::Udp {
+            return SourcePlan::Toward {
+                peer,
+                endpoint: peer,
+            };
+        }
+        match learned(peer).or_else(|| self.udp.configured_endpoint(peer)) {
+            Some(e) => SourcePlan::Toward {
+                peer,
+                endpoint: e.ip(),
+            },
+            None => SourcePlan::Roaming(peer),
+        }
+    }
+}
+
+/// A source address must be one a host can have.
+fn check_source(a: IpAddr, what: &str) -> Result<(), ConfigError> {
+    if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
+        return Err(ConfigError(format!(
+            "{what} {a}: give an address of this host that its peers know it by (not unspecified, multicast or loopback)"
+        )));
+    }
+    Ok(())
 }
 
 fn read_file(path: &Path) -> Result<File, ConfigError> {
@@ -1161,6 +1305,81 @@ mod tests {
         assert!(e.to_string().contains("use 1 or 2"), "{e}");
         assert_eq!(parse_wire("1"), Ok(Version::V1));
         assert!(parse_wire("v2").is_err());
+    }
+
+    #[test]
+    fn a_route_sources_from_the_configured_address_else_towards_its_peers_endpoint() {
+        use std::net::SocketAddr;
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let net = |s: &str| s.parse::<IpNet>().unwrap();
+        let text = "routes = [\"10.0.0.2/32\", \"10.0.5.0/24\", \"10.0.6.0/24\", \"2001:db8::2/128\"]\n\
+                    source = [\"192.0.2.1\"]\n\
+                    via = { \"10.0.7.1\" = \"10.0.0.2\" }\n\
+                    [[peers]]\nprefix = \"10.0.5.0/24\"\nsource = \"198.51.100.1\"\n\
+                    [[peers]]\nprefix = \"10.0.6.0/24\"\nencap = \"udp\"\nendpoint = \"203.0.113.6:4253\"\n";
+        let c = Config::from_toml(text).unwrap();
+        let none = |_: IpAddr| None::<SocketAddr>;
+        // A peer's own source, then the default of the family.
+        assert_eq!(
+            c.source_plan(net("10.0.5.0/24"), none),
+            SourcePlan::Configured(ip("198.51.100.1"))
+        );
+        assert_eq!(
+            c.source_plan(net("10.0.0.2/32"), none),
+            SourcePlan::Configured(ip("192.0.2.1"))
+        );
+        // No IPv6 source configured: towards the peer itself (raw IP).
+        assert_eq!(
+            c.source_plan(net("2001:db8::2/128"), none),
+            SourcePlan::Toward {
+                peer: ip("2001:db8::2"),
+                endpoint: ip("2001:db8::2")
+            }
+        );
+        let c = Config::from_toml(&text.replace("source = [\"192.0.2.1\"]\n", "")).unwrap();
+        // Traffic via a peer: towards that peer.
+        assert_eq!(
+            c.source_plan(net("10.0.7.1/32"), none),
+            SourcePlan::Toward {
+                peer: ip("10.0.0.2"),
+                endpoint: ip("10.0.0.2")
+            }
+        );
+        // A UDP peer: towards its endpoint, a learned one first.
+        assert_eq!(
+            c.source_plan(net("10.0.6.0/24"), none),
+            SourcePlan::Toward {
+                peer: ip("10.0.6.0"),
+                endpoint: ip("203.0.113.6")
+            }
+        );
+        let learned = |_: IpAddr| Some("203.0.113.99:61000".parse::<SocketAddr>().unwrap());
+        assert_eq!(
+            c.source_plan(net("10.0.6.0/24"), learned),
+            SourcePlan::Toward {
+                peer: ip("10.0.6.0"),
+                endpoint: ip("203.0.113.99")
+            }
+        );
+        for (bad, says) in [
+            (
+                "source = [\"192.0.2.1\", \"192.0.2.2\"]",
+                "at most one IPv4 address",
+            ),
+            ("source = \"0.0.0.0\"", "not unspecified"),
+            ("source = \"127.0.0.1\"", "loopback"),
+            (
+                "[[peers]]\nprefix = \"10.0.9.0/24\"\nsource = \"2001:db8::1\"",
+                "not of the peer's address family",
+            ),
+        ] {
+            let e = Config::from_toml(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let cli = Cli::parse_from(["mgrpd", "--source", "192.0.2.3", "--route", "10.0.0.2/32"]);
+        let c = Config::merge(File::default(), &cli).unwrap();
+        assert_eq!(c.sources.for_peer(ip("10.0.0.2")), Some(ip("192.0.2.3")));
+        assert_eq!(c.sources.for_peer(ip("2001:db8::2")), None);
     }
 
     #[test]

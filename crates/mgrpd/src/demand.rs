@@ -85,6 +85,21 @@ impl Demand {
         }
     }
 
+    /// Checks every `period` that each route's source address is still the one its
+    /// peer admits riders from, and replaces the routes whose source changed.
+    pub(crate) async fn refresh_sources(self, period: std::time::Duration) {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Some(routes) = self.routes.lock().await.as_mut() {
+                for e in routes.refresh_sources().await {
+                    warn!("{e}");
+                }
+            }
+        }
+    }
+
     /// Installs a permanent route into the tunnel.
     pub async fn add_permanent(&mut self, net: IpNet) -> Result<(), RouteError> {
         match self.routes.lock().await.as_mut() {

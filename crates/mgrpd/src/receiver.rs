@@ -294,7 +294,7 @@ impl Receiver {
         }
     }
 
-    fn count_refusal(&self, from: IpAddr, refusal: Refusal) {
+    fn count_refusal(&self, from: IpAddr, refusal: Refusal, rider: &[u8]) {
         let c = &self.counters;
         bump(match refusal {
             Refusal::NotPeer => &c.mgrp_not_peer,
@@ -305,7 +305,8 @@ impl Receiver {
             Refusal::SpecialDestination => &c.riders_refused_special_destination,
         });
         self.refused_log.warn(format_args!(
-            "refused a rider from peer {from}: {refusal:?}"
+            "refused a rider from peer {from}: {}",
+            refusal_words(from, refusal, Ip::parse(rider).ok().as_ref())
         ));
     }
 
@@ -387,7 +388,7 @@ impl Receiver {
         for chunk in packet.chunks() {
             if let ChunkOutcome::Complete(rider) = self.reasm.handle_chunk(now, from, &chunk) {
                 if let Err(refusal) = self.admit(from, to, &rider) {
-                    self.count_refusal(from, refusal);
+                    self.count_refusal(from, refusal, &rider);
                     continue;
                 }
                 // A full batch is written first: riders keep their order.
@@ -426,5 +427,95 @@ impl Receiver {
             };
             self.listeners.deliver(probe, c);
         }
+    }
+}
+
+/// Why a rider from `from` was refused, and what would let the next one in, for the
+/// log of the receiving host (which the sender's operator may be reading).
+fn refusal_words(from: IpAddr, refusal: Refusal, rider: Option<&Ip<'_>>) -> String {
+    let (src, dst) = rider.map_or((None, None), |h| (Some(h.src), Some(h.dst)));
+    let show = |a: Option<IpAddr>| a.map_or_else(|| "?".to_string(), |a| a.to_string());
+    match refusal {
+        Refusal::ForeignSource => {
+            let src_text = show(src);
+            let link_local = match src {
+                Some(IpAddr::V4(a)) => a.is_link_local(),
+                Some(IpAddr::V6(a)) => a.segments()[0] & 0xffc0 == 0xfe80,
+                None => false,
+            };
+            if link_local {
+                format!(
+                    "its source {src_text} is the sending host's tunnel address, not {from}: \
+                     on {from}, set mgrpd's `source` for this host's [[peers]] table (or --source) \
+                     to {from}, the address this host knows it by"
+                )
+            } else {
+                format!(
+                    "its source {src_text} is neither {from} nor in that peer's allowed-sources here: \
+                     on {from}, traffic to this host must leave from {from} (mgrpd's `source` setting \
+                     there), or add {src_text} to allowed-sources in peer {from}'s [[peers]] table here"
+                )
+            }
+        }
+        Refusal::ForeignDestination => format!(
+            "its destination {} is not the address the MGRP packet came to; \
+             add it with --local PREFIX (local-prefixes) if this host owns it",
+            show(dst)
+        ),
+        Refusal::SpecialDestination => format!(
+            "its destination {} is a broadcast, multicast, loopback, link-local or unspecified address",
+            show(dst)
+        ),
+        Refusal::InnerMgrp => "it is itself an MGRP packet".to_string(),
+        Refusal::Malformed => "it is not a sound IP packet".to_string(),
+        Refusal::NotPeer => format!("{from} is not a peer"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_rider_says_what_the_sender_should_change() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        // A 20-byte IPv4 header (UDP, no payload) from `src` to `dst`.
+        let header = |src: &str, dst: &str| {
+            let (s, d) = (
+                src.parse::<std::net::Ipv4Addr>().unwrap(),
+                dst.parse::<std::net::Ipv4Addr>().unwrap(),
+            );
+            let mut h = vec![0x45, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0];
+            h.extend(s.octets());
+            h.extend(d.octets());
+            h
+        };
+        let (tun_bytes, other_bytes) = (
+            header("169.254.77.1", "10.0.1.2"),
+            header("192.0.2.77", "10.0.1.2"),
+        );
+        let (tun, other) = (
+            Ip::parse(&tun_bytes).unwrap(),
+            Ip::parse(&other_bytes).unwrap(),
+        );
+        let from = ip("192.0.2.2");
+        let w = refusal_words(from, Refusal::ForeignSource, Some(&tun));
+        assert!(
+            w.contains("169.254.77.1 is the sending host's tunnel address"),
+            "{w}"
+        );
+        assert!(w.contains("on 192.0.2.2, set mgrpd's `source`"), "{w}");
+        let w = refusal_words(from, Refusal::ForeignSource, Some(&other));
+        assert!(
+            w.contains(
+                "add 192.0.2.77 to allowed-sources in peer 192.0.2.2's [[peers]] table here"
+            ),
+            "{w}"
+        );
+        let w = refusal_words(from, Refusal::ForeignDestination, Some(&other));
+        assert!(
+            w.contains("10.0.1.2") && w.contains("--local PREFIX"),
+            "{w}"
+        );
     }
 }

@@ -7,7 +7,7 @@
 //! route while trains to it are queued or in flight (plus the hold time) and removes it
 //! afterwards, so that when nobody measures, traffic never enters user space.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use futures_util::TryStreamExt;
@@ -17,6 +17,7 @@ use rtnetlink::packet_route::route::{RouteAttribute, RouteMetric, RouteScope};
 use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute, RuleFlags, RuleMessage};
 use rtnetlink::{Handle, RouteMessageBuilder};
 
+use crate::config::SourcePlan;
 use crate::sys;
 
 /// A netlink request that failed, in words.
@@ -44,9 +45,35 @@ pub struct Routes {
     fwmark: u32,
     priority: u32,
     rules: Vec<bool>,
-    routes: BTreeSet<IpNet>,
+    /// Each installed route, with the source address it was given.
+    routes: BTreeMap<IpNet, Option<IpAddr>>,
     /// The MTU each route gets (`None`: the TUN's).
     mtu_of: RouteMtu,
+    /// Where each route's source address comes from.
+    source_of: SourceOf,
+    /// Routes already warned about having no source address.
+    warned: BTreeSet<IpNet>,
+    /// The TUN's own IPv4 address, which the kernel picks when a route has no source.
+    tun_address: Option<Ipv4Addr>,
+}
+
+/// What gives a route its source address.
+struct SourceOf(Box<dyn Fn(IpNet) -> Option<SourcePlan> + Send + Sync>);
+
+impl std::fmt::Debug for SourceOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SourceOf")
+    }
+}
+
+/// A route's source address, or why there is none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Source {
+    Known(IpAddr),
+    /// The kernel chooses (the TUN's own address), and the peer will refuse it.
+    Unknown(String),
+    /// Nothing is known about the peer (no plan): the kernel chooses.
+    Unplanned,
 }
 
 /// What gives a route its MTU.
@@ -79,9 +106,107 @@ impl Routes {
             fwmark,
             priority,
             rules: Vec::new(),
-            routes: BTreeSet::new(),
+            routes: BTreeMap::new(),
             mtu_of: RouteMtu(Box::new(|_| None)),
+            source_of: SourceOf(Box::new(|_| None)),
+            warned: BTreeSet::new(),
+            tun_address: None,
         })
+    }
+
+    /// Gives each route the source address `source_of` plans (see
+    /// [`crate::config::Config::source_plan`]); `tun_address` is the address the
+    /// kernel would pick otherwise, named in the warning when no source is found.
+    #[must_use]
+    pub fn with_route_source(
+        mut self,
+        tun_address: Ipv4Addr,
+        source_of: impl Fn(IpNet) -> Option<SourcePlan> + Send + Sync + 'static,
+    ) -> Self {
+        self.source_of = SourceOf(Box::new(source_of));
+        self.tun_address = Some(tun_address);
+        self
+    }
+
+    /// The source address `net`'s route should have now.
+    fn source(&self, net: IpNet) -> Source {
+        let family_ok = |a: IpAddr| a.is_ipv4() == net.network().is_ipv4();
+        match (self.source_of.0)(net) {
+            None => Source::Unplanned,
+            Some(SourcePlan::Configured(a)) => Source::Known(a),
+            Some(SourcePlan::Toward { peer, endpoint }) => {
+                match sys::source_for(endpoint, self.fwmark) {
+                    Ok(a) if family_ok(a) => Source::Known(a),
+                    Ok(a) => Source::Unknown(format!(
+                        "peer {peer}'s endpoint {endpoint} is reached from {a}, an address of another family"
+                    )),
+                    Err(e) => Source::Unknown(format!(
+                        "this host has no route to peer {peer}'s endpoint {endpoint} outside the tunnel ({e})"
+                    )),
+                }
+            }
+            // Until it is heard from, the address towards the peer itself is the best
+            // guess (a host with a default route, most of them).
+            Some(SourcePlan::Roaming(peer)) => match sys::source_for(peer, self.fwmark) {
+                Ok(a) if family_ok(a) => Source::Known(a),
+                _ => Source::Unknown(format!(
+                    "peer {peer} roams, has not been heard from yet, and this host has no route to it outside the tunnel (once it is heard from, its endpoint gives the source)"
+                )),
+            },
+        }
+    }
+
+    /// Logs, once per route until it has a source again, that the kernel will source
+    /// the traffic routed into the tunnel from the TUN's own address.
+    fn warn_unsourced(&mut self, net: IpNet, why: &str) {
+        if !self.warned.insert(net) {
+            return;
+        }
+        let kernel_pick = match (net, self.tun_address) {
+            (IpNet::V4(_), Some(a)) => format!("the TUN's own address {a}"),
+            _ => "the TUN's own address".to_string(),
+        };
+        tracing::warn!(
+            "traffic routed into the tunnel to {net} will leave from {kernel_pick}, which the peer refuses as a rider source: {why}; \
+             set `source = \"ADDR\"` in that peer's [[peers]] table (or --source ADDR) to the address the peer knows this host by"
+        );
+    }
+
+    /// Re-plans every installed route's source and replaces the routes whose source
+    /// changed (a roaming peer heard from, an address or route of the host changed).
+    pub async fn refresh_sources(&mut self) -> Vec<RouteError> {
+        let mut errors = Vec::new();
+        let nets: Vec<(IpNet, Option<IpAddr>)> =
+            self.routes.iter().map(|(n, s)| (*n, *s)).collect();
+        for (net, had) in nets {
+            let now = match self.source(net) {
+                Source::Known(a) => Some(a),
+                Source::Unknown(why) => {
+                    self.warn_unsourced(net, &why);
+                    None
+                }
+                Source::Unplanned => None,
+            };
+            if now == had || now.is_none() {
+                continue;
+            }
+            let message = self.route_message(net, now);
+            match self.handle.route().add(message).replace().execute().await {
+                Ok(()) => {
+                    tracing::info!(
+                        "traffic routed into the tunnel to {net} now leaves from {}",
+                        now.map_or_else(String::new, |a| a.to_string())
+                    );
+                    self.warned.remove(&net);
+                    self.routes.insert(net, now);
+                }
+                Err(source) => errors.push(RouteError {
+                    what: format!("giving route {net} the source address {now:?}"),
+                    source,
+                }),
+            }
+        }
+        errors
     }
 
     /// Gives each route the MTU `mtu_of` says (routes to UDP peers: the longest packet
@@ -175,11 +300,14 @@ impl Routes {
         req.execute().await
     }
 
-    /// The route of `net` into the TUN. Its preferred source is the address the host
-    /// would use for `net` without the tunnel, so that applications keep their usual
-    /// source address (otherwise the kernel would pick the TUN's own address).
-    fn route_message(&self, net: IpNet) -> rtnetlink::packet_route::route::RouteMessage {
-        let src = sys::source_for(net.network(), self.fwmark).ok();
+    /// The route of `net` into the TUN, with `src` as its preferred source: the
+    /// address the peer admits riders from (otherwise the kernel would pick the TUN's
+    /// own address).
+    fn route_message(
+        &self,
+        net: IpNet,
+        src: Option<IpAddr>,
+    ) -> rtnetlink::packet_route::route::RouteMessage {
         let mut message = match net {
             IpNet::V4(n) => {
                 let mut b = RouteMessageBuilder::<Ipv4Addr>::new()
@@ -216,13 +344,21 @@ impl Routes {
     /// Routes `net` into the TUN in table T. Adding a route that is there already is
     /// not an error.
     pub async fn add_route(&mut self, net: IpNet) -> Result<(), RouteError> {
-        if self.routes.contains(&net) {
+        if self.routes.contains_key(&net) {
             return Ok(());
         }
+        let src = match self.source(net) {
+            Source::Known(a) => Some(a),
+            Source::Unknown(why) => {
+                self.warn_unsourced(net, &why);
+                None
+            }
+            Source::Unplanned => None,
+        };
         match self
             .handle
             .route()
-            .add(self.route_message(net))
+            .add(self.route_message(net, src))
             .execute()
             .await
         {
@@ -231,27 +367,30 @@ impl Routes {
             Err(source) => {
                 return Err(RouteError {
                     what: format!(
-                        "adding route {net} dev tun table {}{}",
+                        "adding route {net} dev tun table {}{}{}",
                         self.table,
-                        (self.mtu_of.0)(net).map_or(String::new(), |m| format!(" mtu {m}"))
+                        (self.mtu_of.0)(net).map_or(String::new(), |m| format!(" mtu {m}")),
+                        src.map_or(String::new(), |a| format!(
+                            " src {a} (is {a} an address of this host?)"
+                        ))
                     ),
                     source,
                 });
             }
         }
-        self.routes.insert(net);
+        self.routes.insert(net, src);
         Ok(())
     }
 
     /// Removes a route this instance added.
     pub async fn del_route(&mut self, net: IpNet) -> Result<(), RouteError> {
-        if !self.routes.remove(&net) {
+        let Some(src) = self.routes.remove(&net) else {
             return Ok(());
-        }
+        };
         match self
             .handle
             .route()
-            .del(self.route_message(net))
+            .del(self.route_message(net, src))
             .execute()
             .await
         {
@@ -268,15 +407,15 @@ impl Routes {
 
     /// Whether a route for `net` is installed.
     pub fn has_route(&self, net: &IpNet) -> bool {
-        self.routes.contains(net)
+        self.routes.contains_key(net)
     }
 
     /// Removes every route and rule this instance installed. Routes through the TUN
     /// vanish with it anyway; the rule would not, so this must run on exit.
     pub async fn remove_all(&mut self) -> Vec<RouteError> {
         let mut errors = Vec::new();
-        for net in std::mem::take(&mut self.routes) {
-            self.routes.insert(net);
+        let nets: Vec<IpNet> = self.routes.keys().copied().collect();
+        for net in nets {
             if let Err(e) = self.del_route(net).await {
                 errors.push(e);
             }

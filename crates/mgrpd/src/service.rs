@@ -19,6 +19,10 @@ use crate::privileges::Privileges;
 use crate::routes::Routes;
 use crate::{lifecycle, metrics, pacer, server, sys, tun};
 
+/// How often the routes' source addresses are checked against the peers' endpoints
+/// (a roaming peer heard from, a changed address of this host).
+const SOURCE_REFRESH: Duration = Duration::from_secs(2);
+
 /// Runs the daemon until SIGINT, SIGTERM or SIGHUP (all three shut it down cleanly).
 pub fn run(config: Config) -> anyhow::Result<()> {
     use sys::cap;
@@ -82,6 +86,11 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         .with_route_mtu({
             let config = config.clone();
             move |net| config.route_mtu(net)
+        })
+        .with_route_source(config.tun_address, {
+            let config = config.clone();
+            let endpoints = daemon.net().endpoints().clone();
+            move |net| Some(config.source_plan(net, |peer| endpoints.endpoint(peer)))
         });
         let v6 = config
             .routes
@@ -227,6 +236,7 @@ async fn serve(
     // was the last use of CAP_SYS_NICE.
     privileges.main();
     tokio::spawn(demand.clone().watch(events, daemon.queues.clone()));
+    tokio::spawn(demand.clone().refresh_sources(SOURCE_REFRESH));
     let server = tokio::spawn(server::serve(listener, daemon.api()));
     if let Some(exporter) = exporter {
         tokio::spawn(metrics::serve(

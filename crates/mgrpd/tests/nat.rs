@@ -38,6 +38,18 @@ struct NatNet {
 
 impl NatNet {
     fn new() -> Self {
+        let net = Self::without_default_route_on_b();
+        // B is on the Internet: its default route leads to R, which must keep
+        // A unreachable by itself.
+        net.b
+            .ip(&["route", "add", "default", "via", &R_OUT.to_string()])
+            .unwrap();
+        net
+    }
+
+    /// The same, but B has no default route: the only way B's kernel knows to A is
+    /// the tunnel (a host that learns a roaming peer, or a host with no route out).
+    fn without_default_route_on_b() -> Self {
         if let Err(e) = mgrp_testbed::packages::require(&["nft", "conntrack"]) {
             panic!("{e}");
         }
@@ -57,10 +69,6 @@ impl NatNet {
         up(&r, &r1, format!("{R_OUT}/24"));
         up(&b, &b0, format!("{B}/24"));
         a.ip(&["route", "add", "default", "via", &R_IN.to_string()])
-            .unwrap();
-        // B is on the Internet: its default route leads to R, which must keep
-        // A unreachable by itself.
-        b.ip(&["route", "add", "default", "via", &R_OUT.to_string()])
             .unwrap();
         r.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]).unwrap();
         for rule in [
@@ -285,6 +293,79 @@ fn udp_crosses_a_nat_both_ways_and_raw_ip_does_not() {
     assert_eq!(
         sa.daemon.mgrp_received, 0,
         "raw MGRP crossed the NAT: {sa:#?}"
+    );
+}
+
+/// B has no route to A but the tunnel, and A roams: B cannot know at start which of
+/// its addresses A admits riders from, says so naming the setting, and once A is
+/// heard from gives the route into the tunnel the address towards A's endpoint, so
+/// B's traffic to A rides and is admitted. With `--source` the route has it at once.
+#[test]
+fn a_host_whose_only_route_to_its_peer_is_the_tunnel_sources_what_the_peer_admits() {
+    let _serial = serial();
+    if !root_or_skip("only_route_is_the_tunnel") {
+        return;
+    }
+    let net = NatNet::without_default_route_on_b();
+    let key = KeyFile::new(&link_key());
+    let (a, b, _ca, _cb) = udp_daemons(&net, &key);
+    let log = b.process.log();
+    assert!(
+        log.contains(&format!("traffic routed into the tunnel to {A}/32 will leave from the TUN's own address 169.254.77.1"))
+            && log.contains("set `source = \"ADDR\"` in that peer's [[peers]] table (or --source ADDR)"),
+        "B did not say that it cannot source its traffic to A:\n{log}"
+    );
+    let sb = wait_for(&b, |s| s.daemon.peer_endpoint_changes > 0);
+    assert_eq!(sb.daemon.peer_endpoint_changes, 1, "{sb:#?}");
+    // The route is given its source within the refresh period (2 s).
+    let start = Instant::now();
+    let sourced = |ns: &Netns| {
+        ns.ip(&["-o", "route", "show", "table", "4242"])
+            .unwrap()
+            .lines()
+            .any(|l| l.starts_with(&format!("{A} ")) && l.contains(&format!("src {B}")))
+    };
+    while !sourced(&net.b) && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        sourced(&net.b),
+        "{}\n{}",
+        net.b.ip(&["route", "show", "table", "all"]).unwrap(),
+        b.process.log()
+    );
+    assert!(
+        b.process.log().contains(&format!(
+            "traffic routed into the tunnel to {A}/32 now leaves from {B}"
+        )),
+        "{}",
+        b.process.log()
+    );
+    assert!(transfer_with_trains(&net.b, &net.a, A, 5303, &b, &a) > 0);
+    let sa = a.quiescent_stats().unwrap();
+    assert!(
+        sa.daemon.riders_delivered > 0,
+        "no rider rode from B: {sa:#?}"
+    );
+    assert_eq!(sa.daemon.riders_refused_foreign_source, 0, "{sa:#?}");
+    assert!(sa.receive_conserved(), "{sa:#?}");
+    drop((a, b));
+
+    // Told the source, B routes with it from the start and warns of nothing.
+    let cb = ConfigFile::new(&format!(
+        "routes = [\"{A}/32\"]\nencap = \"udp\"\n\n[[peers]]\nprefix = \"{A}/32\"\nkey-file = \"{}\"\nsource = \"{B}\"\n",
+        key.arg()
+    ));
+    let b = Daemon::start(&net.b, mgrpd(), &["--config", &cb.arg()]).expect("mgrpd on B");
+    assert!(
+        sourced(&net.b),
+        "{}",
+        net.b.ip(&["route", "show", "table", "all"]).unwrap()
+    );
+    assert!(
+        !b.process.log().contains("will leave from"),
+        "{}",
+        b.process.log()
     );
 }
 

@@ -19,7 +19,8 @@ use clap::Parser;
         measurements of the paths out of it, and serves the estimates over an HTTP API \
         (JSON and server-sent events), to Prometheus (/metrics) and on a status page (/).\n\n\
         Run one per node, beside that node's mgrpd. See mgrp-overlay.example.toml for a \
-        commented configuration file."
+        commented configuration file, and docs/overlay.md in the source repository for \
+        the guide (API, metrics, scheduling)."
 )]
 struct Cli {
     /// Read settings from this TOML file.

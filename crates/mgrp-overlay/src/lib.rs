@@ -2,7 +2,8 @@
 //! node, beside that node's mgrpd, measures the paths into the node from its
 //! neighbours continuously with pathload-rs over MGRP (or plain UDP as the
 //! baseline), serves as the sending side for its neighbours' measurements, and keeps
-//! the estimates for applications.
+//! the estimates for applications. How to run it, its API and its metrics are in the
+//! repository's `docs/overlay.md`.
 //!
 //! - [`config`]: the TOML file, checked.
 //! - [`schedule`]: when each link is measured, with no I/O and no clock.

@@ -32,7 +32,8 @@ use serde::{Deserialize, Deserializer};
         side it takes the packets out again, writes them back through its TUN, and hands \
         the probes with kernel timestamps to the tools listening for them.\n\n\
         Needs CAP_NET_ADMIN and CAP_NET_RAW (run as root). See mgrpd.example.toml for a \
-        commented configuration file. `mgrpd genkey` prints a new key for --key-file."
+        commented configuration file, and docs/mgrpd.md in the source repository for \
+        the guide (peers, source addresses, keys, UDP and NATs, wire versions). `mgrpd genkey` prints a new key for --key-file."
 )]
 pub struct Cli {
     /// Read settings from this TOML file (flags given as well override it).

@@ -1,4 +1,4 @@
-//! `mgrpd`, the MGRP daemon.
+//! `mgrpd`, the MGRP daemon. How to run it is in the repository's `docs/mgrpd.md`.
 //!
 //! Its job: read application packets ("riders") from a TUN device, hand them to the
 //! `mgrp-core` endpoint, which plans them into the probe trains that tools submit;

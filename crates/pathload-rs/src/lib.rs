@@ -1,5 +1,6 @@
 //! `pathload-rs`: the pathload available-bandwidth estimator (Jain and Dovrolis' SLoPS)
-//! on MGRP, with a plain-UDP baseline.
+//! on MGRP, with a plain-UDP baseline. How to run the tool and read its output is in
+//! the repository's `docs/pathload-rs.md`.
 //!
 //! The library is the estimator, with no I/O and no clock: feed an [`Estimator`] the
 //! sender and receiver stamps of the trains and streams it asks for, and it answers

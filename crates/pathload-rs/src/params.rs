@@ -15,7 +15,7 @@ pub const PACKETS_PER_STREAM: u32 = 100;
 /// least [`PACKETS_PER_STREAM`] (this project: pathload 1.3.2's fixed K = 100 makes a
 /// stream at 10 Mbit/s last 18 ms, during which a token bucket's burst of 1540 bytes
 /// — 1.2 ms of the rate — passes unqueued and the estimate reads about 6 % high; how
-/// long a stream should be is measured in the accuracy bench, see the README).
+/// long a stream should be is measured in the accuracy bench, see docs/pathload-rs.md).
 pub const STREAM_DURATION_NS: u64 = 40_000_000;
 
 /// Most packets per stream whatever the duration (this project: keeps a stream at the

@@ -28,6 +28,8 @@ const DEFAULT_SOCKET: &str = mgrp_client::DEFAULT_SOCKET;
 /// bounds seen so far are printed as bounds): 3 time or fleet limit reached; 4 rate limit (available bandwidth above the highest rate the sender
 /// reaches, or rates that could not be sent); 5 no usable measurement; 6 the sender
 /// could not be reached or went away; 1 any other error; 2 bad arguments.
+///
+/// The guide: docs/pathload-rs.md in the source repository.
 #[derive(Debug, Parser)]
 #[command(name = "pathload-rs", version, propagate_version = true)]
 pub(crate) struct Cli {

@@ -117,7 +117,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
-    println!(
+    mgrp_rt::outln!(
         "MGRP demo: m3 -> m5 over a {} bottleneck with {} ms round trip; a {SOURCE_MBPS} Mbit/s TCP source, STEP cross traffic (1, 3, 5, 6, 4, 2 Mbit/s, {} s each) and {} probes, without and with piggybacking ({} s each).\n",
         args.rate,
         args.rtt_ms,
@@ -141,7 +141,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     }
     let svg = args.out.join("demo.svg");
     mgrp_experiments::plot::timeseries(&svg, &[&off, &on], capacity)?;
-    println!(
+    mgrp_rt::outln!(
         "\nWrote {}, {} and {}.",
         args.out.join(format!("{}.csv", off.label)).display(),
         args.out.join(format!("{}.csv", on.label)).display(),
@@ -151,7 +151,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
 }
 
 fn one(exp: &Experiment, me: &std::path::Path) -> anyhow::Result<Outcome> {
-    println!(
+    mgrp_rt::outln!(
         "{}: building the testbed, starting mgrpd on m3 and m5 ...",
         exp.label()
     );
@@ -176,13 +176,14 @@ fn one(exp: &Experiment, me: &std::path::Path) -> anyhow::Result<Outcome> {
                 e.high
             )
         });
-        println!(
+        mgrp_rt::outln!(
             "  {:>3}/{} s  Mbit/s at the link: {link}{est}",
-            p.second, p.of
+            p.second,
+            p.of
         );
     };
     let out = experiment::run(exp, me, &mut progress)?;
-    println!("  done.\n");
+    mgrp_rt::outln!("  done.\n");
     Ok(out)
 }
 
@@ -299,17 +300,22 @@ fn summary(off: &Outcome, on: &Outcome, steps: &Steps, step_seconds: usize) {
             }),
         ),
     ];
-    println!("{:<52}{:>20}{:>20}", "", off.label, on.label);
+    mgrp_rt::outln!("{:<52}{:>20}{:>20}", "", off.label, on.label);
     for (name, f) in &rows {
-        println!("{name:<52}{:>20}{:>20}", f(off), f(on));
+        mgrp_rt::outln!("{name:<52}{:>20}{:>20}", f(off), f(on));
     }
 
-    println!(
+    mgrp_rt::outln!(
         "\nPer step, at the bottleneck (Mbit/s): the source's demand is {demand:.2} with headers"
     );
-    println!(
+    mgrp_rt::outln!(
         "{:>6}{:>12}{:>18}{:>18}{:>16}{:>16}",
-        "cross", "available", "source mgrpOFF", "source mgrp10", "probes mgrpOFF", "probes mgrp10"
+        "cross",
+        "available",
+        "source mgrpOFF",
+        "source mgrp10",
+        "probes mgrpOFF",
+        "probes mgrp10"
     );
     for (i, cross) in steps.mbps.iter().enumerate() {
         // Skip each step's first second: the queue is still settling.
@@ -320,7 +326,7 @@ fn summary(off: &Outcome, on: &Outcome, steps: &Steps, step_seconds: usize) {
         let source =
             |s: &mgrp_testbed::accounting::Second| s.mbps(Kind::Source) + s.mbps(Kind::Piggybacked);
         let probes = |s: &mgrp_testbed::accounting::Second| s.mbps(Kind::ProbeOnly);
-        println!(
+        mgrp_rt::outln!(
             "{cross:>6.0}{:>12.2}{:>18.2}{:>18.2}{:>16.2}{:>16.2}",
             mean(secs.clone().filter_map(|s| off.truth.get(s).copied())),
             avg(off, &source),
@@ -330,7 +336,9 @@ fn summary(off: &Outcome, on: &Outcome, steps: &Steps, step_seconds: usize) {
         );
     }
 
-    println!("\nEstimates (Mbit/s; the available bandwidth is averaged over each measurement):");
+    mgrp_rt::outln!(
+        "\nEstimates (Mbit/s; the available bandwidth is averaged over each measurement):"
+    );
     for r in [off, on] {
         for e in &r.estimates {
             let truth = mean(
@@ -344,7 +352,7 @@ fn summary(off: &Outcome, on: &Outcome, steps: &Steps, step_seconds: usize) {
             } else {
                 format!("misses by {:.1}", (e.low - truth).max(truth - e.high))
             };
-            println!(
+            mgrp_rt::outln!(
                 "  {:<18} {:>5.1}-{:>5.1} s  {:>5.2}-{:>5.2}  available {:>5.2}  {verdict}{}",
                 r.label,
                 e.started,
@@ -380,7 +388,7 @@ fn summary(off: &Outcome, on: &Outcome, steps: &Steps, step_seconds: usize) {
                 .map(|e| e.ended - e.started),
         )
     };
-    println!(
+    mgrp_rt::outln!(
         "\nWith piggybacking: probe-only bytes on the bottleneck {:+.0} % (empty padding {:+.0} %); the source fell below 95 % of its demand in {} seconds instead of {}; pathload-rs took {} to converge instead of {}.",
         change(t_on.get(Kind::ProbeOnly), t_off.get(Kind::ProbeOnly)),
         change(t_on.probe_padding, t_off.probe_padding),

@@ -167,7 +167,7 @@ fn run_all(args: &Args) -> anyhow::Result<()> {
         Err(e) => eprintln!("medianet: no table per phase: {e:#}"),
     }
     std::fs::write(args.out.join("results.md"), &md)?;
-    println!("{md}");
+    mgrp_rt::outln!("{md}");
     Ok(())
 }
 

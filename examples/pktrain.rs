@@ -108,7 +108,7 @@ async fn main() -> anyhow::Result<()> {
             let mut variation = Vec::new();
             let (mut sent, mut got) = (0u64, 0u64);
             for ((src, tx), t) in &trains {
-                println!(
+                mgrp_rt::outln!(
                     "train {tx} from {src}: {}/{} probes, loss {:.1} %, owd variation {:.1} µs, {} rider bytes",
                     t.received,
                     t.train_len,
@@ -121,7 +121,7 @@ async fn main() -> anyhow::Result<()> {
                 got += u64::from(t.received);
             }
             variation.sort_by(f64::total_cmp);
-            println!(
+            mgrp_rt::outln!(
                 "{} trains, {got}/{sent} probes, owd variation median {:.1} µs p99 {:.1} µs",
                 trains.len(),
                 percentile(&variation, 50.0).unwrap_or(0.0),

@@ -109,7 +109,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut done = Vec::new();
     for (i, exp) in runs.iter().enumerate() {
-        println!(
+        mgrp_rt::outln!(
             "[{}/{}] {} ({} s) ...",
             i + 1,
             runs.len(),
@@ -120,7 +120,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
         let out = experiment::run(exp, &me, &mut quiet)?;
         let path = args.out.join(format!("{}.csv", out.label));
         std::fs::write(&path, out.csv())?;
-        println!(
+        mgrp_rt::outln!(
             "      source {:.2} Mbit/s, probe-only {:.3}, in probes {:.2}; {} estimates",
             mean(&out.source_mbps()[1..]),
             out.mean_mbps(Kind::ProbeOnly, 1),
@@ -387,7 +387,7 @@ fn report(args: &Args, done: &[(Experiment, Outcome)], minutes: f64) -> anyhow::
             }
         }
     }
-    println!(
+    mgrp_rt::outln!(
         "\n{md}\nWrote {} and the plots beside it.",
         out.join("results.md").display()
     );

@@ -86,13 +86,13 @@ pub const DEFAULT_SOCKET: &str = "/run/mgrp/mgrpd.sock";
 pub enum Error {
     /// Nothing listens on the socket.
     #[error(
-        "mgrpd is not running at {path}: {source}; start it (as root) with `mgrpd --socket {path}`, or pass the socket it uses"
+        "mgrpd is not running at {path} ({error}); start it (as root) with `mgrpd --socket {path}`, or point this program at the socket mgrpd uses (pathload-rs's --socket, the overlay's `socket` key)"
     )]
     DaemonNotRunning {
         /// The socket tried.
         path: PathBuf,
-        /// The connect error.
-        source: std::io::Error,
+        /// The connect error (in the message, not a source: said once).
+        error: std::io::Error,
     },
     /// The socket exists but this user may not use it.
     #[error(
@@ -321,7 +321,7 @@ impl Conn {
             } else {
                 Error::DaemonNotRunning {
                     path: path.to_owned(),
-                    source,
+                    error: source,
                 }
             }
         })?;

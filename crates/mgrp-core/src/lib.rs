@@ -21,6 +21,7 @@
 //!   written into this host.
 //! - [`ratelimit`]: token buckets for the probes and bytes users may submit.
 //! - [`traffic`]: how much application traffic goes to each peer, and how fast.
+//! - [`exposition`]: metrics in the format a Prometheus scraper asks for.
 //! - [`schedule`]: absolute departure deadlines of a train and the summary of how well
 //!   a sent train kept them.
 //!
@@ -33,6 +34,7 @@
 pub mod api;
 pub mod auth;
 pub mod endpoint;
+pub mod exposition;
 pub mod ip;
 pub mod peers;
 pub mod planner;

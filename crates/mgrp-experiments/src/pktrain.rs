@@ -131,15 +131,15 @@ impl SenderSummary {
     /// One line per figure.
     pub fn print(&self) {
         let (m, p99, max) = self.lateness_us();
-        println!("trains sent           {}", self.trains);
-        println!("probes sent           {}", self.probes);
-        println!(
+        mgrp_rt::outln!("trains sent           {}", self.trains);
+        mgrp_rt::outln!("probes sent           {}", self.probes);
+        mgrp_rt::outln!(
             "probes with riders    {:.1} %",
             100.0 * self.rider_probe_fraction()
         );
-        println!("rider bytes carried   {}", self.rider_bytes);
-        println!("competing rider bytes {}", self.competing_rider_bytes);
-        println!("lateness              median {m:.2} µs, p99 {p99:.1} µs, max {max:.0} µs");
+        mgrp_rt::outln!("rider bytes carried   {}", self.rider_bytes);
+        mgrp_rt::outln!("competing rider bytes {}", self.competing_rider_bytes);
+        mgrp_rt::outln!("lateness              median {m:.2} µs, p99 {p99:.1} µs, max {max:.0} µs");
     }
 }
 

@@ -261,7 +261,7 @@ fn bench(args: &Args) -> anyhow::Result<()> {
     drop(daemons);
 
     let minutes = elapsed / 60.0;
-    println!(
+    mgrp_rt::outln!(
         "\n## Measurement Overlay mesh: 4 nodes, 12 links, {minutes:.1} min, interval {}, load {}\n",
         args.interval,
         std::fs::read_to_string("/proc/loadavg")
@@ -271,10 +271,10 @@ fn bench(args: &Args) -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    println!(
+    mgrp_rt::outln!(
         "| link | truth Mbit/s | runs | estimates/min | age p50 s | age p99 s | truth in range | within ±10 % | median error % | probe MB/h | rider share (flow half) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    mgrp_rt::outln!("|---|---|---|---|---|---|---|---|---|---|---|");
     let (mut all_ages, mut all_errors) = (Vec::new(), Vec::new());
     let (mut est, mut runs, mut inr, mut near, mut bytes) = (0, 0, 0, 0, 0);
     for ((i, name), f) in &mut figures {
@@ -285,7 +285,7 @@ fn bench(args: &Args) -> anyhow::Result<()> {
             0.0
         };
         let judged = f.errors.len();
-        println!(
+        mgrp_rt::outln!(
             "| {name} → n{i} | {truth:.2} | {} | {:.2} | {:.1} | {:.1} | {}/{judged} | {}/{judged} | {:+.1} | {:.1} | {share:.1} % |",
             f.runs,
             f.estimates as f64 / minutes,
@@ -305,7 +305,7 @@ fn bench(args: &Args) -> anyhow::Result<()> {
         bytes += f.probe_bytes;
     }
     let judged = all_errors.len();
-    println!(
+    mgrp_rt::outln!(
         "| all | | {runs} | {:.2} per link | {:.1} | {:.1} | {inr}/{judged} | {near}/{judged} | \\|{:.1}\\| median | {:.1} per link | |",
         est as f64 / minutes / 12.0,
         quantile(&mut all_ages, 0.5),
@@ -313,9 +313,9 @@ fn bench(args: &Args) -> anyhow::Result<()> {
         quantile(&mut all_errors, 0.5),
         bytes as f64 / 1e6 / (elapsed / 3600.0) / 12.0,
     );
-    println!("\n| process | CPU % | peak RSS MB |\n|---|---|---|");
+    mgrp_rt::outln!("\n| process | CPU % | peak RSS MB |\n|---|---|---|");
     for (k, (name, _)) in pids.iter().enumerate() {
-        println!(
+        mgrp_rt::outln!(
             "| {name} | {:.1} | {:.1} |",
             cpu[k],
             rss_peak[k] as f64 / 1024.0

@@ -26,7 +26,8 @@ struct Cli {
     /// Read settings from this TOML file.
     #[arg(long, value_name = "FILE", default_value = "/etc/mgrp/overlay.toml")]
     config: PathBuf,
-    /// Check this configuration file, print the settings in force, and exit.
+    /// Check this configuration file, print the settings in force (the token left
+    /// out) and what looks wrong, and exit.
     #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
     /// Listen on this address instead of the file's `listen`.
@@ -59,8 +60,11 @@ where
     if let Some(path) = &cli.check_config {
         return match Config::load(path) {
             Ok(c) => {
-                println!("{}: configuration is valid", path.display());
-                println!("{c:#?}");
+                for w in c.warnings() {
+                    eprintln!("mgrp-overlay: warning: {w}");
+                }
+                mgrp_rt::outln!("{}: configuration is valid", path.display());
+                mgrp_rt::out!("{}", c.summary());
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -93,8 +93,8 @@ pub struct Link {
     pub piggyback: bool,
 }
 
-/// The node's whole configuration.
-#[derive(Debug, Clone, PartialEq)]
+/// The node's whole configuration. Its `Debug` form leaves the token out.
+#[derive(Clone, PartialEq)]
 pub struct Config {
     /// This node's name.
     pub name: String,
@@ -109,6 +109,8 @@ pub struct Config {
     pub max_running: usize,
     /// Estimates kept per link.
     pub history: usize,
+    /// Where each link's history is kept across restarts; `None`: in memory only.
+    pub state_dir: Option<PathBuf>,
     /// Transports this node serves its neighbours' measurements over, with their
     /// control ports.
     pub serve: Vec<(Transport, u16)>,
@@ -127,6 +129,7 @@ struct File {
     socket: Option<PathBuf>,
     max_running: Option<usize>,
     history: Option<usize>,
+    state_dir: Option<PathBuf>,
     probe_port_base: Option<u16>,
     #[serde(default)]
     serve: ServeFile,
@@ -160,6 +163,124 @@ struct LinkFile {
     ride_max_wait: Option<String>,
     piggyback: Option<bool>,
     probe_address: Option<IpAddr>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("name", &self.name)
+            .field("listen", &self.listen)
+            .field("token", &self.token.as_ref().map(|_| "(set, not shown)"))
+            .field("socket", &self.socket)
+            .field("max_running", &self.max_running)
+            .field("history", &self.history)
+            .field("state_dir", &self.state_dir)
+            .field("serve", &self.serve)
+            .field("serve_piggyback", &self.serve_piggyback)
+            .field("links", &self.links)
+            .finish()
+    }
+}
+
+fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{s:.0}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+impl Config {
+    /// What an operator needs to see of the settings in force, in words, without the
+    /// token: one line per setting of the node, one per link.
+    pub fn summary(&self) -> String {
+        let mut out = String::new();
+        let scope = if self.listen.ip().is_loopback() {
+            "this host only"
+        } else {
+            "reachable from other hosts"
+        };
+        let token = if self.token.is_some() {
+            "required (from token-file)"
+        } else {
+            "none"
+        };
+        out.push_str(&format!("node {}\n", self.name));
+        out.push_str(&format!(
+            "  API, /metrics and status page: http://{}/ ({scope}); token: {token}\n",
+            self.listen
+        ));
+        out.push_str(&format!("  mgrpd socket: {}\n", self.socket.display()));
+        out.push_str(&format!(
+            "  runs into this node at once: {}; estimates kept per link: {}, {}\n",
+            self.max_running,
+            self.history,
+            self.state_dir.as_ref().map_or_else(
+                || "in memory only (no state-dir)".to_string(),
+                |d| format!("across restarts in {}", d.display())
+            )
+        ));
+        let serve: Vec<String> = self
+            .serve
+            .iter()
+            .map(|(t, p)| format!("{t} on control port {p}"))
+            .collect();
+        out.push_str(&format!(
+            "  serves its neighbours' measurements: {}; riders in the probes it sends: {}\n",
+            if serve.is_empty() {
+                "no".to_string()
+            } else {
+                serve.join(", ")
+            },
+            yes_no(self.serve_piggyback)
+        ));
+        out.push_str(&format!("links into this node: {}\n", self.links.len()));
+        for l in &self.links {
+            let t = &l.timing;
+            let ride = t.ride_min_bps.map_or(String::new(), |b| {
+                format!(
+                    ", waits up to {} for {b} bit/s of traffic to ride",
+                    t.ride_max_wait
+                        .map_or_else(|| "one interval".to_string(), seconds)
+                )
+            });
+            out.push_str(&format!(
+                "  {}: from {} port {} over {}, {}, every {} ±{:.0} %, at most {} a run, after failures {} doubling to {}, riders: {}{ride}, probes to port {}{}\n",
+                l.name,
+                l.from,
+                l.port,
+                l.transport,
+                l.method.name(),
+                seconds(t.interval),
+                t.jitter * 100.0,
+                seconds(l.time_limit),
+                seconds(t.backoff),
+                seconds(t.max_backoff),
+                yes_no(l.piggyback),
+                l.probe_port,
+                l.probe_address
+                    .map_or(String::new(), |a| format!(" at {a}")),
+            ));
+        }
+        out
+    }
+
+    /// Settings that work but are probably not what the operator wants.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if !self.listen.ip().is_loopback() && self.token.is_none() {
+            w.push(format!(
+                "the API listens on {} without a token: anyone who reaches it can read the estimates and start measurements (set token-file, or listen on 127.0.0.1)",
+                self.listen
+            ));
+        }
+        w
+    }
 }
 
 fn duration(key: &str, v: Option<&String>, default: Duration) -> Result<Duration, ConfigError> {
@@ -360,6 +481,10 @@ impl Config {
                 .unwrap_or_else(|| PathBuf::from(mgrp_client::DEFAULT_SOCKET)),
             max_running,
             history,
+            state_dir: f.state_dir.map(|p| match dir {
+                Some(d) if p.is_relative() => d.join(p),
+                _ => p,
+            }),
             serve,
             serve_piggyback: f.serve.piggyback.unwrap_or(true),
             links,

@@ -1,10 +1,10 @@
 //! What one run of a link gives: an estimate, or why there is none, with what it cost.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One run of one link, as the API, the stream and the metrics show it. Rates are in
 /// bits per second.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Estimate {
     /// The link's name.
     pub link: String,
@@ -20,15 +20,22 @@ pub struct Estimate {
     pub transport: String,
     /// `pathload-fast` or `pathload-slow`.
     pub method: String,
-    /// Whether it gave an estimate.
+    /// Whether it gave a range.
     pub converged: bool,
-    /// How it ended: pathload's stop reason (`user_resolution`, `time_limit`, ...), or
-    /// `peer_down`, `busy`, `error`.
-    pub outcome: String,
+    /// Whether it gave a lower bound instead: the available bandwidth is at least
+    /// `low_bps` (the highest rate the sender reached), and `high_bps` is `None`.
+    pub lower_bound: bool,
+    /// How it ended ([`RunOutcome`]'s names: `estimate`, `lower_bound`, `limit`,
+    /// `rate_unreachable`, `cross_traffic`, `sender_failed`, `busy`, `peer_down`,
+    /// `error`).
+    pub outcome: RunOutcome,
+    /// pathload's own stop reason (`user_resolution`, `above_max_rate`, ...), when
+    /// the run got that far.
+    pub stop_reason: Option<String>,
     /// Why there is no estimate, in words; `None` when there is one.
     pub error: Option<String>,
     /// The available bandwidth's range, less the application traffic that rode in
-    /// the probes (MGRP); `None` without an estimate.
+    /// the probes (MGRP); `None` without an estimate. A lower bound has `low_bps` only.
     pub low_bps: Option<f64>,
     /// High end of that range.
     pub high_bps: Option<f64>,
@@ -50,28 +57,153 @@ pub struct Estimate {
     pub streams: u32,
 }
 
-/// How a run ended, for the counters: `estimate`, `no_estimate`, `peer_down`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// How a run ended: what the API's `outcome`, the `runs_total{outcome}` counter and
+/// the status page say. Each has a meaning and a remedy ([`RunOutcome::meaning`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RunOutcome {
-    /// It gave an estimate.
+    /// A range: pathload converged.
     Estimate,
-    /// It ran (or was turned away busy) but gave no estimate.
-    NoEstimate,
-    /// The neighbour could not be reached or went away.
+    /// No trend even at the highest rate the sender reaches: the available bandwidth
+    /// is at least that rate, an answer.
+    LowerBound,
+    /// The time or fleet limit came before the search converged.
+    Limit,
+    /// The sender could not send at the rates asked for (fleets left far from them).
+    RateUnreachable,
+    /// Loss or interruptions cut the run off: no back-to-back train came through
+    /// whole, or too few streams were usable.
+    CrossTraffic,
+    /// The neighbour is up but could not send what was asked for (its mgrpd refused a
+    /// train, a limit there).
+    SenderFailed,
+    /// The neighbour was serving another receiver.
+    Busy,
+    /// The neighbour could not be reached or went away mid-run.
     PeerDown,
+    /// Anything else: this node's own mgrpd or sockets, a protocol error.
+    Error,
 }
 
 impl RunOutcome {
-    /// Every outcome, in the order the metrics list them.
-    pub const ALL: [Self; 3] = [Self::Estimate, Self::NoEstimate, Self::PeerDown];
+    /// Every outcome, in the order the API and the metrics list them.
+    pub const ALL: [Self; 9] = [
+        Self::Estimate,
+        Self::LowerBound,
+        Self::Limit,
+        Self::RateUnreachable,
+        Self::CrossTraffic,
+        Self::SenderFailed,
+        Self::Busy,
+        Self::PeerDown,
+        Self::Error,
+    ];
 
     /// The label value.
     pub fn name(self) -> &'static str {
         match self {
             Self::Estimate => "estimate",
-            Self::NoEstimate => "no_estimate",
+            Self::LowerBound => "lower_bound",
+            Self::Limit => "limit",
+            Self::RateUnreachable => "rate_unreachable",
+            Self::CrossTraffic => "cross_traffic",
+            Self::SenderFailed => "sender_failed",
+            Self::Busy => "busy",
             Self::PeerDown => "peer_down",
+            Self::Error => "error",
         }
+    }
+
+    /// Whether the run answered (a range, or a lower bound); the others back off.
+    pub fn answered(self) -> bool {
+        matches!(self, Self::Estimate | Self::LowerBound)
+    }
+
+    /// What it means and what to do, in a sentence for an operator.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Self::Estimate => "a range of available bandwidth",
+            Self::LowerBound => {
+                "the available bandwidth is at least the highest rate the neighbour can send; nothing to do (a faster sender would say more)"
+            }
+            Self::Limit => {
+                "the time limit came before the search converged; if it keeps happening, raise time-limit or use pathload-fast"
+            }
+            Self::RateUnreachable => {
+                "the neighbour could not send at the rates asked for; look at its CPU load and its mgrpd's probes_late"
+            }
+            Self::CrossTraffic => {
+                "loss or interruptions on the path cut the run off; it is tried again after the back-off"
+            }
+            Self::SenderFailed => {
+                "the neighbour is up but its side failed (its mgrpd refused a train); its log says why"
+            }
+            Self::Busy => "the neighbour was serving another receiver; tried again shortly",
+            Self::PeerDown => {
+                "the neighbour's overlay could not be reached or went away; check that it runs and serves this transport"
+            }
+            Self::Error => "this node's side failed; the error says why",
+        }
+    }
+
+    /// The outcome of a pathload run that ended for `reason`.
+    pub fn of_stop(reason: pathload_rs::StopReason) -> Self {
+        use pathload_rs::StopReason as R;
+        match reason {
+            R::UserResolution | R::GreyResolution => Self::Estimate,
+            R::AboveMaxRate => Self::LowerBound,
+            R::FleetLimit | R::TimeLimit => Self::Limit,
+            R::RateUnreachable => Self::RateUnreachable,
+            R::Unusable | R::NoInitialRate => Self::CrossTraffic,
+            R::Interrupted => Self::Error,
+        }
+    }
+}
+
+/// Runs by outcome; in JSON an object with a count for every outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunCounts([u64; RunOutcome::ALL.len()]);
+
+impl RunCounts {
+    fn index(o: RunOutcome) -> usize {
+        RunOutcome::ALL.iter().position(|x| *x == o).unwrap_or(0)
+    }
+
+    /// Runs that ended so.
+    pub fn get(&self, o: RunOutcome) -> u64 {
+        self.0[Self::index(o)]
+    }
+
+    /// Counts one more that ended so.
+    pub fn add(&mut self, o: RunOutcome) {
+        self.0[Self::index(o)] += 1;
+    }
+
+    /// Every run.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+impl Serialize for RunCounts {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(RunOutcome::ALL.len()))?;
+        for o in RunOutcome::ALL {
+            m.serialize_entry(o.name(), &self.get(o))?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for RunCounts {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let m = std::collections::BTreeMap::<RunOutcome, u64>::deserialize(d)?;
+        let mut c = Self::default();
+        for (o, n) in m {
+            c.0[Self::index(o)] = n;
+        }
+        Ok(c)
     }
 }
 

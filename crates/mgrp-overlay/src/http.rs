@@ -7,7 +7,7 @@
 //! | `GET /v1/links/{name}/history?limit=N` | its last N runs (default 100), oldest first |
 //! | `POST /v1/links/{name}/measure` | measure it now: 202, or 409 while it runs |
 //! | `GET /v1/stream[?link=NAME]` | server-sent events, one `estimate` event per run as it ends |
-//! | `GET /metrics` | Prometheus text format |
+//! | `GET /metrics` | Prometheus text format, or OpenMetrics when the scraper asks for it |
 //! | `GET /` | the status page |
 //!
 //! Errors are JSON `{"error": "..."}` with a 4xx status. With a token configured,
@@ -57,6 +57,16 @@ pub fn router(node: Arc<Shared>, shutdown: watch::Receiver<bool>) -> Router {
         .route("/v1/links/{name}/measure", post(measure_now))
         .route("/v1/stream", get(stream))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such resource; see /v1/links") })
+        .method_not_allowed_fallback(|req: Request| async move {
+            error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!(
+                    "{} is not allowed on {}: links are read with GET, and measured with POST /v1/links/NAME/measure",
+                    req.method(),
+                    req.uri().path()
+                ),
+            )
+        })
         .layer(middleware::from_fn_with_state(app.clone(), authorize))
         .with_state(app)
 }
@@ -94,13 +104,12 @@ async fn status_page(State(app): State<App>) -> Html<String> {
     Html(page::render(app.node.config()))
 }
 
-async fn metrics_text(State(app): State<App>) -> Response {
+async fn metrics_text(State(app): State<App>, headers: HeaderMap) -> Response {
+    let format =
+        mgrp_core::exposition::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        metrics::render(&app.node),
+        [(header::CONTENT_TYPE, format.content_type())],
+        metrics::render(&app.node, format),
     )
         .into_response()
 }

@@ -8,6 +8,7 @@
 //! - [`config`]: the TOML file, checked.
 //! - [`schedule`]: when each link is measured, with no I/O and no clock.
 //! - [`estimate`]: what one run gives.
+//! - `store`: each link's history on disk, across restarts.
 //! - [`node`]: the node running — its servers, its scheduler's thread, its
 //!   measurements — and the state the API reads.
 //! - [`http`]: the HTTP API, `/metrics` ([`metrics`]) and the status page ([`page`]).
@@ -22,3 +23,4 @@ pub mod node;
 pub mod page;
 pub mod schedule;
 pub mod service;
+mod store;

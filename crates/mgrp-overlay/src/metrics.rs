@@ -1,5 +1,6 @@
-//! `/metrics`: the node's links in Prometheus' text format, in base units (bytes,
-//! seconds), drawn fresh from the node's state at each scrape.
+//! `/metrics`: the node's links for Prometheus, in base units (bytes, seconds), drawn
+//! fresh from the node's state at each scrape, in the text format or OpenMetrics as the
+//! scraper asks.
 
 use std::sync::atomic::AtomicU64;
 
@@ -14,10 +15,25 @@ use crate::estimate::RunOutcome;
 use crate::node::Shared;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InfoLabels {
+    node: String,
+    link: String,
+    transport: String,
+    method: String,
+    from: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LinkLabels {
     node: String,
     link: String,
     transport: String,
+    method: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -25,6 +41,7 @@ struct BoundLabels {
     node: String,
     link: String,
     transport: String,
+    method: String,
     bound: &'static str,
 }
 
@@ -33,42 +50,61 @@ struct OutcomeLabels {
     node: String,
     link: String,
     transport: String,
+    method: String,
     outcome: &'static str,
 }
 
 type GaugeF = Gauge<f64, AtomicU64>;
 
-/// The text exposition of the node's metrics.
-pub fn render(s: &Shared) -> String {
+/// The exposition of the node's metrics in `format`.
+pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
     let mut r = Registry::default();
+    let started = Family::<NodeLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_start_time_seconds",
+        "Unix time this overlay node started",
+        started.clone(),
+    );
+    let info = Family::<InfoLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_link_info",
+        "1 for every configured link, with the neighbour it is measured from, whether or not it has an estimate",
+        info.clone(),
+    );
     let available = Family::<BoundLabels, GaugeF>::default();
     r.register(
         "mgrp_overlay_available_bandwidth_bytes_per_second",
-        "Latest estimate of the link's available bandwidth (bound low or high), less the application traffic that rode in the probes",
+        "Latest answer for the link's available bandwidth, less the application traffic that rode in the probes: bound low and high of a range, or low alone for a lower bound",
         available.clone(),
     );
     let measured = Family::<BoundLabels, GaugeF>::default();
     r.register(
         "mgrp_overlay_measured_bandwidth_bytes_per_second",
-        "Latest estimate's range as the probes measured it, riders included",
+        "Latest answer as the probes measured it, riders included (bound low and high, or low alone for a lower bound)",
         measured.clone(),
+    );
+    let lower = Family::<LinkLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_estimate_lower_bound",
+        "1 when the latest answer is a lower bound (the available bandwidth is above the highest rate the neighbour sends), 0 for a range",
+        lower.clone(),
     );
     let stamp = Family::<LinkLabels, GaugeF>::default();
     r.register(
         "mgrp_overlay_estimate_timestamp_seconds",
-        "Unix time the latest estimate's run ended",
+        "Unix time the run of the latest answer ended (absent while the link has none)",
         stamp.clone(),
     );
     let duration = Family::<LinkLabels, GaugeF>::default();
     r.register(
         "mgrp_overlay_last_run_duration_seconds",
-        "How long the link's latest run took",
+        "How long the link's latest run took, whatever its outcome",
         duration.clone(),
     );
     let runs = Family::<OutcomeLabels, Counter>::default();
     r.register(
         "mgrp_overlay_runs",
-        "Runs of the link by outcome (estimate, no_estimate, peer_down)",
+        "Runs of the link by outcome (estimate, lower_bound, limit, rate_unreachable, cross_traffic, sender_failed, busy, peer_down, error)",
         runs.clone(),
     );
     let probe = Family::<LinkLabels, Counter>::default();
@@ -90,16 +126,29 @@ pub fn render(s: &Shared) -> String {
         up.clone(),
     );
     let node = s.config().name.clone();
+    started
+        .get_or_create(&NodeLabels { node: node.clone() })
+        .set(s.started_at());
     for v in s.links() {
         let l = LinkLabels {
             node: node.clone(),
             link: v.name.clone(),
             transport: v.transport.clone(),
+            method: v.method.clone(),
         };
+        info.get_or_create(&InfoLabels {
+            node: node.clone(),
+            link: v.name.clone(),
+            transport: v.transport.clone(),
+            method: v.method.clone(),
+            from: v.from.clone(),
+        })
+        .set(1.0);
         let bound = |b| BoundLabels {
             node: node.clone(),
             link: v.name.clone(),
             transport: v.transport.clone(),
+            method: v.method.clone(),
             bound: b,
         };
         if let Some(e) = &v.latest {
@@ -114,23 +163,23 @@ pub fn render(s: &Shared) -> String {
                     measured.get_or_create(&bound(b)).set(x / 8.0);
                 }
             }
+            lower
+                .get_or_create(&l)
+                .set(if e.lower_bound { 1.0 } else { 0.0 });
             stamp.get_or_create(&l).set(e.ended_at);
         }
         if let Some(last) = s.history(&v.name, 1).and_then(|h| h.into_iter().next()) {
             duration.get_or_create(&l).set(last.duration_s);
         }
-        for (o, n) in
-            RunOutcome::ALL
-                .into_iter()
-                .zip([v.runs.estimate, v.runs.no_estimate, v.runs.peer_down])
-        {
+        for o in RunOutcome::ALL {
             runs.get_or_create(&OutcomeLabels {
                 node: node.clone(),
                 link: v.name.clone(),
                 transport: v.transport.clone(),
+                method: v.method.clone(),
                 outcome: o.name(),
             })
-            .inc_by(n);
+            .inc_by(v.runs.get(o));
         }
         probe.get_or_create(&l).inc_by(v.probe_bytes);
         riding.get_or_create(&l).inc_by(v.riding_probe_bytes);
@@ -144,5 +193,5 @@ pub fn render(s: &Shared) -> String {
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = encode(&mut out, &r);
-    out
+    mgrp_core::exposition::render(out, format)
 }

@@ -6,7 +6,6 @@
 //! clock. The API reaches the node through [`Shared`] only: the links' views and
 //! histories, "measure now", and a broadcast of each new estimate.
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -24,8 +23,9 @@ use tokio::sync::broadcast;
 use tracing::{debug, info, warn};
 
 use crate::config::{Config, Link};
-use crate::estimate::{Estimate, RunOutcome, bps};
+use crate::estimate::{Estimate, RunCounts, RunOutcome, bps};
 use crate::schedule::{LinkState, NowRefused, RunEnd, Scheduler};
+use crate::store::{Record, Store};
 
 /// New estimates a slow subscriber may fall behind by before it misses some.
 const STREAM_BACKLOG: usize = 1024;
@@ -39,16 +39,6 @@ const TRAFFIC_POLL: Duration = Duration::from_secs(1);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// What the node keeps of one link.
-#[derive(Debug, Default)]
-struct Record {
-    history: VecDeque<Estimate>,
-    runs: [u64; 3],
-    probe_bytes: u64,
-    riding_probe_bytes: u64,
-    last_error: Option<String>,
 }
 
 /// A link as the API shows it.
@@ -79,7 +69,7 @@ pub struct LinkView {
     pub peer_down: bool,
     /// Why the last run failed, if it did.
     pub last_error: Option<String>,
-    /// The latest run that gave an estimate.
+    /// The latest run that answered: a range, or a lower bound.
     pub latest: Option<Estimate>,
     /// Seconds since that estimate's run ended.
     pub age_s: Option<f64>,
@@ -89,17 +79,6 @@ pub struct LinkView {
     pub probe_bytes: u64,
     /// IP bytes of those probes that carried application traffic.
     pub riding_probe_bytes: u64,
-}
-
-/// Runs by outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct RunCounts {
-    /// Runs that gave an estimate.
-    pub estimate: u64,
-    /// Runs without an estimate.
-    pub no_estimate: u64,
-    /// Runs that found the neighbour down.
-    pub peer_down: u64,
 }
 
 /// Why "measure now" was refused.
@@ -123,6 +102,10 @@ pub struct Shared {
     estimates: broadcast::Sender<Estimate>,
     stop: AtomicBool,
     seq: AtomicU64,
+    /// Where each link's history is kept across restarts, if anywhere.
+    store: Option<Store>,
+    /// When the node started, Unix seconds.
+    started_at: f64,
 }
 
 impl Shared {
@@ -164,7 +147,12 @@ impl Shared {
         drop(sched);
         let records = lock(&self.records);
         let r = &records[i];
-        let latest = r.history.iter().rev().find(|e| e.converged).cloned();
+        let latest = r
+            .history
+            .iter()
+            .rev()
+            .find(|e| e.converged || e.lower_bound)
+            .cloned();
         Some(LinkView {
             name: link.name.clone(),
             from: format!("{}:{}", link.from, link.port),
@@ -180,11 +168,7 @@ impl Shared {
             last_error: r.last_error.clone(),
             age_s: latest.as_ref().map(|e| (now_wall - e.ended_at).max(0.0)),
             latest,
-            runs: RunCounts {
-                estimate: r.runs[0],
-                no_estimate: r.runs[1],
-                peer_down: r.runs[2],
-            },
+            runs: r.runs,
             probe_bytes: r.probe_bytes,
             riding_probe_bytes: r.riding_probe_bytes,
         })
@@ -221,19 +205,21 @@ impl Shared {
         Ok(())
     }
 
+    /// When the node started, Unix seconds.
+    pub fn started_at(&self) -> f64 {
+        self.started_at
+    }
+
     /// Whether the node is stopping.
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
 
-    fn record(&self, i: usize, e: Estimate, outcome: RunOutcome) {
-        {
+    fn record(&self, i: usize, e: Estimate) {
+        let saved = {
             let mut records = lock(&self.records);
             let r = &mut records[i];
-            r.runs[RunOutcome::ALL
-                .iter()
-                .position(|o| *o == outcome)
-                .unwrap_or(0)] += 1;
+            r.runs.add(e.outcome);
             r.probe_bytes += e.probe_bytes;
             r.riding_probe_bytes += e.riding_probe_bytes;
             r.last_error.clone_from(&e.error);
@@ -241,6 +227,12 @@ impl Shared {
                 r.history.pop_front();
             }
             r.history.push_back(e.clone());
+            self.store.as_ref().map(|_| r.clone())
+        };
+        if let (Some(store), Some(r)) = (&self.store, saved) {
+            if let Err(err) = store.save(&e.link, &r) {
+                warn!("{}: cannot keep its history on disk: {err}", e.link);
+            }
         }
         // Nobody listening is not an error.
         let _ = self.estimates.send(e);
@@ -289,7 +281,40 @@ impl Node {
             FIRST_WITHIN,
             seed,
         );
-        let records = config.links.iter().map(|_| Record::default()).collect();
+        let store = match &config.state_dir {
+            Some(dir) => Some(Store::open(dir).with_context(|| {
+                format!(
+                    "cannot keep history in {} (state-dir): create it writable for this user, or change state-dir",
+                    dir.display()
+                )
+            })?),
+            None => {
+                info!("history is kept in memory only: set state-dir to keep it across restarts");
+                None
+            }
+        };
+        let records: Vec<Record> = config
+            .links
+            .iter()
+            .map(
+                |l| match store.as_ref().map(|s| s.load(&l.name, config.history)) {
+                    Some(Ok(Some(r))) => {
+                        info!("{}: {} runs of history restored", l.name, r.history.len());
+                        r
+                    }
+                    Some(Err(e)) => {
+                        warn!("{}: {e}", l.name);
+                        Record::default()
+                    }
+                    Some(Ok(None)) | None => Record::default(),
+                },
+            )
+            .collect();
+        let last_seq = records
+            .iter()
+            .filter_map(|r| r.history.back().map(|e| e.seq))
+            .max()
+            .unwrap_or(0);
         let shared = Arc::new(Shared {
             config,
             sched: Mutex::new(sched),
@@ -297,7 +322,9 @@ impl Node {
             records: Mutex::new(records),
             estimates: broadcast::channel(STREAM_BACKLOG).0,
             stop: AtomicBool::new(false),
-            seq: AtomicU64::new(0),
+            seq: AtomicU64::new(last_seq),
+            store,
+            started_at: unix_now(),
         });
         let mut threads = Vec::new();
         for server in servers {
@@ -366,6 +393,9 @@ fn serve(server: &Server, s: &Shared) {
         ServeEvent::Done(peer, Ok(n)) => debug!("{addr}: {peer} done, {n} streams"),
         ServeEvent::Done(peer, Err(e)) => info!("{addr}: measurement for {peer} ended: {e}"),
         ServeEvent::Refused(peer, why) => debug!("{addr}: refused {peer}: {why}"),
+        ServeEvent::Failed(peer, why) => {
+            warn!("{addr}: could not serve {peer}'s measurement of the path from here: {why}");
+        }
         ServeEvent::Warning(peer, why) => warn!("{addr}: measurement for {peer}: {why}"),
     });
     if let Err(e) = result {
@@ -450,6 +480,10 @@ fn run(s: &Shared, i: usize) {
         max_time: link.time_limit,
         piggyback: link.piggyback,
         address: link.probe_address,
+        sender_is: format!(
+            "the neighbour's mgrp-overlay, serving {} measurements on port {} ([serve] in its configuration)",
+            link.transport, link.port
+        ),
         ..MeasureOptions::new(link.from.to_string(), link.transport)
     };
     debug!("{}: measuring from {}:{}", link.name, link.from, link.port);
@@ -465,9 +499,9 @@ fn run(s: &Shared, i: usize) {
         }
     });
     let ended_at = unix_now();
-    let (estimate, outcome, end) = judge(s, link, started_at, ended_at, result);
-    match &estimate.error {
-        None => info!(
+    let (estimate, end) = judge(s, link, started_at, ended_at, result);
+    match (&estimate.error, estimate.lower_bound) {
+        (None, false) => info!(
             "{}: {:.2}-{:.2} Mbit/s in {:.1} s, {:.0} % of probe bytes carried riders",
             link.name,
             estimate.low_bps.unwrap_or(0.0) / 1e6,
@@ -475,9 +509,19 @@ fn run(s: &Shared, i: usize) {
             estimate.duration_s,
             estimate.rider_share * 100.0
         ),
-        Some(e) => warn!("{}: no estimate: {e}", link.name),
+        (None, true) => info!(
+            "{}: at least {:.2} Mbit/s (the highest rate the neighbour reaches) in {:.1} s",
+            link.name,
+            estimate.low_bps.unwrap_or(0.0) / 1e6,
+            estimate.duration_s,
+        ),
+        (Some(e), _) => warn!(
+            "{}: no estimate ({}): {e}",
+            link.name,
+            estimate.outcome.name()
+        ),
     }
-    s.record(i, estimate, outcome);
+    s.record(i, estimate);
     lock(&s.sched).handle_done(i, mgrp_rt::mono_now(), &end);
     s.wake.notify_all();
 }
@@ -489,7 +533,7 @@ fn judge(
     started_at: f64,
     ended_at: f64,
     result: Result<Measurement, MeasureError>,
-) -> (Estimate, RunOutcome, RunEnd) {
+) -> (Estimate, RunEnd) {
     let mut e = Estimate {
         link: link.name.clone(),
         seq: s.seq.fetch_add(1, Ordering::Relaxed) + 1,
@@ -499,7 +543,9 @@ fn judge(
         transport: link.transport.to_string(),
         method: link.method.name().into(),
         converged: false,
-        outcome: String::new(),
+        lower_bound: false,
+        outcome: RunOutcome::Error,
+        stop_reason: None,
         error: None,
         low_bps: None,
         high_bps: None,
@@ -512,13 +558,12 @@ fn judge(
         fleets: 0,
         streams: 0,
     };
-    let (outcome, end) = match result {
+    let outcome = match result {
         Ok(m) => {
             let o = &m.outcome;
-            e.outcome = serde_json::to_value(o.reason)
+            e.stop_reason = serde_json::to_value(o.reason)
                 .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default();
+                .and_then(|v| v.as_str().map(str::to_owned));
             e.probe_bytes = o.probe_bytes;
             e.riding_probe_bytes = o.riding_probe_bytes;
             e.rider_bytes = o.rider_bytes;
@@ -528,41 +573,61 @@ fn judge(
             e.fleets = o.fleets;
             e.streams = o.streams;
             if let Some(gone) = &m.peer_gone {
-                e.outcome = "peer_down".into();
                 e.error = Some(format!("the neighbour went away: {gone}"));
-                (RunOutcome::PeerDown, RunEnd::PeerDown(gone.clone()))
-            } else if m.converged() {
-                e.converged = true;
-                e.low_bps = Some(bps(o.low));
-                e.high_bps = Some(bps(o.high));
-                e.unadjusted_low_bps = Some(bps(o.unadjusted_low));
-                e.unadjusted_high_bps = Some(bps(o.unadjusted_high));
-                (RunOutcome::Estimate, RunEnd::Estimate)
+                RunOutcome::PeerDown
+            } else if let Some(failed) = &m.sender_failed {
+                e.error = Some(format!(
+                    "the neighbour's side failed (see its log): {failed}"
+                ));
+                RunOutcome::SenderFailed
             } else {
-                let why = o.reason.describe().to_string();
-                e.error = Some(why.clone());
-                (RunOutcome::NoEstimate, RunEnd::NoEstimate(why))
+                let outcome = RunOutcome::of_stop(o.reason);
+                match outcome {
+                    RunOutcome::Estimate => {
+                        e.converged = true;
+                        e.low_bps = Some(bps(o.low));
+                        e.high_bps = Some(bps(o.high));
+                        e.unadjusted_low_bps = Some(bps(o.unadjusted_low));
+                        e.unadjusted_high_bps = Some(bps(o.unadjusted_high));
+                    }
+                    RunOutcome::LowerBound => {
+                        // No trend at the sender's highest rate: the search's lower
+                        // bound is that rate.
+                        e.lower_bound = true;
+                        e.low_bps = Some(bps(o.low));
+                        e.unadjusted_low_bps = Some(bps(o.unadjusted_low));
+                    }
+                    _ => e.error = Some(o.reason.describe().to_string()),
+                }
+                outcome
             }
         }
         Err(MeasureError::Unreachable(why)) => {
-            e.outcome = "peer_down".into();
-            e.error = Some(why.clone());
-            (RunOutcome::PeerDown, RunEnd::PeerDown(why))
+            e.error = Some(why);
+            RunOutcome::PeerDown
         }
         Err(MeasureError::Failed(err)) => {
             let why = format!("{err:#}");
+            e.error = Some(why.clone());
             if why.contains(BUSY) {
-                e.outcome = "busy".into();
-                e.error = Some(why.clone());
-                (RunOutcome::NoEstimate, RunEnd::NoEstimate(why))
+                RunOutcome::Busy
+            } else if why.contains("the sender failed") || why.contains("the sender refused") {
+                RunOutcome::SenderFailed
+            } else if why.contains("the sender closed the connection") {
+                RunOutcome::PeerDown
             } else {
-                e.outcome = "error".into();
-                e.error = Some(why.clone());
-                (RunOutcome::NoEstimate, RunEnd::NoEstimate(why))
+                RunOutcome::Error
             }
         }
     };
-    (e, outcome, end)
+    e.outcome = outcome;
+    let why = || e.error.clone().unwrap_or_default();
+    let end = match outcome {
+        o if o.answered() => RunEnd::Estimate,
+        RunOutcome::PeerDown => RunEnd::PeerDown(why()),
+        _ => RunEnd::NoEstimate(why()),
+    };
+    (e, end)
 }
 
 /// Now, Unix seconds.

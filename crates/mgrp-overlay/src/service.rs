@@ -25,10 +25,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| {
         format!("cannot listen on {listen}; is another mgrp-overlay running? choose another with --listen")
     })?;
-    if !listen.ip().is_loopback() && config.token.is_none() {
-        tracing::warn!(
-            "the API listens on {listen} without a token: anyone who reaches it can read the estimates and start measurements (set token-file)"
-        );
+    for w in config.warnings() {
+        tracing::warn!("{w}");
     }
     let (name, links) = (config.name.clone(), config.links.len());
     let node = Node::start(config)?;

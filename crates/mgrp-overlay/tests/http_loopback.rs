@@ -10,6 +10,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::{Api, b_config, free_port, json, node_a, request};
+use mgrp_overlay::estimate::RunOutcome;
 use serde_json::Value;
 
 #[test]
@@ -63,9 +64,9 @@ fn the_api_serves_links_history_stream_metrics_and_page() {
     let (_, link) = json(addr, "GET", "/v1/links/from-a");
     let (status, text) = request(addr, "GET", "/metrics", "");
     assert_eq!(status, 200);
-    let total: u64 = ["estimate", "no_estimate", "peer_down"]
+    let total: u64 = RunOutcome::ALL
         .iter()
-        .map(|o| link["runs"][o].as_u64().unwrap())
+        .map(|o| link["runs"][o.name()].as_u64().unwrap())
         .sum();
     let in_metrics: u64 = text
         .lines()
@@ -76,11 +77,12 @@ fn the_api_serves_links_history_stream_metrics_and_page() {
         in_metrics >= total && in_metrics <= total + 1,
         "{in_metrics} vs {total}\n{text}"
     );
+    // Asked for nothing in particular: the text format, counters named by sample.
     assert!(
-        text.contains("# TYPE mgrp_overlay_probe_bytes counter"),
+        text.contains("# TYPE mgrp_overlay_probe_bytes_total counter"),
         "{text}"
     );
-    assert!(text.trim_end().ends_with("# EOF"));
+    assert!(!text.contains("# EOF"), "{text}");
 
     // Measure now: accepted, or refused while a run is in flight.
     let (status, body) = json(addr, "POST", "/v1/links/from-a/measure");
@@ -99,6 +101,8 @@ fn the_api_serves_links_history_stream_metrics_and_page() {
         ("POST", "/v1/links/nope/measure", 404),
         ("GET", "/v1/stream?link=nope", 404),
         ("GET", "/v2/anything", 404),
+        ("DELETE", "/v1/links/from-a", 405),
+        ("GET", "/v1/links/from-a/measure", 405),
     ] {
         let (status, body) = json(addr, method, path);
         assert_eq!(status, want, "{method} {path}: {body}");
@@ -165,4 +169,70 @@ fn check_config_accepts_the_example_and_names_mistakes() {
         .unwrap();
     assert!(help.status.success());
     assert!(String::from_utf8_lossy(&help.stdout).contains("--check-config"));
+}
+
+/// `--check-config` prints a summary an operator reads, never the token, warns of an
+/// API open to other hosts without one, and a closed pipe ends it quietly.
+#[test]
+fn check_config_summarises_without_secrets_and_survives_a_closed_pipe() {
+    use std::io::Read as _;
+    let exe = env!("CARGO_BIN_EXE_mgrp-overlay");
+    let dir = std::env::temp_dir().join(format!("mgrp-overlay-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = "s3cret-token-0123456789";
+    std::fs::write(dir.join("token"), format!("{token}\n")).unwrap();
+    let with_token = dir.join("with-token.toml");
+    std::fs::write(
+        &with_token,
+        "name = \"n1\"\nlisten = \"0.0.0.0:7700\"\ntoken-file = \"token\"\n\
+         [[link]]\nname = \"up\"\nfrom = \"10.0.0.5\"\ninterval = \"20s\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["--check-config", with_token.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !stdout.contains(token) && !stderr.contains(token),
+        "{stdout}{stderr}"
+    );
+    assert!(stdout.contains("token: required"), "{stdout}");
+    assert!(
+        stdout.contains("up: from 10.0.0.5 port 55002 over mgrp, pathload-fast, every 20s"),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("warning"), "{stderr}");
+
+    let open = dir.join("open.toml");
+    std::fs::write(&open, "listen = \"0.0.0.0:7700\"\n").unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["--check-config", open.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success());
+    assert!(
+        stderr.contains("warning: the API listens on 0.0.0.0:7700 without a token"),
+        "{stderr}"
+    );
+
+    // Its reader gone after the first byte (as `| head -c1` does): no panic.
+    let mut child = std::process::Command::new(exe)
+        .args(["--check-config", with_token.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 1];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -262,6 +262,18 @@ fn check() -> anyhow::Result<()> {
             );
         };
         let (_, metrics) = http(r, *addr, "GET", "/metrics")?;
+        // Both endpoints in the text format pass `promtool check metrics`.
+        mgrp_testbed::http::promtool_check_metrics(&metrics)
+            .with_context(|| format!("n{i}'s overlay /metrics"))?;
+        let (status, mgrpd_metrics) = http_to(
+            r,
+            &format!("{addr}:{MGRPD_METRICS_PORT}"),
+            "GET",
+            "/metrics",
+        )?;
+        ensure!(status == 200, "n{i}'s mgrpd /metrics: {status}");
+        mgrp_testbed::http::promtool_check_metrics(&mgrpd_metrics)
+            .with_context(|| format!("n{i}'s mgrpd /metrics"))?;
         for l in &all {
             let name = l["name"].as_str().unwrap_or_default();
             let e = &l["latest"];

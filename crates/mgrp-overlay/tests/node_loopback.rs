@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{free_port, node_a, node_a_on};
 use mgrp_overlay::config::Config;
+use mgrp_overlay::estimate::RunOutcome;
 use mgrp_overlay::node::{Node, NowError};
 
 fn node_b(a_port: u16) -> Node {
@@ -51,9 +52,10 @@ fn runs_are_recorded_broadcast_and_survive_a_neighbour_going_away() {
     assert_eq!(e.transport, "udp");
     assert!(e.probe_bytes > 0, "{e:?}");
     assert_eq!(e.rider_bytes, 0);
-    assert!(!e.outcome.is_empty() && e.outcome != "peer_down", "{e:?}");
+    assert_ne!(e.outcome, RunOutcome::PeerDown, "{e:?}");
     let view = shared.link("from-a").unwrap();
-    assert_eq!(view.runs.estimate + view.runs.no_estimate, 1, "{view:?}");
+    assert_eq!(view.runs.total(), 1, "{view:?}");
+    assert_eq!(view.runs.get(e.outcome), 1, "{view:?}");
     assert_eq!(view.probe_bytes, e.probe_bytes);
     assert!(view.from.ends_with(&format!(":{a_port}")));
 
@@ -74,7 +76,7 @@ fn runs_are_recorded_broadcast_and_survive_a_neighbour_going_away() {
     shared.measure_now("from-a").unwrap();
     assert!(eventually(Duration::from_secs(15), || {
         let v = shared.link("from-a").unwrap();
-        v.runs.peer_down >= 1 && v.peer_down && v.state == "backing_off"
+        v.runs.get(RunOutcome::PeerDown) >= 1 && v.peer_down && v.state == "backing_off"
     }));
     let v = shared.link("from-a").unwrap();
     assert!(
@@ -87,14 +89,66 @@ fn runs_are_recorded_broadcast_and_survive_a_neighbour_going_away() {
     // A is back: the back-off (1 s, then 2 s) ends and runs succeed again.
     // Its old port: B still measures from there.
     let a = node_a_on(a_port);
-    let down = shared.link("from-a").unwrap().runs.peer_down;
+    let down = shared
+        .link("from-a")
+        .unwrap()
+        .runs
+        .get(RunOutcome::PeerDown);
     assert!(eventually(Duration::from_secs(20), || {
         let v = shared.link("from-a").unwrap();
-        v.runs.estimate + v.runs.no_estimate >= 3 && v.failures == 0
+        v.runs.total() - v.runs.get(RunOutcome::PeerDown) >= 3 && v.failures == 0
     }));
-    assert!(shared.link("from-a").unwrap().runs.peer_down >= down);
+    assert!(
+        shared
+            .link("from-a")
+            .unwrap()
+            .runs
+            .get(RunOutcome::PeerDown)
+            >= down
+    );
     let stopping = Instant::now();
     b.stop();
     a.stop();
     assert!(stopping.elapsed() < Duration::from_secs(10));
+}
+
+/// With a state-dir, a restarted node has its links' history, counts and latest
+/// answer back, and numbers its runs on from where it stopped.
+#[test]
+fn history_survives_a_restart() {
+    let dir = std::env::temp_dir().join(format!("overlay-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (a, a_port) = node_a();
+    let toml = format!(
+        "name = \"b\"\nprobe-port-base = {}\nstate-dir = \"{}\"\n[serve]\ntransports = []\n\
+         [[link]]\nname = \"from-a\"\nfrom = \"127.0.0.1\"\nport = {a_port}\ntransport = \"udp\"\n\
+         interval = \"1s\"\ntime-limit = \"5s\"\n",
+        free_port(),
+        dir.display()
+    );
+    let b = Node::start(Config::from_toml(&toml, None).unwrap()).unwrap();
+    let shared = b.shared();
+    assert!(eventually(Duration::from_secs(30), || shared
+        .history("from-a", 10)
+        .is_some_and(|h| h.len() >= 2)));
+    b.stop();
+    let before = shared.history("from-a", 1000).unwrap();
+    let view = shared.link("from-a").unwrap();
+    assert!(dir.join("from-a.json").exists());
+
+    let b = Node::start(Config::from_toml(&toml, None).unwrap()).unwrap();
+    let again = b.shared();
+    let restored = again.history("from-a", 1000).unwrap();
+    assert_eq!(restored, before, "the history came back as it was");
+    let v = again.link("from-a").unwrap();
+    assert_eq!((v.runs, v.probe_bytes), (view.runs, view.probe_bytes));
+    assert_eq!(v.latest, view.latest);
+    assert!(eventually(Duration::from_secs(30), || again
+        .history("from-a", 1000)
+        .is_some_and(|h| h.len() > restored.len())));
+    let newest = again.history("from-a", 1).unwrap()[0].seq;
+    assert!(newest > before.last().unwrap().seq, "runs are numbered on");
+    b.stop();
+    a.stop();
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Api, b_config, first_value, free_port, json, node_a, request};
+use mgrp_overlay::estimate::RunOutcome;
 use mgrp_testbed::http::promql_path;
 
 fn tool(name: &str) -> PathBuf {
@@ -100,9 +101,9 @@ fn prometheus_gets_the_values_the_overlay_served() {
     }
     let runs = seen.unwrap_or_else(|| panic!("Prometheus never saw a run:\n{}", p.log()));
     let (_, link) = json(api.addr, "GET", "/v1/links/from-a");
-    let served: f64 = ["estimate", "no_estimate", "peer_down"]
+    let served: f64 = RunOutcome::ALL
         .iter()
-        .map(|o| link["runs"][o].as_f64().unwrap())
+        .map(|o| link["runs"][o.name()].as_f64().unwrap())
         .sum();
     assert!(
         runs >= 1.0 && runs <= served,
@@ -128,22 +129,78 @@ fn prometheus_gets_the_values_the_overlay_served() {
 }
 
 #[test]
-fn promtool_accepts_the_shipped_config_and_rules() {
+fn promtool_accepts_the_shipped_config_and_rules_and_their_unit_tests_pass() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/prometheus");
     for (what, file) in [
-        ("config", "prometheus.yml"),
-        ("rules", "overlay-alerts.yml"),
+        ("check config", "prometheus.yml"),
+        ("check rules", "overlay-alerts.yml"),
+        // The alerts fire for a link that never had an estimate, a neighbour down
+        // and little bandwidth, and not before their time.
+        ("test rules", "overlay-alerts.test.yml"),
     ] {
         let out = Command::new(tool("promtool"))
-            .args(["check", what, file])
+            .args(what.split(' ').chain([file]))
             .current_dir(dir)
             .output()
             .unwrap();
         assert!(
             out.status.success(),
-            "promtool check {what} {file}:\n{}{}",
+            "promtool {what} {file}:\n{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// `/metrics` answers in the format the scraper asks for, and `promtool check
+/// metrics` finds nothing to complain of in the text format: a HELP and a TYPE for
+/// every family, counters named `_total`, the families the guide lists.
+#[test]
+fn metrics_are_negotiated_and_promtool_finds_them_clean() {
+    use mgrp_testbed::http::{exchange, header, promtool_check_metrics};
+    let (a, a_port) = node_a();
+    let api = Api::start(b_config(a_port, None));
+    let shared = api.node.as_ref().unwrap().shared();
+    // A run, so that every family of a link has samples.
+    let start = Instant::now();
+    while shared.link("from-a").unwrap().runs.total() == 0 {
+        assert!(start.elapsed() < Duration::from_secs(60), "no run in 60 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let addr = api.addr.to_string();
+    let (status, head, text) = exchange(&addr, "GET", "/metrics", "").unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        header(&head, "content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8"),
+        "{head}"
+    );
+    promtool_check_metrics(&text).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+    // Every family is in the guide.
+    let guide = include_str!("../../../docs/overlay.md");
+    let families: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# HELP "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    assert!(families.len() >= 11, "{text}");
+    for family in families {
+        assert!(
+            guide.contains(&format!("`{family}`")),
+            "{family} is not in docs/overlay.md"
+        );
+    }
+    // Prometheus' own Accept header gets OpenMetrics.
+    let accept = "Accept: application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\n";
+    let (status, head, open) = exchange(&addr, "GET", "/metrics", accept).unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        header(&head, "content-type")
+            .is_some_and(|t| t.starts_with("application/openmetrics-text")),
+        "{head}"
+    );
+    assert!(open.trim_end().ends_with("# EOF"), "{open}");
+    assert!(open.contains("# TYPE mgrp_overlay_runs counter"), "{open}");
+    drop(api);
+    drop(a);
 }

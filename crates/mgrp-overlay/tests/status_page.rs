@@ -40,10 +40,7 @@ fn the_page_shows_every_link_in_a_headless_browser() {
     // Wait for a run of each link, so the page has something to show.
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(30)
-        && !shared
-            .links()
-            .iter()
-            .all(|l| l.runs.estimate + l.runs.no_estimate + l.runs.peer_down > 0)
+        && !shared.links().iter().all(|l| l.runs.total() > 0)
     {
         std::thread::sleep(Duration::from_millis(200));
     }

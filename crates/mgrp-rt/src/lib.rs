@@ -9,11 +9,13 @@
 //!   signals and another sleeps on, and the pacing wait (sleep, then spin).
 //! - [`thread`]: real-time scheduling, timer slack, CPU pinning, memory locking.
 //! - [`rx`]: datagrams received with the kernel's receive stamp.
+//! - [`stdout`]: printing that survives a closed pipe ([`outln!`], [`out!`]).
 //!
 //! Everything goes through nix but SCHED_FIFO, the one call it does not wrap.
 
 pub mod clock;
 pub mod rx;
+pub mod stdout;
 pub mod thread;
 pub mod wait;
 

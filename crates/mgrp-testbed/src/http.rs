@@ -18,6 +18,16 @@ pub fn request(
     path: &str,
     headers: &str,
 ) -> anyhow::Result<(u16, String)> {
+    exchange(addr, method, path, headers).map(|(status, _, body)| (status, body))
+}
+
+/// [`request`] that also returns the response's head (status line and headers).
+pub fn exchange(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &str,
+) -> anyhow::Result<(u16, String, String)> {
     let mut s = TcpStream::connect(addr).with_context(|| format!("cannot connect to {addr}"))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(
@@ -26,7 +36,10 @@ pub fn request(
     )?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
-    response(&text).with_context(|| format!("not an HTTP response: {text:?}"))
+    let (status, body) =
+        response(&text).with_context(|| format!("not an HTTP response: {text:?}"))?;
+    let head = text.split_once("\r\n\r\n").map_or("", |(h, _)| h);
+    Ok((status, head.to_string(), body))
 }
 
 /// [`request`] from a thread in `ns`.
@@ -36,8 +49,58 @@ pub fn request_in(
     method: &str,
     path: &str,
 ) -> anyhow::Result<(u16, String)> {
-    let (addr, method, path) = (addr.to_string(), method.to_string(), path.to_string());
-    ns.run(move || request(&addr, &method, &path, ""))?
+    exchange_in(ns, addr, method, path, "").map(|(status, _, body)| (status, body))
+}
+
+/// [`exchange`] from a thread in `ns`.
+pub fn exchange_in(
+    ns: &Netns,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &str,
+) -> anyhow::Result<(u16, String, String)> {
+    let (addr, method, path, headers) = (
+        addr.to_string(),
+        method.to_string(),
+        path.to_string(),
+        headers.to_string(),
+    );
+    ns.run(move || exchange(&addr, &method, &path, &headers))?
+}
+
+/// A response header's value (names compared without case).
+pub fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().skip(1).find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+/// Runs `promtool check metrics` on an exposition in the Prometheus text format: its
+/// complaints, if any (missing HELP or TYPE, bad names, counters without `_total`).
+pub fn promtool_check_metrics(text: &str) -> anyhow::Result<()> {
+    crate::packages::require(&["promtool"])?;
+    let promtool = crate::packages::find("promtool").context("promtool")?;
+    let mut child = std::process::Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .context("promtool's stdin")?
+        .write_all(text.as_bytes())?;
+    let out = child.wait_with_output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
 }
 
 /// The status and body of a whole HTTP/1.1 response (a chunked body put together).

@@ -19,7 +19,7 @@ where
     if args.get(1).is_some_and(|a| a == "genkey") {
         return match genkey() {
             Ok(key) => {
-                println!("{}", key.to_hex());
+                mgrp_rt::outln!("{}", key.to_hex());
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -47,8 +47,8 @@ where
         }
     };
     if let Some(path) = &cli.check_config {
-        println!("{}: configuration is valid", path.display());
-        println!("{config:#?}");
+        mgrp_rt::outln!("{}: configuration is valid", path.display());
+        mgrp_rt::outln!("{config:#?}");
         return ExitCode::SUCCESS;
     }
     // A second subscriber (when embedded) is not an error worth stopping for.

@@ -142,6 +142,10 @@ pub struct Cli {
     /// Most trains queued in the daemon [default: 64].
     #[arg(long, value_name = "N")]
     pub max_queued_trains: Option<usize>,
+    /// Longest API request line mgrpd reads, in bytes; a longer one is refused with a
+    /// message (clients learn the limit when they connect) [default: 65536].
+    #[arg(long, value_name = "BYTES")]
+    pub max_request_bytes: Option<usize>,
     /// Smallest gap a train may ask for; back-to-back probes ask for this (clients
     /// learn it when they connect) [default: 5us].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -1003,8 +1007,9 @@ impl Config {
                 .unwrap_or(64),
             max_trains_per_client: limits.max_trains_per_client.unwrap_or(16),
             max_listeners: limits.max_listeners.unwrap_or(256),
-            max_request_bytes: limits
+            max_request_bytes: cli
                 .max_request_bytes
+                .or(limits.max_request_bytes)
                 .unwrap_or(mgrp_core::api::DEFAULT_MAX_REQUEST),
             per_user_rate: (
                 limits.probes_per_second_per_user.unwrap_or(50_000.0),

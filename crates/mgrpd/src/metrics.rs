@@ -5,11 +5,14 @@
 //! bytes pending reassembly) are gauges without `_total`. The API's `traffic` answer
 //! becomes `mgrpd_peer_traffic_{packets,bytes}_total`, `mgrpd_peer_traffic_bytes_per_second`
 //! and `mgrpd_peer_held_{riders,bytes}`, labelled `peer`. A plain HTTP/1.1 answer per
-//! connection: nothing but `GET /metrics` is served.
+//! connection: nothing but `GET /metrics` is served, in OpenMetrics when the scraper
+//! asks for it (Prometheus does) and in the Prometheus text format otherwise
+//! (`mgrp_core::exposition`).
 
 use std::net::SocketAddr;
 
 use mgrp_core::api::{DaemonStats, PeerTraffic};
+use mgrp_core::exposition::{self, Format};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -27,8 +30,8 @@ const GAUGES: [&str; 3] = ["riders_held", "riders_pending", "bytes_pending"];
 
 type PeerLabel = Vec<(&'static str, String)>;
 
-/// The text exposition of `stats` and of the traffic to each peer.
-pub(crate) fn render(stats: &DaemonStats, traffic: &[PeerTraffic]) -> String {
+/// The exposition of `stats` and of the traffic to each peer in `format`.
+pub(crate) fn render(stats: &DaemonStats, traffic: &[PeerTraffic], format: Format) -> String {
     let mut r = Registry::default();
     let packets = Family::<PeerLabel, Counter<u64>>::default();
     let bytes = Family::<PeerLabel, Counter<u64>>::default();
@@ -94,7 +97,15 @@ pub(crate) fn render(stats: &DaemonStats, traffic: &[PeerTraffic]) -> String {
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = encode(&mut out, &r);
-    out
+    exposition::render(out, format)
+}
+
+/// The value of header `name` in an HTTP request's head.
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().skip(1).find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
 }
 
 /// Binds the exporter (an error says the address is taken or not allowed).
@@ -122,12 +133,12 @@ pub(crate) async fn serve(listener: TcpListener, stats: Stats, life: std::sync::
         };
         let stats = stats.clone();
         tokio::spawn(async move {
-            // The request line may come in pieces: read until its end (or 2 KB, or
+            // The request's head may come in pieces: read until its end (or 8 KB, or
             // 5 s, whichever first).
-            let mut buf = Vec::with_capacity(256);
+            let mut buf = Vec::with_capacity(512);
             let read = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-                let mut chunk = [0u8; 512];
-                while !buf.windows(2).any(|w| w == b"\r\n") && buf.len() < 2048 {
+                let mut chunk = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
                     match conn.read(&mut chunk).await {
                         Ok(0) | Err(_) => return false,
                         Ok(n) => buf.extend_from_slice(&chunk[..n]),
@@ -141,10 +152,11 @@ pub(crate) async fn serve(listener: TcpListener, stats: Stats, life: std::sync::
             let request = String::from_utf8_lossy(&buf);
             let (status, kind, body) =
                 if request.starts_with("GET /metrics ") || request.starts_with("GET /metrics?") {
+                    let format = exposition::negotiate(header(&request, "accept"));
                     (
                         "200 OK",
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        render(&stats.get(), &stats.traffic(mgrp_rt::mono_now()).1),
+                        format.content_type(),
+                        render(&stats.get(), &stats.traffic(mgrp_rt::mono_now()).1, format),
                     )
                 } else {
                     (
@@ -184,7 +196,7 @@ mod tests {
             held_riders: 1,
             held_bytes: 1500,
         };
-        let text = render(&s, &[t]);
+        let text = render(&s, &[t], Format::OpenMetrics);
         for line in [
             "mgrpd_peer_traffic_packets_total{peer=\"10.0.0.2\"} 3",
             "mgrpd_peer_traffic_bytes_total{peer=\"10.0.0.2\"} 4500",
@@ -212,5 +224,20 @@ mod tests {
             "{text}"
         );
         assert!(text.trim_end().ends_with("# EOF"));
+        // The text format names a counter's HELP and TYPE by its sample.
+        let plain = render(&s, &[], Format::Text);
+        assert!(
+            plain.contains("# HELP mgrpd_daemon_tun_packets_in_total ")
+                && plain.contains("# TYPE mgrpd_daemon_tun_packets_in_total counter"),
+            "{plain}"
+        );
+        assert!(!plain.contains("# EOF"), "{plain}");
+    }
+
+    #[test]
+    fn headers_are_found_whatever_their_case() {
+        let head = "GET /metrics HTTP/1.1\r\nHost: x\r\naccept: text/plain;q=0.5\r\n\r\n";
+        assert_eq!(header(head, "Accept"), Some("text/plain;q=0.5"));
+        assert_eq!(header(head, "cookie"), None);
     }
 }

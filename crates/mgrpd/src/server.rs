@@ -18,7 +18,7 @@ use mgrp_core::planner::{ProbeSpec, Transaction};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Semaphore, mpsc};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use crate::config::Config;
 use crate::counters::Stats;
@@ -94,7 +94,7 @@ pub async fn serve(listener: UnixListener, api: Api) {
         let id = ids.fetch_add(1, Ordering::Relaxed);
         let uid = stream.peer_cred().ok().map(|c| c.uid());
         if let Ok(cred) = stream.peer_cred() {
-            info!(
+            debug!(
                 "API connection {id} from pid {:?} uid {} gid {}",
                 cred.pid(),
                 cred.uid(),
@@ -190,13 +190,16 @@ async fn connection(id: u64, uid: Option<u32>, stream: UnixStream, api: Arc<Api>
             Ok(n) => n,
         };
         if n > max_line {
+            warn!(
+                "API connection {id}: refused a request longer than {max_line} bytes (limits.max-request-bytes, --max-request-bytes)"
+            );
             let _ = tx
                 .send((
                     None,
                     error(
                         ErrorKind::BadRequest,
                         format!(
-                            "request longer than {max_line} bytes (limits.max-request-bytes); fold equal probes into counts (protocol 3) or split the train"
+                            "request longer than {max_line} bytes (mgrpd's limits.max-request-bytes, or --max-request-bytes); fold equal probes into counts (protocol 3) or split the train"
                         ),
                     ),
                 ))

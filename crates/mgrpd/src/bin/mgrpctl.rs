@@ -66,20 +66,20 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         Cmd::Stats { json } => {
             let stats = client.stats()?;
             if *json {
-                println!("{}", serde_json::to_string(&stats)?);
+                mgrp_rt::outln!("{}", serde_json::to_string(&stats)?);
                 return Ok(());
             }
             let value = serde_json::to_value(stats)?;
             for (group, fields) in value.as_object().into_iter().flatten() {
                 for (name, v) in fields.as_object().into_iter().flatten() {
-                    println!("{group}.{name} {v}");
+                    mgrp_rt::outln!("{group}.{name} {v}");
                 }
             }
-            println!(
+            mgrp_rt::outln!(
                 "riders_balance {}",
                 if stats.conserved() { "ok" } else { "MISMATCH" }
             );
-            println!(
+            mgrp_rt::outln!(
                 "receive_balance {}",
                 if stats.receive_conserved() {
                     "ok"
@@ -91,13 +91,13 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         Cmd::Traffic { json } => {
             let (window, peers) = client.traffic()?;
             if *json {
-                println!(
+                mgrp_rt::outln!(
                     "{}",
                     serde_json::json!({ "window_ms": window.as_millis() as u64, "peers": peers })
                 );
                 return Ok(());
             }
-            println!(
+            mgrp_rt::outln!(
                 "{:<40} {:>12} {:>14} {:>12} {:>8} {:>10}",
                 "peer",
                 "packets",
@@ -107,7 +107,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 "held_bytes"
             );
             for p in peers {
-                println!(
+                mgrp_rt::outln!(
                     "{:<40} {:>12} {:>14} {:>12} {:>8} {:>10}",
                     p.peer.to_string(),
                     p.packets,
@@ -121,7 +121,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         Cmd::Listen { port } => {
             let mut probes = client.listen(*port)?;
             while let Some(p) = probes.next_probe()? {
-                println!("{}", serde_json::to_string(&p)?);
+                mgrp_rt::outln!("{}", serde_json::to_string(&p)?);
             }
         }
     }

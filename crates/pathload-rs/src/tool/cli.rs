@@ -204,6 +204,7 @@ impl RcvArgs {
             piggyback: !self.no_piggyback,
             full_fleets: self.full_fleets,
             bisect: self.bisect,
+            sender_is: format!("`pathload-rs snd` (port {})", self.port),
         }
     }
 }

@@ -39,6 +39,9 @@ mod exit {
     pub(crate) const UNUSABLE: i32 = 5;
     /// The sender could not be reached or went away.
     pub(crate) const PEER: i32 = 6;
+    /// The sender is there but could not send what it was asked for (its mgrpd
+    /// refused the train, or a limit there): its log says why.
+    pub(crate) const SENDER: i32 = 7;
     /// Interrupted by a signal.
     pub(crate) const INTERRUPTED: i32 = 130;
 

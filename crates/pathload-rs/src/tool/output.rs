@@ -42,9 +42,7 @@ impl Output {
 
     fn line(&mut self, s: &str) {
         self.clear_progress();
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{s}");
-        let _ = out.flush();
+        mgrp_rt::outln!("{s}");
     }
 
     fn clear_progress(&mut self) {

@@ -72,6 +72,9 @@ pub struct MeasureOptions {
     /// Search by bisection alone, as pathload 1.3.2, instead of aiming fleets where
     /// the delays of an increasing fleet point.
     pub bisect: bool,
+    /// What serves measurements at the sender, for the message when it cannot be
+    /// reached ("is X running there?").
+    pub sender_is: String,
 }
 
 impl MeasureOptions {
@@ -93,6 +96,7 @@ impl MeasureOptions {
             piggyback: true,
             full_fleets: false,
             bisect: false,
+            sender_is: "`pathload-rs snd`".into(),
         }
     }
 }
@@ -132,6 +136,10 @@ pub struct Measurement {
     pub rtt: Duration,
     /// Set when the sender went away mid-run (the run then stopped there).
     pub peer_gone: Option<String>,
+    /// Set when the sender, still there, could not send a train or stream it was
+    /// asked for (its mgrpd refused it, or its limits): the run stopped there, and the
+    /// fix lies on the sending host.
+    pub sender_failed: Option<String>,
     /// Probes that came without a kernel receive stamp and were stamped on reading.
     pub unstamped: u64,
 }
@@ -139,18 +147,34 @@ pub struct Measurement {
 impl Measurement {
     /// Whether it gave an estimate.
     pub fn converged(&self) -> bool {
-        self.peer_gone.is_none() && self.outcome.reason.converged()
+        self.peer_gone.is_none() && self.sender_failed.is_none() && self.outcome.reason.converged()
+    }
+
+    /// Why the run stopped before its estimator did, in words, if it did.
+    pub fn interruption(&self) -> Option<String> {
+        self.peer_gone.clone().or_else(|| {
+            self.sender_failed
+                .as_ref()
+                .map(|f| format!("the sender failed: {f}"))
+        })
     }
 
     /// The tool's exit status for it (0 for an estimate).
     pub fn exit_code(&self) -> i32 {
         if self.peer_gone.is_some() {
             exit::PEER
+        } else if self.sender_failed.is_some() {
+            exit::SENDER
         } else {
             exit::for_reason(self.outcome.reason)
         }
     }
 }
+
+/// The sender answered a request with an error: it is there, but could not do it.
+#[derive(Debug, thiserror::Error)]
+#[error("the sender failed: {0}")]
+struct SenderFailed(String);
 
 /// Why a measurement could not run at all.
 #[derive(Debug, thiserror::Error)]
@@ -163,7 +187,7 @@ pub enum MeasureError {
     Failed(#[from] anyhow::Error),
 }
 
-fn connect(sender: &str, port: u16) -> Result<TcpStream, String> {
+fn connect(sender: &str, port: u16, sender_is: &str) -> Result<TcpStream, String> {
     let addrs: Vec<SocketAddr> = (sender, port)
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve sender {sender}: {e}"))?
@@ -176,7 +200,7 @@ fn connect(sender: &str, port: u16) -> Result<TcpStream, String> {
         }
     }
     Err(format!(
-        "cannot reach the sender at {sender} port {port} ({last}); is `pathload-rs snd` running there?"
+        "cannot reach the sender at {sender} port {port} ({last}); is {sender_is} running there?"
     ))
 }
 
@@ -202,7 +226,8 @@ pub fn sender_traffic(
     port: u16,
     address: Option<IpAddr>,
 ) -> Result<SenderTraffic, MeasureError> {
-    let stream = connect(sender, port).map_err(MeasureError::Unreachable)?;
+    let stream =
+        connect(sender, port, "a measurement sender").map_err(MeasureError::Unreachable)?;
     stream
         .set_read_timeout(Some(REPLY_SLACK))
         .map_err(|e| MeasureError::Unreachable(e.to_string()))?;
@@ -237,7 +262,8 @@ pub fn measure(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Measurement, MeasureError> {
     let started = Instant::now();
-    let stream = connect(&opts.sender, opts.port).map_err(MeasureError::Unreachable)?;
+    let stream =
+        connect(&opts.sender, opts.port, &opts.sender_is).map_err(MeasureError::Unreachable)?;
     let peer = stream.peer_addr().map_err(|e| {
         MeasureError::Unreachable(format!("the control connection broke at once: {e}"))
     })?;
@@ -295,7 +321,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
         o,
         m.elapsed.as_secs_f64(),
         show_unadjusted,
-        m.peer_gone.as_deref(),
+        m.interruption().as_deref(),
     );
     if let Some(path) = &args.plot {
         if let Err(e) = plot::draw(path, &out.fleets, o) {
@@ -361,6 +387,7 @@ fn run_measurement(
     let stopped = || stop.load(Ordering::Relaxed);
     let mut next_at = Instant::now();
     let mut gone: Option<String> = None;
+    let mut sender_failed: Option<String> = None;
     let outcome: Outcome = loop {
         while let Some(ev) = est.poll_event() {
             progress(Progress::Event(&ev));
@@ -429,7 +456,10 @@ fn run_measurement(
             }
         };
         if let Err(e) = step {
-            gone = Some(format!("{e:#}"));
+            match e.downcast_ref::<SenderFailed>() {
+                Some(f) => sender_failed = Some(f.0.clone()),
+                None => gone = Some(format!("{e:#}")),
+            }
             est.handle_stop(StopReason::Interrupted);
         }
     };
@@ -444,6 +474,7 @@ fn run_measurement(
         elapsed: started.elapsed(),
         rtt,
         peer_gone: gone,
+        sender_failed,
         unstamped,
     })
 }
@@ -491,7 +522,7 @@ fn exchange(
                     kernel_stamps,
                 };
             }
-            Some(Reply::Error { message }) => return Err(anyhow!("the sender failed: {message}")),
+            Some(Reply::Error { message }) => return Err(SenderFailed(message).into()),
             Some(other) => return Err(anyhow!("unexpected answer from the sender: {other:?}")),
             None => return Err(anyhow!("the sender closed the connection")),
         }

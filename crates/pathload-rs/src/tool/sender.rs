@@ -72,8 +72,13 @@ pub enum ServeEvent {
     Connected(SocketAddr),
     /// Its measurement ended after this many streams, or with this error.
     Done(SocketAddr, Result<u32, String>),
-    /// A request was refused, with the message the receiver got.
+    /// A receiver was turned away (busy with another, shutting down), with the
+    /// message it got.
     Refused(SocketAddr, String),
+    /// A request of a receiver's failed here (mgrpd refused a train, a probe socket
+    /// could not be opened): the receiver got the message, and the fix lies on this
+    /// host.
+    Failed(SocketAddr, String),
     /// The measurement for this receiver runs, but not as well as it could; the
     /// message says why and what to do.
     Warning(SocketAddr, String),
@@ -289,6 +294,9 @@ pub(crate) fn run(args: &SndArgs) -> anyhow::Result<()> {
                 eprintln!("pathload-rs: refused: {message}");
             }
             ServeEvent::Refused(..) => {}
+            ServeEvent::Failed(peer, message) => {
+                eprintln!("pathload-rs: error: measurement for {peer}: {message}");
+            }
         },
     )
 }
@@ -437,7 +445,7 @@ fn serve_one(
             Request::Bye => break,
         };
         if let Reply::Error { message } = &reply {
-            report(ServeEvent::Refused(peer, message.clone()));
+            report(ServeEvent::Failed(peer, message.clone()));
         }
         conn.send(&reply)?;
     }

@@ -24,10 +24,12 @@ const DEFAULT_SOCKET: &str = mgrp_client::DEFAULT_SOCKET;
 /// (the default) both hosts run mgrpd, and application traffic routed through it rides
 /// in the probes; the range is then adjusted for that traffic (MGRP paper §2.4).
 ///
-/// Exit status of `rcv`: 0 range found; any other status means no estimate (the
-/// bounds seen so far are printed as bounds): 3 time or fleet limit reached; 4 rate limit (available bandwidth above the highest rate the sender
-/// reaches, or rates that could not be sent); 5 no usable measurement; 6 the sender
-/// could not be reached or went away; 1 any other error; 2 bad arguments.
+/// Exit status of `rcv`: 0 range found; any other status means no range (the bounds
+/// seen so far are printed as bounds): 3 time or fleet limit reached; 4 rate limit
+/// (available bandwidth above the highest rate the sender reaches, printed as a lower
+/// bound, or rates that could not be sent); 5 no usable measurement; 6 the sender
+/// could not be reached or went away; 7 the sender could not send what it was asked
+/// for (its log says why); 1 any other error; 2 bad arguments.
 ///
 /// The guide: docs/pathload-rs.md in the source repository.
 #[derive(Debug, Parser)]

@@ -4,7 +4,7 @@
 use std::io::{IsTerminal, Write};
 
 use crate::search::Bounds;
-use crate::{Event, FleetReport, FleetVerdict, Outcome, StreamSpec};
+use crate::{Event, FleetReport, FleetVerdict, Outcome, StopReason, StreamSpec};
 use serde_json::json;
 
 /// Where and how results are printed.
@@ -219,6 +219,11 @@ impl Output {
                     obj.insert("unadjusted_low_mbps".into(), json!(o.unadjusted_low));
                     obj.insert("unadjusted_high_mbps".into(), json!(o.unadjusted_high));
                 } else {
+                    if o.reason == StopReason::AboveMaxRate {
+                        // Not a range, but an answer: at least the highest rate.
+                        obj.insert("lower_bound_mbps".into(), json!(o.low));
+                        obj.insert("unadjusted_lower_bound_mbps".into(), json!(o.unadjusted_low));
+                    }
                     // No range that reads like an answer: what the search had seen.
                     obj.insert("no_estimate".into(), json!(o.reason.describe()));
                     obj.insert(
@@ -251,6 +256,11 @@ impl Output {
                     o.unadjusted_low, o.unadjusted_high
                 ));
             }
+        } else if o.reason == StopReason::AboveMaxRate {
+            self.line(&format!(
+                "Available bandwidth       : at least {:.2} (Mbps), the highest rate the sender reaches",
+                o.low
+            ));
         } else {
             self.line(&format!("No estimate: {}.", o.reason.describe()));
             self.line(&format!(

@@ -1,9 +1,12 @@
-//! The status page at `/`: one panel per link with its estimates over time as a
-//! plot, the share of probe bytes that carried application traffic, its state and
-//! last error. The panels are in the page as served; a script fills and refreshes
-//! them from the API every few seconds.
+//! The status page at `/`: one panel per link with its latest answer, a plot of its
+//! estimates over time (axes in Mbit/s and clock time, the range as a band, lower
+//! bounds as such, failed runs marked), its state with when the next run is, its runs
+//! by outcome and its last error in words; below, what each outcome means. The panels
+//! are in the page as served; a script fills and refreshes them from the API every
+//! few seconds.
 
 use crate::config::Config;
+use crate::estimate::RunOutcome;
 
 /// The page for `config`'s links. Link and node names are restricted to
 /// `[A-Za-z0-9.:_-]` by the configuration, so they need no escaping here.
@@ -14,12 +17,11 @@ pub fn render(config: &Config) -> String {
         .map(|l| {
             format!(
                 r#"<section class="link" id="link-{name}" data-link="{name}">
-<h2>{name}</h2>
-<p class="meta">from {from}:{port} over {transport}, {method}, every {interval:.0} s</p>
+<h2>{name} <span class="meta">from {from} port {port}, over {transport}, {method}, every {interval:.0} s</span></h2>
 <p class="latest">no estimate yet</p>
-<svg class="plot" viewBox="0 0 600 160" preserveAspectRatio="none"></svg>
-<p class="share"></p>
+<svg class="plot" viewBox="0 0 640 230" role="img" aria-label="estimates of {name} over time"></svg>
 <p class="state"></p>
+<p class="runs"></p>
 <p class="error"></p>
 </section>
 "#,
@@ -32,8 +34,18 @@ pub fn render(config: &Config) -> String {
             )
         })
         .collect();
+    let outcomes: String = RunOutcome::ALL
+        .iter()
+        .map(|o| format!("<dt>{}</dt><dd>{}</dd>\n", o.name(), o.meaning()))
+        .collect();
+    let meanings: String = RunOutcome::ALL
+        .iter()
+        .map(|o| format!("  {}: {:?},\n", o.name(), o.meaning()))
+        .collect();
     PAGE.replace("{node}", &config.name)
         .replace("{panels}", &panels)
+        .replace("{outcomes}", &outcomes)
+        .replace("{meanings}", &meanings)
 }
 
 const PAGE: &str = r##"<!doctype html>
@@ -43,39 +55,188 @@ const PAGE: &str = r##"<!doctype html>
 <title>mgrp-overlay {node}</title>
 <style>
 body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
-.link { border: 1px solid #ccc; border-radius: 6px; padding: 0.5em 1em; margin-bottom: 1em; max-width: 640px; }
+.link { border: 1px solid #ccc; border-radius: 6px; padding: 0.5em 1em; margin-bottom: 1em; max-width: 680px; }
 .link h2 { margin: 0.2em 0; font-size: 1.1em; }
-.meta, .share, .state { color: #555; margin: 0.2em 0; }
+.link h2 .meta { font-weight: normal; font-size: 0.85em; color: #666; }
+.latest { font-size: 1.25em; margin: 0.3em 0; }
+.latest .age { font-size: 0.75em; color: #666; }
+.state, .runs { color: #444; margin: 0.2em 0; }
 .error { color: #b00; margin: 0.2em 0; }
-.plot { width: 600px; height: 160px; background: #fafafa; border: 1px solid #eee; }
+.plot { width: 640px; height: 230px; }
+.plot text { font: 11px system-ui, sans-serif; fill: #444; }
+.plot .grid { stroke: #e4e4e4; }
+.plot .axis { stroke: #888; }
+.plot .band { fill: #1f77b4; fill-opacity: 0.25; stroke: #1f77b4; stroke-width: 1.5; }
+.plot .raw { fill: none; stroke: #ff7f0e; stroke-width: 1.2; stroke-dasharray: 4 3; }
+.plot .bound { fill: #2ca02c; }
+.plot .failed { stroke: #b00; stroke-width: 1.5; }
+dl.outcomes dt { font-family: monospace; font-weight: bold; float: left; width: 10em; clear: left; }
+dl.outcomes dd { margin-left: 10.5em; margin-bottom: 0.3em; color: #444; }
 </style>
 </head>
 <body>
 <h1>Measurement Overlay: node {node}</h1>
 <p id="updated">loading…</p>
 {panels}
+<h2>What the outcomes mean</h2>
+<dl class="outcomes">
+{outcomes}</dl>
 <script>
 "use strict";
 const token = new URLSearchParams(location.search).get("token");
 const opts = token ? { headers: { Authorization: "Bearer " + token } } : {};
-const mbps = (bps) => (bps / 1e6).toFixed(2);
+const meaning = {
+{meanings}};
+const ns = "http://www.w3.org/2000/svg";
 
-function plot(svg, estimates) {
-  const ok = estimates.filter((e) => e.converged);
+// Bits per second in the unit that suits `top`, with its name.
+function unitFor(top) {
+  if (top >= 1e9) return [1e9, "Gbit/s"];
+  if (top >= 1e6) return [1e6, "Mbit/s"];
+  return [1e3, "kbit/s"];
+}
+function rate(bps, unit) {
+  const [div, name] = unit || unitFor(bps);
+  const v = bps / div;
+  return (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2)) + " " + name;
+}
+// About `n` round steps between lo and hi.
+function ticks(lo, hi, n) {
+  const raw = (hi - lo) / n;
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw) || 10 * mag;
+  const out = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(v);
+  return out;
+}
+function duration(s) {
+  s = Math.round(s);
+  if (s < 120) return s + " s";
+  if (s < 7200) return Math.round(s / 60) + " min";
+  return (s / 3600).toFixed(1) + " h";
+}
+function el(name, attrs, text) {
+  const e = document.createElementNS(ns, name);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+// The link's runs over time: the adjusted range as a band, the measured (unadjusted)
+// range dashed where riders moved it, lower bounds as upward triangles, runs without
+// an answer as red marks on the time axis; axes fitted to the data.
+function plot(svg, runs, now) {
   svg.replaceChildren();
-  if (ok.length === 0) return;
-  const t0 = ok[0].ended_at, t1 = Math.max(ok[ok.length - 1].ended_at, t0 + 1);
-  const top = Math.max(...ok.map((e) => e.unadjusted_high_bps || e.high_bps)) * 1.1;
-  const x = (t) => 10 + ((t - t0) / (t1 - t0)) * 580;
-  const y = (v) => 150 - (v / top) * 140;
-  const ns = "http://www.w3.org/2000/svg";
-  for (const [key, color] of [["low_bps", "#1f77b4"], ["high_bps", "#ff7f0e"]]) {
-    const line = document.createElementNS(ns, "polyline");
-    line.setAttribute("points", ok.map((e) => x(e.ended_at) + "," + y(e[key])).join(" "));
-    line.setAttribute("fill", "none");
-    line.setAttribute("stroke", color);
-    line.setAttribute("stroke-width", "2");
-    svg.appendChild(line);
+  const L = 70, R = 630, T = 12, B = 190;
+  const answered = runs.filter((e) => e.converged || e.lower_bound);
+  const values = answered.flatMap((e) => [e.low_bps, e.high_bps, e.unadjusted_low_bps, e.unadjusted_high_bps])
+    .filter((v) => v != null);
+  if (runs.length === 0) {
+    svg.appendChild(el("text", { x: 320, y: 110, "text-anchor": "middle" }, "no runs yet"));
+    return;
+  }
+  let lo = values.length ? Math.min(...values) : 0, hi = values.length ? Math.max(...values) : 1e6;
+  const pad = Math.max((hi - lo) * 0.15, hi * 0.02, 1e3);
+  lo = Math.max(0, lo - pad); hi = hi + pad;
+  const unit = unitFor(hi);
+  const t0 = runs[0].started_at, t1 = Math.max(now, t0 + 60);
+  const x = (t) => L + ((t - t0) / (t1 - t0)) * (R - L);
+  const y = (v) => B - ((v - lo) / (hi - lo)) * (B - T);
+  for (const v of ticks(lo, hi, 5)) {
+    svg.appendChild(el("line", { x1: L, x2: R, y1: y(v), y2: y(v), class: "grid" }));
+    svg.appendChild(el("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end" }, rate(v, unit).split(" ")[0]));
+  }
+  svg.appendChild(el("text", { x: 12, y: (T + B) / 2, transform: "rotate(-90 12 " + (T + B) / 2 + ")", "text-anchor": "middle" },
+    "available, " + unit[1]));
+  for (const t of ticks(t0, t1, 5)) {
+    svg.appendChild(el("line", { x1: x(t), x2: x(t), y1: B, y2: B + 4, class: "axis" }));
+    const d = new Date(t * 1000);
+    svg.appendChild(el("text", { x: x(t), y: B + 16, "text-anchor": "middle" },
+      d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: t1 - t0 < 600 ? "2-digit" : undefined })));
+  }
+  svg.appendChild(el("line", { x1: L, x2: R, y1: B, y2: B, class: "axis" }));
+  svg.appendChild(el("line", { x1: L, x2: L, y1: T, y2: B, class: "axis" }));
+  const ranges = answered.filter((e) => e.converged);
+  if (ranges.length) {
+    const pts = ranges.map((e) => x(e.ended_at) + "," + y(e.high_bps))
+      .concat(ranges.slice().reverse().map((e) => x(e.ended_at) + "," + y(e.low_bps)));
+    const shape = ranges.length === 1
+      ? el("rect", { x: x(ranges[0].ended_at) - 3, y: y(ranges[0].high_bps), width: 6,
+          height: Math.max(1, y(ranges[0].low_bps) - y(ranges[0].high_bps)), class: "band" })
+      : el("polygon", { points: pts.join(" "), class: "band" });
+    svg.appendChild(shape);
+    const moved = ranges.some((e) => Math.abs(e.unadjusted_high_bps - e.high_bps) > 1e-3 * e.high_bps);
+    if (moved) {
+      for (const key of ["unadjusted_low_bps", "unadjusted_high_bps"]) {
+        svg.appendChild(el("polyline", { points: ranges.map((e) => x(e.ended_at) + "," + y(e[key])).join(" "), class: "raw" }));
+      }
+    }
+  }
+  for (const e of answered.filter((e) => e.lower_bound)) {
+    const cx = x(e.ended_at), cy = y(e.low_bps);
+    svg.appendChild(el("polygon", { points: [cx - 5, cy + 4, cx + 5, cy + 4, cx, cy - 5].join(","), class: "bound" },
+      ));
+  }
+  for (const e of runs.filter((e) => !(e.converged || e.lower_bound))) {
+    const m = el("line", { x1: x(e.ended_at), x2: x(e.ended_at), y1: B - 6, y2: B + 6, class: "failed" });
+    m.appendChild(el("title", {}, e.outcome + ": " + (e.error || "")));
+    svg.appendChild(m);
+  }
+  // Legend.
+  const lx = L + 8, ly = B + 32;
+  svg.appendChild(el("rect", { x: lx, y: ly - 8, width: 14, height: 9, class: "band" }));
+  svg.appendChild(el("text", { x: lx + 18, y: ly }, "range (less riders)"));
+  svg.appendChild(el("line", { x1: lx + 140, x2: lx + 158, y1: ly - 4, y2: ly - 4, class: "raw" }));
+  svg.appendChild(el("text", { x: lx + 162, y: ly }, "as measured"));
+  svg.appendChild(el("polygon", { points: [lx + 250, ly, lx + 260, ly, lx + 255, ly - 9].join(","), class: "bound" }));
+  svg.appendChild(el("text", { x: lx + 264, y: ly }, "at least (lower bound)"));
+  svg.appendChild(el("line", { x1: lx + 420, x2: lx + 420, y1: ly - 9, y2: ly + 1, class: "failed" }));
+  svg.appendChild(el("text", { x: lx + 426, y: ly }, "run without an answer"));
+}
+
+function describe(link) {
+  const e = link.latest;
+  if (!e) return ["no estimate yet", ""];
+  const age = ", " + duration(link.age_s) + " ago";
+  if (e.lower_bound) return ["at least " + rate(e.low_bps) + " (above the highest rate the neighbour sends)", age];
+  return [rate(e.low_bps) + " – " + rate(e.high_bps), age];
+}
+
+function stateLine(link) {
+  const next = link.next_run_in_s != null ? duration(link.next_run_in_s) : null;
+  let s;
+  switch (link.state) {
+    case "running": s = "measuring now"; break;
+    case "ready": s = "due, waiting for a free slot"; break;
+    case "waiting": s = "next run in " + next + " (every " + duration(link.interval_s) + ")"; break;
+    case "awaiting_traffic":
+      s = "due, waiting up to " + next + " for " + rate(link.ride_min_bps) + " of traffic to ride (now " + rate(link.traffic_bps || 0) + ")";
+      break;
+    case "backing_off":
+      s = "backing off after " + link.failures + (link.failures === 1 ? " failure" : " failures in a row")
+        + (link.peer_down ? " (neighbour down)" : "") + ": next run in " + next;
+      break;
+    default: s = link.state;
+  }
+  return s;
+}
+
+function runsLine(panel, link) {
+  const p = panel.querySelector(".runs");
+  p.replaceChildren();
+  p.append("runs: ");
+  const parts = Object.entries(link.runs).filter(([, n]) => n > 0);
+  if (parts.length === 0) p.append("none yet");
+  parts.forEach(([o, n], i) => {
+    const s = document.createElement("span");
+    s.title = meaning[o] || "";
+    s.textContent = n + " " + o.replace(/_/g, " ");
+    if (i) p.append(", ");
+    p.append(s);
+  });
+  if (link.probe_bytes > 0) {
+    p.append("; " + (link.probe_bytes / 1e6).toFixed(1) + " MB of probes, "
+      + Math.round((100 * link.riding_probe_bytes) / link.probe_bytes) + " % of them carried application traffic");
   }
 }
 
@@ -84,23 +245,26 @@ async function refresh() {
     const r = await fetch("/v1/links", opts);
     if (!r.ok) throw new Error((await r.json()).error || r.statusText);
     const body = await r.json();
+    const now = Date.now() / 1000;
     for (const link of body.links) {
       const panel = document.getElementById("link-" + link.name);
       if (!panel) continue;
-      const latest = link.latest;
-      panel.querySelector(".latest").textContent = latest
-        ? "available " + mbps(latest.low_bps) + "–" + mbps(latest.high_bps) + " Mbit/s, " + Math.round(link.age_s) + " s ago"
-        : "no estimate yet";
-      panel.querySelector(".share").textContent = link.probe_bytes > 0
-        ? "probe bytes that carried application traffic: " + Math.round((100 * link.riding_probe_bytes) / link.probe_bytes) + " %"
-        : "";
-      panel.querySelector(".state").textContent = "state: " + link.state.replace("_", " ")
-        + (link.next_run_in_s != null ? ", next run in " + Math.round(link.next_run_in_s) + " s" : "")
-        + (link.ride_min_bps != null ? ", traffic to ride " + mbps(link.traffic_bps || 0) + " of " + mbps(link.ride_min_bps) + " Mbit/s" : "")
-        + "; runs: " + link.runs.estimate + " estimates, " + link.runs.no_estimate + " without, " + link.runs.peer_down + " neighbour down";
-      panel.querySelector(".error").textContent = link.last_error ? "last error: " + link.last_error : "";
+      const [value, age] = describe(link);
+      const latest = panel.querySelector(".latest");
+      latest.textContent = value;
+      const a = document.createElement("span");
+      a.className = "age";
+      a.textContent = age;
+      latest.append(a);
+      panel.querySelector(".state").textContent = stateLine(link);
+      runsLine(panel, link);
       const h = await fetch("/v1/links/" + encodeURIComponent(link.name) + "/history?limit=200", opts);
-      if (h.ok) plot(panel.querySelector(".plot"), (await h.json()).estimates);
+      const runs = h.ok ? (await h.json()).estimates : [];
+      const last = runs[runs.length - 1];
+      panel.querySelector(".error").textContent = last && last.error
+        ? "last run: " + last.outcome.replace(/_/g, " ") + ": " + last.error + ". " + (meaning[last.outcome] || "")
+        : "";
+      plot(panel.querySelector(".plot"), runs, now);
     }
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {

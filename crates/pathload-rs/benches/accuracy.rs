@@ -11,10 +11,11 @@
 //! ```text
 //! cargo bench -p pathload-rs --bench accuracy -- [--runs N] [--modes fast,slow]
 //!     [--shapers sender,router] [--transports udp,mgrp] [--cross quiet,cbr,riding,tcp,bursty]
-//!     [--rcv "FLAGS"]
+//!     [--rcv "FLAGS"] [--rate MBIT_PER_S] [--burst BYTES]
 //! ```
 //!
-//! One line per run, then a Markdown table per case.
+//! `--rate` and `--burst` set the bottleneck (10 Mbit/s and 1540 bytes unless given;
+//! the cross traffic stays 4 Mbit/s). One line per run, then a Markdown table per case.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -34,6 +35,8 @@ struct Opts {
     transports: Vec<String>,
     cross: Vec<String>,
     rcv: Vec<String>,
+    rate: f64,
+    burst: u32,
 }
 
 fn opts() -> Opts {
@@ -44,6 +47,8 @@ fn opts() -> Opts {
         transports: vec!["udp".into(), "mgrp".into()],
         cross: vec!["quiet".into(), "cbr".into(), "tcp".into()],
         rcv: Vec::new(),
+        rate: 10.0,
+        burst: 1540,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = |v: &str| v.split(',').map(ToString::to_string).collect::<Vec<_>>();
@@ -57,6 +62,8 @@ fn opts() -> Opts {
             "--transports" => o.transports = list(&value),
             "--cross" => o.cross = list(&value),
             "--rcv" => o.rcv = value.split_whitespace().map(ToString::to_string).collect(),
+            "--rate" => o.rate = value.parse().unwrap_or(o.rate),
+            "--burst" => o.burst = value.parse().unwrap_or(o.burst),
             _ => {
                 i += 1;
                 continue;
@@ -179,9 +186,9 @@ fn main() -> ExitCode {
                     };
                     let transport: &'static str = if transport == "mgrp" { "mgrp" } else { "udp" };
                     let case = Case {
-                        shaper,
-                        transport,
-                        cross,
+                        rate: o.rate,
+                        burst: o.burst,
+                        ..Case::ten(shaper, transport, cross)
                     };
                     let mut rows = Vec::new();
                     let mut errors = 0;

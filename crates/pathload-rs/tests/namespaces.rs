@@ -100,7 +100,7 @@ fn check(case: Case) -> anyhow::Result<serde_json::Value> {
 macro_rules! cases {
     ($($name:ident: $shaper:ident, $transport:literal, $cross:expr;)*) => {
         $(fn $name() -> anyhow::Result<()> {
-            check(Case { shaper: Shaper::$shaper, transport: $transport, cross: $cross })
+            check(Case::ten(Shaper::$shaper, $transport, $cross))
                 .map(drop)
         })*
         const TESTS: &[Test] = &[$((stringify!($name), $name)),*];

@@ -222,7 +222,10 @@ impl Output {
                     if o.reason == StopReason::AboveMaxRate {
                         // Not a range, but an answer: at least the highest rate.
                         obj.insert("lower_bound_mbps".into(), json!(o.low));
-                        obj.insert("unadjusted_lower_bound_mbps".into(), json!(o.unadjusted_low));
+                        obj.insert(
+                            "unadjusted_lower_bound_mbps".into(),
+                            json!(o.unadjusted_low),
+                        );
                     }
                     // No range that reads like an answer: what the search had seen.
                     obj.insert("no_estimate".into(), json!(o.reason.describe()));

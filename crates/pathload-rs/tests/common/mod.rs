@@ -43,12 +43,15 @@ impl Shaper {
     }
 }
 
-/// Hosts A and B with a `tbf rate 10mbit burst 1540` bottleneck from A to B, placed
-/// as `shaper` says.
-pub(crate) fn net(shaper: Shaper) -> anyhow::Result<TwoHosts> {
+/// Hosts A and B with a `tbf rate R burst B` bottleneck from A to B (10 Mbit/s and
+/// 1540 bytes unless the case says otherwise), placed as the case's shaper says.
+pub(crate) fn net(case: &Case) -> anyhow::Result<TwoHosts> {
     TwoHosts::new(&TwoHostOptions {
-        bottleneck: Some(("10mbit".into(), "1540".into())),
-        router: shaper == Shaper::Router,
+        bottleneck: Some((
+            format!("{}kbit", (case.rate * 1000.0).round()),
+            case.burst.to_string(),
+        )),
+        router: case.shaper == Shaper::Router,
     })
 }
 
@@ -190,13 +193,30 @@ pub(crate) struct Case {
     pub(crate) shaper: Shaper,
     pub(crate) transport: &'static str,
     pub(crate) cross: Cross,
+    /// The bottleneck's rate, Mbit/s (tbf counts Ethernet headers).
+    pub(crate) rate: f64,
+    /// Its bucket, bytes.
+    pub(crate) burst: u32,
+}
+
+impl Case {
+    /// The tests' bottleneck: 10 Mbit/s, a bucket of one frame.
+    pub(crate) fn ten(shaper: Shaper, transport: &'static str, cross: Cross) -> Self {
+        Self {
+            shaper,
+            transport,
+            cross,
+            rate: 10.0,
+            burst: 1540,
+        }
+    }
 }
 
 /// A measurement of a case, with the truth it should have found.
 #[derive(Debug)]
 pub(crate) struct Measured {
     pub(crate) run: Run,
-    /// Available bandwidth at the IP level for 228-byte probes, Mbit/s, from the cross
+    /// Available bandwidth at the IP level for the probes sent near it, Mbit/s, from the cross
     /// traffic's rate while the measurement ran.
     pub(crate) truth: f64,
     /// The cross traffic's payload rate while the measurement ran, Mbit/s.
@@ -208,7 +228,7 @@ const CROSS_PORT: u16 = 9000;
 /// Builds the case's hosts, daemons and cross traffic, runs one measurement with
 /// `extra` flags for rcv, and tears it all down.
 pub(crate) fn run_case(case: Case, max_time: u64, extra: &[&str]) -> anyhow::Result<Measured> {
-    let net = net(case.shaper)?;
+    let net = net(&case)?;
     let pair = if case.transport == "mgrp" {
         Some(daemons(&net)?)
     } else {
@@ -257,9 +277,13 @@ pub(crate) fn run_case(case: Case, max_time: u64, extra: &[&str]) -> anyhow::Res
     let cross_mbps = bytes as f64 * 8.0 / before.1.elapsed().as_secs_f64() / 1e6;
     drop(source);
     let ip_mbps = cross_mbps * f64::from(ip_size) / f64::from(payload);
+    // The truth in IP bytes of the probes pathload sends near it (tbf counts each
+    // frame's Ethernet header): 228 bytes at 10 Mbit/s, the largest at a gigabit.
+    let wire = ip_level_truth(case.rate, 1500, &[(ip_mbps, ip_size)]) * 1514.0 / 1500.0;
+    let size = pathload_rs::rate::Limits::new(1500, 0).shape(wire).size;
     Ok(Measured {
         run,
-        truth: ip_level_truth(10.0, 228, &[(ip_mbps, ip_size)]),
+        truth: ip_level_truth(case.rate, size, &[(ip_mbps, ip_size)]),
         cross_mbps,
     })
 }

@@ -124,7 +124,7 @@ impl RunOutcome {
         match self {
             Self::Estimate => "a range of available bandwidth",
             Self::LowerBound => {
-                "the available bandwidth is at least the highest rate the neighbour can send; nothing to do (a faster sender would say more)"
+                "the available bandwidth is at least the highest rate the neighbour reached, with no trend there; nothing to do (a faster sender would say more)"
             }
             Self::Limit => {
                 "the time limit came before the search converged; if it keeps happening, raise time-limit or use pathload-fast"
@@ -146,10 +146,15 @@ impl RunOutcome {
         }
     }
 
-    /// The outcome of a pathload run that ended for `reason`.
-    pub fn of_stop(reason: pathload_rs::StopReason) -> Self {
+    /// The outcome of a pathload run that ended as `o` says: a lower bound when the
+    /// sender found no trend up to the highest rate it reached (its maximum, or the
+    /// rate it fell short at) and nothing above it.
+    pub fn of(o: &pathload_rs::Outcome) -> Self {
         use pathload_rs::StopReason as R;
-        match reason {
+        if o.lower_bound {
+            return Self::LowerBound;
+        }
+        match o.reason {
             R::UserResolution | R::GreyResolution => Self::Estimate,
             R::AboveMaxRate => Self::LowerBound,
             R::FleetLimit | R::TimeLimit => Self::Limit,

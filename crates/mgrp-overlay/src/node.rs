@@ -581,7 +581,7 @@ fn judge(
                 ));
                 RunOutcome::SenderFailed
             } else {
-                let outcome = RunOutcome::of_stop(o.reason);
+                let outcome = RunOutcome::of(o);
                 match outcome {
                     RunOutcome::Estimate => {
                         e.converged = true;
@@ -591,8 +591,8 @@ fn judge(
                         e.unadjusted_high_bps = Some(bps(o.unadjusted_high));
                     }
                     RunOutcome::LowerBound => {
-                        // No trend at the sender's highest rate: the search's lower
-                        // bound is that rate.
+                        // No trend up to the highest rate the sender reached: the
+                        // search's lower bound is that rate.
                         e.lower_bound = true;
                         e.low_bps = Some(bps(o.low));
                         e.unadjusted_low_bps = Some(bps(o.unadjusted_low));

@@ -152,7 +152,7 @@ function plot(svg, runs, now) {
     svg.appendChild(el("line", { x1: x(t), x2: x(t), y1: B, y2: B + 4, class: "axis" }));
     const d = new Date(t * 1000);
     svg.appendChild(el("text", { x: x(t), y: B + 16, "text-anchor": "middle" },
-      d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: t1 - t0 < 600 ? "2-digit" : undefined })));
+      d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: t1 - t0 < 600 ? "2-digit" : undefined, hour12: false })));
   }
   svg.appendChild(el("line", { x1: L, x2: R, y1: B, y2: B, class: "axis" }));
   svg.appendChild(el("line", { x1: L, x2: L, y1: T, y2: B, class: "axis" }));

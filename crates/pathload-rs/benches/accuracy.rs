@@ -81,6 +81,8 @@ struct Row {
     truth: f64,
     /// The range, if it converged.
     range: Option<(f64, f64, f64, f64)>,
+    /// The lower bound, if the run answered with one.
+    bound: Option<f64>,
     omega: f64,
     seconds: f64,
     fleets: f64,
@@ -96,6 +98,10 @@ impl Row {
     fn err(&self) -> Option<f64> {
         self.range
             .map(|(lo, hi, _, _)| ((lo + hi) / 2.0 - self.truth) / self.truth * 100.0)
+    }
+    /// The lower bound's error against the truth, per cent.
+    fn berr(&self) -> Option<f64> {
+        self.bound.map(|b| (b - self.truth) / self.truth * 100.0)
     }
     fn uerr(&self) -> Option<f64> {
         self.range
@@ -130,6 +136,7 @@ fn one(case: Case, mode: &str, rcv: &[String]) -> anyhow::Result<Row> {
         code: m.run.code,
         truth: m.truth,
         range,
+        bound: r["lower_bound_mbps"].as_f64(),
         omega: f(r, "omega_mbps")?,
         seconds: f(r, "seconds")?,
         fleets: f(r, "fleets")?,
@@ -165,7 +172,7 @@ fn main() -> ExitCode {
     }
     let o = opts();
     println!(
-        "shaper\ttransport\tmode\tcross\trun\texit\ttruth\tlow\thigh\tunadj_low\tunadj_high\terr%\tinside\tseconds\twall\tfleets\tprobe_MB\triding%\tkernel_stamped\tcross_mbps"
+        "shaper\ttransport\tmode\tcross\trun\texit\ttruth\tlow\thigh\tunadj_low\tunadj_high\terr%\tinside\tseconds\twall\tfleets\tprobe_MB\triding%\tkernel_stamped\tcross_mbps\tlower_bound"
     );
     let mut table = Vec::new();
     for shaper in &o.shapers {
@@ -203,7 +210,7 @@ fn main() -> ExitCode {
                                 let (lo, hi, ulo, uhi) =
                                     r.range.unwrap_or((f64::NAN, f64::NAN, f64::NAN, f64::NAN));
                                 println!(
-                                    "{head}\t{}\t{:.2}\t{lo:.2}\t{hi:.2}\t{ulo:.2}\t{uhi:.2}\t{:+.1}\t{}\t{:.1}\t{:.1}\t{}\t{:.2}\t{:.0}\t{}/{}\t{:.2}",
+                                    "{head}\t{}\t{:.2}\t{lo:.2}\t{hi:.2}\t{ulo:.2}\t{uhi:.2}\t{:+.1}\t{}\t{:.1}\t{:.1}\t{}\t{:.2}\t{:.0}\t{}/{}\t{:.2}\t{}",
                                     r.code,
                                     r.truth,
                                     r.err().unwrap_or(f64::NAN),
@@ -216,6 +223,7 @@ fn main() -> ExitCode {
                                     r.kernel_stamped,
                                     r.streams,
                                     r.cross_mbps,
+                                    r.bound.map_or_else(String::new, |b| format!("{b:.2}")),
                                 );
                                 rows.push(r);
                             }
@@ -231,9 +239,9 @@ fn main() -> ExitCode {
         }
     }
     println!(
-        "\n| shaper | transport | mode | cross | runs | exit 0 | errors | truth in range ± ω | median midpoint error | worst \\|error\\| | unadjusted error | median time | median fleets | median probe MB | riding share | streams kernel-stamped |"
+        "\n| shaper | transport | mode | cross | runs | exit 0 | errors | truth in range ± ω | median midpoint error | worst \\|error\\| | unadjusted error | lower bounds | their median error (worst) | median time | median fleets | median probe MB | riding share | streams kernel-stamped |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (case, mode, rows, errors) in &table {
         let m = |g: &dyn Fn(&Row) -> Option<f64>| median(rows.iter().filter_map(g).collect());
         let worst = rows
@@ -244,7 +252,7 @@ fn main() -> ExitCode {
         let stamped: f64 = rows.iter().map(|r| r.kernel_stamped).sum();
         let streams: f64 = rows.iter().map(|r| r.streams).sum();
         println!(
-            "| {} | {} | {mode} | {} | {} | {} | {errors} | {}/{} | {:+.1} % | {:.1} % | {:+.1} % | {:.1} s | {:.0} | {:.2} | {:.0} % | {stamped}/{streams} |",
+            "| {} | {} | {mode} | {} | {} | {} | {errors} | {}/{} | {:+.1} % | {:.1} % | {:+.1} % | {} | {:+.1} % ({:+.1} %) | {:.1} s | {:.0} | {:.2} | {:.0} % | {stamped}/{streams} |",
             case.shaper.name(),
             case.transport,
             case.cross.name(),
@@ -255,6 +263,15 @@ fn main() -> ExitCode {
             m(&Row::err),
             worst,
             m(&Row::uerr),
+            rows.iter().filter(|r| r.bound.is_some()).count(),
+            m(&Row::berr),
+            rows.iter().filter_map(Row::berr).fold(f64::NAN, |w, e| {
+                if w.is_nan() || e.abs() > w.abs() {
+                    e
+                } else {
+                    w
+                }
+            }),
             m(&|r| Some(r.seconds)),
             m(&|r| Some(r.fleets)),
             m(&|r| Some(r.probe_bytes / 1e6)),

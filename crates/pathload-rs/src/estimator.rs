@@ -294,6 +294,10 @@ impl StopReason {
 pub struct Outcome {
     /// Why it ended.
     pub reason: StopReason,
+    /// Whether the run's answer is a lower bound: no trend up to the highest rate the
+    /// sender reached (its maximum, or the rate it fell short at), nothing above seen;
+    /// the available bandwidth is at least `low`.
+    pub lower_bound: bool,
     /// Low end of the range as measured, Mbit/s.
     pub unadjusted_low: f64,
     /// High end of the range as measured, Mbit/s.
@@ -639,6 +643,11 @@ impl Estimator {
         let missed = !loss_abort
             && verdict != FleetVerdict::Unusable
             && (actual - requested).abs() > RATE_MISS_SHARE * requested;
+        // A fleet that left slower than asked and still saw no trend saw none at the
+        // rate it really left at: a lower bound all the same. (A sender held back by
+        // its own host, as one whose uplink shaper is the tight link, never reaches a
+        // rate above the path's and ends rate-unreachable with this bound.)
+        let short_without_trend = missed && verdict == FleetVerdict::NoTrend && actual < requested;
         let verdict = if missed {
             FleetVerdict::RateMissed
         } else {
@@ -654,6 +663,9 @@ impl Estimator {
             FleetVerdict::Increasing => search.record(at, Trend::Increasing),
             FleetVerdict::NoTrend => search.record(at, Trend::NoTrend),
             FleetVerdict::Grey => search.record(at, Trend::Ambiguous),
+            FleetVerdict::RateMissed if short_without_trend => {
+                search.record(at, Trend::NoTrend);
+            }
             FleetVerdict::Unusable | FleetVerdict::RateMissed => {}
         }
         if self.config.aim
@@ -715,22 +727,29 @@ impl Estimator {
     }
 
     fn finish(&mut self, reason: StopReason) {
-        let (lo, hi, omega, chi) = match &self.search {
+        let (lo, hi, omega, chi, lower_bound) = match &self.search {
             Some(s) => {
                 let (lo, hi) = s.range();
-                (lo, hi, s.omega(), s.chi())
+                let b = s.bounds();
+                // No trend up to the highest rate the sender reached, and nothing
+                // above it seen: the available bandwidth is at least that rate.
+                let only_below = b.rmin.is_some() && b.rmax.is_none() && b.gmax.is_none();
+                let lower_bound = reason == StopReason::AboveMaxRate
+                    || (reason == StopReason::RateUnreachable && only_below);
+                (lo, hi, s.omega(), s.chi(), lower_bound)
             }
             None => {
                 let zero = Bound {
                     rate: 0.0,
                     competing: 0.0,
                 };
-                (zero, zero, 0.0, 0.0)
+                (zero, zero, 0.0, 0.0, false)
             }
         };
         let (a, b) = (lo.adjusted(), hi.adjusted());
         self.phase = Phase::Done(Outcome {
             reason,
+            lower_bound,
             unadjusted_low: lo.rate,
             unadjusted_high: hi.rate,
             low: a.min(b),

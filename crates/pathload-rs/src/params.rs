@@ -45,9 +45,14 @@ pub const KNEE_SPACING_NS: u64 = 80_000;
 /// max(7 µs, 2 × the larger of send and receive latency)).
 pub const MIN_SPACING_FLOOR_NS: u64 = 7_000;
 
-/// The minimum spacing is this many times the measured per-packet send cost
-/// (pathload 1.3.2: 2 × the larger latency).
-pub const SPACING_LATENCY_FACTOR: u64 = 2;
+/// The minimum spacing is this many times the measured per-packet send cost.
+/// pathload 1.3.2 took 2 × the larger latency, because it paced each gap from the
+/// previous send and a late send pushed every later one; against absolute deadlines a
+/// sender that can send one probe per send cost keeps its timeline, and a fleet that
+/// falls short is caught by its measured rate ([`RATE_MISS_SHARE`]). With 2 ×, MGRP
+/// (7.3 µs per probe through a 1 Gbit/s tbf on the test VM) could not ask for more
+/// than about 820 Mbit/s and a gigabit path read as "above the maximum rate".
+pub const SPACING_LATENCY_FACTOR: u64 = 1;
 
 /// Back-to-back train lengths tried for the initial rate, longest first; a train with
 /// any loss or reordering is bad and the next one is sent (pathload 1.3.2: up to 5

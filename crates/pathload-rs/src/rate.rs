@@ -165,7 +165,7 @@ mod tests {
         let s = l.shape(1e6);
         assert_eq!(s.spacing_ns, 7_000);
         assert!((l.max_rate() - 1500.0 * 8.0 / 7.0).abs() < 1e-6);
-        let slow_sender = Limits::new(1500, 50_000);
+        let slow_sender = Limits::new(1500, 100_000);
         assert_eq!(slow_sender.min_spacing_ns, 100_000);
         // 80 µs would be too short: the size grows instead.
         assert_eq!(

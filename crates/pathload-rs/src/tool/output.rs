@@ -4,7 +4,7 @@
 use std::io::{IsTerminal, Write};
 
 use crate::search::Bounds;
-use crate::{Event, FleetReport, FleetVerdict, Outcome, StopReason, StreamSpec};
+use crate::{Event, FleetReport, FleetVerdict, Outcome, StreamSpec};
 use serde_json::json;
 
 /// Where and how results are printed.
@@ -219,7 +219,7 @@ impl Output {
                     obj.insert("unadjusted_low_mbps".into(), json!(o.unadjusted_low));
                     obj.insert("unadjusted_high_mbps".into(), json!(o.unadjusted_high));
                 } else {
-                    if o.reason == StopReason::AboveMaxRate {
+                    if o.lower_bound {
                         // Not a range, but an answer: at least the highest rate.
                         obj.insert("lower_bound_mbps".into(), json!(o.low));
                         obj.insert(
@@ -259,9 +259,9 @@ impl Output {
                     o.unadjusted_low, o.unadjusted_high
                 ));
             }
-        } else if o.reason == StopReason::AboveMaxRate {
+        } else if o.lower_bound {
             self.line(&format!(
-                "Available bandwidth       : at least {:.2} (Mbps), the highest rate the sender reaches",
+                "Available bandwidth       : at least {:.2} (Mbps), the highest rate the sender reached (no trend there)",
                 o.low
             ));
         } else {

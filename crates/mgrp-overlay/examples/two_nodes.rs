@@ -3,8 +3,8 @@
 //! (8 Mbit/s unless told otherwise, bucket of one frame) and the path from B to A an
 //! unshaped veth. Each node measures the path into it over MGRP and keeps its history
 //! in a state directory. Runs for a while, then prints every run of both links with
-//! its outcome against the truth of the shaped one, the nodes' `/metrics` checked with
-//! `promtool check metrics`, and with `--screenshots DIR` headless-chromium pictures
+//! its outcome against the truth of the shaped one, both overlays' and both mgrpds'
+//! `/metrics` checked with `promtool check metrics`, and with `--screenshots DIR` headless-chromium pictures
 //! of both nodes' status pages. Root only:
 //!
 //! ```sh
@@ -28,6 +28,8 @@ use serde_json::Value;
 
 /// Where each overlay's API listens, on its host's address.
 const API_PORT: u16 = 7700;
+/// Where each mgrpd serves its metrics.
+const MGRPD_METRICS_PORT: u16 = 9577;
 
 #[derive(Debug, Parser)]
 #[command(about = "Two mgrp-overlay nodes: one path shaped, one unshaped; every run and the page")]
@@ -107,7 +109,9 @@ fn run(args: &Args) -> anyhow::Result<()> {
         router: false,
     })?;
     let me = std::env::current_exe()?;
-    let (da, db) = mgrp_testbed::daemon_pair(&net, &me, &["mgrpd"], &[])?;
+    let metrics_listen = format!("0.0.0.0:{MGRPD_METRICS_PORT}");
+    let (da, db) =
+        mgrp_testbed::daemon_pair(&net, &me, &["mgrpd"], &["--metrics", &metrics_listen])?;
     let dir = TempDir::new("mgrp-two-nodes")?;
     let mut overlays = Vec::new();
     let mut configs = Vec::new();
@@ -195,9 +199,19 @@ fn run(args: &Args) -> anyhow::Result<()> {
             );
         }
         let (_, metrics) = request_in(ns, &api, "GET", "/metrics")?;
-        match promtool_check_metrics(&metrics) {
-            Ok(()) => println!("promtool check metrics on {api}/metrics: clean"),
-            Err(e) => println!("promtool check metrics on {api}/metrics: {e:#}"),
+        let exporter = format!("{addr}:{MGRPD_METRICS_PORT}");
+        let (_, daemon_metrics) = request_in(ns, &exporter, "GET", "/metrics")?;
+        for (what, text) in [
+            (format!("overlay {api}"), &metrics),
+            (format!("mgrpd {exporter}"), &daemon_metrics),
+        ] {
+            let families = text.lines().filter(|l| l.starts_with("# HELP ")).count();
+            match promtool_check_metrics(text) {
+                Ok(()) => println!(
+                    "promtool check metrics, {what}/metrics ({families} families): exit 0, no complaint"
+                ),
+                Err(e) => println!("promtool check metrics, {what}/metrics: {e:#}"),
+            }
         }
     }
     if let Some(dir) = &args.screenshots {

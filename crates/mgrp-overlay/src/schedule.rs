@@ -191,9 +191,8 @@ impl Scheduler {
                 let l = &self.links[i];
                 l.timing.ride_min_bps.is_some()
                     && match l.state {
-                        LinkState::Waiting { due } | LinkState::BackingOff { until: due, .. } => {
-                            due <= horizon
-                        }
+                        LinkState::Waiting { due } => due <= horizon,
+                        LinkState::BackingOff { .. } => false,
                         LinkState::AwaitingTraffic { .. } => true,
                         LinkState::Ready { .. } | LinkState::Running { .. } => false,
                     }
@@ -316,9 +315,13 @@ impl Scheduler {
                 .ride_min_bps
                 .is_none_or(|min| link.traffic_bps >= min);
             link.state = match link.state.clone() {
-                LinkState::Waiting { due } | LinkState::BackingOff { until: due, .. }
-                    if due <= now =>
-                {
+                // A retry after a failure runs as soon as its back-off ends: the link
+                // already waited for traffic before the run that failed, and waiting
+                // again after every `busy` would make one due run cost several waits.
+                LinkState::BackingOff { until, .. } if until <= now => {
+                    LinkState::Ready { since: until }
+                }
+                LinkState::Waiting { due } if due <= now => {
                     if rides || link.urgent {
                         LinkState::Ready { since: due }
                     } else {
@@ -494,6 +497,36 @@ mod tests {
         assert_eq!(sch.poll_start(s(15)), None);
         assert_eq!(sch.poll_timeout(), Some(s(25)));
         assert_eq!(sch.poll_start(s(25)), Some(0));
+    }
+
+    /// A run that waited for traffic and was then turned away (`busy`) is retried when
+    /// its back-off ends, not after another wait for traffic.
+    #[test]
+    fn a_retry_after_a_failure_does_not_wait_for_traffic_again() {
+        let ride = Timing {
+            ride_min_bps: Some(1_000_000),
+            ride_max_wait: Some(Duration::from_secs(40)),
+            backoff: Duration::from_secs(1),
+            jitter: 0.0,
+            ..timing(10)
+        };
+        let mut sch = Scheduler::new(vec![ride], 1, s(0), Duration::ZERO, 5);
+        assert_eq!(sch.poll_start(s(0)), None);
+        assert_eq!(sch.poll_start(s(40)), Some(0));
+        sch.handle_done(0, s(41), &RunEnd::NoEstimate("busy".into()));
+        assert!(
+            sch.wanting_traffic(s(41), Duration::from_secs(5))
+                .is_empty()
+        );
+        assert_eq!(sch.poll_timeout(), Some(s(42)));
+        assert_eq!(sch.poll_start(s(42)), Some(0));
+        // Its next due run waits for traffic again.
+        sch.handle_done(0, s(43), &RunEnd::Estimate);
+        assert_eq!(sch.poll_start(s(53)), None);
+        assert!(matches!(
+            sch.state(0),
+            Some(LinkState::AwaitingTraffic { .. })
+        ));
     }
 
     #[test]

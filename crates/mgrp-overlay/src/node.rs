@@ -151,7 +151,7 @@ impl Shared {
             .history
             .iter()
             .rev()
-            .find(|e| e.converged || e.lower_bound)
+            .find(|e| e.outcome.answered())
             .cloned();
         Some(LinkView {
             name: link.name.clone(),
@@ -606,18 +606,18 @@ fn judge(
             e.error = Some(why);
             RunOutcome::PeerDown
         }
-        Err(MeasureError::Failed(err)) => {
-            let why = format!("{err:#}");
-            e.error = Some(why.clone());
-            if why.contains(BUSY) {
+        Err(MeasureError::Refused(why)) => {
+            let busy = why.starts_with(BUSY);
+            e.error = Some(format!("the sender refused: {why}"));
+            if busy {
                 RunOutcome::Busy
-            } else if why.contains("the sender failed") || why.contains("the sender refused") {
-                RunOutcome::SenderFailed
-            } else if why.contains("the sender closed the connection") {
-                RunOutcome::PeerDown
             } else {
-                RunOutcome::Error
+                RunOutcome::SenderFailed
             }
+        }
+        Err(MeasureError::Failed(err)) => {
+            e.error = Some(format!("{err:#}"));
+            RunOutcome::Error
         }
     };
     e.outcome = outcome;

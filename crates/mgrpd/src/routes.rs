@@ -66,16 +66,6 @@ impl std::fmt::Debug for SourceOf {
     }
 }
 
-/// A route's source address, or why there is none.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Source {
-    Known(IpAddr),
-    /// The kernel chooses (the TUN's own address), and the peer will refuse it.
-    Unknown(String),
-    /// Nothing is known about the peer (no plan): the kernel chooses.
-    Unplanned,
-}
-
 /// What gives a route its MTU.
 struct RouteMtu(Box<dyn Fn(IpNet) -> Option<u16> + Send + Sync>);
 
@@ -128,19 +118,21 @@ impl Routes {
         self
     }
 
-    /// The source address `net`'s route should have now.
-    fn source(&self, net: IpNet) -> Source {
+    /// The source address `net`'s route should have now: `Ok(None)` when nothing is
+    /// planned for it (the kernel chooses), `Err` with the reason when the plan finds
+    /// none (the kernel would choose the TUN's own address, which the peer refuses).
+    fn source(&self, net: IpNet) -> Result<Option<IpAddr>, String> {
         let family_ok = |a: IpAddr| a.is_ipv4() == net.network().is_ipv4();
         match (self.source_of.0)(net) {
-            None => Source::Unplanned,
-            Some(SourcePlan::Configured(a)) => Source::Known(a),
+            None => Ok(None),
+            Some(SourcePlan::Configured(a)) => Ok(Some(a)),
             Some(SourcePlan::Toward { peer, endpoint }) => {
                 match sys::source_for(endpoint, self.fwmark) {
-                    Ok(a) if family_ok(a) => Source::Known(a),
-                    Ok(a) => Source::Unknown(format!(
+                    Ok(a) if family_ok(a) => Ok(Some(a)),
+                    Ok(a) => Err(format!(
                         "peer {peer}'s endpoint {endpoint} is reached from {a}, an address of another family"
                     )),
-                    Err(e) => Source::Unknown(format!(
+                    Err(e) => Err(format!(
                         "this host has no route to peer {peer}'s endpoint {endpoint} outside the tunnel ({e})"
                     )),
                 }
@@ -148,12 +140,20 @@ impl Routes {
             // Until it is heard from, the address towards the peer itself is the best
             // guess (a host with a default route, most of them).
             Some(SourcePlan::Roaming(peer)) => match sys::source_for(peer, self.fwmark) {
-                Ok(a) if family_ok(a) => Source::Known(a),
-                _ => Source::Unknown(format!(
+                Ok(a) if family_ok(a) => Ok(Some(a)),
+                _ => Err(format!(
                     "peer {peer} roams, has not been heard from yet, and this host has no route to it outside the tunnel (once it is heard from, its endpoint gives the source)"
                 )),
             },
         }
+    }
+
+    /// [`Self::source`], warning (once per route) where none is found.
+    fn source_or_warn(&mut self, net: IpNet) -> Option<IpAddr> {
+        self.source(net).unwrap_or_else(|why| {
+            self.warn_unsourced(net, &why);
+            None
+        })
     }
 
     /// Logs, once per route until it has a source again, that the kernel will source
@@ -179,29 +179,18 @@ impl Routes {
         let nets: Vec<(IpNet, Option<IpAddr>)> =
             self.routes.iter().map(|(n, s)| (*n, *s)).collect();
         for (net, had) in nets {
-            let now = match self.source(net) {
-                Source::Known(a) => Some(a),
-                Source::Unknown(why) => {
-                    self.warn_unsourced(net, &why);
-                    None
-                }
-                Source::Unplanned => None,
-            };
-            if now == had || now.is_none() {
+            let Some(now) = self.source_or_warn(net).filter(|a| Some(*a) != had) else {
                 continue;
-            }
-            let message = self.route_message(net, now);
+            };
+            let message = self.route_message(net, Some(now));
             match self.handle.route().add(message).replace().execute().await {
                 Ok(()) => {
-                    tracing::info!(
-                        "traffic routed into the tunnel to {net} now leaves from {}",
-                        now.map_or_else(String::new, |a| a.to_string())
-                    );
+                    tracing::info!("traffic routed into the tunnel to {net} now leaves from {now}");
                     self.warned.remove(&net);
-                    self.routes.insert(net, now);
+                    self.routes.insert(net, Some(now));
                 }
                 Err(source) => errors.push(RouteError {
-                    what: format!("giving route {net} the source address {now:?}"),
+                    what: format!("giving route {net} the source address {now}"),
                     source,
                 }),
             }
@@ -347,14 +336,7 @@ impl Routes {
         if self.routes.contains_key(&net) {
             return Ok(());
         }
-        let src = match self.source(net) {
-            Source::Known(a) => Some(a),
-            Source::Unknown(why) => {
-                self.warn_unsourced(net, &why);
-                None
-            }
-            Source::Unplanned => None,
-        };
+        let src = self.source_or_warn(net);
         match self
             .handle
             .route()

@@ -330,20 +330,23 @@ fn the_fleet_limit_ends_the_run() {
     assert_eq!(o.reason, StopReason::FleetLimit);
 }
 
+/// Two fleets of eight streams whose sender manages only 60 % of the rate asked for,
+/// their one-way delays growing by `owd_slope_ns` per packet.
+fn two_fleets_at_60_percent(e: &mut Estimator, owd_slope_ns: i64) {
+    for _ in 0..2 * 8 {
+        let s = spec(e);
+        let mut r = stream_result(&s, owd_slope_ns, 100);
+        for st in &mut r.sender_stamps {
+            *st = *st * 10 / 6;
+        }
+        e.handle_stream(&r);
+    }
+}
+
 #[test]
 fn rates_missed_twice_stop_the_run() {
     let mut e = started(&Config::default());
-    for _ in 0..2 {
-        for _ in 0..8 {
-            let s = spec(&e);
-            let mut r = stream_result(&s, 20_000, 100);
-            // The sender only manages 60 % of the rate.
-            for st in &mut r.sender_stamps {
-                *st = *st * 10 / 6;
-            }
-            e.handle_stream(&r);
-        }
-    }
+    two_fleets_at_60_percent(&mut e, 20_000);
     let Action::Done(o) = e.poll_action() else {
         panic!()
     };
@@ -367,16 +370,7 @@ fn rates_missed_twice_stop_the_run() {
 #[test]
 fn rates_missed_without_trend_end_with_a_lower_bound_at_the_rate_reached() {
     let mut e = started(&Config::default());
-    for _ in 0..2 {
-        for _ in 0..8 {
-            let s = spec(&e);
-            let mut r = stream_result(&s, 0, 100);
-            for st in &mut r.sender_stamps {
-                *st = *st * 10 / 6;
-            }
-            e.handle_stream(&r);
-        }
-    }
+    two_fleets_at_60_percent(&mut e, 0);
     let Action::Done(o) = e.poll_action() else {
         panic!()
     };

@@ -171,6 +171,11 @@ impl Measurement {
     }
 }
 
+/// The sender closed the control connection before the run began.
+fn closed() -> MeasureError {
+    MeasureError::Unreachable("the sender closed the connection".into())
+}
+
 /// The sender answered a request with an error: it is there, but could not do it.
 #[derive(Debug, thiserror::Error)]
 #[error("the sender failed: {0}")]
@@ -179,6 +184,12 @@ struct SenderFailed(String);
 /// Why a measurement could not run at all.
 #[derive(Debug, thiserror::Error)]
 pub enum MeasureError {
+    /// The sender answered before any probe with an error: it is there, but will not
+    /// or cannot serve this measurement now (busy with another receiver when the
+    /// message starts with [`crate::tool::BUSY`]; its mgrpd or its probe socket
+    /// otherwise).
+    #[error("the sender refused: {0}")]
+    Refused(String),
     /// The sender could not be reached.
     #[error("{0}")]
     Unreachable(String),
@@ -267,9 +278,11 @@ pub fn measure(
     let peer = stream.peer_addr().map_err(|e| {
         MeasureError::Unreachable(format!("the control connection broke at once: {e}"))
     })?;
-    Ok(run_measurement(
-        opts, stream, peer, started, stop, progress,
-    )?)
+    // A refusal or a closed connection before the run began comes back as itself.
+    run_measurement(opts, stream, peer, started, stop, progress).map_err(|e| {
+        e.downcast::<MeasureError>()
+            .unwrap_or_else(MeasureError::Failed)
+    })
 }
 
 /// The `rcv` command: a measurement printed as text or JSON; returns the exit code.
@@ -300,6 +313,10 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
         Err(MeasureError::Unreachable(e)) => {
             eprintln!("pathload-rs: {e}");
             return exit::PEER;
+        }
+        Err(e @ MeasureError::Refused(_)) => {
+            eprintln!("pathload-rs: {e}");
+            return exit::SENDER;
         }
         Err(MeasureError::Failed(e)) => {
             eprintln!("pathload-rs: {e:#}");
@@ -350,9 +367,9 @@ fn run_measurement(
         conn.send(&Request::Ping)?;
         match conn.recv::<Reply>()? {
             Some(Reply::Pong) => rtt = rtt.min(t.elapsed()),
-            Some(Reply::Error { message }) => bail!("the sender refused: {message}"),
+            Some(Reply::Error { message }) => return Err(MeasureError::Refused(message).into()),
             Some(other) => bail!("the sender answered a ping with {other:?}"),
-            None => bail!("the sender closed the connection"),
+            None => return Err(closed().into()),
         }
     }
     conn.send(&Request::Hello {
@@ -364,9 +381,9 @@ fn run_measurement(
     })?;
     let max_size = match conn.recv::<Reply>()? {
         Some(Reply::Hello { max_size, .. }) => max_size,
-        Some(Reply::Error { message }) => bail!("the sender refused: {message}"),
+        Some(Reply::Error { message }) => return Err(MeasureError::Refused(message).into()),
         Some(other) => bail!("unexpected answer from the sender: {other:?}"),
-        None => bail!("the sender closed the connection"),
+        None => return Err(closed().into()),
     };
 
     let mut est = Estimator::new(Config {

@@ -28,8 +28,9 @@ const DEFAULT_SOCKET: &str = mgrp_client::DEFAULT_SOCKET;
 /// seen so far are printed as bounds): 3 time or fleet limit reached; 4 rate limit
 /// (available bandwidth above the highest rate the sender reaches, printed as a lower
 /// bound, or rates that could not be sent); 5 no usable measurement; 6 the sender
-/// could not be reached or went away; 7 the sender could not send what it was asked
-/// for (its log says why); 1 any other error; 2 bad arguments.
+/// could not be reached or went away; 7 the sender turned this receiver away (busy) or
+/// could not send what it was asked for (its log says why); 1 any other error; 2 bad
+/// arguments.
 ///
 /// The guide: docs/pathload-rs.md in the source repository.
 #[derive(Debug, Parser)]

@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use mgrp_tool::SessionOptions;
 use pathload_rs::control::Transport;
 use pathload_rs::tool::{
     BUSY, MeasureError, MeasureOptions, Measurement, ServeEvent, ServeOptions, Server, measure,
@@ -389,8 +390,8 @@ fn serve(server: &Server, s: &Shared) {
         .map_or_else(|_| "?".into(), |a| a.to_string());
     info!("serving measurements on {addr}");
     let result = server.serve(true, &s.stop, &mut |ev| match ev {
-        ServeEvent::Connected(peer) => debug!("{addr}: receiver {peer} measuring"),
-        ServeEvent::Done(peer, Ok(n)) => debug!("{addr}: {peer} done, {n} streams"),
+        ServeEvent::Connected(peer, tool) => debug!("{addr}: receiver {peer} measuring ({tool})"),
+        ServeEvent::Done(peer, Ok(n)) => debug!("{addr}: {peer} done, {n} batches of probes"),
         ServeEvent::Done(peer, Err(e)) => info!("{addr}: measurement for {peer} ended: {e}"),
         ServeEvent::Refused(peer, why) => debug!("{addr}: refused {peer}: {why}"),
         ServeEvent::Failed(peer, why) => {
@@ -473,17 +474,20 @@ fn run(s: &Shared, i: usize) {
     let link = &s.config.links[i];
     let started_at = unix_now();
     let opts = MeasureOptions {
-        port: link.port,
-        socket: s.config.socket.clone(),
-        probe_port: link.probe_port,
+        session: SessionOptions {
+            port: link.port,
+            socket: s.config.socket.clone(),
+            probe_port: link.probe_port,
+            piggyback: link.piggyback,
+            address: link.probe_address,
+            sender_is: format!(
+                "the neighbour's mgrp-overlay, serving {} measurements on port {} ([serve] in its configuration)",
+                link.transport, link.port
+            ),
+            ..SessionOptions::new(link.from.to_string(), link.transport, "mgrp-overlay")
+        },
         mode: link.method.mode(),
         max_time: link.time_limit,
-        piggyback: link.piggyback,
-        address: link.probe_address,
-        sender_is: format!(
-            "the neighbour's mgrp-overlay, serving {} measurements on port {} ([serve] in its configuration)",
-            link.transport, link.port
-        ),
         ..MeasureOptions::new(link.from.to_string(), link.transport)
     };
     debug!("{}: measuring from {}:{}", link.name, link.from, link.port);

@@ -21,7 +21,6 @@
 //! assert!(outcome.low - 0.5 <= truth && truth <= outcome.high + 0.5);
 //! ```
 
-pub mod control;
 pub mod estimator;
 pub mod params;
 pub mod rate;
@@ -29,6 +28,9 @@ pub mod search;
 pub mod sim;
 pub mod tool;
 pub mod trend;
+
+/// The control protocol, shared with the workspace's other tools.
+pub use mgrp_tool::control;
 
 pub use estimator::{
     Action, Config, Estimator, Event, FleetEnd, FleetReport, FleetVerdict, Mode, Outcome,

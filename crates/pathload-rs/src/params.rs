@@ -35,7 +35,7 @@ pub const MIN_PROBE_IP_BYTES: u32 = 200 + IP_UDP_OVERHEAD;
 
 /// Largest probe, in IP bytes, on a 1500-byte MTU path (pathload 1.3.2 reads the
 /// maximum from TCP_MAXSEG: 1472 payload bytes here, plus 28).
-pub const MAX_PROBE_IP_BYTES: u32 = 1500;
+pub const MAX_PROBE_IP_BYTES: u32 = mgrp_tool::control::MAX_PROBE_IP_BYTES;
 
 /// The spacing kept between 22.8 and 150 Mbps while the probe size grows, in ns
 /// (pathload 1.3.2: T = 80 µs in that band).

@@ -19,18 +19,7 @@ use crate::params::{
     PCT_INCREASING, PCT_NO_TREND, PDT_INCREASING, PDT_NO_TREND,
 };
 
-/// One probe as received: its sequence number in the stream, its sender stamp and the
-/// receiver's kernel stamp, in ns (each on its own host's realtime clock; only
-/// differences matter).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Arrival {
-    /// Position in the stream, from 0.
-    pub seq: u32,
-    /// Sender stamp, ns.
-    pub sent_ns: i64,
-    /// Receive stamp, ns.
-    pub received_ns: i64,
-}
+pub use mgrp_tool::Arrival;
 
 /// A trend, of one test, one stream or one fleet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

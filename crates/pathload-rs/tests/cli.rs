@@ -202,20 +202,15 @@ fn an_interrupted_run_says_it_has_no_estimate() {
                     max_size: 1500,
                     sender: "test".into(),
                 },
-                Request::Train { id, packets, .. } => {
+                Request::Probes(batch) if batch.tag.kind == 0 => {
                     std::thread::sleep(Duration::from_secs(2));
-                    Reply::Sent {
-                        fleet: 0,
-                        stream: id,
-                        sent: packets,
-                        sender_stamps: Vec::new(),
-                        competing_rider_bytes: 0,
-                        rider_bytes: 0,
-                        riding_probe_bytes: 0,
-                        kernel_stamps: false,
-                    }
+                    Reply::Sent(pathload_rs::control::SentReport {
+                        tag: batch.tag,
+                        sent: batch.packets(),
+                        ..Default::default()
+                    })
                 }
-                Request::Stream { .. } | Request::Traffic { .. } | Request::Bye => return,
+                Request::Probes(_) | Request::Traffic { .. } | Request::Bye => return,
             };
             let mut msg = serde_json::to_vec(&reply).unwrap();
             msg.push(b'\n');

@@ -37,14 +37,15 @@ fn server() -> Server {
 }
 
 fn options(port: u16, time: Duration) -> MeasureOptions {
-    MeasureOptions {
-        port,
-        probe_port: free_udp_port(),
+    let mut o = MeasureOptions {
         mode: Mode::Fast,
         max_time: time,
         max_fleets: 4,
         ..MeasureOptions::new("127.0.0.1", Transport::Udp)
-    }
+    };
+    o.session.port = port;
+    o.session.probe_port = free_udp_port();
+    o
 }
 
 #[test]
@@ -75,7 +76,7 @@ fn a_measurement_runs_and_a_second_receiver_hears_busy() {
         let mut holder = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         writeln!(
             holder,
-            r#"{{"msg":"hello","version":1,"transport":"udp","probe_port":{},"piggyback":false}}"#,
+            r#"{{"msg":"hello","version":2,"transport":"udp","probe_port":{},"piggyback":false}}"#,
             free_udp_port()
         )
         .unwrap();
@@ -116,7 +117,7 @@ fn a_measurement_runs_and_a_second_receiver_hears_busy() {
         "{e:?}"
     );
     assert!(
-        matches!(events.first(), Some(ServeEvent::Connected(_))),
+        matches!(events.first(), Some(ServeEvent::Connected(_, tool)) if tool == "pathload-rs"),
         "{events:?}"
     );
     assert!(

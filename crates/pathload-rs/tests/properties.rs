@@ -1,9 +1,7 @@
 //! Properties of the estimator over arbitrary input: the trend analysis never panics
 //! and never yields NaN; the estimator, fed anything at all, never panics, always
-//! ends within its fleet limit, and reports a finite, ordered, non-negative range; the
-//! probe header round-trips.
+//! ends within its fleet limit, and reports a finite, ordered, non-negative range.
 
-use pathload_rs::control::{PROBE_HEADER_LEN, ProbeHeader, ProbeKind};
 use pathload_rs::trend::analyse;
 use pathload_rs::{Action, Arrival, Config, Estimator, Mode, StreamResult, TrainResult};
 use proptest::prelude::*;
@@ -99,28 +97,5 @@ proptest! {
             prop_assert!(v.is_finite() && v >= 0.0, "{o:?}");
         }
         prop_assert!(o.low <= o.high && o.unadjusted_low <= o.unadjusted_high, "{o:?}");
-    }
-
-    #[test]
-    fn probe_headers_round_trip(fleet: u32, stream: u32, seq: u32, sent_ns: i64, train: bool, tail in prop::collection::vec(any::<u8>(), 0..64)) {
-        let h = ProbeHeader {
-            kind: if train { ProbeKind::Train } else { ProbeKind::Stream },
-            fleet,
-            stream,
-            seq,
-            sent_ns,
-        };
-        let mut buf = vec![0u8; PROBE_HEADER_LEN];
-        h.emit(&mut buf);
-        buf.extend_from_slice(&tail);
-        prop_assert_eq!(ProbeHeader::parse(&buf), Some(h));
-        prop_assert_eq!(ProbeHeader::parse(&buf[..PROBE_HEADER_LEN - 1]), None);
-    }
-
-    #[test]
-    fn any_bytes_parse_or_not_without_panic(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
-        let _ = ProbeHeader::parse(&bytes);
-        let _ = serde_json::from_slice::<pathload_rs::control::Request>(&bytes);
-        let _ = serde_json::from_slice::<pathload_rs::control::Reply>(&bytes);
     }
 }

@@ -1,21 +1,15 @@
 //! Command-line arguments.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::control::{
-    DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, DEFAULT_SENDER_PROBE_PORT, Transport,
-};
 use crate::params::{DEFAULT_MAX_FLEETS, DEFAULT_MAX_SECONDS, STREAM_DURATION_NS};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use mgrp_tool::cli::{PeerArgs, SndArgs};
 
 use crate::Mode;
+use crate::tool::TOOL;
 use crate::tool::receiver::MeasureOptions;
-use crate::tool::sender::ServeOptions;
-
-/// Where mgrpd listens unless told otherwise.
-const DEFAULT_SOCKET: &str = mgrp_client::DEFAULT_SOCKET;
 
 /// pathload's available-bandwidth estimate (SLoPS), over MGRP or plain UDP.
 ///
@@ -49,24 +43,6 @@ pub(crate) enum Role {
     Rcv(RcvArgs),
 }
 
-/// How probes travel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum TransportArg {
-    /// Probe transactions through mgrpd; application traffic may ride in them.
-    Mgrp,
-    /// Plain UDP, paced by pathload-rs (the no-MGRP baseline).
-    Udp,
-}
-
-impl From<TransportArg> for Transport {
-    fn from(t: TransportArg) -> Self {
-        match t {
-            TransportArg::Mgrp => Self::Mgrp,
-            TransportArg::Udp => Self::Udp,
-        }
-    }
-}
-
 /// Idle between streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum ModeArg {
@@ -76,71 +52,11 @@ pub(crate) enum ModeArg {
     Fast,
 }
 
-/// Arguments of `snd`.
-#[derive(Debug, Args)]
-pub(crate) struct SndArgs {
-    /// Control port to listen on.
-    #[arg(long, default_value_t = DEFAULT_CONTROL_PORT)]
-    pub(crate) port: u16,
-    /// Address to listen on (default: every address, IPv6 and IPv4).
-    #[arg(long)]
-    pub(crate) bind: Option<IpAddr>,
-    /// How probes travel; the receiver must use the same.
-    #[arg(long, value_enum, default_value_t = TransportArg::Mgrp)]
-    transport: TransportArg,
-    /// mgrpd's API socket (MGRP transport).
-    #[arg(long, default_value = DEFAULT_SOCKET)]
-    pub(crate) socket: PathBuf,
-    /// The sender's probe port (UDP source port; MGRP measurement port).
-    #[arg(long, default_value_t = DEFAULT_SENDER_PROBE_PORT)]
-    pub(crate) probe_port: u16,
-    /// Keep serving measurements one after another instead of exiting after one.
-    #[arg(long)]
-    pub(crate) keep_serving: bool,
-    /// Never let application traffic ride in the probes, whatever the receiver asks.
-    #[arg(long)]
-    pub(crate) no_piggyback: bool,
-    /// Log refused requests.
-    #[arg(short, long)]
-    pub(crate) verbose: bool,
-}
-
-impl SndArgs {
-    /// How these flags ask to serve.
-    pub(crate) fn options(&self) -> ServeOptions {
-        ServeOptions {
-            port: self.port,
-            bind: self.bind,
-            transport: self.transport.into(),
-            socket: self.socket.clone(),
-            probe_port: self.probe_port,
-            piggyback: !self.no_piggyback,
-        }
-    }
-}
-
 /// Arguments of `rcv`.
 #[derive(Debug, Args)]
 pub(crate) struct RcvArgs {
-    /// The sending host (name or address) running `pathload-rs snd`.
-    #[arg(long, short = 's')]
-    pub(crate) sender: String,
-    /// The sender's control port.
-    #[arg(long, default_value_t = DEFAULT_CONTROL_PORT)]
-    pub(crate) port: u16,
-    /// How probes travel; the sender must use the same.
-    #[arg(long, value_enum, default_value_t = TransportArg::Mgrp)]
-    transport: TransportArg,
-    /// mgrpd's API socket (MGRP transport).
-    #[arg(long, default_value = DEFAULT_SOCKET)]
-    pub(crate) socket: PathBuf,
-    /// This host's probe port.
-    #[arg(long, default_value_t = DEFAULT_PROBE_PORT)]
-    pub(crate) probe_port: u16,
-    /// The address the sender should send probes to (default: the one the control
-    /// connection comes from).
-    #[arg(long)]
-    pub(crate) address: Option<IpAddr>,
+    #[command(flatten)]
+    pub(crate) peer: PeerArgs,
     /// Idle between streams.
     #[arg(long, value_enum, default_value_t = ModeArg::Slow)]
     pub(crate) mode: ModeArg,
@@ -162,9 +78,6 @@ pub(crate) struct RcvArgs {
     /// more probe bytes and longer runs.
     #[arg(long, value_name = "MS", default_value_t = STREAM_DURATION_NS / 1_000_000, value_parser = clap::value_parser!(u64).range(5..=1000))]
     pub(crate) stream_duration: u64,
-    /// Keep application traffic out of the probes (MGRP without piggybacking).
-    #[arg(long)]
-    pub(crate) no_piggyback: bool,
     /// Send every stream of a fleet even when its verdict is already certain.
     #[arg(long)]
     pub(crate) full_fleets: bool,
@@ -189,12 +102,7 @@ impl RcvArgs {
     /// The measurement these flags ask for.
     pub(crate) fn options(&self) -> MeasureOptions {
         MeasureOptions {
-            sender: self.sender.clone(),
-            port: self.port,
-            transport: self.transport.into(),
-            socket: self.socket.clone(),
-            probe_port: self.probe_port,
-            address: self.address,
+            session: self.peer.options(TOOL),
             mode: match self.mode {
                 ModeArg::Slow => Mode::Slow,
                 ModeArg::Fast => Mode::Fast,
@@ -204,10 +112,8 @@ impl RcvArgs {
             resolution: self.resolution,
             packets: self.packets,
             stream_duration: Duration::from_millis(self.stream_duration),
-            piggyback: !self.no_piggyback,
             full_fleets: self.full_fleets,
             bisect: self.bisect,
-            sender_is: format!("`pathload-rs snd` (port {})", self.port),
         }
     }
 }

@@ -5,55 +5,41 @@
 //! Measurement Overlay) call [`measure`] and serve with [`Server`].
 
 mod cli;
-mod conn;
 mod output;
 mod plot;
 mod receiver;
-mod sender;
-mod sys;
-mod transport;
 
-pub use receiver::{
-    MeasureError, MeasureOptions, Measurement, Progress, SenderTraffic, measure, sender_traffic,
+pub use mgrp_tool::{
+    BUSY, MeasureError, SenderTraffic, ServeEvent, ServeOptions, Server, sender_traffic,
 };
-pub use sender::{BUSY, ServeEvent, ServeOptions, Server};
+pub use receiver::{MeasureOptions, Measurement, Progress, measure};
 
 use std::ffi::OsString;
 
 use clap::Parser;
+use mgrp_tool::{exit, sys};
 
-/// Exit codes of `rcv`.
-mod exit {
-    use crate::StopReason;
+use crate::StopReason;
 
-    /// Any other error.
-    pub(crate) const ERROR: i32 = 1;
-    /// A time or fleet limit ended the run before it converged: no estimate, the
-    /// bounds seen so far were printed as bounds.
-    pub(crate) const LIMIT: i32 = 3;
-    /// The available bandwidth is above the highest rate the sender reaches, or the
-    /// rates asked for could not be sent.
-    pub(crate) const RATE: i32 = 4;
-    /// No usable measurement (no back-to-back train came through, or too few usable
-    /// streams).
-    pub(crate) const UNUSABLE: i32 = 5;
-    /// The sender could not be reached or went away.
-    pub(crate) const PEER: i32 = 6;
-    /// The sender is there but could not send what it was asked for (its mgrpd
-    /// refused the train, or a limit there): its log says why.
-    pub(crate) const SENDER: i32 = 7;
-    /// Interrupted by a signal.
-    pub(crate) const INTERRUPTED: i32 = 130;
+/// The tool's name, in the sender's log and in messages.
+pub(crate) const TOOL: &str = "pathload-rs";
 
-    /// The exit code for how a run ended.
-    pub(crate) fn for_reason(r: StopReason) -> i32 {
-        match r {
-            StopReason::UserResolution | StopReason::GreyResolution => 0,
-            StopReason::TimeLimit | StopReason::FleetLimit => LIMIT,
-            StopReason::AboveMaxRate | StopReason::RateUnreachable => RATE,
-            StopReason::Unusable | StopReason::NoInitialRate => UNUSABLE,
-            StopReason::Interrupted => INTERRUPTED,
-        }
+/// pathload's two kinds of probe batch, in the probe header.
+pub(crate) mod kind {
+    /// A back-to-back train.
+    pub(crate) const TRAIN: u8 = 0;
+    /// A stream at one rate.
+    pub(crate) const STREAM: u8 = 1;
+}
+
+/// The exit code for how a run ended.
+pub(crate) fn exit_for_reason(r: StopReason) -> i32 {
+    match r {
+        StopReason::UserResolution | StopReason::GreyResolution => 0,
+        StopReason::TimeLimit | StopReason::FleetLimit => exit::LIMIT,
+        StopReason::AboveMaxRate | StopReason::RateUnreachable => exit::RATE,
+        StopReason::Unusable | StopReason::NoInitialRate => exit::UNUSABLE,
+        StopReason::Interrupted => exit::INTERRUPTED,
     }
 }
 
@@ -68,7 +54,11 @@ where
     let cli = cli::Cli::parse_from(args);
     sys::catch_interrupts();
     match cli.role {
-        cli::Role::Snd(args) => match sender::run(&args) {
+        cli::Role::Snd(args) => match mgrp_tool::serve_command(
+            &args.options(&format!("{TOOL} snd")),
+            args.keep_serving,
+            args.verbose,
+        ) {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("pathload-rs: {e:#}");

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 /// One end of the control connection.
 #[derive(Debug)]
-pub(crate) struct Conn {
+pub struct Conn {
     reader: BufReader<TcpStream>,
     writer: TcpStream,
     line: Vec<u8>,
@@ -19,7 +19,7 @@ pub(crate) struct Conn {
 
 impl Conn {
     /// Wraps a connected stream.
-    pub(crate) fn new(stream: TcpStream) -> anyhow::Result<Self> {
+    pub fn new(stream: TcpStream) -> anyhow::Result<Self> {
         stream.set_nodelay(true)?;
         let writer = stream.try_clone()?;
         Ok(Self {
@@ -30,12 +30,12 @@ impl Conn {
     }
 
     /// The stream, for timeouts and addresses.
-    pub(crate) fn stream(&self) -> &TcpStream {
+    pub fn stream(&self) -> &TcpStream {
         &self.writer
     }
 
     /// Sends one message in one write.
-    pub(crate) fn send(&mut self, msg: &impl Serialize) -> anyhow::Result<()> {
+    pub fn send(&mut self, msg: &impl Serialize) -> anyhow::Result<()> {
         let mut buf = serde_json::to_vec(msg)?;
         buf.push(b'\n');
         self.writer
@@ -45,7 +45,7 @@ impl Conn {
     }
 
     /// Receives one message; `None` when the peer closed the connection.
-    pub(crate) fn recv<T: DeserializeOwned>(&mut self) -> anyhow::Result<Option<T>> {
+    pub fn recv<T: DeserializeOwned>(&mut self) -> anyhow::Result<Option<T>> {
         self.line.clear();
         let limit = MAX_CONTROL_LINE as u64 + 1;
         let n = (&mut self.reader)

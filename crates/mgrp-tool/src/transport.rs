@@ -1,5 +1,5 @@
 //! The two ways probes travel, on both sides: probe transactions through `mgrpd`
-//! (`mgrp-client`), or plain UDP paced by this tool against absolute deadlines.
+//! (`mgrp-client`), or plain UDP paced here against absolute deadlines.
 //!
 //! Either way the receiver gets, per probe, the sender's stamp and the kernel's receive
 //! stamp, and the sender reports every departure's stamp; so the estimator sees the
@@ -14,15 +14,14 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::Arrival;
-use crate::control::{PROBE_HEADER_LEN, ProbeHeader, ProbeKind, Transport};
+use crate::control::{Batch, PROBE_HEADER_LEN, ProbeHeader, SentReport, Tag, Transport};
 use anyhow::Context;
 use mgrp_client::DepartureClock;
 use mgrp_client::blocking::Client;
 use mgrp_client::{Probe, Train};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::tool::sys;
+use crate::sys;
 
 /// Sleep until this close to a deadline, then spin (the pacing this machine measured
 /// best: timer wake-ups cost 20–50 µs, a 50 µs margin is too small).
@@ -37,48 +36,29 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// A probe as the receiver saw it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Seen {
-    pub(crate) kind: ProbeKind,
-    pub(crate) fleet: u32,
-    pub(crate) stream: u32,
-    pub(crate) arrival: Arrival,
+pub struct Seen {
+    /// The batch it belongs to.
+    pub tag: Tag,
+    /// Its position and stamps.
+    pub arrival: Arrival,
 }
 
-/// What the sender reports of a train or stream it sent.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Sent {
-    pub(crate) stamps: Vec<i64>,
-    pub(crate) competing_rider_bytes: u64,
-    pub(crate) rider_bytes: u64,
-    pub(crate) riding_probe_bytes: u64,
-    /// Whether `stamps` are the kernel's, taken as each probe entered the sending
-    /// host's egress queue (over MGRP, when every probe has one); otherwise they were
-    /// read in user space just before each send.
-    pub(crate) kernel_clock: bool,
+/// A probe's position in its batch and its two stamps: the sender's (over MGRP the
+/// daemon's departure stamp; over UDP the one in the header) and the receiver's
+/// kernel stamp, in ns (each on its own host's realtime clock; only differences
+/// matter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrival {
+    /// Position in the batch, from 0.
+    pub seq: u32,
+    /// Sender stamp, ns.
+    pub sent_ns: i64,
+    /// Receive stamp, ns.
+    pub received_ns: i64,
 }
 
-/// One train or stream to send.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Batch {
-    pub(crate) kind: ProbeKind,
-    pub(crate) fleet: u32,
-    pub(crate) stream: u32,
-    pub(crate) packets: u32,
-    pub(crate) size: u32,
-    pub(crate) spacing_ns: u64,
-    pub(crate) rider_probes: u32,
-}
-
-impl Batch {
-    fn header(&self, seq: u32, sent_ns: i64) -> ProbeHeader {
-        ProbeHeader {
-            kind: self.kind,
-            fleet: self.fleet,
-            stream: self.stream,
-            seq,
-            sent_ns,
-        }
-    }
+fn header(tag: Tag, seq: u32, sent_ns: i64) -> ProbeHeader {
+    ProbeHeader { tag, seq, sent_ns }
 }
 
 /// IP and UDP header bytes for a destination: what a probe's payload leaves out of its
@@ -89,25 +69,32 @@ fn udp_overhead(ip: IpAddr) -> u32 {
 
 /// The sending half.
 #[derive(Debug)]
-pub(crate) enum Sender {
+pub enum Sender {
     /// Plain UDP, paced here.
     Udp {
+        /// The connected socket.
         socket: Socket,
+        /// IP and UDP header bytes per probe.
         overhead: u32,
+        /// The probe being written.
         buf: Vec<u8>,
     },
     /// Probe transactions through mgrpd.
     Mgrp {
+        /// mgrpd's API.
         client: Box<Client>,
+        /// The receiver.
         destination: IpAddr,
+        /// Source and destination measurement ports.
         ports: (u16, u16),
+        /// Whether riders may ride at all.
         piggyback: bool,
     },
 }
 
 impl Sender {
     /// A UDP sender from `src_port` to `dst`.
-    pub(crate) fn udp(dst: SocketAddr, src_port: u16) -> anyhow::Result<Self> {
+    pub fn udp(dst: SocketAddr, src_port: u16) -> anyhow::Result<Self> {
         let domain = if dst.is_ipv4() {
             Domain::IPV4
         } else {
@@ -136,7 +123,7 @@ impl Sender {
     }
 
     /// A sender through the mgrpd at `socket`.
-    pub(crate) fn mgrp(
+    pub fn mgrp(
         socket: &PathBuf,
         destination: IpAddr,
         ports: (u16, u16),
@@ -151,8 +138,8 @@ impl Sender {
         })
     }
 
-    /// Sends a train or stream; returns when the last probe has left.
-    pub(crate) fn send(&mut self, b: &Batch) -> anyhow::Result<Sent> {
+    /// Sends a batch; returns when the last probe has left.
+    pub fn send(&mut self, b: &Batch) -> anyhow::Result<SentReport> {
         match self {
             Self::Udp {
                 socket,
@@ -169,15 +156,12 @@ impl Sender {
     }
 }
 
-fn send_udp(socket: &Socket, overhead: u32, buf: &mut [u8], b: &Batch) -> Sent {
-    let payload = (b.size.saturating_sub(overhead) as usize).clamp(PROBE_HEADER_LEN, buf.len());
-    let spacing = i64::try_from(b.spacing_ns).unwrap_or(i64::MAX / 4);
-    let mut stamps = Vec::with_capacity(b.packets as usize);
+fn send_udp(socket: &Socket, overhead: u32, buf: &mut [u8], b: &Batch) -> SentReport {
+    let mut stamps = Vec::with_capacity(b.packets() as usize);
     let mut deadline = sys::mono_now() + LEAD_NS;
-    for seq in 0..b.packets {
-        if seq > 0 {
-            deadline += spacing;
-        }
+    for (seq, p) in (0u32..).zip(b.probes()) {
+        let gap = i64::try_from(p.gap_ns).unwrap_or(i64::MAX / 4);
+        deadline += gap;
         if deadline - sys::mono_now() > SPIN_MARGIN_NS {
             sys::sleep_until(deadline - SPIN_MARGIN_NS);
         }
@@ -187,23 +171,24 @@ fn send_udp(socket: &Socket, overhead: u32, buf: &mut [u8], b: &Batch) -> Sent {
             now = sys::mono_now();
         }
         // Later than half a gap (the thread was kept from running): the rest keeps
-        // its spacing from here. Catching up would send a burst, which queues on
-        // the path and reads as a rate above the available bandwidth; the long gap
-        // instead splits the stream where the receiver analyses it.
-        if now - deadline > spacing / 2 {
+        // its gaps from here. Catching up would send a burst, which queues on the
+        // path and reads as a rate above the available bandwidth; the long gap
+        // instead shows in the stamps, which the estimators judge by.
+        if now - deadline > gap / 2 {
             deadline = now;
         }
+        let payload = (p.size.saturating_sub(overhead) as usize).clamp(PROBE_HEADER_LEN, buf.len());
         let stamp = sys::wall_now();
-        b.header(seq, stamp).emit(buf);
+        header(b.tag, seq, stamp).emit(buf);
         // A probe the kernel refuses (a full queue) has no departure stamp; the
         // receiver counts it lost.
-        if socket.send(&buf[..payload]).is_ok() {
-            stamps.push(stamp);
-        }
+        stamps.push(socket.send(&buf[..payload]).is_ok().then_some(stamp));
     }
-    Sent {
-        stamps,
-        ..Sent::default()
+    SentReport {
+        tag: b.tag,
+        sent: b.packets(),
+        sender_stamps: stamps,
+        ..SentReport::default()
     }
 }
 
@@ -213,73 +198,75 @@ fn send_mgrp(
     ports: (u16, u16),
     piggyback: bool,
     b: &Batch,
-) -> anyhow::Result<Sent> {
+) -> anyhow::Result<SentReport> {
     let mut train = Train::new(destination).ports(ports.0, ports.1);
-    let mut header = [0u8; PROBE_HEADER_LEN];
-    let size = u16::try_from(b.size).context("probe size over 65535")?;
-    // Back-to-back trains go as close as the daemon allows; the sender stamps say how
-    // close that was, and streams are never closer than trains.
+    let mut head = [0u8; PROBE_HEADER_LEN];
+    // Back-to-back probes go as close as the daemon allows; the sender stamps say how
+    // close that was.
     let min_gap = client.limits().map_or(0, |l| l.min_gap_ns);
-    // MGRP stamps and numbers each probe itself; the header says only which stream,
+    // MGRP stamps and numbers each probe itself; the header says only which batch,
     // so it is the same for every probe and the train travels to mgrpd as a few runs
     // of equal probes with counts (a header per probe made a 1 Gbit/s stream a
     // 100 KB request, over mgrpd's limits.max-request-bytes).
-    b.header(0, 0).emit(&mut header);
-    for seq in 0..b.packets {
-        let gap = if seq == 0 {
-            0
-        } else {
-            b.spacing_ns.max(min_gap)
-        };
-        let mut p = Probe::new(size)
+    header(b.tag, 0, 0).emit(&mut head);
+    let mut sizes = Vec::with_capacity(b.packets() as usize);
+    for (i, p) in b.probes().enumerate() {
+        let size = u16::try_from(p.size).context("probe size over 65535")?;
+        let gap = if i == 0 { 0 } else { p.gap_ns.max(min_gap) };
+        let mut probe = Probe::new(size)
             .gap(Duration::from_nanos(gap))
-            .header(header.to_vec());
-        if !piggyback || b.kind == ProbeKind::Train || seq >= b.rider_probes {
-            p = p.no_piggyback();
+            .header(head.to_vec());
+        if !piggyback || !p.ride {
+            probe = probe.no_piggyback();
         }
-        train = train.probe(p);
+        train = train.probe(probe);
+        sizes.push(u64::from(p.size));
     }
     let report = client.send_train(train)?;
-    let mut sent = Sent {
-        competing_rider_bytes: report.competing_rider_bytes,
-        rider_bytes: report.rider_bytes,
-        kernel_clock: report.departure_clock == DepartureClock::KernelQueue,
-        ..Sent::default()
-    };
-    // One clock for the whole stream: the kernel's queue-entry stamps where every
+    // One clock for the whole batch: the kernel's queue-entry stamps where every
     // probe has one (the departure into the path), else the daemon's for all.
-    sent.stamps = report
-        .departure_times()
-        .map(|(_, t)| t.as_nanos() as i64)
-        .collect();
-    sent.riding_probe_bytes = report
+    let mut stamps = vec![None; sizes.len()];
+    for (seq, t) in report.departure_times() {
+        if let Some(s) = stamps.get_mut(usize::from(seq)) {
+            *s = Some(t.as_nanos() as i64);
+        }
+    }
+    if stamps.iter().all(Option::is_none) {
+        anyhow::bail!(
+            "mgrpd could not send any of the {} probes to {destination} (its log says why)",
+            sizes.len()
+        );
+    }
+    let riding_probe_bytes = report
         .departures
         .iter()
         .filter(|d| d.departed.is_some() && d.rider_bytes > 0)
-        .map(|_| u64::from(b.size))
+        .map(|d| sizes.get(usize::from(d.seq)).copied().unwrap_or(0))
         .sum();
-    if sent.stamps.is_empty() {
-        anyhow::bail!(
-            "mgrpd could not send any of the {} probes to {destination} (its log says why)",
-            b.packets
-        );
-    }
-    Ok(sent)
+    Ok(SentReport {
+        tag: b.tag,
+        sent: b.packets(),
+        sender_stamps: stamps,
+        competing_rider_bytes: report.competing_rider_bytes,
+        rider_bytes: report.rider_bytes,
+        riding_probe_bytes,
+        kernel_stamps: report.departure_clock == DepartureClock::KernelQueue,
+    })
 }
 
 /// The receiving half: a thread that hands every probe it gets to a channel.
 #[derive(Debug)]
-pub(crate) struct Listener {
+pub struct Listener {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     /// Probes that arrived without a kernel stamp (stamped in user space instead).
-    pub(crate) unstamped: Arc<AtomicU64>,
+    pub unstamped: Arc<AtomicU64>,
 }
 
 impl Listener {
     /// Starts listening on `port` for probes of `transport` (through the mgrpd at
     /// `socket` for MGRP; for UDP on the address family of `peer`).
-    pub(crate) fn start(
+    pub fn start(
         transport: Transport,
         port: u16,
         peer: IpAddr,
@@ -309,9 +296,7 @@ impl Listener {
                                     continue;
                                 };
                                 let seen = Seen {
-                                    kind: h.kind,
-                                    fleet: h.fleet,
-                                    stream: h.stream,
+                                    tag: h.tag,
                                     arrival: Arrival {
                                         seq: u32::from(p.seq),
                                         sent_ns: p.sender_time.as_nanos() as i64,
@@ -324,7 +309,7 @@ impl Listener {
                             }
                             Ok(None) => {}
                             Err(e) => {
-                                eprintln!("pathload-rs: probe stream from mgrpd ended: {e}");
+                                eprintln!("probe stream from mgrpd ended: {e}");
                                 return;
                             }
                         }
@@ -360,8 +345,8 @@ fn udp_listen_socket(peer: IpAddr, port: u16) -> anyhow::Result<Socket> {
     };
     let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
     s.bind(&SockAddr::from(SocketAddr::new(any, port)))
-        .with_context(|| format!("cannot listen for UDP probes on port {port}; is another pathload-rs running? pick another with --probe-port"))?;
-    // A whole 300-packet stream of full-size probes fits.
+        .with_context(|| format!("cannot listen for UDP probes on port {port}; is another measurement tool listening there? pick another with --probe-port"))?;
+    // A whole 1000-probe batch of full-size probes fits.
     let _ = s.set_recv_buffer_size(4 << 20);
     s.set_read_timeout(Some(POLL))?;
     sys::enable_rx_timestamps(&s).context("the kernel refused receive timestamps")?;
@@ -381,9 +366,7 @@ fn udp_listen(s: &Socket, tx: &mpsc::Sender<Seen>, stop: &AtomicBool, unstamped:
                     sys::wall_now()
                 });
                 let seen = Seen {
-                    kind: h.kind,
-                    fleet: h.fleet,
-                    stream: h.stream,
+                    tag: h.tag,
                     arrival: Arrival {
                         seq: h.seq,
                         sent_ns: h.sent_ns,
@@ -402,7 +385,7 @@ fn udp_listen(s: &Socket, tx: &mpsc::Sender<Seen>, stop: &AtomicBool, unstamped:
                         | io::ErrorKind::Interrupted
                 ) => {}
             Err(e) => {
-                eprintln!("pathload-rs: UDP probe socket failed: {e}");
+                eprintln!("UDP probe socket failed: {e}");
                 return;
             }
         }

@@ -10,12 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use socket2::Socket;
 
 /// Now on the realtime clock (the clock of the kernel's packet stamps), ns.
-pub(crate) fn wall_now() -> i64 {
+pub fn wall_now() -> i64 {
     ns(mgrp_rt::wall_now().as_nanos())
 }
 
 /// Now on the monotonic clock (for deadlines), ns.
-pub(crate) fn mono_now() -> i64 {
+pub fn mono_now() -> i64 {
     ns(mgrp_rt::mono_now().as_nanos())
 }
 
@@ -25,7 +25,7 @@ fn ns(n: u64) -> i64 {
 
 /// Sleeps until the monotonic clock reads `deadline` ns (absolute, so a late wake-up
 /// does not push later deadlines).
-pub(crate) fn sleep_until(deadline: i64) {
+pub fn sleep_until(deadline: i64) {
     mgrp_rt::sleep_until(mgrp_rt::MonoTime::from_nanos(
         u64::try_from(deadline).unwrap_or(0),
     ));
@@ -33,20 +33,20 @@ pub(crate) fn sleep_until(deadline: i64) {
 
 /// Puts the calling thread under SCHED_FIFO and removes its timer slack. Returns the
 /// error when the first is not permitted (the slack is removed regardless).
-pub(crate) fn make_realtime() -> io::Result<()> {
+pub fn make_realtime() -> io::Result<()> {
     mgrp_rt::thread::set_timer_slack(1);
     mgrp_rt::thread::set_realtime(40)
 }
 
 /// Asks the kernel to stamp every datagram `s` receives (`SO_TIMESTAMPNS`).
-pub(crate) fn enable_rx_timestamps(s: &Socket) -> io::Result<()> {
+pub fn enable_rx_timestamps(s: &Socket) -> io::Result<()> {
     mgrp_rt::rx::enable_rx_timestamps(s)
 }
 
 /// Receives one datagram into `buf`: its length and the kernel's receive stamp
 /// (realtime ns), or `None` for the stamp if the kernel gave none. A read timeout set
 /// on the socket surfaces as `WouldBlock`.
-pub(crate) fn recv_stamped(s: &Socket, buf: &mut [u8]) -> io::Result<(usize, Option<i64>)> {
+pub fn recv_stamped(s: &Socket, buf: &mut [u8]) -> io::Result<(usize, Option<i64>)> {
     let (n, stamp) = mgrp_rt::rx::recv_stamped(s, buf)?;
     Ok((n, stamp.map(|t| ns(t.as_nanos()))))
 }
@@ -59,7 +59,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 /// Routes SIGINT and SIGTERM to the flag [`interrupt_flag`] gives, so a run can end
 /// with its best range instead of dying mid-stream.
-pub(crate) fn catch_interrupts() {
+pub fn catch_interrupts() {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: a zeroed sigaction with a handler that only stores to an atomic,
         // which is async-signal-safe.
@@ -73,6 +73,6 @@ pub(crate) fn catch_interrupts() {
 }
 
 /// The flag SIGINT and SIGTERM set, as the stop flag of the command's measurement.
-pub(crate) fn interrupt_flag() -> &'static AtomicBool {
+pub fn interrupt_flag() -> &'static AtomicBool {
     &INTERRUPTED
 }

@@ -1,6 +1,7 @@
-//! The sender role: wait for a receiver on the control port and send what it asks
-//! for. [`Server`] is the sender as a library (the Measurement Overlay serves its
-//! neighbours with it); `snd` runs one.
+//! The sender role: wait for a receiver on the control port and send the batches it
+//! asks for. [`Server`] is the sender as a library (the Measurement Overlay serves its
+//! neighbours with it); every tool's `snd` runs one through [`serve_command`]. It
+//! knows no tool: one sender serves pathload-rs, pathChirp and badabing receivers.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
@@ -8,23 +9,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::control::{
-    CONTROL_VERSION, DEFAULT_CONTROL_PORT, DEFAULT_SENDER_PROBE_PORT, Reply, Request, Transport,
+    Batch, CONTROL_VERSION, DEFAULT_CONTROL_PORT, DEFAULT_SENDER_PROBE_PORT, MAX_PROBE_IP_BYTES,
+    MIN_PROBE_IP_BYTES, Reply, Request, Transport,
 };
-use crate::params::{MAX_PROBE_IP_BYTES, MIN_PROBE_IP_BYTES};
 use anyhow::Context;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::tool::cli::SndArgs;
-use crate::tool::conn::Conn;
-use crate::tool::sys;
-use crate::tool::transport::{Batch, Sender};
+use crate::conn::Conn;
+use crate::sys;
+use crate::transport::Sender;
 
 /// A receiver that says nothing for this long is gone.
 const IDLE_LIMIT: Duration = Duration::from_secs(120);
 
 /// Largest probe a connection's path carries: its TCP segment size plus the IP and
-/// TCP headers with timestamps (pathload 1.3.2 reads TCP_MAXSEG), within pathload's
-/// bounds.
+/// TCP headers with timestamps (pathload 1.3.2 reads TCP_MAXSEG), at most
+/// [`MAX_PROBE_IP_BYTES`].
 fn max_size(conn: &Conn) -> u32 {
     let mss = socket2::SockRef::from(conn.stream())
         .tcp_mss()
@@ -49,6 +49,8 @@ pub struct ServeOptions {
     pub probe_port: u16,
     /// Whether application traffic may ride in the probes when a receiver asks.
     pub piggyback: bool,
+    /// What serves, for the hello and for messages ("pathload-rs snd").
+    pub name: String,
 }
 
 impl ServeOptions {
@@ -61,6 +63,7 @@ impl ServeOptions {
             socket: PathBuf::from(mgrp_client::DEFAULT_SOCKET),
             probe_port: DEFAULT_SENDER_PROBE_PORT,
             piggyback: true,
+            name: "mgrp-tool".into(),
         }
     }
 }
@@ -68,9 +71,9 @@ impl ServeOptions {
 /// What a serving sender reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServeEvent {
-    /// A receiver connected.
-    Connected(SocketAddr),
-    /// Its measurement ended after this many streams, or with this error.
+    /// A receiver connected, running this tool (empty if it did not say).
+    Connected(SocketAddr, String),
+    /// Its measurement ended after this many batches, or with this error.
     Done(SocketAddr, Result<u32, String>),
     /// A receiver was turned away (busy with another, shutting down), with the
     /// message it got.
@@ -112,7 +115,7 @@ impl Server {
         s.set_reuse_address(true)?;
         let addr = SocketAddr::new(bind, opts.port);
         s.bind(&SockAddr::from(addr)).with_context(|| {
-            format!("cannot listen on control port {addr}; is another pathload-rs snd running? pick another with --port")
+            format!("cannot listen on control port {addr}; is another measurement sender running? pick another with --port")
         })?;
         s.listen(16)?;
         // Accepts wait in short polls, so that a stop is noticed.
@@ -266,43 +269,41 @@ fn traffic(opts: &ServeOptions, to: IpAddr) -> Reply {
     }
 }
 
-/// The `snd` command: serves one measurement, or every one with `--keep-serving`.
-pub(crate) fn run(args: &SndArgs) -> anyhow::Result<()> {
-    let opts = args.options();
+/// A tool's `snd` command: serves one measurement, or every one with
+/// `keep_serving`, until SIGINT or SIGTERM, logging to standard error as `name`.
+pub fn serve_command(opts: &ServeOptions, keep_serving: bool, verbose: bool) -> anyhow::Result<()> {
     let server = Server::bind(opts.clone())?;
+    let name = opts.name.split(' ').next().unwrap_or("sender").to_string();
     eprintln!(
-        "pathload-rs: sender waiting on {} ({} probes)",
+        "{name}: sender waiting on {} ({} probes)",
         server.local_addr()?,
         opts.transport
     );
-    let verbose = args.verbose;
-    server.serve(
-        args.keep_serving,
-        sys::interrupt_flag(),
-        &mut |ev| match ev {
-            ServeEvent::Connected(peer) => eprintln!("pathload-rs: receiver {peer} connected"),
-            ServeEvent::Done(peer, Ok(n)) => {
-                eprintln!("pathload-rs: measurement for {peer} done ({n} streams)");
-            }
-            ServeEvent::Done(peer, Err(e)) => {
-                eprintln!("pathload-rs: measurement for {peer} ended: {e}");
-            }
-            ServeEvent::Warning(peer, message) => {
-                eprintln!("pathload-rs: warning: measurement for {peer}: {message}");
-            }
-            ServeEvent::Refused(_, message) if verbose => {
-                eprintln!("pathload-rs: refused: {message}");
-            }
-            ServeEvent::Refused(..) => {}
-            ServeEvent::Failed(peer, message) => {
-                eprintln!("pathload-rs: error: measurement for {peer}: {message}");
-            }
-        },
-    )
+    server.serve(keep_serving, sys::interrupt_flag(), &mut |ev| match ev {
+        ServeEvent::Connected(peer, tool) => {
+            eprintln!("{name}: receiver {peer} connected ({tool})");
+        }
+        ServeEvent::Done(peer, Ok(n)) => {
+            eprintln!("{name}: measurement for {peer} done ({n} batches of probes)");
+        }
+        ServeEvent::Done(peer, Err(e)) => {
+            eprintln!("{name}: measurement for {peer} ended: {e}");
+        }
+        ServeEvent::Warning(peer, message) => {
+            eprintln!("{name}: warning: measurement for {peer}: {message}");
+        }
+        ServeEvent::Refused(_, message) if verbose => {
+            eprintln!("{name}: refused: {message}");
+        }
+        ServeEvent::Refused(..) => {}
+        ServeEvent::Failed(peer, message) => {
+            eprintln!("{name}: error: measurement for {peer}: {message}");
+        }
+    })
 }
 
 /// Serves one connection: a measurement once it has claimed `slot` (then `claimed`
-/// is set; the streams sent are returned), or traffic queries.
+/// is set; the batches sent are returned), or traffic queries.
 fn serve_one(
     opts: &ServeOptions,
     stream: std::net::TcpStream,
@@ -318,7 +319,8 @@ fn serve_one(
     stream.set_read_timeout(Some(FIRST_REQUEST))?;
     let mut conn = Conn::new(stream)?;
     let mut sender: Option<Sender> = None;
-    let mut streams = 0;
+    let mut max = MAX_PROBE_IP_BYTES;
+    let mut batches = 0;
     while let Some(req) = conn.recv::<Request>()? {
         if stop.load(Ordering::Relaxed) {
             conn.send(&Reply::Error {
@@ -333,11 +335,12 @@ fn serve_one(
                 address,
                 probe_port,
                 piggyback,
+                tool,
             } => {
                 if version != CONTROL_VERSION {
                     Reply::Error {
                         message: format!(
-                            "control protocol {version} not spoken here (this sender speaks {CONTROL_VERSION}); use the same pathload-rs version on both hosts"
+                            "control protocol {version} not spoken here (this sender speaks {CONTROL_VERSION}); use the same version of the tools on both hosts"
                         ),
                     }
                 } else if transport != opts.transport {
@@ -362,7 +365,7 @@ fn serve_one(
                     if !*claimed {
                         *claimed = true;
                         conn.stream().set_read_timeout(Some(IDLE_LIMIT))?;
-                        report(ServeEvent::Connected(peer));
+                        report(ServeEvent::Connected(peer, tool));
                         if transport == Transport::Udp {
                             // This thread paces the probes: at normal priority a
                             // real-time thread on its CPU (mgrpd's pacer) delays them,
@@ -392,10 +395,11 @@ fn serve_one(
                     match made {
                         Ok(s) => {
                             sender = Some(s);
+                            max = max_size(&conn);
                             Reply::Hello {
                                 version: CONTROL_VERSION,
-                                max_size: max_size(&conn),
-                                sender: format!("pathload-rs {}", env!("CARGO_PKG_VERSION")),
+                                max_size: max,
+                                sender: format!("{} {}", opts.name, env!("CARGO_PKG_VERSION")),
                             }
                         }
                         Err(e) => Reply::Error {
@@ -408,39 +412,9 @@ fn serve_one(
             Request::Traffic { address } => {
                 traffic(opts, address.unwrap_or(peer.ip()).to_canonical())
             }
-            Request::Train { id, packets, size } => send(
-                &mut sender,
-                &Batch {
-                    kind: crate::control::ProbeKind::Train,
-                    fleet: 0,
-                    stream: id,
-                    packets,
-                    size,
-                    spacing_ns: 0,
-                    rider_probes: 0,
-                },
-            ),
-            Request::Stream {
-                fleet,
-                stream,
-                packets,
-                size,
-                spacing_ns,
-                rider_probes,
-            } => {
-                streams += 1;
-                send(
-                    &mut sender,
-                    &Batch {
-                        kind: crate::control::ProbeKind::Stream,
-                        fleet,
-                        stream,
-                        packets,
-                        size,
-                        spacing_ns,
-                        rider_probes,
-                    },
-                )
+            Request::Probes(batch) => {
+                batches += 1;
+                send(&mut sender, &batch, max)
             }
             Request::Bye => break,
         };
@@ -449,38 +423,20 @@ fn serve_one(
         }
         conn.send(&reply)?;
     }
-    Ok(streams)
+    Ok(batches)
 }
 
-/// Probes per train or stream the sender accepts.
-const MAX_PACKETS: u32 = 10_000;
-
-fn send(sender: &mut Option<Sender>, b: &Batch) -> Reply {
+fn send(sender: &mut Option<Sender>, b: &Batch, max_size: u32) -> Reply {
     let Some(s) = sender.as_mut() else {
         return Reply::Error {
             message: "no hello yet".into(),
         };
     };
-    if b.packets == 0 || b.packets > MAX_PACKETS || b.size > MAX_PROBE_IP_BYTES {
-        return Reply::Error {
-            message: format!(
-                "refused: {} probes of {} bytes (at most {MAX_PACKETS} of {MAX_PROBE_IP_BYTES})",
-                b.packets, b.size
-            ),
-        };
+    if let Some(why) = b.refusal(max_size) {
+        return Reply::Error { message: why };
     }
     match s.send(b) {
-        Ok(sent) => Reply::Sent {
-            fleet: b.fleet,
-            stream: b.stream,
-            // Probes the local kernel refused count as lost, as they would on a link.
-            sent: b.packets,
-            sender_stamps: sent.stamps,
-            competing_rider_bytes: sent.competing_rider_bytes,
-            rider_bytes: sent.rider_bytes,
-            riding_probe_bytes: sent.riding_probe_bytes,
-            kernel_stamps: sent.kernel_clock,
-        },
+        Ok(sent) => Reply::Sent(sent),
         Err(e) => Reply::Error {
             message: format!("sending failed: {e:#}"),
         },

@@ -1,0 +1,123 @@
+//! The command-line flags every tool shares: `snd`'s, and the receiver's flags that
+//! say where the sender is and how probes travel.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use crate::control::{
+    DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, DEFAULT_SENDER_PROBE_PORT, Transport,
+};
+use crate::server::ServeOptions;
+use crate::session::SessionOptions;
+
+/// Where mgrpd listens unless told otherwise.
+const DEFAULT_SOCKET: &str = mgrp_client::DEFAULT_SOCKET;
+
+/// How probes travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TransportArg {
+    /// Probe transactions through mgrpd; application traffic may ride in them.
+    Mgrp,
+    /// Plain UDP, paced by the tool (the no-MGRP baseline).
+    Udp,
+}
+
+impl From<TransportArg> for Transport {
+    fn from(t: TransportArg) -> Self {
+        match t {
+            TransportArg::Mgrp => Self::Mgrp,
+            TransportArg::Udp => Self::Udp,
+        }
+    }
+}
+
+/// Arguments of `snd`.
+#[derive(Debug, Args)]
+pub struct SndArgs {
+    /// Control port to listen on.
+    #[arg(long, default_value_t = DEFAULT_CONTROL_PORT)]
+    pub port: u16,
+    /// Address to listen on (default: every address, IPv6 and IPv4).
+    #[arg(long)]
+    pub bind: Option<IpAddr>,
+    /// How probes travel; the receiver must use the same.
+    #[arg(long, value_enum, default_value_t = TransportArg::Mgrp)]
+    pub transport: TransportArg,
+    /// mgrpd's API socket (MGRP transport).
+    #[arg(long, default_value = DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// The sender's probe port (UDP source port; MGRP measurement port).
+    #[arg(long, default_value_t = DEFAULT_SENDER_PROBE_PORT)]
+    pub probe_port: u16,
+    /// Keep serving measurements one after another instead of exiting after one.
+    #[arg(long)]
+    pub keep_serving: bool,
+    /// Never let application traffic ride in the probes, whatever the receiver asks.
+    #[arg(long)]
+    pub no_piggyback: bool,
+    /// Log refused requests.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+impl SndArgs {
+    /// How these flags ask to serve, as `name` (a tool's `snd`).
+    pub fn options(&self, name: &str) -> ServeOptions {
+        ServeOptions {
+            port: self.port,
+            bind: self.bind,
+            transport: self.transport.into(),
+            socket: self.socket.clone(),
+            probe_port: self.probe_port,
+            piggyback: !self.no_piggyback,
+            name: name.to_string(),
+        }
+    }
+}
+
+/// A receiver's flags for where the sender is and how probes travel.
+#[derive(Debug, Args)]
+pub struct PeerArgs {
+    /// The sending host (name or address) running a tool's `snd` (any of the
+    /// workspace's tools serves every tool's receivers).
+    #[arg(long, short = 's')]
+    pub sender: String,
+    /// The sender's control port.
+    #[arg(long, default_value_t = DEFAULT_CONTROL_PORT)]
+    pub port: u16,
+    /// How probes travel; the sender must use the same.
+    #[arg(long, value_enum, default_value_t = TransportArg::Mgrp)]
+    pub transport: TransportArg,
+    /// mgrpd's API socket (MGRP transport).
+    #[arg(long, default_value = DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// This host's probe port.
+    #[arg(long, default_value_t = DEFAULT_PROBE_PORT)]
+    pub probe_port: u16,
+    /// The address the sender should send probes to (default: the one the control
+    /// connection comes from).
+    #[arg(long)]
+    pub address: Option<IpAddr>,
+    /// Keep application traffic out of the probes (MGRP without piggybacking).
+    #[arg(long)]
+    pub no_piggyback: bool,
+}
+
+impl PeerArgs {
+    /// The session these flags ask for, by `tool`.
+    pub fn options(&self, tool: &str) -> SessionOptions {
+        SessionOptions {
+            sender: self.sender.clone(),
+            port: self.port,
+            transport: self.transport.into(),
+            socket: self.socket.clone(),
+            probe_port: self.probe_port,
+            address: self.address,
+            piggyback: !self.no_piggyback,
+            sender_is: format!("`{tool} snd` (port {})", self.port),
+            tool: tool.to_string(),
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! What the workspace's measurement tools share (pathload-rs, pathChirp, badabing):
+//! how probes travel and how the two ends talk, so that a tool is a sans-IO estimator
+//! plus a small driver.
+//!
+//! - [`control`]: the tool-neutral control protocol. The receiver asks for a
+//!   [`Batch`] of probes (runs of equal probes with a gap before each: a pathload
+//!   stream, a chirp, a badabing experiment) and gets a [`SentReport`] with every
+//!   departure stamp and, over MGRP, the application bytes that rode.
+//! - [`transport`]: batches over MGRP (probe transactions through `mgrpd` with
+//!   `mgrp-client`) or over plain UDP paced against absolute deadlines, and the
+//!   listener that hands the receiver each probe with both stamps.
+//! - [`server`]: the sender as a library ([`Server`]) and as every tool's `snd`.
+//! - [`session`]: the receiver's side, [`Session`]: connect, time the round trip,
+//!   then exchange batches one at a time.
+//! - [`cli`], [`exit`], [`sys`]: the flags, exit codes, clocks and interrupt flag
+//!   every tool's command line uses.
+
+pub mod cli;
+pub mod conn;
+pub mod control;
+pub mod exit;
+pub mod server;
+pub mod session;
+pub mod sys;
+pub mod transport;
+
+pub use control::{Batch, ProbeSpec, Run, SentReport, Tag, Transport};
+pub use server::{BUSY, ServeEvent, ServeOptions, Server, serve_command};
+pub use session::{
+    BatchError, Exchange, MeasureError, SenderTraffic, Session, SessionOptions, connect,
+    sender_traffic,
+};
+pub use transport::{Arrival, Seen};

@@ -1,0 +1,356 @@
+//! The receiver's side of a measurement: connect to the sender, time the round trip,
+//! say hello, then ask for batches of probes one at a time and collect each batch's
+//! arrivals with the sender's report. Every tool's receiver is an estimator driven
+//! through a [`Session`].
+
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use crate::conn::Conn;
+use crate::control::{
+    Batch, CONTROL_VERSION, DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, Reply, Request, SentReport,
+    Transport,
+};
+use crate::transport::{Arrival, Listener, Seen};
+use anyhow::{anyhow, bail};
+
+/// How long to wait for the sender to answer beyond the time its probes take.
+const REPLY_SLACK: Duration = Duration::from_secs(10);
+
+/// After the sender says a batch is out, wait at most this long (or a round trip, if
+/// longer) for its last probes: the socket is drained before the batch is judged, so
+/// no probe still in flight or in a buffer counts as lost.
+const DRAIN: Duration = Duration::from_millis(30);
+
+/// Round trips timed before the run, the smallest kept.
+const PINGS: u32 = 5;
+
+/// Where the sender is and how probes travel. [`SessionOptions::new`] gives the
+/// defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// The sending host (name or address) serving measurements.
+    pub sender: String,
+    /// The sender's control port.
+    pub port: u16,
+    /// How probes travel; the sender must use the same.
+    pub transport: Transport,
+    /// mgrpd's API socket (MGRP transport).
+    pub socket: PathBuf,
+    /// This host's probe port.
+    pub probe_port: u16,
+    /// The address the sender should send probes to (default: the one the control
+    /// connection comes from).
+    pub address: Option<IpAddr>,
+    /// Whether application traffic may ride in the probes that allow it (MGRP).
+    pub piggyback: bool,
+    /// What serves measurements at the sender, for the message when it cannot be
+    /// reached ("is X running there?").
+    pub sender_is: String,
+    /// The receiving tool, named in the sender's log.
+    pub tool: String,
+}
+
+impl SessionOptions {
+    /// Defaults for measuring from `sender` over `transport` with `tool`.
+    pub fn new(sender: impl Into<String>, transport: Transport, tool: impl Into<String>) -> Self {
+        let tool = tool.into();
+        Self {
+            sender: sender.into(),
+            port: DEFAULT_CONTROL_PORT,
+            transport,
+            socket: PathBuf::from(mgrp_client::DEFAULT_SOCKET),
+            probe_port: DEFAULT_PROBE_PORT,
+            address: None,
+            piggyback: true,
+            sender_is: format!("`{tool} snd`"),
+            tool,
+        }
+    }
+}
+
+/// Why a measurement could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    /// The sender answered before any probe with an error: it is there, but will not
+    /// or cannot serve this measurement now (busy with another receiver when the
+    /// message starts with [`crate::BUSY`]; its mgrpd or its probe socket
+    /// otherwise).
+    #[error("the sender refused: {0}")]
+    Refused(String),
+    /// The sender could not be reached.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The exchange failed before the measurement could start.
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
+impl MeasureError {
+    /// Whether the sender turned this receiver away because it serves another.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Self::Refused(m) if m.starts_with(crate::BUSY))
+    }
+}
+
+/// Why a batch brought nothing back, once the measurement runs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    /// The sender, still there, could not send it (its mgrpd refused the train, or a
+    /// limit there): the fix lies on the sending host.
+    #[error("the sender failed: {0}")]
+    SenderFailed(String),
+    /// The sender went away, or the control connection broke.
+    #[error("{0}")]
+    Gone(String),
+}
+
+/// A batch's probes as they came, with what the sender reported of it.
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    /// The sender's report: how many left, and when.
+    pub report: SentReport,
+    /// The probes that arrived, in the order they came.
+    pub arrivals: Vec<Arrival>,
+    /// When the report came (the batch had left by then).
+    pub replied: Instant,
+}
+
+impl Exchange {
+    /// Probes that did not arrive.
+    pub fn lost(&self) -> u32 {
+        self.report
+            .sent
+            .saturating_sub(u32::try_from(self.arrivals.len()).unwrap_or(u32::MAX))
+    }
+}
+
+/// Connects to a sender's control port.
+pub fn connect(sender: &str, port: u16, sender_is: &str) -> Result<TcpStream, String> {
+    let addrs: Vec<SocketAddr> = (sender, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve sender {sender}: {e}"))?
+        .collect();
+    let mut last = String::from("no address");
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, Duration::from_secs(5)) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = format!("{a}: {e}"),
+        }
+    }
+    Err(format!(
+        "cannot reach the sender at {sender} port {port} ({last}); is {sender_is} running there?"
+    ))
+}
+
+/// The application traffic a sender's mgrpd routes towards a receiver, as
+/// [`sender_traffic`] learns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SenderTraffic {
+    /// IP bytes per second over the last `window`.
+    pub bytes_per_second: u64,
+    /// The window of that rate.
+    pub window: Duration,
+    /// Riders held for the receiver now, waiting for a probe.
+    pub held_riders: u64,
+    /// Their bytes.
+    pub held_bytes: u64,
+}
+
+/// Asks the sender at `sender`:`port` how much application traffic its mgrpd routes to
+/// `address` (this end of the connection if `None`): the traffic that would ride in
+/// probes sent now. Answered even while another receiver measures.
+pub fn sender_traffic(
+    sender: &str,
+    port: u16,
+    address: Option<IpAddr>,
+) -> Result<SenderTraffic, MeasureError> {
+    let stream =
+        connect(sender, port, "a measurement sender").map_err(MeasureError::Unreachable)?;
+    stream
+        .set_read_timeout(Some(REPLY_SLACK))
+        .map_err(|e| MeasureError::Unreachable(e.to_string()))?;
+    let mut conn = Conn::new(stream)?;
+    conn.send(&Request::Traffic { address })?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Traffic {
+            bytes_per_second,
+            window_ms,
+            held_riders,
+            held_bytes,
+        }) => Ok(SenderTraffic {
+            bytes_per_second,
+            window: Duration::from_millis(window_ms),
+            held_riders,
+            held_bytes,
+        }),
+        Some(Reply::Error { message }) => Err(anyhow!("the sender says: {message}").into()),
+        Some(other) => Err(anyhow!("the sender answered {other:?} to a traffic query").into()),
+        None => Err(anyhow!(
+            "the sender closed the connection without an answer; is it an older version?"
+        )
+        .into()),
+    }
+}
+
+/// A measurement in progress: the control connection and the probe listener.
+#[derive(Debug)]
+pub struct Session {
+    conn: Conn,
+    listener: Listener,
+    rx: Receiver<Seen>,
+    rtt: Duration,
+    max_size: u32,
+    sender: String,
+    started: Instant,
+}
+
+/// The sender closed the control connection before the run began.
+fn closed() -> MeasureError {
+    MeasureError::Unreachable("the sender closed the connection".into())
+}
+
+impl Session {
+    /// Connects, starts listening for probes, times the round trip and says hello.
+    pub fn open(opts: &SessionOptions) -> Result<Self, MeasureError> {
+        let started = Instant::now();
+        let stream =
+            connect(&opts.sender, opts.port, &opts.sender_is).map_err(MeasureError::Unreachable)?;
+        let peer = stream.peer_addr().map_err(|e| {
+            MeasureError::Unreachable(format!("the control connection broke at once: {e}"))
+        })?;
+        let mut conn = Conn::new(stream)?;
+        conn.stream()
+            .set_read_timeout(Some(REPLY_SLACK))
+            .map_err(anyhow::Error::from)?;
+        let (listener, rx) =
+            Listener::start(opts.transport, opts.probe_port, peer.ip(), &opts.socket)?;
+        let mut rtt = Duration::MAX;
+        for _ in 0..PINGS {
+            let t = Instant::now();
+            conn.send(&Request::Ping)?;
+            match conn.recv::<Reply>()? {
+                Some(Reply::Pong) => rtt = rtt.min(t.elapsed()),
+                Some(Reply::Error { message }) => return Err(MeasureError::Refused(message)),
+                Some(other) => {
+                    return Err(anyhow!("the sender answered a ping with {other:?}").into());
+                }
+                None => return Err(closed()),
+            }
+        }
+        conn.send(&Request::Hello {
+            version: CONTROL_VERSION,
+            transport: opts.transport,
+            address: opts.address,
+            probe_port: opts.probe_port,
+            piggyback: opts.piggyback,
+            tool: opts.tool.clone(),
+        })?;
+        let (max_size, sender) = match conn.recv::<Reply>()? {
+            Some(Reply::Hello {
+                max_size, sender, ..
+            }) => (max_size, sender),
+            Some(Reply::Error { message }) => return Err(MeasureError::Refused(message)),
+            Some(other) => {
+                return Err(anyhow!("unexpected answer from the sender: {other:?}").into());
+            }
+            None => return Err(closed()),
+        };
+        Ok(Self {
+            conn,
+            listener,
+            rx,
+            rtt,
+            max_size,
+            sender,
+            started,
+        })
+    }
+
+    /// The smallest of the round trips timed before the run.
+    pub fn rtt(&self) -> Duration {
+        self.rtt
+    }
+
+    /// Largest probe the sender's path carries, IP bytes.
+    pub fn max_size(&self) -> u32 {
+        self.max_size
+    }
+
+    /// The sender's name and version.
+    pub fn sender(&self) -> &str {
+        &self.sender
+    }
+
+    /// Time since the first connection attempt.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Probes so far that came without a kernel receive stamp and were stamped on
+    /// reading.
+    pub fn unstamped(&self) -> u64 {
+        self.listener.unstamped.load(Ordering::Relaxed)
+    }
+
+    /// Asks for one batch, waits for the sender's report, then drains the probes that
+    /// belong to it.
+    pub fn exchange(&mut self, batch: &Batch) -> Result<Exchange, BatchError> {
+        self.exchange_inner(batch)
+            .map_err(|e| match e.downcast::<BatchError>() {
+                Ok(b) => b,
+                Err(e) => BatchError::Gone(format!("{e:#}")),
+            })
+    }
+
+    fn exchange_inner(&mut self, batch: &Batch) -> anyhow::Result<Exchange> {
+        // Anything still queued belongs to earlier batches.
+        while self.rx.try_recv().is_ok() {}
+        let duration = Duration::from_nanos(batch.duration_ns());
+        self.conn
+            .stream()
+            .set_read_timeout(Some(duration + self.rtt + REPLY_SLACK))?;
+        self.conn.send(&Request::Probes(batch.clone()))?;
+        let report = loop {
+            match self.conn.recv::<Reply>()? {
+                Some(Reply::Sent(r)) if r.tag == batch.tag => break r,
+                Some(Reply::Sent(_)) => {}
+                Some(Reply::Error { message }) => {
+                    return Err(BatchError::SenderFailed(message).into());
+                }
+                Some(other) => bail!("unexpected answer from the sender: {other:?}"),
+                None => bail!("the sender closed the connection"),
+            }
+        };
+        let replied = Instant::now();
+        let deadline = replied + DRAIN.max(self.rtt);
+        let mut arrivals = Vec::with_capacity(report.sent as usize);
+        while arrivals.len() < report.sent as usize {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            match self.rx.recv_timeout(deadline - now) {
+                Ok(s) if s.tag == batch.tag => arrivals.push(s.arrival),
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => bail!("the probe listener stopped"),
+            }
+        }
+        Ok(Exchange {
+            report,
+            arrivals,
+            replied,
+        })
+    }
+
+    /// Ends the measurement: tells the sender, stops listening, and returns the count
+    /// of probes stamped on reading.
+    pub fn close(mut self) -> u64 {
+        let _ = self.conn.send(&Request::Bye);
+        self.unstamped()
+    }
+}

@@ -1,0 +1,45 @@
+//! The `pathchirp-rs` tool: `snd` serves measurements (the workspace's shared sender,
+//! which serves every tool's receivers), `rcv` chirps from a sender and prints the
+//! estimates as they come. Programs that measure for themselves (the Measurement
+//! Overlay) call [`measure`].
+
+mod cli;
+mod plot;
+mod receiver;
+
+pub use receiver::{MeasureOptions, Measurement, Point, Progress, measure};
+
+use std::ffi::OsString;
+
+use clap::Parser;
+
+/// The tool's name, in the sender's log and in messages.
+pub(crate) const TOOL: &str = "pathchirp-rs";
+
+/// The probe header's kind for a chirp (pathload-rs uses 0 and 1).
+pub const CHIRP_KIND: u8 = 2;
+
+/// Runs the tool with `args` (the program name first) and returns its exit code.
+/// Parse errors and `--help` print and exit the process, as a command-line tool does.
+pub fn main_with_args<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = cli::Cli::parse_from(args);
+    mgrp_tool::sys::catch_interrupts();
+    match cli.role {
+        cli::Role::Snd(args) => match mgrp_tool::serve_command(
+            &args.options(&format!("{TOOL} snd")),
+            args.keep_serving,
+            args.verbose,
+        ) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("{TOOL}: {e:#}");
+                mgrp_tool::exit::ERROR
+            }
+        },
+        cli::Role::Rcv(args) => receiver::run(&args),
+    }
+}

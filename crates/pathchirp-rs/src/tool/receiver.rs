@@ -1,0 +1,402 @@
+//! The receiver role: ask the sender for one chirp at a time, at the estimator's
+//! pace, and hand each one's stamps to the estimator. [`measure`] is a measurement as
+//! a library call; `rcv` prints one.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use mgrp_tool::control::{Batch, Run, Tag, Transport};
+use mgrp_tool::{BatchError, MeasureError, Session, SessionOptions, exit};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::tool::cli::RcvArgs;
+use crate::tool::{CHIRP_KIND, TOOL, plot};
+use crate::{ChirpResult, ChirpSpec, Config, Counts, Discard, Estimator, Report, Smoothed};
+
+/// What one measurement needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeasureOptions {
+    /// Where the sender is and how probes travel.
+    pub session: SessionOptions,
+    /// The estimator's parameters.
+    pub config: Config,
+    /// How long to chirp.
+    pub duration: Duration,
+}
+
+impl MeasureOptions {
+    /// The tool's defaults for chirping from `sender` over `transport` for `duration`.
+    pub fn new(sender: impl Into<String>, transport: Transport, duration: Duration) -> Self {
+        Self {
+            session: SessionOptions::new(sender, transport, TOOL),
+            config: Config::default(),
+            duration,
+        }
+    }
+}
+
+/// What a measurement in progress shows its driver.
+#[derive(Debug)]
+pub enum Progress<'a> {
+    /// The sender answered.
+    Started {
+        /// The smallest of the round trips timed before the run.
+        rtt: Duration,
+        /// Largest probe, IP bytes.
+        max_size: u32,
+    },
+    /// A chirp came back and was judged.
+    Chirp {
+        /// Time since the run started.
+        at: Duration,
+        /// What was sent.
+        spec: &'a ChirpSpec,
+        /// What it did to the estimate.
+        report: &'a Report,
+    },
+}
+
+/// One chirp on the time series.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Point {
+    /// Seconds since the run started.
+    pub t: f64,
+    /// The chirp's estimate, bit/s (`None` if it was discarded).
+    pub chirp_bps: Option<f64>,
+    /// The published estimate after it, bit/s.
+    pub smoothed_bps: Option<f64>,
+    /// The same, less the application traffic that rode, bit/s.
+    pub adjusted_bps: Option<f64>,
+}
+
+/// A measurement that ran.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measurement {
+    /// The last published estimate.
+    pub last: Option<Smoothed>,
+    /// Every chirp on the time series.
+    pub series: Vec<Point>,
+    /// Chirps and bytes.
+    pub counts: Counts,
+    /// The probing range at the end, (low, high) bit/s.
+    pub range: (f64, f64),
+    /// Seconds from the start to the first published estimate.
+    pub first_estimate: Option<f64>,
+    /// How long it ran.
+    pub elapsed: Duration,
+    /// The round trip to the sender.
+    pub rtt: Duration,
+    /// Set when the sender went away mid-run.
+    pub peer_gone: Option<String>,
+    /// Set when the sender could not send a chirp.
+    pub sender_failed: Option<String>,
+    /// Probes stamped on reading, without a kernel stamp.
+    pub unstamped: u64,
+}
+
+impl Measurement {
+    /// The exit status of `rcv` for it.
+    pub fn exit_code(&self) -> i32 {
+        if self.peer_gone.is_some() {
+            exit::PEER
+        } else if self.sender_failed.is_some() {
+            exit::SENDER
+        } else if self.last.is_none() {
+            exit::UNUSABLE
+        } else {
+            0
+        }
+    }
+}
+
+/// The batch that sends `spec`: one run per probe (each gap differs), riders allowed
+/// in every probe.
+fn batch(spec: &ChirpSpec) -> Batch {
+    let tag = Tag {
+        kind: CHIRP_KIND,
+        fleet: spec.generation,
+        stream: spec.id,
+    };
+    let runs = std::iter::once(0)
+        .chain(spec.gaps_ns.iter().copied())
+        .map(|gap_ns| Run {
+            count: 1,
+            size: spec.size,
+            gap_ns,
+            ride: true,
+        })
+        .collect();
+    Batch { tag, runs }
+}
+
+/// Chirps from the sender `opts` names for `opts.duration`, or until `stop` is set.
+pub fn measure(
+    opts: &MeasureOptions,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Measurement, MeasureError> {
+    let mut config = opts.config;
+    let mut est = Estimator::new(config).map_err(|e| MeasureError::Failed(e.into()))?;
+    let mut session = Session::open(&opts.session)?;
+    if config.size > session.max_size() {
+        config.size = session.max_size();
+        est = Estimator::new(config).map_err(|e| MeasureError::Failed(e.into()))?;
+    }
+    let rtt = session.rtt();
+    progress(Progress::Started {
+        rtt,
+        max_size: session.max_size(),
+    });
+    let started = Instant::now();
+    let mut series = Vec::new();
+    let mut first_estimate = None;
+    let (mut gone, mut sender_failed) = (None, None);
+    let mut next_at = Instant::now();
+    while !stop.load(Ordering::Relaxed) && started.elapsed() < opts.duration {
+        let now = Instant::now();
+        if next_at > now {
+            // Short sleeps, so that a stop is seen.
+            std::thread::sleep((next_at - now).min(Duration::from_millis(100)));
+            continue;
+        }
+        let spec = est.next_chirp();
+        next_at = now + Duration::from_nanos(spec.period_ns);
+        let x = match session.exchange(&batch(&spec)) {
+            Ok(x) => x,
+            Err(BatchError::SenderFailed(f)) => {
+                sender_failed = Some(f);
+                break;
+            }
+            Err(BatchError::Gone(g)) => {
+                gone = Some(g);
+                break;
+            }
+        };
+        let result = ChirpResult {
+            id: spec.id,
+            generation: spec.generation,
+            sent: x.report.sent,
+            sender_stamps: x.report.sender_stamps,
+            arrivals: x.arrivals,
+            competing_rider_bytes: x.report.competing_rider_bytes,
+            rider_bytes: x.report.rider_bytes,
+            riding_probe_bytes: x.report.riding_probe_bytes,
+        };
+        let report = est.handle(&result);
+        let at = started.elapsed();
+        if report.smoothed.is_some() && first_estimate.is_none() {
+            first_estimate = Some(at.as_secs_f64());
+        }
+        series.push(Point {
+            t: at.as_secs_f64(),
+            chirp_bps: report.outcome.as_ref().ok().map(|e| e.bps),
+            smoothed_bps: report.smoothed.map(|s| s.bps),
+            adjusted_bps: report.smoothed.map(|s| s.adjusted_bps),
+        });
+        progress(Progress::Chirp {
+            at,
+            spec: &spec,
+            report: &report,
+        });
+    }
+    let elapsed = started.elapsed();
+    let unstamped = session.close();
+    Ok(Measurement {
+        last: est.smoothed(),
+        series,
+        counts: est.counts(),
+        range: est.range(),
+        first_estimate,
+        elapsed,
+        rtt,
+        peer_gone: gone,
+        sender_failed,
+        unstamped,
+    })
+}
+
+fn mbps(bps: f64) -> String {
+    format!("{:.2}", bps / 1e6)
+}
+
+fn reason(d: Discard) -> &'static str {
+    match d {
+        Discard::Loss => "a probe was lost",
+        Discard::Reorder => "probes came out of order",
+        Discard::Stale => "planned before the range changed",
+        Discard::Coalesced => "the receiving interface coalesced the probes",
+        Discard::Unusable => "too few probes, or stamps that did not advance",
+    }
+}
+
+/// The `rcv` command; returns the exit code.
+pub(crate) fn run(args: &RcvArgs) -> i32 {
+    let opts = match args.options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{TOOL}: {e}");
+            return 2;
+        }
+    };
+    let mgrp = opts.session.transport == Transport::Mgrp;
+    let sender = format!("{}:{}", opts.session.sender, opts.session.port);
+    let (json, verbose) = (args.json, args.verbose);
+    let measured = measure(&opts, mgrp_tool::sys::interrupt_flag(), &mut |p| match p {
+        Progress::Started { rtt, .. } => {
+            if json {
+                mgrp_rt::outln!(
+                    "{}",
+                    json!({"event": "start", "sender": sender, "transport": opts.session.transport.to_string(),
+                        "rtt_ms": rtt.as_secs_f64() * 1e3, "config": opts.config})
+                );
+            } else {
+                mgrp_rt::outln!(
+                    "Chirping from {sender} over {} (round trip {:.2} ms): {} to {} Mbit/s by {}, {} B probes, smoothed over {} chirps",
+                    opts.session.transport,
+                    rtt.as_secs_f64() * 1e3,
+                    mbps(opts.config.low_bps),
+                    mbps(opts.config.high_bps),
+                    opts.config.spread,
+                    opts.config.size,
+                    opts.config.smooth
+                );
+            }
+        }
+        Progress::Chirp { at, spec, report } => {
+            let t = at.as_secs_f64();
+            if json {
+                let mut v = json!({"event": "chirp", "t": t, "id": spec.id, "probes": spec.packets(),
+                    "smoothed": report.smoothed, "new_range_bps": report.new_range});
+                match &report.outcome {
+                    Ok(e) => {
+                        v["estimate_bps"] = json!(e.bps);
+                        v["adjusted_bps"] = json!(e.adjusted_bps);
+                        v["competing_bps"] = json!(e.competing_bps);
+                    }
+                    Err(d) => v["discarded"] = json!(d),
+                }
+                mgrp_rt::outln!("{v}");
+                return;
+            }
+            if verbose {
+                match &report.outcome {
+                    Ok(e) => mgrp_rt::outln!(
+                        "{t:8.2} s  chirp {:>5}: {} Mbit/s{}",
+                        spec.id,
+                        mbps(e.bps),
+                        if mgrp {
+                            format!(" (adjusted {})", mbps(e.adjusted_bps))
+                        } else {
+                            String::new()
+                        }
+                    ),
+                    Err(d) => mgrp_rt::outln!(
+                        "{t:8.2} s  chirp {:>5}: discarded, {}",
+                        spec.id,
+                        reason(*d)
+                    ),
+                }
+            }
+            if let Some(s) = report.smoothed {
+                mgrp_rt::outln!(
+                    "{t:8.2} s  available bandwidth {} Mbit/s{}",
+                    mbps(if mgrp { s.adjusted_bps } else { s.bps }),
+                    if mgrp {
+                        format!(" (measured {}, less the traffic that rode)", mbps(s.bps))
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            if let Some((lo, hi)) = report.new_range {
+                mgrp_rt::outln!(
+                    "{t:8.2} s  probing range now {} to {} Mbit/s",
+                    mbps(lo),
+                    mbps(hi)
+                );
+            }
+        }
+    });
+    let m = match measured {
+        Ok(m) => m,
+        Err(MeasureError::Unreachable(e)) => {
+            eprintln!("{TOOL}: {e}");
+            return exit::PEER;
+        }
+        Err(e @ MeasureError::Refused(_)) => {
+            eprintln!("{TOOL}: {e}");
+            return exit::SENDER;
+        }
+        Err(MeasureError::Failed(e)) => {
+            eprintln!("{TOOL}: {e:#}");
+            return exit::ERROR;
+        }
+    };
+    summary(&m, json, mgrp);
+    if m.unstamped > 0 {
+        eprintln!(
+            "{TOOL}: warning: {} probes came without a kernel receive stamp and were stamped on reading",
+            m.unstamped
+        );
+    }
+    if let Some(path) = &args.plot {
+        if let Err(e) = plot::draw(path, &m, mgrp) {
+            eprintln!("{TOOL}: {e:#}");
+        }
+    }
+    m.exit_code()
+}
+
+fn summary(m: &Measurement, json: bool, mgrp: bool) {
+    let c = &m.counts;
+    let minutes = m.elapsed.as_secs_f64() / 60.0;
+    let per_minute = if minutes > 0.0 {
+        c.probe_bytes as f64 / minutes
+    } else {
+        0.0
+    };
+    if json {
+        mgrp_rt::outln!(
+            "{}",
+            json!({"event": "result", "last": m.last, "counts": c, "range_bps": m.range,
+                "first_estimate_s": m.first_estimate, "elapsed_s": m.elapsed.as_secs_f64(),
+                "probe_bytes_per_minute": per_minute, "peer_gone": m.peer_gone,
+                "sender_failed": m.sender_failed})
+        );
+        return;
+    }
+    match m.last {
+        Some(s) => mgrp_rt::outln!(
+            "Available bandwidth: {} Mbit/s (last estimate, over {} chirps){}",
+            mbps(if mgrp { s.adjusted_bps } else { s.bps }),
+            s.chirps,
+            if mgrp {
+                format!("; measured {} Mbit/s", mbps(s.bps))
+            } else {
+                String::new()
+            }
+        ),
+        None => mgrp_rt::outln!("Available bandwidth: no estimate"),
+    }
+    mgrp_rt::outln!(
+        "Chirps: {} ({} estimates; discarded: {} loss, {} reordering, {} stale, {} coalescence, {} unusable)",
+        c.chirps,
+        c.estimates,
+        c.loss,
+        c.reorder,
+        c.stale,
+        c.coalesced,
+        c.unusable
+    );
+    mgrp_rt::outln!(
+        "Probes: {:.2} MB in {:.1} s ({:.2} MB a minute); riders {:.2} MB",
+        c.probe_bytes as f64 / 1e6,
+        m.elapsed.as_secs_f64(),
+        per_minute / 1e6,
+        c.rider_bytes as f64 / 1e6
+    );
+    if let Some(why) = m.peer_gone.as_ref().or(m.sender_failed.as_ref()) {
+        mgrp_rt::outln!("Stopped: {why}");
+    }
+}

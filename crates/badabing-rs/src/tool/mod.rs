@@ -1,0 +1,45 @@
+//! The `badabing-rs` tool: `snd` serves measurements (the workspace's shared sender,
+//! which serves every tool's receivers), `rcv` probes from a sender in slots and
+//! prints the loss-episode estimates as they come. Programs that measure for
+//! themselves (the Measurement Overlay) call [`measure`].
+
+mod cli;
+mod receiver;
+
+pub use receiver::{MeasureOptions, Measurement, Progress, measure};
+
+use std::ffi::OsString;
+
+use clap::Parser;
+
+/// The tool's name, in the sender's log and in messages.
+pub(crate) const TOOL: &str = "badabing-rs";
+
+/// The probe header's kind for a window of experiments (pathload-rs uses 0 and 1,
+/// pathchirp-rs 2).
+pub const WINDOW_KIND: u8 = 3;
+
+/// Runs the tool with `args` (the program name first) and returns its exit code.
+/// Parse errors and `--help` print and exit the process, as a command-line tool does.
+pub fn main_with_args<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = cli::Cli::parse_from(args);
+    mgrp_tool::sys::catch_interrupts();
+    match cli.role {
+        cli::Role::Snd(args) => match mgrp_tool::serve_command(
+            &args.options(&format!("{TOOL} snd")),
+            args.keep_serving,
+            args.verbose,
+        ) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("{TOOL}: {e:#}");
+                mgrp_tool::exit::ERROR
+            }
+        },
+        cli::Role::Rcv(args) => receiver::run(&args),
+    }
+}

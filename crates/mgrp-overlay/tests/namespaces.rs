@@ -487,39 +487,5 @@ fn main() -> ExitCode {
     if let Some(code) = embed::embedded(&args) {
         return code;
     }
-    if args.iter().any(|a| a == "--list") {
-        println!("three_overlays_measure_every_link: test");
-        return ExitCode::SUCCESS;
-    }
-    println!("\nrunning 1 test");
-    let start = Instant::now();
-    let outcome = if mgrp_testbed::is_root() {
-        check()
-    } else {
-        Err(anyhow::anyhow!(
-            "needs root to create network namespaces (CI runs as root)"
-        ))
-    };
-    let ok = match &outcome {
-        Ok(()) => {
-            println!("test three_overlays_measure_every_link ... ok");
-            true
-        }
-        Err(e) => {
-            println!("test three_overlays_measure_every_link ... FAILED\n\n{e:#}");
-            false
-        }
-    };
-    println!(
-        "\ntest result: {}. {} passed; {} failed; 0 ignored; 0 measured; 0 filtered out; finished in {:.2}s\n",
-        if ok { "ok" } else { "FAILED" },
-        u32::from(ok),
-        u32::from(!ok),
-        start.elapsed().as_secs_f64()
-    );
-    if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    mgrp_testbed::harness::run(&[("three_overlays_measure_every_link", check)])
 }

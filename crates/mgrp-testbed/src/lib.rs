@@ -22,6 +22,7 @@ use mgrp_core::api::DaemonStats;
 pub mod accounting;
 pub mod delay;
 pub mod forge;
+pub mod harness;
 pub mod http;
 pub mod link;
 pub mod packages;

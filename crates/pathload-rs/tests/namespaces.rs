@@ -18,7 +18,7 @@
 mod common;
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::ensure;
 use common::{Case, Cross, Shaper, f, run_case};
@@ -107,7 +107,7 @@ macro_rules! cases {
     };
 }
 
-type Test = (&'static str, fn() -> anyhow::Result<()>);
+use mgrp_testbed::harness::Test;
 
 cases! {
     sender_udp_quiet: Sender, "udp", Cross::Quiet;
@@ -129,61 +129,5 @@ fn main() -> ExitCode {
     if let Some(code) = common::mgrpd_if_asked() {
         return code;
     }
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let filters: Vec<String> = args
-        .iter()
-        .skip(1)
-        .filter_map(|a| a.to_str())
-        .filter(|a| !a.starts_with('-'))
-        .map(ToString::to_string)
-        .collect();
-    let list = args.iter().any(|a| a == "--list");
-    let chosen: Vec<&Test> = TESTS
-        .iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
-        .collect();
-    if list {
-        for (name, _) in &chosen {
-            println!("{name}: test");
-        }
-        return ExitCode::SUCCESS;
-    }
-    let start = Instant::now();
-    println!("\nrunning {} tests", chosen.len());
-    let (mut passed, mut failed) = (0, 0);
-    let mut failures = Vec::new();
-    for (name, test) in &chosen {
-        let outcome = if mgrp_testbed::is_root() {
-            std::panic::catch_unwind(test).unwrap_or_else(|_| Err(anyhow::anyhow!("panicked")))
-        } else {
-            Err(anyhow::anyhow!(
-                "needs root to create network namespaces (CI runs as root)"
-            ))
-        };
-        match outcome {
-            Ok(()) => {
-                println!("test {name} ... ok");
-                passed += 1;
-            }
-            Err(e) => {
-                println!("test {name} ... FAILED");
-                failures.push(format!("---- {name} ----\n{e:#}"));
-                failed += 1;
-            }
-        }
-    }
-    for f in &failures {
-        println!("\n{f}");
-    }
-    println!(
-        "\ntest result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; {} filtered out; finished in {:.2}s\n",
-        if failed == 0 { "ok" } else { "FAILED" },
-        TESTS.len() - chosen.len(),
-        start.elapsed().as_secs_f64()
-    );
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    mgrp_testbed::harness::run(TESTS)
 }

@@ -1,0 +1,151 @@
+//! End-to-end: `badabing-rs snd` on host A, `badabing-rs rcv` on host B, a
+//! `tbf rate 10mbit burst 1540` bottleneck with a 100 ms drop-tail queue on a router
+//! between them. Quiet, the path has no loss episode and the tool must report none
+//! (frequency 0, no lost probe). With on/off UDP bursts from A to another address of
+//! B (40 Mbit/s for 100 ms every second: the queue fills and drops for tens of ms each
+//! second), over plain UDP and over MGRP (a real mgrpd on each host, this very binary
+//! started as `namespaces mgrpd ...`), the tool must report episodes: a frequency and
+//! a duration of at least a few slots, lost probes, and experiments that saw an
+//! episode begin and end. The bench compares the figures with the truth counted at
+//! the bottleneck; this test checks behaviour. Needs root, as CI has.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail, ensure};
+use mgrp_testbed::traffic::{Source, Steps, udp_steps};
+use mgrp_testbed::{ADDR_A, Daemon, Process, TwoHostOptions, TwoHosts, daemon_pair};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_badabing-rs");
+const SECONDS: u64 = 20;
+/// A second address of B outside the tunnel's routes.
+const OTHER_B: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 3);
+
+fn case(transport: &str, bursts: bool) -> anyhow::Result<()> {
+    let net = TwoHosts::new(&TwoHostOptions {
+        bottleneck: Some(("10mbit".into(), "1540".into())),
+        router: true,
+    })?;
+    net.b
+        .ip(&["addr", "add", &format!("{OTHER_B}/24"), "dev", &net.veth_b])?;
+    let me = std::env::current_exe()?;
+    let pair: Option<(Daemon, Daemon)> = if transport == "mgrp" {
+        Some(daemon_pair(&net, &me, &["mgrpd"], &[])?)
+    } else {
+        None
+    };
+    let source: Option<Source> = if bursts {
+        let mut mbps = vec![0.0; 10];
+        mbps[0] = 40.0;
+        let steps = Steps {
+            mbps,
+            step: Duration::from_millis(100),
+        };
+        Some(udp_steps(
+            &net.a,
+            &net.b,
+            OTHER_B.into(),
+            9000,
+            steps,
+            1490,
+        )?)
+    } else {
+        None
+    };
+    let mut snd: Vec<String> = ["snd", "--transport", transport].map(String::from).to_vec();
+    let mut rcv: Vec<String> = [
+        "rcv",
+        "--sender",
+        &ADDR_A.to_string(),
+        "--transport",
+        transport,
+        "--json",
+        "--report",
+        "5",
+        "--duration",
+        &SECONDS.to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    if let Some((a, b)) = &pair {
+        snd.extend(["--socket".into(), a.socket.display().to_string()]);
+        rcv.extend(["--socket".into(), b.socket.display().to_string()]);
+    }
+    let mut sender = Process::spawn(&net.a, Path::new(BIN), &snd)?;
+    std::thread::sleep(Duration::from_millis(300));
+    let mut receiver = Process::spawn(&net.b, Path::new(BIN), &rcv)?;
+    let Some(status) = receiver.wait(Duration::from_secs(SECONDS + 30)) else {
+        bail!("rcv did not end: {}", receiver.log());
+    };
+    drop(source);
+    let log = receiver.log();
+    ensure!(
+        sender
+            .wait(Duration::from_secs(10))
+            .is_some_and(|s| s.success()),
+        "snd did not end cleanly: {}",
+        sender.log()
+    );
+    ensure!(status.success(), "rcv exited with {status}: {log}");
+    let lines: Vec<Value> = log
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    ensure!(
+        lines.iter().filter(|v| v["event"] == "estimate").count() >= 2,
+        "no report every 5 s: {log}"
+    );
+    let result = lines
+        .iter()
+        .find(|v| v["event"] == "result")
+        .context("no result line")?;
+    eprintln!("    {transport} bursts={bursts}: {result}");
+    let e = &result["estimate"];
+    let num = |k: &str| e[k].as_f64().with_context(|| format!("{k} missing in {e}"));
+    let o = &e["outcomes"];
+    let count = |k: &str| o[k].as_u64().unwrap_or(0);
+    let experiments = count("n00") + count("n01") + count("n10") + count("n11");
+    // 20 s of 1 s windows at p = 0.3: about 60 experiments each.
+    ensure!(experiments > 500, "few experiments: {o}");
+    if bursts {
+        ensure!(num("packets_lost")? > 0.0, "no probe was lost: {e}");
+        let f = num("frequency")?;
+        ensure!((0.01..0.5).contains(&f), "frequency {f}: {e}");
+        ensure!(
+            count("n01") > 0 && count("n10") > 0,
+            "no episode began or ended: {o}"
+        );
+        let d = num("duration_s")?;
+        ensure!((0.01..0.5).contains(&d), "mean episode of {d} s: {e}");
+    } else {
+        ensure!(num("frequency")? == 0.0, "episodes on a quiet path: {e}");
+        ensure!(num("packets_lost")? == 0.0, "losses on a quiet path: {e}");
+        ensure!(e["duration_s"].is_null(), "a duration on a quiet path: {e}");
+    }
+    Ok(())
+}
+
+fn udp_quiet() -> anyhow::Result<()> {
+    case("udp", false)
+}
+fn udp_bursts() -> anyhow::Result<()> {
+    case("udp", true)
+}
+fn mgrp_bursts() -> anyhow::Result<()> {
+    case("mgrp", true)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "mgrpd") {
+        return mgrpd::main_with_args(&args[1..]);
+    }
+    mgrp_testbed::harness::run(&[
+        ("udp_quiet", udp_quiet),
+        ("udp_bursts", udp_bursts),
+        ("mgrp_bursts", mgrp_bursts),
+    ])
+}

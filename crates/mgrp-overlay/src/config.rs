@@ -47,6 +47,10 @@ pub enum Method {
     PathloadFast,
     /// pathload in slow mode (idle between streams, as the original).
     PathloadSlow,
+    /// pathChirp: chirps for the run's time limit, publishing as it goes.
+    Pathchirp,
+    /// badabing: loss-episode frequency and duration over the run's time limit.
+    Badabing,
 }
 
 impl Method {
@@ -55,14 +59,17 @@ impl Method {
         match self {
             Self::PathloadFast => "pathload-fast",
             Self::PathloadSlow => "pathload-slow",
+            Self::Pathchirp => "pathchirp",
+            Self::Badabing => "badabing",
         }
     }
 
-    /// pathload's mode.
-    pub fn mode(self) -> Mode {
+    /// pathload's mode, for the pathload methods.
+    pub fn mode(self) -> Option<Mode> {
         match self {
-            Self::PathloadFast => Mode::Fast,
-            Self::PathloadSlow => Mode::Slow,
+            Self::PathloadFast => Some(Mode::Fast),
+            Self::PathloadSlow => Some(Mode::Slow),
+            Self::Pathchirp | Self::Badabing => None,
         }
     }
 }
@@ -375,12 +382,22 @@ impl Config {
         let base = f.probe_port_base.unwrap_or(DEFAULT_PROBE_PORT);
         let mut links = Vec::with_capacity(f.links.len());
         let mut names = HashSet::new();
+        // Links from one neighbour share a path and take turns.
+        let mut paths: Vec<IpAddr> = Vec::new();
         for (i, l) in f.links.into_iter().enumerate() {
             let key = format!("link {}", i + 1);
             let transport = l.transport.unwrap_or_default();
-            let name = l
-                .name
-                .unwrap_or_else(|| format!("{}-{}", l.from, transport));
+            let method = l.method.unwrap_or(Method::PathloadFast);
+            let name = l.name.unwrap_or_else(|| match method {
+                Method::PathloadFast | Method::PathloadSlow => {
+                    format!("{}-{}", l.from, transport)
+                }
+                m => format!("{}-{}-{}", l.from, transport, m.name()),
+            });
+            let path = paths.iter().position(|p| *p == l.from).unwrap_or_else(|| {
+                paths.push(l.from);
+                paths.len() - 1
+            });
             check_name(&format!("{key}: name"), &name)?;
             if !names.insert(name.clone()) {
                 return Err(invalid(format!("{key}: the name {name:?} is used twice")));
@@ -457,7 +474,7 @@ impl Config {
                     Transport::Udp => DEFAULT_UDP_PORT,
                 }),
                 transport,
-                method: l.method.unwrap_or(Method::PathloadFast),
+                method,
                 time_limit,
                 timing: Timing {
                     interval,
@@ -466,6 +483,7 @@ impl Config {
                     max_backoff,
                     ride_min_bps,
                     ride_max_wait,
+                    path,
                 },
                 probe_port,
                 probe_address: l.probe_address,

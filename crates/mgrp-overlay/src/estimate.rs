@@ -18,7 +18,7 @@ pub struct Estimate {
     pub duration_s: f64,
     /// `mgrp` or `udp`.
     pub transport: String,
-    /// `pathload-fast` or `pathload-slow`.
+    /// `pathload-fast`, `pathload-slow`, `pathchirp` or `badabing`.
     pub method: String,
     /// Whether it gave a range.
     pub converged: bool,
@@ -35,7 +35,9 @@ pub struct Estimate {
     /// Why there is no estimate, in words; `None` when there is one.
     pub error: Option<String>,
     /// The available bandwidth's range, less the application traffic that rode in
-    /// the probes (MGRP); `None` without an estimate. A lower bound has `low_bps` only.
+    /// the probes (MGRP); `None` without an estimate. A lower bound has `low_bps` only;
+    /// pathChirp's smoothed estimate is a point, `low_bps` = `high_bps`; badabing
+    /// measures no bandwidth (`loss` instead).
     pub low_bps: Option<f64>,
     /// High end of that range.
     pub high_bps: Option<f64>,
@@ -55,6 +57,30 @@ pub struct Estimate {
     pub fleets: u32,
     /// Streams sent.
     pub streams: u32,
+    /// badabing's loss episodes; `None` for the other methods.
+    #[serde(default)]
+    pub loss: Option<Loss>,
+    /// A continuous method's estimate published while its run goes on (on the event
+    /// stream only); the run's record comes at its end.
+    #[serde(default)]
+    pub partial: bool,
+}
+
+/// Loss episodes as badabing measured them over a run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Loss {
+    /// Share of time the path was in a loss episode, 0 to 1.
+    pub episode_frequency: f64,
+    /// Its 95 % confidence half-width.
+    pub episode_frequency_ci: f64,
+    /// Mean episode duration, seconds (`None` when no episode began or ended).
+    pub episode_duration_s: Option<f64>,
+    /// Its 95 % confidence half-width, seconds.
+    pub episode_duration_ci_s: Option<f64>,
+    /// Plain loss rate of the probe packets, 0 to 1.
+    pub loss_rate: f64,
+    /// Experiments the estimate stands on.
+    pub experiments: u64,
 }
 
 /// How a run ended: what the API's `outcome`, the `runs_total{outcome}` counter and
@@ -62,7 +88,8 @@ pub struct Estimate {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunOutcome {
-    /// A range: pathload converged.
+    /// An answer: pathload's range, pathChirp's smoothed estimate, badabing's loss
+    /// episodes.
     Estimate,
     /// No trend even at the highest rate the sender reaches: the available bandwidth
     /// is at least that rate, an answer.
@@ -122,7 +149,9 @@ impl RunOutcome {
     /// What it means and what to do, in a sentence for an operator.
     pub fn meaning(self) -> &'static str {
         match self {
-            Self::Estimate => "a range of available bandwidth",
+            Self::Estimate => {
+                "an answer: a range or estimate of available bandwidth, or loss episodes"
+            }
             Self::LowerBound => {
                 "the available bandwidth is at least the highest rate the neighbour reached, with no trend there; nothing to do (a faster sender would say more)"
             }

@@ -119,6 +119,24 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
         "IP bytes of the link's probes that carried application traffic",
         riding.clone(),
     );
+    let episodes = Family::<LinkLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_loss_episode_frequency_ratio",
+        "Latest share of time the link was in a loss episode (badabing), 0 to 1",
+        episodes.clone(),
+    );
+    let episode_duration = Family::<LinkLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_loss_episode_duration_seconds",
+        "Latest mean duration of the link's loss episodes (badabing; absent when none began or ended)",
+        episode_duration.clone(),
+    );
+    let loss_rate = Family::<LinkLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_loss_ratio",
+        "Latest share of the link's probe packets lost (badabing), 0 to 1",
+        loss_rate.clone(),
+    );
     let up = Family::<LinkLabels, GaugeF>::default();
     r.register(
         "mgrp_overlay_link_up",
@@ -163,9 +181,17 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
                     measured.get_or_create(&bound(b)).set(x / 8.0);
                 }
             }
-            lower
-                .get_or_create(&l)
-                .set(if e.lower_bound { 1.0 } else { 0.0 });
+            if let Some(loss) = &e.loss {
+                episodes.get_or_create(&l).set(loss.episode_frequency);
+                if let Some(d) = loss.episode_duration_s {
+                    episode_duration.get_or_create(&l).set(d);
+                }
+                loss_rate.get_or_create(&l).set(loss.loss_rate);
+            } else {
+                lower
+                    .get_or_create(&l)
+                    .set(if e.lower_bound { 1.0 } else { 0.0 });
+            }
             stamp.get_or_create(&l).set(e.ended_at);
         }
         if let Some(last) = s.history(&v.name, 1).and_then(|h| h.into_iter().next()) {

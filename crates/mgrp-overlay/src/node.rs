@@ -16,15 +16,14 @@ use anyhow::Context as _;
 use mgrp_tool::SessionOptions;
 use pathload_rs::control::Transport;
 use pathload_rs::tool::{
-    BUSY, MeasureError, MeasureOptions, Measurement, ServeEvent, ServeOptions, Server, measure,
-    sender_traffic,
+    BUSY, MeasureError, MeasureOptions, ServeEvent, ServeOptions, Server, measure, sender_traffic,
 };
 use serde::Serialize;
 use tokio::sync::broadcast;
 use tracing::{debug, info, warn};
 
-use crate::config::{Config, Link};
-use crate::estimate::{Estimate, RunCounts, RunOutcome, bps};
+use crate::config::{Config, Link, Method};
+use crate::estimate::{Estimate, Loss, RunCounts, RunOutcome, bps};
 use crate::schedule::{LinkState, NowRefused, RunEnd, Scheduler};
 use crate::store::{Record, Store};
 
@@ -469,43 +468,57 @@ fn watch_traffic(s: &Shared) {
     }
 }
 
+/// Where a link's neighbour serves measurements, as a session needs it.
+fn session(s: &Shared, link: &Link) -> SessionOptions {
+    SessionOptions {
+        port: link.port,
+        socket: s.config.socket.clone(),
+        probe_port: link.probe_port,
+        piggyback: link.piggyback,
+        address: link.probe_address,
+        sender_is: format!(
+            "the neighbour's mgrp-overlay, serving {} measurements on port {} ([serve] in its configuration)",
+            link.transport, link.port
+        ),
+        ..SessionOptions::new(
+            link.from.to_string(),
+            link.transport,
+            format!("mgrp-overlay {}", link.method.name()),
+        )
+    }
+}
+
+/// How often a continuous method's estimate goes out on the event stream while its
+/// run goes on.
+const PUBLISH_EVERY: Duration = Duration::from_secs(2);
+
 /// One run of link `i`, recorded and reported to the scheduler.
 fn run(s: &Shared, i: usize) {
     let link = &s.config.links[i];
     let started_at = unix_now();
-    let opts = MeasureOptions {
-        session: SessionOptions {
-            port: link.port,
-            socket: s.config.socket.clone(),
-            probe_port: link.probe_port,
-            piggyback: link.piggyback,
-            address: link.probe_address,
-            sender_is: format!(
-                "the neighbour's mgrp-overlay, serving {} measurements on port {} ([serve] in its configuration)",
-                link.transport, link.port
-            ),
-            ..SessionOptions::new(link.from.to_string(), link.transport, "mgrp-overlay")
-        },
-        mode: link.method.mode(),
-        max_time: link.time_limit,
-        ..MeasureOptions::new(link.from.to_string(), link.transport)
+    debug!(
+        "{}: measuring from {}:{} ({})",
+        link.name,
+        link.from,
+        link.port,
+        link.method.name()
+    );
+    let (estimate, end) = match link.method {
+        Method::PathloadFast | Method::PathloadSlow => run_pathload(s, link, started_at),
+        Method::Pathchirp => run_pathchirp(s, link, started_at),
+        Method::Badabing => run_badabing(s, link, started_at),
     };
-    debug!("{}: measuring from {}:{}", link.name, link.from, link.port);
-    // Each train's, stream's and fleet's verdict, for an operator who asks why (the
-    // event is only serialised when trace is on).
-    let result = measure(&opts, &s.stop, &mut |p| {
-        if let pathload_rs::tool::Progress::Event(e) = p {
-            tracing::trace!(
-                "{}: {}",
-                link.name,
-                serde_json::to_string(e).unwrap_or_default()
-            );
-        }
-    });
-    let ended_at = unix_now();
-    let (estimate, end) = judge(s, link, started_at, ended_at, result);
-    match (&estimate.error, estimate.lower_bound) {
-        (None, false) => info!(
+    match (&estimate.error, estimate.lower_bound, &estimate.loss) {
+        (None, _, Some(l)) => info!(
+            "{}: loss episodes {:.4} of the time, mean {}, loss rate {:.4}, in {:.1} s",
+            link.name,
+            l.episode_frequency,
+            l.episode_duration_s
+                .map_or_else(|| "none ended".into(), |d| format!("{:.1} ms", d * 1e3)),
+            l.loss_rate,
+            estimate.duration_s
+        ),
+        (None, false, None) => info!(
             "{}: {:.2}-{:.2} Mbit/s in {:.1} s, {:.0} % of probe bytes carried riders",
             link.name,
             estimate.low_bps.unwrap_or(0.0) / 1e6,
@@ -513,13 +526,13 @@ fn run(s: &Shared, i: usize) {
             estimate.duration_s,
             estimate.rider_share * 100.0
         ),
-        (None, true) => info!(
+        (None, true, None) => info!(
             "{}: at least {:.2} Mbit/s (the highest rate the neighbour reaches) in {:.1} s",
             link.name,
             estimate.low_bps.unwrap_or(0.0) / 1e6,
             estimate.duration_s,
         ),
-        (Some(e), _) => warn!(
+        (Some(e), ..) => warn!(
             "{}: no estimate ({}): {e}",
             link.name,
             estimate.outcome.name()
@@ -530,15 +543,10 @@ fn run(s: &Shared, i: usize) {
     s.wake.notify_all();
 }
 
-/// What a run's result means for the record and the scheduler.
-fn judge(
-    s: &Shared,
-    link: &Link,
-    started_at: f64,
-    ended_at: f64,
-    result: Result<Measurement, MeasureError>,
-) -> (Estimate, RunEnd) {
-    let mut e = Estimate {
+/// A run's record before its method fills it in.
+fn blank(s: &Shared, link: &Link, started_at: f64) -> Estimate {
+    let ended_at = unix_now();
+    Estimate {
         link: link.name.clone(),
         seq: s.seq.fetch_add(1, Ordering::Relaxed) + 1,
         started_at,
@@ -561,7 +569,92 @@ fn judge(
         rider_share: 0.0,
         fleets: 0,
         streams: 0,
+        loss: None,
+        partial: false,
+    }
+}
+
+/// The outcome of a run that could not start, with its error set in `e`.
+fn refused(e: &mut Estimate, err: MeasureError) -> RunOutcome {
+    match err {
+        MeasureError::Unreachable(why) => {
+            e.error = Some(why);
+            RunOutcome::PeerDown
+        }
+        MeasureError::Refused(why) => {
+            let busy = why.starts_with(BUSY);
+            e.error = Some(format!("the sender refused: {why}"));
+            if busy {
+                RunOutcome::Busy
+            } else {
+                RunOutcome::SenderFailed
+            }
+        }
+        MeasureError::Failed(err) => {
+            e.error = Some(format!("{err:#}"));
+            RunOutcome::Error
+        }
+    }
+}
+
+/// The outcome of a run the neighbour cut short, with its error set in `e`.
+fn cut_short(
+    e: &mut Estimate,
+    gone: Option<&String>,
+    failed: Option<&String>,
+) -> Option<RunOutcome> {
+    if let Some(gone) = gone {
+        e.error = Some(format!("the neighbour went away: {gone}"));
+        Some(RunOutcome::PeerDown)
+    } else if let Some(failed) = failed {
+        e.error = Some(format!(
+            "the neighbour's side failed (see its log): {failed}"
+        ));
+        Some(RunOutcome::SenderFailed)
+    } else {
+        None
+    }
+}
+
+/// Sets the outcome and tells the scheduler what it means.
+fn conclude(mut e: Estimate, outcome: RunOutcome) -> (Estimate, RunEnd) {
+    e.outcome = outcome;
+    let why = || e.error.clone().unwrap_or_default();
+    let end = match outcome {
+        o if o.answered() => RunEnd::Estimate,
+        RunOutcome::PeerDown => RunEnd::PeerDown(why()),
+        _ => RunEnd::NoEstimate(why()),
     };
+    (e, end)
+}
+
+fn share(riding: u64, probe: u64) -> f64 {
+    if probe > 0 {
+        riding as f64 / probe as f64
+    } else {
+        0.0
+    }
+}
+
+fn run_pathload(s: &Shared, link: &Link, started_at: f64) -> (Estimate, RunEnd) {
+    let opts = MeasureOptions {
+        session: session(s, link),
+        mode: link.method.mode().unwrap_or(pathload_rs::Mode::Fast),
+        max_time: link.time_limit,
+        ..MeasureOptions::new(link.from.to_string(), link.transport)
+    };
+    // Each train's, stream's and fleet's verdict, for an operator who asks why (the
+    // event is only serialised when trace is on).
+    let result = measure(&opts, &s.stop, &mut |p| {
+        if let pathload_rs::tool::Progress::Event(e) = p {
+            tracing::trace!(
+                "{}: {}",
+                link.name,
+                serde_json::to_string(e).unwrap_or_default()
+            );
+        }
+    });
+    let mut e = blank(s, link, started_at);
     let outcome = match result {
         Ok(m) => {
             let o = &m.outcome;
@@ -571,19 +664,11 @@ fn judge(
             e.probe_bytes = o.probe_bytes;
             e.riding_probe_bytes = o.riding_probe_bytes;
             e.rider_bytes = o.rider_bytes;
-            if o.probe_bytes > 0 {
-                e.rider_share = o.riding_probe_bytes as f64 / o.probe_bytes as f64;
-            }
+            e.rider_share = share(o.riding_probe_bytes, o.probe_bytes);
             e.fleets = o.fleets;
             e.streams = o.streams;
-            if let Some(gone) = &m.peer_gone {
-                e.error = Some(format!("the neighbour went away: {gone}"));
-                RunOutcome::PeerDown
-            } else if let Some(failed) = &m.sender_failed {
-                e.error = Some(format!(
-                    "the neighbour's side failed (see its log): {failed}"
-                ));
-                RunOutcome::SenderFailed
+            if let Some(o) = cut_short(&mut e, m.peer_gone.as_ref(), m.sender_failed.as_ref()) {
+                o
             } else {
                 let outcome = RunOutcome::of(o);
                 match outcome {
@@ -606,32 +691,123 @@ fn judge(
                 outcome
             }
         }
-        Err(MeasureError::Unreachable(why)) => {
-            e.error = Some(why);
-            RunOutcome::PeerDown
+        Err(err) => refused(&mut e, err),
+    };
+    conclude(e, outcome)
+}
+
+/// pathChirp for the link's time limit; each smoothed estimate goes out on the event
+/// stream as it comes (at most every [`PUBLISH_EVERY`]), and the last one is the
+/// run's record.
+fn run_pathchirp(s: &Shared, link: &Link, started_at: f64) -> (Estimate, RunEnd) {
+    let opts = pathchirp_rs::tool::MeasureOptions {
+        session: session(s, link),
+        ..pathchirp_rs::tool::MeasureOptions::new(
+            link.from.to_string(),
+            link.transport,
+            link.time_limit,
+        )
+    };
+    let mut published: Option<std::time::Instant> = None;
+    let result = pathchirp_rs::tool::measure(&opts, &s.stop, &mut |p| {
+        let pathchirp_rs::tool::Progress::Chirp { report, .. } = p else {
+            return;
+        };
+        let Some(sm) = report.smoothed else { return };
+        if published.is_some_and(|t| t.elapsed() < PUBLISH_EVERY) {
+            return;
         }
-        Err(MeasureError::Refused(why)) => {
-            let busy = why.starts_with(BUSY);
-            e.error = Some(format!("the sender refused: {why}"));
-            if busy {
-                RunOutcome::Busy
+        published = Some(std::time::Instant::now());
+        let mut e = blank(s, link, started_at);
+        // Partial estimates are not runs: they take no number of their own.
+        e.seq = 0;
+        e.partial = true;
+        e.outcome = RunOutcome::Estimate;
+        e.converged = true;
+        e.low_bps = Some(sm.adjusted_bps);
+        e.high_bps = Some(sm.adjusted_bps);
+        e.unadjusted_low_bps = Some(sm.bps);
+        e.unadjusted_high_bps = Some(sm.bps);
+        let _ = s.estimates.send(e);
+    });
+    let mut e = blank(s, link, started_at);
+    let outcome = match result {
+        Ok(m) => {
+            let c = &m.counts;
+            e.probe_bytes = c.probe_bytes;
+            e.riding_probe_bytes = c.riding_probe_bytes;
+            e.rider_bytes = c.rider_bytes;
+            e.rider_share = share(c.riding_probe_bytes, c.probe_bytes);
+            e.streams = u32::try_from(c.chirps).unwrap_or(u32::MAX);
+            if let Some(o) = cut_short(&mut e, m.peer_gone.as_ref(), m.sender_failed.as_ref()) {
+                o
+            } else if let Some(sm) = m.last {
+                e.converged = true;
+                e.low_bps = Some(sm.adjusted_bps);
+                e.high_bps = Some(sm.adjusted_bps);
+                e.unadjusted_low_bps = Some(sm.bps);
+                e.unadjusted_high_bps = Some(sm.bps);
+                RunOutcome::Estimate
+            } else if c.chirps > 0 {
+                e.error = Some(format!(
+                    "no estimate from {} chirps ({} lost a probe, {} reordered, {} coalesced, {} unusable); a run needs {} usable chirps",
+                    c.chirps, c.loss, c.reorder, c.coalesced, c.unusable, opts.config.smooth
+                ));
+                RunOutcome::CrossTraffic
             } else {
-                RunOutcome::SenderFailed
+                e.error = Some("the run ended before a chirp came back".into());
+                RunOutcome::Limit
             }
         }
-        Err(MeasureError::Failed(err)) => {
-            e.error = Some(format!("{err:#}"));
-            RunOutcome::Error
+        Err(err) => refused(&mut e, err),
+    };
+    conclude(e, outcome)
+}
+
+/// badabing for the link's time limit.
+fn run_badabing(s: &Shared, link: &Link, started_at: f64) -> (Estimate, RunEnd) {
+    let opts = badabing_rs::tool::MeasureOptions {
+        session: session(s, link),
+        config: badabing_rs::Config {
+            seed: mgrp_rt::wall_now().as_nanos(),
+            ..badabing_rs::Config::default()
+        },
+        ..badabing_rs::tool::MeasureOptions::new(
+            link.from.to_string(),
+            link.transport,
+            link.time_limit,
+        )
+    };
+    let result = badabing_rs::tool::measure(&opts, &s.stop, &mut |_| {});
+    let mut e = blank(s, link, started_at);
+    let outcome = match result {
+        Ok(m) => {
+            let b = &m.estimate;
+            e.probe_bytes = b.probe_bytes;
+            e.rider_bytes = b.rider_bytes;
+            e.streams = m.windows;
+            let slot = opts.config.slot_ns as f64 * 1e-9;
+            if let Some(o) = cut_short(&mut e, m.peer_gone.as_ref(), m.sender_failed.as_ref()) {
+                o
+            } else if b.outcomes.total() > 0 {
+                e.converged = true;
+                e.loss = Some(Loss {
+                    episode_frequency: b.frequency,
+                    episode_frequency_ci: b.frequency_ci,
+                    episode_duration_s: b.duration_s,
+                    episode_duration_ci_s: b.duration_ci_slots.map(|d| d * slot),
+                    loss_rate: b.loss_rate,
+                    experiments: b.outcomes.total(),
+                });
+                RunOutcome::Estimate
+            } else {
+                e.error = Some("the run ended before an experiment came back".into());
+                RunOutcome::Limit
+            }
         }
+        Err(err) => refused(&mut e, err),
     };
-    e.outcome = outcome;
-    let why = || e.error.clone().unwrap_or_default();
-    let end = match outcome {
-        o if o.answered() => RunEnd::Estimate,
-        RunOutcome::PeerDown => RunEnd::PeerDown(why()),
-        _ => RunEnd::NoEstimate(why()),
-    };
-    (e, end)
+    conclude(e, outcome)
 }
 
 /// Now, Unix seconds.

@@ -1,6 +1,7 @@
 //! The status page at `/`: one panel per link with its latest answer, a plot of its
 //! estimates over time (axes in Mbit/s and clock time, the range as a band, lower
-//! bounds as such, failed runs marked), its state with when the next run is, its runs
+//! bounds as such, failed runs marked; badabing's links plot their loss-episode
+//! frequency in percent), its state with when the next run is, its runs
 //! by outcome and its last error in words; below, what each outcome means. The panels
 //! are in the page as served; a script fills and refreshes them from the API every
 //! few seconds.
@@ -128,6 +129,15 @@ function el(name, attrs, text) {
 function plot(svg, runs, now) {
   svg.replaceChildren();
   const L = 70, R = 630, T = 12, B = 190;
+  // badabing's runs plot their loss-episode frequency, in percent of the time.
+  const loss = runs.some((e) => e.loss);
+  if (loss) {
+    runs = runs.map((e) => {
+      if (!e.loss) return e;
+      const f = 100 * e.loss.episode_frequency;
+      return Object.assign({}, e, { low_bps: f, high_bps: f, unadjusted_low_bps: f, unadjusted_high_bps: f });
+    });
+  }
   const answered = runs.filter((e) => e.converged || e.lower_bound);
   const values = answered.flatMap((e) => [e.low_bps, e.high_bps, e.unadjusted_low_bps, e.unadjusted_high_bps])
     .filter((v) => v != null);
@@ -136,9 +146,9 @@ function plot(svg, runs, now) {
     return;
   }
   let lo = values.length ? Math.min(...values) : 0, hi = values.length ? Math.max(...values) : 1e6;
-  const pad = Math.max((hi - lo) * 0.15, hi * 0.02, 1e3);
+  const pad = Math.max((hi - lo) * 0.15, hi * 0.02, loss ? 0.5 : 1e3);
   lo = Math.max(0, lo - pad); hi = hi + pad;
-  const unit = unitFor(hi);
+  const unit = loss ? [1, "%"] : unitFor(hi);
   const t0 = runs[0].started_at, t1 = Math.max(now, t0 + 60);
   const x = (t) => L + ((t - t0) / (t1 - t0)) * (R - L);
   const y = (v) => B - ((v - lo) / (hi - lo)) * (B - T);
@@ -147,7 +157,7 @@ function plot(svg, runs, now) {
     svg.appendChild(el("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end" }, rate(v, unit).split(" ")[0]));
   }
   svg.appendChild(el("text", { x: 12, y: (T + B) / 2, transform: "rotate(-90 12 " + (T + B) / 2 + ")", "text-anchor": "middle" },
-    "available, " + unit[1]));
+    loss ? "loss episodes, % of time" : "available, " + unit[1]));
   for (const t of ticks(t0, t1, 5)) {
     svg.appendChild(el("line", { x1: x(t), x2: x(t), y1: B, y2: B + 4, class: "axis" }));
     const d = new Date(t * 1000);
@@ -185,7 +195,7 @@ function plot(svg, runs, now) {
   // Legend.
   const lx = L + 8, ly = B + 32;
   svg.appendChild(el("rect", { x: lx, y: ly - 8, width: 14, height: 9, class: "band" }));
-  svg.appendChild(el("text", { x: lx + 18, y: ly }, "range (less riders)"));
+  svg.appendChild(el("text", { x: lx + 18, y: ly }, loss ? "episode frequency" : "range (less riders)"));
   svg.appendChild(el("line", { x1: lx + 140, x2: lx + 158, y1: ly - 4, y2: ly - 4, class: "raw" }));
   svg.appendChild(el("text", { x: lx + 162, y: ly }, "as measured"));
   svg.appendChild(el("polygon", { points: [lx + 250, ly, lx + 260, ly, lx + 255, ly - 9].join(","), class: "bound" }));
@@ -198,7 +208,14 @@ function describe(link) {
   const e = link.latest;
   if (!e) return ["no estimate yet", ""];
   const age = ", " + duration(link.age_s) + " ago";
+  if (e.loss) {
+    const l = e.loss;
+    return ["loss episodes " + (100 * l.episode_frequency).toFixed(2) + " % of the time"
+      + (l.episode_duration_s != null ? ", " + (1000 * l.episode_duration_s).toFixed(1) + " ms on average" : "")
+      + "; " + (100 * l.loss_rate).toFixed(2) + " % of probes lost", age];
+  }
   if (e.lower_bound) return ["at least " + rate(e.low_bps) + " (above the highest rate the neighbour sends)", age];
+  if (e.low_bps === e.high_bps) return [rate(e.low_bps), age];
   return [rate(e.low_bps) + " – " + rate(e.high_bps), age];
 }
 

@@ -1,7 +1,9 @@
 //! When each link is measured: the overlay's scheduler, with no I/O and no clock.
 //!
 //! Links are measured in turn: each one every `interval`, with jitter so that nodes
-//! started together drift apart, never two measurements on one link at once, and at
+//! started together drift apart, never two measurements on one link at once, never
+//! two on one path (links of different methods from the same neighbour share the
+//! path, and one method's probes would disturb the other's: they take turns), and at
 //! most `max_running` measurements into this node at once (paths into a node share
 //! its downlink, so by default one at a time). A failed run backs off, doubling up
 //! to a limit; a neighbour that is down backs off the same way and says so. "Measure
@@ -36,11 +38,15 @@ pub struct Timing {
     /// How long a due link waits for that traffic before it runs anyway; `None`: one
     /// interval.
     pub ride_max_wait: Option<Duration>,
+    /// The path it measures: links with the same path (the same neighbour, by
+    /// different methods) never run at once.
+    pub path: usize,
 }
 
 impl Default for Timing {
     fn default() -> Self {
         Self {
+            path: 0,
             interval: Duration::from_secs(60),
             jitter: 0.1,
             backoff: Duration::from_secs(5),
@@ -212,12 +218,19 @@ impl Scheduler {
         if running >= self.max_running {
             return None;
         }
+        let busy_path = |path: usize| {
+            self.links
+                .iter()
+                .any(|l| l.timing.path == path && matches!(l.state, LinkState::Running { .. }))
+        };
         let next = self
             .links
             .iter()
             .enumerate()
             .filter_map(|(i, l)| match l.state {
-                LinkState::Ready { since } => Some((!l.urgent, since, i)),
+                LinkState::Ready { since } if !busy_path(l.timing.path) => {
+                    Some((!l.urgent, since, i))
+                }
                 _ => None,
             })
             .min()?
@@ -380,7 +393,41 @@ mod tests {
             max_backoff: Duration::from_secs(10),
             ride_min_bps: None,
             ride_max_wait: None,
+            path: 0,
         }
+    }
+
+    fn on_path(interval: u64, path: usize) -> Timing {
+        Timing {
+            path,
+            ..timing(interval)
+        }
+    }
+
+    #[test]
+    fn links_on_one_path_take_turns_and_other_paths_run_beside_them() {
+        // Two methods from neighbour 0, one link from neighbour 1; room for three.
+        let mut sch = Scheduler::new(
+            vec![on_path(10, 0), on_path(10, 0), on_path(10, 1)],
+            3,
+            s(0),
+            Duration::ZERO,
+            3,
+        );
+        let a = sch.poll_start(s(0)).unwrap();
+        let b = sch.poll_start(s(0)).unwrap();
+        assert_eq!(sch.poll_start(s(0)), None, "the path's other link waits");
+        let mut started = [a, b];
+        started.sort_unstable();
+        assert!(started.contains(&2), "{started:?}");
+        let first = started[0];
+        sch.handle_done(first, s(1), &RunEnd::Estimate);
+        let other = 1 - first;
+        assert_eq!(
+            sch.poll_start(s(1)),
+            Some(other),
+            "its turn once the path is free"
+        );
     }
 
     #[test]
@@ -462,6 +509,7 @@ mod tests {
     #[test]
     fn a_riding_link_waits_for_traffic_at_most_one_interval() {
         let ride = Timing {
+            path: 0,
             ride_min_bps: Some(1_000_000),
             ..timing(10)
         };
@@ -504,6 +552,7 @@ mod tests {
     #[test]
     fn a_retry_after_a_failure_does_not_wait_for_traffic_again() {
         let ride = Timing {
+            path: 0,
             ride_min_bps: Some(1_000_000),
             ride_max_wait: Some(Duration::from_secs(40)),
             backoff: Duration::from_secs(1),
@@ -532,6 +581,7 @@ mod tests {
     #[test]
     fn the_wait_for_traffic_may_be_set_apart_from_the_interval() {
         let ride = Timing {
+            path: 0,
             ride_min_bps: Some(1_000_000),
             ride_max_wait: Some(Duration::from_secs(60)),
             ..timing(10)
@@ -546,6 +596,7 @@ mod tests {
     #[test]
     fn jitter_spreads_waits_within_its_band() {
         let t = Timing {
+            path: 0,
             jitter: 0.2,
             ..timing(100)
         };

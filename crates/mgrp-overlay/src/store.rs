@@ -148,6 +148,8 @@ mod tests {
             rider_share: 0.0,
             fleets: 3,
             streams: 30,
+            loss: None,
+            partial: false,
         }
     }
 

@@ -8,7 +8,8 @@
 //! mgrpd returns the values they served; node 2's link from node 0 waits for
 //! application traffic to ride (`ride-min-bps`) and, once a flow from node 0 runs,
 //! measures with it riding; killing node 0's overlay shows on node 1's links from it
-//! as a neighbour down with back-off, until it is back.
+//! as a neighbour down with back-off, until it is back. A second test measures one
+//! path by pathChirp and by badabing.
 //!
 //! Own `main` (no libtest harness): the daemons and overlays are this binary,
 //! started as `namespaces mgrpd ...` and `namespaces overlay ...`, so they are never
@@ -482,10 +483,160 @@ fn check() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Two hosts around the router, each behind a 10 Mbit/s tbf; node 1 measures the
+/// path from node 0 over MGRP by pathChirp and by badabing, each its own link with its
+/// own schedule. Both links answer in the JSON API with their method and their metric
+/// (pathChirp's estimate within a wide band of the truth; badabing's loss episodes on
+/// a quiet path: none), `/metrics` serves each in base units with its method label,
+/// and the two never ran at once (one measurement per path).
+fn two_methods_on_one_path() -> anyhow::Result<()> {
+    let star = Star::new(&[
+        Some(("10mbit".to_string(), "1540".to_string())),
+        Some(("10mbit".to_string(), "1540".to_string())),
+    ])?;
+    let (r, addrs) = (&star.router, star.addrs.clone());
+    let me = std::env::current_exe()?;
+    let daemons = star.daemons(&me, &["mgrpd"], &[])?;
+    let dir = TempDir::new("mgrp-overlay-methods")?;
+    let confs: Vec<PathBuf> = (0..2)
+        .map(|i| {
+            let mut c = format!(
+                "name = \"m{i}\"\nlisten = \"{}:{API_PORT}\"\nsocket = \"{}\"\nmax-running = 2\n",
+                addrs[i],
+                daemons[i].socket.display()
+            );
+            if i == 1 {
+                for (name, method, limit) in [("chirp", "pathchirp", 12), ("loss", "badabing", 6)] {
+                    c.push_str(&format!(
+                        "[[link]]\nname = \"{name}\"\nfrom = \"{}\"\nmethod = \"{method}\"\ninterval = \"2s\"\ntime-limit = \"{limit}s\"\nbackoff = \"1s\"\nmax-backoff = \"2s\"\n",
+                        addrs[0]
+                    ));
+                }
+            }
+            let p = dir.0.join(format!("m{i}.toml"));
+            std::fs::write(&p, c).map(|()| p)
+        })
+        .collect::<Result<_, _>>()?;
+    let overlays: Vec<Process> = star
+        .hosts
+        .iter()
+        .zip(&confs)
+        .map(|(ns, c)| overlay(ns, c))
+        .collect::<anyhow::Result<_>>()?;
+    let logs = || {
+        overlays
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("--- overlay m{i} ---\n{}\n", p.log()))
+            .collect::<String>()
+    };
+    // Each link answered at least twice, so the two have taken turns.
+    let all = wait_for(Duration::from_secs(150), || {
+        let l = links(r, addrs[1]).ok()?;
+        (l.len() == 2
+            && l.iter()
+                .all(|x| x["runs"]["estimate"].as_u64().unwrap_or(0) >= 2))
+        .then_some(l)
+    });
+    let Some(all) = all else {
+        bail!(
+            "m1: the links did not both answer twice within 150 s: {:#?}\n{}",
+            links(r, addrs[1]).ok(),
+            logs()
+        );
+    };
+    let (_, metrics) = http(r, addrs[1], "GET", "/metrics")?;
+    mgrp_testbed::http::promtool_check_metrics(&metrics).context("m1's /metrics")?;
+    let truth = ip_level_truth(10.0, 1028, &[]);
+    let mut spans = Vec::new();
+    for l in &all {
+        let name = l["name"].as_str().unwrap_or_default();
+        let e = &l["latest"];
+        eprintln!("    m1 {name}: {e}");
+        match name {
+            "chirp" => {
+                ensure!(
+                    l["method"] == "pathchirp" && e["method"] == "pathchirp",
+                    "{l}"
+                );
+                let v = e["low_bps"].as_f64().context("no estimate")? / 1e6;
+                ensure!(
+                    (v / truth - 1.0).abs() <= 0.3,
+                    "pathChirp read {v:.2} Mbit/s, truth {truth:.2}\n{}",
+                    logs()
+                );
+                let served = metric(
+                    &metrics,
+                    "mgrp_overlay_available_bandwidth_bytes_per_second",
+                    &[("link", name), ("method", "pathchirp"), ("bound", "low")],
+                )
+                .with_context(|| format!("no pathchirp bandwidth in\n{metrics}"))?;
+                ensure!(served > 0.0, "{served}");
+            }
+            "loss" => {
+                ensure!(l["method"] == "badabing", "{l}");
+                let loss = &e["loss"];
+                ensure!(
+                    loss["episode_frequency"].as_f64() == Some(0.0)
+                        && loss["loss_rate"].as_f64() == Some(0.0)
+                        && loss["experiments"].as_u64().unwrap_or(0) > 100,
+                    "a quiet path with loss episodes: {e}"
+                );
+                ensure!(
+                    e["low_bps"].is_null(),
+                    "badabing measures no bandwidth: {e}"
+                );
+                let served = metric(
+                    &metrics,
+                    "mgrp_overlay_loss_episode_frequency_ratio",
+                    &[("link", name), ("method", "badabing")],
+                )
+                .with_context(|| format!("no loss-episode frequency in\n{metrics}"))?;
+                ensure!(served == 0.0, "{served}");
+                ensure!(
+                    metric(&metrics, "mgrp_overlay_loss_ratio", &[("link", name)]) == Some(0.0),
+                    "no loss ratio in\n{metrics}"
+                );
+            }
+            other => bail!("unexpected link {other}"),
+        }
+        let (status, body) = http(
+            r,
+            addrs[1],
+            "GET",
+            &format!("/v1/links/{name}/history?limit=100"),
+        )?;
+        ensure!(status == 200, "history of {name}: {status} {body}");
+        let h: Value = serde_json::from_str(&body)?;
+        for run in h["estimates"].as_array().cloned().unwrap_or_default() {
+            if let (Some(a), Some(b)) = (run["started_at"].as_f64(), run["ended_at"].as_f64()) {
+                spans.push((a, b, name.to_string()));
+            }
+        }
+    }
+    spans.sort_by(|x, y| x.0.total_cmp(&y.0));
+    for w in spans.windows(2) {
+        ensure!(
+            w[1].0 >= w[0].1 - 0.05,
+            "{} ran from {:.2} while {} ran until {:.2}",
+            w[1].2,
+            w[1].0,
+            w[0].2,
+            w[0].1
+        );
+    }
+    drop(overlays);
+    drop(daemons);
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some(code) = embed::embedded(&args) {
         return code;
     }
-    mgrp_testbed::harness::run(&[("three_overlays_measure_every_link", check)])
+    mgrp_testbed::harness::run(&[
+        ("three_overlays_measure_every_link", check),
+        ("two_methods_on_one_path", two_methods_on_one_path),
+    ])
 }

@@ -1,5 +1,5 @@
 //! The scheduler under arbitrary sequences of time, starts, ends, "measure now" and
-//! traffic reports: a link never runs twice at once, no more than `max_running` run,
+//! traffic reports: a link never runs twice at once, nor two links of one path, no more than `max_running` run,
 //! every link that is due is eventually started, and waits never lie in the past.
 
 use std::collections::HashSet;
@@ -36,6 +36,7 @@ fn timing(i: usize) -> Timing {
         max_backoff: Duration::from_secs(8),
         ride_min_bps: (i % 3 == 2).then_some(1_000_000),
         ride_max_wait: (i % 6 == 5).then_some(Duration::from_secs(3)),
+        path: i % 4,
     }
 }
 
@@ -52,6 +53,10 @@ proptest! {
                     while let Some(i) = sch.poll_start(now) {
                         prop_assert!(running.insert(i), "link {} started twice", i);
                         prop_assert!(running.len() <= max_running);
+                        prop_assert!(
+                            running.iter().filter(|&&j| j % 4 == i % 4).count() == 1,
+                            "two links of path {} at once", i % 4
+                        );
                     }
                 }
                 Op::End(i, e) => {

@@ -508,8 +508,9 @@ mod tests {
 
     #[test]
     fn a_riding_link_waits_for_traffic_at_most_one_interval() {
+        // Two paths: the riding link waits while the other runs.
         let ride = Timing {
-            path: 0,
+            path: 1,
             ride_min_bps: Some(1_000_000),
             ..timing(10)
         };
@@ -600,7 +601,8 @@ mod tests {
             jitter: 0.2,
             ..timing(100)
         };
-        let mut sch = Scheduler::new(vec![t; 50], 50, s(0), Duration::from_secs(30), 11);
+        let paths = (0..50).map(|path| Timing { path, ..t.clone() }).collect();
+        let mut sch = Scheduler::new(paths, 50, s(0), Duration::from_secs(30), 11);
         let mut firsts: Vec<u64> = Vec::new();
         for i in 0..50 {
             match sch.state(i) {

@@ -32,7 +32,8 @@ fn case(transport: &str, bursts: bool) -> anyhow::Result<()> {
         .ip(&["addr", "add", &format!("{OTHER_B}/24"), "dev", &net.veth_b])?;
     let me = std::env::current_exe()?;
     let pair: Option<(Daemon, Daemon)> = if transport == "mgrp" {
-        Some(daemon_pair(&net, &me, &["mgrpd"], &[])?)
+        // Riders wait at most 1 ms for a probe, well below the 5 ms slot.
+        Some(daemon_pair(&net, &me, &["mgrpd"], &["--hold", "1ms"])?)
     } else {
         None
     };

@@ -1,5 +1,7 @@
-//! Any bytes as what pathload-rs reads from the network: a probe header, a control
-//! message from either side, or a stream of arrivals for the trend analysis. Nothing
+//! Any bytes as what the measurement tools read from the network (pathload-rs,
+//! pathchirp-rs and badabing-rs share them through mgrp-tool): a probe header, a
+//! control message from either side, or a stream of arrivals for pathload's trend
+//! analysis. Nothing
 //! may panic; whatever decodes must encode and decode back to itself; the analysis
 //! never yields NaN.
 #![no_main]

@@ -15,7 +15,8 @@ use clap::Parser;
     version,
     about = "Measurement Overlay node: measures every link into this node continuously and serves the estimates",
     long_about = "Measurement Overlay node: measures the paths into this node from its neighbours \
-        continuously with pathload-rs over MGRP (or plain UDP), serves its neighbours' \
+        continuously with pathload-rs, pathChirp or badabing over MGRP (or plain UDP) \
+        (available bandwidth, loss episodes), serves its neighbours' \
         measurements of the paths out of it, and serves the estimates over an HTTP API \
         (JSON and server-sent events), to Prometheus (/metrics) and on a status page (/).\n\n\
         Run one per node, beside that node's mgrpd. See mgrp-overlay.example.toml for a \

@@ -1,6 +1,6 @@
 //! The Measurement Overlay (the MGRP paper's §3.2 and §5): one `mgrp-overlay` per
 //! node, beside that node's mgrpd, measures the paths into the node from its
-//! neighbours continuously with pathload-rs over MGRP (or plain UDP as the
+//! neighbours continuously with pathload-rs, pathChirp or badabing over MGRP (or plain UDP as the
 //! baseline), serves as the sending side for its neighbours' measurements, and keeps
 //! the estimates for applications. How to run it, its API and its metrics are in the
 //! repository's `docs/overlay.md`.

@@ -1,0 +1,262 @@
+//! How well pathchirp-rs measures a 10 Mbit/s tbf bottleneck (burst 1540) between two
+//! namespaces, beside pathload-rs on the same path in the same run: the shaper on the
+//! sending host's egress or on a router, over plain UDP and over MGRP, quiet, with
+//! 4 Mbit/s of constant-rate UDP cross traffic (to an address outside the tunnel) and
+//! with a 4 Mbit/s paced TCP flow from A to B (over MGRP its packets ride in the
+//! probes). Both tools run in this process, inside the namespaces, against one sender.
+//!
+//! For each run: the truth at the IP level of each tool's probes; pathChirp's median
+//! smoothed estimate over the second half of its run (less the riders over MGRP), its
+//! time to the first estimate, probe bytes a minute and rider share; pathload's range
+//! (fast mode) and its bytes. Not run in CI (minutes of wall time); needs root.
+//!
+//! ```text
+//! cargo bench -p pathchirp-rs --bench accuracy -- [--runs N] [--seconds S]
+//!     [--shapers sender,router] [--transports udp,mgrp] [--cross quiet,cbr,tcp]
+//!     [--onset output|first-rise] [--burst BYTES]
+//! ```
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use mgrp_testbed::traffic::{Source, ip_level_truth, tcp_paced_source, udp_cbr};
+use mgrp_testbed::{ADDR_A, ADDR_B, Daemon, TwoHostOptions, TwoHosts, daemon_pair};
+use mgrp_tool::{ServeOptions, Server, SessionOptions, Transport};
+use pathchirp_rs::Onset;
+
+const CROSS: f64 = 4.0;
+const OTHER_B: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 3);
+
+#[derive(Debug, Clone)]
+struct Opts {
+    runs: usize,
+    seconds: u64,
+    shapers: Vec<String>,
+    transports: Vec<String>,
+    cross: Vec<String>,
+    onset: Onset,
+    burst: u32,
+}
+
+fn opts() -> Opts {
+    let mut o = Opts {
+        runs: 3,
+        seconds: 40,
+        shapers: vec!["sender".into(), "router".into()],
+        transports: vec!["udp".into(), "mgrp".into()],
+        cross: vec!["quiet".into(), "cbr".into(), "tcp".into()],
+        onset: Onset::Output,
+        burst: 1540,
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let list = |v: &str| v.split(',').map(ToString::to_string).collect::<Vec<_>>();
+    let mut i = 0;
+    while i < args.len() {
+        let v = args.get(i + 1).cloned().unwrap_or_default();
+        match args[i].as_str() {
+            "--runs" => o.runs = v.parse().unwrap_or(o.runs),
+            "--seconds" => o.seconds = v.parse().unwrap_or(o.seconds),
+            "--shapers" => o.shapers = list(&v),
+            "--transports" => o.transports = list(&v),
+            "--cross" => o.cross = list(&v),
+            "--burst" => o.burst = v.parse().unwrap_or(o.burst),
+            "--onset" => {
+                o.onset = if v == "first-rise" {
+                    Onset::FirstRise
+                } else {
+                    Onset::Output
+                };
+            }
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    o
+}
+
+/// One run's figures.
+#[derive(Debug, Clone)]
+struct Figures {
+    truth_chirp: f64,
+    chirp: Option<f64>,
+    chirp_measured: Option<f64>,
+    first: Option<f64>,
+    mb_per_minute: f64,
+    rider_share: f64,
+    truth_pathload: f64,
+    pathload: Option<(f64, f64)>,
+    pathload_mb: f64,
+    pathload_s: f64,
+}
+
+fn run(o: &Opts, shaper: &str, transport: &str, cross: &str) -> anyhow::Result<Figures> {
+    let net = TwoHosts::new(&TwoHostOptions {
+        bottleneck: Some(("10mbit".into(), o.burst.to_string())),
+        router: shaper == "router",
+    })?;
+    net.b
+        .ip(&["addr", "add", &format!("{OTHER_B}/24"), "dev", &net.veth_b])?;
+    let me = std::env::current_exe()?;
+    let pair: Option<(Daemon, Daemon)> = if transport == "mgrp" {
+        Some(daemon_pair(
+            &net,
+            &me,
+            &["mgrpd"],
+            &["--hold-mode", "always"],
+        )?)
+    } else {
+        None
+    };
+    let t = if transport == "mgrp" {
+        Transport::Mgrp
+    } else {
+        Transport::Udp
+    };
+    let (source, ip_size, payload): (Option<Source>, u32, u32) = match cross {
+        "cbr" => (
+            Some(udp_cbr(&net.a, &net.b, OTHER_B.into(), 9000, CROSS, 1490)?),
+            1490,
+            1462,
+        ),
+        "tcp" => (
+            Some(tcp_paced_source(
+                &net.a,
+                &net.b,
+                ADDR_B.into(),
+                9000,
+                CROSS,
+            )?),
+            1500,
+            1448,
+        ),
+        _ => (None, 1490, 1462),
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let stop = Arc::new(AtomicBool::new(false));
+    let serving = {
+        let mut so = ServeOptions::new(t);
+        so.name = "bench snd".into();
+        if let Some((a, _)) = &pair {
+            so.socket.clone_from(&a.socket);
+        }
+        let stop = stop.clone();
+        net.a.spawn("sender", move || {
+            let server = Server::bind(so)?;
+            server.serve(true, &stop, &mut |_| {})
+        })?
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let mut session = SessionOptions::new(ADDR_A.to_string(), t, "bench");
+    if let Some((_, b)) = &pair {
+        session.socket.clone_from(&b.socket);
+    }
+    let before = (source.as_ref().map_or(0, Source::bytes), Instant::now());
+    let mut chirp_opts = pathchirp_rs::tool::MeasureOptions::new(
+        ADDR_A.to_string(),
+        t,
+        Duration::from_secs(o.seconds),
+    );
+    chirp_opts.session = session.clone();
+    chirp_opts.config.analysis.onset = o.onset;
+    let never = AtomicBool::new(false);
+    let chirped = net
+        .b
+        .run(|| pathchirp_rs::tool::measure(&chirp_opts, &never, &mut |_| {}))?
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut load_opts = pathload_rs::tool::MeasureOptions::new(ADDR_A.to_string(), t);
+    load_opts.session = session;
+    load_opts.mode = pathload_rs::Mode::Fast;
+    load_opts.max_time = Duration::from_secs(60);
+    let loaded = net
+        .b
+        .run(|| pathload_rs::tool::measure(&load_opts, &never, &mut |_| {}))?
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let bytes = source.as_ref().map_or(0, Source::bytes) - before.0;
+    let cross_mbps = bytes as f64 * 8.0 / before.1.elapsed().as_secs_f64() / 1e6;
+    stop.store(true, Ordering::Relaxed);
+    let _ = serving.join();
+    drop(source);
+    // Riding traffic does not compete over MGRP; the adjusted estimate is judged
+    // against the truth with it.
+    let ip_mbps = cross_mbps * f64::from(ip_size) / f64::from(payload);
+    let others = [(ip_mbps, ip_size)];
+    let half = o.seconds as f64 / 2.0;
+    let median = |pick: fn(&pathchirp_rs::tool::Point) -> Option<f64>| {
+        let mut v: Vec<f64> = chirped
+            .series
+            .iter()
+            .filter(|p| p.t >= half)
+            .filter_map(pick)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).map(|x| x / 1e6)
+    };
+    let o2 = &loaded.outcome;
+    Ok(Figures {
+        truth_chirp: ip_level_truth(10.0, 1028, &others),
+        chirp: median(|p| p.adjusted_bps),
+        chirp_measured: median(|p| p.smoothed_bps),
+        first: chirped.first_estimate,
+        mb_per_minute: chirped.counts.probe_bytes as f64
+            / 1e6
+            / (chirped.elapsed.as_secs_f64() / 60.0),
+        rider_share: chirped.counts.riding_probe_bytes as f64
+            / chirped.counts.probe_bytes.max(1) as f64,
+        truth_pathload: ip_level_truth(10.0, 228, &others),
+        pathload: loaded.converged().then_some((o2.low, o2.high)),
+        pathload_mb: o2.probe_bytes as f64 / 1e6,
+        pathload_s: loaded.elapsed.as_secs_f64(),
+    })
+}
+
+fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "mgrpd") {
+        return mgrpd::main_with_args(&args[1..]);
+    }
+    if !mgrp_testbed::is_root() {
+        eprintln!("the bench needs root to create network namespaces");
+        return ExitCode::FAILURE;
+    }
+    let o = opts();
+    println!(
+        "| shaper | transport | cross | truth | pathChirp median (error) | measured | first estimate | MB/min | rider share | pathload truth | pathload range | pathload MB (s) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for shaper in &o.shapers {
+        for transport in &o.transports {
+            for cross in &o.cross {
+                for _ in 0..o.runs {
+                    match run(&o, shaper, transport, cross).context("run") {
+                        Ok(f) => {
+                            let err = f.chirp.map_or(String::from("-"), |c| {
+                                format!("{c:.2} ({:+.1} %)", (c / f.truth_chirp - 1.0) * 100.0)
+                            });
+                            println!(
+                                "| {shaper} | {transport} | {cross} | {:.2} | {err} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {:.2} ({:.1}) |",
+                                f.truth_chirp,
+                                f.chirp_measured.map_or("-".into(), |m| format!("{m:.2}")),
+                                f.first.map_or("-".into(), |s| format!("{s:.1} s")),
+                                f.mb_per_minute,
+                                f.rider_share,
+                                f.truth_pathload,
+                                f.pathload
+                                    .map_or("-".into(), |(a, b)| format!("{a:.2}-{b:.2}")),
+                                f.pathload_mb,
+                                f.pathload_s,
+                            );
+                        }
+                        Err(e) => println!("| {shaper} | {transport} | {cross} | failed: {e:#} |"),
+                    }
+                }
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}

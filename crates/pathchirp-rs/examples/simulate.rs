@@ -47,7 +47,7 @@ fn main() {
             },
         ),
     ] {
-        for onset in [Onset::FirstRise, Onset::Output] {
+        for onset in [Onset::FirstRise, Onset::Output, Onset::Tail] {
             let cfg = Config {
                 analysis: Params {
                     onset,

@@ -31,8 +31,17 @@ pub enum Onset {
     /// threshold's worth): once a queue has formed, the bottleneck lets probes out at
     /// no more than what it has for them, whatever credit it had, so a late rise no
     /// longer shifts the estimate (this project).
-    #[default]
     Output,
+    /// The lower of the first rise's send rate and what the chirp's saturated tail
+    /// says is left over: from the gap where the chirp's own rate passes the rate the
+    /// queued probes come out at (Ĉ, their median receive rate), the bottleneck is
+    /// busy to the end, so it served the tail's probes and the cross traffic that
+    /// arrived meanwhile, X̂ = (Ĉ·(r_N − r_m) − probe bits) / (s_N − s_m), and the
+    /// available bandwidth is Ĉ − X̂ (a probe-gap reading of the tail; averaged over
+    /// the chirps it sees sparse cross traffic that makes no excursion). Without a
+    /// saturated tail of two gaps, as `Output` (this project).
+    #[default]
+    Tail,
 }
 
 /// The analysis's parameters.
@@ -69,6 +78,8 @@ pub struct ChirpAnalysis {
     /// The receive rate of the final queue's first gaps, bit/s (`None` when the
     /// chirp ends without one).
     pub output_bps: Option<f64>,
+    /// What the saturated tail leaves over, Ĉ − X̂, bit/s (`None` without one).
+    pub tail_bps: Option<f64>,
     /// Excursions that counted.
     pub excursions: u32,
     /// Packets analysed (fewer than sent when coalescence cut the chirp).
@@ -173,8 +184,14 @@ pub fn analyse(
     } else {
         None
     };
-    let fill = match (p.onset, output_bps) {
-        (Onset::Output, Some(o)) => onset_bps.min(o),
+    let tail_bps = if queued_at_end {
+        tail_rate(bits, sent, received, &rates, l, last)
+    } else {
+        None
+    };
+    let fill = match (p.onset, output_bps, tail_bps) {
+        (Onset::Tail, _, Some(t)) => onset_bps.min(t),
+        (Onset::Output | Onset::Tail, Some(o), _) => onset_bps.min(o),
         _ => onset_bps,
     };
     for slot in e.iter_mut().skip(l) {
@@ -190,6 +207,7 @@ pub fn analyse(
         estimate_bps: weighted / total,
         onset_bps,
         output_bps,
+        tail_bps,
         excursions,
         analysed: last + 1,
         queued_at_end,
@@ -213,6 +231,40 @@ fn output_rate(bits: f64, received: &[i64], l: usize, last: usize, count: usize)
     }
     r.sort_by(f64::total_cmp);
     Some(r[r.len() / 2])
+}
+
+/// Ĉ − X̂ over the chirp's saturated tail (see [`Onset::Tail`]), bit/s.
+fn tail_rate(
+    bits: f64,
+    sent: &[i64],
+    received: &[i64],
+    rates: &[f64],
+    l: usize,
+    last: usize,
+) -> Option<f64> {
+    let mut out: Vec<f64> = (l..last)
+        .filter_map(|k| {
+            let g = received[k + 1] - received[k];
+            (g > 0).then(|| bits / (g as f64 * 1e-9))
+        })
+        .collect();
+    if out.is_empty() {
+        return None;
+    }
+    out.sort_by(f64::total_cmp);
+    let capacity = out[out.len() / 2];
+    let m = (l..last).find(|&k| rates[k] >= capacity)?;
+    if last - m < 2 {
+        return None;
+    }
+    let served = (received[last] - received[m]) as f64 * 1e-9;
+    let span = (sent[last] - sent[m]) as f64 * 1e-9;
+    if span <= 0.0 {
+        return None;
+    }
+    let probes = (last - m) as f64 * bits;
+    let cross = ((capacity * served - probes) / span).clamp(0.0, capacity);
+    Some(capacity - cross)
 }
 
 #[cfg(test)]

@@ -4,12 +4,10 @@
 //! `namespaces mgrpd ...`): quiet, with 4 Mbit/s of constant-rate UDP cross traffic,
 //! and over MGRP with a paced 4 Mbit/s TCP flow from A to B whose packets ride in the
 //! chirps. Each case chirps for 30 s and is judged by the median of the smoothed
-//! estimates over its last 10 s: on the quiet link it must lie within a wide band of
-//! the truth; with cross traffic beside the chirps it must be below the quiet link's
-//! and above the truth's lower band (chirps read lumpy cross traffic high, as the
-//! original does: docs/pathchirp-rs.md has the figures); with the TCP flow riding, the
-//! measured estimate is the quiet link's (the flow no longer competes) and the
-//! adjusted one must be lower by a good part of the flow. Every chirp must be an
+//! estimates over its last 10 s: quiet and with cross traffic beside the chirps it
+//! must lie within a wide band of the truth; with the TCP flow riding, the measured
+//! estimate is the quiet link's (the flow no longer competes) and the adjusted one must
+//! be lower by a good part of the flow. Every chirp must be an
 //! estimate or a discard with its reason, and riders may ride only where they can.
 //! The bench measures how close the estimates are; this test checks behaviour. Needs
 //! root, as CI has.
@@ -138,6 +136,9 @@ fn case(transport: &str, cross: Cross) -> anyhow::Result<()> {
         "    {transport} {cross:?}: truth {truth:.2} Mbit/s (cross {cross_mbps:.2}), median of the last 10 s {measured:.2}, adjusted {adjusted:.2}: {result}"
     );
     let within = |v: f64, t: f64| (v / t - 1.0).abs() <= BAND;
+    if std::env::var_os("PATHCHIRP_TEST_LOG").is_some() {
+        eprintln!("{log}");
+    }
     match cross {
         Cross::Quiet => ensure!(
             within(measured, truth),
@@ -145,8 +146,9 @@ fn case(transport: &str, cross: Cross) -> anyhow::Result<()> {
             BAND * 100.0
         ),
         Cross::Cbr => ensure!(
-            measured < 0.95 * quiet && measured > (1.0 - BAND) * truth,
-            "median {measured:.2} Mbit/s does not show the cross traffic (truth {truth:.2}, quiet {quiet:.2})"
+            within(measured, truth),
+            "median {measured:.2} Mbit/s is not within {:.0} % of the truth {truth:.2} (quiet {quiet:.2})",
+            BAND * 100.0
         ),
         Cross::TcpRiding => {
             ensure!(

@@ -51,6 +51,9 @@ pub(crate) enum OnsetArg {
     FirstRise,
     /// The lower of that and the rate the first queued probes came out at.
     Output,
+    /// The lower of the first rise and what the chirp's saturated tail leaves over
+    /// (capacity less the cross traffic served during it).
+    Tail,
 }
 
 /// Arguments of `rcv`.
@@ -86,7 +89,7 @@ pub(crate) struct RcvArgs {
     #[arg(long, short = 'b', default_value_t = params::BUSY_PERIOD)]
     pub(crate) busy_period: usize,
     /// How the rate where the final queue begins is read.
-    #[arg(long, value_enum, default_value_t = OnsetArg::Output)]
+    #[arg(long, value_enum, default_value_t = OnsetArg::Tail)]
     pub(crate) onset: OnsetArg,
     /// Keep the probing range fixed instead of moving it when the estimate sits at one
     /// of its ends.
@@ -125,6 +128,7 @@ impl RcvArgs {
                 onset: match self.onset {
                     OnsetArg::FirstRise => Onset::FirstRise,
                     OnsetArg::Output => Onset::Output,
+                    OnsetArg::Tail => Onset::Tail,
                 },
                 ..Params::default()
             },

@@ -273,6 +273,10 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
                         v["estimate_bps"] = json!(e.bps);
                         v["adjusted_bps"] = json!(e.adjusted_bps);
                         v["competing_bps"] = json!(e.competing_bps);
+                        v["onset_bps"] = json!(e.analysis.onset_bps);
+                        v["output_bps"] = json!(e.analysis.output_bps);
+                        v["tail_bps"] = json!(e.analysis.tail_bps);
+                        v["excursions"] = json!(e.analysis.excursions);
                     }
                     Err(d) => v["discarded"] = json!(d),
                 }

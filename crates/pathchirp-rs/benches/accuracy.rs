@@ -13,7 +13,7 @@
 //! ```text
 //! cargo bench -p pathchirp-rs --bench accuracy -- [--runs N] [--seconds S]
 //!     [--shapers sender,router] [--transports udp,mgrp] [--cross quiet,cbr,tcp]
-//!     [--onset output|first-rise] [--burst BYTES]
+//!     [--onset tail|output|first-rise] [--burst BYTES]
 //! ```
 
 use std::process::ExitCode;
@@ -48,7 +48,7 @@ fn opts() -> Opts {
         shapers: vec!["sender".into(), "router".into()],
         transports: vec!["udp".into(), "mgrp".into()],
         cross: vec!["quiet".into(), "cbr".into(), "tcp".into()],
-        onset: Onset::Output,
+        onset: Onset::Tail,
         burst: 1540,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -64,10 +64,10 @@ fn opts() -> Opts {
             "--cross" => o.cross = list(&v),
             "--burst" => o.burst = v.parse().unwrap_or(o.burst),
             "--onset" => {
-                o.onset = if v == "first-rise" {
-                    Onset::FirstRise
-                } else {
-                    Onset::Output
+                o.onset = match v.as_str() {
+                    "first-rise" => Onset::FirstRise,
+                    "output" => Onset::Output,
+                    _ => Onset::Tail,
                 };
             }
             _ => {

@@ -206,6 +206,7 @@ pub struct Session {
     max_size: u32,
     sender: String,
     started: Instant,
+    address: Option<IpAddr>,
 }
 
 /// The sender closed the control connection before the run began.
@@ -267,7 +268,37 @@ impl Session {
             max_size,
             sender,
             started,
+            address: opts.address,
         })
+    }
+
+    /// What the sender's mgrpd routes to this receiver now (over the last two
+    /// seconds): the application traffic that rides in probes that allow it.
+    pub fn traffic(&mut self) -> Result<SenderTraffic, BatchError> {
+        let gone = |e: anyhow::Error| BatchError::Gone(format!("{e:#}"));
+        self.conn
+            .send(&Request::Traffic {
+                address: self.address,
+            })
+            .map_err(gone)?;
+        match self.conn.recv::<Reply>().map_err(gone)? {
+            Some(Reply::Traffic {
+                bytes_per_second,
+                window_ms,
+                held_riders,
+                held_bytes,
+            }) => Ok(SenderTraffic {
+                bytes_per_second,
+                window: Duration::from_millis(window_ms),
+                held_riders,
+                held_bytes,
+            }),
+            Some(Reply::Error { message }) => Err(BatchError::SenderFailed(message)),
+            Some(other) => Err(BatchError::Gone(format!(
+                "the sender answered {other:?} to a traffic query"
+            ))),
+            None => Err(BatchError::Gone("the sender closed the connection".into())),
+        }
     }
 
     /// The smallest of the round trips timed before the run.

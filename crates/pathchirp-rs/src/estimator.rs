@@ -185,7 +185,7 @@ impl ChirpSpec {
 }
 
 /// What came back of a chirp.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ChirpResult {
     /// Its number.
     pub id: u32,
@@ -203,6 +203,9 @@ pub struct ChirpResult {
     pub rider_bytes: u64,
     /// IP bytes of its probes that carried riders.
     pub riding_probe_bytes: u64,
+    /// The application traffic the sender's mgrpd routed to this receiver around the
+    /// chirp, bit/s (MGRP with riders; `None` otherwise).
+    pub routed_bps: Option<f64>,
 }
 
 /// Why a chirp gave no estimate.
@@ -448,12 +451,20 @@ impl Estimator {
                 Unusable::Coalesced => Discard::Coalesced,
                 Unusable::TooShort => Discard::Unusable,
             })?;
+        // The application traffic kept off the path while the chirp's tail was on it:
+        // what rode in its probes. mgrpd counts the bytes kept off over the whole
+        // chirp, but in its slow first half the probes are too few to carry a flow and
+        // part of it leaves on its own (there it competes, but the tail's reading does
+        // not see it); the rate mgrpd routed to this receiver is the flow's own. The
+        // larger of the two (with routes on demand mgrpd sees the flow only around
+        // trains, and the chirp's count is the better).
         let span = (sent[n - 1] - sent[0]) as f64 * 1e-9;
-        let competing_bps = if span > 0.0 {
+        let counted = if span > 0.0 {
             r.competing_rider_bytes as f64 * 8.0 / span
         } else {
             0.0
         };
+        let competing_bps = r.routed_bps.map_or(counted, |routed| routed.max(counted));
         Ok(ChirpEstimate {
             bps: a.estimate_bps,
             adjusted_bps: (a.estimate_bps - competing_bps).max(0.0),

@@ -163,6 +163,17 @@ fn riders_are_taken_off_the_adjusted_estimate() {
     assert!((e.competing_bps - 2e6).abs() < 2e4, "{e:?}");
     assert!((e.bps - e.adjusted_bps - e.competing_bps).abs() < 1.0);
     assert_eq!(est.counts().rider_bytes, r.rider_bytes);
+    // The rate mgrpd routed to the receiver, when larger, is the flow's.
+    let mut r = result(&mut est);
+    r.competing_rider_bytes = (2e6 / 8.0 * span * 1e-9) as u64;
+    r.routed_bps = Some(3e6);
+    let e = est.handle(&r).outcome.unwrap();
+    assert!((e.competing_bps - 3e6).abs() < 1.0, "{e:?}");
+    let mut r = result(&mut est);
+    r.competing_rider_bytes = (2e6 / 8.0 * span * 1e-9) as u64;
+    r.routed_bps = Some(0.5e6);
+    let e = est.handle(&r).outcome.unwrap();
+    assert!((e.competing_bps - 2e6).abs() < 2e4, "{e:?}");
 }
 
 #[test]

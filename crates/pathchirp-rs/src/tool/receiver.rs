@@ -173,7 +173,23 @@ pub fn measure(
                 break;
             }
         };
+        // Over MGRP with riders, what the sender routes to this host: the flow that
+        // rode in the chirp's tail.
+        let routed_bps = if opts.session.transport == Transport::Mgrp && opts.session.piggyback {
+            match session.traffic() {
+                Ok(t) => Some(t.bytes_per_second as f64 * 8.0),
+                Err(BatchError::Gone(g)) => {
+                    gone = Some(g);
+                    break;
+                }
+                // No mgrpd figures at the sender: the chirp's own count stands.
+                Err(BatchError::SenderFailed(_)) => None,
+            }
+        } else {
+            None
+        };
         let result = ChirpResult {
+            routed_bps,
             id: spec.id,
             generation: spec.generation,
             sent: x.report.sent,

@@ -183,7 +183,11 @@ fn metrics_are_negotiated_and_promtool_finds_them_clean() {
         .filter_map(|l| l.strip_prefix("# HELP "))
         .filter_map(|l| l.split(' ').next())
         .collect();
-    assert!(families.len() >= 11, "{text}");
+    assert!(
+        families.len() >= 11,
+        "{text}\nlast error: {:?}",
+        shared.link("from-a").unwrap().last_error
+    );
     for family in families {
         assert!(
             guide.contains(&format!("`{family}`")),

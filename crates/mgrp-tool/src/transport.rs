@@ -106,6 +106,11 @@ impl Sender {
         } else {
             Ipv6Addr::UNSPECIFIED.into()
         };
+        // Several senders on one host (two overlay nodes, a tool's `snd` beside an
+        // overlay, two measurements of one server to different receivers) may send
+        // from the same probe port at once: the socket only sends, each to its own
+        // receiver, so sharing the port is harmless and a second sender is not refused.
+        socket.set_reuse_port(true)?;
         socket
             .bind(&SockAddr::from(SocketAddr::new(any, src_port)))
             .with_context(|| {
@@ -389,5 +394,25 @@ fn udp_listen(s: &Socket, tx: &mpsc::Sender<Seen>, stop: &AtomicBool, unstamped:
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two senders on one host share the probe port (two overlay nodes, or a `snd`
+    /// beside an overlay): the second is not refused with "address in use", which
+    /// turned a neighbour's measurement into a refusal whenever two overlapped.
+    #[test]
+    fn two_udp_senders_share_the_probe_port() {
+        let port = {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            s.local_addr().unwrap().port()
+        };
+        let to = |p: u16| SocketAddr::from((Ipv4Addr::LOCALHOST, p));
+        let a = Sender::udp(to(9), port).expect("the first sender");
+        let b = Sender::udp(to(10), port).expect("a second sender on the same port");
+        drop((a, b));
     }
 }

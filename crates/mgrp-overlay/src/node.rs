@@ -16,7 +16,7 @@ use anyhow::Context as _;
 use mgrp_tool::SessionOptions;
 use pathload_rs::control::Transport;
 use pathload_rs::tool::{
-    BUSY, MeasureError, MeasureOptions, ServeEvent, ServeOptions, Server, measure, sender_traffic,
+    MeasureError, MeasureOptions, ServeEvent, ServeOptions, Server, measure, sender_traffic,
 };
 use serde::Serialize;
 use tokio::sync::broadcast;
@@ -576,13 +576,13 @@ fn blank(s: &Shared, link: &Link, started_at: f64) -> Estimate {
 
 /// The outcome of a run that could not start, with its error set in `e`.
 fn refused(e: &mut Estimate, err: MeasureError) -> RunOutcome {
+    let busy = err.is_busy();
     match err {
         MeasureError::Unreachable(why) => {
             e.error = Some(why);
             RunOutcome::PeerDown
         }
         MeasureError::Refused(why) => {
-            let busy = why.starts_with(BUSY);
             e.error = Some(format!("the sender refused: {why}"));
             if busy {
                 RunOutcome::Busy

@@ -27,7 +27,6 @@ pub mod transport;
 pub use control::{Batch, ProbeSpec, Run, SentReport, Tag, Transport};
 pub use server::{BUSY, ServeEvent, ServeOptions, Server, serve_command};
 pub use session::{
-    BatchError, Exchange, MeasureError, SenderTraffic, Session, SessionOptions, connect,
-    sender_traffic,
+    BatchError, Exchange, MeasureError, SenderTraffic, Session, SessionOptions, sender_traffic,
 };
 pub use transport::{Arrival, Seen};

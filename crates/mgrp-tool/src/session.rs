@@ -94,6 +94,24 @@ impl MeasureError {
     pub fn is_busy(&self) -> bool {
         matches!(self, Self::Refused(m) if m.starts_with(crate::BUSY))
     }
+
+    /// Says why on standard error as `tool` and gives the receiver's exit status.
+    pub fn report(&self, tool: &str) -> i32 {
+        match self {
+            Self::Unreachable(e) => {
+                eprintln!("{tool}: {e}");
+                crate::exit::PEER
+            }
+            Self::Refused(_) => {
+                eprintln!("{tool}: {self}");
+                crate::exit::SENDER
+            }
+            Self::Failed(e) => {
+                eprintln!("{tool}: {e:#}");
+                crate::exit::ERROR
+            }
+        }
+    }
 }
 
 /// Why a batch brought nothing back, once the measurement runs.
@@ -119,17 +137,8 @@ pub struct Exchange {
     pub replied: Instant,
 }
 
-impl Exchange {
-    /// Probes that did not arrive.
-    pub fn lost(&self) -> u32 {
-        self.report
-            .sent
-            .saturating_sub(u32::try_from(self.arrivals.len()).unwrap_or(u32::MAX))
-    }
-}
-
 /// Connects to a sender's control port.
-pub fn connect(sender: &str, port: u16, sender_is: &str) -> Result<TcpStream, String> {
+fn connect(sender: &str, port: u16, sender_is: &str) -> Result<TcpStream, String> {
     let addrs: Vec<SocketAddr> = (sender, port)
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve sender {sender}: {e}"))?
@@ -204,7 +213,6 @@ pub struct Session {
     rx: Receiver<Seen>,
     rtt: Duration,
     max_size: u32,
-    sender: String,
     started: Instant,
     address: Option<IpAddr>,
 }
@@ -250,10 +258,8 @@ impl Session {
             piggyback: opts.piggyback,
             tool: opts.tool.clone(),
         })?;
-        let (max_size, sender) = match conn.recv::<Reply>()? {
-            Some(Reply::Hello {
-                max_size, sender, ..
-            }) => (max_size, sender),
+        let max_size = match conn.recv::<Reply>()? {
+            Some(Reply::Hello { max_size, .. }) => max_size,
             Some(Reply::Error { message }) => return Err(MeasureError::Refused(message)),
             Some(other) => {
                 return Err(anyhow!("unexpected answer from the sender: {other:?}").into());
@@ -266,7 +272,6 @@ impl Session {
             rx,
             rtt,
             max_size,
-            sender,
             started,
             address: opts.address,
         })
@@ -309,11 +314,6 @@ impl Session {
     /// Largest probe the sender's path carries, IP bytes.
     pub fn max_size(&self) -> u32 {
         self.max_size
-    }
-
-    /// The sender's name and version.
-    pub fn sender(&self) -> &str {
-        &self.sender
     }
 
     /// Time since the first connection attempt.

@@ -5,7 +5,7 @@
 
 use mgrp_tool::Arrival;
 
-use crate::{ChirpResult, Estimator, Report};
+use crate::{ChirpResult, ChirpSpec, Estimator, Report};
 
 /// Cross traffic at the shaper.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -129,6 +129,26 @@ impl Path {
     }
 }
 
+/// What came back of `spec` with every probe's (departure, arrival) stamps: nothing
+/// lost, no rider.
+pub fn result(spec: &ChirpSpec, stamps: &[(i64, i64)]) -> ChirpResult {
+    ChirpResult {
+        id: spec.id,
+        generation: spec.generation,
+        sent: spec.packets(),
+        sender_stamps: stamps.iter().map(|s| Some(s.0)).collect(),
+        arrivals: (0u32..)
+            .zip(stamps)
+            .map(|(seq, s)| Arrival {
+                seq,
+                sent_ns: s.0,
+                received_ns: s.1,
+            })
+            .collect(),
+        ..ChirpResult::default()
+    }
+}
+
 /// Runs `chirps` chirps of `est` through `path`, each at its period; the reports.
 pub fn run(est: &mut Estimator, path: &mut Path, chirps: usize) -> Vec<Report> {
     let mut t = 0i64;
@@ -136,22 +156,7 @@ pub fn run(est: &mut Estimator, path: &mut Path, chirps: usize) -> Vec<Report> {
     for _ in 0..chirps {
         let spec = est.next_chirp();
         let stamps = path.carry(t, spec.size, &spec.gaps_ns);
-        let result = ChirpResult {
-            id: spec.id,
-            generation: spec.generation,
-            sent: spec.packets(),
-            sender_stamps: stamps.iter().map(|s| Some(s.0)).collect(),
-            arrivals: (0u32..)
-                .zip(&stamps)
-                .map(|(seq, s)| Arrival {
-                    seq,
-                    sent_ns: s.0,
-                    received_ns: s.1,
-                })
-                .collect(),
-            ..ChirpResult::default()
-        };
-        reports.push(est.handle(&result));
+        reports.push(est.handle(&result(&spec, &stamps)));
         t += i64::try_from(spec.period_ns).unwrap_or(i64::MAX / 4);
     }
     reports

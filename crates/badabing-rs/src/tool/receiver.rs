@@ -270,18 +270,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
     });
     let m = match measured {
         Ok(m) => m,
-        Err(MeasureError::Unreachable(e)) => {
-            eprintln!("{TOOL}: {e}");
-            return exit::PEER;
-        }
-        Err(e @ MeasureError::Refused(_)) => {
-            eprintln!("{TOOL}: {e}");
-            return exit::SENDER;
-        }
-        Err(MeasureError::Failed(e)) => {
-            eprintln!("{TOOL}: {e:#}");
-            return exit::ERROR;
-        }
+        Err(e) => return e.report(TOOL),
     };
     let e = &m.estimate;
     if json {

@@ -105,23 +105,8 @@ fn the_range_grows_when_the_path_is_faster_than_its_top() {
 
 fn result(est: &mut Estimator) -> ChirpResult {
     let spec = est.next_chirp();
-    let mut path = Path::new(10e6, 1540, Cross::None);
-    let stamps = path.carry(0, spec.size, &spec.gaps_ns);
-    ChirpResult {
-        id: spec.id,
-        generation: spec.generation,
-        sent: spec.packets(),
-        sender_stamps: stamps.iter().map(|s| Some(s.0)).collect(),
-        arrivals: (0u32..)
-            .zip(&stamps)
-            .map(|(seq, s)| Arrival {
-                seq,
-                sent_ns: s.0,
-                received_ns: s.1,
-            })
-            .collect(),
-        ..ChirpResult::default()
-    }
+    let stamps = Path::new(10e6, 1540, Cross::None).carry(0, spec.size, &spec.gaps_ns);
+    crate::sim::result(&spec, &stamps)
 }
 
 #[test]

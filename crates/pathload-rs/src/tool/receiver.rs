@@ -166,18 +166,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
     });
     let m = match measured {
         Ok(m) => m,
-        Err(MeasureError::Unreachable(e)) => {
-            eprintln!("pathload-rs: {e}");
-            return exit::PEER;
-        }
-        Err(e @ MeasureError::Refused(_)) => {
-            eprintln!("pathload-rs: {e}");
-            return exit::SENDER;
-        }
-        Err(MeasureError::Failed(e)) => {
-            eprintln!("pathload-rs: {e:#}");
-            return exit::ERROR;
-        }
+        Err(e) => return e.report("pathload-rs"),
     };
     if m.unstamped > 0 {
         eprintln!(

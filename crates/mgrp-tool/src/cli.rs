@@ -63,6 +63,19 @@ pub struct SndArgs {
 }
 
 impl SndArgs {
+    /// Runs `tool`'s `snd` with these flags: serves until done or interrupted, and
+    /// gives the exit status (errors said on standard error).
+    pub fn run(&self, tool: &str) -> i32 {
+        let opts = self.options(&format!("{tool} snd"));
+        match crate::serve_command(&opts, self.keep_serving, self.verbose) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("{tool}: {e:#}");
+                crate::exit::ERROR
+            }
+        }
+    }
+
     /// How these flags ask to serve, as `name` (a tool's `snd`).
     pub fn options(&self, name: &str) -> ServeOptions {
         ServeOptions {

@@ -54,17 +54,7 @@ where
     let cli = cli::Cli::parse_from(args);
     sys::catch_interrupts();
     match cli.role {
-        cli::Role::Snd(args) => match mgrp_tool::serve_command(
-            &args.options(&format!("{TOOL} snd")),
-            args.keep_serving,
-            args.verbose,
-        ) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("pathload-rs: {e:#}");
-                exit::ERROR
-            }
-        },
+        cli::Role::Snd(args) => args.run(TOOL),
         cli::Role::Rcv(args) => receiver::run(&args),
     }
 }

@@ -27,6 +27,7 @@ pub mod http;
 pub mod link;
 pub mod packages;
 pub mod paper;
+pub mod qdisc;
 pub mod threads;
 pub mod traffic;
 
@@ -207,6 +208,9 @@ pub struct TwoHosts {
     pub veth_a: String,
     /// B's veth.
     pub veth_b: String,
+    /// The device towards B whose root qdisc is the bottleneck (the router's with
+    /// [`TwoHostOptions::router`], else A's veth), if there is one.
+    pub bottleneck_dev: Option<String>,
     /// The router between them, if any. Dropped last: the hosts' veths go with it.
     pub router: Option<Netns>,
 }
@@ -221,11 +225,16 @@ pub const ADDR6_A: std::net::Ipv6Addr = std::net::Ipv6Addr::new(0xfd77, 0, 0, 0,
 pub const ADDR6_B: std::net::Ipv6Addr = std::net::Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 2);
 
 impl TwoHosts {
+    /// The namespace that holds [`TwoHosts::bottleneck_dev`]: the router, or A.
+    pub fn bottleneck_ns(&self) -> &Netns {
+        self.router.as_ref().unwrap_or(&self.a)
+    }
+
     /// Builds the topology.
     pub fn new(opts: &TwoHostOptions) -> anyhow::Result<Self> {
         let a = Netns::new("mga")?;
         let b = Netns::new("mgb")?;
-        let (veth_a, veth_b, router) = if opts.router {
+        let (veth_a, veth_b, router, shaped) = if opts.router {
             let r = Netns::new("mgr")?;
             let (veth_a, ra) = veth_pair(&a, &r)?;
             let (rb, veth_b) = veth_pair(&r, &b)?;
@@ -252,7 +261,7 @@ impl TwoHosts {
             if let Some((rate, burst)) = &opts.bottleneck {
                 tbf(&r, &rb, rate, burst)?;
             }
-            (veth_a, veth_b, Some(r))
+            (veth_a, veth_b, Some(r), rb)
         } else {
             let (veth_a, veth_b) = veth_pair(&a, &b)?;
             a.ip(&["-6", "addr", "add", "fd77::1/64", "dev", &veth_a, "nodad"])?;
@@ -260,7 +269,8 @@ impl TwoHosts {
             if let Some((rate, burst)) = &opts.bottleneck {
                 tbf(&a, &veth_a, rate, burst)?;
             }
-            (veth_a, veth_b, None)
+            let shaped = veth_a.clone();
+            (veth_a, veth_b, None, shaped)
         };
         a.ip(&["addr", "add", "10.77.0.1/24", "dev", &veth_a])?;
         b.ip(&["addr", "add", "10.77.0.2/24", "dev", &veth_b])?;
@@ -271,6 +281,7 @@ impl TwoHosts {
             b,
             veth_a,
             veth_b,
+            bottleneck_dev: opts.bottleneck.is_some().then_some(shaped),
             router,
         })
     }

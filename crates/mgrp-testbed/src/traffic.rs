@@ -81,6 +81,37 @@ impl Steps {
         }
     }
 
+    /// On/off bursts: `mbps` for `on`, then off for an exponential time whose mean
+    /// makes bursts start every `mean_period` on average, over `total` (then the
+    /// sequence repeats), in 1 ms steps; the draws come from `seed`, so a run repeats.
+    pub fn on_off(
+        mbps: f64,
+        on: Duration,
+        mean_period: Duration,
+        total: Duration,
+        seed: u64,
+    ) -> Self {
+        let step = Duration::from_millis(1);
+        let n = (total.as_millis() as usize).max(1);
+        let on_steps = (on.as_millis() as usize).max(1);
+        let mean_off = mean_period.saturating_sub(on).as_secs_f64() * 1e3;
+        let mut rng = crate::Seeded::new(seed);
+        let mut v = vec![0.0; n];
+        let mut i = 0usize;
+        loop {
+            let off = -mean_off * (1.0 - rng.next_f64()).ln();
+            i += off.round() as usize;
+            if i >= n {
+                break;
+            }
+            for x in v.iter_mut().skip(i).take(on_steps) {
+                *x = mbps;
+            }
+            i += on_steps;
+        }
+        Self { mbps: v, step }
+    }
+
     /// The rate `t` after the start.
     pub fn at(&self, t: Duration) -> f64 {
         if self.mbps.is_empty() || self.step.is_zero() {
@@ -157,7 +188,7 @@ pub fn udp_steps(
                 }
                 let mbps = steps.at(due);
                 if mbps <= 0.0 {
-                    due += Duration::from_millis(10);
+                    due += steps.step.min(Duration::from_millis(10));
                     continue;
                 }
                 let _ = tx.send(&buf);
@@ -547,6 +578,41 @@ mod tests {
         assert_eq!(at(270), 1.0);
         assert_eq!(s.period(), Duration::from_secs(270));
         assert_eq!(Steps::constant(2.5).at(Duration::from_secs(10_000)), 2.5);
+    }
+
+    #[test]
+    fn on_off_bursts_last_on_and_start_at_the_mean_period() {
+        let on = Duration::from_millis(8);
+        let s = Steps::on_off(
+            50.0,
+            on,
+            Duration::from_millis(200),
+            Duration::from_secs(600),
+            3,
+        );
+        assert_eq!(s.step, Duration::from_millis(1));
+        assert!(s.mbps.iter().all(|&r| r == 0.0 || r == 50.0));
+        let starts = s
+            .mbps
+            .windows(2)
+            .filter(|w| w[0] == 0.0 && w[1] > 0.0)
+            .count();
+        // 600 s at one burst per 200 ms: 3000 bursts, each 8 ms (a burst that starts
+        // right after another merges with it, which exponential gaps make rare).
+        assert!((2700..3300).contains(&starts), "{starts} bursts");
+        let busy = s.mbps.iter().filter(|&&r| r > 0.0).count();
+        let mean_on = busy as f64 / starts as f64;
+        assert!((8.0..8.5).contains(&mean_on), "{mean_on} ms on");
+        assert_eq!(
+            s,
+            Steps::on_off(
+                50.0,
+                on,
+                Duration::from_millis(200),
+                Duration::from_secs(600),
+                3
+            )
+        );
     }
 
     #[test]

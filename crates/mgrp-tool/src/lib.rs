@@ -12,6 +12,7 @@
 //! - [`server`]: the sender as a library ([`Server`]) and as every tool's `snd`.
 //! - [`session`]: the receiver's side, [`Session`]: connect, time the round trip,
 //!   then exchange batches one at a time.
+//! - [`sockdiag`]: this host's TCP connections to a peer, with the kernel's `tcp_info`.
 //! - [`cli`], [`exit`], [`sys`]: the flags, exit codes, clocks and interrupt flag
 //!   every tool's command line uses.
 
@@ -21,6 +22,7 @@ pub mod control;
 pub mod exit;
 pub mod server;
 pub mod session;
+pub mod sockdiag;
 pub mod sys;
 pub mod transport;
 

@@ -1,0 +1,16 @@
+//! `btc-rs`: what a bulk TCP transfer will get on a path (its bulk transfer
+//! capacity, BTC), after Strauss and Kaashoek's comparison of available bandwidth and
+//! TCP throughput on the RON testbed. The library has no I/O and no clock:
+//!
+//! - [`capacity`]: the narrow link's capacity from bunches of large back-to-back
+//!   packets (the dispersion of consecutive packets, filtered by the median);
+//! - [`squeezed`]: squeezed pairs, pairs of small probes spaced by half the
+//!   transmission time of 500 and of 1500 bytes at that capacity, whose received gaps
+//!   tell whether queues form at the narrow link or at a faster link elsewhere;
+//! - [`model`]: predictions from those and from the other tools' estimates;
+//! - [`tcpinfo`]: what the kernel says of a live TCP connection (`tcp_info`).
+
+pub mod capacity;
+pub mod model;
+pub mod squeezed;
+pub mod tcpinfo;

@@ -1,0 +1,253 @@
+//! This host's TCP connections as the kernel sees them, through `sock_diag`
+//! (`NETLINK_SOCK_DIAG`, the interface `ss` uses): for every connection to a given
+//! peer, its addresses, congestion control and the raw `struct tcp_info`, which
+//! `btc-rs`'s `tcpinfo` reads. One dump lists every socket of the namespace without
+//! touching them; it needs no privilege for the caller's own sockets and
+//! `CAP_NET_ADMIN` for nothing here.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// One TCP connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    /// Its local address.
+    pub local: SocketAddr,
+    /// Its peer's address.
+    pub remote: SocketAddr,
+    /// TCP state (1 established, …, as in the kernel).
+    pub state: u8,
+    /// Congestion control ("cubic", "bbr"), if the kernel said.
+    pub congestion: Option<String>,
+    /// The raw `struct tcp_info`.
+    pub info: Vec<u8>,
+}
+
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const INET_DIAG_INFO: u16 = 2;
+const INET_DIAG_CONG: u16 = 4;
+
+/// Every established TCP connection of this namespace whose peer is `peer` (any
+/// port), IPv4 or IPv6 as `peer` is.
+pub fn connections_to(peer: IpAddr) -> io::Result<Vec<Connection>> {
+    let family = if peer.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    Ok(dump(family as u8)?
+        .into_iter()
+        .filter(|c| c.remote.ip() == peer)
+        .collect())
+}
+
+/// Every established TCP connection of `family`.
+pub fn dump(family: u8) -> io::Result<Vec<Connection>> {
+    // SAFETY: plain socket creation; the fd is owned below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_SOCK_DIAG,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just created and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let req = request(family);
+    // SAFETY: sends a buffer we own.
+    let n = unsafe { libc::send(fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        // SAFETY: receives into a buffer we own, at most its length.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if parse(&buf[..n as usize], &mut out)? {
+            return Ok(out);
+        }
+    }
+}
+
+/// A dump request for established TCP sockets of `family`, with `tcp_info` and the
+/// congestion control.
+fn request(family: u8) -> Vec<u8> {
+    let mut r = vec![0u8; 72];
+    r[0..4].copy_from_slice(&72u32.to_ne_bytes());
+    r[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
+    r[6..8].copy_from_slice(&flags.to_ne_bytes());
+    r[16] = family;
+    r[17] = libc::IPPROTO_TCP as u8;
+    r[18] = (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_CONG - 1));
+    // States: established only (TCP_ESTABLISHED = 1).
+    r[20..24].copy_from_slice(&(1u32 << 1).to_ne_bytes());
+    r
+}
+
+fn u16_at(b: &[u8], i: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(b.get(i..i + 2)?.try_into().ok()?))
+}
+fn u32_at(b: &[u8], i: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?))
+}
+
+/// Adds the connections of one buffer of a dump to `out`; true when the dump ended.
+fn parse(buf: &[u8], out: &mut Vec<Connection>) -> io::Result<bool> {
+    let mut off = 0;
+    while off + 16 <= buf.len() {
+        let (Some(len), Some(kind)) = (u32_at(buf, off), u16_at(buf, off + 4)) else {
+            break;
+        };
+        let len = len as usize;
+        if len < 16 || off + len > buf.len() {
+            break;
+        }
+        let msg = &buf[off..off + len];
+        match kind {
+            NLMSG_DONE => return Ok(true),
+            NLMSG_ERROR => {
+                let errno = u32_at(msg, 16).map_or(0, |e| e as i32);
+                if errno != 0 {
+                    return Err(io::Error::from_raw_os_error(-errno));
+                }
+            }
+            SOCK_DIAG_BY_FAMILY => {
+                if let Some(c) = connection(&msg[16..]) {
+                    out.push(c);
+                }
+            }
+            _ => {}
+        }
+        off += (len + 3) & !3;
+    }
+    Ok(false)
+}
+
+/// One `inet_diag_msg` and its attributes.
+fn connection(m: &[u8]) -> Option<Connection> {
+    if m.len() < 72 {
+        return None;
+    }
+    let family = i32::from(m[0]);
+    let state = m[1];
+    let port = |i: usize| u16::from_be_bytes([m[i], m[i + 1]]);
+    let addr = |i: usize| -> Option<IpAddr> {
+        Some(if family == libc::AF_INET {
+            IpAddr::V4(Ipv4Addr::new(m[i], m[i + 1], m[i + 2], m[i + 3]))
+        } else if family == libc::AF_INET6 {
+            let b: [u8; 16] = m.get(i..i + 16)?.try_into().ok()?;
+            IpAddr::V6(Ipv6Addr::from(b))
+        } else {
+            return None;
+        })
+    };
+    let local = SocketAddr::new(addr(8)?, port(4));
+    let remote = SocketAddr::new(addr(24)?, port(6));
+    let (mut info, mut congestion) = (Vec::new(), None);
+    let mut a = &m[72..];
+    while a.len() >= 4 {
+        let len = usize::from(u16_at(a, 0)?);
+        let kind = u16_at(a, 2)?;
+        if len < 4 || len > a.len() {
+            break;
+        }
+        let body = &a[4..len];
+        match kind {
+            INET_DIAG_INFO => info = body.to_vec(),
+            INET_DIAG_CONG => {
+                let s = body.split(|&c| c == 0).next().unwrap_or_default();
+                congestion = Some(String::from_utf8_lossy(s).into_owned());
+            }
+            _ => {}
+        }
+        a = &a[((len + 3) & !3).min(a.len())..];
+    }
+    Some(Connection {
+        local,
+        remote,
+        state,
+        congestion,
+        info,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(info: &[u8]) -> Vec<u8> {
+        let mut m = vec![0u8; 72];
+        m[0] = libc::AF_INET as u8;
+        m[1] = 1;
+        m[4..6].copy_from_slice(&5000u16.to_be_bytes());
+        m[6..8].copy_from_slice(&80u16.to_be_bytes());
+        m[8..12].copy_from_slice(&[10, 0, 0, 1]);
+        m[24..28].copy_from_slice(&[10, 0, 0, 2]);
+        let mut attr = |kind: u16, body: &[u8]| {
+            let len = 4 + body.len();
+            m.extend_from_slice(&(len as u16).to_ne_bytes());
+            m.extend_from_slice(&kind.to_ne_bytes());
+            m.extend_from_slice(body);
+            m.resize(m.len() + ((4 - len % 4) % 4), 0);
+        };
+        attr(INET_DIAG_CONG, b"cubic\0");
+        attr(INET_DIAG_INFO, info);
+        let mut out = vec![0u8; 16];
+        out[0..4].copy_from_slice(&((16 + m.len()) as u32).to_ne_bytes());
+        out[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        out.extend_from_slice(&m);
+        out
+    }
+
+    #[test]
+    fn a_dump_is_read_into_connections() {
+        let info: Vec<u8> = (0..=231u8).collect();
+        let mut buf = message(&info);
+        let mut done = vec![0u8; 20];
+        done[0..4].copy_from_slice(&20u32.to_ne_bytes());
+        done[4..6].copy_from_slice(&NLMSG_DONE.to_ne_bytes());
+        buf.extend_from_slice(&done);
+        let mut out = Vec::new();
+        assert!(parse(&buf, &mut out).unwrap());
+        assert_eq!(out.len(), 1);
+        let c = &out[0];
+        assert_eq!(c.local, "10.0.0.1:5000".parse().unwrap());
+        assert_eq!(c.remote, "10.0.0.2:80".parse().unwrap());
+        assert_eq!(c.congestion.as_deref(), Some("cubic"));
+        assert_eq!(c.info, info);
+        for n in 0..buf.len() {
+            let _ = parse(&buf[..n], &mut Vec::new());
+        }
+    }
+
+    #[test]
+    fn the_kernels_dump_has_this_hosts_own_connection() {
+        // A connection on loopback, then the dump: it must list it with a tcp_info.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_s, _) = l.accept().unwrap();
+        let all = connections_to(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+        let mine = all
+            .iter()
+            .find(|x| x.local == c.local_addr().unwrap())
+            .expect("the connection is in the dump");
+        assert_eq!(mine.remote, l.local_addr().unwrap());
+        assert!(
+            mine.info.len() >= 104,
+            "{} bytes of tcp_info",
+            mine.info.len()
+        );
+        assert!(mine.congestion.is_some());
+    }
+}

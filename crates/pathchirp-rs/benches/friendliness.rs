@@ -1,0 +1,274 @@
+//! Network friendliness (Johnsson and Björkman): how much TCP throughput competing
+//! flows lose per bit of probes, for each tool, over plain UDP and over MGRP.
+//!
+//! The path, fixed before any run: host A, a router, host B; the router's link to B
+//! is a `tbf rate 10mbit burst 1540` with a 100 ms drop-tail queue (the seed: 10 Mbit/s,
+//! 100 packets, drop-tail); B's veth delays everything it sends by 20 ms (netem), so
+//! TCP's round trip is 20 ms plus the queue (the seed: 42–82 ms with its queue). Four
+//! bulk CUBIC flows from A to B run throughout. After 10 s of warm-up the tool is off
+//! for 20 s and on for one measurement at a time until 20 s have passed, three times,
+//! then off for 20 s more. The TCP bits lost to probing are (rate off − rate on) × the
+//! time on, against the tool's probe bits in that time; the seed calls probing network
+//! friendly when the first is at most the second. Over MGRP (mgrpd with `--hold 1ms`
+//! on both hosts, routes on demand) the flows' packets ride in the probes while a
+//! train is out; the probe bits are still counted whole, with the application bytes
+//! that rode in them beside them. `none` runs the same schedule without a tool: what the
+//! difference reads when nothing changes. Not run in CI (minutes of wall time); needs
+//! root.
+//!
+//! ```text
+//! cargo bench -p pathchirp-rs --bench friendliness -- [--methods none,pathload,pathchirp,badabing]
+//!     [--transports udp,mgrp] [--repeats 3] [--flows 4] [--phase 20]
+//! ```
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use mgrp_testbed::traffic::{Source, tcp_source};
+use mgrp_testbed::{ADDR_A, ADDR_B, Daemon, TwoHostOptions, TwoHosts, daemon_pair};
+use mgrp_tool::{ServeOptions, Server, SessionOptions, Transport};
+
+#[derive(Debug, Clone)]
+struct Opts {
+    methods: Vec<String>,
+    transports: Vec<String>,
+    repeats: u32,
+    flows: u16,
+    phase: u64,
+}
+
+fn opts() -> Opts {
+    let mut o = Opts {
+        methods: ["none", "pathload", "pathchirp", "badabing"]
+            .map(String::from)
+            .to_vec(),
+        transports: vec!["udp".into(), "mgrp".into()],
+        repeats: 3,
+        flows: 4,
+        phase: 20,
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let list = |v: &str| v.split(',').map(ToString::to_string).collect::<Vec<_>>();
+    let mut i = 0;
+    while i < args.len() {
+        let v = args.get(i + 1).cloned().unwrap_or_default();
+        match args[i].as_str() {
+            "--methods" => o.methods = list(&v),
+            "--transports" => o.transports = list(&v),
+            "--repeats" => o.repeats = v.parse().unwrap_or(o.repeats),
+            "--flows" => o.flows = v.parse().unwrap_or(o.flows),
+            "--phase" => o.phase = v.parse().unwrap_or(o.phase),
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    o
+}
+
+/// What one measurement sent.
+#[derive(Debug, Default, Clone, Copy)]
+struct Sent {
+    probe_bytes: u64,
+    rider_bytes: u64,
+}
+
+impl std::ops::AddAssign for Sent {
+    fn add_assign(&mut self, o: Self) {
+        self.probe_bytes += o.probe_bytes;
+        self.rider_bytes += o.rider_bytes;
+    }
+}
+
+/// Runs `method` for one measurement of at most `budget` (pathload: one fast run).
+fn measure_once(
+    method: &str,
+    session: &SessionOptions,
+    t: Transport,
+    budget: Duration,
+) -> anyhow::Result<Sent> {
+    let never = AtomicBool::new(false);
+    let err = |e: mgrp_tool::MeasureError| anyhow::anyhow!("{e}");
+    Ok(match method {
+        "pathload" => {
+            let mut o = pathload_rs::tool::MeasureOptions::new(ADDR_A.to_string(), t);
+            o.session = session.clone();
+            o.mode = pathload_rs::Mode::Fast;
+            o.max_time = Duration::from_secs(60);
+            let m = pathload_rs::tool::measure(&o, &never, &mut |_| {}).map_err(err)?;
+            Sent {
+                probe_bytes: m.outcome.probe_bytes,
+                rider_bytes: m.outcome.rider_bytes,
+            }
+        }
+        "pathchirp" => {
+            let mut o = pathchirp_rs::tool::MeasureOptions::new(ADDR_A.to_string(), t, budget);
+            o.session = session.clone();
+            let m = pathchirp_rs::tool::measure(&o, &never, &mut |_| {}).map_err(err)?;
+            Sent {
+                probe_bytes: m.counts.probe_bytes,
+                rider_bytes: m.counts.rider_bytes,
+            }
+        }
+        "badabing" => {
+            let mut o = badabing_rs::tool::MeasureOptions::new(ADDR_A.to_string(), t, budget);
+            o.session = session.clone();
+            let m = badabing_rs::tool::measure(&o, &never, &mut |_| {}).map_err(err)?;
+            let e = m.estimate;
+            Sent {
+                probe_bytes: e.packets_sent * u64::from(o.config.size),
+                rider_bytes: e.rider_bytes,
+            }
+        }
+        "none" => {
+            std::thread::sleep(budget);
+            Sent::default()
+        }
+        _ => anyhow::bail!("no method {method}: none, pathload, pathchirp or badabing"),
+    })
+}
+
+/// One schedule's figures.
+#[derive(Debug)]
+struct Figures {
+    off_mbps: f64,
+    on_mbps: f64,
+    on_s: f64,
+    sent: Sent,
+}
+
+fn tcp_bytes(flows: &[Source]) -> u64 {
+    flows.iter().map(Source::bytes).sum()
+}
+
+fn run(o: &Opts, method: &str, transport: &str) -> anyhow::Result<Figures> {
+    let net = TwoHosts::new(&TwoHostOptions {
+        bottleneck: Some(("10mbit".into(), "1540".into())),
+        router: true,
+    })?;
+    net.b.exec(&[
+        "tc",
+        "qdisc",
+        "add",
+        "dev",
+        &net.veth_b,
+        "root",
+        "netem",
+        "delay",
+        "20ms",
+        "limit",
+        "10000",
+    ])?;
+    let me = std::env::current_exe()?;
+    let pair: Option<(Daemon, Daemon)> = if transport == "mgrp" {
+        Some(daemon_pair(&net, &me, &["mgrpd"], &["--hold", "1ms"])?)
+    } else {
+        None
+    };
+    let t = if transport == "mgrp" {
+        Transport::Mgrp
+    } else {
+        Transport::Udp
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let serving = {
+        let mut so = ServeOptions::new(t);
+        so.name = "bench snd".into();
+        if let Some((a, _)) = &pair {
+            so.socket.clone_from(&a.socket);
+        }
+        let stop = stop.clone();
+        net.a.spawn("sender", move || {
+            let server = Server::bind(so)?;
+            server.serve(true, &stop, &mut |_| {})
+        })?
+    };
+    let flows: Vec<Source> = (0..o.flows)
+        .map(|i| tcp_source(&net.a, &net.b, ADDR_B.into(), 9100 + i, None))
+        .collect::<anyhow::Result<_>>()?;
+    std::thread::sleep(Duration::from_secs(10));
+    let mut session = SessionOptions::new(ADDR_A.to_string(), t, "bench");
+    if let Some((_, b)) = &pair {
+        session.socket.clone_from(&b.socket);
+    }
+    let phase = Duration::from_secs(o.phase);
+    let (mut off_bytes, mut off_s, mut on_bytes, mut on_s) = (0u64, 0.0, 0u64, 0.0);
+    let mut sent = Sent::default();
+    let off = |off_bytes: &mut u64, off_s: &mut f64| {
+        let (b0, t0) = (tcp_bytes(&flows), Instant::now());
+        std::thread::sleep(phase);
+        *off_bytes += tcp_bytes(&flows) - b0;
+        *off_s += t0.elapsed().as_secs_f64();
+    };
+    for _ in 0..o.repeats {
+        off(&mut off_bytes, &mut off_s);
+        let (b0, t0) = (tcp_bytes(&flows), Instant::now());
+        while t0.elapsed() < phase {
+            let left = phase.saturating_sub(t0.elapsed());
+            sent += net
+                .b
+                .run(|| measure_once(method, &session, t, left))?
+                .with_context(|| format!("{method} over {transport}"))?;
+        }
+        on_bytes += tcp_bytes(&flows) - b0;
+        on_s += t0.elapsed().as_secs_f64();
+    }
+    off(&mut off_bytes, &mut off_s);
+    stop.store(true, Ordering::Relaxed);
+    let _ = serving.join();
+    for f in flows {
+        f.stop();
+    }
+    Ok(Figures {
+        off_mbps: off_bytes as f64 * 8.0 / off_s / 1e6,
+        on_mbps: on_bytes as f64 * 8.0 / on_s / 1e6,
+        on_s,
+        sent,
+    })
+}
+
+fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "mgrpd") {
+        return mgrpd::main_with_args(&args[1..]);
+    }
+    if !mgrp_testbed::is_root() {
+        eprintln!("the bench needs root to create network namespaces");
+        return ExitCode::FAILURE;
+    }
+    let o = opts();
+    println!(
+        "| method | transport | TCP off (Mbit/s) | TCP on (Mbit/s) | time on (s) | probes (Mbit/s on) | riders / probe bytes | TCP lost (Mbit) | probe (Mbit) | lost per probe bit |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for method in &o.methods {
+        for transport in &o.transports {
+            match run(&o, method, transport).context("run") {
+                Ok(f) => {
+                    let probe_mbit = f.sent.probe_bytes as f64 * 8.0 / 1e6;
+                    let lost_mbit = (f.off_mbps - f.on_mbps) * f.on_s;
+                    println!(
+                        "| {method} | {transport} | {:.3} | {:.3} | {:.0} | {:.3} | {:.2} | {lost_mbit:.2} | {probe_mbit:.2} | {} |",
+                        f.off_mbps,
+                        f.on_mbps,
+                        f.on_s,
+                        probe_mbit / f.on_s,
+                        f.sent.rider_bytes as f64 / f.sent.probe_bytes.max(1) as f64,
+                        if probe_mbit > 0.0 {
+                            format!("{:.2}", lost_mbit / probe_mbit)
+                        } else {
+                            "-".into()
+                        },
+                    );
+                }
+                Err(e) => println!("| {method} | {transport} | failed: {e:#} |"),
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}

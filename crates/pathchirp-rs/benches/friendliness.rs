@@ -3,17 +3,18 @@
 //!
 //! The path, fixed before any run: host A, a router, host B; the router's link to B
 //! is a `tbf rate 10mbit burst 1540` with a 100 ms drop-tail queue (the seed: 10 Mbit/s,
-//! 100 packets, drop-tail); B's veth delays everything it sends by 20 ms (netem), so
-//! TCP's round trip is 20 ms plus the queue (the seed: 42–82 ms with its queue). Four
-//! bulk CUBIC flows from A to B run throughout. After 10 s of warm-up the tool is off
-//! for 20 s and on for one measurement at a time until 20 s have passed, three times,
-//! then off for 20 s more. The TCP bits lost to probing are (rate off − rate on) × the
+//! 100 packets, drop-tail). The path adds no propagation delay (this kernel has no
+//! netem): TCP's round trip is the queue's, up to 100 ms as the flows fill it (the
+//! seed: 42–82 ms plus its queue). Four bulk CUBIC flows from A to B run throughout.
+//! After 10 s of warm-up the tool is off for 20 s and on for one measurement at a time
+//! until 20 s have passed, three times, then off for 20 s more. The TCP bits lost to probing are (rate off − rate on) × the
 //! time on, against the tool's probe bits in that time; the seed calls probing network
 //! friendly when the first is at most the second. Over MGRP (mgrpd with `--hold 1ms`
 //! on both hosts, routes on demand) the flows' packets ride in the probes while a
 //! train is out; the probe bits are still counted whole, with the application bytes
 //! that rode in them beside them. `none` runs the same schedule without a tool: what the
-//! difference reads when nothing changes. Not run in CI (minutes of wall time); needs
+//! difference reads when nothing changes. TCP is counted as the payload the receivers
+//! read (what the flows lose), probes as their IP bytes. Not run in CI (minutes of wall time); needs
 //! root.
 //!
 //! ```text
@@ -151,19 +152,6 @@ fn run(o: &Opts, method: &str, transport: &str) -> anyhow::Result<Figures> {
         bottleneck: Some(("10mbit".into(), "1540".into())),
         router: true,
     })?;
-    net.b.exec(&[
-        "tc",
-        "qdisc",
-        "add",
-        "dev",
-        &net.veth_b,
-        "root",
-        "netem",
-        "delay",
-        "20ms",
-        "limit",
-        "10000",
-    ])?;
     let me = std::env::current_exe()?;
     let pair: Option<(Daemon, Daemon)> = if transport == "mgrp" {
         Some(daemon_pair(&net, &me, &["mgrpd"], &["--hold", "1ms"])?)

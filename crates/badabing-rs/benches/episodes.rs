@@ -21,7 +21,8 @@
 //! backlog reached 90 % of the queue (badabing's own delay criterion at α = 0.1).
 //!
 //! badabing-rs runs at its defaults (Δ 5 ms, p 0.3, 3 × 600 B per probe). Beside it, on
-//! a second sender and session, single 600-byte probes at exponential gaps at the same
+//! a second sender and session over plain UDP whatever badabing's transport (mgrpd
+//! sends one train at a time), single 600-byte probes at exponential gaps at the same
 //! packet rate (2·p·3 per slot, 360 a second), read as a ZING-like tool does: the
 //! frequency is the share of probes lost, an episode is a run of lost probes, its
 //! length the time from its first to its last lost probe plus one mean gap. Not run in
@@ -254,12 +255,13 @@ fn run(o: &Opts, name: &str, transport: &str, seed: u64) -> anyhow::Result<Figur
         .as_ref()
         .map(|(a, b)| (a.socket.clone(), b.socket.clone()));
     let mut main = ServeOptions::new(t);
-    let mut second = ServeOptions::new(t);
+    // The Poisson prober always goes over plain UDP: mgrpd sends one train at a time,
+    // so beside badabing over MGRP it would take turns with it and halve its windows.
+    let mut second = ServeOptions::new(Transport::Udp);
     second.port = POISSON_CONTROL_PORT;
     second.probe_port = POISSON_SENDER_PORT;
     if let Some((a, _)) = &socket {
         main.socket.clone_from(a);
-        second.socket.clone_from(a);
     }
     serve(&net, main, &stop)?;
     serve(&net, second, &stop)?;
@@ -269,12 +271,11 @@ fn run(o: &Opts, name: &str, transport: &str, seed: u64) -> anyhow::Result<Figur
     if let Some(p) = o.p {
         bo.config.p = p;
     }
-    let mut po = SessionOptions::new(ADDR_A.to_string(), t, "poisson");
+    let mut po = SessionOptions::new(ADDR_A.to_string(), Transport::Udp, "poisson");
     po.port = POISSON_CONTROL_PORT;
     po.probe_port = POISSON_PROBE_PORT;
     if let Some((_, b)) = &socket {
         bo.session.socket.clone_from(b);
-        po.socket.clone_from(b);
     }
     let c = bo.config;
     let mean_gap_ns =

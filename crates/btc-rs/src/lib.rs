@@ -9,8 +9,13 @@
 //!   tell whether queues form at the narrow link or at a faster link elsewhere;
 //! - [`model`]: predictions from those and from the other tools' estimates;
 //! - [`tcpinfo`]: what the kernel says of a live TCP connection (`tcp_info`).
+//!
+//! The `btc-rs` binary ([`tool`]) measures capacity and squeezed pairs over
+//! `mgrp-client` (probe transactions through `mgrpd`) or plain UDP, through
+//! `mgrp-tool`.
 
 pub mod capacity;
 pub mod model;
 pub mod squeezed;
 pub mod tcpinfo;
+pub mod tool;

@@ -11,6 +11,12 @@
 //! kind keeps its own sending gap, spread by the faster link's packets: the modes
 //! differ (*tight unlike narrow*). The score walks the modes: +1 for a mode both
 //! histograms have, −1 for one only one has; positive is tight like narrow.
+//!
+//! A mode at a kind's own sending gap is left out of the score: it is the pairs that
+//! met no queue at all, which every path with idle moments has, and which would make
+//! any path score as unlike narrow (the seed scores "instead of searching for a peak
+//! around the sending rate"; this is our reading of it). A quiet path therefore
+//! scores 0, undecided: there is no queue to place.
 
 use serde::Serialize;
 
@@ -184,7 +190,8 @@ pub struct Squeeze {
     pub overflow: [u64; 2],
     /// Gaps below 0 (the second probe first).
     pub reordered: [u64; 2],
-    /// Modes per kind, as bin indexes.
+    /// Modes per kind, as bin indexes (those at the kind's own sending gap included;
+    /// the score leaves them out).
     pub modes: [Vec<usize>; 2],
     /// Pairs of each kind whose two probes arrived.
     pub pairs: [u64; 2],
@@ -238,7 +245,15 @@ pub fn analyse(cfg: &SqueezeConfig, kinds: &[Kind], gaps: &[Option<i64>]) -> Squ
         modes(&histograms[0], pairs[0]),
         modes(&histograms[1], pairs[1]),
     ];
-    let score = score(&modes[0], &modes[1], 2);
+    let scored = [0, 1].map(|k| {
+        let own = usize::try_from(sending[k] / bin_ns).unwrap_or(usize::MAX);
+        modes[k]
+            .iter()
+            .copied()
+            .filter(|m| m.abs_diff(own) > TOLERANCE)
+            .collect::<Vec<_>>()
+    });
+    let score = score(&scored[0], &scored[1], TOLERANCE);
     Squeeze {
         class: match score.cmp(&0) {
             std::cmp::Ordering::Greater => PathClass::TightLikeNarrow,
@@ -259,9 +274,12 @@ pub fn analyse(cfg: &SqueezeConfig, kinds: &[Kind], gaps: &[Option<i64>]) -> Squ
     }
 }
 
-/// The modes of a histogram of `total` pairs: bins where the sum over the bin and its
-/// two neighbours peaks (rises into it, does not rise after it) and holds at least 3
-/// pairs and 2 % of them.
+/// How many bins apart two modes may be and still be one (100 bytes at the capacity).
+const TOLERANCE: usize = 2;
+
+/// The modes of a histogram of `total` pairs: where the sum over a bin and its two
+/// neighbours peaks (rises into it, does not rise after it) and holds at least 3 pairs
+/// and 2 % of them, the fullest of those three bins.
 pub fn modes(h: &[u32], total: u64) -> Vec<usize> {
     let smooth: Vec<u64> = (0..h.len())
         .map(|i| {
@@ -271,12 +289,20 @@ pub fn modes(h: &[u32], total: u64) -> Vec<usize> {
         })
         .collect();
     let least = 3u64.max(total.div_ceil(50));
-    (0..smooth.len())
+    let mut out: Vec<usize> = (0..smooth.len())
         .filter(|&i| {
             let s = smooth[i];
             s >= least && (i == 0 || s > smooth[i - 1]) && smooth.get(i + 1).is_none_or(|&n| s >= n)
         })
-        .collect()
+        // The fullest bin of the three, where the mode is.
+        .map(|i| {
+            let lo = i.saturating_sub(1);
+            let hi = (i + 2).min(h.len());
+            (lo..hi).rev().max_by_key(|&j| h[j]).unwrap_or(i)
+        })
+        .collect();
+    out.dedup();
+    out
 }
 
 /// +1 for each mode of `a` with a mode of `b` within `tolerance` bins (each mode of
@@ -429,6 +455,23 @@ mod tests {
         assert!(s.squeezed[0] < 0.3 && s.squeezed[1] < 0.3);
     }
 
+    /// Pairs that met no queue: each kind at its sending gap.
+    #[test]
+    fn a_quiet_path_is_undecided() {
+        let cfg = SqueezeConfig::new(10e6);
+        let plan = cfg.plan();
+        let mut st = 5u64;
+        let gaps: Vec<Option<i64>> = plan
+            .iter()
+            .map(|p| Some(p.gap_ns as i64 + (uniform(&mut st) * 10_000.0) as i64))
+            .collect();
+        let kinds: Vec<Kind> = plan.iter().map(|p| p.kind).collect();
+        let s = analyse(&cfg, &kinds, &gaps);
+        assert_eq!(s.class, PathClass::Undecided, "{:?}", s.modes);
+        assert_eq!(s.score, 0);
+        assert!(!s.modes[0].is_empty() && !s.modes[1].is_empty());
+    }
+
     #[test]
     fn lost_reordered_and_far_gaps_are_counted_apart() {
         let cfg = SqueezeConfig::new(10e6);
@@ -450,5 +493,7 @@ mod tests {
         assert_eq!(score(&[3, 20], &[40], 2), -3);
         assert_eq!(score(&[], &[], 2), 0);
         assert_eq!(modes(&[0, 5, 1, 0, 0, 0, 9, 9, 0], 20), vec![1, 6]);
+        // A single full bin is its own mode, not its left neighbour.
+        assert_eq!(modes(&[0, 0, 0, 0, 0, 12, 0, 0], 12), vec![5]);
     }
 }

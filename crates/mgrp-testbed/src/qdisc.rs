@@ -179,11 +179,15 @@ impl Reader {
     }
 }
 
-/// What one buffer of a dump held.
-#[derive(Debug, PartialEq)]
-enum Parsed {
+/// What one buffer of a qdisc dump held: the device's root qdisc's (drops, backlog)
+/// if it was in it, and whether the dump goes on, ended, or failed (errno).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// More buffers follow.
     More(Option<(u32, u32)>),
+    /// The dump ended.
     Done(Option<(u32, u32)>),
+    /// The kernel refused the dump.
     Error(i32),
 }
 
@@ -194,9 +198,9 @@ fn u32_at(b: &[u8], i: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?))
 }
 
-/// The messages of one buffer: the root qdisc of `ifindex`'s (drops, backlog) if it
-/// was among them, and whether the dump ended.
-fn parse_dump(buf: &[u8], ifindex: i32) -> Parsed {
+/// The messages of one buffer of an `RTM_GETQDISC` dump: the root qdisc of
+/// `ifindex`'s (drops, backlog) if it was among them, and whether the dump ended.
+pub fn parse_dump(buf: &[u8], ifindex: i32) -> Parsed {
     let mut found = None;
     let mut off = 0;
     while off + 16 <= buf.len() {
@@ -213,7 +217,7 @@ fn parse_dump(buf: &[u8], ifindex: i32) -> Parsed {
             NLMSG_ERROR => {
                 let errno = u32_at(msg, 16).map_or(0, |e| e as i32);
                 if errno != 0 {
-                    return Parsed::Error(-errno);
+                    return Parsed::Error(errno.wrapping_neg());
                 }
             }
             RTM_NEWQDISC => {

@@ -102,8 +102,9 @@ fn u32_at(b: &[u8], i: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?))
 }
 
-/// Adds the connections of one buffer of a dump to `out`; true when the dump ended.
-fn parse(buf: &[u8], out: &mut Vec<Connection>) -> io::Result<bool> {
+/// Adds the connections of one buffer of a `sock_diag` dump (as `recv` returned it)
+/// to `out`; true when the dump ended. Malformed messages are skipped, never trusted.
+pub fn parse(buf: &[u8], out: &mut Vec<Connection>) -> io::Result<bool> {
     let mut off = 0;
     while off + 16 <= buf.len() {
         let (Some(len), Some(kind)) = (u32_at(buf, off), u16_at(buf, off + 4)) else {
@@ -119,7 +120,7 @@ fn parse(buf: &[u8], out: &mut Vec<Connection>) -> io::Result<bool> {
             NLMSG_ERROR => {
                 let errno = u32_at(msg, 16).map_or(0, |e| e as i32);
                 if errno != 0 {
-                    return Err(io::Error::from_raw_os_error(-errno));
+                    return Err(io::Error::from_raw_os_error(errno.wrapping_neg()));
                 }
             }
             SOCK_DIAG_BY_FAMILY => {

@@ -5,21 +5,24 @@
 //! is a `tbf rate 10mbit burst 1540` with a 100 ms drop-tail queue (the seed: 10 Mbit/s,
 //! 100 packets, drop-tail). The path adds no propagation delay (this kernel has no
 //! netem): TCP's round trip is the queue's, up to 100 ms as the flows fill it (the
-//! seed: 42–82 ms plus its queue). Four bulk CUBIC flows from A to B run throughout.
+//! seed: 42–82 ms plus its queue). Four bulk TCP flows from A to B run throughout, with
+//! A's default congestion control or `--cc`'s (printed in each row; the seed's were
+//! TCP SACK).
 //! After 10 s of warm-up the tool is off for 20 s and on for one measurement at a time
-//! until 20 s have passed, three times, then off for 20 s more. The TCP bits lost to probing are (rate off − rate on) × the
-//! time on, against the tool's probe bits in that time; the seed calls probing network
-//! friendly when the first is at most the second. Over MGRP (mgrpd with `--hold 1ms`
-//! on both hosts, routes on demand) the flows' packets ride in the probes while a
-//! train is out; the probe bits are still counted whole, with the application bytes
-//! that rode in them beside them. `none` runs the same schedule without a tool: what the
-//! difference reads when nothing changes. TCP is counted as the payload the receivers
-//! read (what the flows lose), probes as their IP bytes. Not run in CI (minutes of wall time); needs
-//! root.
+//! until 20 s have passed, three times, then off for 20 s more. The TCP bits lost to
+//! probing are (rate off − rate on) × the time on, against the tool's probe bits in
+//! that time; the seed calls probing network friendly when the first is at most the
+//! second. Over MGRP (mgrpd with `--hold 1ms` on both hosts, routes on demand) the
+//! flows' packets ride in the probes while a train is out; the probe bits are still
+//! counted whole, with the application bytes that rode in them beside them. `none`
+//! runs the same schedule without a tool: what the difference reads when nothing
+//! changes. TCP is counted as the payload the receivers read (what the flows lose),
+//! probes as their IP bytes. Not run in CI (minutes of wall time); needs root. The
+//! figures are in the repository's `docs/friendliness.md`.
 //!
 //! ```text
 //! cargo bench -p pathchirp-rs --bench friendliness -- [--methods none,pathload,pathchirp,badabing]
-//!     [--transports udp,mgrp] [--repeats 3] [--flows 4] [--phase 20]
+//!     [--transports udp,mgrp] [--repeats 3] [--flows 4] [--phase 20] [--cc cubic|bbr|reno]
 //! ```
 
 use std::process::ExitCode;
@@ -39,6 +42,7 @@ struct Opts {
     repeats: u32,
     flows: u16,
     phase: u64,
+    congestion: Option<String>,
 }
 
 fn opts() -> Opts {
@@ -50,6 +54,7 @@ fn opts() -> Opts {
         repeats: 3,
         flows: 4,
         phase: 20,
+        congestion: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = |v: &str| v.split(',').map(ToString::to_string).collect::<Vec<_>>();
@@ -62,6 +67,7 @@ fn opts() -> Opts {
             "--repeats" => o.repeats = v.parse().unwrap_or(o.repeats),
             "--flows" => o.flows = v.parse().unwrap_or(o.flows),
             "--phase" => o.phase = v.parse().unwrap_or(o.phase),
+            "--cc" => o.congestion = Some(v),
             _ => {
                 i += 1;
                 continue;
@@ -137,6 +143,7 @@ fn measure_once(
 /// One schedule's figures.
 #[derive(Debug)]
 struct Figures {
+    congestion: String,
     off_mbps: f64,
     on_mbps: f64,
     on_s: f64,
@@ -176,6 +183,19 @@ fn run(o: &Opts, method: &str, transport: &str) -> anyhow::Result<Figures> {
             server.serve(true, &stop, &mut |_| {})
         })?
     };
+    if let Some(cc) = &o.congestion {
+        net.a.exec(&[
+            "sysctl",
+            "-q",
+            "-w",
+            &format!("net.ipv4.tcp_congestion_control={cc}"),
+        ])?;
+    }
+    let congestion = net
+        .a
+        .exec(&["sysctl", "-n", "net.ipv4.tcp_congestion_control"])?
+        .trim()
+        .to_owned();
     let flows: Vec<Source> = (0..o.flows)
         .map(|i| tcp_source(&net.a, &net.b, ADDR_B.into(), 9100 + i, None))
         .collect::<anyhow::Result<_>>()?;
@@ -213,6 +233,7 @@ fn run(o: &Opts, method: &str, transport: &str) -> anyhow::Result<Figures> {
         f.stop();
     }
     Ok(Figures {
+        congestion,
         off_mbps: off_bytes as f64 * 8.0 / off_s / 1e6,
         on_mbps: on_bytes as f64 * 8.0 / on_s / 1e6,
         on_s,
@@ -231,9 +252,9 @@ fn main() -> ExitCode {
     }
     let o = opts();
     println!(
-        "| method | transport | TCP off (Mbit/s) | TCP on (Mbit/s) | time on (s) | probes (Mbit/s on) | riders / probe bytes | TCP lost (Mbit) | probe (Mbit) | lost per probe bit |"
+        "| method | transport | TCP | TCP off (Mbit/s) | TCP on (Mbit/s) | time on (s) | probes (Mbit/s on) | riders / probe bytes | TCP lost (Mbit) | probe (Mbit) | lost per probe bit |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for method in &o.methods {
         for transport in &o.transports {
             match run(&o, method, transport).context("run") {
@@ -241,7 +262,8 @@ fn main() -> ExitCode {
                     let probe_mbit = f.sent.probe_bytes as f64 * 8.0 / 1e6;
                     let lost_mbit = (f.off_mbps - f.on_mbps) * f.on_s;
                     println!(
-                        "| {method} | {transport} | {:.3} | {:.3} | {:.0} | {:.3} | {:.2} | {lost_mbit:.2} | {probe_mbit:.2} | {} |",
+                        "| {method} | {transport} | {} | {:.3} | {:.3} | {:.0} | {:.3} | {:.2} | {lost_mbit:.2} | {probe_mbit:.2} | {} |",
+                        f.congestion,
                         f.off_mbps,
                         f.on_mbps,
                         f.on_s,

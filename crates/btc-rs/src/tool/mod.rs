@@ -1,0 +1,39 @@
+//! The `btc-rs` tool: `snd` serves measurements (the workspace's shared sender, which
+//! serves every tool's receivers), `rcv` measures the path from a sender: the narrow
+//! link's capacity from packet bunches, then squeezed pairs at that capacity, and
+//! prints both with the pairs' histograms. Programs that measure for themselves call
+//! [`measure`].
+
+mod cli;
+mod plot;
+mod receiver;
+
+pub use receiver::{MeasureOptions, Measurement, measure};
+
+use std::ffi::OsString;
+
+use clap::Parser;
+
+/// The tool's name, in the sender's log and in messages.
+pub(crate) const TOOL: &str = "btc-rs";
+
+/// The probe header's kind for a capacity bunch (pathload-rs uses 0 and 1,
+/// pathchirp-rs 2, badabing-rs 3).
+pub const BUNCH_KIND: u8 = 4;
+/// The probe header's kind for a batch of squeezed pairs.
+pub const PAIRS_KIND: u8 = 5;
+
+/// Runs the tool with `args` (the program name first) and returns its exit code.
+/// Parse errors and `--help` print and exit the process, as a command-line tool does.
+pub fn main_with_args<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = cli::Cli::parse_from(args);
+    mgrp_tool::sys::catch_interrupts();
+    match cli.role {
+        cli::Role::Snd(args) => args.run(TOOL),
+        cli::Role::Rcv(args) => receiver::run(&args),
+    }
+}

@@ -381,7 +381,21 @@ pub fn tcp_source(
     port: u16,
     mbps: Option<f64>,
 ) -> anyhow::Result<Source> {
-    tcp_flow(from, to_ns, to, port, mbps, None)
+    tcp_flow(from, to_ns, to, port, mbps, None, None)
+}
+
+/// A bulk TCP flow as [`tcp_source`] with no rate, whose socket uses the congestion
+/// control `congestion` ("cubic", "bbr", "reno") whatever the namespace's default (a
+/// namespace other than the host's may not change its default to one the host does
+/// not allow, but a socket of a privileged process may use any the kernel has).
+pub fn tcp_bulk(
+    from: &Netns,
+    to_ns: &Netns,
+    to: IpAddr,
+    port: u16,
+    congestion: &str,
+) -> anyhow::Result<Source> {
+    tcp_flow(from, to_ns, to, port, None, None, Some(congestion))
 }
 
 /// A TCP flow from `from` to `to:port` whose sender paces it to `mbps` of payload: the
@@ -410,7 +424,7 @@ pub fn tcp_paced_source(
     if std::path::Path::new("/proc/sys/net/ipv4/tcp_tso_rtt_log").exists() {
         from.exec(&["sysctl", "-q", "-w", "net.ipv4.tcp_tso_rtt_log=0"])?;
     }
-    tcp_flow(from, to_ns, to, port, None, Some(mbps))
+    tcp_flow(from, to_ns, to, port, None, Some(mbps), Some("cubic"))
 }
 
 fn tcp_flow(
@@ -420,6 +434,7 @@ fn tcp_flow(
     port: u16,
     mbps: Option<f64>,
     paced: Option<f64>,
+    congestion: Option<&str>,
 ) -> anyhow::Result<Source> {
     let listener = tcp_listen(to_ns, to, port)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -447,12 +462,14 @@ fn tcp_flow(
         // 1500 per 1448 of payload.
         let bytes_per_s = (rate * 1e6 / 8.0 * 1500.0 / 1448.0) as libc::c_ulong;
         set_max_pacing_rate(&stream, bytes_per_s)?;
+    }
+    if let Some(cc) = congestion {
         nix::sys::socket::setsockopt(
             &stream,
             nix::sys::socket::sockopt::TcpCongestion,
-            &std::ffi::OsString::from("cubic"),
+            &std::ffi::OsString::from(cc),
         )
-        .context("cannot make the paced TCP flow use CUBIC (tcp_cubic not in this kernel?)")?;
+        .with_context(|| format!("cannot make the TCP flow use {cc} (not in this kernel?)"))?;
     }
     let retransmits = Arc::new(AtomicU64::new(0));
     let sender = {

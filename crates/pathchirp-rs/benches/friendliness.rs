@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mgrp_testbed::traffic::{Source, tcp_source};
+use mgrp_testbed::traffic::{Source, tcp_bulk};
 use mgrp_testbed::{ADDR_A, ADDR_B, Daemon, TwoHostOptions, TwoHosts, daemon_pair};
 use mgrp_tool::{ServeOptions, Server, SessionOptions, Transport};
 
@@ -183,21 +183,16 @@ fn run(o: &Opts, method: &str, transport: &str) -> anyhow::Result<Figures> {
             server.serve(true, &stop, &mut |_| {})
         })?
     };
-    if let Some(cc) = &o.congestion {
-        net.a.exec(&[
-            "sysctl",
-            "-q",
-            "-w",
-            &format!("net.ipv4.tcp_congestion_control={cc}"),
-        ])?;
-    }
-    let congestion = net
-        .a
-        .exec(&["sysctl", "-n", "net.ipv4.tcp_congestion_control"])?
-        .trim()
-        .to_owned();
+    let congestion = match &o.congestion {
+        Some(cc) => cc.clone(),
+        None => net
+            .a
+            .exec(&["sysctl", "-n", "net.ipv4.tcp_congestion_control"])?
+            .trim()
+            .to_owned(),
+    };
     let flows: Vec<Source> = (0..o.flows)
-        .map(|i| tcp_source(&net.a, &net.b, ADDR_B.into(), 9100 + i, None))
+        .map(|i| tcp_bulk(&net.a, &net.b, ADDR_B.into(), 9100 + i, &congestion))
         .collect::<anyhow::Result<_>>()?;
     std::thread::sleep(Duration::from_secs(10));
     let mut session = SessionOptions::new(ADDR_A.to_string(), t, "bench");

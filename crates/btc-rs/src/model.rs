@@ -58,6 +58,102 @@ pub fn mathis_bps(mss: u32, rtt_s: f64, p: f64) -> Option<f64> {
         .then(|| f64::from(mss) * 8.0 / rtt_s * (1.5f64).sqrt() / p.sqrt())
 }
 
+/// Where a prediction came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Basis {
+    /// The available-bandwidth range scaled by the squeezed-pair class.
+    ScaledAbw,
+    /// Mathis's bound from measured loss and round trip (Reno-like).
+    Mathis,
+    /// The kernel's delivery rate of a running, network-limited connection.
+    Kernel,
+}
+
+/// One prediction of a bulk transfer's rate, bit/s, with its basis.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Prediction {
+    /// What it rests on.
+    pub basis: Basis,
+    /// The low end, bit/s.
+    pub low_bps: f64,
+    /// The high end, bit/s.
+    pub high_bps: f64,
+}
+
+impl Prediction {
+    /// The middle of the range, bit/s.
+    pub fn bps(&self) -> f64 {
+        (self.low_bps + self.high_bps) / 2.0
+    }
+}
+
+/// What the combined prediction is made of; every part may be missing.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Inputs {
+    /// Available-bandwidth range, bit/s.
+    pub abw: Option<(f64, f64)>,
+    /// The squeezed-pair class.
+    pub class: Option<PathClass>,
+    /// Narrow-link capacity, bit/s.
+    pub capacity_bps: Option<f64>,
+    /// Loss rate (badabing's, or the probes').
+    pub loss: Option<f64>,
+    /// Round trip, s.
+    pub rtt_s: Option<f64>,
+    /// A running connection's delivery rate, bit/s, from network-limited samples.
+    pub kernel_bps: Option<f64>,
+}
+
+/// Every prediction the inputs allow, and the combined one: the kernel's rate where a
+/// connection runs (a measurement beats a model); else the scaled available
+/// bandwidth, no higher than Mathis's bound where loss was measured, nor than the
+/// capacity; else Mathis's bound alone. `None` when nothing allows one.
+pub fn predict(i: &Inputs, f: &Factors, mss: u32) -> (Vec<Prediction>, Option<Prediction>) {
+    let mut all = Vec::new();
+    let scaled = i.abw.map(|(lo, hi)| {
+        let (l, h) = scaled_range(lo, hi, i.class.unwrap_or(PathClass::Undecided), f);
+        Prediction {
+            basis: Basis::ScaledAbw,
+            low_bps: l,
+            high_bps: h,
+        }
+    });
+    let mathis = i
+        .loss
+        .zip(i.rtt_s)
+        .and_then(|(p, rtt)| mathis_bps(mss, rtt, p))
+        .map(|b| Prediction {
+            basis: Basis::Mathis,
+            low_bps: b,
+            high_bps: b,
+        });
+    let kernel = i.kernel_bps.filter(|b| *b > 0.0).map(|b| Prediction {
+        basis: Basis::Kernel,
+        low_bps: b,
+        high_bps: b,
+    });
+    all.extend(scaled);
+    all.extend(mathis);
+    all.extend(kernel);
+    let combined = kernel.or_else(|| {
+        let cap = |p: Prediction, limit: f64| Prediction {
+            low_bps: p.low_bps.min(limit),
+            high_bps: p.high_bps.min(limit),
+            ..p
+        };
+        let mut p = scaled.or(mathis)?;
+        if let Some(m) = mathis {
+            p = cap(p, m.high_bps);
+        }
+        if let Some(c) = i.capacity_bps {
+            p = cap(p, c);
+        }
+        Some(p)
+    });
+    (all, combined)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,6 +168,43 @@ mod tests {
         // Four times the loss halves the rate.
         let q = mathis_bps(1448, 0.1, 0.04).unwrap();
         assert!((r / q - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_combined_prediction_prefers_the_kernel_then_caps_the_scaled_range() {
+        let f = Factors::RON;
+        let mut i = Inputs {
+            abw: Some((40e6, 60e6)),
+            class: Some(PathClass::TightUnlikeNarrow),
+            capacity_bps: Some(100e6),
+            ..Inputs::default()
+        };
+        let (all, c) = predict(&i, &f, 1448);
+        assert_eq!(all.len(), 1);
+        let c = c.unwrap();
+        assert_eq!(c.basis, Basis::ScaledAbw);
+        assert!((c.bps() - 30e6).abs() < 1.0);
+        // 1 % loss at 100 ms: Mathis's 1.42 Mbit/s caps it.
+        i.loss = Some(0.01);
+        i.rtt_s = Some(0.1);
+        let (all, c) = predict(&i, &f, 1448);
+        assert_eq!(all.len(), 2);
+        let c = c.unwrap();
+        assert_eq!(c.basis, Basis::ScaledAbw);
+        assert!((c.high_bps - 1_418_744.0).abs() < 10.0);
+        // A running connection's rate wins.
+        i.kernel_bps = Some(7e6);
+        let (all, c) = predict(&i, &f, 1448);
+        assert_eq!(all.len(), 3);
+        assert_eq!(c.unwrap().basis, Basis::Kernel);
+        // Loss alone gives Mathis; nothing gives nothing.
+        let only = Inputs {
+            loss: Some(0.01),
+            rtt_s: Some(0.1),
+            ..Inputs::default()
+        };
+        assert_eq!(predict(&only, &f, 1448).1.unwrap().basis, Basis::Mathis);
+        assert_eq!(predict(&Inputs::default(), &f, 1448), (vec![], None));
     }
 
     #[test]

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
+use mgrp_tool::netlink;
+
 use crate::Netns;
 use crate::link::realtime_ns;
 
@@ -40,7 +42,7 @@ impl QdiscLog {
         let (dev, flag) = (dev.to_owned(), stop.clone());
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let thread = ns.spawn("qdisc-log", move || {
-            let reader = match Reader::open(&dev) {
+            let mut reader = match Reader::open(&dev) {
                 Ok(r) => {
                     let _ = ready_tx.send(Ok(()));
                     r
@@ -102,79 +104,45 @@ impl Drop for QdiscLog {
 
 /// An rtnetlink socket that dumps the qdiscs and picks one device's root.
 struct Reader {
-    fd: std::os::fd::OwnedFd,
+    socket: netlink::Socket,
+    request: Vec<u8>,
     ifindex: i32,
 }
 
 const RTM_NEWQDISC: u16 = 36;
 const RTM_GETQDISC: u16 = 38;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
 const TCA_STATS2: u16 = 7;
 const TCA_STATS_QUEUE: u16 = 3;
 const TC_H_ROOT: u32 = 0xffff_ffff;
 
 impl Reader {
     fn open(dev: &str) -> anyhow::Result<Self> {
-        use std::os::fd::FromRawFd;
         let name = std::ffi::CString::new(dev)?;
         // SAFETY: a valid C string; the call only reads it.
         let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
         if ifindex == 0 {
             bail!("no device {dev} in this namespace");
         }
-        // SAFETY: plain socket creation; the fd is owned below.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::NETLINK_ROUTE,
-            )
-        };
-        if fd < 0 {
-            bail!(
-                "cannot open an rtnetlink socket: {}",
-                std::io::Error::last_os_error()
-            );
-        }
         Ok(Self {
-            // SAFETY: fd was just created and is owned by nothing else.
-            fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) },
+            socket: netlink::Socket::open(libc::NETLINK_ROUTE)
+                .context("cannot open an rtnetlink socket")?,
+            // struct tcmsg, all zeros: every qdisc of every device.
+            request: netlink::dump_request(RTM_GETQDISC, &[0u8; 20]),
             ifindex: i32::try_from(ifindex)?,
         })
     }
 
     /// The root qdisc's (drops, backlog bytes).
-    fn read(&self) -> anyhow::Result<(u32, u32)> {
-        use std::os::fd::AsRawFd;
-        let mut req = [0u8; 36];
-        req[0..4].copy_from_slice(&36u32.to_ne_bytes());
-        req[4..6].copy_from_slice(&RTM_GETQDISC.to_ne_bytes());
-        let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
-        req[6..8].copy_from_slice(&flags.to_ne_bytes());
-        // SAFETY: sends the buffer we own to the kernel.
-        let sent = unsafe { libc::send(self.fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
-        if sent < 0 {
-            bail!("rtnetlink send: {}", std::io::Error::last_os_error());
-        }
+    fn read(&mut self) -> anyhow::Result<(u32, u32)> {
         let mut found = None;
-        let mut buf = vec![0u8; 32 * 1024];
-        loop {
-            // SAFETY: receives into a buffer we own, at most its length.
-            let n =
-                unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n < 0 {
-                bail!("rtnetlink recv: {}", std::io::Error::last_os_error());
-            }
-            match parse_dump(&buf[..n as usize], self.ifindex) {
-                Parsed::More(hit) => found = found.or(hit),
-                Parsed::Done(hit) => {
-                    found = found.or(hit);
-                    break;
+        let ifindex = self.ifindex;
+        self.socket
+            .dump(&self.request, |kind, body| {
+                if found.is_none() {
+                    found = root_stats(kind, body, ifindex);
                 }
-                Parsed::Error(e) => bail!("rtnetlink refused the qdisc dump: errno {e}"),
-            }
-        }
+            })
+            .context("rtnetlink qdisc dump")?;
         found.context("the device has no root qdisc")
     }
 }
@@ -191,69 +159,35 @@ pub enum Parsed {
     Error(i32),
 }
 
-fn u16_at(b: &[u8], i: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(b.get(i..i + 2)?.try_into().ok()?))
-}
-fn u32_at(b: &[u8], i: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?))
-}
-
 /// The messages of one buffer of an `RTM_GETQDISC` dump: the root qdisc of
 /// `ifindex`'s (drops, backlog) if it was among them, and whether the dump ended.
 pub fn parse_dump(buf: &[u8], ifindex: i32) -> Parsed {
     let mut found = None;
-    let mut off = 0;
-    while off + 16 <= buf.len() {
-        let (Some(len), Some(kind)) = (u32_at(buf, off), u16_at(buf, off + 4)) else {
-            break;
-        };
-        let len = len as usize;
-        if len < 16 || off + len > buf.len() {
-            break;
+    let end = netlink::walk(buf, |kind, body| {
+        if found.is_none() {
+            found = root_stats(kind, body, ifindex);
         }
-        let msg = &buf[off..off + len];
-        match kind {
-            NLMSG_DONE => return Parsed::Done(found),
-            NLMSG_ERROR => {
-                let errno = u32_at(msg, 16).map_or(0, |e| e as i32);
-                if errno != 0 {
-                    return Parsed::Error(errno.wrapping_neg());
-                }
-            }
-            RTM_NEWQDISC => {
-                let index = u32_at(msg, 20).map(|i| i as i32);
-                let parent = u32_at(msg, 28);
-                if index == Some(ifindex) && parent == Some(TC_H_ROOT) {
-                    found = found.or_else(|| queue_stats(&msg[36.min(msg.len())..]));
-                }
-            }
-            _ => {}
-        }
-        off += (len + 3) & !3;
+    });
+    match end {
+        netlink::End::More => Parsed::More(found),
+        netlink::End::Done => Parsed::Done(found),
+        netlink::End::Error(e) => Parsed::Error(e),
     }
-    Parsed::More(found)
 }
 
-/// TCA_STATS2 → TCA_STATS_QUEUE (qlen, backlog, drops, …) in a qdisc's attributes.
-fn queue_stats(attrs: &[u8]) -> Option<(u32, u32)> {
-    let nested = find_attr(attrs, TCA_STATS2)?;
-    let q = find_attr(nested, TCA_STATS_QUEUE)?;
-    Some((u32_at(q, 8)?, u32_at(q, 4)?))
-}
-
-fn find_attr(mut b: &[u8], want: u16) -> Option<&[u8]> {
-    while b.len() >= 4 {
-        let len = usize::from(u16_at(b, 0)?);
-        let kind = u16_at(b, 2)? & 0x3fff;
-        if len < 4 || len > b.len() {
-            return None;
-        }
-        if kind == want {
-            return Some(&b[4..len]);
-        }
-        b = &b[((len + 3) & !3).min(b.len())..];
+/// (drops, backlog) of an `RTM_NEWQDISC` message (`body` after the netlink header)
+/// if it is `ifindex`'s root qdisc: `struct tcmsg`, then TCA_STATS2 → TCA_STATS_QUEUE
+/// (qlen, backlog, drops, …).
+fn root_stats(kind: u16, body: &[u8], ifindex: i32) -> Option<(u32, u32)> {
+    if kind != RTM_NEWQDISC
+        || netlink::u32_at(body, 4)? as i32 != ifindex
+        || netlink::u32_at(body, 12)? != TC_H_ROOT
+    {
+        return None;
     }
-    None
+    let (_, stats) = netlink::attributes(body.get(20..)?).find(|(k, _)| *k == TCA_STATS2)?;
+    let (_, q) = netlink::attributes(stats).find(|(k, _)| *k == TCA_STATS_QUEUE)?;
+    Some((netlink::u32_at(q, 8)?, netlink::u32_at(q, 4)?))
 }
 
 /// The bottleneck's loss episodes over `[from_ns, to_ns)` in slots of `slot_ns`: a slot
@@ -406,7 +340,7 @@ mod tests {
         msg.extend_from_slice(&attrs);
         let mut done = vec![0u8; 20];
         done[0..4].copy_from_slice(&20u32.to_ne_bytes());
-        done[4..6].copy_from_slice(&NLMSG_DONE.to_ne_bytes());
+        done[4..6].copy_from_slice(&netlink::NLMSG_DONE.to_ne_bytes());
         let mut buf = msg.clone();
         buf.extend_from_slice(&done);
         assert_eq!(parse_dump(&buf, 7), Parsed::Done(Some((41, 3000))));

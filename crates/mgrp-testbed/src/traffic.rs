@@ -152,6 +152,42 @@ pub fn udp_steps(
     steps: Steps,
     ip_size: usize,
 ) -> anyhow::Result<Source> {
+    udp_paced(from, to_ns, to, port, steps, ip_size, None)
+}
+
+/// UDP at `mbps` on average (IP level) whose datagrams leave at Poisson times
+/// (exponential gaps drawn from `seed`), as many independent small senders would
+/// send; otherwise as [`udp_cbr`]. Unlike constant-rate traffic it builds a queue now
+/// and then below a link's rate, and its packets fall between two probes at random.
+pub fn udp_poisson(
+    from: &Netns,
+    to_ns: &Netns,
+    to: IpAddr,
+    port: u16,
+    mbps: f64,
+    ip_size: usize,
+    seed: u64,
+) -> anyhow::Result<Source> {
+    udp_paced(
+        from,
+        to_ns,
+        to,
+        port,
+        Steps::constant(mbps),
+        ip_size,
+        Some(seed),
+    )
+}
+
+fn udp_paced(
+    from: &Netns,
+    to_ns: &Netns,
+    to: IpAddr,
+    port: u16,
+    steps: Steps,
+    ip_size: usize,
+    poisson: Option<u64>,
+) -> anyhow::Result<Source> {
     let sink = to_ns.run(|| UdpSocket::bind(SocketAddr::new(to, port)))??;
     sink.set_read_timeout(Some(Duration::from_millis(100)))?;
     let any: IpAddr = if to.is_ipv4() {
@@ -177,6 +213,7 @@ pub fn udp_steps(
             mgrp_rt::thread::set_timer_slack(1);
             let _ = mgrp_rt::thread::set_realtime(20);
             let buf = vec![0x5a; payload];
+            let mut draws = poisson.map(crate::Seeded::new);
             let t0 = Instant::now();
             // The next datagram's due time, as an offset from t0.
             let mut due = Duration::ZERO;
@@ -192,7 +229,9 @@ pub fn udp_steps(
                     continue;
                 }
                 let _ = tx.send(&buf);
-                due += Duration::from_secs_f64(ip_size as f64 * 8.0 / (mbps * 1e6));
+                let mean = ip_size as f64 * 8.0 / (mbps * 1e6);
+                let factor = draws.as_mut().map_or(1.0, |d| -(1.0 - d.next_f64()).ln());
+                due += Duration::from_secs_f64(mean * factor);
             }
         })
     };

@@ -12,7 +12,8 @@
 //! - [`server`]: the sender as a library ([`Server`]) and as every tool's `snd`.
 //! - [`session`]: the receiver's side, [`Session`]: connect, time the round trip,
 //!   then exchange batches one at a time.
-//! - [`sockdiag`]: this host's TCP connections to a peer, with the kernel's `tcp_info`.
+//! - [`sockdiag`]: this host's TCP connections to a peer, with the kernel's `tcp_info`,
+//!   on [`netlink`], the walk over netlink messages and attributes.
 //! - [`cli`], [`exit`], [`sys`]: the flags, exit codes, clocks and interrupt flag
 //!   every tool's command line uses.
 
@@ -20,6 +21,7 @@ pub mod cli;
 pub mod conn;
 pub mod control;
 pub mod exit;
+pub mod netlink;
 pub mod server;
 pub mod session;
 pub mod sockdiag;

@@ -7,7 +7,8 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use crate::netlink::{self, End};
 
 /// One TCP connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,8 +26,6 @@ pub struct Connection {
 }
 
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
 const INET_DIAG_INFO: u16 = 2;
 const INET_DIAG_CONG: u16 = 4;
 
@@ -46,93 +45,47 @@ pub fn connections_to(peer: IpAddr) -> io::Result<Vec<Connection>> {
 
 /// Every established TCP connection of `family`.
 pub fn dump(family: u8) -> io::Result<Vec<Connection>> {
-    // SAFETY: plain socket creation; the fd is owned below.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_SOCK_DIAG,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just created and nothing else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let req = request(family);
-    // SAFETY: sends a buffer we own.
-    let n = unsafe { libc::send(fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let mut socket = netlink::Socket::open(libc::NETLINK_SOCK_DIAG)?;
     let mut out = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        // SAFETY: receives into a buffer we own, at most its length.
-        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
+    socket.dump(&request(family), |kind, body| {
+        if kind == SOCK_DIAG_BY_FAMILY
+            && let Some(c) = connection(body)
+        {
+            out.push(c);
         }
-        if parse(&buf[..n as usize], &mut out)? {
-            return Ok(out);
-        }
-    }
+    })?;
+    Ok(out)
 }
 
 /// A dump request for established TCP sockets of `family`, with `tcp_info` and the
 /// congestion control.
 fn request(family: u8) -> Vec<u8> {
-    let mut r = vec![0u8; 72];
-    r[0..4].copy_from_slice(&72u32.to_ne_bytes());
-    r[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
-    let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
-    r[6..8].copy_from_slice(&flags.to_ne_bytes());
-    r[16] = family;
-    r[17] = libc::IPPROTO_TCP as u8;
-    r[18] = (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_CONG - 1));
+    // struct inet_diag_req_v2: family, protocol, extensions, pad, states, then the
+    // socket id (48 bytes of zeros: any).
+    let mut r = vec![0u8; 56];
+    r[0] = family;
+    r[1] = libc::IPPROTO_TCP as u8;
+    r[2] = (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_CONG - 1));
     // States: established only (TCP_ESTABLISHED = 1).
-    r[20..24].copy_from_slice(&(1u32 << 1).to_ne_bytes());
-    r
-}
-
-fn u16_at(b: &[u8], i: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(b.get(i..i + 2)?.try_into().ok()?))
-}
-fn u32_at(b: &[u8], i: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?))
+    r[4..8].copy_from_slice(&(1u32 << 1).to_ne_bytes());
+    netlink::dump_request(SOCK_DIAG_BY_FAMILY, &r)
 }
 
 /// Adds the connections of one buffer of a `sock_diag` dump (as `recv` returned it)
 /// to `out`; true when the dump ended. Malformed messages are skipped, never trusted.
 pub fn parse(buf: &[u8], out: &mut Vec<Connection>) -> io::Result<bool> {
-    let mut off = 0;
-    while off + 16 <= buf.len() {
-        let (Some(len), Some(kind)) = (u32_at(buf, off), u16_at(buf, off + 4)) else {
-            break;
-        };
-        let len = len as usize;
-        if len < 16 || off + len > buf.len() {
-            break;
+    let end = netlink::walk(buf, |kind, body| {
+        if kind == SOCK_DIAG_BY_FAMILY
+            && let Some(c) = connection(body)
+        {
+            out.push(c);
         }
-        let msg = &buf[off..off + len];
-        match kind {
-            NLMSG_DONE => return Ok(true),
-            NLMSG_ERROR => {
-                let errno = u32_at(msg, 16).map_or(0, |e| e as i32);
-                if errno != 0 {
-                    return Err(io::Error::from_raw_os_error(errno.wrapping_neg()));
-                }
-            }
-            SOCK_DIAG_BY_FAMILY => {
-                if let Some(c) = connection(&msg[16..]) {
-                    out.push(c);
-                }
-            }
-            _ => {}
-        }
-        off += (len + 3) & !3;
+    });
+    match end {
+        End::More => Ok(false),
+        End::Done => Ok(true),
+        End::Error(e) => Err(io::Error::from_raw_os_error(e)),
     }
-    Ok(false)
 }
 
 /// One `inet_diag_msg` and its attributes.
@@ -156,14 +109,7 @@ fn connection(m: &[u8]) -> Option<Connection> {
     let local = SocketAddr::new(addr(8)?, port(4));
     let remote = SocketAddr::new(addr(24)?, port(6));
     let (mut info, mut congestion) = (Vec::new(), None);
-    let mut a = &m[72..];
-    while a.len() >= 4 {
-        let len = usize::from(u16_at(a, 0)?);
-        let kind = u16_at(a, 2)?;
-        if len < 4 || len > a.len() {
-            break;
-        }
-        let body = &a[4..len];
+    for (kind, body) in netlink::attributes(&m[72..]) {
         match kind {
             INET_DIAG_INFO => info = body.to_vec(),
             INET_DIAG_CONG => {
@@ -172,7 +118,6 @@ fn connection(m: &[u8]) -> Option<Connection> {
             }
             _ => {}
         }
-        a = &a[((len + 3) & !3).min(a.len())..];
     }
     Some(Connection {
         local,
@@ -217,7 +162,7 @@ mod tests {
         let mut buf = message(&info);
         let mut done = vec![0u8; 20];
         done[0..4].copy_from_slice(&20u32.to_ne_bytes());
-        done[4..6].copy_from_slice(&NLMSG_DONE.to_ne_bytes());
+        done[4..6].copy_from_slice(&netlink::NLMSG_DONE.to_ne_bytes());
         buf.extend_from_slice(&done);
         let mut out = Vec::new();
         assert!(parse(&buf, &mut out).unwrap());

@@ -112,13 +112,28 @@ impl RcvArgs {
                 mgrp_tool::control::MAX_PROBE_IP_BYTES
             )));
         }
+        let resolution_ns = (self.resolution * 1e3).round() as u64;
+        if let Some(c) = self.capacity
+            && self.pairs > 0
+        {
+            crate::squeezed::SqueezeConfig {
+                pairs: self.pairs,
+                size: self.pair_size,
+                resolution_ns,
+                ..crate::squeezed::SqueezeConfig::new(c * 1e6)
+            }
+            .check(
+                mgrp_tool::control::MIN_PROBE_IP_BYTES,
+                mgrp_tool::control::MAX_PROBE_IP_BYTES,
+            )?;
+        }
         Ok(MeasureOptions {
             session: self.peer.options(TOOL),
             capacity,
             capacity_bps: self.capacity.map(|c| c * 1e6),
             pairs: self.pairs,
             pair_size: self.pair_size,
-            resolution_ns: (self.resolution * 1e3).round() as u64,
+            resolution_ns,
             seed: self.seed,
         })
     }

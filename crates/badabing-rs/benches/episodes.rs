@@ -64,32 +64,14 @@ struct Opts {
 }
 
 fn opts() -> Opts {
-    let mut o = Opts {
-        runs: 2,
-        seconds: 120,
-        regimes: vec!["short".into(), "medium".into(), "long".into()],
-        transports: vec!["udp".into(), "mgrp".into()],
-        p: None,
-    };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let list = |v: &str| v.split(',').map(ToString::to_string).collect::<Vec<_>>();
-    let mut i = 0;
-    while i < args.len() {
-        let v = args.get(i + 1).cloned().unwrap_or_default();
-        match args[i].as_str() {
-            "--runs" => o.runs = v.parse().unwrap_or(o.runs),
-            "--seconds" => o.seconds = v.parse().unwrap_or(o.seconds),
-            "--regimes" => o.regimes = list(&v),
-            "--transports" => o.transports = list(&v),
-            "--p" => o.p = v.parse().ok(),
-            _ => {
-                i += 1;
-                continue;
-            }
-        }
-        i += 2;
+    let a = mgrp_testbed::harness::BenchArgs::from_env();
+    Opts {
+        runs: a.parse("--runs", 2),
+        seconds: a.parse("--seconds", 120),
+        regimes: a.list("--regimes", &["short", "medium", "long"]),
+        transports: a.list("--transports", &["udp", "mgrp"]),
+        p: a.value("--p").and_then(|v| v.parse().ok()),
     }
-    o
 }
 
 /// (burst length, mean time between burst starts).
@@ -151,13 +133,7 @@ fn poisson(
         mean_gap_ns,
         ..PoissonLog::default()
     };
-    let mut state = 0x2545_f491_4f6c_dd1d_u64;
-    let mut uniform = move || {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let mut draws = mgrp_testbed::Seeded::new(0x2545_f491_4f6c_dd1d);
     let per_batch = (1e9 / mean_gap_ns).round().max(1.0) as usize;
     let mut id = 0u32;
     while !stop.load(Ordering::Relaxed) {
@@ -165,7 +141,7 @@ fn poisson(
             .map(|_| Run {
                 count: 1,
                 size,
-                gap_ns: (-mean_gap_ns * (1.0 - uniform()).ln()).round() as u64,
+                gap_ns: (-mean_gap_ns * (1.0 - draws.next_f64()).ln()).round() as u64,
                 ride: true,
             })
             .collect();

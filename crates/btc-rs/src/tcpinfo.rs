@@ -9,6 +9,7 @@
 //! (`app_limited`). Time limited by the receiver's window or the send buffer says the
 //! same of the ends.
 
+use mgrp_tool::netlink::{u32_at, u64_at};
 use serde::Serialize;
 
 /// One reading of a connection.
@@ -36,13 +37,6 @@ pub struct TcpSample {
     pub rwnd_limited_s: Option<f64>,
     /// Of that, time limited by the send buffer, s.
     pub sndbuf_limited_s: Option<f64>,
-}
-
-fn u32_at(b: &[u8], i: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?))
-}
-fn u64_at(b: &[u8], i: usize) -> Option<u64> {
-    Some(u64::from_ne_bytes(b.get(i..i + 8)?.try_into().ok()?))
 }
 
 /// Reads `struct tcp_info` from its bytes; `None` when even the fields every kernel

@@ -65,3 +65,69 @@ pub fn run(tests: &[Test]) -> ExitCode {
         ExitCode::FAILURE
     }
 }
+
+/// A bench's `--flag value` options (anything else on the command line, such as
+/// cargo's `--bench`, is ignored); a value that does not parse leaves the default.
+#[derive(Debug, Clone)]
+pub struct BenchArgs(Vec<String>);
+
+impl BenchArgs {
+    /// The process's arguments.
+    pub fn from_env() -> Self {
+        Self(std::env::args().skip(1).collect())
+    }
+
+    /// The value after the last `flag`, if any.
+    pub fn value(&self, flag: &str) -> Option<&str> {
+        let i = self.0.iter().rposition(|a| a == flag)?;
+        self.0.get(i + 1).map(String::as_str)
+    }
+
+    /// `flag`'s value parsed, or `default`.
+    pub fn parse<T: std::str::FromStr>(&self, flag: &str, default: T) -> T {
+        self.value(flag)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+
+    /// `flag`'s comma-separated list, or `default`.
+    pub fn list(&self, flag: &str, default: &[&str]) -> Vec<String> {
+        self.value(flag).map_or_else(
+            || default.iter().map(ToString::to_string).collect(),
+            |v| v.split(',').map(ToString::to_string).collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bench_flags_take_their_values_and_fall_back_to_defaults() {
+        let a = BenchArgs(
+            [
+                "--bench",
+                "--runs",
+                "5",
+                "--cross",
+                "quiet,cbr",
+                "--p",
+                "x",
+                "--runs",
+                "7",
+            ]
+            .map(String::from)
+            .to_vec(),
+        );
+        assert_eq!(a.parse("--runs", 1u32), 7);
+        assert_eq!(a.parse("--p", 0.3), 0.3);
+        assert_eq!(a.parse("--seconds", 40u64), 40);
+        assert_eq!(a.list("--cross", &["tcp"]), ["quiet", "cbr"]);
+        assert_eq!(
+            a.list("--shapers", &["sender", "router"]),
+            ["sender", "router"]
+        );
+        assert_eq!(a.value("--cc"), None);
+    }
+}

@@ -42,42 +42,20 @@ struct Opts {
 }
 
 fn opts() -> Opts {
-    let mut o = Opts {
-        runs: 3,
-        seconds: 40,
-        shapers: vec!["sender".into(), "router".into()],
-        transports: vec!["udp".into(), "mgrp".into()],
-        cross: vec!["quiet".into(), "cbr".into(), "tcp".into()],
-        onset: Onset::Tail,
-        burst: 1540,
-    };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let list = |v: &str| v.split(',').map(ToString::to_string).collect::<Vec<_>>();
-    let mut i = 0;
-    while i < args.len() {
-        let v = args.get(i + 1).cloned().unwrap_or_default();
-        match args[i].as_str() {
-            "--runs" => o.runs = v.parse().unwrap_or(o.runs),
-            "--seconds" => o.seconds = v.parse().unwrap_or(o.seconds),
-            "--shapers" => o.shapers = list(&v),
-            "--transports" => o.transports = list(&v),
-            "--cross" => o.cross = list(&v),
-            "--burst" => o.burst = v.parse().unwrap_or(o.burst),
-            "--onset" => {
-                o.onset = match v.as_str() {
-                    "first-rise" => Onset::FirstRise,
-                    "output" => Onset::Output,
-                    _ => Onset::Tail,
-                };
-            }
-            _ => {
-                i += 1;
-                continue;
-            }
-        }
-        i += 2;
+    let a = mgrp_testbed::harness::BenchArgs::from_env();
+    Opts {
+        runs: a.parse("--runs", 3),
+        seconds: a.parse("--seconds", 40),
+        shapers: a.list("--shapers", &["sender", "router"]),
+        transports: a.list("--transports", &["udp", "mgrp"]),
+        cross: a.list("--cross", &["quiet", "cbr", "tcp"]),
+        onset: match a.value("--onset") {
+            Some("first-rise") => Onset::FirstRise,
+            Some("output") => Onset::Output,
+            _ => Onset::Tail,
+        },
+        burst: a.parse("--burst", 1540),
     }
-    o
 }
 
 /// One run's figures.

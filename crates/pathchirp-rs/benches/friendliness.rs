@@ -46,36 +46,15 @@ struct Opts {
 }
 
 fn opts() -> Opts {
-    let mut o = Opts {
-        methods: ["none", "pathload", "pathchirp", "badabing"]
-            .map(String::from)
-            .to_vec(),
-        transports: vec!["udp".into(), "mgrp".into()],
-        repeats: 3,
-        flows: 4,
-        phase: 20,
-        congestion: None,
-    };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let list = |v: &str| v.split(',').map(ToString::to_string).collect::<Vec<_>>();
-    let mut i = 0;
-    while i < args.len() {
-        let v = args.get(i + 1).cloned().unwrap_or_default();
-        match args[i].as_str() {
-            "--methods" => o.methods = list(&v),
-            "--transports" => o.transports = list(&v),
-            "--repeats" => o.repeats = v.parse().unwrap_or(o.repeats),
-            "--flows" => o.flows = v.parse().unwrap_or(o.flows),
-            "--phase" => o.phase = v.parse().unwrap_or(o.phase),
-            "--cc" => o.congestion = Some(v),
-            _ => {
-                i += 1;
-                continue;
-            }
-        }
-        i += 2;
+    let a = mgrp_testbed::harness::BenchArgs::from_env();
+    Opts {
+        methods: a.list("--methods", &["none", "pathload", "pathchirp", "badabing"]),
+        transports: a.list("--transports", &["udp", "mgrp"]),
+        repeats: a.parse("--repeats", 3),
+        flows: a.parse("--flows", 4),
+        phase: a.parse("--phase", 20),
+        congestion: a.value("--cc").map(ToString::to_string),
     }
-    o
 }
 
 /// What one measurement sent.

@@ -40,38 +40,20 @@ struct Opts {
 }
 
 fn opts() -> Opts {
-    let mut o = Opts {
-        runs: 10,
-        modes: vec!["fast".into()],
-        shapers: vec!["sender".into(), "router".into()],
-        transports: vec!["udp".into(), "mgrp".into()],
-        cross: vec!["quiet".into(), "cbr".into(), "tcp".into()],
-        rcv: Vec::new(),
-        rate: 10.0,
-        burst: 1540,
-    };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let list = |v: &str| v.split(',').map(ToString::to_string).collect::<Vec<_>>();
-    let mut i = 0;
-    while i < args.len() {
-        let value = args.get(i + 1).cloned().unwrap_or_default();
-        match args[i].as_str() {
-            "--runs" => o.runs = value.parse().unwrap_or(o.runs),
-            "--modes" => o.modes = list(&value),
-            "--shapers" => o.shapers = list(&value),
-            "--transports" => o.transports = list(&value),
-            "--cross" => o.cross = list(&value),
-            "--rcv" => o.rcv = value.split_whitespace().map(ToString::to_string).collect(),
-            "--rate" => o.rate = value.parse().unwrap_or(o.rate),
-            "--burst" => o.burst = value.parse().unwrap_or(o.burst),
-            _ => {
-                i += 1;
-                continue;
-            }
-        }
-        i += 2;
+    let a = mgrp_testbed::harness::BenchArgs::from_env();
+    Opts {
+        runs: a.parse("--runs", 10),
+        modes: a.list("--modes", &["fast"]),
+        shapers: a.list("--shapers", &["sender", "router"]),
+        transports: a.list("--transports", &["udp", "mgrp"]),
+        cross: a.list("--cross", &["quiet", "cbr", "tcp"]),
+        rcv: a
+            .value("--rcv")
+            .map(|v| v.split_whitespace().map(ToString::to_string).collect())
+            .unwrap_or_default(),
+        rate: a.parse("--rate", 10.0),
+        burst: a.parse("--burst", 1540),
     }
-    o
 }
 
 /// One run: its exit status and, when it converged, its figures.

@@ -90,26 +90,15 @@ impl Measurement {
     }
 }
 
-/// Why a run stopped early.
-enum Stop {
-    Gone(String),
-    Failed(String),
-}
-
 fn exchange(
     session: &mut Session,
     batch: &Batch,
     m: &mut Measurement,
-) -> Result<mgrp_tool::Exchange, Stop> {
-    match session.exchange(batch) {
-        Ok(x) => {
-            m.probe_bytes += batch.bytes();
-            m.rider_bytes += x.report.rider_bytes;
-            Ok(x)
-        }
-        Err(BatchError::Gone(g)) => Err(Stop::Gone(g)),
-        Err(BatchError::SenderFailed(f)) => Err(Stop::Failed(f)),
-    }
+) -> Result<mgrp_tool::Exchange, BatchError> {
+    let x = session.exchange(batch)?;
+    m.probe_bytes += batch.bytes();
+    m.rider_bytes += x.report.rider_bytes;
+    Ok(x)
 }
 
 /// Measures the path from the sender `opts` names, until done or `stop` is set.
@@ -131,8 +120,8 @@ pub fn measure(opts: &MeasureOptions, stop: &AtomicBool) -> Result<Measurement, 
     let result = run_phases(opts, stop, &mut session, &mut m);
     match result {
         Ok(()) => {}
-        Err(Stop::Gone(g)) => m.peer_gone = Some(g),
-        Err(Stop::Failed(f)) => m.sender_failed = Some(f),
+        Err(BatchError::Gone(g)) => m.peer_gone = Some(g),
+        Err(BatchError::SenderFailed(f)) => m.sender_failed = Some(f),
     }
     m.elapsed = started.elapsed();
     session.close();
@@ -144,11 +133,11 @@ fn run_phases(
     stop: &AtomicBool,
     session: &mut Session,
     m: &mut Measurement,
-) -> Result<(), Stop> {
+) -> Result<(), BatchError> {
     let c = opts.capacity;
     if m.capacity_bps.is_none() {
         if c.size > session.max_size() {
-            return Err(Stop::Failed(format!(
+            return Err(BatchError::SenderFailed(format!(
                 "bunch packets of {} bytes are over the {} bytes the sender's path carries; use --bunch-size {}",
                 c.size,
                 session.max_size(),

@@ -8,7 +8,8 @@
 //!   transmission time of 500 and of 1500 bytes at that capacity, whose received gaps
 //!   tell whether queues form at the narrow link or at a faster link elsewhere;
 //! - [`model`]: predictions from those and from the other tools' estimates;
-//! - [`tcpinfo`]: what the kernel says of a live TCP connection (`tcp_info`).
+//! - [`tcpinfo`]: what the kernel says of a live TCP connection (`tcp_info`), from
+//!   `mgrp-tool`, which the senders answer queries with.
 //!
 //! The `btc-rs` binary ([`tool`]) measures capacity and squeezed pairs over
 //! `mgrp-client` (probe transactions through `mgrpd`) or plain UDP, through
@@ -17,5 +18,6 @@
 pub mod capacity;
 pub mod model;
 pub mod squeezed;
-pub mod tcpinfo;
 pub mod tool;
+
+pub use mgrp_tool::tcpinfo;

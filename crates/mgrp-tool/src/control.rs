@@ -239,12 +239,21 @@ pub enum Request {
         #[serde(default)]
         address: Option<IpAddr>,
     },
+    /// Asks what the sender's kernel says of the TCP connections it has to `address`
+    /// (the connection's address if `None`): each one's delivery rate, round trip and
+    /// what limited it. Answered with [`Reply::Tcp`], like [`Request::Traffic`]
+    /// whatever runs.
+    Tcp {
+        /// The receiver's address as the sender's connections see it.
+        #[serde(default)]
+        address: Option<IpAddr>,
+    },
     /// The measurement is over.
     Bye,
 }
 
 /// From the sender to the receiver.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "msg", rename_all = "snake_case")]
 pub enum Reply {
     /// Accepts a measurement.
@@ -271,11 +280,33 @@ pub enum Reply {
         /// Their bytes.
         held_bytes: u64,
     },
+    /// Answer to [`Request::Tcp`]: the sender's TCP connections to the address, as
+    /// its kernel reports them (its own control connections left out).
+    Tcp {
+        /// At most [`MAX_TCP_FLOWS`] connections, the busiest first.
+        flows: Vec<TcpFlow>,
+    },
     /// The request could not be served; the message says why.
     Error {
         /// What went wrong.
         message: String,
     },
+}
+
+/// Connections a [`Reply::Tcp`] lists at most.
+pub const MAX_TCP_FLOWS: usize = 64;
+
+/// One TCP connection as the sender's kernel reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TcpFlow {
+    /// The sender's end.
+    pub local: std::net::SocketAddr,
+    /// The receiver's end.
+    pub remote: std::net::SocketAddr,
+    /// Its congestion control, when the kernel said.
+    pub congestion: Option<String>,
+    /// What `tcp_info` says.
+    pub sample: crate::tcpinfo::TcpSample,
 }
 
 /// What the sender sent of a batch.
@@ -453,6 +484,38 @@ mod tests {
             line,
             r#"{"msg":"traffic","bytes_per_second":1,"window_ms":2000,"held_riders":3,"held_bytes":4}"#
         );
+        let t: Request = serde_json::from_str(r#"{"msg":"tcp","address":"10.0.0.2"}"#).unwrap();
+        assert_eq!(
+            t,
+            Request::Tcp {
+                address: Some("10.0.0.2".parse().unwrap())
+            }
+        );
+        let flow = TcpFlow {
+            local: "10.0.0.1:5001".parse().unwrap(),
+            remote: "10.0.0.2:40000".parse().unwrap(),
+            congestion: Some("cubic".into()),
+            sample: crate::tcpinfo::TcpSample {
+                delivery_bps: Some(9.5e6),
+                app_limited: false,
+                rtt_s: 0.041,
+                min_rtt_s: Some(0.04),
+                total_retrans: 3,
+                snd_mss: 1448,
+                cwnd: 40,
+                bytes_acked: Some(1 << 20),
+                busy_s: Some(2.0),
+                rwnd_limited_s: Some(0.0),
+                sndbuf_limited_s: None,
+            },
+        };
+        let reply = Reply::Tcp { flows: vec![flow] };
+        let line = serde_json::to_string(&reply).unwrap();
+        assert!(
+            line.starts_with(r#"{"msg":"tcp","flows":[{"local":"10.0.0.1:5001""#),
+            "{line}"
+        );
+        assert_eq!(serde_json::from_str::<Reply>(&line).unwrap(), reply);
         let sent = serde_json::to_string(&Reply::Sent(SentReport {
             sent: 2,
             sender_stamps: vec![Some(5), None],

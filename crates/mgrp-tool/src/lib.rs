@@ -12,8 +12,10 @@
 //! - [`server`]: the sender as a library ([`Server`]) and as every tool's `snd`.
 //! - [`session`]: the receiver's side, [`Session`]: connect, time the round trip,
 //!   then exchange batches one at a time.
-//! - [`sockdiag`]: this host's TCP connections to a peer, with the kernel's `tcp_info`,
-//!   on [`netlink`], the walk over netlink messages and attributes.
+//! - [`sockdiag`]: this host's TCP connections to a peer, with the kernel's `tcp_info`
+//!   ([`tcpinfo`] reads it), on [`netlink`], the walk over netlink messages and
+//!   attributes; a sender answers a receiver's question about the TCP flows it
+//!   sends to it ([`sender_tcp`]).
 //! - [`cli`], [`exit`], [`sys`]: the flags, exit codes, clocks and interrupt flag
 //!   every tool's command line uses.
 
@@ -26,11 +28,13 @@ pub mod server;
 pub mod session;
 pub mod sockdiag;
 pub mod sys;
+pub mod tcpinfo;
 pub mod transport;
 
 pub use control::{Batch, ProbeSpec, Run, SentReport, Tag, Transport};
 pub use server::{BUSY, ServeEvent, ServeOptions, Server, serve_command};
 pub use session::{
-    BatchError, Exchange, MeasureError, SenderTraffic, Session, SessionOptions, sender_traffic,
+    BatchError, Exchange, MeasureError, SenderTraffic, Session, SessionOptions, sender_tcp,
+    sender_traffic,
 };
 pub use transport::{Arrival, Seen};

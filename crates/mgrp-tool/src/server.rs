@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::control::{
     Batch, CONTROL_VERSION, DEFAULT_CONTROL_PORT, DEFAULT_SENDER_PROBE_PORT, MAX_PROBE_IP_BYTES,
-    MIN_PROBE_IP_BYTES, Reply, Request, Transport,
+    MAX_TCP_FLOWS, MIN_PROBE_IP_BYTES, Reply, Request, TcpFlow, Transport,
 };
 use anyhow::Context;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -269,6 +269,37 @@ fn traffic(opts: &ServeOptions, to: IpAddr) -> Reply {
     }
 }
 
+/// What this host's kernel says of its TCP connections to `to`, leaving out those
+/// from `control_port` (the receivers' control connections: they say nothing of the
+/// path), busiest first.
+fn tcp(to: IpAddr, control_port: Option<u16>) -> Reply {
+    match crate::sockdiag::connections_to(to) {
+        Ok(conns) => {
+            let mut flows: Vec<TcpFlow> = conns
+                .into_iter()
+                .filter(|c| Some(c.local.port()) != control_port)
+                .filter_map(|c| {
+                    Some(TcpFlow {
+                        sample: crate::tcpinfo::parse(&c.info)?,
+                        local: c.local,
+                        remote: c.remote,
+                        congestion: c.congestion,
+                    })
+                })
+                .collect();
+            flows.sort_by(|a, b| {
+                let r = |f: &TcpFlow| f.sample.delivery_bps.unwrap_or(0.0);
+                r(b).total_cmp(&r(a))
+            });
+            flows.truncate(MAX_TCP_FLOWS);
+            Reply::Tcp { flows }
+        }
+        Err(e) => Reply::Error {
+            message: format!("cannot read this host's TCP connections (sock_diag): {e}"),
+        },
+    }
+}
+
 /// A tool's `snd` command: serves one measurement, or every one with
 /// `keep_serving`, until SIGINT or SIGTERM, logging to standard error as `name`.
 pub fn serve_command(opts: &ServeOptions, keep_serving: bool, verbose: bool) -> anyhow::Result<()> {
@@ -412,6 +443,10 @@ fn serve_one(
             Request::Traffic { address } => {
                 traffic(opts, address.unwrap_or(peer.ip()).to_canonical())
             }
+            Request::Tcp { address } => tcp(
+                address.unwrap_or(peer.ip()).to_canonical(),
+                conn.stream().local_addr().ok().map(|a| a.port()),
+            ),
             Request::Probes(batch) => {
                 batches += 1;
                 send(&mut sender, &batch, max)

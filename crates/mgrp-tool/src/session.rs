@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::conn::Conn;
 use crate::control::{
     Batch, CONTROL_VERSION, DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, Reply, Request, SentReport,
-    Transport,
+    TcpFlow, Transport,
 };
 use crate::transport::{Arrival, Listener, Seen};
 use anyhow::{anyhow, bail};
@@ -198,6 +198,33 @@ pub fn sender_traffic(
         }),
         Some(Reply::Error { message }) => Err(anyhow!("the sender says: {message}").into()),
         Some(other) => Err(anyhow!("the sender answered {other:?} to a traffic query").into()),
+        None => Err(anyhow!(
+            "the sender closed the connection without an answer; is it an older version?"
+        )
+        .into()),
+    }
+}
+
+/// Asks the sender at `sender`:`port` what its kernel says of the TCP connections it
+/// has to `address` (this end of the connection if `None`): the flows whose delivery
+/// rate tells what a transfer from there gets now. Answered even while another
+/// receiver measures.
+pub fn sender_tcp(
+    sender: &str,
+    port: u16,
+    address: Option<IpAddr>,
+) -> Result<Vec<TcpFlow>, MeasureError> {
+    let stream =
+        connect(sender, port, "a measurement sender").map_err(MeasureError::Unreachable)?;
+    stream
+        .set_read_timeout(Some(REPLY_SLACK))
+        .map_err(|e| MeasureError::Unreachable(e.to_string()))?;
+    let mut conn = Conn::new(stream)?;
+    conn.send(&Request::Tcp { address })?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Tcp { flows }) => Ok(flows),
+        Some(Reply::Error { message }) => Err(anyhow!("the sender says: {message}").into()),
+        Some(other) => Err(anyhow!("the sender answered {other:?} to a TCP query").into()),
         None => Err(anyhow!(
             "the sender closed the connection without an answer; is it an older version?"
         )

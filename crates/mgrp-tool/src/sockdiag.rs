@@ -1,7 +1,7 @@
 //! This host's TCP connections as the kernel sees them, through `sock_diag`
 //! (`NETLINK_SOCK_DIAG`, the interface `ss` uses): for every connection to a given
 //! peer, its addresses, congestion control and the raw `struct tcp_info`, which
-//! `btc-rs`'s `tcpinfo` reads. One dump lists every socket of the namespace without
+//! [`crate::tcpinfo`] reads. One dump lists every socket of the namespace without
 //! touching them; it needs no privilege for the caller's own sockets and
 //! `CAP_NET_ADMIN` for nothing here.
 

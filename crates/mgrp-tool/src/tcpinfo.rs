@@ -9,11 +9,12 @@
 //! (`app_limited`). Time limited by the receiver's window or the send buffer says the
 //! same of the ends.
 
-use mgrp_tool::netlink::{u32_at, u64_at};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+use crate::netlink::{u32_at, u64_at};
 
 /// One reading of a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TcpSample {
     /// The kernel's delivery rate, bit/s.
     pub delivery_bps: Option<f64>,

@@ -34,6 +34,11 @@ impl Factors {
         undecided: 0.4,
     };
 
+    /// Ours, from the transfer-rate experiment on the namespace testbed
+    /// (`docs/btc.md`): the median of achieved rate over the available bandwidth's
+    /// middle per class. Not yet calibrated: the seed's until the experiment runs.
+    pub const TESTBED: Self = Self::RON;
+
     /// The factor for `class`.
     pub fn of(&self, class: PathClass) -> f64 {
         match class {

@@ -18,7 +18,7 @@
 //! around the sending rate"; this is our reading of it). A quiet path therefore
 //! scores 0, undecided: there is no queue to place.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::capacity::ConfigError;
 
@@ -164,7 +164,7 @@ pub struct PlannedPair {
 }
 
 /// Where the path's queues form, as the score reads the histograms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PathClass {
     /// At the narrow link (the seed scaled pathload by 0.2 there).

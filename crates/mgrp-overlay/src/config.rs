@@ -51,6 +51,9 @@ pub enum Method {
     Pathchirp,
     /// badabing: loss-episode frequency and duration over the run's time limit.
     Badabing,
+    /// btc-rs: the narrow link's capacity from packet bunches and where queues form
+    /// from squeezed pairs, the shape the transfer-rate prediction needs.
+    Btc,
 }
 
 impl Method {
@@ -61,6 +64,7 @@ impl Method {
             Self::PathloadSlow => "pathload-slow",
             Self::Pathchirp => "pathchirp",
             Self::Badabing => "badabing",
+            Self::Btc => "btc",
         }
     }
 
@@ -69,7 +73,7 @@ impl Method {
         match self {
             Self::PathloadFast => Some(Mode::Fast),
             Self::PathloadSlow => Some(Mode::Slow),
-            Self::Pathchirp | Self::Badabing => None,
+            Self::Pathchirp | Self::Badabing | Self::Btc => None,
         }
     }
 }
@@ -125,6 +129,33 @@ pub struct Config {
     pub serve_piggyback: bool,
     /// The links into this node.
     pub links: Vec<Link>,
+    /// How the transfer-rate (BTC) prediction is made.
+    pub btc: BtcSettings,
+}
+
+/// How the transfer-rate prediction per neighbour is made (`[btc]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BtcSettings {
+    /// Factors that scale the available bandwidth by the squeezed-pair class.
+    pub factors: btc_rs::model::Factors,
+    /// How often each neighbour is asked what its kernel says of its TCP flows to
+    /// this node; `None`: never.
+    pub kernel_poll: Option<Duration>,
+    /// Estimates older than this are not used.
+    pub max_age: Duration,
+    /// Segment size for Mathis's bound, bytes.
+    pub mss: u32,
+}
+
+impl Default for BtcSettings {
+    fn default() -> Self {
+        Self {
+            factors: btc_rs::model::Factors::TESTBED,
+            kernel_poll: Some(Duration::from_secs(2)),
+            max_age: Duration::from_secs(600),
+            mss: 1448,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -142,6 +173,68 @@ struct File {
     serve: ServeFile,
     #[serde(default, rename = "link")]
     links: Vec<LinkFile>,
+    #[serde(default)]
+    btc: BtcFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct BtcFile {
+    like_narrow: Option<f64>,
+    unlike_narrow: Option<f64>,
+    undecided: Option<f64>,
+    kernel_poll: Option<String>,
+    max_age: Option<String>,
+    mss: Option<u32>,
+}
+
+impl BtcFile {
+    fn check(self) -> Result<BtcSettings, ConfigError> {
+        let d = BtcSettings::default();
+        let factor = |key: &str, v: Option<f64>, default: f64| match v {
+            None => Ok(default),
+            Some(f) if f > 0.0 && f <= 2.0 => Ok(f),
+            Some(f) => Err(invalid(format!(
+                "btc.{key}: {f}; a factor that scales the available bandwidth is above 0 and at most 2"
+            ))),
+        };
+        let kernel_poll = duration(
+            "btc.kernel-poll",
+            self.kernel_poll.as_ref(),
+            d.kernel_poll.unwrap_or_default(),
+        )?;
+        if !kernel_poll.is_zero() && kernel_poll < Duration::from_millis(500) {
+            return Err(invalid(format!(
+                "btc.kernel-poll: {kernel_poll:?}; use at least 500ms, or 0s to never ask"
+            )));
+        }
+        let max_age = duration("btc.max-age", self.max_age.as_ref(), d.max_age)?;
+        if max_age < Duration::from_secs(1) {
+            return Err(invalid(format!(
+                "btc.max-age: {max_age:?}; use at least 1s"
+            )));
+        }
+        let mss = self.mss.unwrap_or(d.mss);
+        if !(536..=65_483).contains(&mss) {
+            return Err(invalid(format!(
+                "btc.mss: {mss}; a TCP segment is 536 to 65483 bytes (1448 on Ethernet with timestamps)"
+            )));
+        }
+        Ok(BtcSettings {
+            factors: btc_rs::model::Factors {
+                like_narrow: factor("like-narrow", self.like_narrow, d.factors.like_narrow)?,
+                unlike_narrow: factor(
+                    "unlike-narrow",
+                    self.unlike_narrow,
+                    d.factors.unlike_narrow,
+                )?,
+                undecided: factor("undecided", self.undecided, d.factors.undecided)?,
+            },
+            kernel_poll: (!kernel_poll.is_zero()).then_some(kernel_poll),
+            max_age,
+            mss,
+        })
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -185,6 +278,7 @@ impl std::fmt::Debug for Config {
             .field("serve", &self.serve)
             .field("serve_piggyback", &self.serve_piggyback)
             .field("links", &self.links)
+            .field("btc", &self.btc)
             .finish()
     }
 }
@@ -245,6 +339,17 @@ impl Config {
                 serve.join(", ")
             },
             yes_no(self.serve_piggyback)
+        ));
+        let b = &self.btc;
+        out.push_str(&format!(
+            "  transfer-rate prediction: available bandwidth x {} (tight link like the narrow one), x {} (unlike), x {} (undecided); neighbours' kernels asked about their TCP flows {}; estimates used up to {} old; Mathis with {}-byte segments\n",
+            b.factors.like_narrow,
+            b.factors.unlike_narrow,
+            b.factors.undecided,
+            b.kernel_poll
+                .map_or_else(|| "never".to_string(), |p| format!("every {}", seconds(p))),
+            seconds(b.max_age),
+            b.mss
         ));
         out.push_str(&format!("links into this node: {}\n", self.links.len()));
         for l in &self.links {
@@ -506,6 +611,7 @@ impl Config {
             serve,
             serve_piggyback: f.serve.piggyback.unwrap_or(true),
             links,
+            btc: f.btc.check()?,
         })
     }
 
@@ -549,6 +655,35 @@ mod tests {
         assert_eq!(l.timing.interval, Duration::from_secs(60));
         assert_eq!(l.probe_port, DEFAULT_PROBE_PORT);
         assert_eq!(c.link("10.0.0.5-mgrp").map(|(i, _)| i), Some(0));
+    }
+
+    #[test]
+    fn the_btc_section_is_checked() {
+        let base = "[[link]]\nfrom = \"10.0.0.1\"\nmethod = \"btc\"\n[btc]\n";
+        let c = Config::from_toml(base, None).unwrap();
+        assert_eq!(c.links[0].method, Method::Btc);
+        assert_eq!(c.links[0].name, "10.0.0.1-mgrp-btc");
+        assert_eq!(c.btc, BtcSettings::default());
+        let c = Config::from_toml(
+            &format!("{base}kernel-poll = \"0s\"\nlike-narrow = 0.3\n"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.btc.kernel_poll, None);
+        assert_eq!(c.btc.factors.like_narrow, 0.3);
+        for (bad, says) in [
+            ("like-narrow = 0", "btc.like-narrow"),
+            ("unlike-narrow = 3.5", "at most 2"),
+            ("kernel-poll = \"100ms\"", "at least 500ms"),
+            ("max-age = \"0s\"", "btc.max-age"),
+            ("mss = 100", "536 to 65483"),
+            ("factor = 1", "unknown field"),
+        ] {
+            let e = Config::from_toml(&format!("{base}{bad}\n"), None)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

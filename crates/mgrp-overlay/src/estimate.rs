@@ -64,6 +64,28 @@ pub struct Estimate {
     /// stream only); the run's record comes at its end.
     #[serde(default)]
     pub partial: bool,
+    /// btc-rs's capacity and squeezed pairs; `None` for the other methods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Shape>,
+}
+
+/// The path's shape as btc-rs measured it: the narrow link's capacity and where the
+/// queues form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Shape {
+    /// The narrow link's capacity, bit/s (the median dispersion of packet bunches).
+    pub capacity_bps: f64,
+    /// `tight-like-narrow`, `tight-unlike-narrow` or `undecided`; `None` when the
+    /// pairs could not be sent.
+    pub class: Option<btc_rs::squeezed::PathClass>,
+    /// The squeezed-pair score (positive: queues at the narrow link).
+    pub score: Option<i32>,
+    /// Share of each kind's pairs (500 and 1500-byte spacing) that arrived squeezed.
+    pub squeezed: Option<[f64; 2]>,
+    /// Why the pairs were not sent, if they were not.
+    pub pairs_skipped: Option<String>,
+    /// The control path's round trip, s (the least of those timed before the run).
+    pub rtt_s: f64,
 }
 
 /// Loss episodes as badabing measured them over a run.

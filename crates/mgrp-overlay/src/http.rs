@@ -6,7 +6,7 @@
 //! | `GET /v1/links/{name}` | one link |
 //! | `GET /v1/links/{name}/history?limit=N` | its last N runs (default 100), oldest first |
 //! | `POST /v1/links/{name}/measure` | measure it now: 202, or 409 while it runs |
-//! | `GET /v1/stream[?link=NAME]` | server-sent events, one `estimate` event per run as it ends |
+//! | `GET /v1/stream[?link=NAME]` | server-sent events: an `estimate` event per run as it ends, a `btc` event when a neighbour's transfer-rate prediction changes |
 //! | `GET /metrics` | Prometheus text format, or OpenMetrics when the scraper asks for it |
 //! | `GET /` | the status page |
 //!
@@ -182,10 +182,11 @@ async fn stream(State(app): State<App>, Query(q): Query<HashMap<String, String>>
         .into_response()
 }
 
-/// Each new run as an `estimate` event (or a `lagged` event saying how many a slow
-/// subscriber missed), until the server shuts down.
+/// Each new run as an `estimate` event, each changed prediction as a `btc` event (or
+/// a `lagged` event saying how many a slow subscriber missed), until the server shuts
+/// down.
 fn events(
-    rx: broadcast::Receiver<crate::estimate::Estimate>,
+    rx: broadcast::Receiver<crate::node::Event>,
     only: Option<String>,
     shutdown: watch::Receiver<bool>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
@@ -201,11 +202,16 @@ fn events(
                     _ = shutdown.changed() => return None,
                 };
                 let event = match got {
-                    Ok(e) if only.as_ref().is_none_or(|n| *n == e.link) => Event::default()
-                        .event("estimate")
-                        .id(e.seq.to_string())
-                        .json_data(&e)
-                        .ok()?,
+                    Ok(ev) if only.as_ref().is_none_or(|n| ev.about(n)) => match ev {
+                        crate::node::Event::Estimate(e) => Event::default()
+                            .event("estimate")
+                            .id(e.seq.to_string())
+                            .json_data(&e)
+                            .ok()?,
+                        crate::node::Event::Btc(b) => {
+                            Event::default().event("btc").json_data(&b).ok()?
+                        }
+                    },
                     Ok(_) => continue,
                     Err(broadcast::error::RecvError::Lagged(n)) => {
                         Event::default().event("lagged").data(n.to_string())

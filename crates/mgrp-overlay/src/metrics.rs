@@ -54,6 +54,14 @@ struct OutcomeLabels {
     outcome: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BtcLabels {
+    node: String,
+    link: String,
+    /// `kernel`, `scaled-abw` or `mathis`.
+    method: &'static str,
+}
+
 type GaugeF = Gauge<f64, AtomicU64>;
 
 /// The exposition of the node's metrics in `format`.
@@ -143,6 +151,30 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
         "0 while the link backs off from a neighbour that is down, else 1",
         up.clone(),
     );
+    let btc = Family::<BtcLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_btc_bytes_per_second",
+        "What a bulk TCP transfer from the link's neighbour gets, by each method the measurements allow: kernel (a running network-limited flow's delivery rate), scaled-abw (available bandwidth scaled by the squeezed-pair class), mathis (Reno-like bound from loss and round trip); the middle of its range",
+        btc.clone(),
+    );
+    let predicted = Family::<BtcLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_btc_prediction_bytes_per_second",
+        "The transfer-rate prediction to use for the link's neighbour, labelled with the method it comes from",
+        predicted.clone(),
+    );
+    let capacity = Family::<LinkLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_path_capacity_bytes_per_second",
+        "The narrow link's capacity on the path from the link's neighbour, from btc-rs's packet bunches",
+        capacity.clone(),
+    );
+    let score = Family::<LinkLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_squeeze_score",
+        "btc-rs's squeezed-pair score: above 0, queues form at the narrow link; below 0, at a faster link; 0 undecided",
+        score.clone(),
+    );
     let node = s.config().name.clone();
     started
         .get_or_create(&NodeLabels { node: node.clone() })
@@ -181,7 +213,12 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
                     measured.get_or_create(&bound(b)).set(x / 8.0);
                 }
             }
-            if let Some(loss) = &e.loss {
+            if let Some(sh) = &e.shape {
+                capacity.get_or_create(&l).set(sh.capacity_bps / 8.0);
+                if let Some(x) = sh.score {
+                    score.get_or_create(&l).set(f64::from(x));
+                }
+            } else if let Some(loss) = &e.loss {
                 episodes.get_or_create(&l).set(loss.episode_frequency);
                 if let Some(d) = loss.episode_duration_s {
                     episode_duration.get_or_create(&l).set(d);
@@ -206,6 +243,17 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
                 outcome: o.name(),
             })
             .inc_by(v.runs.get(o));
+        }
+        let by = |method| BtcLabels {
+            node: node.clone(),
+            link: v.name.clone(),
+            method,
+        };
+        for x in &v.btc.values {
+            btc.get_or_create(&by(x.method)).set(x.bps / 8.0);
+        }
+        if let Some(p) = &v.btc.prediction {
+            predicted.get_or_create(&by(p.method)).set(p.bps / 8.0);
         }
         probe.get_or_create(&l).inc_by(v.probe_bytes);
         riding.get_or_create(&l).inc_by(v.riding_probe_bytes);

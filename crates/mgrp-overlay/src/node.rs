@@ -6,7 +6,8 @@
 //! clock. The API reaches the node through [`Shared`] only: the links' views and
 //! histories, "measure now", and a broadcast of each new estimate.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -22,8 +23,9 @@ use serde::Serialize;
 use tokio::sync::broadcast;
 use tracing::{debug, info, warn};
 
+use crate::btc::{Btc, KernelView};
 use crate::config::{Config, Link, Method};
-use crate::estimate::{Estimate, Loss, RunCounts, RunOutcome, bps};
+use crate::estimate::{Estimate, Loss, RunCounts, RunOutcome, Shape, bps};
 use crate::schedule::{LinkState, NowRefused, RunEnd, Scheduler};
 use crate::store::{Record, Store};
 
@@ -79,6 +81,39 @@ pub struct LinkView {
     pub probe_bytes: u64,
     /// IP bytes of those probes that carried application traffic.
     pub riding_probe_bytes: u64,
+    /// What a bulk TCP transfer from the neighbour will get, by every method the
+    /// node's measurements of that neighbour allow (shared by its links).
+    pub btc: Btc,
+}
+
+/// What the event stream carries.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A run ended (or a continuous one published on the way).
+    Estimate(Estimate),
+    /// A neighbour's transfer-rate prediction changed: after a run of one of its
+    /// links, or when its kernel reported on its TCP flows here.
+    Btc(BtcEvent),
+}
+
+/// A neighbour's prediction, for each of its links.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BtcEvent {
+    /// The links from that neighbour.
+    pub links: Vec<String>,
+    /// The prediction.
+    #[serde(flatten)]
+    pub btc: Btc,
+}
+
+impl Event {
+    /// Whether the event concerns link `name`.
+    pub fn about(&self, name: &str) -> bool {
+        match self {
+            Self::Estimate(e) => e.link == name,
+            Self::Btc(b) => b.links.iter().any(|l| l == name),
+        }
+    }
 }
 
 /// Why "measure now" was refused.
@@ -99,7 +134,9 @@ pub struct Shared {
     sched: Mutex<Scheduler>,
     wake: Condvar,
     records: Mutex<Vec<Record>>,
-    estimates: broadcast::Sender<Estimate>,
+    /// What each neighbour's kernel last said of its TCP flows here.
+    kernel: Mutex<HashMap<IpAddr, KernelView>>,
+    events: broadcast::Sender<Event>,
     stop: AtomicBool,
     seq: AtomicU64,
     /// Where each link's history is kept across restarts, if anywhere.
@@ -145,6 +182,7 @@ impl Shared {
             } => ("backing_off", Some(until), failures, peer_down),
         };
         drop(sched);
+        let btc = self.btc_of(link.from);
         let records = lock(&self.records);
         let r = &records[i];
         let latest = r
@@ -171,7 +209,36 @@ impl Shared {
             runs: r.runs,
             probe_bytes: r.probe_bytes,
             riding_probe_bytes: r.riding_probe_bytes,
+            btc,
         })
+    }
+
+    /// The transfer-rate prediction for the path from `from`, from the latest runs of
+    /// every link from it and what its kernel last said.
+    pub fn btc_of(&self, from: IpAddr) -> Btc {
+        let records = lock(&self.records);
+        let runs: Vec<(&Link, Option<&Estimate>)> = self
+            .config
+            .links
+            .iter()
+            .zip(records.iter())
+            .filter(|(l, _)| l.from == from)
+            .map(|(l, r)| (l, r.history.iter().rev().find(|e| e.outcome.answered())))
+            .collect();
+        let kernel = lock(&self.kernel);
+        crate::btc::btc(from, &runs, kernel.get(&from), &self.config.btc, unix_now())
+    }
+
+    fn publish_btc(&self, from: IpAddr) {
+        let links = self
+            .config
+            .links
+            .iter()
+            .filter(|l| l.from == from)
+            .map(|l| l.name.clone())
+            .collect();
+        let btc = self.btc_of(from);
+        let _ = self.events.send(Event::Btc(BtcEvent { links, btc }));
     }
 
     /// Link `name`'s last `limit` runs, oldest first.
@@ -187,9 +254,9 @@ impl Shared {
         )
     }
 
-    /// Every run's result as it ends.
-    pub fn subscribe(&self) -> broadcast::Receiver<Estimate> {
-        self.estimates.subscribe()
+    /// Every run's result as it ends, and every change of a prediction.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
     }
 
     /// Puts link `name` first in line.
@@ -235,7 +302,16 @@ impl Shared {
             }
         }
         // Nobody listening is not an error.
-        let _ = self.estimates.send(e);
+        let from = self
+            .config
+            .links
+            .iter()
+            .find(|l| l.name == e.link)
+            .map(|l| l.from);
+        let _ = self.events.send(Event::Estimate(e));
+        if let Some(from) = from {
+            self.publish_btc(from);
+        }
     }
 }
 
@@ -320,7 +396,8 @@ impl Node {
             sched: Mutex::new(sched),
             wake: Condvar::new(),
             records: Mutex::new(records),
-            estimates: broadcast::channel(STREAM_BACKLOG).0,
+            kernel: Mutex::new(HashMap::new()),
+            events: broadcast::channel(STREAM_BACKLOG).0,
             stop: AtomicBool::new(false),
             seq: AtomicU64::new(last_seq),
             store,
@@ -352,6 +429,16 @@ impl Node {
                 std::thread::Builder::new()
                     .name("overlay-traffic".into())
                     .spawn(move || watch_traffic(&s))?,
+            );
+        }
+        if let Some(every) = shared.config.btc.kernel_poll
+            && !shared.config.links.is_empty()
+        {
+            let s = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("overlay-kernel".into())
+                    .spawn(move || watch_kernels(&s, every))?,
             );
         }
         Ok(Self {
@@ -468,6 +555,55 @@ fn watch_traffic(s: &Shared) {
     }
 }
 
+/// Asks every neighbour, `every` so often, what its kernel says of its TCP flows to
+/// this node, keeps the answer for the predictions, and publishes a neighbour's
+/// prediction when a network-limited flow's rate is there or has just gone.
+fn watch_kernels(s: &Shared, every: Duration) {
+    // One question per neighbour, to the control port of its first link.
+    let mut neighbours: Vec<&Link> = Vec::new();
+    for l in &s.config.links {
+        if !neighbours.iter().any(|n| n.from == l.from) {
+            neighbours.push(l);
+        }
+    }
+    let mut had_rate: HashMap<IpAddr, bool> = HashMap::new();
+    while !s.stopping() {
+        for link in &neighbours {
+            let view = match mgrp_tool::sender_tcp(&link.from.to_string(), link.port, None) {
+                Ok(flows) => KernelView {
+                    at: unix_now(),
+                    flows,
+                    error: None,
+                },
+                Err(e) => {
+                    debug!("{}: no TCP figures from {}: {e}", link.name, link.from);
+                    let mut kernel = lock(&s.kernel);
+                    let old = kernel.remove(&link.from);
+                    // The last answer stands (and ages) with the error beside it.
+                    let mut v = old.unwrap_or(KernelView {
+                        at: 0.0,
+                        flows: Vec::new(),
+                        error: None,
+                    });
+                    v.error = Some(e.to_string());
+                    kernel.insert(link.from, v);
+                    continue;
+                }
+            };
+            let has_rate = view.flows.iter().any(|f| f.sample.network_limited());
+            lock(&s.kernel).insert(link.from, view);
+            let had = had_rate.insert(link.from, has_rate).unwrap_or(false);
+            if has_rate || had {
+                s.publish_btc(link.from);
+            }
+        }
+        let until = std::time::Instant::now() + every;
+        while !s.stopping() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 /// Where a link's neighbour serves measurements, as a session needs it.
 fn session(s: &Shared, link: &Link) -> SessionOptions {
     SessionOptions {
@@ -507,8 +643,30 @@ fn run(s: &Shared, i: usize) {
         Method::PathloadFast | Method::PathloadSlow => run_pathload(s, link, started_at),
         Method::Pathchirp => run_pathchirp(s, link, started_at),
         Method::Badabing => run_badabing(s, link, started_at),
+        Method::Btc => run_btc(s, link, started_at),
     };
     match (&estimate.error, estimate.lower_bound, &estimate.loss) {
+        (None, _, None) if estimate.shape.is_some() => {
+            let sh = estimate.shape.as_ref().expect("checked");
+            info!(
+                "{}: capacity {:.2} Mbit/s, {} (score {}), round trip {:.1} ms, in {:.1} s",
+                link.name,
+                sh.capacity_bps / 1e6,
+                sh.class.map_or_else(
+                    || format!(
+                        "no squeezed pairs ({})",
+                        sh.pairs_skipped.as_deref().unwrap_or("not sent")
+                    ),
+                    |c| serde_json::to_value(c)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default()
+                ),
+                sh.score.map_or_else(|| "-".into(), |x| x.to_string()),
+                sh.rtt_s * 1e3,
+                estimate.duration_s
+            );
+        }
         (None, _, Some(l)) => info!(
             "{}: loss episodes {:.4} of the time, mean {}, loss rate {:.4}, in {:.1} s",
             link.name,
@@ -571,6 +729,7 @@ fn blank(s: &Shared, link: &Link, started_at: f64) -> Estimate {
         streams: 0,
         loss: None,
         partial: false,
+        shape: None,
     }
 }
 
@@ -728,7 +887,7 @@ fn run_pathchirp(s: &Shared, link: &Link, started_at: f64) -> (Estimate, RunEnd)
         e.high_bps = Some(sm.adjusted_bps);
         e.unadjusted_low_bps = Some(sm.bps);
         e.unadjusted_high_bps = Some(sm.bps);
-        let _ = s.estimates.send(e);
+        let _ = s.events.send(Event::Estimate(e));
     });
     let mut e = blank(s, link, started_at);
     let outcome = match result {
@@ -803,6 +962,50 @@ fn run_badabing(s: &Shared, link: &Link, started_at: f64) -> (Estimate, RunEnd) 
             } else {
                 e.error = Some("the run ended before an experiment came back".into());
                 RunOutcome::Limit
+            }
+        }
+        Err(err) => refused(&mut e, err),
+    };
+    conclude(e, outcome)
+}
+
+/// btc-rs's capacity bunches and squeezed pairs, each run afresh (the capacity is
+/// not carried over: a path may change under the overlay).
+fn run_btc(s: &Shared, link: &Link, started_at: f64) -> (Estimate, RunEnd) {
+    let opts = btc_rs::tool::MeasureOptions {
+        session: session(s, link),
+        seed: mgrp_rt::wall_now().as_nanos(),
+        ..btc_rs::tool::MeasureOptions::new(link.from.to_string(), link.transport)
+    };
+    let result = btc_rs::tool::measure(&opts, &s.stop);
+    let mut e = blank(s, link, started_at);
+    let outcome = match result {
+        Ok(m) => {
+            e.probe_bytes = m.probe_bytes;
+            e.rider_bytes = m.rider_bytes;
+            if let Some(o) = cut_short(&mut e, m.peer_gone.as_ref(), m.sender_failed.as_ref()) {
+                o
+            } else if let Some(capacity_bps) = m.capacity_bps {
+                e.converged = true;
+                e.streams = opts.capacity.bunches;
+                e.shape = Some(Shape {
+                    capacity_bps,
+                    class: m.squeeze.as_ref().map(|q| q.class),
+                    score: m.squeeze.as_ref().map(|q| q.score),
+                    squeezed: m.squeeze.as_ref().map(|q| q.squeezed),
+                    pairs_skipped: m.squeeze_skipped.clone(),
+                    rtt_s: m.rtt.as_secs_f64(),
+                });
+                RunOutcome::Estimate
+            } else if s.stopping() {
+                e.error = Some("the node stopped during the run".into());
+                RunOutcome::Error
+            } else {
+                e.error = Some(
+                    "no capacity: no two consecutive packets of a bunch arrived apart (loss, or a link that batches packets)"
+                        .into(),
+                );
+                RunOutcome::CrossTraffic
             }
         }
         Err(err) => refused(&mut e, err),

@@ -20,6 +20,7 @@ pub fn render(config: &Config) -> String {
                 r#"<section class="link" id="link-{name}" data-link="{name}">
 <h2>{name} <span class="meta">from {from} port {port}, over {transport}, {method}, every {interval:.0} s</span></h2>
 <p class="latest">no estimate yet</p>
+<p class="btc"></p>
 <svg class="plot" viewBox="0 0 640 230" role="img" aria-label="estimates of {name} over time"></svg>
 <p class="state"></p>
 <p class="runs"></p>
@@ -62,6 +63,8 @@ body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
 .latest { font-size: 1.25em; margin: 0.3em 0; }
 .latest .age { font-size: 0.75em; color: #666; }
 .state, .runs { color: #444; margin: 0.2em 0; }
+.btc { margin: 0.2em 0; }
+.btc .basis, .btc .others { color: #555; font-size: 0.9em; }
 .error { color: #b00; margin: 0.2em 0; }
 .plot { width: 640px; height: 230px; }
 .plot text { font: 11px system-ui, sans-serif; fill: #444; }
@@ -138,6 +141,12 @@ function plot(svg, runs, now) {
       return Object.assign({}, e, { low_bps: f, high_bps: f, unadjusted_low_bps: f, unadjusted_high_bps: f });
     });
   }
+  // btc-rs's runs plot the narrow link's capacity.
+  runs = runs.map((e) => e.shape
+    ? Object.assign({}, e, { low_bps: e.shape.capacity_bps, high_bps: e.shape.capacity_bps,
+        unadjusted_low_bps: e.shape.capacity_bps, unadjusted_high_bps: e.shape.capacity_bps })
+    : e);
+  const capacity = runs.some((e) => e.shape);
   const answered = runs.filter((e) => e.converged || e.lower_bound);
   const values = answered.flatMap((e) => [e.low_bps, e.high_bps, e.unadjusted_low_bps, e.unadjusted_high_bps])
     .filter((v) => v != null);
@@ -157,7 +166,7 @@ function plot(svg, runs, now) {
     svg.appendChild(el("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end" }, rate(v, unit).split(" ")[0]));
   }
   svg.appendChild(el("text", { x: 12, y: (T + B) / 2, transform: "rotate(-90 12 " + (T + B) / 2 + ")", "text-anchor": "middle" },
-    loss ? "loss episodes, % of time" : "available, " + unit[1]));
+    loss ? "loss episodes, % of time" : (capacity ? "capacity, " : "available, ") + unit[1]));
   for (const t of ticks(t0, t1, 5)) {
     svg.appendChild(el("line", { x1: x(t), x2: x(t), y1: B, y2: B + 4, class: "axis" }));
     const d = new Date(t * 1000);
@@ -195,7 +204,7 @@ function plot(svg, runs, now) {
   // Legend.
   const lx = L + 8, ly = B + 32;
   svg.appendChild(el("rect", { x: lx, y: ly - 8, width: 14, height: 9, class: "band" }));
-  svg.appendChild(el("text", { x: lx + 18, y: ly }, loss ? "episode frequency" : "range (less riders)"));
+  svg.appendChild(el("text", { x: lx + 18, y: ly }, loss ? "episode frequency" : capacity ? "capacity" : "range (less riders)"));
   svg.appendChild(el("line", { x1: lx + 140, x2: lx + 158, y1: ly - 4, y2: ly - 4, class: "raw" }));
   svg.appendChild(el("text", { x: lx + 162, y: ly }, "as measured"));
   svg.appendChild(el("polygon", { points: [lx + 250, ly, lx + 260, ly, lx + 255, ly - 9].join(","), class: "bound" }));
@@ -214,9 +223,47 @@ function describe(link) {
       + (l.episode_duration_s != null ? ", " + (1000 * l.episode_duration_s).toFixed(1) + " ms on average" : "")
       + "; " + (100 * l.loss_rate).toFixed(2) + " % of probes lost", age];
   }
+  if (e.shape) {
+    const sh = e.shape;
+    const where = { "tight-like-narrow": "queues form at the narrow link",
+      "tight-unlike-narrow": "queues form at a faster link", "undecided": "undecided where queues form" };
+    return ["capacity " + rate(sh.capacity_bps) + "; " + (sh.class
+      ? where[sh.class] + " (squeezed-pair score " + sh.score + ")"
+      : "no squeezed pairs: " + (sh.pairs_skipped || "not sent"))
+      + "; round trip " + (1000 * sh.rtt_s).toFixed(1) + " ms", age];
+  }
   if (e.lower_bound) return ["at least " + rate(e.low_bps) + " (above the highest rate the neighbour sends)", age];
   if (e.low_bps === e.high_bps) return [rate(e.low_bps), age];
   return [rate(e.low_bps) + " – " + rate(e.high_bps), age];
+}
+
+// What a TCP transfer from the neighbour gets: the prediction to use, what it stands
+// on, and every method's value beside it.
+function btcLine(panel, link) {
+  const p = panel.querySelector(".btc");
+  p.replaceChildren();
+  const b = link.btc;
+  if (!b || !b.prediction) {
+    p.textContent = "TCP transfer from there: no prediction yet"
+      + (b && b.inputs.kernel_note ? " (kernel: " + b.inputs.kernel_note + ")" : "");
+    return;
+  }
+  const names = { "kernel": "the kernel's own report", "scaled-abw": "scaled available bandwidth", "mathis": "Mathis's bound" };
+  const v = b.prediction;
+  const range = v.low_bps !== v.high_bps ? " (" + rate(v.low_bps) + " – " + rate(v.high_bps) + ")" : "";
+  p.append("TCP transfer from there: " + rate(v.bps) + range + ", by " + (names[v.method] || v.method));
+  const basis = document.createElement("div");
+  basis.className = "basis";
+  basis.textContent = v.basis;
+  p.append(basis);
+  const others = b.values.filter((x) => x.method !== v.method);
+  if (others.length) {
+    const o = document.createElement("div");
+    o.className = "others";
+    o.textContent = "also: " + others.map((x) => (names[x.method] || x.method) + " " + rate(x.bps)).join(", ");
+    others.forEach((x) => { o.title += x.method + ": " + x.basis + "\n"; });
+    p.append(o);
+  }
 }
 
 function stateLine(link) {
@@ -273,6 +320,7 @@ async function refresh() {
       a.className = "age";
       a.textContent = age;
       latest.append(a);
+      btcLine(panel, link);
       panel.querySelector(".state").textContent = stateLine(link);
       runsLine(panel, link);
       const h = await fetch("/v1/links/" + encodeURIComponent(link.name) + "/history?limit=200", opts);

@@ -150,6 +150,7 @@ mod tests {
             streams: 30,
             loss: None,
             partial: false,
+            shape: None,
         }
     }
 

@@ -1,0 +1,542 @@
+//! What a bulk TCP transfer from a neighbour will get (its bulk transfer capacity,
+//! BTC), from what the node knows of the path: the latest available bandwidth
+//! (pathload-rs, pathChirp), the path's shape (btc-rs: capacity and the squeezed-pair
+//! class), the loss rate (badabing) and what the neighbour's kernel says of TCP flows
+//! it sends here now. Every value says which method made it and what it stands on;
+//! the prediction to use is [`btc_rs::model::predict`]'s: the kernel's rate where a
+//! network-limited flow runs, else the scaled available bandwidth, capped by Mathis's
+//! bound and the capacity.
+//!
+//! No I/O here: the node hands in its records and the kernel's last answer.
+
+use std::net::IpAddr;
+
+use btc_rs::model::{Basis, Factors, Inputs as ModelInputs, predict};
+use btc_rs::squeezed::PathClass;
+use mgrp_tool::control::TcpFlow;
+use serde::Serialize;
+
+use crate::config::{BtcSettings, Link, Method};
+use crate::estimate::Estimate;
+
+/// What a neighbour's kernel last said of its TCP flows to this node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelView {
+    /// When it was asked, Unix seconds.
+    pub at: f64,
+    /// Its flows; empty when there were none or it could not say.
+    pub flows: Vec<TcpFlow>,
+    /// Why it could not say, if it could not.
+    pub error: Option<String>,
+}
+
+/// The prediction for the path from one neighbour, with every method's value.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Btc {
+    /// The neighbour.
+    pub neighbour: IpAddr,
+    /// The value to use; `None` when nothing allows one.
+    pub prediction: Option<Value>,
+    /// Each method's value.
+    pub values: Vec<Value>,
+    /// What they stand on.
+    pub inputs: Inputs,
+}
+
+/// One method's value, bit/s.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Value {
+    /// `kernel`, `scaled-abw` or `mathis`.
+    pub method: &'static str,
+    /// The middle of the range.
+    pub bps: f64,
+    /// The low end.
+    pub low_bps: f64,
+    /// The high end.
+    pub high_bps: f64,
+    /// What it stands on, in words.
+    pub basis: String,
+}
+
+/// The inputs, each with the link that measured it and its age.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Inputs {
+    /// The latest available bandwidth.
+    pub available: Option<Available>,
+    /// The latest capacity and class.
+    pub shape: Option<ShapeInput>,
+    /// The latest loss rate.
+    pub loss: Option<LossInput>,
+    /// What the neighbour's kernel says.
+    pub kernel: Option<KernelInput>,
+    /// Why the kernel gives no rate, when it does not (no flow, flows limited by the
+    /// application or the receiver, not asked).
+    pub kernel_note: Option<String>,
+}
+
+/// Available bandwidth, bit/s.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Available {
+    /// Low end.
+    pub low_bps: f64,
+    /// High end (the low end for a lower bound).
+    pub high_bps: f64,
+    /// Whether it is only a lower bound.
+    pub lower_bound: bool,
+    /// The method.
+    pub method: String,
+    /// The link.
+    pub link: String,
+    /// Seconds since its run ended.
+    pub age_s: f64,
+}
+
+/// Capacity and class.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ShapeInput {
+    /// Narrow-link capacity, bit/s.
+    pub capacity_bps: f64,
+    /// Squeezed-pair class.
+    pub class: Option<PathClass>,
+    /// Its score.
+    pub score: Option<i32>,
+    /// Round trip, s.
+    pub rtt_s: f64,
+    /// The link.
+    pub link: String,
+    /// Seconds since its run ended.
+    pub age_s: f64,
+}
+
+/// Loss.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LossInput {
+    /// badabing's probe loss rate, 0 to 1.
+    pub loss_rate: f64,
+    /// Share of time in loss episodes.
+    pub episode_frequency: f64,
+    /// The link.
+    pub link: String,
+    /// Seconds since its run ended.
+    pub age_s: f64,
+}
+
+/// The busiest network-limited flow the neighbour's kernel reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelInput {
+    /// Its delivery rate, bit/s.
+    pub delivery_bps: f64,
+    /// Its congestion control.
+    pub congestion: Option<String>,
+    /// Its least round trip, s.
+    pub min_rtt_s: Option<f64>,
+    /// Its smoothed round trip, s.
+    pub rtt_s: f64,
+    /// Its retransmitted segments so far.
+    pub total_retrans: u32,
+    /// Flows to this node the kernel listed.
+    pub flows: usize,
+    /// Of those, flows whose latest sample was network-limited.
+    pub network_limited: usize,
+    /// Seconds since the kernel was asked.
+    pub age_s: f64,
+}
+
+fn mbps(b: f64) -> String {
+    format!("{:.2} Mbit/s", b / 1e6)
+}
+
+fn class_words(c: PathClass) -> &'static str {
+    match c {
+        PathClass::TightLikeNarrow => "queues at the narrow link",
+        PathClass::TightUnlikeNarrow => "queues at a faster link",
+        PathClass::Undecided => "undecided where queues form",
+    }
+}
+
+/// The latest answered run of `links` (with their records) that `pick` accepts,
+/// no older than `max_age` at `now`.
+fn latest<'a>(
+    runs: &[(&'a Link, Option<&'a Estimate>)],
+    now: f64,
+    max_age: f64,
+    pick: impl Fn(&Link, &Estimate) -> bool,
+) -> Option<(&'a Link, &'a Estimate)> {
+    runs.iter()
+        .filter_map(|(l, e)| Some((*l, (*e)?)))
+        .filter(|(l, e)| e.outcome.answered() && now - e.ended_at <= max_age && pick(l, e))
+        .max_by(|a, b| a.1.ended_at.total_cmp(&b.1.ended_at))
+}
+
+/// The kernel's input from `view`, or why there is none.
+fn kernel_input(
+    view: Option<&KernelView>,
+    now: f64,
+    fresh: Option<f64>,
+) -> Result<KernelInput, String> {
+    let Some(fresh) = fresh else {
+        return Err("the neighbours' kernels are not asked (btc.kernel-poll = 0s)".into());
+    };
+    let Some(v) = view else {
+        return Err("the neighbour's kernel has not been asked yet".into());
+    };
+    let age_s = (now - v.at).max(0.0);
+    if age_s > fresh {
+        return Err(format!(
+            "the neighbour's kernel last answered {age_s:.0} s ago{}",
+            v.error
+                .as_ref()
+                .map_or(String::new(), |e| format!(" (since then: {e})"))
+        ));
+    }
+    if let Some(e) = &v.error {
+        return Err(format!("the neighbour could not say: {e}"));
+    }
+    if v.flows.is_empty() {
+        return Err("no TCP flow from the neighbour to this node".into());
+    }
+    let limited: Vec<&TcpFlow> = v
+        .flows
+        .iter()
+        .filter(|f| f.sample.network_limited())
+        .collect();
+    let Some(best) = limited.iter().max_by(|a, b| {
+        let r = |f: &TcpFlow| f.sample.delivery_bps.unwrap_or(0.0);
+        r(a).total_cmp(&r(b))
+    }) else {
+        let app = v.flows.iter().filter(|f| f.sample.app_limited).count();
+        return Err(format!(
+            "{} TCP flow(s) from the neighbour, none network-limited ({app} limited by the application, the rest by the receiver's window or the send buffer): they say how fast the ends are, not the path",
+            v.flows.len()
+        ));
+    };
+    Ok(KernelInput {
+        delivery_bps: best.sample.delivery_bps.unwrap_or(0.0),
+        congestion: best.congestion.clone(),
+        min_rtt_s: best.sample.min_rtt_s,
+        rtt_s: best.sample.rtt_s,
+        total_retrans: best.sample.total_retrans,
+        flows: v.flows.len(),
+        network_limited: limited.len(),
+        age_s,
+    })
+}
+
+/// The prediction for the path from `neighbour`, from the latest runs of the links
+/// from it (`runs`: each link with its latest answered run) and what its kernel last
+/// said, at `now` (Unix seconds). A kernel answer counts for three polls.
+pub fn btc(
+    neighbour: IpAddr,
+    runs: &[(&Link, Option<&Estimate>)],
+    kernel: Option<&KernelView>,
+    settings: &BtcSettings,
+    now: f64,
+) -> Btc {
+    let max_age = settings.max_age.as_secs_f64();
+    let available = latest(runs, now, max_age, |l, e| {
+        !matches!(l.method, Method::Badabing | Method::Btc) && e.low_bps.is_some()
+    })
+    .map(|(l, e)| {
+        let low = e.low_bps.unwrap_or(0.0);
+        Available {
+            low_bps: low,
+            high_bps: e.high_bps.unwrap_or(low),
+            lower_bound: e.lower_bound,
+            method: e.method.clone(),
+            link: l.name.clone(),
+            age_s: now - e.ended_at,
+        }
+    });
+    let shape = latest(runs, now, max_age, |_, e| e.shape.is_some()).and_then(|(l, e)| {
+        let s = e.shape.as_ref()?;
+        Some(ShapeInput {
+            capacity_bps: s.capacity_bps,
+            class: s.class,
+            score: s.score,
+            rtt_s: s.rtt_s,
+            link: l.name.clone(),
+            age_s: now - e.ended_at,
+        })
+    });
+    let loss = latest(runs, now, max_age, |_, e| e.loss.is_some()).and_then(|(l, e)| {
+        let x = e.loss.as_ref()?;
+        Some(LossInput {
+            loss_rate: x.loss_rate,
+            episode_frequency: x.episode_frequency,
+            link: l.name.clone(),
+            age_s: now - e.ended_at,
+        })
+    });
+    let fresh = settings.kernel_poll.map(|p| 3.0 * p.as_secs_f64());
+    let (kernel, kernel_note) = match kernel_input(kernel, now, fresh) {
+        Ok(k) => (Some(k), None),
+        Err(why) => (None, Some(why)),
+    };
+    let rtt_s = shape
+        .as_ref()
+        .map(|s| s.rtt_s)
+        .or_else(|| kernel.as_ref().and_then(|k| k.min_rtt_s));
+    let model = ModelInputs {
+        abw: available.as_ref().map(|a| (a.low_bps, a.high_bps)),
+        class: shape.as_ref().and_then(|s| s.class),
+        capacity_bps: shape.as_ref().map(|s| s.capacity_bps),
+        loss: loss.as_ref().map(|l| l.loss_rate),
+        rtt_s,
+        kernel_bps: kernel.as_ref().map(|k| k.delivery_bps),
+    };
+    let (all, combined) = predict(&model, &settings.factors, settings.mss);
+    let inputs = Inputs {
+        available,
+        shape,
+        loss,
+        kernel,
+        kernel_note,
+    };
+    let describe = |basis: Basis| describe(basis, &inputs, &settings.factors, settings.mss, rtt_s);
+    let value = |p: &btc_rs::model::Prediction, basis: String| Value {
+        method: method_name(p.basis),
+        bps: p.bps(),
+        low_bps: p.low_bps,
+        high_bps: p.high_bps,
+        basis,
+    };
+    let values: Vec<Value> = all.iter().map(|p| value(p, describe(p.basis))).collect();
+    let prediction = combined.map(|p| {
+        let mut words = describe(p.basis);
+        if p.basis == Basis::ScaledAbw {
+            let scaled = all.iter().find(|q| q.basis == Basis::ScaledAbw);
+            if scaled.is_some_and(|q| q.high_bps > p.high_bps) {
+                let cap = inputs.shape.as_ref().map(|s| s.capacity_bps);
+                let by = if cap.is_some_and(|c| (c - p.high_bps).abs() < 1.0) {
+                    "the capacity"
+                } else {
+                    "Mathis's bound"
+                };
+                words.push_str(&format!("; capped by {by}"));
+            }
+        }
+        value(&p, words)
+    });
+    Btc {
+        neighbour,
+        prediction,
+        values,
+        inputs,
+    }
+}
+
+/// The name a basis has in the API and the metrics.
+pub fn method_name(b: Basis) -> &'static str {
+    match b {
+        Basis::ScaledAbw => "scaled-abw",
+        Basis::Mathis => "mathis",
+        Basis::Kernel => "kernel",
+    }
+}
+
+fn describe(basis: Basis, i: &Inputs, f: &Factors, mss: u32, rtt_s: Option<f64>) -> String {
+    match basis {
+        Basis::Kernel => i.kernel.as_ref().map_or_else(String::new, |k| {
+            format!(
+                "the neighbour's kernel: delivery rate of its busiest network-limited TCP flow here ({} of {} flows network-limited{}), {:.0} s ago",
+                k.network_limited,
+                k.flows,
+                k.congestion
+                    .as_ref()
+                    .map_or(String::new(), |c| format!(", {c}")),
+                k.age_s
+            )
+        }),
+        Basis::ScaledAbw => i.available.as_ref().map_or_else(String::new, |a| {
+            let class = i
+                .shape
+                .as_ref()
+                .and_then(|s| s.class)
+                .unwrap_or(PathClass::Undecided);
+            format!(
+                "available bandwidth {}{} ({}, {:.0} s old) x {} ({}{})",
+                if a.lower_bound { "at least " } else { "" },
+                if a.lower_bound || a.low_bps == a.high_bps {
+                    mbps(a.low_bps)
+                } else {
+                    format!("{}-{}", mbps(a.low_bps), mbps(a.high_bps))
+                },
+                a.method,
+                a.age_s,
+                f.of(class),
+                class_words(class),
+                i.shape.as_ref().and_then(|s| s.score).map_or_else(
+                    || ", no squeezed pairs yet".to_string(),
+                    |s| format!(", score {s}")
+                )
+            )
+        }),
+        Basis::Mathis => i.loss.as_ref().map_or_else(String::new, |l| {
+            format!(
+                "Mathis's bound for Reno-like congestion control (CUBIC and BBR are not): {mss}-byte segments, {:.1} ms round trip, loss rate {:.3} % (badabing, {:.0} s old)",
+                rtt_s.unwrap_or(0.0) * 1e3,
+                l.loss_rate * 100.0,
+                l.age_s
+            )
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::estimate::{Loss, RunOutcome, Shape};
+    use mgrp_tool::tcpinfo::TcpSample;
+
+    fn config() -> Config {
+        Config::from_toml(
+            "[[link]]\nfrom = \"10.0.0.1\"\nmethod = \"pathload-fast\"\n\
+             [[link]]\nfrom = \"10.0.0.1\"\nmethod = \"btc\"\n\
+             [[link]]\nfrom = \"10.0.0.1\"\nmethod = \"badabing\"\n",
+            None,
+        )
+        .unwrap()
+    }
+
+    fn run(link: &Link, ended_at: f64) -> Estimate {
+        Estimate {
+            link: link.name.clone(),
+            seq: 1,
+            started_at: ended_at - 10.0,
+            ended_at,
+            duration_s: 10.0,
+            transport: "mgrp".into(),
+            method: link.method.name().into(),
+            converged: true,
+            lower_bound: false,
+            outcome: RunOutcome::Estimate,
+            stop_reason: None,
+            error: None,
+            low_bps: None,
+            high_bps: None,
+            unadjusted_low_bps: None,
+            unadjusted_high_bps: None,
+            probe_bytes: 0,
+            riding_probe_bytes: 0,
+            rider_bytes: 0,
+            rider_share: 0.0,
+            fleets: 0,
+            streams: 0,
+            loss: None,
+            partial: false,
+            shape: None,
+        }
+    }
+
+    fn flow(bps: f64, app_limited: bool) -> TcpFlow {
+        TcpFlow {
+            local: "10.0.0.1:5001".parse().unwrap(),
+            remote: "10.0.0.2:40000".parse().unwrap(),
+            congestion: Some("cubic".into()),
+            sample: TcpSample {
+                delivery_bps: Some(bps),
+                app_limited,
+                rtt_s: 0.05,
+                min_rtt_s: Some(0.04),
+                total_retrans: 0,
+                snd_mss: 1448,
+                cwnd: 10,
+                bytes_acked: Some(1_000_000),
+                busy_s: Some(1.0),
+                rwnd_limited_s: Some(0.0),
+                sndbuf_limited_s: Some(0.0),
+            },
+        }
+    }
+
+    #[test]
+    fn each_input_shows_in_the_prediction_with_its_method() {
+        let c = config();
+        let n: IpAddr = "10.0.0.1".parse().unwrap();
+        let now = 1000.0;
+        let mut abw = run(&c.links[0], 990.0);
+        abw.low_bps = Some(8e6);
+        abw.high_bps = Some(10e6);
+        let mut shape = run(&c.links[1], 980.0);
+        shape.shape = Some(Shape {
+            capacity_bps: 10e6,
+            class: Some(PathClass::TightUnlikeNarrow),
+            score: Some(-2),
+            squeezed: Some([0.1, 0.2]),
+            pairs_skipped: None,
+            rtt_s: 0.04,
+        });
+        let mut loss = run(&c.links[2], 970.0);
+        loss.loss = Some(Loss {
+            episode_frequency: 0.01,
+            episode_frequency_ci: 0.0,
+            episode_duration_s: None,
+            episode_duration_ci_s: None,
+            loss_rate: 0.01,
+            experiments: 100,
+        });
+        let s = &c.btc;
+        let f = s.factors.unlike_narrow;
+        // Available bandwidth alone: scaled as undecided.
+        let runs = [
+            (&c.links[0], Some(&abw)),
+            (&c.links[1], None),
+            (&c.links[2], None),
+        ];
+        let b = btc(n, &runs, None, s, now);
+        let p = b.prediction.unwrap();
+        assert_eq!(p.method, "scaled-abw");
+        assert!((p.bps - 9e6 * s.factors.undecided).abs() < 1.0);
+        assert!(b.inputs.kernel_note.unwrap().contains("not been asked"));
+        // With the class, the factor for it; with loss, Mathis beside it and capping.
+        let runs = [
+            (&c.links[0], Some(&abw)),
+            (&c.links[1], Some(&shape)),
+            (&c.links[2], Some(&loss)),
+        ];
+        let b = btc(n, &runs, None, s, now);
+        assert_eq!(b.values.len(), 2);
+        let mathis = b.values.iter().find(|v| v.method == "mathis").unwrap();
+        // 1448 B, 40 ms, 1 %: 3.55 Mbit/s.
+        assert!((mathis.bps - 3_546_860.0).abs() < 100.0, "{}", mathis.bps);
+        assert!(mathis.basis.contains("Reno-like"), "{}", mathis.basis);
+        let p = b.prediction.unwrap();
+        assert_eq!(p.method, "scaled-abw");
+        assert!(p.high_bps <= mathis.bps + 1.0);
+        if 10e6 * f > mathis.bps {
+            assert!(p.basis.contains("capped by Mathis"), "{}", p.basis);
+        }
+        // A stale input is not used.
+        let b = btc(n, &runs, None, s, 990.0 + s.max_age.as_secs_f64() + 1.0);
+        assert!(b.inputs.available.is_none() && b.prediction.is_none());
+        // The kernel: an application-limited flow says nothing; a network-limited
+        // one is the prediction.
+        let view = KernelView {
+            at: now - 1.0,
+            flows: vec![flow(2e6, true)],
+            error: None,
+        };
+        let b = btc(n, &runs, Some(&view), s, now);
+        assert_eq!(b.prediction.unwrap().method, "scaled-abw");
+        assert!(
+            b.inputs
+                .kernel_note
+                .unwrap()
+                .contains("limited by the application")
+        );
+        let view = KernelView {
+            at: now - 1.0,
+            flows: vec![flow(2e6, true), flow(6e6, false), flow(5e6, false)],
+            error: None,
+        };
+        let b = btc(n, &runs, Some(&view), s, now);
+        let p = b.prediction.unwrap();
+        assert_eq!((p.method, p.bps), ("kernel", 6e6));
+        assert!(p.basis.contains("2 of 3 flows"), "{}", p.basis);
+        // ... for three polls only.
+        let late = now + 3.0 * s.kernel_poll.unwrap().as_secs_f64() + 1.0;
+        let b = btc(n, &runs, Some(&view), s, late);
+        assert_ne!(b.prediction.unwrap().method, "kernel");
+    }
+}

@@ -9,7 +9,8 @@
 //! application traffic to ride (`ride-min-bps`) and, once a flow from node 0 runs,
 //! measures with it riding; killing node 0's overlay shows on node 1's links from it
 //! as a neighbour down with back-off, until it is back. A second test measures one
-//! path by pathChirp and by badabing.
+//! path by pathChirp and by badabing; a third serves a transfer-rate prediction from
+//! pathload, btc and badabing runs, then from the kernel of a bulk flow's sender.
 //!
 //! Own `main` (no libtest harness): the daemons and overlays are this binary,
 //! started as `namespaces mgrpd ...` and `namespaces overlay ...`, so they are never
@@ -630,6 +631,176 @@ fn two_methods_on_one_path() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// m1 measures the path from m0 (10 Mbit/s into m1) by pathload, btc and badabing
+/// and serves a transfer-rate prediction for it: first the scaled available
+/// bandwidth, with its inputs and methods, then, once a bulk TCP flow from m0 runs,
+/// the rate m0's kernel reports for it, and the scaled bandwidth again once it stops.
+fn btc_from_runs_and_from_the_kernel() -> anyhow::Result<()> {
+    let star = Star::new(&[
+        Some(("10mbit".to_string(), "1540".to_string())),
+        Some(("10mbit".to_string(), "1540".to_string())),
+    ])?;
+    let (r, addrs) = (&star.router, star.addrs.clone());
+    let me = std::env::current_exe()?;
+    let daemons = star.daemons(&me, &["mgrpd"], &[])?;
+    let dir = TempDir::new("mgrp-overlay-btc")?;
+    let confs: Vec<PathBuf> = (0..2)
+        .map(|i| {
+            let mut c = format!(
+                "name = \"t{i}\"\nlisten = \"{}:{API_PORT}\"\nsocket = \"{}\"\n[btc]\nkernel-poll = \"1s\"\n",
+                addrs[i],
+                daemons[i].socket.display()
+            );
+            if i == 1 {
+                for (name, method, interval, limit) in [
+                    ("abw", "pathload-fast", 4, 30),
+                    ("shape", "btc", 4, 20),
+                    ("loss", "badabing", 20, 5),
+                ] {
+                    c.push_str(&format!(
+                        "[[link]]\nname = \"{name}\"\nfrom = \"{}\"\nmethod = \"{method}\"\ninterval = \"{interval}s\"\ntime-limit = \"{limit}s\"\nbackoff = \"1s\"\nmax-backoff = \"2s\"\n",
+                        addrs[0]
+                    ));
+                }
+            }
+            let p = dir.0.join(format!("t{i}.toml"));
+            std::fs::write(&p, c).map(|()| p)
+        })
+        .collect::<Result<_, _>>()?;
+    let overlays: Vec<Process> = star
+        .hosts
+        .iter()
+        .zip(&confs)
+        .map(|(ns, c)| overlay(ns, c))
+        .collect::<anyhow::Result<_>>()?;
+    let logs = || {
+        overlays
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("--- overlay t{i} ---\n{}\n", p.log()))
+            .collect::<String>()
+    };
+    let btc_of = |name: &str| -> Option<Value> {
+        let (status, body) = http(r, addrs[1], "GET", &format!("/v1/links/{name}")).ok()?;
+        (status == 200).then_some(())?;
+        serde_json::from_str::<Value>(&body)
+            .ok()
+            .map(|v| v["btc"].clone())
+    };
+    // Every input there: the prediction is the scaled available bandwidth.
+    let b = wait_for(Duration::from_secs(120), || {
+        let b = btc_of("abw")?;
+        let i = &b["inputs"];
+        (!i["available"].is_null() && !i["shape"].is_null() && !i["loss"].is_null()).then_some(b)
+    });
+    let Some(b) = b else {
+        bail!(
+            "t1: no prediction with every input within 120 s: {:#?}\n{}",
+            btc_of("abw"),
+            logs()
+        );
+    };
+    eprintln!("    t1 btc from runs: {b}");
+    let cap = b["inputs"]["shape"]["capacity_bps"].as_f64().unwrap_or(0.0) / 1e6;
+    ensure!((8.0..=12.0).contains(&cap), "capacity {cap} Mbit/s: {b}");
+    let p = &b["prediction"];
+    ensure!(p["method"] == "scaled-abw", "{b}");
+    let bps = p["bps"].as_f64().unwrap_or(0.0);
+    ensure!(bps > 0.5e6 && bps <= cap * 1e6 + 1.0, "{b}");
+    ensure!(
+        p["basis"].as_str().unwrap_or("").contains("pathload-fast"),
+        "{b}"
+    );
+    // Every link from m0 carries the same prediction.
+    for name in ["shape", "loss"] {
+        let o = btc_of(name).context("no such link")?;
+        ensure!(
+            o["neighbour"] == b["neighbour"]
+                && o["inputs"]["shape"]["capacity_bps"] == b["inputs"]["shape"]["capacity_bps"],
+            "{name}: {o}"
+        );
+    }
+    let note = b["inputs"]["kernel_note"].as_str().unwrap_or("");
+    ensure!(note.contains("no TCP flow"), "kernel note: {note:?}");
+    let (_, metrics) = http(r, addrs[1], "GET", "/metrics")?;
+    mgrp_testbed::http::promtool_check_metrics(&metrics).context("t1's /metrics")?;
+    ensure!(
+        metric(
+            &metrics,
+            "mgrp_overlay_btc_prediction_bytes_per_second",
+            &[("link", "abw"), ("method", "scaled-abw")]
+        )
+        .is_some_and(|v| v > 0.0),
+        "no scaled-abw prediction in\n{metrics}"
+    );
+    ensure!(
+        metric(
+            &metrics,
+            "mgrp_overlay_path_capacity_bytes_per_second",
+            &[("link", "shape")]
+        )
+        .is_some_and(|v| v > 1e6),
+        "no capacity in\n{metrics}"
+    );
+    // A bulk flow from m0: its kernel's delivery rate is the prediction.
+    let flow = mgrp_testbed::traffic::tcp_bulk(
+        &star.hosts[0],
+        &star.hosts[1],
+        addrs[1].into(),
+        5301,
+        "cubic",
+    )?;
+    let k = wait_for(Duration::from_secs(30), || {
+        let b = btc_of("shape")?;
+        (b["prediction"]["method"] == "kernel").then_some(b)
+    });
+    let Some(k) = k else {
+        bail!(
+            "t1: the bulk flow's rate did not become the prediction within 30 s: {:#?}\n{}",
+            btc_of("shape"),
+            logs()
+        );
+    };
+    eprintln!(
+        "    t1 btc with a flow ({:.2} Mbit/s so far): {k}",
+        flow.mbps()
+    );
+    let kb = k["prediction"]["bps"].as_f64().unwrap_or(0.0) / 1e6;
+    ensure!((3.0..=10.5).contains(&kb), "kernel {kb} Mbit/s: {k}");
+    ensure!(
+        k["inputs"]["kernel"]["congestion"] == "cubic"
+            && k["prediction"]["basis"]
+                .as_str()
+                .unwrap_or("")
+                .contains("kernel"),
+        "{k}"
+    );
+    let (_, metrics) = http(r, addrs[1], "GET", "/metrics")?;
+    ensure!(
+        metric(
+            &metrics,
+            "mgrp_overlay_btc_prediction_bytes_per_second",
+            &[("link", "abw"), ("method", "kernel")]
+        )
+        .is_some_and(|v| v > 0.0),
+        "no kernel prediction in\n{metrics}"
+    );
+    // The flow gone, the kernel's rate ages out (three polls).
+    drop(flow);
+    let after = wait_for(Duration::from_secs(20), || {
+        let b = btc_of("abw")?;
+        (b["prediction"]["method"] != "kernel").then_some(b)
+    });
+    ensure!(
+        after.is_some(),
+        "the kernel's rate stayed after the flow ended: {:#?}",
+        btc_of("abw")
+    );
+    drop(overlays);
+    drop(daemons);
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some(code) = embed::embedded(&args) {
@@ -638,5 +809,9 @@ fn main() -> ExitCode {
     mgrp_testbed::harness::run(&[
         ("three_overlays_measure_every_link", check),
         ("two_methods_on_one_path", two_methods_on_one_path),
+        (
+            "btc_from_runs_and_from_the_kernel",
+            btc_from_runs_and_from_the_kernel,
+        ),
     ])
 }

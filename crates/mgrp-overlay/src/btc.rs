@@ -283,6 +283,7 @@ pub fn btc(
         loss: loss.as_ref().map(|l| l.loss_rate),
         rtt_s,
         kernel_bps: kernel.as_ref().map(|k| k.delivery_bps),
+        bbr: settings.bbr,
     };
     let (all, combined) = predict(&model, &settings.factors, settings.mss);
     let inputs = Inputs {
@@ -305,7 +306,7 @@ pub fn btc(
         let mut words = describe(p.basis);
         if p.basis == Basis::ScaledAbw {
             let scaled = all.iter().find(|q| q.basis == Basis::ScaledAbw);
-            if scaled.is_some_and(|q| q.high_bps > p.high_bps) {
+            if scaled.is_some_and(|q| q.high_bps > p.high_bps + 1.0) {
                 let cap = inputs.shape.as_ref().map(|s| s.capacity_bps);
                 let by = if cap.is_some_and(|c| (c - p.high_bps).abs() < 1.0) {
                     "the capacity"

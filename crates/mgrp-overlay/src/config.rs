@@ -145,6 +145,9 @@ pub struct BtcSettings {
     pub max_age: Duration,
     /// Segment size for Mathis's bound, bytes.
     pub mss: u32,
+    /// The transfers predicted are BBR's: Mathis's bound is shown but does not cap
+    /// the prediction (it is Reno's).
+    pub bbr: bool,
 }
 
 impl Default for BtcSettings {
@@ -154,6 +157,7 @@ impl Default for BtcSettings {
             kernel_poll: Some(Duration::from_secs(2)),
             max_age: Duration::from_secs(600),
             mss: 1448,
+            bbr: false,
         }
     }
 }
@@ -186,6 +190,7 @@ struct BtcFile {
     kernel_poll: Option<String>,
     max_age: Option<String>,
     mss: Option<u32>,
+    congestion: Option<String>,
 }
 
 impl BtcFile {
@@ -220,7 +225,17 @@ impl BtcFile {
                 "btc.mss: {mss}; a TCP segment is 536 to 65483 bytes (1448 on Ethernet with timestamps)"
             )));
         }
+        let bbr = match self.congestion.as_deref() {
+            None | Some("cubic" | "reno") => false,
+            Some("bbr") => true,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "btc.congestion: {other:?}; the senders' congestion control is \"cubic\", \"reno\" or \"bbr\""
+                )));
+            }
+        };
         Ok(BtcSettings {
+            bbr,
             factors: btc_rs::model::Factors {
                 like_narrow: factor("like-narrow", self.like_narrow, d.factors.like_narrow)?,
                 unlike_narrow: factor(
@@ -342,14 +357,19 @@ impl Config {
         ));
         let b = &self.btc;
         out.push_str(&format!(
-            "  transfer-rate prediction: available bandwidth x {} (tight link like the narrow one), x {} (unlike), x {} (undecided); neighbours' kernels asked about their TCP flows {}; estimates used up to {} old; Mathis with {}-byte segments\n",
+            "  transfer-rate prediction: available bandwidth x {} (tight link like the narrow one), x {} (unlike), x {} (undecided); neighbours' kernels asked about their TCP flows {}; estimates used up to {} old; Mathis with {}-byte segments, {}\n",
             b.factors.like_narrow,
             b.factors.unlike_narrow,
             b.factors.undecided,
             b.kernel_poll
                 .map_or_else(|| "never".to_string(), |p| format!("every {}", seconds(p))),
             seconds(b.max_age),
-            b.mss
+            b.mss,
+            if b.bbr {
+                "shown but not capping (BBR senders)"
+            } else {
+                "capping (loss-based senders)"
+            }
         ));
         out.push_str(&format!("links into this node: {}\n", self.links.len()));
         for l in &self.links {
@@ -677,6 +697,7 @@ mod tests {
             ("kernel-poll = \"100ms\"", "at least 500ms"),
             ("max-age = \"0s\"", "btc.max-age"),
             ("mss = 100", "536 to 65483"),
+            ("congestion = \"vegas\"", "btc.congestion"),
             ("factor = 1", "unknown field"),
         ] {
             let e = Config::from_toml(&format!("{base}{bad}\n"), None)

@@ -8,6 +8,7 @@ mod cli;
 mod plot;
 mod receiver;
 
+pub use plot::histograms;
 pub use receiver::{MeasureOptions, Measurement, measure};
 
 use std::ffi::OsString;

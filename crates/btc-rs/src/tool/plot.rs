@@ -10,7 +10,7 @@ use plotters::prelude::*;
 use crate::squeezed::{Squeeze, tx_ns};
 
 /// Draws `s` into `path`; `capacity_bps` places the marks.
-pub(crate) fn histograms(path: &Path, s: &Squeeze, capacity_bps: f64) -> anyhow::Result<()> {
+pub fn histograms(path: &Path, s: &Squeeze, capacity_bps: f64) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
     root.fill(&WHITE)?;
     let us = |bin: usize| (bin as u64 * s.bin_ns) as f64 / 1e3;

@@ -1,0 +1,830 @@
+//! What TCP will get (the BTC seed's §III–V) on the namespace testbed: on each of a set
+//! of paths fixed in advance, every prediction method, then two bulk TCP transfers
+//! (CUBIC, then BBR) as the truth. Writes each path's measurements as JSON, then
+//! `results.md` (per-path table, ratio and pairwise figures per method), ratio CDFs
+//! per congestion control and the squeezed-pair histograms of one path of each class.
+//!
+//! Run as root: `cargo run --release --example btc -- --help`. About 30 minutes for
+//! the 20 paths. A path whose JSON is in the output directory is not measured again
+//! (`--fresh` measures everything anew); `--analyse` only rewrites the results from
+//! the JSON there.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use btc_rs::model::{self, Factors, Inputs};
+use btc_rs::squeezed::PathClass;
+use clap::Parser;
+use mgrp_experiments::experiment;
+use mgrp_testbed::paper::{Bottleneck, C2, M5, Testbed};
+use mgrp_testbed::traffic::{self, Source, Web};
+use mgrp_tool::Transport;
+use serde::{Deserialize, Serialize};
+
+/// Predicts bulk TCP transfer rates on namespace paths by every method and compares
+/// them with real CUBIC and BBR transfers (root).
+#[derive(Debug, Parser)]
+#[command(name = "btc")]
+struct Args {
+    /// Where the per-path JSON, results.md and the plots go.
+    #[arg(long, default_value = "docs/btc")]
+    out: PathBuf,
+    /// Measure only these paths (comma-separated names, e.g. edge-udp-40ms).
+    #[arg(long)]
+    paths: Option<String>,
+    /// Measure every path anew, even those with JSON in the output directory.
+    #[arg(long)]
+    fresh: bool,
+    /// Only rewrite the results from the JSON in the output directory.
+    #[arg(long)]
+    analyse: bool,
+    /// Seconds each truth transfer runs.
+    #[arg(long, default_value_t = 10)]
+    transfer_seconds: u64,
+    /// Seconds badabing measures loss.
+    #[arg(long, default_value_t = 20)]
+    badabing_seconds: u64,
+}
+
+/// Cross traffic and where the tight link is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum Cross {
+    /// No cross traffic; the 10 Mbit/s bottleneck is narrow and tight.
+    Quiet,
+    /// One bulk CUBIC flow on the 10 Mbit/s bottleneck (tight at the edge, few flows).
+    EdgeTcp,
+    /// 4 Mbit/s of Poisson UDP on the 10 Mbit/s bottleneck.
+    EdgeUdp,
+    /// The source's own link is the 10 Mbit/s narrow link; the bottleneck router's
+    /// link is 30 Mbit/s, carrying web-like TCP (many small flows, ~20 Mbit/s).
+    UpWeb,
+    /// As `UpWeb` with 24 Mbit/s of Poisson UDP instead.
+    UpUdp,
+}
+
+impl Cross {
+    const ALL: [Self; 5] = [
+        Self::Quiet,
+        Self::EdgeTcp,
+        Self::EdgeUdp,
+        Self::UpWeb,
+        Self::UpUdp,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Quiet => "quiet",
+            Self::EdgeTcp => "edge-tcp",
+            Self::EdgeUdp => "edge-udp",
+            Self::UpWeb => "up-web",
+            Self::UpUdp => "up-udp",
+        }
+    }
+
+    /// The bottleneck router's rate, Mbit/s.
+    fn router_mbps(self) -> u32 {
+        match self {
+            Self::UpWeb | Self::UpUdp => 30,
+            _ => 10,
+        }
+    }
+
+    /// Whether the source's own link is the narrow one (10 Mbit/s).
+    fn narrow_at_source(self) -> bool {
+        matches!(self, Self::UpWeb | Self::UpUdp)
+    }
+}
+
+/// Round trips of the paths, ms.
+const RTTS_MS: [u32; 4] = [10, 40, 80, 150];
+/// Random loss on the bottleneck, cycled over the paths.
+const LOSSES: [f64; 3] = [0.0, 0.001, 0.01];
+/// The narrow link's rate, Mbit/s.
+const NARROW_MBPS: u32 = 10;
+/// Segment size for Mathis's bound (Ethernet, timestamps).
+const MSS: u32 = 1448;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct PathSpec {
+    name: String,
+    cross: Cross,
+    rtt_ms: u32,
+    loss: f64,
+}
+
+/// The paths, fixed before any was measured: every cross-traffic setting at every
+/// round trip, the loss rates taken in turn.
+fn paths() -> Vec<PathSpec> {
+    let mut out = Vec::new();
+    for (ci, cross) in Cross::ALL.iter().enumerate() {
+        for (ri, rtt) in RTTS_MS.iter().enumerate() {
+            out.push(PathSpec {
+                name: format!("{}-{rtt}ms", cross.name()),
+                cross: *cross,
+                rtt_ms: *rtt,
+                loss: LOSSES[(ci + ri) % LOSSES.len()],
+            });
+        }
+    }
+    out
+}
+
+/// One truth transfer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Transfer {
+    /// Congestion control.
+    cc: String,
+    /// Payload rate over the whole transfer, bit/s.
+    bps: f64,
+    /// Segments retransmitted.
+    retransmits: u64,
+    /// The sender's kernel's delivery rate, median of its network-limited samples in
+    /// the transfer's second and third seconds, bit/s: what the overlay would show
+    /// two seconds in.
+    kernel_early_bps: Option<f64>,
+    /// Samples that median stands on.
+    kernel_samples: usize,
+}
+
+/// Everything measured on one path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Measured {
+    path: PathSpec,
+    /// pathload's range, bit/s (low = high for a lower bound).
+    abw: Option<(f64, f64)>,
+    abw_lower_bound: bool,
+    abw_note: Option<String>,
+    pathload_bytes: u64,
+    pathload_s: f64,
+    capacity_bps: Option<f64>,
+    class: Option<PathClass>,
+    score: Option<i32>,
+    squeezed: Option<[f64; 2]>,
+    /// The control path's round trip, s.
+    rtt_s: f64,
+    btc_bytes: u64,
+    btc_s: f64,
+    loss_rate: Option<f64>,
+    badabing_bytes: u64,
+    /// How long badabing measured, s.
+    #[serde(default = "default_badabing_s")]
+    badabing_s: f64,
+    transfers: Vec<Transfer>,
+}
+
+/// The default of `--badabing-seconds`, for results written before it was kept.
+fn default_badabing_s() -> f64 {
+    20.0
+}
+
+fn main() -> ExitCode {
+    if let Some(code) = experiment::embedded_main() {
+        return code;
+    }
+    let args = Args::parse();
+    let result = if args.analyse {
+        analyse(&args.out)
+    } else if !mgrp_testbed::is_root() {
+        eprintln!("btc: needs root to build the testbed's network namespaces");
+        return ExitCode::from(2);
+    } else {
+        experiment::stop_on_signals();
+        measure_all(&args).and_then(|()| analyse(&args.out))
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("btc: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn json_path(out: &Path, name: &str) -> PathBuf {
+    out.join("paths").join(format!("{name}.json"))
+}
+
+fn measure_all(args: &Args) -> anyhow::Result<()> {
+    std::fs::create_dir_all(args.out.join("paths"))
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let only: Option<Vec<&str>> = args
+        .paths
+        .as_deref()
+        .map(|p| p.split(',').map(str::trim).collect());
+    let all = paths();
+    if let Some(only) = &only {
+        for o in only {
+            anyhow::ensure!(
+                all.iter().any(|p| p.name == *o),
+                "no path named {o:?}; the paths are {}",
+                all.iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    for spec in all {
+        if only
+            .as_ref()
+            .is_some_and(|o| !o.contains(&spec.name.as_str()))
+        {
+            continue;
+        }
+        let file = json_path(&args.out, &spec.name);
+        if file.exists() && !args.fresh {
+            eprintln!("{}: measured before ({}), kept", spec.name, file.display());
+            continue;
+        }
+        if experiment::interrupted() {
+            anyhow::bail!("interrupted");
+        }
+        let started = Instant::now();
+        let m = measure_path(&spec, args).with_context(|| format!("path {}", spec.name))?;
+        eprintln!(
+            "{}: abw {:?} capacity {:?} class {:?} (score {:?}) loss {:?} rtt {:.1} ms; transfers {} ({:.0} s)",
+            spec.name,
+            m.abw.map(|(l, h)| format!("{:.2}-{:.2}", l / 1e6, h / 1e6)),
+            m.capacity_bps.map(|c| format!("{:.2}", c / 1e6)),
+            m.class,
+            m.score,
+            m.loss_rate,
+            m.rtt_s * 1e3,
+            m.transfers
+                .iter()
+                .map(|t| format!("{} {:.2} Mbit/s", t.cc, t.bps / 1e6))
+                .collect::<Vec<_>>()
+                .join(", "),
+            started.elapsed().as_secs_f64()
+        );
+        std::fs::write(&file, serde_json::to_string_pretty(&m)?)
+            .with_context(|| format!("cannot write {}", file.display()))?;
+    }
+    Ok(())
+}
+
+/// The only veth of host `ns` (its link to its router).
+fn host_dev(ns: &mgrp_testbed::Netns) -> anyhow::Result<String> {
+    let out = ns.ip(&["-o", "link", "show"])?;
+    out.lines()
+        .filter_map(|l| {
+            l.split(':')
+                .nth(1)
+                .map(|d| d.trim().split('@').next().unwrap_or("").to_string())
+        })
+        .find(|d| !d.is_empty() && d != "lo")
+        .context("the host has no veth")
+}
+
+fn measure_path(spec: &PathSpec, args: &Args) -> anyhow::Result<Measured> {
+    let router = spec.cross.router_mbps();
+    let tb = Testbed::new(Bottleneck {
+        rate: format!("{router}mbit"),
+        burst_bytes: 3000,
+        // About 50 ms of queue at the router's rate.
+        queue_bytes: router * 6250,
+        rtt: Duration::from_millis(u64::from(spec.rtt_ms)),
+        loss: spec.loss,
+    })?;
+    if spec.cross.narrow_at_source() {
+        let dev = host_dev(&tb.m3)?;
+        tb.m3.exec(&[
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+            &dev,
+            "root",
+            "tbf",
+            "rate",
+            &format!("{NARROW_MBPS}mbit"),
+            "burst",
+            "3000",
+            "limit",
+            "62500",
+        ])?;
+    }
+    // The sender of every tool, in m3, until the path is done.
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = {
+        let stop = stop.clone();
+        tb.m3.spawn("btc-snd", move || {
+            let server = mgrp_tool::Server::bind(mgrp_tool::ServeOptions::new(Transport::Udp))?;
+            server.serve(true, &stop, &mut |_| {})
+        })?
+    };
+    let m3_addr = mgrp_testbed::paper::M3.to_string();
+    let cross = start_cross(&tb, spec.cross)?;
+    std::thread::sleep(Duration::from_secs(5));
+    let never = AtomicBool::new(false);
+    // Available bandwidth: pathload, fast mode.
+    let t = Instant::now();
+    let pl = tb.m5.run(|| {
+        let opts = pathload_rs::tool::MeasureOptions {
+            max_time: Duration::from_secs(90),
+            ..pathload_rs::tool::MeasureOptions::new(m3_addr.clone(), Transport::Udp)
+        };
+        pathload_rs::tool::measure(&opts, &never, &mut |_| {})
+    })?;
+    let pathload_s = t.elapsed().as_secs_f64();
+    let (abw, abw_lower_bound, abw_note, pathload_bytes) = match pl {
+        Ok(m) => {
+            let o = &m.outcome;
+            let answered = m.converged() || o.lower_bound;
+            (
+                answered.then_some(if o.lower_bound {
+                    (o.low * 1e6, o.low * 1e6)
+                } else {
+                    (o.low * 1e6, o.high * 1e6)
+                }),
+                o.lower_bound,
+                (!answered).then(|| o.reason.describe().to_string()),
+                o.probe_bytes,
+            )
+        }
+        Err(e) => (None, false, Some(e.to_string()), 0),
+    };
+    // Capacity and squeezed pairs.
+    let t = Instant::now();
+    let b = tb.m5.run(|| {
+        let opts = btc_rs::tool::MeasureOptions::new(m3_addr.clone(), Transport::Udp);
+        btc_rs::tool::measure(&opts, &never)
+    })??;
+    let btc_s = t.elapsed().as_secs_f64();
+    if let Some(q) = &b.squeeze {
+        let name = match q.class {
+            PathClass::TightLikeNarrow => "like-narrow",
+            PathClass::TightUnlikeNarrow => "unlike-narrow",
+            PathClass::Undecided => "undecided",
+        };
+        let plot = args.out.join(format!("squeezed-{}.svg", spec.name));
+        if let Some(c) = b.capacity_bps {
+            btc_rs::tool::histograms(&plot, q, c)?;
+        }
+        eprintln!(
+            "{}: squeezed pairs say {name}, {}",
+            spec.name,
+            plot.display()
+        );
+    }
+    // Loss: badabing.
+    let bd = tb.m5.run(|| {
+        let opts = badabing_rs::tool::MeasureOptions::new(
+            m3_addr.clone(),
+            Transport::Udp,
+            Duration::from_secs(args.badabing_seconds),
+        );
+        badabing_rs::tool::measure(&opts, &never, &mut |_| {})
+    })??;
+    // The truth: CUBIC, then BBR.
+    let mut transfers = Vec::new();
+    for (i, cc) in ["cubic", "bbr"].iter().enumerate() {
+        std::thread::sleep(Duration::from_secs(2));
+        transfers.push(transfer(&tb, cc, 5301 + i as u16, args.transfer_seconds)?);
+    }
+    drop(cross);
+    stop.store(true, Ordering::Relaxed);
+    let _ = server.join();
+    Ok(Measured {
+        path: spec.clone(),
+        abw,
+        abw_lower_bound,
+        abw_note,
+        pathload_bytes,
+        pathload_s,
+        capacity_bps: b.capacity_bps,
+        class: b.squeeze.as_ref().map(|q| q.class),
+        score: b.squeeze.as_ref().map(|q| q.score),
+        squeezed: b.squeeze.as_ref().map(|q| q.squeezed),
+        rtt_s: b.rtt.as_secs_f64(),
+        btc_bytes: b.probe_bytes,
+        btc_s,
+        loss_rate: (bd.estimate.outcomes.total() > 0).then_some(bd.estimate.loss_rate),
+        badabing_bytes: bd.estimate.probe_bytes,
+        badabing_s: args.badabing_seconds as f64,
+        transfers,
+    })
+}
+
+fn start_cross(tb: &Testbed, cross: Cross) -> anyhow::Result<Option<Source>> {
+    Ok(match cross {
+        Cross::Quiet => None,
+        Cross::EdgeTcp => Some(traffic::tcp_bulk(&tb.c1, &tb.c2, C2.into(), 5401, "cubic")?),
+        Cross::EdgeUdp => Some(traffic::udp_poisson(
+            &tb.c1,
+            &tb.c2,
+            C2.into(),
+            5402,
+            4.0,
+            1200,
+            7,
+        )?),
+        Cross::UpWeb => Some(traffic::web(
+            &tb.c1,
+            &tb.c2,
+            C2.into(),
+            5403,
+            &Web {
+                flows_per_second: 6.0,
+                max_flows: 40,
+                seed: 11,
+            },
+        )?),
+        Cross::UpUdp => Some(traffic::udp_poisson(
+            &tb.c1,
+            &tb.c2,
+            C2.into(),
+            5404,
+            24.0,
+            1200,
+            7,
+        )?),
+    })
+}
+
+/// A bulk transfer from m3 to m5 for `seconds`, reading the sender's kernel's view
+/// of it every 250 ms.
+fn transfer(tb: &Testbed, cc: &str, port: u16, seconds: u64) -> anyhow::Result<Transfer> {
+    let src = traffic::tcp_bulk(&tb.m3, &tb.m5, M5.into(), port, cc)?;
+    let start = Instant::now();
+    let mut early = Vec::new();
+    while start.elapsed() < Duration::from_secs(seconds) {
+        std::thread::sleep(Duration::from_millis(250));
+        let t = start.elapsed();
+        if t < Duration::from_secs(1) || t > Duration::from_secs(3) {
+            continue;
+        }
+        let conns = tb
+            .m3
+            .run(|| mgrp_tool::sockdiag::connections_to(M5.into()))??;
+        for c in conns.iter().filter(|c| c.remote.port() == port) {
+            if let Some(s) = mgrp_tool::tcpinfo::parse(&c.info)
+                && s.network_limited()
+                && let Some(r) = s.delivery_bps
+            {
+                early.push(r);
+            }
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut src = src;
+    src.halt();
+    Ok(Transfer {
+        cc: cc.to_string(),
+        bps: src.bytes() as f64 * 8.0 / elapsed,
+        retransmits: src.retransmits(),
+        kernel_samples: early.len(),
+        kernel_early_bps: median(&mut early),
+    })
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+// ---- Analysis ----
+
+/// The methods compared, in the tables' order.
+const METHODS: [&str; 7] = [
+    "abw",
+    "scaled-abw",
+    "capacity",
+    "mathis",
+    "combined",
+    "kernel",
+    "combined+kernel",
+];
+
+fn abw_mid(m: &Measured) -> Option<f64> {
+    m.abw.map(|(l, h)| (l + h) / 2.0)
+}
+
+/// Achieved rate over the available bandwidth's middle, for every transfer of `m`.
+fn ratios_to_abw(m: &Measured) -> Vec<f64> {
+    abw_mid(m)
+        .filter(|a| *a > 0.0)
+        .map(|a| m.transfers.iter().map(|t| t.bps / a).collect())
+        .unwrap_or_default()
+}
+
+/// Our factors from `paths`: per measured class, the median of achieved rate over
+/// the available bandwidth's middle; a class with fewer than two paths takes the
+/// median over all of them.
+fn calibrate(paths: &[&Measured]) -> Factors {
+    let mut pooled: Vec<f64> = paths.iter().flat_map(|m| ratios_to_abw(m)).collect();
+    let pooled = median(&mut pooled).unwrap_or(1.0);
+    let of = |c: PathClass| {
+        let those: Vec<&Measured> = paths
+            .iter()
+            .copied()
+            .filter(|m| m.class.unwrap_or(PathClass::Undecided) == c)
+            .collect();
+        let mut r: Vec<f64> = those.iter().flat_map(|m| ratios_to_abw(m)).collect();
+        if those.len() < 2 {
+            pooled
+        } else {
+            median(&mut r).unwrap_or(pooled)
+        }
+    };
+    Factors {
+        like_narrow: of(PathClass::TightLikeNarrow),
+        unlike_narrow: of(PathClass::TightUnlikeNarrow),
+        undecided: of(PathClass::Undecided),
+    }
+}
+
+/// Each method's prediction for transfer `t` of path `m`, bit/s, with factors `f`.
+fn predictions(m: &Measured, t: &Transfer, f: &Factors) -> Vec<(&'static str, Option<f64>)> {
+    let inputs = Inputs {
+        abw: m.abw,
+        class: m.class,
+        capacity_bps: m.capacity_bps,
+        loss: m.loss_rate,
+        rtt_s: Some(m.rtt_s),
+        kernel_bps: None,
+        // Mathis's bound is Reno's: it caps the loss-based sender's prediction only.
+        bbr: t.cc == "bbr",
+    };
+    let (all, combined) = model::predict(&inputs, f, MSS);
+    let by = |b: model::Basis| {
+        all.iter()
+            .find(|p| p.basis == b)
+            .map(model::Prediction::bps)
+    };
+    let with_kernel = model::predict(
+        &Inputs {
+            kernel_bps: t.kernel_early_bps,
+            ..inputs
+        },
+        f,
+        MSS,
+    )
+    .1;
+    vec![
+        ("abw", abw_mid(m)),
+        ("scaled-abw", by(model::Basis::ScaledAbw)),
+        ("capacity", m.capacity_bps),
+        ("mathis", by(model::Basis::Mathis)),
+        ("combined", combined.map(|p| p.bps())),
+        ("kernel", t.kernel_early_bps),
+        ("combined+kernel", with_kernel.map(|p| p.bps())),
+    ]
+}
+
+/// Named samples, one line of a plot each.
+type Lines = Vec<(String, Vec<f64>)>;
+
+struct Row {
+    path: usize,
+    cc: String,
+    truth: f64,
+    predicted: Vec<(&'static str, Option<f64>)>,
+}
+
+fn analyse(out: &Path) -> anyhow::Result<()> {
+    let mut measured: Vec<Measured> = Vec::new();
+    for spec in paths() {
+        let file = json_path(out, &spec.name);
+        if let Ok(text) = std::fs::read_to_string(&file) {
+            measured.push(
+                serde_json::from_str(&text)
+                    .with_context(|| format!("cannot read {}", file.display()))?,
+            );
+        }
+    }
+    anyhow::ensure!(
+        !measured.is_empty(),
+        "no measured paths in {}; run without --analyse first",
+        out.join("paths").display()
+    );
+    let factors = calibrate(&measured.iter().collect::<Vec<_>>());
+    // Each path predicted with factors calibrated on the others (leave one out).
+    let mut rows: Vec<Row> = Vec::new();
+    for (i, m) in measured.iter().enumerate() {
+        let others: Vec<&Measured> = measured
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, m)| m)
+            .collect();
+        let f = calibrate(&others);
+        for t in &m.transfers {
+            rows.push(Row {
+                path: i,
+                cc: t.cc.clone(),
+                truth: t.bps,
+                predicted: predictions(m, t, &f),
+            });
+        }
+    }
+    let mut md = String::new();
+    writeln!(md, "# What TCP will get: results\n")?;
+    writeln!(
+        md,
+        "Made by `cargo run --release --example btc` ({} paths; see `docs/btc.md` for what runs and what it means).\n",
+        measured.len()
+    )?;
+    writeln!(
+        md,
+        "Our factors (median of achieved rate over the available bandwidth's middle, per measured class, both congestion controls): like-narrow **{:.2}**, unlike-narrow **{:.2}**, undecided **{:.2}**. Each path below is predicted with factors calibrated on the other paths only.\n",
+        factors.like_narrow, factors.unlike_narrow, factors.undecided
+    )?;
+    // Per method: ratio summary and pairwise accuracy, per congestion control.
+    writeln!(md, "## Per method\n")?;
+    writeln!(
+        md,
+        "Ratio = achieved / predicted. Within ±50 %: achieved between 0.5 and 1.5 times the prediction. Faster path: of all pairs of paths, the share where the method orders the two as the transfers did (a pair without a prediction counts as wrong).\n"
+    )?;
+    writeln!(
+        md,
+        "| method | cc | predictions | median ratio | within ±50 % | within a quarter to double | faster path | faster path, truths > 20 % apart |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|")?;
+    let mut cdfs: Vec<(String, Lines)> = Vec::new();
+    for cc in ["cubic", "bbr"] {
+        let rs: Vec<&Row> = rows.iter().filter(|r| r.cc == cc).collect();
+        let mut lines = Vec::new();
+        for method in METHODS {
+            let pred = |r: &Row| {
+                r.predicted
+                    .iter()
+                    .find(|(n, _)| *n == method)
+                    .and_then(|(_, v)| *v)
+                    .filter(|v| *v > 0.0)
+            };
+            let mut ratios: Vec<f64> = rs.iter().filter_map(|r| Some(r.truth / pred(r)?)).collect();
+            let within = ratios.iter().filter(|x| (0.5..=1.5).contains(*x)).count();
+            let wide = ratios.iter().filter(|x| (0.25..=2.0).contains(*x)).count();
+            let (mut right, mut pairs) = (0usize, 0usize);
+            let (mut right_apart, mut apart) = (0usize, 0usize);
+            for a in 0..rs.len() {
+                for b in a + 1..rs.len() {
+                    let (ta, tb) = (rs[a].truth, rs[b].truth);
+                    let distinct = ta.max(tb) > 1.2 * ta.min(tb);
+                    pairs += 1;
+                    apart += usize::from(distinct);
+                    if let (Some(pa), Some(pb)) = (pred(rs[a]), pred(rs[b]))
+                        && (pa - pb).signum() == (ta - tb).signum()
+                    {
+                        right += 1;
+                        right_apart += usize::from(distinct);
+                    }
+                }
+            }
+            let n = ratios.len();
+            writeln!(
+                md,
+                "| {method} | {cc} | {n} of {} | {} | {} | {} | {} | {} |",
+                rs.len(),
+                median(&mut ratios).map_or("-".into(), |x| format!("{x:.2}")),
+                pct(within, rs.len()),
+                pct(wide, rs.len()),
+                pct(right, pairs),
+                pct(right_apart, apart),
+            )?;
+            lines.push((method.to_string(), ratios));
+        }
+        cdfs.push((cc.to_string(), lines));
+    }
+    for (cc, lines) in &cdfs {
+        let clipped: Vec<(String, Vec<f64>)> = lines
+            .iter()
+            .map(|(n, v)| (n.clone(), v.iter().map(|x| x.min(4.0)).collect()))
+            .collect();
+        mgrp_experiments::plot::cdf(
+            &out.join(format!("ratio-cdf-{cc}.svg")),
+            &format!("achieved / predicted, {cc} transfers (clipped at 4)"),
+            "achieved / predicted",
+            &clipped,
+        )?;
+    }
+    writeln!(
+        md,
+        "\n![ratio CDF, CUBIC](ratio-cdf-cubic.svg)\n\n![ratio CDF, BBR](ratio-cdf-bbr.svg)\n"
+    )?;
+    // Per path.
+    writeln!(md, "## Per path\n")?;
+    writeln!(
+        md,
+        "Rates in Mbit/s. abw: pathload's range (≥ for a lower bound). Class from the squeezed-pair score. Loss: badabing's probe loss. Predictions here with the leave-one-out factors.\n"
+    )?;
+    writeln!(
+        md,
+        "| path | loss set | rtt | abw | capacity | class (score) | loss | scaled | mathis | combined, CUBIC | CUBIC | kernel | combined, BBR | BBR | kernel | probe MB |"
+    )?;
+    writeln!(
+        md,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )?;
+    let f1 = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{:.2}", x / 1e6));
+    for (i, m) in measured.iter().enumerate() {
+        let r: Vec<&Row> = rows.iter().filter(|r| r.path == i).collect();
+        let get = |r: &Row, k: &str| {
+            r.predicted
+                .iter()
+                .find(|(n, _)| *n == k)
+                .and_then(|(_, v)| *v)
+        };
+        let first = r.first();
+        let truth = |cc: &str| r.iter().find(|x| x.cc == cc);
+        writeln!(
+            md,
+            "| {} | {:.1} % | {:.0} ms | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} |",
+            m.path.name,
+            m.path.loss * 100.0,
+            m.rtt_s * 1e3,
+            match m.abw {
+                None => format!("- ({})", m.abw_note.as_deref().unwrap_or("no answer")),
+                Some((l, _)) if m.abw_lower_bound => format!("≥ {:.2}", l / 1e6),
+                Some((l, h)) => format!("{:.2}–{:.2}", l / 1e6, h / 1e6),
+            },
+            f1(m.capacity_bps),
+            m.class.map_or("-".to_string(), |c| format!(
+                "{} ({:+})",
+                match c {
+                    PathClass::TightLikeNarrow => "like",
+                    PathClass::TightUnlikeNarrow => "unlike",
+                    PathClass::Undecided => "undecided",
+                },
+                m.score.unwrap_or(0)
+            )),
+            m.loss_rate
+                .map_or("-".to_string(), |l| format!("{:.2} %", l * 100.0)),
+            f1(first.and_then(|r| get(r, "scaled-abw"))),
+            f1(first.and_then(|r| get(r, "mathis"))),
+            f1(truth("cubic").and_then(|r| get(r, "combined"))),
+            f1(truth("cubic").map(|r| r.truth)),
+            f1(truth("cubic").and_then(|r| get(r, "kernel"))),
+            f1(truth("bbr").and_then(|r| get(r, "combined"))),
+            f1(truth("bbr").map(|r| r.truth)),
+            f1(truth("bbr").and_then(|r| get(r, "kernel"))),
+            (m.pathload_bytes + m.btc_bytes + m.badabing_bytes) as f64 / 1e6,
+        )?;
+    }
+    // Cost.
+    let sum =
+        |f: &dyn Fn(&Measured) -> f64| measured.iter().map(f).sum::<f64>() / measured.len() as f64;
+    writeln!(
+        md,
+        "\n## What the probes cost\n\nPer path on average: pathload {:.2} MB in {:.0} s, btc-rs (bunches and 1000 squeezed pairs) {:.3} MB in {:.1} s, badabing {:.2} MB in its {} s; the kernel's report costs no probe (one query of a few hundred bytes to the neighbour).\n",
+        sum(&|m| m.pathload_bytes as f64) / 1e6,
+        sum(&|m| m.pathload_s),
+        sum(&|m| m.btc_bytes as f64) / 1e6,
+        sum(&|m| m.btc_s),
+        sum(&|m| m.badabing_bytes as f64) / 1e6,
+        measured.first().map_or(0, |m| m.badabing_s.round() as u64),
+    )?;
+    let figures: Vec<String> = measured
+        .iter()
+        .filter(|m| out.join(format!("squeezed-{}.svg", m.path.name)).exists())
+        .map(|m| m.path.name.clone())
+        .collect();
+    writeln!(md, "## Squeezed pairs\n")?;
+    for want in [
+        PathClass::TightLikeNarrow,
+        PathClass::TightUnlikeNarrow,
+        PathClass::Undecided,
+    ] {
+        if let Some(m) = measured
+            .iter()
+            .find(|m| m.class == Some(want) && figures.contains(&m.path.name))
+        {
+            writeln!(
+                md,
+                "{:?}, path {} (score {:+}):\n\n![squeezed pairs on {}](squeezed-{}.svg)\n",
+                want,
+                m.path.name,
+                m.score.unwrap_or(0),
+                m.path.name,
+                m.path.name
+            )?;
+        }
+    }
+    let file = out.join("results.md");
+    std::fs::write(&file, md).with_context(|| format!("cannot write {}", file.display()))?;
+    eprintln!("wrote {}", file.display());
+    Ok(())
+}
+
+fn pct(a: usize, b: usize) -> String {
+    if b == 0 {
+        "-".into()
+    } else {
+        format!("{:.0} % ({a}/{b})", 100.0 * a as f64 / b as f64)
+    }
+}

@@ -401,33 +401,17 @@ mod tests {
     }
 
     fn run(link: &Link, ended_at: f64) -> Estimate {
-        Estimate {
-            link: link.name.clone(),
-            seq: 1,
-            started_at: ended_at - 10.0,
+        let mut e = Estimate::empty(
+            &link.name,
+            "mgrp",
+            link.method.name(),
+            1,
+            ended_at - 10.0,
             ended_at,
-            duration_s: 10.0,
-            transport: "mgrp".into(),
-            method: link.method.name().into(),
-            converged: true,
-            lower_bound: false,
-            outcome: RunOutcome::Estimate,
-            stop_reason: None,
-            error: None,
-            low_bps: None,
-            high_bps: None,
-            unadjusted_low_bps: None,
-            unadjusted_high_bps: None,
-            probe_bytes: 0,
-            riding_probe_bytes: 0,
-            rider_bytes: 0,
-            rider_share: 0.0,
-            fleets: 0,
-            streams: 0,
-            loss: None,
-            partial: false,
-            shape: None,
-        }
+        );
+        e.converged = true;
+        e.outcome = RunOutcome::Estimate;
+        e
     }
 
     fn flow(bps: f64, app_limited: bool) -> TcpFlow {

@@ -88,6 +88,47 @@ pub struct Shape {
     pub rtt_s: f64,
 }
 
+impl Estimate {
+    /// Run `seq` of `link` by `method` over `transport`, from `started_at` to
+    /// `ended_at` (Unix seconds), with no answer: what a method then fills in.
+    pub fn empty(
+        link: &str,
+        transport: &str,
+        method: &str,
+        seq: u64,
+        started_at: f64,
+        ended_at: f64,
+    ) -> Self {
+        Self {
+            link: link.to_string(),
+            seq,
+            started_at,
+            ended_at,
+            duration_s: (ended_at - started_at).max(0.0),
+            transport: transport.to_string(),
+            method: method.to_string(),
+            converged: false,
+            lower_bound: false,
+            outcome: RunOutcome::Error,
+            stop_reason: None,
+            error: None,
+            low_bps: None,
+            high_bps: None,
+            unadjusted_low_bps: None,
+            unadjusted_high_bps: None,
+            probe_bytes: 0,
+            riding_probe_bytes: 0,
+            rider_bytes: 0,
+            rider_share: 0.0,
+            fleets: 0,
+            streams: 0,
+            loss: None,
+            partial: false,
+            shape: None,
+        }
+    }
+}
+
 /// Loss episodes as badabing measured them over a run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Loss {

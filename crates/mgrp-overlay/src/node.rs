@@ -703,34 +703,14 @@ fn run(s: &Shared, i: usize) {
 
 /// A run's record before its method fills it in.
 fn blank(s: &Shared, link: &Link, started_at: f64) -> Estimate {
-    let ended_at = unix_now();
-    Estimate {
-        link: link.name.clone(),
-        seq: s.seq.fetch_add(1, Ordering::Relaxed) + 1,
+    Estimate::empty(
+        &link.name,
+        &link.transport.to_string(),
+        link.method.name(),
+        s.seq.fetch_add(1, Ordering::Relaxed) + 1,
         started_at,
-        ended_at,
-        duration_s: (ended_at - started_at).max(0.0),
-        transport: link.transport.to_string(),
-        method: link.method.name().into(),
-        converged: false,
-        lower_bound: false,
-        outcome: RunOutcome::Error,
-        stop_reason: None,
-        error: None,
-        low_bps: None,
-        high_bps: None,
-        unadjusted_low_bps: None,
-        unadjusted_high_bps: None,
-        probe_bytes: 0,
-        riding_probe_bytes: 0,
-        rider_bytes: 0,
-        rider_share: 0.0,
-        fleets: 0,
-        streams: 0,
-        loss: None,
-        partial: false,
-        shape: None,
-    }
+        unix_now(),
+    )
 }
 
 /// The outcome of a run that could not start, with its error set in `e`.

@@ -490,6 +490,56 @@ fn check() -> anyhow::Result<()> {
 /// (pathChirp's estimate within a wide band of the truth; badabing's loss episodes on
 /// a quiet path: none), `/metrics` serves each in base units with its method label,
 /// and the two never ran at once (one measurement per path).
+/// Two overlay nodes on `star`'s first two hosts, each beside its mgrpd: node 1
+/// measures node 0 by `links` (name, method, interval and time limit in seconds);
+/// `extra` is added to both configurations. Returns the configurations' directory
+/// (removed on drop) and the overlays.
+fn two_nodes(
+    star: &Star,
+    daemons: &[mgrp_testbed::Daemon],
+    tag: &str,
+    extra: &str,
+    links: &[(&str, &str, u32, u32)],
+) -> anyhow::Result<(TempDir, Vec<Process>)> {
+    let addrs = &star.addrs;
+    let dir = TempDir::new(&format!("mgrp-overlay-{tag}"))?;
+    let confs: Vec<PathBuf> = (0..2)
+        .map(|i| {
+            let mut c = format!(
+                "name = \"{tag}{i}\"\nlisten = \"{}:{API_PORT}\"\nsocket = \"{}\"\n{extra}",
+                addrs[i],
+                daemons[i].socket.display()
+            );
+            if i == 1 {
+                for (name, method, interval, limit) in links {
+                    c.push_str(&format!(
+                        "[[link]]\nname = \"{name}\"\nfrom = \"{}\"\nmethod = \"{method}\"\ninterval = \"{interval}s\"\ntime-limit = \"{limit}s\"\nbackoff = \"1s\"\nmax-backoff = \"2s\"\n",
+                        addrs[0]
+                    ));
+                }
+            }
+            let p = dir.0.join(format!("{tag}{i}.toml"));
+            std::fs::write(&p, c).map(|()| p)
+        })
+        .collect::<Result<_, _>>()?;
+    let overlays = star
+        .hosts
+        .iter()
+        .zip(&confs)
+        .map(|(ns, c)| overlay(ns, c))
+        .collect::<anyhow::Result<_>>()?;
+    Ok((dir, overlays))
+}
+
+/// The overlays' logs, for a failure's message.
+fn logs_of(overlays: &[Process], tag: &str) -> String {
+    overlays
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("--- overlay {tag}{i} ---\n{}\n", p.log()))
+        .collect()
+}
+
 fn two_methods_on_one_path() -> anyhow::Result<()> {
     let star = Star::new(&[
         Some(("10mbit".to_string(), "1540".to_string())),
@@ -498,39 +548,14 @@ fn two_methods_on_one_path() -> anyhow::Result<()> {
     let (r, addrs) = (&star.router, star.addrs.clone());
     let me = std::env::current_exe()?;
     let daemons = star.daemons(&me, &["mgrpd"], &[])?;
-    let dir = TempDir::new("mgrp-overlay-methods")?;
-    let confs: Vec<PathBuf> = (0..2)
-        .map(|i| {
-            let mut c = format!(
-                "name = \"m{i}\"\nlisten = \"{}:{API_PORT}\"\nsocket = \"{}\"\nmax-running = 2\n",
-                addrs[i],
-                daemons[i].socket.display()
-            );
-            if i == 1 {
-                for (name, method, limit) in [("chirp", "pathchirp", 12), ("loss", "badabing", 6)] {
-                    c.push_str(&format!(
-                        "[[link]]\nname = \"{name}\"\nfrom = \"{}\"\nmethod = \"{method}\"\ninterval = \"2s\"\ntime-limit = \"{limit}s\"\nbackoff = \"1s\"\nmax-backoff = \"2s\"\n",
-                        addrs[0]
-                    ));
-                }
-            }
-            let p = dir.0.join(format!("m{i}.toml"));
-            std::fs::write(&p, c).map(|()| p)
-        })
-        .collect::<Result<_, _>>()?;
-    let overlays: Vec<Process> = star
-        .hosts
-        .iter()
-        .zip(&confs)
-        .map(|(ns, c)| overlay(ns, c))
-        .collect::<anyhow::Result<_>>()?;
-    let logs = || {
-        overlays
-            .iter()
-            .enumerate()
-            .map(|(i, p)| format!("--- overlay m{i} ---\n{}\n", p.log()))
-            .collect::<String>()
-    };
+    let (_dir, overlays) = two_nodes(
+        &star,
+        &daemons,
+        "m",
+        "max-running = 2\n",
+        &[("chirp", "pathchirp", 2, 12), ("loss", "badabing", 2, 6)],
+    )?;
+    let logs = || logs_of(&overlays, "m");
     // Each link answered at least twice, so the two have taken turns.
     let all = wait_for(Duration::from_secs(150), || {
         let l = links(r, addrs[1]).ok()?;
@@ -643,43 +668,18 @@ fn btc_from_runs_and_from_the_kernel() -> anyhow::Result<()> {
     let (r, addrs) = (&star.router, star.addrs.clone());
     let me = std::env::current_exe()?;
     let daemons = star.daemons(&me, &["mgrpd"], &[])?;
-    let dir = TempDir::new("mgrp-overlay-btc")?;
-    let confs: Vec<PathBuf> = (0..2)
-        .map(|i| {
-            let mut c = format!(
-                "name = \"t{i}\"\nlisten = \"{}:{API_PORT}\"\nsocket = \"{}\"\n[btc]\nkernel-poll = \"1s\"\n",
-                addrs[i],
-                daemons[i].socket.display()
-            );
-            if i == 1 {
-                for (name, method, interval, limit) in [
-                    ("abw", "pathload-fast", 4, 30),
-                    ("shape", "btc", 4, 20),
-                    ("loss", "badabing", 20, 5),
-                ] {
-                    c.push_str(&format!(
-                        "[[link]]\nname = \"{name}\"\nfrom = \"{}\"\nmethod = \"{method}\"\ninterval = \"{interval}s\"\ntime-limit = \"{limit}s\"\nbackoff = \"1s\"\nmax-backoff = \"2s\"\n",
-                        addrs[0]
-                    ));
-                }
-            }
-            let p = dir.0.join(format!("t{i}.toml"));
-            std::fs::write(&p, c).map(|()| p)
-        })
-        .collect::<Result<_, _>>()?;
-    let overlays: Vec<Process> = star
-        .hosts
-        .iter()
-        .zip(&confs)
-        .map(|(ns, c)| overlay(ns, c))
-        .collect::<anyhow::Result<_>>()?;
-    let logs = || {
-        overlays
-            .iter()
-            .enumerate()
-            .map(|(i, p)| format!("--- overlay t{i} ---\n{}\n", p.log()))
-            .collect::<String>()
-    };
+    let (_dir, overlays) = two_nodes(
+        &star,
+        &daemons,
+        "t",
+        "[btc]\nkernel-poll = \"1s\"\n",
+        &[
+            ("abw", "pathload-fast", 4, 30),
+            ("shape", "btc", 4, 20),
+            ("loss", "badabing", 20, 5),
+        ],
+    )?;
+    let logs = || logs_of(&overlays, "t");
     let btc_of = |name: &str| -> Option<Value> {
         let (status, body) = http(r, addrs[1], "GET", &format!("/v1/links/{name}")).ok()?;
         (status == 200).then_some(())?;

@@ -169,6 +169,26 @@ pub struct SenderTraffic {
     pub held_bytes: u64,
 }
 
+/// One question to the sender at `sender`:`port` on a connection of its own: its
+/// answer, an error it sent, or why none came. `what` names the question in errors.
+fn ask(sender: &str, port: u16, request: &Request, what: &str) -> Result<Reply, MeasureError> {
+    let stream =
+        connect(sender, port, "a measurement sender").map_err(MeasureError::Unreachable)?;
+    stream
+        .set_read_timeout(Some(REPLY_SLACK))
+        .map_err(|e| MeasureError::Unreachable(e.to_string()))?;
+    let mut conn = Conn::new(stream)?;
+    conn.send(request)?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Error { message }) => Err(anyhow!("the sender says: {message}").into()),
+        Some(reply) => Ok(reply),
+        None => Err(anyhow!(
+            "the sender closed the connection without an answer to a {what}; is it an older version?"
+        )
+        .into()),
+    }
+}
+
 /// Asks the sender at `sender`:`port` how much application traffic its mgrpd routes to
 /// `address` (this end of the connection if `None`): the traffic that would ride in
 /// probes sent now. Answered even while another receiver measures.
@@ -177,31 +197,20 @@ pub fn sender_traffic(
     port: u16,
     address: Option<IpAddr>,
 ) -> Result<SenderTraffic, MeasureError> {
-    let stream =
-        connect(sender, port, "a measurement sender").map_err(MeasureError::Unreachable)?;
-    stream
-        .set_read_timeout(Some(REPLY_SLACK))
-        .map_err(|e| MeasureError::Unreachable(e.to_string()))?;
-    let mut conn = Conn::new(stream)?;
-    conn.send(&Request::Traffic { address })?;
-    match conn.recv::<Reply>()? {
-        Some(Reply::Traffic {
+    let what = "traffic query";
+    match ask(sender, port, &Request::Traffic { address }, what)? {
+        Reply::Traffic {
             bytes_per_second,
             window_ms,
             held_riders,
             held_bytes,
-        }) => Ok(SenderTraffic {
+        } => Ok(SenderTraffic {
             bytes_per_second,
             window: Duration::from_millis(window_ms),
             held_riders,
             held_bytes,
         }),
-        Some(Reply::Error { message }) => Err(anyhow!("the sender says: {message}").into()),
-        Some(other) => Err(anyhow!("the sender answered {other:?} to a traffic query").into()),
-        None => Err(anyhow!(
-            "the sender closed the connection without an answer; is it an older version?"
-        )
-        .into()),
+        other => Err(anyhow!("the sender answered {other:?} to a {what}").into()),
     }
 }
 
@@ -214,21 +223,10 @@ pub fn sender_tcp(
     port: u16,
     address: Option<IpAddr>,
 ) -> Result<Vec<TcpFlow>, MeasureError> {
-    let stream =
-        connect(sender, port, "a measurement sender").map_err(MeasureError::Unreachable)?;
-    stream
-        .set_read_timeout(Some(REPLY_SLACK))
-        .map_err(|e| MeasureError::Unreachable(e.to_string()))?;
-    let mut conn = Conn::new(stream)?;
-    conn.send(&Request::Tcp { address })?;
-    match conn.recv::<Reply>()? {
-        Some(Reply::Tcp { flows }) => Ok(flows),
-        Some(Reply::Error { message }) => Err(anyhow!("the sender says: {message}").into()),
-        Some(other) => Err(anyhow!("the sender answered {other:?} to a TCP query").into()),
-        None => Err(anyhow!(
-            "the sender closed the connection without an answer; is it an older version?"
-        )
-        .into()),
+    let what = "TCP query";
+    match ask(sender, port, &Request::Tcp { address }, what)? {
+        Reply::Tcp { flows } => Ok(flows),
+        other => Err(anyhow!("the sender answered {other:?} to a {what}").into()),
     }
 }
 

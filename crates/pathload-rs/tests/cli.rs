@@ -210,7 +210,12 @@ fn an_interrupted_run_says_it_has_no_estimate() {
                         ..Default::default()
                     })
                 }
-                Request::Probes(_) | Request::Traffic { .. } | Request::Bye => return,
+                Request::Probes(_)
+                | Request::Traffic { .. }
+                | Request::Tcp { .. }
+                | Request::Bye => {
+                    return;
+                }
             };
             let mut msg = serde_json::to_vec(&reply).unwrap();
             msg.push(b'\n');

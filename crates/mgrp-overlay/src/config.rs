@@ -102,6 +102,8 @@ pub struct Link {
     pub probe_address: Option<IpAddr>,
     /// Whether application traffic may ride in its probes (MGRP).
     pub piggyback: bool,
+    /// Whether it runs even while a passive estimate of its path is fresh.
+    pub active_always: bool,
 }
 
 /// The node's whole configuration. Its `Debug` form leaves the token out.
@@ -131,6 +133,10 @@ pub struct Config {
     pub links: Vec<Link>,
     /// How the transfer-rate (BTC) prediction is made.
     pub btc: BtcSettings,
+    /// Whether estimates from the applications' own TCP flows (the neighbour's
+    /// kernel's view of them) stand in for active runs of bandwidth links while they
+    /// flow (`[passive] enabled`).
+    pub passive: bool,
 }
 
 /// How the transfer-rate prediction per neighbour is made (`[btc]`).
@@ -179,6 +185,14 @@ struct File {
     links: Vec<LinkFile>,
     #[serde(default)]
     btc: BtcFile,
+    #[serde(default)]
+    passive: PassiveFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct PassiveFile {
+    enabled: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -278,6 +292,7 @@ struct LinkFile {
     ride_max_wait: Option<String>,
     piggyback: Option<bool>,
     probe_address: Option<IpAddr>,
+    active_always: Option<bool>,
 }
 
 impl std::fmt::Debug for Config {
@@ -294,6 +309,7 @@ impl std::fmt::Debug for Config {
             .field("serve_piggyback", &self.serve_piggyback)
             .field("links", &self.links)
             .field("btc", &self.btc)
+            .field("passive", &self.passive)
             .finish()
     }
 }
@@ -371,6 +387,14 @@ impl Config {
                 "capping (loss-based senders)"
             }
         ));
+        out.push_str(&format!(
+            "  passive estimates from the applications' TCP flows: {}\n",
+            if self.passive {
+                "stand in for bandwidth links' runs while a network-limited flow runs (links with active-always excepted)"
+            } else {
+                "off ([passive] enabled = false)"
+            }
+        ));
         out.push_str(&format!("links into this node: {}\n", self.links.len()));
         for l in &self.links {
             let t = &l.timing;
@@ -382,7 +406,7 @@ impl Config {
                 )
             });
             out.push_str(&format!(
-                "  {}: from {} port {} over {}, {}, every {} ±{:.0} %, at most {} a run, after failures {} doubling to {}, riders: {}{ride}, probes to port {}{}\n",
+                "  {}: from {} port {} over {}, {}, every {} ±{:.0} %, at most {} a run, after failures {} doubling to {}, riders: {}{ride}, probes to port {}{}{}\n",
                 l.name,
                 l.from,
                 l.port,
@@ -397,6 +421,11 @@ impl Config {
                 l.probe_port,
                 l.probe_address
                     .map_or(String::new(), |a| format!(" at {a}")),
+                if t.passive {
+                    ", passive estimates may stand in"
+                } else {
+                    ""
+                },
             ));
         }
         out
@@ -504,6 +533,7 @@ impl Config {
                 "serve: mgrp-port and udp-port are both {mgrp_port}; each transport needs its own"
             )));
         }
+        let passive = f.passive.enabled.unwrap_or(true);
         let base = f.probe_port_base.unwrap_or(DEFAULT_PROBE_PORT);
         let mut links = Vec::with_capacity(f.links.len());
         let mut names = HashSet::new();
@@ -609,10 +639,17 @@ impl Config {
                     ride_min_bps,
                     ride_max_wait,
                     path,
+                    passive: passive
+                        && !l.active_always.unwrap_or(false)
+                        && matches!(
+                            method,
+                            Method::PathloadFast | Method::PathloadSlow | Method::Pathchirp
+                        ),
                 },
                 probe_port,
                 probe_address: l.probe_address,
                 piggyback: l.piggyback.unwrap_or(true),
+                active_always: l.active_always.unwrap_or(false),
             });
         }
         Ok(Self {
@@ -632,6 +669,7 @@ impl Config {
             serve_piggyback: f.serve.piggyback.unwrap_or(true),
             links,
             btc: f.btc.check()?,
+            passive,
         })
     }
 

@@ -11,6 +11,8 @@
 //! - [`estimate`]: what one run gives.
 //! - [`btc`]: the transfer-rate prediction per neighbour from the runs and the
 //!   neighbour's kernel.
+//! - [`passive`]: estimates from the applications' own TCP flows, which stand in
+//!   for active runs while they flow.
 //! - `store`: each link's history on disk, across restarts.
 //! - [`node`]: the node running — its servers, its scheduler's thread, its
 //!   measurements — and the state the API reads.
@@ -25,6 +27,7 @@ pub mod http;
 pub mod metrics;
 pub mod node;
 pub mod page;
+pub mod passive;
 pub mod schedule;
 pub mod service;
 mod store;

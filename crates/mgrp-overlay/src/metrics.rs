@@ -175,6 +175,18 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
         "btc-rs's squeezed-pair score: above 0, queues form at the narrow link; below 0, at a faster link; 0 undecided",
         score.clone(),
     );
+    let passive = Family::<LinkLabels, Counter>::default();
+    r.register(
+        "mgrp_overlay_passive_estimates",
+        "Passive estimates (from the applications' own TCP flows) recorded in place of the link's due runs",
+        passive.clone(),
+    );
+    let coverage = Family::<LinkLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_passive_coverage_ratio",
+        "Share of the link's due runs a passive estimate stood in for, 0 to 1",
+        coverage.clone(),
+    );
     let node = s.config().name.clone();
     started
         .get_or_create(&NodeLabels { node: node.clone() })
@@ -254,6 +266,10 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
         }
         if let Some(p) = &v.btc.prediction {
             predicted.get_or_create(&by(p.method)).set(p.bps / 8.0);
+        }
+        if let Some(p) = &v.passive {
+            passive.get_or_create(&l).inc_by(p.covered);
+            coverage.get_or_create(&l).set(p.coverage);
         }
         probe.get_or_create(&l).inc_by(v.probe_bytes);
         riding.get_or_create(&l).inc_by(v.riding_probe_bytes);

@@ -26,6 +26,7 @@ use tracing::{debug, info, warn};
 use crate::btc::{Btc, KernelView};
 use crate::config::{Config, Link, Method};
 use crate::estimate::{Estimate, Loss, RunCounts, RunOutcome, Shape, bps};
+use crate::passive::{PASSIVE_TCP, PassiveTcp};
 use crate::schedule::{LinkState, NowRefused, RunEnd, Scheduler};
 use crate::store::{Record, Store};
 
@@ -84,6 +85,26 @@ pub struct LinkView {
     /// What a bulk TCP transfer from the neighbour will get, by every method the
     /// node's measurements of that neighbour allow (shared by its links).
     pub btc: Btc,
+    /// Whether the link runs even while a passive estimate is fresh.
+    pub active_always: bool,
+    /// For a link a passive estimate may stand in for: what the applications' TCP
+    /// flows from the neighbour last said, and how often it stood in.
+    pub passive: Option<PassiveView>,
+}
+
+/// A link's passive side.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PassiveView {
+    /// `passive-tcp`.
+    pub source: &'static str,
+    /// The neighbour's last answer, read; `None` before the first.
+    pub last: Option<PassiveTcp>,
+    /// Seconds since that answer.
+    pub age_s: Option<f64>,
+    /// Due runs a passive estimate stood in for (passive estimates recorded).
+    pub covered: u64,
+    /// Their share of all the link's due runs, 0 to 1.
+    pub coverage: f64,
 }
 
 /// What the event stream carries.
@@ -136,6 +157,10 @@ pub struct Shared {
     records: Mutex<Vec<Record>>,
     /// What each neighbour's kernel last said of its TCP flows here.
     kernel: Mutex<HashMap<IpAddr, KernelView>>,
+    /// What each neighbour's last answer gave for passive estimates.
+    passive: Mutex<HashMap<IpAddr, PassiveTcp>>,
+    /// Each neighbour's last answer that gave an estimate.
+    passive_good: Mutex<HashMap<IpAddr, PassiveTcp>>,
     events: broadcast::Sender<Event>,
     stop: AtomicBool,
     seq: AtomicU64,
@@ -181,8 +206,10 @@ impl Shared {
                 ..
             } => ("backing_off", Some(until), failures, peer_down),
         };
+        let covered = sched.covered(i);
         drop(sched);
         let btc = self.btc_of(link.from);
+        let last_passive = lock(&self.passive).get(&link.from).cloned();
         let records = lock(&self.records);
         let r = &records[i];
         let latest = r
@@ -210,6 +237,18 @@ impl Shared {
             probe_bytes: r.probe_bytes,
             riding_probe_bytes: r.riding_probe_bytes,
             btc,
+            active_always: link.active_always,
+            passive: link.timing.passive.then(|| PassiveView {
+                source: PASSIVE_TCP,
+                age_s: last_passive.as_ref().map(|p| (now_wall - p.at).max(0.0)),
+                last: last_passive,
+                covered: r.passive.max(covered),
+                coverage: {
+                    let c = r.passive.max(covered);
+                    let all = c + r.runs.total();
+                    if all > 0 { c as f64 / all as f64 } else { 0.0 }
+                },
+            }),
         })
     }
 
@@ -286,7 +325,11 @@ impl Shared {
         let saved = {
             let mut records = lock(&self.records);
             let r = &mut records[i];
-            r.runs.add(e.outcome);
+            if e.method == PASSIVE_TCP {
+                r.passive += 1;
+            } else {
+                r.runs.add(e.outcome);
+            }
             r.probe_bytes += e.probe_bytes;
             r.riding_probe_bytes += e.riding_probe_bytes;
             r.last_error.clone_from(&e.error);
@@ -397,6 +440,8 @@ impl Node {
             wake: Condvar::new(),
             records: Mutex::new(records),
             kernel: Mutex::new(HashMap::new()),
+            passive: Mutex::new(HashMap::new()),
+            passive_good: Mutex::new(HashMap::new()),
             events: broadcast::channel(STREAM_BACKLOG).0,
             stop: AtomicBool::new(false),
             seq: AtomicU64::new(last_seq),
@@ -431,7 +476,12 @@ impl Node {
                     .spawn(move || watch_traffic(&s))?,
             );
         }
-        if let Some(every) = shared.config.btc.kernel_poll
+        let every = shared
+            .config
+            .btc
+            .kernel_poll
+            .or(shared.config.passive.then_some(Duration::from_secs(2)));
+        if let Some(every) = every
             && !shared.config.links.is_empty()
         {
             let s = shared.clone();
@@ -508,6 +558,14 @@ fn schedule(s: &Arc<Shared>) {
                 }
             }
         }
+        let covered = sched.take_covered();
+        if !covered.is_empty() {
+            drop(sched);
+            for i in covered {
+                record_passive(s, i);
+            }
+            sched = lock(&s.sched);
+        }
         runs.retain(|t| !t.is_finished());
         let wait = sched
             .poll_timeout()
@@ -567,6 +625,7 @@ fn watch_kernels(s: &Shared, every: Duration) {
         }
     }
     let mut had_rate: HashMap<IpAddr, bool> = HashMap::new();
+    let mut prev: HashMap<IpAddr, (Vec<mgrp_tool::control::TcpFlow>, f64)> = HashMap::new();
     while !s.stopping() {
         for link in &neighbours {
             let view = match mgrp_tool::sender_tcp(&link.from.to_string(), link.port, None) {
@@ -577,6 +636,12 @@ fn watch_kernels(s: &Shared, every: Duration) {
                 },
                 Err(e) => {
                     debug!("{}: no TCP figures from {}: {e}", link.name, link.from);
+                    prev.remove(&link.from);
+                    let p = PassiveTcp {
+                        note: Some(format!("the neighbour could not say: {e}")),
+                        ..crate::passive::estimate(None, &[], unix_now())
+                    };
+                    passive_now(s, link.from, p, every);
                     let mut kernel = lock(&s.kernel);
                     let old = kernel.remove(&link.from);
                     // The last answer stands (and ages) with the error beside it.
@@ -591,6 +656,13 @@ fn watch_kernels(s: &Shared, every: Duration) {
                 }
             };
             let has_rate = view.flows.iter().any(|f| f.sample.network_limited());
+            let p = crate::passive::estimate(
+                prev.get(&link.from).map(|(f, t)| (f.as_slice(), *t)),
+                &view.flows,
+                view.at,
+            );
+            prev.insert(link.from, (view.flows.clone(), view.at));
+            passive_now(s, link.from, p, every);
             lock(&s.kernel).insert(link.from, view);
             let had = had_rate.insert(link.from, has_rate).unwrap_or(false);
             if has_rate || had {
@@ -602,6 +674,71 @@ fn watch_kernels(s: &Shared, every: Duration) {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// Keeps neighbour `from`'s answer and tells the scheduler whether a passive
+/// estimate may stand in for its links' runs: while its last estimate is at most
+/// three polls (`every`) old, so that one answer caught between two bursts of a flow
+/// does not start a run.
+fn passive_now(s: &Shared, from: IpAddr, p: PassiveTcp, every: Duration) {
+    let good = {
+        let mut g = lock(&s.passive_good);
+        if p.bps.is_some() {
+            g.insert(from, p.clone());
+        }
+        g.get(&from).map(|q| q.at)
+    };
+    let fresh = s.config.passive && good.is_some_and(|at| p.at - at <= 3.0 * every.as_secs_f64());
+    if let Some(bps) = p.bps {
+        debug!(
+            "{from}: passive estimate {:.2} Mbit/s from {} network-limited TCP flow(s)",
+            bps / 1e6,
+            p.network_limited
+        );
+    }
+    lock(&s.passive).insert(from, p);
+    let mut sched = lock(&s.sched);
+    for (i, l) in s.config.links.iter().enumerate() {
+        if l.from == from {
+            sched.handle_passive(i, fresh);
+        }
+    }
+    drop(sched);
+    if fresh {
+        s.wake.notify_all();
+    }
+}
+
+/// Records, for link `i` whose due run it stands in for, its neighbour's passive
+/// estimate.
+fn record_passive(s: &Shared, i: usize) {
+    let link = &s.config.links[i];
+    let Some(p) = lock(&s.passive_good).get(&link.from).cloned() else {
+        return;
+    };
+    let Some(bps) = p.bps else { return };
+    let mut e = Estimate::empty(
+        &link.name,
+        &link.transport.to_string(),
+        PASSIVE_TCP,
+        s.seq.fetch_add(1, Ordering::Relaxed) + 1,
+        p.at,
+        p.at,
+    );
+    e.outcome = RunOutcome::Estimate;
+    e.converged = true;
+    e.low_bps = Some(bps);
+    e.high_bps = Some(bps);
+    e.unadjusted_low_bps = Some(bps);
+    e.unadjusted_high_bps = Some(bps);
+    e.streams = u32::try_from(p.network_limited).unwrap_or(u32::MAX);
+    info!(
+        "{}: {:.2} Mbit/s from the applications' {} network-limited TCP flow(s) ({PASSIVE_TCP}); the run is skipped",
+        link.name,
+        bps / 1e6,
+        p.network_limited
+    );
+    s.record(i, e);
 }
 
 /// Where a link's neighbour serves measurements, as a session needs it.

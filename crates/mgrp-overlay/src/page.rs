@@ -232,6 +232,9 @@ function describe(link) {
       : "no squeezed pairs: " + (sh.pairs_skipped || "not sent"))
       + "; round trip " + (1000 * sh.rtt_s).toFixed(1) + " ms", age];
   }
+  if (e.method === "passive-tcp") {
+    return [rate(e.low_bps) + " (passive: the applications' own TCP flows, " + e.streams + " network-limited)", age];
+  }
   if (e.lower_bound) return ["at least " + rate(e.low_bps) + " (above the highest rate the neighbour sends)", age];
   if (e.low_bps === e.high_bps) return [rate(e.low_bps), age];
   return [rate(e.low_bps) + " – " + rate(e.high_bps), age];
@@ -282,6 +285,11 @@ function stateLine(link) {
       break;
     default: s = link.state;
   }
+  const p = link.passive;
+  if (p && p.covered > 0) {
+    s += "; passive estimates stood in for " + p.covered + " due runs (" + Math.round(100 * p.coverage) + " %)";
+  }
+  if (p && p.last && p.last.note && link.state !== "running") s += "; no passive estimate: " + p.last.note;
   return s;
 }
 

@@ -10,6 +10,11 @@
 //! now" puts a link first in line. A link may also be set to wait for application
 //! traffic to ride (`ride_min_bps`): when it falls due it waits, up to `ride_max_wait`,
 //! until the sending side reports that much traffic queued for it, then runs anyway.
+//! A link that may be covered passively (`passive`) skips a due run while the
+//! driver says a passive estimate of its path is fresh ([`Scheduler::handle_passive`]):
+//! the driver records that estimate instead ([`Scheduler::take_covered`]) and the
+//! link waits another interval, so when the traffic stops an active run comes within
+//! one interval.
 //!
 //! The driver asks [`Scheduler::poll_start`] which link to start, tells it how each
 //! run ended ([`Scheduler::handle_done`]) and sleeps until [`Scheduler::poll_timeout`].
@@ -41,6 +46,8 @@ pub struct Timing {
     /// The path it measures: links with the same path (the same neighbour, by
     /// different methods) never run at once.
     pub path: usize,
+    /// Whether a fresh passive estimate of its path may stand in for a due run.
+    pub passive: bool,
 }
 
 impl Default for Timing {
@@ -53,6 +60,7 @@ impl Default for Timing {
             max_backoff: Duration::from_secs(300),
             ride_min_bps: None,
             ride_max_wait: None,
+            passive: false,
         }
     }
 }
@@ -127,6 +135,10 @@ struct Link {
     /// Application traffic queued for it on the sending side, as last reported.
     traffic_bps: u64,
     failures: u32,
+    /// Whether a passive estimate of its path is fresh, as last reported.
+    passive_fresh: bool,
+    /// Due runs a passive estimate stood in for.
+    covered: u64,
 }
 
 /// The scheduler of one node's links.
@@ -135,6 +147,8 @@ pub struct Scheduler {
     links: Vec<Link>,
     max_running: usize,
     rng: u64,
+    /// Links whose due run a passive estimate stood in for, not yet taken.
+    covered: Vec<LinkIndex>,
 }
 
 impl Scheduler {
@@ -152,6 +166,7 @@ impl Scheduler {
             links: Vec::with_capacity(timings.len()),
             max_running: max_running.max(1),
             rng: seed | 1,
+            covered: Vec::new(),
         };
         for timing in timings {
             let first = s.uniform(first_within);
@@ -163,6 +178,8 @@ impl Scheduler {
                 urgent: false,
                 traffic_bps: 0,
                 failures: 0,
+                passive_fresh: false,
+                covered: 0,
             });
         }
         s
@@ -306,6 +323,24 @@ impl Scheduler {
         }
     }
 
+    /// Whether a passive estimate of link `i`'s path is fresh now.
+    pub fn handle_passive(&mut self, i: LinkIndex, fresh: bool) {
+        if let Some(link) = self.links.get_mut(i) {
+            link.passive_fresh = fresh;
+        }
+    }
+
+    /// Links whose due run a passive estimate stood in for since the last call: the
+    /// driver records that estimate for each.
+    pub fn take_covered(&mut self) -> Vec<LinkIndex> {
+        std::mem::take(&mut self.covered)
+    }
+
+    /// Due runs of link `i` a passive estimate stood in for.
+    pub fn covered(&self, i: LinkIndex) -> u64 {
+        self.links.get(i).map_or(0, |l| l.covered)
+    }
+
     /// When something next falls due (a wait, a back-off, a traffic wait that ends);
     /// `None` when nothing waits on time.
     pub fn poll_timeout(&self) -> Option<MonoTime> {
@@ -320,8 +355,26 @@ impl Scheduler {
             .min()
     }
 
-    /// Moves links whose time has come to `Ready` (or to waiting for traffic).
+    /// Moves links whose time has come to `Ready` (or to waiting for traffic), or
+    /// lets a fresh passive estimate stand in for the run.
     fn advance(&mut self, now: MonoTime) {
+        for i in 0..self.links.len() {
+            let l = &self.links[i];
+            let covered = l.timing.passive
+                && l.passive_fresh
+                && !l.urgent
+                && matches!(l.state, LinkState::Waiting { due } if due <= now);
+            if covered {
+                let (interval, jitter) = (l.timing.interval, l.timing.jitter);
+                let wait = self.jittered(interval, jitter);
+                let link = &mut self.links[i];
+                link.covered += 1;
+                link.state = LinkState::Waiting {
+                    due: now.saturating_add(wait),
+                };
+                self.covered.push(i);
+            }
+        }
         for link in &mut self.links {
             let rides = link
                 .timing
@@ -394,6 +447,7 @@ mod tests {
             ride_min_bps: None,
             ride_max_wait: None,
             path: 0,
+            passive: false,
         }
     }
 
@@ -504,6 +558,38 @@ mod tests {
         assert_eq!(sch.poll_start(s(3)), Some(2));
         sch.handle_done(2, s(4), &RunEnd::Estimate);
         assert_eq!(sch.poll_start(s(4)), Some(other));
+    }
+
+    #[test]
+    fn a_fresh_passive_estimate_stands_in_for_due_runs_until_it_goes_stale() {
+        let passive = Timing {
+            passive: true,
+            ..timing(10)
+        };
+        let other = Timing {
+            path: 1,
+            ..timing(10)
+        };
+        let mut sch = Scheduler::new(vec![passive, other], 2, s(0), Duration::ZERO, 5);
+        sch.handle_passive(0, true);
+        sch.handle_passive(1, true);
+        // Link 0 is covered and waits an interval; link 1 may not be, and runs.
+        assert_eq!(sch.poll_start(s(0)), Some(1));
+        assert_eq!(sch.poll_start(s(0)), None);
+        assert_eq!(sch.take_covered(), [0]);
+        assert_eq!(sch.take_covered(), Vec::<usize>::new());
+        assert_eq!(sch.state(0), Some(&LinkState::Waiting { due: s(10) }));
+        assert_eq!(sch.poll_start(s(10)), None);
+        assert_eq!((sch.take_covered(), sch.covered(0)), (vec![0], 2));
+        // "Measure now" runs it whatever the passive estimate says.
+        sch.measure_now(0, s(12)).unwrap();
+        assert_eq!(sch.poll_start(s(12)), Some(0));
+        sch.handle_done(0, s(13), &RunEnd::Estimate);
+        // The traffic stops: the next due run is active, within one interval.
+        sch.handle_passive(0, false);
+        assert_eq!(sch.poll_start(s(23)), Some(0));
+        assert!(sch.take_covered().is_empty());
+        assert_eq!(sch.covered(0), 2);
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub(crate) struct Record {
     pub(crate) riding_probe_bytes: u64,
     /// Why the last run failed, if it did.
     pub(crate) last_error: Option<String>,
+    /// Passive estimates recorded in place of due runs.
+    #[serde(default)]
+    pub(crate) passive: u64,
 }
 
 #[derive(Serialize, Deserialize)]

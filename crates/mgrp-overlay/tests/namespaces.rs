@@ -10,7 +10,8 @@
 //! measures with it riding; killing node 0's overlay shows on node 1's links from it
 //! as a neighbour down with back-off, until it is back. A second test measures one
 //! path by pathChirp and by badabing; a third serves a transfer-rate prediction from
-//! pathload, btc and badabing runs, then from the kernel of a bulk flow's sender.
+//! pathload, btc and badabing runs, then from the kernel of a bulk flow's sender; a
+//! fourth lets a bulk flow's passive estimates stand in for a link's runs.
 //!
 //! Own `main` (no libtest harness): the daemons and overlays are this binary,
 //! started as `namespaces mgrpd ...` and `namespaces overlay ...`, so they are never
@@ -801,6 +802,119 @@ fn btc_from_runs_and_from_the_kernel() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// p1 measures the path from p0 (10 Mbit/s into p1) by pathload every 3 s. While a
+/// bulk TCP flow from p0 runs, passive estimates from it stand in for the runs and
+/// lie near the path's rate; when it stops, active runs come back; a slow writer
+/// (application-limited) gives no passive estimate, and the link says why.
+fn passive_when_traffic_runs() -> anyhow::Result<()> {
+    let star = Star::new(&[
+        Some(("10mbit".to_string(), "1540".to_string())),
+        Some(("10mbit".to_string(), "1540".to_string())),
+    ])?;
+    let (r, addrs) = (&star.router, star.addrs.clone());
+    let me = std::env::current_exe()?;
+    let daemons = star.daemons(&me, &["mgrpd"], &[])?;
+    let (_dir, overlays) = two_nodes(
+        &star,
+        &daemons,
+        "p",
+        "[btc]\nkernel-poll = \"1s\"\n",
+        &[("abw", "pathload-fast", 3, 20)],
+    )?;
+    let logs = || logs_of(&overlays, "p");
+    let link = || -> Option<Value> {
+        let (status, body) = http(r, addrs[1], "GET", "/v1/links/abw").ok()?;
+        (status == 200).then_some(())?;
+        serde_json::from_str(&body).ok()
+    };
+    let runs = |l: &Value| l["runs"]["estimate"].as_u64().unwrap_or(0);
+    let active = wait_for(Duration::from_secs(60), || link().filter(|l| runs(l) >= 1));
+    let Some(active) = active else {
+        bail!(
+            "p1: no active estimate within 60 s: {:#?}\n{}",
+            link(),
+            logs()
+        );
+    };
+    ensure!(
+        active["passive"]["covered"] == 0 && active["latest"]["method"] == "pathload-fast",
+        "{active}"
+    );
+    // A bulk flow from p0: passive estimates take over.
+    let flow = mgrp_testbed::traffic::tcp_bulk(
+        &star.hosts[0],
+        &star.hosts[1],
+        addrs[1].into(),
+        5302,
+        "cubic",
+    )?;
+    let passive = wait_for(Duration::from_secs(40), || {
+        link().filter(|l| l["latest"]["method"] == "passive-tcp")
+    });
+    let Some(passive) = passive else {
+        bail!(
+            "p1: no passive estimate within 40 s of a bulk flow: {:#?}\n{}",
+            link(),
+            logs()
+        );
+    };
+    eprintln!("    p1 passive: {}", passive["latest"]);
+    let bps = passive["latest"]["low_bps"].as_f64().unwrap_or(0.0) / 1e6;
+    ensure!(
+        (6.0..=10.5).contains(&bps),
+        "passive {bps} Mbit/s: {passive}"
+    );
+    // A run that had started when the flow began may still end; after it none.
+    std::thread::sleep(Duration::from_secs(20));
+    let before = link().context("no link")?;
+    std::thread::sleep(Duration::from_secs(12));
+    let after = link().context("no link")?;
+    ensure!(
+        runs(&after) + after["runs"]["cross_traffic"].as_u64().unwrap_or(0)
+            == runs(&before) + before["runs"]["cross_traffic"].as_u64().unwrap_or(0)
+            && after["passive"]["covered"].as_u64() > before["passive"]["covered"].as_u64(),
+        "active runs went on while the flow ran:\nbefore {before}\nafter {after}\n{}",
+        logs()
+    );
+    // The flow gone, active runs resume within an interval (and a run's time).
+    drop(flow);
+    let resumed = wait_for(Duration::from_secs(40), || {
+        link().filter(|l| runs(l) > runs(&after) && l["latest"]["method"] == "pathload-fast")
+    });
+    ensure!(
+        resumed.is_some(),
+        "no active run within 40 s of the flow's end: {:#?}\n{}",
+        link(),
+        logs()
+    );
+    // A slow writer is application-limited: no passive estimate, and why.
+    let slow = mgrp_testbed::traffic::tcp_source(
+        &star.hosts[0],
+        &star.hosts[1],
+        addrs[1].into(),
+        5303,
+        Some(1.0),
+    )?;
+    let why = wait_for(Duration::from_secs(20), || {
+        let l = link()?;
+        let note = l["passive"]["last"]["note"].as_str()?.to_string();
+        (note.contains("application") && l["passive"]["last"]["flows"].as_u64() >= Some(1))
+            .then_some((l, note))
+    });
+    let Some((l, note)) = why else {
+        bail!(
+            "p1: a slow writer's flow was not named application-limited: {:#?}",
+            link()
+        );
+    };
+    eprintln!("    p1 with a slow writer: {note}");
+    ensure!(l["latest"]["method"] == "pathload-fast", "{l}");
+    drop(slow);
+    drop(overlays);
+    drop(daemons);
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some(code) = embed::embedded(&args) {
@@ -813,5 +927,6 @@ fn main() -> ExitCode {
             "btc_from_runs_and_from_the_kernel",
             btc_from_runs_and_from_the_kernel,
         ),
+        ("passive_when_traffic_runs", passive_when_traffic_runs),
     ])
 }

@@ -37,6 +37,7 @@ fn timing(i: usize) -> Timing {
         ride_min_bps: (i % 3 == 2).then_some(1_000_000),
         ride_max_wait: (i % 6 == 5).then_some(Duration::from_secs(3)),
         path: i % 4,
+        passive: false,
     }
 }
 

@@ -256,8 +256,10 @@ fn overlay_configs(mode: Mode, m3_socket: &Path, m5_socket: &Path) -> (String, S
         "name = \"m3\"\nlisten = \"127.0.0.1:{OVERLAY_HTTP}\"\nsocket = \"{}\"\n\n[serve]\ntransports = [\"mgrp\"]\nmgrp-port = {OVERLAY_MGRP_PORT}\npiggyback = {piggyback}\n",
         m3_socket.display()
     );
+    // The paper's overlay probed whatever flowed: no passive estimates, no kernel
+    // queries.
     let m5 = format!(
-        "name = \"m5\"\nlisten = \"127.0.0.1:{OVERLAY_HTTP}\"\nsocket = \"{}\"\n\n[serve]\ntransports = [\"mgrp\"]\nmgrp-port = {OVERLAY_MGRP_PORT}\n\n[[link]]\nname = \"{LINK}\"\nfrom = \"{M3}\"\nport = {OVERLAY_MGRP_PORT}\ntransport = \"mgrp\"\nmethod = \"{method}\"\ninterval = \"1s\"\njitter = 0\ntime-limit = \"60s\"\nbackoff = \"1s\"\nmax-backoff = \"5s\"\npiggyback = {piggyback}\n",
+        "name = \"m5\"\nlisten = \"127.0.0.1:{OVERLAY_HTTP}\"\nsocket = \"{}\"\n\n[passive]\nenabled = false\n\n[btc]\nkernel-poll = \"0s\"\n\n[serve]\ntransports = [\"mgrp\"]\nmgrp-port = {OVERLAY_MGRP_PORT}\n\n[[link]]\nname = \"{LINK}\"\nfrom = \"{M3}\"\nport = {OVERLAY_MGRP_PORT}\ntransport = \"mgrp\"\nmethod = \"{method}\"\ninterval = \"1s\"\njitter = 0\ntime-limit = \"60s\"\nbackoff = \"1s\"\nmax-backoff = \"5s\"\npiggyback = {piggyback}\n",
         m5_socket.display()
     );
     (m3, m5)

@@ -702,8 +702,11 @@ fn analyse(out: &Path) -> anyhow::Result<()> {
         cdfs.push((cc.to_string(), lines));
     }
     for (cc, lines) in &cdfs {
+        // combined+kernel is the kernel's line wherever the kernel reported, which is
+        // every transfer here: drawn once.
         let clipped: Vec<(String, Vec<f64>)> = lines
             .iter()
+            .filter(|(n, _)| n != "combined+kernel")
             .map(|(n, v)| (n.clone(), v.iter().map(|x| x.min(4.0)).collect()))
             .collect();
         mgrp_experiments::plot::cdf(

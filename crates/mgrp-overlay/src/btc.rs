@@ -388,7 +388,6 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::estimate::{Loss, RunOutcome, Shape};
-    use mgrp_tool::tcpinfo::TcpSample;
 
     fn config() -> Config {
         Config::from_toml(
@@ -415,24 +414,7 @@ mod tests {
     }
 
     fn flow(bps: f64, app_limited: bool) -> TcpFlow {
-        TcpFlow {
-            local: "10.0.0.1:5001".parse().unwrap(),
-            remote: "10.0.0.2:40000".parse().unwrap(),
-            congestion: Some("cubic".into()),
-            sample: TcpSample {
-                delivery_bps: Some(bps),
-                app_limited,
-                rtt_s: 0.05,
-                min_rtt_s: Some(0.04),
-                total_retrans: 0,
-                snd_mss: 1448,
-                cwnd: 10,
-                bytes_acked: Some(1_000_000),
-                busy_s: Some(1.0),
-                rwnd_limited_s: Some(0.0),
-                sndbuf_limited_s: Some(0.0),
-            },
-        }
+        crate::passive::tests::flow(40000, bps, 1_000_000, app_limited, 0.0)
     }
 
     #[test]

@@ -206,7 +206,6 @@ impl Shared {
                 ..
             } => ("backing_off", Some(until), failures, peer_down),
         };
-        let covered = sched.covered(i);
         drop(sched);
         let btc = self.btc_of(link.from);
         let last_passive = lock(&self.passive).get(&link.from).cloned();
@@ -242,12 +241,8 @@ impl Shared {
                 source: PASSIVE_TCP,
                 age_s: last_passive.as_ref().map(|p| (now_wall - p.at).max(0.0)),
                 last: last_passive,
-                covered: r.passive.max(covered),
-                coverage: {
-                    let c = r.passive.max(covered);
-                    let all = c + r.runs.total();
-                    if all > 0 { c as f64 / all as f64 } else { 0.0 }
-                },
+                covered: r.passive,
+                coverage: share(r.passive, r.passive + r.runs.total()),
             }),
         })
     }
@@ -904,9 +899,9 @@ fn conclude(mut e: Estimate, outcome: RunOutcome) -> (Estimate, RunEnd) {
     (e, end)
 }
 
-fn share(riding: u64, probe: u64) -> f64 {
-    if probe > 0 {
-        riding as f64 / probe as f64
+fn share(part: u64, whole: u64) -> f64 {
+    if whole > 0 {
+        part as f64 / whole as f64
     } else {
         0.0
     }

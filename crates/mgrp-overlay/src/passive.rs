@@ -101,11 +101,14 @@ pub fn estimate(prev: Option<(&[TcpFlow], f64)>, flows: &[TcpFlow], at: f64) -> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use mgrp_tool::tcpinfo::TcpSample;
 
-    fn flow(port: u16, bps: f64, acked: u64, app_limited: bool, rwnd_s: f64) -> TcpFlow {
+    /// A flow to port `port` of 10.0.0.2 whose latest sample says `bps`, with
+    /// `acked` bytes acknowledged and `rwnd_s` of its 10 busy seconds limited by the
+    /// receiver's window.
+    pub(crate) fn flow(port: u16, bps: f64, acked: u64, app_limited: bool, rwnd_s: f64) -> TcpFlow {
         TcpFlow {
             local: "10.0.0.1:5001".parse().unwrap(),
             remote: format!("10.0.0.2:{port}").parse().unwrap(),

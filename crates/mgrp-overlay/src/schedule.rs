@@ -137,8 +137,6 @@ struct Link {
     failures: u32,
     /// Whether a passive estimate of its path is fresh, as last reported.
     passive_fresh: bool,
-    /// Due runs a passive estimate stood in for.
-    covered: u64,
 }
 
 /// The scheduler of one node's links.
@@ -179,7 +177,6 @@ impl Scheduler {
                 traffic_bps: 0,
                 failures: 0,
                 passive_fresh: false,
-                covered: 0,
             });
         }
         s
@@ -336,11 +333,6 @@ impl Scheduler {
         std::mem::take(&mut self.covered)
     }
 
-    /// Due runs of link `i` a passive estimate stood in for.
-    pub fn covered(&self, i: LinkIndex) -> u64 {
-        self.links.get(i).map_or(0, |l| l.covered)
-    }
-
     /// When something next falls due (a wait, a back-off, a traffic wait that ends);
     /// `None` when nothing waits on time.
     pub fn poll_timeout(&self) -> Option<MonoTime> {
@@ -367,9 +359,7 @@ impl Scheduler {
             if covered {
                 let (interval, jitter) = (l.timing.interval, l.timing.jitter);
                 let wait = self.jittered(interval, jitter);
-                let link = &mut self.links[i];
-                link.covered += 1;
-                link.state = LinkState::Waiting {
+                self.links[i].state = LinkState::Waiting {
                     due: now.saturating_add(wait),
                 };
                 self.covered.push(i);
@@ -580,7 +570,7 @@ mod tests {
         assert_eq!(sch.take_covered(), Vec::<usize>::new());
         assert_eq!(sch.state(0), Some(&LinkState::Waiting { due: s(10) }));
         assert_eq!(sch.poll_start(s(10)), None);
-        assert_eq!((sch.take_covered(), sch.covered(0)), (vec![0], 2));
+        assert_eq!(sch.take_covered(), [0]);
         // "Measure now" runs it whatever the passive estimate says.
         sch.measure_now(0, s(12)).unwrap();
         assert_eq!(sch.poll_start(s(12)), Some(0));
@@ -589,7 +579,6 @@ mod tests {
         sch.handle_passive(0, false);
         assert_eq!(sch.poll_start(s(23)), Some(0));
         assert!(sch.take_covered().is_empty());
-        assert_eq!(sch.covered(0), 2);
     }
 
     #[test]

@@ -507,6 +507,16 @@ fn check() -> anyhow::Result<()> {
 /// (pathChirp's estimate within a wide band of the truth; badabing's loss episodes on
 /// a quiet path: none), `/metrics` serves each in base units with its method label,
 /// and the two never ran at once (one measurement per path).
+/// Two hosts around the router, each with a 10 Mbit/s downlink and an mgrpd.
+fn two_hosts_at_10mbit() -> anyhow::Result<(Star, Vec<mgrp_testbed::Daemon>)> {
+    let star = Star::new(&[
+        Some(("10mbit".to_string(), "1540".to_string())),
+        Some(("10mbit".to_string(), "1540".to_string())),
+    ])?;
+    let daemons = star.daemons(&std::env::current_exe()?, &["mgrpd"], &[])?;
+    Ok((star, daemons))
+}
+
 /// Two overlay nodes on `star`'s first two hosts, each beside its mgrpd: node 1
 /// measures node 0 by `links` (name, method, interval and time limit in seconds);
 /// `extra` is added to both configurations. Returns the configurations' directory
@@ -558,13 +568,8 @@ fn logs_of(overlays: &[Process], tag: &str) -> String {
 }
 
 fn two_methods_on_one_path() -> anyhow::Result<()> {
-    let star = Star::new(&[
-        Some(("10mbit".to_string(), "1540".to_string())),
-        Some(("10mbit".to_string(), "1540".to_string())),
-    ])?;
+    let (star, daemons) = two_hosts_at_10mbit()?;
     let (r, addrs) = (&star.router, star.addrs.clone());
-    let me = std::env::current_exe()?;
-    let daemons = star.daemons(&me, &["mgrpd"], &[])?;
     let (_dir, overlays) = two_nodes(
         &star,
         &daemons,
@@ -678,13 +683,8 @@ fn two_methods_on_one_path() -> anyhow::Result<()> {
 /// bandwidth, with its inputs and methods, then, once a bulk TCP flow from m0 runs,
 /// the rate m0's kernel reports for it, and the scaled bandwidth again once it stops.
 fn btc_from_runs_and_from_the_kernel() -> anyhow::Result<()> {
-    let star = Star::new(&[
-        Some(("10mbit".to_string(), "1540".to_string())),
-        Some(("10mbit".to_string(), "1540".to_string())),
-    ])?;
+    let (star, daemons) = two_hosts_at_10mbit()?;
     let (r, addrs) = (&star.router, star.addrs.clone());
-    let me = std::env::current_exe()?;
-    let daemons = star.daemons(&me, &["mgrpd"], &[])?;
     let (_dir, overlays) = two_nodes(
         &star,
         &daemons,
@@ -823,13 +823,8 @@ fn btc_from_runs_and_from_the_kernel() -> anyhow::Result<()> {
 /// lie near the path's rate; when it stops, active runs come back; a slow writer
 /// (application-limited) gives no passive estimate, and the link says why.
 fn passive_when_traffic_runs() -> anyhow::Result<()> {
-    let star = Star::new(&[
-        Some(("10mbit".to_string(), "1540".to_string())),
-        Some(("10mbit".to_string(), "1540".to_string())),
-    ])?;
+    let (star, daemons) = two_hosts_at_10mbit()?;
     let (r, addrs) = (&star.router, star.addrs.clone());
-    let me = std::env::current_exe()?;
-    let daemons = star.daemons(&me, &["mgrpd"], &[])?;
     let (_dir, overlays) = two_nodes(
         &star,
         &daemons,

@@ -22,6 +22,7 @@
 //! - [`ratelimit`]: token buckets for the probes and bytes users may submit.
 //! - [`traffic`]: how much application traffic goes to each peer, and how fast.
 //! - [`exposition`]: metrics in the format a Prometheus scraper asks for.
+//! - [`segment`]: a captured TCP segment's headers, for passive packet timing.
 //! - [`schedule`]: absolute departure deadlines of a train and the summary of how well
 //!   a sent train kept them.
 //!
@@ -41,6 +42,7 @@ pub mod planner;
 pub mod ratelimit;
 pub mod reassembly;
 pub mod schedule;
+pub mod segment;
 pub mod stats;
 mod time;
 pub mod traffic;

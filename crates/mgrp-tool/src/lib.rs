@@ -19,6 +19,7 @@
 //! - [`cli`], [`exit`], [`sys`]: the flags, exit codes, clocks and interrupt flag
 //!   every tool's command line uses.
 
+pub mod capture;
 pub mod cli;
 pub mod conn;
 pub mod control;

@@ -248,6 +248,19 @@ pub enum Request {
         #[serde(default)]
         address: Option<IpAddr>,
     },
+    /// Asks for the kernel's stamps of the TCP segments the sender sent to `address`
+    /// (the connection's address if `None`) after cursor `after`: the sender starts
+    /// capturing them at the first such request (headers only) and stops when no one
+    /// has asked for [`STAMPS_IDLE_S`] seconds. Answered with [`Reply::Stamps`],
+    /// whatever runs.
+    Stamps {
+        /// The receiver's address as the sender's packets carry it.
+        #[serde(default)]
+        address: Option<IpAddr>,
+        /// The cursor the last answer gave (0 at first).
+        #[serde(default)]
+        after: u64,
+    },
     /// The measurement is over.
     Bye,
 }
@@ -286,12 +299,34 @@ pub enum Reply {
         /// At most [`MAX_TCP_FLOWS`] connections, the busiest first.
         flows: Vec<TcpFlow>,
     },
+    /// Answer to [`Request::Stamps`].
+    Stamps {
+        /// At most [`MAX_STAMPS`] stamps, oldest first (the sender's own control
+        /// connections left out).
+        stamps: Vec<crate::capture::Stamp>,
+        /// The cursor to ask from next.
+        next: u64,
+        /// Stamps that were gone before they were asked for.
+        missed: u64,
+        /// Packets the kernel dropped from the capture since it started.
+        kernel_drops: u64,
+        /// Whether more are waiting past `next`.
+        more: bool,
+    },
     /// The request could not be served; the message says why.
     Error {
         /// What went wrong.
         message: String,
     },
 }
+
+/// Stamps a [`Reply::Stamps`] carries at most (about 80 bytes each as JSON, well
+/// inside [`MAX_CONTROL_LINE`]).
+pub const MAX_STAMPS: usize = 10_000;
+
+/// A sender's capture for a receiver stops when no one asked for its stamps this
+/// long, seconds.
+pub const STAMPS_IDLE_S: u64 = 60;
 
 /// Connections a [`Reply::Tcp`] lists at most.
 pub const MAX_TCP_FLOWS: usize = 64;

@@ -16,6 +16,9 @@
 //!   ([`tcpinfo`] reads it), on [`netlink`], the walk over netlink messages and
 //!   attributes; a sender answers a receiver's question about the TCP flows it
 //!   sends to it ([`sender_tcp`]).
+//! - [`capture`]: the kernel's stamps of the application's own TCP segments to or
+//!   from a peer, headers only; a sender hands a receiver those it sent to it
+//!   ([`sender_stamps`]), for passive packet timing.
 //! - [`cli`], [`exit`], [`sys`]: the flags, exit codes, clocks and interrupt flag
 //!   every tool's command line uses.
 
@@ -35,7 +38,7 @@ pub mod transport;
 pub use control::{Batch, ProbeSpec, Run, SentReport, Tag, Transport};
 pub use server::{BUSY, ServeEvent, ServeOptions, Server, serve_command};
 pub use session::{
-    BatchError, Exchange, MeasureError, SenderTraffic, Session, SessionOptions, sender_tcp,
-    sender_traffic,
+    BatchError, Exchange, MeasureError, SenderStamps, SenderTraffic, Session, SessionOptions,
+    sender_stamps, sender_tcp, sender_traffic,
 };
 pub use transport::{Arrival, Seen};

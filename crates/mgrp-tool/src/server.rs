@@ -3,14 +3,19 @@
 //! neighbours with it); every tool's `snd` runs one through [`serve_command`]. It
 //! knows no tool: one sender serves pathload-rs, pathChirp and badabing receivers.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use std::time::Instant;
 
+use crate::capture::{Capture, Direction};
 use crate::control::{
     Batch, CONTROL_VERSION, DEFAULT_CONTROL_PORT, DEFAULT_SENDER_PROBE_PORT, MAX_PROBE_IP_BYTES,
-    MAX_TCP_FLOWS, MIN_PROBE_IP_BYTES, Reply, Request, TcpFlow, Transport,
+    MAX_STAMPS, MAX_TCP_FLOWS, MIN_PROBE_IP_BYTES, Reply, Request, STAMPS_IDLE_S, TcpFlow,
+    Transport,
 };
 use anyhow::Context;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -93,7 +98,12 @@ pub enum ServeEvent {
 pub struct Server {
     listener: TcpListener,
     opts: ServeOptions,
+    captures: Captures,
 }
+
+/// The captures of segments sent to receivers that asked for stamps, each with when
+/// it was last asked.
+type Captures = Mutex<HashMap<IpAddr, (Capture, Instant)>>;
 
 /// How often a waiting server looks at its stop flag.
 const ACCEPT_POLL: Duration = Duration::from_millis(50);
@@ -123,6 +133,7 @@ impl Server {
         Ok(Self {
             listener: s.into(),
             opts,
+            captures: Mutex::new(HashMap::new()),
         })
     }
 
@@ -177,14 +188,28 @@ impl Server {
                     report(ServeEvent::Refused(peer, message));
                     continue;
                 }
-                let (opts, done_tx, slot, measured) =
-                    (&self.opts, done_tx.clone(), &slot, &measured);
+                let (opts, done_tx, slot, measured, captures) = (
+                    &self.opts,
+                    done_tx.clone(),
+                    &slot,
+                    &measured,
+                    &self.captures,
+                );
                 conns.push(scope.spawn(move || {
                     let mut events = |ev: ServeEvent| {
                         let _ = done_tx.send(ev);
                     };
                     let mut claimed = false;
-                    let done = serve_one(opts, stream, peer, stop, slot, &mut claimed, &mut events);
+                    let done = serve_one(
+                        opts,
+                        captures,
+                        stream,
+                        peer,
+                        stop,
+                        slot,
+                        &mut claimed,
+                        &mut events,
+                    );
                     if claimed {
                         slot.store(false, Ordering::SeqCst);
                         measured.store(true, Ordering::Relaxed);
@@ -229,9 +254,9 @@ fn turn_away(stream: std::net::TcpStream, message: &str) {
 /// Waits for a new connection's first bytes, up to [`FIRST_REQUEST`], looking at
 /// `stop` as it waits; false if they did not come or the sender stops.
 fn first_bytes(stream: &std::net::TcpStream, stop: &AtomicBool) -> std::io::Result<bool> {
-    let until = std::time::Instant::now() + FIRST_REQUEST;
+    let until = Instant::now() + FIRST_REQUEST;
     stream.set_read_timeout(Some(ACCEPT_POLL))?;
-    while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < until {
+    while !stop.load(Ordering::Relaxed) && Instant::now() < until {
         match stream.peek(&mut [0u8; 1]) {
             Ok(n) => return Ok(n > 0),
             Err(e)
@@ -300,6 +325,39 @@ fn tcp(to: IpAddr, control_port: Option<u16>) -> Reply {
     }
 }
 
+/// The kernel's stamps of the segments this host sent to `to` after cursor `after`,
+/// leaving out those from `control_port`; the capture starts at the first request
+/// for `to`, and captures no one asked for in [`STAMPS_IDLE_S`] seconds stop.
+fn stamps(captures: &Captures, to: IpAddr, after: u64, control_port: Option<u16>) -> Reply {
+    let mut caps = captures
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let now = Instant::now();
+    caps.retain(|_, (_, asked)| now.duration_since(*asked).as_secs() < STAMPS_IDLE_S);
+    let cap = match caps.entry(to) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => match Capture::start(to, Direction::To) {
+            Ok(c) => e.insert((c, now)),
+            Err(err) => {
+                return Reply::Error {
+                    message: format!("no packet stamps: {err}"),
+                };
+            }
+        },
+    };
+    cap.1 = now;
+    let mut t = cap.0.since(after, MAX_STAMPS);
+    let more = !cap.0.since(t.next, 1).stamps.is_empty();
+    t.stamps.retain(|s| Some(s.src_port) != control_port);
+    Reply::Stamps {
+        stamps: t.stamps,
+        next: t.next,
+        missed: t.missed,
+        kernel_drops: t.kernel_drops,
+        more,
+    }
+}
+
 /// A tool's `snd` command: serves one measurement, or every one with
 /// `keep_serving`, until SIGINT or SIGTERM, logging to standard error as `name`.
 pub fn serve_command(opts: &ServeOptions, keep_serving: bool, verbose: bool) -> anyhow::Result<()> {
@@ -335,8 +393,10 @@ pub fn serve_command(opts: &ServeOptions, keep_serving: bool, verbose: bool) -> 
 
 /// Serves one connection: a measurement once it has claimed `slot` (then `claimed`
 /// is set; the batches sent are returned), or traffic queries.
+#[allow(clippy::too_many_arguments)]
 fn serve_one(
     opts: &ServeOptions,
+    captures: &Captures,
     stream: std::net::TcpStream,
     peer: SocketAddr,
     stop: &AtomicBool,
@@ -447,6 +507,12 @@ fn serve_one(
                 address.unwrap_or(peer.ip()).to_canonical(),
                 conn.stream().local_addr().ok().map(|a| a.port()),
             ),
+            Request::Stamps { address, after } => stamps(
+                captures,
+                address.unwrap_or(peer.ip()).to_canonical(),
+                after,
+                conn.stream().local_addr().ok().map(|a| a.port()),
+            ),
             Request::Probes(batch) => {
                 batches += 1;
                 send(&mut sender, &batch, max)
@@ -475,5 +541,59 @@ fn send(sender: &mut Option<Sender>, b: &Batch, max_size: u32) -> Reply {
         Err(e) => Reply::Error {
             message: format!("sending failed: {e:#}"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    /// Loopback, as root: the first stamps query starts the sender's capture, the
+    /// next one brings the segments of a flow sent in between, and none of the
+    /// control connections' own.
+    #[test]
+    fn a_stamps_query_brings_what_was_sent_since() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: packet sockets need root");
+            return;
+        }
+        let server = Server::bind(ServeOptions {
+            port: 0,
+            bind: Some("127.0.0.1".parse().unwrap()),
+            ..ServeOptions::new(Transport::Udp)
+        })
+        .unwrap();
+        let control = server.local_addr().unwrap().port();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| server.serve(true, &stop, &mut |_| {}));
+            let first = crate::sender_stamps("127.0.0.1", control, None, 0).unwrap();
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = l.local_addr().unwrap().port();
+            let reader = std::thread::spawn(move || {
+                let (mut s, _) = l.accept().unwrap();
+                std::io::copy(&mut s, &mut std::io::sink()).unwrap()
+            });
+            let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            c.write_all(&vec![1u8; 300_000]).unwrap();
+            drop(c);
+            assert_eq!(reader.join().unwrap(), 300_000);
+            std::thread::sleep(Duration::from_millis(200));
+            let then = crate::sender_stamps("127.0.0.1", control, None, first.next).unwrap();
+            let flow: u64 = then
+                .stamps
+                .iter()
+                .filter(|s| s.dst_port == port)
+                .map(|s| u64::from(s.payload_len))
+                .sum();
+            assert_eq!(flow, 300_000);
+            assert!(then.stamps.iter().all(|s| s.src_port != control));
+            assert_eq!(then.missed, 0);
+            stop.store(true, Ordering::Relaxed);
+        });
     }
 }

@@ -230,6 +230,62 @@ pub fn sender_tcp(
     }
 }
 
+/// What [`sender_stamps`] brings back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SenderStamps {
+    /// The sender's kernel stamps of the segments it sent, oldest first.
+    pub stamps: Vec<crate::capture::Stamp>,
+    /// The cursor to ask from next.
+    pub next: u64,
+    /// Stamps gone before they were asked for.
+    pub missed: u64,
+    /// Packets the sender's kernel dropped from its capture since it started.
+    pub kernel_drops: u64,
+}
+
+/// Asks the sender at `sender`:`port` for its kernel's stamps of the TCP segments it
+/// sent to `address` (this end of the connection if `None`) since cursor `after` (0
+/// at first: the sender then starts capturing, headers only), asking again while it
+/// has more. Answered even while another receiver measures.
+pub fn sender_stamps(
+    sender: &str,
+    port: u16,
+    address: Option<IpAddr>,
+    after: u64,
+) -> Result<SenderStamps, MeasureError> {
+    let what = "stamps query";
+    let mut out = SenderStamps {
+        next: after,
+        ..SenderStamps::default()
+    };
+    // A bounded number of rounds: the sender's ring holds at most 2^16 stamps.
+    for _ in 0..(crate::capture::RING / crate::control::MAX_STAMPS + 2) {
+        let request = Request::Stamps {
+            address,
+            after: out.next,
+        };
+        match ask(sender, port, &request, what)? {
+            Reply::Stamps {
+                stamps,
+                next,
+                missed,
+                kernel_drops,
+                more,
+            } => {
+                out.stamps.extend(stamps);
+                out.next = next;
+                out.missed += missed;
+                out.kernel_drops = kernel_drops;
+                if !more {
+                    break;
+                }
+            }
+            other => return Err(anyhow!("the sender answered {other:?} to a {what}").into()),
+        }
+    }
+    Ok(out)
+}
+
 /// A measurement in progress: the control connection and the probe listener.
 #[derive(Debug)]
 pub struct Session {

@@ -137,6 +137,10 @@ pub struct Config {
     /// kernel's view of them) stand in for active runs of bandwidth links while they
     /// flow (`[passive] enabled`).
     pub passive: bool,
+    /// Whether the applications' segments from each neighbour are stamped at both
+    /// ends for passive dispersion and trend estimates (`[passive] timing`; needs
+    /// CAP_NET_RAW here and at the neighbour).
+    pub passive_timing: bool,
 }
 
 /// How the transfer-rate prediction per neighbour is made (`[btc]`).
@@ -193,6 +197,7 @@ struct File {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct PassiveFile {
     enabled: Option<bool>,
+    timing: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -395,6 +400,14 @@ impl Config {
                 "off ([passive] enabled = false)"
             }
         ));
+        out.push_str(&format!(
+            "  passive packet timing (dispersion, trend): {}\n",
+            if self.passive_timing {
+                "the applications' segments stamped by the kernel at both ends, headers only"
+            } else {
+                "off"
+            }
+        ));
         out.push_str(&format!("links into this node: {}\n", self.links.len()));
         for l in &self.links {
             let t = &l.timing;
@@ -534,6 +547,7 @@ impl Config {
             )));
         }
         let passive = f.passive.enabled.unwrap_or(true);
+        let passive_timing = passive && f.passive.timing.unwrap_or(true);
         let base = f.probe_port_base.unwrap_or(DEFAULT_PROBE_PORT);
         let mut links = Vec::with_capacity(f.links.len());
         let mut names = HashSet::new();
@@ -670,6 +684,7 @@ impl Config {
             links,
             btc: f.btc.check()?,
             passive,
+            passive_timing,
         })
     }
 

@@ -208,6 +208,9 @@ fn events(
                             .id(e.seq.to_string())
                             .json_data(&e)
                             .ok()?,
+                        crate::node::Event::Passive(p) => {
+                            Event::default().event("passive").json_data(&p).ok()?
+                        }
                         crate::node::Event::Btc(b) => {
                             Event::default().event("btc").json_data(&b).ok()?
                         }

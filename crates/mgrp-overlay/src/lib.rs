@@ -30,5 +30,5 @@ pub mod page;
 pub mod passive;
 pub mod schedule;
 pub mod service;
-pub mod timing;
 mod store;
+pub mod timing;

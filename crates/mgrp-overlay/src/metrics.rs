@@ -55,6 +55,13 @@ struct OutcomeLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    node: String,
+    link: String,
+    source: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BtcLabels {
     node: String,
     link: String,
@@ -187,6 +194,18 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
         "Share of the link's due runs a passive estimate stood in for, 0 to 1",
         coverage.clone(),
     );
+    let passive_rate = Family::<SourceLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_passive_bytes_per_second",
+        "The latest passive estimate of the path from the link's neighbour, by source: passive-tcp (its network-limited TCP flows' rate, from its kernel), passive-dispersion (back-to-back segments the path spread out: a bound from above), passive-trend (the rate separating steady streams with rising one-way delays from the others)",
+        passive_rate.clone(),
+    );
+    let passive_age = Family::<SourceLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_passive_age_seconds",
+        "Seconds since the neighbour's answer (passive-tcp) or the window (timing sources) the passive estimate comes from",
+        passive_age.clone(),
+    );
     let node = s.config().name.clone();
     started
         .get_or_create(&NodeLabels { node: node.clone() })
@@ -270,6 +289,30 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
         if let Some(p) = &v.passive {
             passive.get_or_create(&l).inc_by(p.covered);
             coverage.get_or_create(&l).set(p.coverage);
+            let by = |source| SourceLabels {
+                node: node.clone(),
+                link: v.name.clone(),
+                source,
+            };
+            let tcp = p.last.as_ref().and_then(|t| t.bps);
+            let (dispersion, trend) = p
+                .timing
+                .as_ref()
+                .map_or((None, None), |t| (t.dispersion_bps, t.trend_bps));
+            for (source, bps, age) in [
+                (crate::passive::PASSIVE_TCP, tcp, p.age_s),
+                (
+                    crate::timing::PASSIVE_DISPERSION,
+                    dispersion,
+                    p.timing_age_s,
+                ),
+                (crate::timing::PASSIVE_TREND, trend, p.timing_age_s),
+            ] {
+                if let (Some(bps), Some(age)) = (bps, age) {
+                    passive_rate.get_or_create(&by(source)).set(bps / 8.0);
+                    passive_age.get_or_create(&by(source)).set(age);
+                }
+            }
         }
         probe.get_or_create(&l).inc_by(v.probe_bytes);
         riding.get_or_create(&l).inc_by(v.riding_probe_bytes);

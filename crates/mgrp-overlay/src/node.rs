@@ -29,6 +29,7 @@ use crate::estimate::{Estimate, Loss, RunCounts, RunOutcome, Shape, bps};
 use crate::passive::{PASSIVE_TCP, PassiveTcp};
 use crate::schedule::{LinkState, NowRefused, RunEnd, Scheduler};
 use crate::store::{Record, Store};
+use crate::timing::PassiveTiming;
 
 /// New estimates a slow subscriber may fall behind by before it misses some.
 const STREAM_BACKLOG: usize = 1024;
@@ -101,6 +102,12 @@ pub struct PassiveView {
     pub last: Option<PassiveTcp>,
     /// Seconds since that answer.
     pub age_s: Option<f64>,
+    /// What the timing of the applications' segments from the neighbour gave over
+    /// the last window (`passive-dispersion`, `passive-trend`); `None` when timing is
+    /// off or before the first window.
+    pub timing: Option<PassiveTiming>,
+    /// Seconds since that window ended.
+    pub timing_age_s: Option<f64>,
     /// Due runs a passive estimate stood in for (passive estimates recorded).
     pub covered: u64,
     /// Their share of all the link's due runs, 0 to 1.
@@ -115,6 +122,19 @@ pub enum Event {
     /// A neighbour's transfer-rate prediction changed: after a run of one of its
     /// links, or when its kernel reported on its TCP flows here.
     Btc(BtcEvent),
+    /// What the applications' traffic from a neighbour said at a poll.
+    Passive(PassiveEvent),
+}
+
+/// A neighbour's passive estimates at a poll, for each of its links.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PassiveEvent {
+    /// The links from that neighbour.
+    pub links: Vec<String>,
+    /// `passive-tcp`: its kernel's view of its TCP flows here.
+    pub tcp: Option<PassiveTcp>,
+    /// `passive-dispersion` and `passive-trend`: the timing of their segments.
+    pub timing: Option<PassiveTiming>,
 }
 
 /// A neighbour's prediction, for each of its links.
@@ -133,6 +153,7 @@ impl Event {
         match self {
             Self::Estimate(e) => e.link == name,
             Self::Btc(b) => b.links.iter().any(|l| l == name),
+            Self::Passive(p) => p.links.iter().any(|l| l == name),
         }
     }
 }
@@ -161,6 +182,8 @@ pub struct Shared {
     passive: Mutex<HashMap<IpAddr, PassiveTcp>>,
     /// Each neighbour's last answer that gave an estimate.
     passive_good: Mutex<HashMap<IpAddr, PassiveTcp>>,
+    /// What the timing of each neighbour's segments gave over the last window.
+    timing: Mutex<HashMap<IpAddr, PassiveTiming>>,
     events: broadcast::Sender<Event>,
     stop: AtomicBool,
     seq: AtomicU64,
@@ -209,6 +232,7 @@ impl Shared {
         drop(sched);
         let btc = self.btc_of(link.from);
         let last_passive = lock(&self.passive).get(&link.from).cloned();
+        let timing = lock(&self.timing).get(&link.from).cloned();
         let records = lock(&self.records);
         let r = &records[i];
         let latest = r
@@ -241,6 +265,8 @@ impl Shared {
                 source: PASSIVE_TCP,
                 age_s: last_passive.as_ref().map(|p| (now_wall - p.at).max(0.0)),
                 last: last_passive,
+                timing_age_s: timing.as_ref().map(|t| (now_wall - t.at).max(0.0)),
+                timing,
                 covered: r.passive,
                 coverage: share(r.passive, r.passive + r.runs.total()),
             }),
@@ -437,6 +463,7 @@ impl Node {
             kernel: Mutex::new(HashMap::new()),
             passive: Mutex::new(HashMap::new()),
             passive_good: Mutex::new(HashMap::new()),
+            timing: Mutex::new(HashMap::new()),
             events: broadcast::channel(STREAM_BACKLOG).0,
             stop: AtomicBool::new(false),
             seq: AtomicU64::new(last_seq),
@@ -621,6 +648,7 @@ fn watch_kernels(s: &Shared, every: Duration) {
     }
     let mut had_rate: HashMap<IpAddr, bool> = HashMap::new();
     let mut prev: HashMap<IpAddr, (Vec<mgrp_tool::control::TcpFlow>, f64)> = HashMap::new();
+    let mut stamps: HashMap<IpAddr, Stamps> = HashMap::new();
     while !s.stopping() {
         for link in &neighbours {
             let view = match mgrp_tool::sender_tcp(&link.from.to_string(), link.port, None) {
@@ -657,6 +685,27 @@ fn watch_kernels(s: &Shared, every: Duration) {
                 view.at,
             );
             prev.insert(link.from, (view.flows.clone(), view.at));
+            let timing = s.config.passive_timing.then(|| {
+                let st = stamps.entry(link.from).or_default();
+                time_packets(s, link, st, &view.flows, view.at)
+            });
+            if s.config.passive {
+                let links = s
+                    .config
+                    .links
+                    .iter()
+                    .filter(|l| l.from == link.from)
+                    .map(|l| l.name.clone())
+                    .collect();
+                let _ = s.events.send(Event::Passive(PassiveEvent {
+                    links,
+                    tcp: Some(p.clone()),
+                    timing: timing.clone(),
+                }));
+            }
+            if let Some(t) = timing {
+                lock(&s.timing).insert(link.from, t);
+            }
             passive_now(s, link.from, p, every);
             lock(&s.kernel).insert(link.from, view);
             let had = had_rate.insert(link.from, has_rate).unwrap_or(false);
@@ -669,6 +718,101 @@ fn watch_kernels(s: &Shared, every: Duration) {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// The stamps of one neighbour's segments to this node: this node's capture of their
+/// arrival, the neighbour's of their sending, the last [`TIMING_WINDOW_NS`] of each.
+#[derive(Debug, Default)]
+struct Stamps {
+    here: Option<mgrp_tool::capture::Capture>,
+    here_next: u64,
+    there_next: u64,
+    sent: std::collections::VecDeque<mgrp_tool::capture::Stamp>,
+    got: std::collections::VecDeque<mgrp_tool::capture::Stamp>,
+    /// Why this node cannot capture, once said.
+    cannot: Option<String>,
+}
+
+/// The window of stamps each timing estimate is made from, ns.
+const TIMING_WINDOW_NS: i64 = 5_000_000_000;
+
+/// Brings in the stamps since the last poll from both ends and analyses the window.
+fn time_packets(
+    s: &Shared,
+    link: &Link,
+    st: &mut Stamps,
+    flows: &[mgrp_tool::control::TcpFlow],
+    at: f64,
+) -> PassiveTiming {
+    use mgrp_tool::capture::{Capture, Direction, RING};
+    let no = |note: String| PassiveTiming {
+        note: Some(note),
+        ..crate::timing::analyse(&[], &[], &std::collections::HashSet::new(), at)
+    };
+    if let Some(why) = &st.cannot {
+        return no(why.clone());
+    }
+    let here = match &st.here {
+        Some(c) => c,
+        None => match Capture::start(link.from, Direction::From) {
+            Ok(c) => st.here.insert(c),
+            Err(e) => {
+                let why = format!("no packet timing: {e}");
+                warn!("{}: {why}; passive-tcp goes on without it", link.name);
+                st.cannot = Some(why.clone());
+                return no(why);
+            }
+        },
+    };
+    // The neighbour's control connections carry replies, not the applications'.
+    let control: Vec<u16> = s
+        .config
+        .links
+        .iter()
+        .filter(|l| l.from == link.from)
+        .map(|l| l.port)
+        .collect();
+    let taken = here.since(st.here_next, RING);
+    st.here_next = taken.next;
+    st.got.extend(
+        taken
+            .stamps
+            .into_iter()
+            .filter(|x| !control.contains(&x.src_port)),
+    );
+    let mut note = None;
+    match mgrp_tool::sender_stamps(&link.from.to_string(), link.port, None, st.there_next) {
+        Ok(t) => {
+            st.there_next = t.next;
+            st.sent.extend(t.stamps);
+        }
+        Err(e) => {
+            debug!("{}: no stamps from {}: {e}", link.name, link.from);
+            note = Some(format!("the neighbour gave no send stamps: {e}"));
+        }
+    }
+    for q in [&mut st.sent, &mut st.got] {
+        if let Some(last) = q.back().map(|x| x.at_ns) {
+            while q.front().is_some_and(|x| x.at_ns < last - TIMING_WINDOW_NS) {
+                q.pop_front();
+            }
+        }
+        while q.len() > RING {
+            q.pop_front();
+        }
+    }
+    let limited: std::collections::HashSet<(u16, u16)> = flows
+        .iter()
+        .filter(|f| !f.sample.app_limited && f.sample.network_limited())
+        .map(|f| (f.local.port(), f.remote.port()))
+        .collect();
+    let sent: Vec<_> = st.sent.iter().copied().collect();
+    let got: Vec<_> = st.got.iter().copied().collect();
+    let mut t = crate::timing::analyse(&sent, &got, &limited, at);
+    if t.note.is_some() && note.is_some() {
+        t.note = note;
+    }
+    t
 }
 
 /// Keeps neighbour `from`'s answer and tells the scheduler whether a passive

@@ -290,6 +290,16 @@ function stateLine(link) {
     s += "; passive estimates stood in for " + p.covered + " due runs (" + Math.round(100 * p.coverage) + " %)";
   }
   if (p && p.last && p.last.note && link.state !== "running") s += "; no passive estimate: " + p.last.note;
+  const t = p && p.timing;
+  if (t && (t.dispersion_bps != null || t.trend_bps != null)) {
+    const parts = [];
+    if (t.trend_bps != null) {
+      parts.push("trend " + rate(t.trend_bps) + " (" + (t.trend_low_bps != null ? rate(t.trend_low_bps) : "?")
+        + " – " + (t.trend_high_bps != null ? rate(t.trend_high_bps) : "?") + ", " + (t.streams[0] + t.streams[1]) + " steady streams)");
+    }
+    if (t.dispersion_bps != null) parts.push("dispersion at most " + rate(t.dispersion_bps) + " (" + t.trains + " trains)");
+    s += "; packet timing, " + duration(p.timing_age_s) + " ago: " + parts.join(", ");
+  }
   return s;
 }
 

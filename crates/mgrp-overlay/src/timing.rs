@@ -122,12 +122,22 @@ pub fn analyse(
         trend_high_bps: None,
         note: None,
     };
-    let mut by_flow: BTreeMap<(u16, u16), (Vec<&Stamp>, Vec<&Stamp>)> = BTreeMap::new();
+    // Per flow (sender port, receiver port): its sends and its arrivals.
+    type Ends<'a> = (Vec<&'a Stamp>, Vec<&'a Stamp>);
+    let mut by_flow: BTreeMap<(u16, u16), Ends<'_>> = BTreeMap::new();
     for s in sent {
-        by_flow.entry((s.src_port, s.dst_port)).or_default().0.push(s);
+        by_flow
+            .entry((s.src_port, s.dst_port))
+            .or_default()
+            .0
+            .push(s);
     }
     for s in got {
-        by_flow.entry((s.src_port, s.dst_port)).or_default().1.push(s);
+        by_flow
+            .entry((s.src_port, s.dst_port))
+            .or_default()
+            .1
+            .push(s);
     }
     let mut train_rates = Vec::new();
     let mut judged: Vec<(f64, Trend)> = Vec::new();
@@ -286,7 +296,8 @@ fn streams(segs: &[Seg], judged: &mut Vec<(f64, Trend)>) {
                 start += 1;
                 continue;
             }
-            while end < sends.len() && gap_cv(&sends[start..=end]).is_some_and(|cv| cv <= MAX_GAP_CV)
+            while end < sends.len()
+                && gap_cv(&sends[start..=end]).is_some_and(|cv| cv <= MAX_GAP_CV)
             {
                 end += 1;
             }
@@ -354,9 +365,8 @@ fn separate(judged: &[(f64, Trend)]) -> (Option<f64>, Option<f64>, Option<f64>) 
     // Cut k: streams [0, k) below, [k, n) above; errors are increasing ones below and
     // the others above. The fewest errors win; among equals, the middle cut.
     let n = j.len();
-    let errors = |k: usize| {
-        j[..k].iter().filter(|s| s.1).count() + j[k..].iter().filter(|s| !s.1).count()
-    };
+    let errors =
+        |k: usize| j[..k].iter().filter(|s| s.1).count() + j[k..].iter().filter(|s| !s.1).count();
     let best = (0..=n).map(errors).min().unwrap_or(0);
     let cuts: Vec<usize> = (0..=n).filter(|&k| errors(k) == best).collect();
     let k = cuts[cuts.len() / 2];
@@ -496,7 +506,13 @@ mod tests {
             .map(|i| stamp(start.wrapping_add(i * MSS), MSS, 0))
             .collect();
         let got: Vec<Stamp> = (0..8u32)
-            .map(|i| stamp(start.wrapping_add(i * MSS), MSS, 1_000_000 + i64::from(i) * 1_200_000))
+            .map(|i| {
+                stamp(
+                    start.wrapping_add(i * MSS),
+                    MSS,
+                    1_000_000 + i64::from(i) * 1_200_000,
+                )
+            })
             .collect();
         let t = analyse(&sent, &got, &limited(), 1.0);
         assert_eq!((t.matched, t.unmatched, t.trains), (8, 0, 1));
@@ -509,6 +525,11 @@ mod tests {
         let t = analyse(&[], &[stamp(0, MSS, 5)], &limited(), 1.0);
         assert_eq!((t.matched, t.unmatched), (0, 1));
         assert!(t.note.is_some());
-        assert!(analyse(&[], &[], &limited(), 1.0).note.unwrap().contains("no segments"));
+        assert!(
+            analyse(&[], &[], &limited(), 1.0)
+                .note
+                .unwrap()
+                .contains("no segments")
+        );
     }
 }

@@ -875,6 +875,51 @@ fn passive_when_traffic_runs() -> anyhow::Result<()> {
         (6.0..=10.5).contains(&bps),
         "passive {bps} Mbit/s: {passive}"
     );
+    // The flow's segments, stamped at both ends: dispersion and trend estimates of
+    // the 10 Mbit/s path.
+    let timed = wait_for(Duration::from_secs(20), || {
+        let l = link()?;
+        let t = &l["passive"]["timing"];
+        (t["dispersion_bps"].is_number() && t["trend_bps"].is_number()).then(|| t.clone())
+    });
+    let Some(t) = timed else {
+        bail!(
+            "p1: no dispersion and trend estimates within 20 s of passive-tcp: {:#}\n{}",
+            link().unwrap_or_default()["passive"],
+            logs()
+        );
+    };
+    eprintln!("    p1 packet timing: {t}");
+    let mbps = |k: &str| t[k].as_f64().unwrap_or(0.0) / 1e6;
+    ensure!(
+        (5.0..=15.0).contains(&mbps("dispersion_bps")) && (3.0..=15.0).contains(&mbps("trend_bps")),
+        "packet timing far from the 10 Mbit/s path: {t}"
+    );
+    ensure!(t["matched"].as_u64() > Some(100), "{t}");
+    // No payload byte is kept or served: a flow of a marker text runs beside the bulk
+    // flow, and nothing the node serves carries it.
+    let marker = b"PAYLOAD-MARKER-4d1c9e-";
+    let secret = marker_flow(&star.hosts[0], &star.hosts[1], addrs[1], 5304, marker)?;
+    std::thread::sleep(Duration::from_secs(5));
+    let mut served = String::new();
+    for path in [
+        "/v1/links",
+        "/v1/links/abw",
+        "/v1/links/abw/history?limit=1000",
+        "/metrics",
+        "/",
+    ] {
+        let (_, body) = http(r, addrs[1], "GET", path)?;
+        served.push_str(&body);
+    }
+    served.push_str(&sse_for(r, addrs[1], Duration::from_secs(5))?);
+    drop(secret);
+    let text = std::str::from_utf8(marker)?;
+    ensure!(
+        served.contains("\"passive\"") && !served.contains(text),
+        "a payload text was served, or nothing passive was ({} bytes read)",
+        served.len()
+    );
     // A run that had started when the flow began may still end; after it none.
     std::thread::sleep(Duration::from_secs(20));
     let before = link().context("no link")?;
@@ -920,10 +965,79 @@ fn passive_when_traffic_runs() -> anyhow::Result<()> {
     };
     eprintln!("    p1 with a slow writer: {note}");
     ensure!(l["latest"]["method"] == "pathload-fast", "{l}");
+    // Its segments are timed but not used: the flow is not network-limited.
+    let t = wait_for(Duration::from_secs(10), || {
+        let t = link()?["passive"]["timing"].clone();
+        (t["not_network_limited"].as_u64() > Some(0)).then_some(t)
+    });
+    let Some(t) = t else {
+        bail!(
+            "p1: the slow writer's segments were not counted as not network-limited: {:#}",
+            link().unwrap_or_default()["passive"]
+        );
+    };
+    ensure!(
+        t["trend_bps"].is_null() && t["dispersion_bps"].is_null() && t["note"].is_string(),
+        "an application-limited flow gave a timing estimate: {t}"
+    );
     drop(slow);
     drop(overlays);
     drop(daemons);
     Ok(())
+}
+
+/// A TCP flow from `from` to `to:port` whose payload is `marker` over and over, until
+/// dropped.
+fn marker_flow(
+    from: &Netns,
+    to_ns: &Netns,
+    to: Ipv4Addr,
+    port: u16,
+    marker: &'static [u8],
+) -> anyhow::Result<impl Drop> {
+    struct Flow(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for Flow {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let listener = to_ns.run(|| std::net::TcpListener::bind((to, port)))??;
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = listener.accept() {
+            let _ = std::io::copy(&mut s, &mut std::io::sink());
+        }
+    });
+    let mut stream = from.run(|| TcpStream::connect((to, port)))??;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        let buf: Vec<u8> = marker.iter().copied().cycle().take(1 << 14).collect();
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            if stream.write_all(&buf).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(Flow(stop))
+}
+
+/// Everything the event stream of the node at `addr` says for `time`.
+fn sse_for(ns: &Netns, addr: Ipv4Addr, time: Duration) -> anyhow::Result<String> {
+    let stream = ns.run(|| TcpStream::connect((addr, API_PORT)))??;
+    stream.set_read_timeout(Some(time))?;
+    (&stream)
+        .write_all(b"GET /v1/stream HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n")?;
+    let mut out = String::new();
+    let mut r = BufReader::new(stream);
+    let until = Instant::now() + time;
+    while Instant::now() < until {
+        let mut line = String::new();
+        match r.read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => out.push_str(&line),
+        }
+    }
+    Ok(out)
 }
 
 fn main() -> ExitCode {

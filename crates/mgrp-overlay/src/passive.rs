@@ -18,7 +18,8 @@ pub const PASSIVE_TCP: &str = "passive-tcp";
 pub struct PassiveTcp {
     /// When the neighbour answered, Unix seconds.
     pub at: f64,
-    /// The estimate, bit/s: the summed rate of the network-limited flows; `None`
+    /// The estimate, bit/s of IP packets: the summed rate of the network-limited
+    /// flows (their payload rate with the headers of full segments added); `None`
     /// when no flow was network-limited.
     pub bps: Option<f64>,
     /// Flows the neighbour listed.
@@ -39,6 +40,19 @@ pub struct PassiveTcp {
 /// The flow's identity across answers.
 fn same(a: &TcpFlow, b: &TcpFlow) -> bool {
     a.local == b.local && a.remote == b.remote
+}
+
+/// IP bytes per payload byte of a flow's full segments: the kernel counts payload,
+/// the overlay's other estimates IP bytes (headers: IPv4 or IPv6, TCP with the
+/// timestamp option).
+fn ip_per_payload(f: &TcpFlow) -> f64 {
+    let mss = f64::from(f.sample.snd_mss);
+    let headers = if f.local.is_ipv6() { 72.0 } else { 52.0 };
+    if mss > 0.0 {
+        (mss + headers) / mss
+    } else {
+        1.0
+    }
 }
 
 /// What the neighbour's answer `flows` at `at` says, given its previous answer
@@ -82,7 +96,7 @@ pub fn estimate(prev: Option<(&[TcpFlow], f64)>, flows: &[TcpFlow], at: f64) -> 
         };
         if rate > 0.0 {
             p.network_limited += 1;
-            sum += rate;
+            sum += rate * ip_per_payload(f);
         }
     }
     if p.network_limited > 0 {
@@ -145,15 +159,20 @@ pub(crate) mod tests {
             flow(1, 4e6, 1_000_000, false, 0.0),
             flow(2, 5e6, 0, false, 0.0),
         ];
+        // The kernel counts payload; estimates are IP rates (1500 bytes a segment).
+        let ip = |payload: f64| payload * 1500.0 / 1448.0;
+        let near = |p: &PassiveTcp, payload: f64| (p.bps.unwrap() - ip(payload)).abs() < 1e-3;
         let p = estimate(None, &a, 10.0);
-        assert_eq!((p.bps, p.network_limited, p.from_bytes), (Some(9e6), 2, 0));
+        assert!(near(&p, 9e6), "{p:?}");
+        assert_eq!((p.network_limited, p.from_bytes), (2, 0));
         let b = [
             flow(1, 4e6, 2_000_000, false, 0.0),
             flow(3, 1e6, 0, false, 0.0),
         ];
         let p = estimate(Some((&a, 10.0)), &b, 12.0);
         // Flow 1: 1 MB in 2 s = 4 Mbit/s from bytes; flow 3 is new: its sample.
-        assert_eq!((p.bps, p.network_limited, p.from_bytes), (Some(5e6), 2, 1));
+        assert!(near(&p, 5e6), "{p:?}");
+        assert_eq!((p.network_limited, p.from_bytes), (2, 1));
         assert_eq!(p.note, None);
     }
 }

@@ -290,15 +290,23 @@ fn streams(segs: &[Seg], judged: &mut Vec<(f64, Trend)>) {
             .collect();
         let mut start = 0;
         while start + MIN_STREAM <= sends.len() {
-            // Grow the stream while its gaps stay steady.
-            let mut end = start + MIN_STREAM;
-            if gap_cv(&sends[start..end]).is_none_or(|cv| cv > MAX_GAP_CV) {
+            // Grow the stream while its gaps stay steady (running sums of the gaps).
+            let mut g = Gaps::default();
+            for w in sends[start..start + MIN_STREAM].windows(2) {
+                g.add(w[1].0 - w[0].0);
+            }
+            if g.cv().is_none_or(|cv| cv > MAX_GAP_CV) {
                 start += 1;
                 continue;
             }
-            while end < sends.len()
-                && gap_cv(&sends[start..=end]).is_some_and(|cv| cv <= MAX_GAP_CV)
-            {
+            let mut end = start + MIN_STREAM;
+            while end < sends.len() {
+                let mut next = g;
+                next.add(sends[end].0 - sends[end - 1].0);
+                if next.cv().is_none_or(|cv| cv > MAX_GAP_CV) {
+                    break;
+                }
+                g = next;
                 end += 1;
             }
             let s = &sends[start..end];
@@ -313,17 +321,31 @@ fn streams(segs: &[Seg], judged: &mut Vec<(f64, Trend)>) {
     }
 }
 
-/// The coefficient of variation of the gaps between consecutive sends; `None` when
-/// they were all at once.
-fn gap_cv(s: &[(i64, i64, u64)]) -> Option<f64> {
-    let gaps: Vec<f64> = s.windows(2).map(|w| (w[1].0 - w[0].0) as f64).collect();
-    let n = gaps.len() as f64;
-    let mean = gaps.iter().sum::<f64>() / n;
-    if mean <= 0.0 {
-        return None;
+/// Running sums of the gaps between sends, ns.
+#[derive(Debug, Clone, Copy, Default)]
+struct Gaps {
+    n: f64,
+    sum: f64,
+    sum_sq: f64,
+}
+
+impl Gaps {
+    fn add(&mut self, gap_ns: i64) {
+        let g = gap_ns as f64;
+        self.n += 1.0;
+        self.sum += g;
+        self.sum_sq += g * g;
     }
-    let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / n;
-    Some(var.sqrt() / mean)
+
+    /// Their coefficient of variation; `None` when the sends were all at once.
+    fn cv(&self) -> Option<f64> {
+        let mean = self.sum / self.n;
+        if self.n == 0.0 || mean <= 0.0 {
+            return None;
+        }
+        let var = (self.sum_sq / self.n - mean * mean).max(0.0);
+        Some(var.sqrt() / mean)
+    }
 }
 
 /// A stream's trend from its one-way delays: PCT and PDT over group medians as
@@ -381,17 +403,10 @@ fn separate(judged: &[(f64, Trend)]) -> (Option<f64>, Option<f64>, Option<f64>) 
     (point, low, high)
 }
 
+/// The median (nearest rank) of `v`, which it sorts.
 fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
     v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+    mgrp_core::schedule::percentile(v, 50.0)
 }
 
 #[cfg(test)]

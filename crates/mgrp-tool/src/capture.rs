@@ -295,13 +295,7 @@ fn read(inner: &Inner) {
                 }
                 ring.stamps.push_back(s);
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) => {}
+            Err(e) if crate::sys::nothing_yet(&e) => {}
             // A packet socket's errors are transient (ENOBUFS, ENETDOWN of an
             // interface going away); a short pause keeps a persistent one from
             // spinning.

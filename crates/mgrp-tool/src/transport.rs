@@ -5,7 +5,6 @@
 //! stamp, and the sender reports every departure's stamp; so the estimator sees the
 //! same data whichever transport carried it.
 
-use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -382,13 +381,7 @@ fn udp_listen(s: &Socket, tx: &mpsc::Sender<Seen>, stop: &AtomicBool, unstamped:
                     return;
                 }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) => {}
+            Err(e) if sys::nothing_yet(&e) => {}
             Err(e) => {
                 eprintln!("UDP probe socket failed: {e}");
                 return;

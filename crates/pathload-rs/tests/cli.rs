@@ -213,6 +213,7 @@ fn an_interrupted_run_says_it_has_no_estimate() {
                 Request::Probes(_)
                 | Request::Traffic { .. }
                 | Request::Tcp { .. }
+                | Request::Stamps { .. }
                 | Request::Bye => {
                     return;
                 }

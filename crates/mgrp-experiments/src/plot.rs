@@ -375,3 +375,63 @@ pub fn medianet(run: &crate::medianet::run::Outcome, path: &Path) -> anyhow::Res
     legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     present(&root, path)
 }
+
+/// A time series: `lines` drawn as lines (a truth, a rate), `points` as dots (the
+/// estimates of each method), against seconds, on one panel of `height` pixels.
+pub fn series(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    lines: &[(String, Vec<(f64, f64)>)],
+    points: &[(String, Vec<(f64, f64)>)],
+) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let all = || {
+        lines
+            .iter()
+            .chain(points)
+            .flat_map(|(_, v)| v.iter().copied())
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+    };
+    let right = all().map(|p| p.0).fold(1.0, f64::max);
+    let top = all().map(|p| p.1).fold(1.0, f64::max) * 1.08;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(48)
+        .build_cartesian_2d(0.0..right, 0.0..top)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc(y_desc)
+        .draw()
+        .map_err(err)?;
+    for (i, (name, v)) in lines.iter().enumerate() {
+        let style = if i == 0 {
+            BLACK.stroke_width(2)
+        } else {
+            RGBColor(150, 150, 150).stroke_width(1)
+        };
+        chart
+            .draw_series(LineSeries::new(v.iter().copied(), style))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], style));
+    }
+    for (i, (name, v)) in points.iter().enumerate() {
+        let colour = Palette99::pick(i + 1).to_rgba();
+        chart
+            .draw_series(
+                v.iter()
+                    .map(move |&(x, y)| Circle::new((x, y), 2, colour.filled())),
+            )
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| Circle::new((x + 7, y), 3, colour.filled()));
+    }
+    legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+    present(&root, path)
+}

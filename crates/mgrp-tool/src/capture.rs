@@ -5,8 +5,10 @@
 //! segment comes with the kernel's stamp (`SO_TIMESTAMPNS`: as it was handed to the
 //! device going out, as it arrived coming in).
 //!
-//! A thread reads the socket into a bounded ring of [`Stamp`]s; [`Capture::since`]
-//! hands out what came after a cursor. Segments without payload (pure
+//! A thread reads the socket in batches (`recvmmsg`) into a bounded ring of
+//! [`Stamp`]s, in the order the kernel queued them (packets handled on two CPUs at
+//! once may come with their stamps slightly out of order); [`Capture::since`] hands
+//! out what came after a cursor, [`Capture::newest_since`] the latest stretch of it. Segments without payload (pure
 //! acknowledgements) are not kept. A full ring drops its oldest stamps and counts
 //! them; so does the kernel when the socket's buffer fills ([`Taken::kernel_drops`]).
 
@@ -204,6 +206,25 @@ impl Capture {
         }
     }
 
+    /// The newest `max` stamps after `cursor`, oldest first: those between the
+    /// cursor and them are skipped (counted in `missed`). What a sender hands a
+    /// receiver that polls: at a high packet rate the latest stretch, not a backlog
+    /// that grows with the rate.
+    pub fn newest_since(&self, cursor: u64, max: usize) -> Taken {
+        let end = {
+            let ring = self
+                .inner
+                .ring
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            ring.first + ring.stamps.len() as u64
+        };
+        let from = cursor.max(end.saturating_sub(max as u64));
+        let mut t = self.since(from, max);
+        t.missed += from - cursor.min(from);
+        t
+    }
+
     /// Packets the kernel dropped for a full socket buffer since the last call (the
     /// kernel resets its counts as they are read).
     fn read_kernel_drops(&self) -> u64 {
@@ -253,55 +274,133 @@ fn setsockopt<T>(fd: &OwnedFd, level: i32, name: i32, value: &T) -> io::Result<(
     }
 }
 
-/// The capture thread: reads until stopped.
+/// Packets read per system call at most.
+const BATCH: usize = 64;
+/// Bytes of room per packet: more than the filter lets through (120 at most), so
+/// that a packet not cut at its headers would show (counted, never kept).
+const ROOM: usize = 256;
+/// Room for one `SCM_TIMESTAMPNS` control message (a header and a timespec).
+const CONTROL_ROOM: usize = 64;
+
+/// The capture thread: reads batches of packets (`recvmmsg`) until stopped, and
+/// files each batch under one lock.
 fn read(inner: &Inner) {
-    // Larger than the filter lets through, so that a packet not cut at its headers
-    // would show (and be counted, never kept).
-    let mut buf = [0u8; 2048];
+    let mut bufs = vec![[0u8; ROOM]; BATCH];
+    let mut controls = vec![[0u8; CONTROL_ROOM]; BATCH];
+    let mut iovs: Vec<libc::iovec> = bufs
+        .iter_mut()
+        .map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: ROOM,
+        })
+        .collect();
+    // SAFETY: a zeroed mmsghdr is a valid value; its pointers are set below.
+    let mut msgs: Vec<libc::mmsghdr> = (0..BATCH).map(|_| unsafe { std::mem::zeroed() }).collect();
+    for (i, m) in msgs.iter_mut().enumerate() {
+        m.msg_hdr.msg_iov = std::ptr::from_mut(&mut iovs[i]);
+        m.msg_hdr.msg_iovlen = 1;
+        m.msg_hdr.msg_control = controls[i].as_mut_ptr().cast();
+    }
+    let mut batch: Vec<Result<Stamp, bool>> = Vec::with_capacity(BATCH);
     while !inner.stop.load(Ordering::Relaxed) {
-        match mgrp_rt::rx::recv_stamped(&inner.fd, &mut buf) {
-            Ok((n, stamp)) => {
-                let Some(at) = stamp else { continue };
-                let Ok(seg) = mgrp_core::segment::parse(&buf[..n.min(buf.len())]) else {
-                    continue;
-                };
-                let beyond = mgrp_core::segment::header_len(&buf[..n]).is_none_or(|h| n > h);
-                if seg.payload_len == 0 && !beyond {
-                    continue;
-                }
-                let s = Stamp {
-                    src_port: seg.src.port(),
-                    dst_port: seg.dst.port(),
-                    seq: seg.seq,
-                    payload_len: seg.payload_len,
-                    ip_len: seg.ip_len,
-                    at_ns: i64::try_from(at.as_nanos()).unwrap_or(i64::MAX),
-                };
-                let mut ring = inner
-                    .ring
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if beyond {
-                    ring.uncut += 1;
-                    continue;
-                }
-                if seg.payload_len == 0 {
-                    continue;
-                }
-                ring.packets += 1;
-                if ring.stamps.len() == RING {
-                    ring.stamps.pop_front();
-                    ring.first += 1;
-                }
-                ring.stamps.push_back(s);
+        for m in &mut msgs {
+            m.msg_hdr.msg_controllen = CONTROL_ROOM;
+            m.msg_hdr.msg_flags = 0;
+        }
+        // SAFETY: every header points into buffers owned above that outlive the
+        // call, with their lengths; the socket's read timeout ends a wait.
+        let n = unsafe {
+            libc::recvmmsg(
+                inner.fd.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                BATCH as u32,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if !crate::sys::nothing_yet(&e) {
+                // A packet socket's errors are transient (ENOBUFS, ENETDOWN of an
+                // interface going away); a short pause keeps a persistent one from
+                // spinning.
+                std::thread::sleep(Duration::from_millis(10));
             }
-            Err(e) if crate::sys::nothing_yet(&e) => {}
-            // A packet socket's errors are transient (ENOBUFS, ENETDOWN of an
-            // interface going away); a short pause keeps a persistent one from
-            // spinning.
-            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            continue;
+        }
+        batch.clear();
+        for (i, m) in msgs
+            .iter()
+            .enumerate()
+            .take(usize::try_from(n).unwrap_or(0))
+        {
+            let len = (m.msg_len as usize).min(ROOM);
+            let cut = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            if let Some(s) = stamp_of(&bufs[i][..len], cut, &m.msg_hdr) {
+                batch.push(s);
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let mut ring = inner
+            .ring
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for s in batch.drain(..) {
+            match s {
+                Err(_) => ring.uncut += 1,
+                Ok(s) => {
+                    ring.packets += 1;
+                    if ring.stamps.len() == RING {
+                        ring.stamps.pop_front();
+                        ring.first += 1;
+                    }
+                    ring.stamps.push_back(s);
+                }
+            }
         }
     }
+}
+
+/// One received packet as a stamp: `None` if it is not a segment with payload or
+/// came without the kernel's stamp; `Err` if it came with more than its headers
+/// (`truncated`: longer than the room for it).
+fn stamp_of(packet: &[u8], truncated: bool, hdr: &libc::msghdr) -> Option<Result<Stamp, bool>> {
+    let seg = mgrp_core::segment::parse(packet).ok()?;
+    let headers = mgrp_core::segment::header_len(packet)?;
+    if truncated || packet.len() > headers {
+        return Some(Err(true));
+    }
+    if seg.payload_len == 0 {
+        return None;
+    }
+    let at_ns = kernel_stamp(hdr)?;
+    Some(Ok(Stamp {
+        src_port: seg.src.port(),
+        dst_port: seg.dst.port(),
+        seq: seg.seq,
+        payload_len: seg.payload_len,
+        ip_len: seg.ip_len,
+        at_ns,
+    }))
+}
+
+/// The `SCM_TIMESTAMPNS` stamp among a received message's control messages, ns.
+fn kernel_stamp(hdr: &libc::msghdr) -> Option<i64> {
+    // SAFETY: the header's control buffer and length are the kernel's answer into
+    // a buffer this thread owns; CMSG_* walk inside it.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                return Some(ts.tv_sec * 1_000_000_000 + ts.tv_nsec);
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    None
 }
 
 // Classic BPF, as <linux/filter.h> spells it.
@@ -455,6 +554,7 @@ mod tests {
             return;
         }
         let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let before = crate::sys::wall_now();
         let out = Capture::start(lo, Direction::To).unwrap();
         let inn = Capture::start(lo, Direction::From).unwrap();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -472,6 +572,7 @@ mod tests {
         }
         drop(c);
         assert_eq!(reader.join().unwrap(), 2_000_000);
+        let after = crate::sys::wall_now();
         std::thread::sleep(Duration::from_millis(300));
         for cap in [&out, &inn] {
             let t = cap.since(0, RING);
@@ -483,7 +584,10 @@ mod tests {
                 "{:?} saw every payload byte once",
                 cap.direction()
             );
-            assert!(flow.windows(2).all(|w| w[0].at_ns <= w[1].at_ns));
+            // Stamped by the kernel while the flow ran (their order in the ring is
+            // the kernel's queueing order, which packets handled on two CPUs at once
+            // may swap).
+            assert!(flow.iter().all(|s| (before..=after).contains(&s.at_ns)));
             assert!(flow.iter().all(|s| s.ip_len > s.payload_len));
             assert_eq!(t.next, t.stamps.len() as u64);
             assert_eq!(t.uncut, 0, "the filter keeps headers only");

@@ -325,8 +325,8 @@ fn tcp(to: IpAddr, control_port: Option<u16>) -> Reply {
     }
 }
 
-/// The kernel's stamps of the segments this host sent to `to` after cursor `after`,
-/// leaving out those from `control_port`; the capture starts at the first request
+/// The kernel's stamps of the segments this host sent to `to` after cursor `after`
+/// (the newest [`MAX_STAMPS`] of them), leaving out those from `control_port`; the capture starts at the first request
 /// for `to`, and captures no one asked for in [`STAMPS_IDLE_S`] seconds stop.
 fn stamps(captures: &Captures, to: IpAddr, after: u64, control_port: Option<u16>) -> Reply {
     let mut caps = captures
@@ -346,15 +346,13 @@ fn stamps(captures: &Captures, to: IpAddr, after: u64, control_port: Option<u16>
         },
     };
     cap.1 = now;
-    let mut t = cap.0.since(after, MAX_STAMPS);
-    let more = !cap.0.since(t.next, 1).stamps.is_empty();
+    let mut t = cap.0.newest_since(after, MAX_STAMPS);
     t.stamps.retain(|s| Some(s.src_port) != control_port);
     Reply::Stamps {
         stamps: t.stamps,
         next: t.next,
         missed: t.missed,
         kernel_drops: t.kernel_drops,
-        more,
     }
 }
 

@@ -245,8 +245,9 @@ pub struct SenderStamps {
 
 /// Asks the sender at `sender`:`port` for its kernel's stamps of the TCP segments it
 /// sent to `address` (this end of the connection if `None`) since cursor `after` (0
-/// at first: the sender then starts capturing, headers only), asking again while it
-/// has more. Answered even while another receiver measures.
+/// at first: the sender then starts capturing, headers only): the newest
+/// [`MAX_STAMPS`](crate::control::MAX_STAMPS) of them. Answered even while another
+/// receiver measures.
 pub fn sender_stamps(
     sender: &str,
     port: u16,
@@ -254,36 +255,20 @@ pub fn sender_stamps(
     after: u64,
 ) -> Result<SenderStamps, MeasureError> {
     let what = "stamps query";
-    let mut out = SenderStamps {
-        next: after,
-        ..SenderStamps::default()
-    };
-    // A bounded number of rounds: the sender's ring holds at most 2^16 stamps.
-    for _ in 0..(crate::capture::RING / crate::control::MAX_STAMPS + 2) {
-        let request = Request::Stamps {
-            address,
-            after: out.next,
-        };
-        match ask(sender, port, &request, what)? {
-            Reply::Stamps {
-                stamps,
-                next,
-                missed,
-                kernel_drops,
-                more,
-            } => {
-                out.stamps.extend(stamps);
-                out.next = next;
-                out.missed += missed;
-                out.kernel_drops = kernel_drops;
-                if !more {
-                    break;
-                }
-            }
-            other => return Err(anyhow!("the sender answered {other:?} to a {what}").into()),
-        }
+    match ask(sender, port, &Request::Stamps { address, after }, what)? {
+        Reply::Stamps {
+            stamps,
+            next,
+            missed,
+            kernel_drops,
+        } => Ok(SenderStamps {
+            stamps,
+            next,
+            missed,
+            kernel_drops,
+        }),
+        other => Err(anyhow!("the sender answered {other:?} to a {what}").into()),
     }
-    Ok(out)
 }
 
 /// A measurement in progress: the control connection and the probe listener.

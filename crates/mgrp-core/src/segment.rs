@@ -87,7 +87,7 @@ pub fn parse(packet: &[u8]) -> Result<Segment, SegmentError> {
     }
     let tcp_len = usize::from(tcp[12] >> 4) * 4;
     let ip_len = ip.total_len();
-    if tcp_len < TCP_HEADER_LEN || ip.header_len + tcp_len > ip_len {
+    if tcp_len < TCP_HEADER_LEN || tcp_len > tcp.len() || ip.header_len + tcp_len > ip_len {
         return Err(SegmentError::Header);
     }
     let port = |at: usize| u16::from_be_bytes([tcp[at], tcp[at + 1]]);
@@ -175,9 +175,12 @@ mod tests {
         let mut short = p.clone();
         short[3] = 30; // the stated length leaves no room for the TCP header
         assert_eq!(parse(&short), Err(SegmentError::Header));
-        let mut off = p;
+        let mut off = p.clone();
         off[20 + 12] = 0x30; // a TCP header of 12 bytes
         assert_eq!(parse(&off), Err(SegmentError::Header));
+        let mut long = p;
+        long[20 + 12] = 0xf0; // a TCP header of 60 bytes, cut at 30
+        assert_eq!(parse(&long[..50]), Err(SegmentError::Header));
         assert_eq!(parse(&[]), Err(SegmentError::Ip));
     }
 
@@ -197,7 +200,9 @@ mod tests {
         #[test]
         fn any_bytes_are_safe(bytes in proptest::collection::vec(any::<u8>(), 0..128)) {
             if let Ok(s) = parse(&bytes) {
-                prop_assert!(s.ip_len as usize >= TCP_HEADER_LEN);
+                let h = header_len(&bytes).unwrap();
+                prop_assert!(h <= bytes.len());
+                prop_assert_eq!(s.payload_len as usize + h, s.ip_len as usize);
             }
             let _ = header_len(&bytes);
         }

@@ -6,7 +6,7 @@
 //! | `GET /v1/links/{name}` | one link |
 //! | `GET /v1/links/{name}/history?limit=N` | its last N runs (default 100), oldest first |
 //! | `POST /v1/links/{name}/measure` | measure it now: 202, or 409 while it runs |
-//! | `GET /v1/stream[?link=NAME]` | server-sent events: an `estimate` event per run as it ends, a `btc` event when a neighbour's transfer-rate prediction changes |
+//! | `GET /v1/stream[?link=NAME]` | server-sent events: an `estimate` event per run as it ends, a `btc` event when a neighbour's transfer-rate prediction changes, a `passive` event at each poll of a neighbour (its passive-tcp reading and packet timing) |
 //! | `GET /metrics` | Prometheus text format, or OpenMetrics when the scraper asks for it |
 //! | `GET /` | the status page |
 //!
@@ -182,7 +182,8 @@ async fn stream(State(app): State<App>, Query(q): Query<HashMap<String, String>>
         .into_response()
 }
 
-/// Each new run as an `estimate` event, each changed prediction as a `btc` event (or
+/// Each new run as an `estimate` event, each changed prediction as a `btc` event,
+/// each poll of a neighbour's passive sources as a `passive` event (or
 /// a `lagged` event saying how many a slow subscriber missed), until the server shuts
 /// down.
 fn events(

@@ -37,16 +37,22 @@ fn the_api_serves_links_history_stream_metrics_and_page() {
     assert_eq!(links["links"][0]["name"], "from-a");
     assert_eq!(links["links"][0]["transport"], "udp");
 
-    // An event per run arrives on the stream.
+    // An event per run arrives on the stream (between `passive` events, one per poll
+    // of the neighbour, and `btc` ones).
     let start = Instant::now();
     let mut data = None;
-    let mut line = String::new();
+    let (mut line, mut kind) = (String::new(), String::new());
     while start.elapsed() < Duration::from_secs(30) && data.is_none() {
         line.clear();
         if events.read_line(&mut line).unwrap() == 0 {
             break;
         }
-        if let Some(d) = line.trim_end().strip_prefix("data: ") {
+        let l = line.trim_end();
+        if let Some(k) = l.strip_prefix("event: ") {
+            kind = k.to_string();
+        } else if let Some(d) = l.strip_prefix("data: ")
+            && kind == "estimate"
+        {
             data = Some(serde_json::from_str::<Value>(d).unwrap());
         }
     }

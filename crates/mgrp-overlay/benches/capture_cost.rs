@@ -61,7 +61,6 @@ fn period(net: &TwoHosts, captured: bool, seconds: u64, port: u16) -> anyhow::Re
     std::thread::sleep(Duration::from_secs(2));
     let (b0, t0, c0) = (flow.bytes(), Instant::now(), cpu_of("capture"));
     let (mut cursors, mut analysis, mut stamps) = ((0u64, 0u64), Duration::ZERO, 0u64);
-    let (mut sent, mut got) = (Vec::new(), Vec::new());
     while t0.elapsed() < Duration::from_secs(seconds) {
         std::thread::sleep(Duration::from_secs(2));
         if let Some((out, inn)) = &caps {
@@ -69,8 +68,7 @@ fn period(net: &TwoHosts, captured: bool, seconds: u64, port: u16) -> anyhow::Re
             let (s, g) = (out.since(cursors.0, RING), inn.since(cursors.1, RING));
             cursors = (s.next, g.next);
             stamps += (s.stamps.len() + g.stamps.len()) as u64;
-            sent = s.stamps;
-            got = g.stamps;
+            let (sent, got) = (s.stamps, g.stamps);
             let limited = HashSet::from_iter(sent.first().map(|x| (x.src_port, x.dst_port)));
             let _ = std::hint::black_box(timing::analyse(&sent, &got, &limited, 0.0));
             analysis += a.elapsed();
@@ -81,7 +79,6 @@ fn period(net: &TwoHosts, captured: bool, seconds: u64, port: u16) -> anyhow::Re
     let capture_cpu = (cpu_of("capture") - c0) as f64 * 1e-9 / dt;
     drop(flow);
     drop(caps);
-    let _ = (sent, got);
     Ok(Period {
         captured,
         mbps,

@@ -104,7 +104,6 @@ struct Inner {
 pub struct Capture {
     inner: Arc<Inner>,
     thread: Option<JoinHandle<()>>,
-    peer: IpAddr,
     direction: Direction,
 }
 
@@ -169,14 +168,8 @@ impl Capture {
         Ok(Self {
             inner,
             thread: Some(thread),
-            peer,
             direction,
         })
-    }
-
-    /// The peer it captures for.
-    pub fn peer(&self) -> IpAddr {
-        self.peer
     }
 
     /// Which way.
@@ -301,7 +294,7 @@ fn read(inner: &Inner) {
         m.msg_hdr.msg_iovlen = 1;
         m.msg_hdr.msg_control = controls[i].as_mut_ptr().cast();
     }
-    let mut batch: Vec<Result<Stamp, bool>> = Vec::with_capacity(BATCH);
+    let mut batch: Vec<Kept> = Vec::with_capacity(BATCH);
     while !inner.stop.load(Ordering::Relaxed) {
         for m in &mut msgs {
             m.msg_hdr.msg_controllen = CONTROL_ROOM;
@@ -349,8 +342,8 @@ fn read(inner: &Inner) {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         for s in batch.drain(..) {
             match s {
-                Err(_) => ring.uncut += 1,
-                Ok(s) => {
+                Kept::Uncut => ring.uncut += 1,
+                Kept::Stamp(s) => {
                     ring.packets += 1;
                     if ring.stamps.len() == RING {
                         ring.stamps.pop_front();
@@ -363,20 +356,28 @@ fn read(inner: &Inner) {
     }
 }
 
-/// One received packet as a stamp: `None` if it is not a segment with payload or
-/// came without the kernel's stamp; `Err` if it came with more than its headers
+/// What a received packet gives the ring.
+enum Kept {
+    /// A segment with payload, stamped.
+    Stamp(Stamp),
+    /// A packet that came with more than its headers: counted, never kept.
+    Uncut,
+}
+
+/// One received packet: `None` if it is not a segment with payload or came without
+/// the kernel's stamp; [`Kept::Uncut`] if it came with more than its headers
 /// (`truncated`: longer than the room for it).
-fn stamp_of(packet: &[u8], truncated: bool, hdr: &libc::msghdr) -> Option<Result<Stamp, bool>> {
+fn stamp_of(packet: &[u8], truncated: bool, hdr: &libc::msghdr) -> Option<Kept> {
     let seg = mgrp_core::segment::parse(packet).ok()?;
     let headers = mgrp_core::segment::header_len(packet)?;
     if truncated || packet.len() > headers {
-        return Some(Err(true));
+        return Some(Kept::Uncut);
     }
     if seg.payload_len == 0 {
         return None;
     }
     let at_ns = kernel_stamp(hdr)?;
-    Some(Ok(Stamp {
+    Some(Kept::Stamp(Stamp {
         src_port: seg.src.port(),
         dst_port: seg.dst.port(),
         seq: seg.seq,

@@ -460,6 +460,10 @@ pub struct DaemonCounters {
     /// there from then on.
     #[serde(default)]
     pub peer_endpoint_changes: u64,
+    /// Of `riders_delivered`, riders bound beyond this host that a member peer sent
+    /// through it (its `relay-to` prefixes): the kernel forwards them.
+    #[serde(default)]
+    pub riders_relayed: u64,
 }
 
 /// Everything the daemon counts.

@@ -156,6 +156,12 @@ pub struct Peer {
     /// forwards traffic of a network behind it).
     #[serde(default)]
     pub allowed_sources: Vec<Prefix>,
+    /// Destinations beyond this host that the peer may send riders to through it: this
+    /// host relays them (the kernel forwards what the TUN hands it). Empty for a peer
+    /// that is no member of a relaying overlay: riders to anywhere but this host are
+    /// refused, so the daemon is never an open relay.
+    #[serde(default)]
+    pub relay_to: Vec<Prefix>,
 }
 
 impl Peer {
@@ -164,8 +170,18 @@ impl Peer {
         Self {
             prefix,
             allowed_sources: Vec::new(),
+            relay_to: Vec::new(),
         }
     }
+}
+
+/// Where an admitted rider goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admitted {
+    /// To this host (the address the MGRP packet was sent to, or a local prefix).
+    Here,
+    /// On, to a destination its peer may relay through this host.
+    Relayed,
 }
 
 /// Why a packet or a rider was refused.
@@ -242,8 +258,13 @@ impl Peers {
     }
 
     /// Whether the rider `rider`, taken from an MGRP packet that `outer_src` sent to
-    /// `outer_dst`, may be written into this host.
-    pub fn admit(&self, outer_src: IpAddr, outer_dst: IpAddr, rider: &[u8]) -> Result<(), Refusal> {
+    /// `outer_dst`, may be written into this host, and whether it stays or is relayed.
+    pub fn admit(
+        &self,
+        outer_src: IpAddr,
+        outer_dst: IpAddr,
+        rider: &[u8],
+    ) -> Result<Admitted, Refusal> {
         let peer = self.find(outer_src).ok_or(Refusal::NotPeer)?;
         let h = Ip::parse_exact(rider).map_err(|_| Refusal::Malformed)?;
         let protocol = h.upper_protocol().map_err(|_| Refusal::Malformed)?;
@@ -252,18 +273,22 @@ impl Peers {
             return Err(Refusal::ForeignSource);
         }
         // A configured local prefix is trusted as written, even a special one.
+        let mut admitted = Admitted::Here;
         if !self.local.iter().any(|p| p.contains(h.dst)) {
             if is_special(h.dst) {
                 return Err(Refusal::SpecialDestination);
             }
             if h.dst != outer_dst {
-                return Err(Refusal::ForeignDestination);
+                if !peer.relay_to.iter().any(|p| p.contains(h.dst)) {
+                    return Err(Refusal::ForeignDestination);
+                }
+                admitted = Admitted::Relayed;
             }
         }
         if protocol == self.protocol {
             return Err(Refusal::InnerMgrp);
         }
-        Ok(())
+        Ok(admitted)
     }
 }
 
@@ -339,6 +364,7 @@ mod tests {
                 Peer {
                     prefix: "10.0.1.0/24".parse().unwrap(),
                     allowed_sources: vec!["192.168.5.0/24".parse().unwrap()],
+                    relay_to: Vec::new(),
                 },
                 Peer::new("fd00::2".parse().unwrap()),
             ],
@@ -387,15 +413,24 @@ mod tests {
     fn a_peers_own_rider_to_us_passes() {
         let p = peers();
         let r = v4("10.0.0.2", "10.0.0.1", 6, 60);
-        assert_eq!(p.admit(ip("10.0.0.2"), ip("10.0.0.1"), &r), Ok(()));
+        assert_eq!(
+            p.admit(ip("10.0.0.2"), ip("10.0.0.1"), &r),
+            Ok(Admitted::Here)
+        );
         // To a local prefix too.
         let r = v4("10.0.0.2", "10.9.3.3", 17, 60);
-        assert_eq!(p.admit(ip("10.0.0.2"), ip("10.0.0.1"), &r), Ok(()));
+        assert_eq!(
+            p.admit(ip("10.0.0.2"), ip("10.0.0.1"), &r),
+            Ok(Admitted::Here)
+        );
         // A configured local prefix overrides the special-address rule.
         let mut p = p;
         p.add_local("127.0.0.0/8".parse().unwrap());
         let r = v4("10.0.0.2", "127.0.0.1", 17, 60);
-        assert_eq!(p.admit(ip("10.0.0.2"), ip("10.0.0.1"), &r), Ok(()));
+        assert_eq!(
+            p.admit(ip("10.0.0.2"), ip("10.0.0.1"), &r),
+            Ok(Admitted::Here)
+        );
     }
 
     #[test]
@@ -447,11 +482,53 @@ mod tests {
     fn allowed_sources_widen_a_peer() {
         let p = peers();
         let r = v4("192.168.5.9", "10.0.0.1", 6, 40);
-        assert_eq!(p.admit(ip("10.0.1.7"), ip("10.0.0.1"), &r), Ok(()));
+        assert_eq!(
+            p.admit(ip("10.0.1.7"), ip("10.0.0.1"), &r),
+            Ok(Admitted::Here)
+        );
         // Not for another peer.
         assert_eq!(
             p.admit(ip("10.0.0.2"), ip("10.0.0.1"), &r),
             Err(Refusal::ForeignSource)
+        );
+    }
+
+    #[test]
+    fn only_a_member_relays_and_only_to_its_prefixes() {
+        let mut p = peers();
+        p.peers[0]
+            .allowed_sources
+            .push("10.7.0.0/24".parse().unwrap());
+        p.peers[0].relay_to.push("10.20.0.0/24".parse().unwrap());
+        let me = ip("10.0.0.1");
+        // The member's own and its network's riders to the relayed prefix go on.
+        let r = v4("10.0.0.2", "10.20.0.5", 6, 60);
+        assert_eq!(p.admit(ip("10.0.0.2"), me, &r), Ok(Admitted::Relayed));
+        let r = v4("10.7.0.3", "10.20.0.5", 6, 60);
+        assert_eq!(p.admit(ip("10.0.0.2"), me, &r), Ok(Admitted::Relayed));
+        // Nowhere else; to this host as before.
+        let r = v4("10.0.0.2", "10.20.1.5", 6, 60);
+        assert_eq!(
+            p.admit(ip("10.0.0.2"), me, &r),
+            Err(Refusal::ForeignDestination)
+        );
+        let r = v4("10.0.0.2", "10.0.0.1", 6, 60);
+        assert_eq!(p.admit(ip("10.0.0.2"), me, &r), Ok(Admitted::Here));
+        // Sources it may not speak for are refused before anything is relayed.
+        let r = v4("10.8.0.3", "10.20.0.5", 6, 60);
+        assert_eq!(p.admit(ip("10.0.0.2"), me, &r), Err(Refusal::ForeignSource));
+        // Special destinations never pass, even inside a relayed prefix.
+        p.peers[0].relay_to.push("224.0.0.0/4".parse().unwrap());
+        let r = v4("10.0.0.2", "224.0.0.9", 17, 60);
+        assert_eq!(
+            p.admit(ip("10.0.0.2"), me, &r),
+            Err(Refusal::SpecialDestination)
+        );
+        // A peer that is no member relays nothing.
+        let r = v4("10.0.1.7", "10.20.0.5", 6, 60);
+        assert_eq!(
+            p.admit(ip("10.0.1.7"), me, &r),
+            Err(Refusal::ForeignDestination)
         );
     }
 
@@ -461,7 +538,7 @@ mod tests {
         let (a, me) = (ip("fd00::2"), ip("fd00::1"));
         assert_eq!(
             p.admit(a, me, &v6("fd00::2", "fd00::1", 6, &[], 80)),
-            Ok(())
+            Ok(Admitted::Here)
         );
         assert_eq!(
             p.admit(a, me, &v6("fd00::9", "fd00::1", 6, &[], 80)),

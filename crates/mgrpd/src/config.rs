@@ -316,6 +316,30 @@ struct PeerFile {
     #[serde(default, deserialize_with = "de_wire")]
     wire: Option<Version>,
     source: Option<IpAddr>,
+    #[serde(default)]
+    relay_to: Vec<Prefix>,
+    device: Option<String>,
+}
+
+/// A next-hop device: a TUN of its own whose every packet goes to one peer, wrapped
+/// in MGRP, whatever its destination. Policy routing (the Measurement Overlay's route
+/// control) points a destination at it to send that destination's traffic through
+/// the peer, which relays it on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NextHopDevice {
+    /// The device's name.
+    pub name: String,
+    /// The peer its packets go to.
+    pub peer: IpAddr,
+}
+
+fn check_interface_name(name: &str, what: &str) -> Result<(), ConfigError> {
+    if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', '\0', ':']) {
+        return Err(bad(format!(
+            "{what} {name:?} is not a valid interface name (1-15 characters, no '/', ':' or spaces)"
+        )));
+    }
+    Ok(())
 }
 
 /// `source = "ADDR"` or `source = ["ADDR", "ADDR"]`.
@@ -609,6 +633,8 @@ pub struct Config {
     /// Most destinations with a planner at once; riders to further destinations are
     /// sent unchanged.
     pub max_destinations: usize,
+    /// Next-hop devices, one per peer that has one.
+    pub next_hops: Vec<NextHopDevice>,
 }
 
 /// A configuration problem, in one line naming the key and the fix.
@@ -685,11 +711,7 @@ impl Config {
             )));
         }
         let tun = cli.tun.clone().or(f.tun).unwrap_or_else(|| "mgrp0".into());
-        if tun.is_empty() || tun.len() > 15 || tun.contains(['/', ' ', '\0']) {
-            return Err(bad(format!(
-                "tun name {tun:?} is not a valid interface name (1-15 characters, no '/' or spaces)"
-            )));
-        }
+        check_interface_name(&tun, "tun name")?;
         let mtu = cli.mtu.or(f.mtu).unwrap_or(1500);
         if !(576..=9000).contains(&mtu) {
             return Err(bad(format!("mtu {mtu} is out of range; use 576 to 9000")));
@@ -830,6 +852,7 @@ impl Config {
             port: udp_port,
             peers: Vec::new(),
         };
+        let mut next_hops = Vec::new();
         let (peers, keys) = {
             let mut peers = Peers::new(Vec::new(), Vec::new(), protocol);
             let mut keys = Keys {
@@ -902,9 +925,29 @@ impl Config {
                         p.prefix
                     )));
                 }
+                if let Some(name) = p.device {
+                    check_interface_name(&name, &format!("peer {}: device", p.prefix))?;
+                    if !single {
+                        return Err(bad(format!(
+                            "peer {}: a device sends to one host; give the peer a /32 or /128 prefix",
+                            p.prefix
+                        )));
+                    }
+                    if name == tun || next_hops.iter().any(|d: &NextHopDevice| d.name == name) {
+                        return Err(bad(format!(
+                            "peer {}: device {name:?} is used twice; give each peer's device its own name",
+                            p.prefix
+                        )));
+                    }
+                    next_hops.push(NextHopDevice {
+                        name,
+                        peer: p.prefix.addr(),
+                    });
+                }
                 peers.add_peer(Peer {
                     prefix: p.prefix,
                     allowed_sources: p.allowed_sources,
+                    relay_to: p.relay_to,
                 });
             }
             for peer in via.values() {
@@ -1024,6 +1067,7 @@ impl Config {
             reassembly,
             max_held_bytes: pb.max_held_bytes.unwrap_or(32 << 20),
             max_destinations: limits.max_destinations.unwrap_or(1024),
+            next_hops,
         })
     }
 
@@ -1487,6 +1531,43 @@ mod tests {
         assert_eq!(c.routes.len(), 2);
         assert_eq!(c.policy.max_queued_bytes, 4_194_304);
         assert_eq!(c.reassembly.timeout, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn next_hop_devices_and_relay_prefixes() {
+        let c = Config::from_toml(
+            "[[peers]]\nprefix = \"10.0.0.2/32\"\nencap = \"udp\"\ndevice = \"mgrp-n\"\n\
+             allowed-sources = [\"10.7.0.0/24\"]\nrelay-to = [\"10.9.0.0/24\"]\n\
+             [[peers]]\nprefix = \"10.0.0.3/32\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.next_hops,
+            vec![NextHopDevice {
+                name: "mgrp-n".into(),
+                peer: "10.0.0.2".parse().unwrap()
+            }]
+        );
+        let member = c.peers.find("10.0.0.2".parse().unwrap()).unwrap();
+        assert_eq!(member.relay_to, vec!["10.9.0.0/24".parse().unwrap()]);
+        assert!(
+            c.peers
+                .find("10.0.0.3".parse().unwrap())
+                .unwrap()
+                .relay_to
+                .is_empty()
+        );
+        for (text, says) in [
+            ("prefix = \"10.0.0.0/24\"\ndevice = \"mgrp-n\"", "one host"),
+            ("prefix = \"10.0.0.2/32\"\ndevice = \"mgrp0\"", "used twice"),
+            (
+                "prefix = \"10.0.0.2/32\"\ndevice = \"a-very-long-device-name\"",
+                "interface name",
+            ),
+        ] {
+            let e = Config::from_toml(&format!("[[peers]]\n{text}\n")).unwrap_err();
+            assert!(e.to_string().contains(says), "{e}");
+        }
     }
 
     #[test]

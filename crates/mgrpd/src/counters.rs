@@ -92,6 +92,7 @@ counters!(
     keepalive_send_errors,
     keepalives_received,
     peer_endpoint_changes,
+    riders_relayed,
 );
 
 /// Adds one to a counter.

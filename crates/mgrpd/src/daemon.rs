@@ -201,6 +201,19 @@ impl Daemon {
             health: self.health.clone(),
             life: self.life.clone(),
             fast: self.fast.clone(),
+            next_hop: None,
+        }
+    }
+
+    /// The reader of a next-hop device, whose every packet goes to `peer`.
+    pub(crate) fn next_hop_reader(
+        &self,
+        device: Arc<SyncDevice>,
+        peer: std::net::IpAddr,
+    ) -> TunReader {
+        TunReader {
+            next_hop: Some(crate::tun_reader::NextHop { device, peer }),
+            ..self.tun_reader()
         }
     }
 

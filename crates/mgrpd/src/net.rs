@@ -437,7 +437,7 @@ impl Net {
     pub(crate) fn send_transmit(&self, peer: IpAddr, t: Transmit) {
         let c = &self.counters;
         match t {
-            Transmit::Unchanged(pkt) if self.endpoints.is_udp(peer) => self.tunnel(peer, &pkt),
+            Transmit::Unchanged(pkt) if self.wraps(peer, &pkt) => self.tunnel(peer, &pkt),
             Transmit::Unchanged(pkt) => self.send_unchanged(&pkt),
             Transmit::Continuation(mut pkt) => {
                 pkt.set_sender_time(mgrp_rt::wall_now());
@@ -494,11 +494,20 @@ impl Net {
         self.flush_tunnel(&mut batch);
     }
 
-    /// Sends `pkt` on unchanged to `peer`: into `batch` when the peer is reached over
-    /// UDP (sent by [`Self::flush_tunnel`] or the next packet that does not fit it),
-    /// else at once.
+    /// Whether a packet that goes to `peer` without riding a probe must still go
+    /// wrapped in continuations: when the peer is reached over UDP (a path that takes
+    /// only MGRP), and when the peer is not where the packet is bound (it came from a
+    /// next-hop device, and the peer relays it on; sent as it came, it would take the
+    /// kernel's way to its destination instead).
+    fn wraps(&self, peer: IpAddr, pkt: &[u8]) -> bool {
+        self.endpoints.is_udp(peer)
+            || ip::destination(pkt).is_some_and(|dst| self.config.peer_of(dst) != peer)
+    }
+
+    /// Sends `pkt` on unchanged to `peer`: into `batch` when it goes wrapped (sent by
+    /// [`Self::flush_tunnel`] or the next packet that does not fit it), else at once.
     pub(crate) fn send_unchanged_batched(&self, batch: &mut TunnelBatch, peer: IpAddr, pkt: &[u8]) {
-        if self.endpoints.is_udp(peer) {
+        if self.wraps(peer, pkt) {
             self.tunnel_batched(batch, peer, pkt);
         } else {
             self.send_transmit(
@@ -568,6 +577,7 @@ impl Net {
     ) -> std::io::Result<()> {
         if count > 1
             && matches!(self.io, Io::Kernel { .. })
+            && self.endpoints.is_udp(peer)
             && !self.no_udp_segmentation.load(Ordering::Relaxed)
         {
             let (socket, at) = self.udp_target(peer)?;

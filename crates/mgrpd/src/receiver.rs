@@ -14,7 +14,7 @@ use mgrp_core::WallTime;
 use mgrp_core::api::ReceivedProbe;
 use mgrp_core::auth::{self, AuthError, ReplayWindow};
 use mgrp_core::ip::{IPV6_HEADER_LEN, Ip};
-use mgrp_core::peers::Refusal;
+use mgrp_core::peers::{Admitted, Refusal};
 use mgrp_core::planner::UDP_HEADER_LEN;
 use mgrp_core::reassembly::{ChunkOutcome, Reassembler};
 use mgrp_core::wire::{Kind, Packet};
@@ -284,13 +284,13 @@ impl Receiver {
 
     /// Whether a rider may be written into this host. The loopback data path writes
     /// riders nowhere, so it admits every one.
-    fn admit(&self, from: IpAddr, to: Option<IpAddr>, rider: &[u8]) -> Result<(), Refusal> {
+    fn admit(&self, from: IpAddr, to: Option<IpAddr>, rider: &[u8]) -> Result<Admitted, Refusal> {
         match self.tun {
             TunWriter::Kernel { .. } => {
                 let to = to.unwrap_or(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED));
                 self.config.peers.admit(from, to, rider)
             }
-            TunWriter::Nowhere => Ok(()),
+            TunWriter::Nowhere => Ok(Admitted::Here),
         }
     }
 
@@ -387,9 +387,13 @@ impl Receiver {
         let now = mgrp_rt::mono_now();
         for chunk in packet.chunks() {
             if let ChunkOutcome::Complete(rider) = self.reasm.handle_chunk(now, from, &chunk) {
-                if let Err(refusal) = self.admit(from, to, &rider) {
-                    self.count_refusal(from, refusal, &rider);
-                    continue;
+                match self.admit(from, to, &rider) {
+                    Ok(Admitted::Here) => {}
+                    Ok(Admitted::Relayed) => bump(&c.riders_relayed),
+                    Err(refusal) => {
+                        self.count_refusal(from, refusal, &rider);
+                        continue;
+                    }
                 }
                 // A full batch is written first: riders keep their order.
                 if self.writes.is_full() {

@@ -71,6 +71,12 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 
 async fn run_async(config: Config) -> anyhow::Result<()> {
     let tun = Arc::new(tun::create(&config)?);
+    let next_hops = config
+        .next_hops
+        .iter()
+        .map(|d| Ok((Arc::new(tun::create_next_hop(&config, d)?), d.peer)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    warn_if_not_forwarding(&config);
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let daemon = Daemon::new(config.clone(), tun, events_tx)?;
     let recv4 = sys::mgrp_recv_socket(false, config.protocol, Duration::from_millis(100))
@@ -107,7 +113,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         None
     };
     let demand = Demand::new(routes, &config);
-    let result = serve(&config, &daemon, &demand, recv4, events_rx).await;
+    let result = serve(&config, &daemon, &demand, recv4, events_rx, next_hops).await;
     daemon.begin_shutdown();
     for e in demand.remove_all().await {
         warn!("cleanup: {e}");
@@ -122,6 +128,7 @@ async fn serve(
     demand: &Demand,
     recv4: socket2::Socket,
     events: mpsc::UnboundedReceiver<RouteEvent>,
+    next_hops: Vec<(Arc<tun_rs::SyncDevice>, std::net::IpAddr)>,
 ) -> anyhow::Result<()> {
     if config.manage_routes && !config.route_on_demand {
         let mut st = demand.clone();
@@ -155,6 +162,16 @@ async fn serve(
             privileges.worker();
             reader.run();
         })?;
+    for (device, peer) in next_hops {
+        let (l, reader) = (life.clone(), daemon.next_hop_reader(device, peer));
+        std::thread::Builder::new()
+            .name("mgrp-nexthop".into())
+            .spawn(move || {
+                let _ends = lifecycle::EndsDaemon::new(&l, "next-hop device reader");
+                privileges.worker();
+                reader.run();
+            })?;
+    }
     let (l, receiver) = (life.clone(), daemon.receiver(false, false));
     let mut receivers =
         vec![
@@ -305,5 +322,32 @@ async fn serve(
     match failure {
         Some(why) => anyhow::bail!("{why}"),
         None => Ok(()),
+    }
+}
+
+/// Riders a member peer sends through this host to its `relay-to` prefixes are written
+/// into the TUN for the kernel to forward: say so when the kernel would not.
+fn warn_if_not_forwarding(config: &Config) {
+    let relays = |v4: bool| {
+        config
+            .peers
+            .peers()
+            .iter()
+            .flat_map(|p| p.relay_to.iter().map(move |r| (p.prefix, *r)))
+            .find(|(_, r)| r.addr().is_ipv4() == v4)
+    };
+    for (v4, path) in [
+        (true, "/proc/sys/net/ipv4/ip_forward"),
+        (false, "/proc/sys/net/ipv6/conf/all/forwarding"),
+    ] {
+        let Some((peer, to)) = relays(v4) else {
+            continue;
+        };
+        let on = std::fs::read_to_string(path).is_ok_and(|v| v.trim() == "1");
+        if !on {
+            warn!(
+                "peer {peer} may relay to {to} through this host, but {path} is not 1: the kernel will drop what it relays; set it (sysctl) to relay"
+            );
+        }
     }
 }

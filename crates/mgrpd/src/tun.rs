@@ -45,3 +45,36 @@ pub(crate) fn create(config: &Config) -> anyhow::Result<tun_rs::SyncDevice> {
         .with_context(|| format!("cannot bring {} up", config.tun))?;
     Ok(dev)
 }
+
+/// Creates a next-hop device (see [`crate::config::NextHopDevice`]) and brings it up:
+/// no address, nothing routed into it by mgrpd (policy routing chooses what is), the
+/// MTU of one continuation to its peer when that peer is reached over UDP.
+pub(crate) fn create_next_hop(
+    config: &Config,
+    device: &crate::config::NextHopDevice,
+) -> anyhow::Result<tun_rs::SyncDevice> {
+    let mtu = config
+        .route_mtu(ipnet::IpNet::from(device.peer))
+        .unwrap_or(config.mtu);
+    let dev = DeviceBuilder::new()
+        .name(device.name.clone())
+        .mtu(mtu)
+        .offload(config.tun_offload)
+        .enable(false)
+        .build_sync()
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot create the next-hop device {} (peer {}): {e}; does an interface of that name exist? choose another with device = in the peer's [[peers]] table",
+                device.name,
+                device.peer
+            )
+        })?;
+    let _ = sys::set_if_sysctl("ipv6", &device.name, "addr_gen_mode", "1");
+    dev.enabled(true)
+        .with_context(|| format!("cannot bring {} up", device.name))?;
+    info!(
+        "next-hop device {} (mtu {mtu}): what is routed into it goes to {}",
+        device.name, device.peer
+    );
+    Ok(dev)
+}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use mgrp_core::ip;
 use tracing::warn;
-use tun_rs::{VIRTIO_NET_HDR_LEN, VirtioNetHdr};
+use tun_rs::{SyncDevice, VIRTIO_NET_HDR_LEN, VirtioNetHdr};
 
 use crate::config::Config;
 use crate::counters::{Counters, bump};
@@ -41,6 +41,22 @@ pub(crate) struct TunReader {
     pub(crate) life: Arc<Lifecycle>,
     /// Where unchanged super-packets leave whole, if it could be set up.
     pub(crate) fast: Option<Arc<FastPath>>,
+    /// For a next-hop device: the device read instead of the TUN, and the peer that
+    /// gets all of its packets.
+    pub(crate) next_hop: Option<NextHop>,
+}
+
+/// A next-hop device and its peer.
+#[derive(Clone)]
+pub(crate) struct NextHop {
+    pub(crate) device: Arc<SyncDevice>,
+    pub(crate) peer: IpAddr,
+}
+
+impl std::fmt::Debug for NextHop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NextHop({})", self.peer)
+    }
 }
 
 impl TunReader {
@@ -48,7 +64,13 @@ impl TunReader {
     /// offloads one read returns a TCP super-packet, split here into its segments: one
     /// system call for up to 64 KB of traffic.
     pub(crate) fn run(&self) {
-        let Some(tun) = self.net.tun() else { return };
+        let tun = match &self.next_hop {
+            Some(hop) => &hop.device,
+            None => match self.net.tun() {
+                Some(tun) => tun,
+                None => return,
+            },
+        };
         let vnet = self.config.tun_offload;
         let mut original = vec![0u8; VIRTIO_NET_HDR_LEN + 65_535];
         let seg = usize::from(self.config.mtu) + 64;
@@ -116,6 +138,10 @@ impl TunReader {
     /// `segments` packets it stands for. Returns whether it was sent.
     fn send_whole(&self, hdr: &VirtioNetHdr, packet: &[u8], segments: u64) -> bool {
         let Some(fast) = &self.fast else { return false };
+        // A next-hop device's packets go wrapped to its peer, never on their own way.
+        if self.next_hop.is_some() {
+            return false;
+        }
         let Some(dst) = ip::destination(packet).filter(|d| !is_housekeeping(*d)) else {
             return false;
         };
@@ -170,7 +196,10 @@ impl TunReader {
                 bump(&c.tun_ignored);
                 continue;
             };
-            let peer = self.config.peer_of(dst);
+            let peer = match &self.next_hop {
+                Some(hop) => hop.peer,
+                None => self.config.peer_of(dst),
+            };
             let len = pkt.len() as u64;
             match &mut metered {
                 Some((p, n, bytes)) if *p == peer => {

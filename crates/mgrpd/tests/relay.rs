@@ -1,0 +1,240 @@
+//! Relays: a peer's next-hop device sends what policy routing puts into it to that
+//! peer, which relays it on when the sender is a member allowed to (its `relay-to`)
+//! and refuses it otherwise. Real namespaces, veths, TUNs and daemons; they need root
+//! (CI runs as root) and say so and pass vacuously without it.
+
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use mgrp_testbed::{Daemon, Netns, tcp_listen, tcp_transfer, veth_pair};
+
+// Key files are for the other namespace tests.
+#[allow(dead_code)]
+mod common;
+
+use common::{mgrpd, root_or_skip, serial, trains_every};
+
+const A_R: Ipv4Addr = Ipv4Addr::new(10, 81, 1, 2);
+const R_A: Ipv4Addr = Ipv4Addr::new(10, 81, 1, 1);
+const R_B: Ipv4Addr = Ipv4Addr::new(10, 81, 2, 1);
+const B_R: Ipv4Addr = Ipv4Addr::new(10, 81, 2, 2);
+const A_B: Ipv4Addr = Ipv4Addr::new(10, 81, 3, 1);
+const B_A: Ipv4Addr = Ipv4Addr::new(10, 81, 3, 2);
+const C_R: Ipv4Addr = Ipv4Addr::new(10, 81, 4, 2);
+const R_C: Ipv4Addr = Ipv4Addr::new(10, 81, 4, 1);
+/// The network behind B that A reaches, directly or through R.
+const B_LAN: &str = "10.81.9.0/24";
+const B_HOST: Ipv4Addr = Ipv4Addr::new(10, 81, 9, 1);
+
+/// A configuration file, removed on drop.
+struct ConfigFile(PathBuf);
+
+impl ConfigFile {
+    fn new(text: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("{}.toml", mgrp_testbed::unique("relc")));
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        Self(path)
+    }
+
+    fn start(&self, ns: &Netns, who: &str) -> Daemon {
+        Daemon::start(
+            ns,
+            mgrpd(),
+            &[
+                "--config",
+                &self.0.display().to_string(),
+                "--log-level",
+                "debug",
+            ],
+        )
+        .unwrap_or_else(|e| panic!("mgrpd on {who}: {e}"))
+    }
+}
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A, R, B and C: A reaches B directly and through R; C, a peer of R's that is no
+/// member, reaches only R. B holds the network `B_LAN`. Every MGRP path is UDP.
+struct RelayNet {
+    a: Netns,
+    r: Netns,
+    b: Netns,
+    c: Netns,
+}
+
+impl RelayNet {
+    fn new() -> Self {
+        let (a, r, b, c) = (
+            Netns::new("rla").unwrap(),
+            Netns::new("rlr").unwrap(),
+            Netns::new("rlb").unwrap(),
+            Netns::new("rlc").unwrap(),
+        );
+        let up = |ns: &Netns, dev: &str, addr: Ipv4Addr| {
+            ns.ip(&["addr", "add", &format!("{addr}/24"), "dev", dev])
+                .unwrap();
+            ns.ip(&["link", "set", dev, "up"]).unwrap();
+        };
+        for (x, y, ax, ay) in [
+            (&a, &r, A_R, R_A),
+            (&r, &b, R_B, B_R),
+            (&a, &b, A_B, B_A),
+            (&c, &r, C_R, R_C),
+        ] {
+            let (dx, dy) = veth_pair(x, y).unwrap();
+            up(x, &dx, ax);
+            up(y, &dy, ay);
+        }
+        // B's network: one host of it, on B's loopback (no dummy devices needed).
+        b.ip(&["addr", "add", &format!("{B_HOST}/32"), "dev", "lo"])
+            .unwrap();
+        b.ip(&["link", "set", "lo", "up"]).unwrap();
+        // B answers A (and C) the plain way, directly.
+        b.ip(&["route", "add", "10.81.1.0/24", "via", &A_B.to_string()])
+            .unwrap();
+        r.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]).unwrap();
+        Self { a, r, b, c }
+    }
+}
+
+fn connect(ns: &Netns, port: u16, timeout: Duration) -> std::io::Result<TcpStream> {
+    ns.run(|| TcpStream::connect_timeout(&SocketAddr::new(IpAddr::V4(B_HOST), port), timeout))
+        .unwrap()
+}
+
+/// Traffic that A routes into its device for R crosses R (riding A's trains to R or
+/// wrapped in continuations) and arrives at B byte for byte; the same through A's
+/// device for B goes straight there. C, a peer of R's without `relay-to`, gets
+/// nothing through: R refuses its riders as bound elsewhere.
+#[test]
+fn a_member_relays_and_no_one_else_does() {
+    let _serial = serial();
+    if !root_or_skip("a_member_relays_and_no_one_else_does") {
+        return;
+    }
+    let net = RelayNet::new();
+    let ca = ConfigFile::new(&format!(
+        "encap = \"udp\"\n\
+         [[peers]]\nprefix = \"{R_A}/32\"\ndevice = \"mgrp-r\"\n\
+         [[peers]]\nprefix = \"{B_A}/32\"\ndevice = \"mgrp-b\"\n"
+    ));
+    let cr = ConfigFile::new(&format!(
+        "encap = \"udp\"\n\
+         [[peers]]\nprefix = \"{A_R}/32\"\nrelay-to = [\"{B_LAN}\"]\n\
+         [[peers]]\nprefix = \"{B_R}/32\"\ndevice = \"mgrp-b\"\n\
+         [[peers]]\nprefix = \"{C_R}/32\"\n"
+    ));
+    let cb = ConfigFile::new(&format!(
+        "encap = \"udp\"\nlocal-prefixes = [\"{B_LAN}\"]\n\
+         [[peers]]\nprefix = \"{R_B}/32\"\nallowed-sources = [\"{A_R}/32\", \"{C_R}/32\"]\n\
+         [[peers]]\nprefix = \"{A_B}/32\"\nallowed-sources = [\"{A_R}/32\"]\n"
+    ));
+    let cc = ConfigFile::new(&format!(
+        "encap = \"udp\"\n[[peers]]\nprefix = \"{R_C}/32\"\ndevice = \"mgrp-r\"\n"
+    ));
+    let b = cb.start(&net.b, "B");
+    let r = cr.start(&net.r, "R");
+    let a = ca.start(&net.a, "A");
+    let _c = cc.start(&net.c, "C");
+    // What the overlay's route control would install: B's network through R, from
+    // A's address R knows. R sends it on through its own device for B.
+    net.r.ip(&["route", "add", B_LAN, "dev", "mgrp-b"]).unwrap();
+    net.a
+        .ip(&[
+            "route",
+            "add",
+            B_LAN,
+            "dev",
+            "mgrp-r",
+            "src",
+            &A_R.to_string(),
+        ])
+        .unwrap();
+
+    let bytes = 8 << 20;
+    let listener = tcp_listen(&net.b, IpAddr::V4(B_HOST), 5401).expect("listen");
+    let stop = Arc::new(AtomicBool::new(false));
+    let trains = trains_every(&a, IpAddr::V4(R_A), stop.clone(), Duration::from_millis(20));
+    let t = tcp_transfer(&net.a, listener, IpAddr::V4(B_HOST), 5401, bytes);
+    stop.store(true, Ordering::Relaxed);
+    let n = trains.join().unwrap();
+    let t = t.unwrap_or_else(|e| {
+        panic!(
+            "through R: {e}\nA: {:#?}\nR: {:#?}\n{}\nB: {:#?}",
+            a.stats().map(|s| s.daemon),
+            r.stats().map(|s| s.daemon),
+            r.process.log(),
+            b.stats().map(|s| s.daemon)
+        )
+    });
+    assert_eq!(t.received, bytes, "bytes lost");
+    assert!(t.intact, "bytes corrupted");
+    eprintln!(
+        "through R: {:.1} Mbit/s, {n} trains to R beside it",
+        t.mbps()
+    );
+    let sr = r.quiescent_stats().unwrap();
+    let relayed = sr.daemon.riders_relayed;
+    assert!(relayed > 1000, "R relayed {relayed} riders: {sr:#?}");
+    assert_eq!(sr.daemon.riders_refused_foreign_destination, 0, "{sr:#?}");
+    let sa = a.stats().unwrap();
+    assert!(sa.daemon.continuations_sent > 0, "{sa:#?}");
+    assert!(
+        sa.planner.riders_piggybacked > 0,
+        "nothing rode A's trains to R: {sa:#?}"
+    );
+
+    // Straight to B through A's device for B: R sees none of it.
+    net.a
+        .ip(&[
+            "route",
+            "replace",
+            B_LAN,
+            "dev",
+            "mgrp-b",
+            "src",
+            &A_R.to_string(),
+        ])
+        .unwrap();
+    let listener = tcp_listen(&net.b, IpAddr::V4(B_HOST), 5402).expect("listen");
+    let t = tcp_transfer(&net.a, listener, IpAddr::V4(B_HOST), 5402, bytes).expect("direct");
+    assert_eq!(t.received, bytes, "bytes lost");
+    assert!(t.intact, "bytes corrupted");
+    assert_eq!(r.stats().unwrap().daemon.riders_relayed, relayed);
+
+    // C is R's peer but no member: nothing of it passes R.
+    net.c
+        .ip(&[
+            "route",
+            "add",
+            B_LAN,
+            "dev",
+            "mgrp-r",
+            "src",
+            &C_R.to_string(),
+        ])
+        .unwrap();
+    let _listener = tcp_listen(&net.b, IpAddr::V4(B_HOST), 5403).expect("listen");
+    let refused_before = r.stats().unwrap().daemon.riders_refused_foreign_destination;
+    assert!(
+        connect(&net.c, 5403, Duration::from_secs(3)).is_err(),
+        "C reached B through R"
+    );
+    let sr = r.stats().unwrap();
+    assert!(
+        sr.daemon.riders_refused_foreign_destination > refused_before,
+        "R did not refuse C's riders: {sr:#?}"
+    );
+    assert_eq!(sr.daemon.riders_relayed, relayed, "{sr:#?}");
+}

@@ -23,6 +23,8 @@
 //! - [`traffic`]: how much application traffic goes to each peer, and how fast.
 //! - [`exposition`]: metrics in the format a Prometheus scraper asks for.
 //! - [`segment`]: a captured TCP segment's headers, for passive packet timing.
+//! - [`heartbeat`]: heartbeats between overlay members: a hop's liveness, round trip
+//!   and forward loss.
 //! - [`schedule`]: absolute departure deadlines of a train and the summary of how well
 //!   a sent train kept them.
 //!
@@ -36,6 +38,7 @@ pub mod api;
 pub mod auth;
 pub mod endpoint;
 pub mod exposition;
+pub mod heartbeat;
 pub mod ip;
 pub mod peers;
 pub mod planner;

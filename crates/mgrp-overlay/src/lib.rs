@@ -13,6 +13,9 @@
 //!   neighbour's kernel.
 //! - [`passive`]: estimates from the applications' own TCP flows, which stand in
 //!   for active runs while they flow.
+//! - [`route`]: route control with no I/O — candidate paths scored by a throughput
+//!   model from the hops' estimates and heartbeats (`mgrp_core::heartbeat`), switched
+//!   by SAFIRE's bandwidth-ratio rule.
 //! - `store`: each link's history on disk, across restarts.
 //! - [`node`]: the node running — its servers, its scheduler's thread, its
 //!   measurements — and the state the API reads.
@@ -28,6 +31,7 @@ pub mod metrics;
 pub mod node;
 pub mod page;
 pub mod passive;
+pub mod route;
 pub mod schedule;
 pub mod service;
 mod store;

@@ -1,0 +1,415 @@
+//! Heartbeats between Measurement Overlay members (no I/O, no clock): whether a hop is alive, its round
+//! trip and its one-way loss, fresh to a second.
+//!
+//! Each node pings every member every `interval` over the hop itself (through its
+//! mgrpd next-hop device, so a dead daemon shows as a dead hop). The member answers
+//! each ping with a pong that carries how many of this sender's pings it has
+//! received so far; two pongs a window apart then give the *forward* loss
+//! (pings sent between them against pings received between them), with no guess
+//! about the way back. A hop is down when `down_after` pings in a row went
+//! unanswered (RON's rule of consecutive lost probes; its numbers are configurable).
+//!
+//! Wire format (UDP payload, big-endian): `MGRH`, kind (1 ping, 2 pong), sequence
+//! number (u64); a pong adds the count of this sender's pings received (u64).
+
+use std::collections::VecDeque;
+
+/// A heartbeat's first bytes.
+pub const MAGIC: &[u8; 4] = b"MGRH";
+/// A ping's length.
+pub const PING_LEN: usize = 13;
+/// A pong's length.
+pub const PONG_LEN: usize = 21;
+
+/// A heartbeat, parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Message {
+    /// Ping number `seq`.
+    Ping {
+        /// Its sequence number.
+        seq: u64,
+    },
+    /// The answer to ping `seq`.
+    Pong {
+        /// The ping's sequence number.
+        seq: u64,
+        /// Pings of this sender the member has received so far.
+        received: u64,
+    },
+}
+
+/// Why bytes are no heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// Not the magic, or the wrong length for its kind.
+    #[error("not a heartbeat (magic or length)")]
+    NotHeartbeat,
+    /// A kind this version does not know.
+    #[error("unknown heartbeat kind {0}")]
+    Kind(u8),
+}
+
+impl Message {
+    /// Parses one datagram.
+    pub fn parse(b: &[u8]) -> Result<Self, ParseError> {
+        if b.len() < PING_LEN || &b[..4] != MAGIC {
+            return Err(ParseError::NotHeartbeat);
+        }
+        let u64_at = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[i..i + 8]);
+            u64::from_be_bytes(a)
+        };
+        match b[4] {
+            1 if b.len() == PING_LEN => Ok(Self::Ping { seq: u64_at(5) }),
+            2 if b.len() == PONG_LEN => Ok(Self::Pong {
+                seq: u64_at(5),
+                received: u64_at(13),
+            }),
+            1 | 2 => Err(ParseError::NotHeartbeat),
+            k => Err(ParseError::Kind(k)),
+        }
+    }
+
+    /// Its bytes.
+    pub fn emit(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(PONG_LEN);
+        v.extend_from_slice(MAGIC);
+        match *self {
+            Self::Ping { seq } => {
+                v.push(1);
+                v.extend_from_slice(&seq.to_be_bytes());
+            }
+            Self::Pong { seq, received } => {
+                v.push(2);
+                v.extend_from_slice(&seq.to_be_bytes());
+                v.extend_from_slice(&received.to_be_bytes());
+            }
+        }
+        v
+    }
+}
+
+/// How heartbeats judge a hop.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Settings {
+    /// Seconds between pings.
+    pub interval_s: f64,
+    /// Pings unanswered in a row (each older than `grace_s`) that make a hop down.
+    pub down_after: u32,
+    /// Seconds over which forward loss is counted.
+    pub loss_window_s: f64,
+    /// A ping younger than this may still be answered: not yet counted lost.
+    pub grace_s: f64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            interval_s: 0.1,
+            down_after: 10,
+            loss_window_s: 10.0,
+            grace_s: 0.5,
+        }
+    }
+}
+
+/// What heartbeats say of one hop now.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+pub struct HopState {
+    /// Whether it answers: answered at least once, and fewer than `down_after` pings
+    /// in a row are unanswered.
+    pub alive: bool,
+    /// Round trip, s: a moving average (7/8 old, 1/8 new) of the pongs' round trips.
+    pub rtt_s: Option<f64>,
+    /// Forward loss over the window, 0 to 1: (lost + 0.5) / (sent + 1), so a finite
+    /// count never claims none. `None` until 20 pings span the window.
+    pub loss: Option<f64>,
+    /// Pings the loss stands on.
+    pub loss_samples: u64,
+    /// Pings unanswered since the last answered one (older than the grace time).
+    pub lost_in_row: u32,
+    /// Pings sent.
+    pub sent: u64,
+    /// Pongs received.
+    pub answered: u64,
+}
+
+/// Fewest pings a loss figure stands on.
+const MIN_LOSS_SAMPLES: u64 = 20;
+
+/// The sending side of one hop's heartbeats.
+#[derive(Debug, Clone, Default)]
+pub struct Pinger {
+    next_seq: u64,
+    /// Pings sent and not yet answered or given up, with when they left.
+    outstanding: VecDeque<(u64, f64)>,
+    /// Recent pongs: when, which ping, the member's count of pings received.
+    pongs: VecDeque<(f64, u64, u64)>,
+    highest_answered: Option<u64>,
+    rtt_s: Option<f64>,
+    sent: u64,
+    answered: u64,
+}
+
+/// Pings remembered for their round trip at most (older ones are lost).
+const MAX_OUTSTANDING: usize = 4096;
+
+impl Pinger {
+    /// The next ping to send at `now` (seconds on any steady clock).
+    pub fn ping(&mut self, now: f64) -> Vec<u8> {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.sent += 1;
+        if self.outstanding.len() == MAX_OUTSTANDING {
+            self.outstanding.pop_front();
+        }
+        self.outstanding.push_back((seq, now));
+        Message::Ping { seq }.emit()
+    }
+
+    /// Takes in a pong received at `now`; anything else is ignored. Returns whether it
+    /// answered one of this pinger's pings.
+    pub fn pong(&mut self, now: f64, seq: u64, received: u64, s: &Settings) -> bool {
+        let Some(i) = self.outstanding.iter().position(|(q, _)| *q == seq) else {
+            return false;
+        };
+        let (_, at) = self.outstanding[i];
+        // Earlier pings still outstanding were overtaken: they stay until answered or
+        // too old, and count as lost in a row only past the grace time.
+        self.outstanding.remove(i);
+        self.answered += 1;
+        let rtt = (now - at).max(0.0);
+        self.rtt_s = Some(match self.rtt_s {
+            Some(r) => 0.875 * r + 0.125 * rtt,
+            None => rtt,
+        });
+        if self.highest_answered.is_none_or(|h| seq > h) {
+            self.highest_answered = Some(seq);
+            self.pongs.push_back((now, seq, received));
+        }
+        // Keep one pong older than the window, the loss's starting point.
+        while self.pongs.len() > 2 && self.pongs[1].0 <= now - s.loss_window_s {
+            self.pongs.pop_front();
+        }
+        true
+    }
+
+    /// The hop's state at `now`.
+    pub fn state(&mut self, now: f64, s: &Settings) -> HopState {
+        let highest = self.highest_answered;
+        // Pings answered by nothing newer than them, past the grace time, are lost in
+        // a row; those older than every answered one were lost singly.
+        self.outstanding
+            .retain(|(q, at)| highest.is_none_or(|h| *q > h) || *at > now - 10.0 * s.grace_s);
+        let lost_in_row = self
+            .outstanding
+            .iter()
+            .filter(|(q, at)| highest.is_none_or(|h| *q > h) && *at <= now - s.grace_s)
+            .count() as u32;
+        let (loss, loss_samples) = self.loss(now, s);
+        HopState {
+            alive: self.answered > 0 && lost_in_row < s.down_after,
+            rtt_s: self.rtt_s,
+            loss,
+            loss_samples,
+            lost_in_row,
+            sent: self.sent,
+            answered: self.answered,
+        }
+    }
+
+    /// Forward loss between the oldest pong at the window's start and the newest.
+    fn loss(&self, now: f64, s: &Settings) -> (Option<f64>, u64) {
+        let (Some(&(t0, s0, r0)), Some(&(t1, s1, r1))) = (self.pongs.front(), self.pongs.back())
+        else {
+            return (None, 0);
+        };
+        // A stale newest pong says nothing of now.
+        if t1 < now - s.loss_window_s || s1 <= s0 || t1 <= t0 {
+            return (None, 0);
+        }
+        let sent = s1 - s0;
+        // The member restarted its count (or counts pings of an earlier pinger of the
+        // same address): nothing to say until the window holds only new pongs.
+        let Some(received) = r1.checked_sub(r0) else {
+            return (None, 0);
+        };
+        if sent < MIN_LOSS_SAMPLES {
+            return (None, sent);
+        }
+        let lost = sent.saturating_sub(received);
+        (Some((lost as f64 + 0.5) / (sent as f64 + 1.0)), sent)
+    }
+}
+
+/// The answering side: how many pings each sender's pinger has had received.
+#[derive(Debug, Clone, Default)]
+pub struct Echo {
+    received: std::collections::HashMap<std::net::SocketAddr, (u64, u64)>,
+}
+
+/// Senders an echo keeps counts for at most (members are few; this bounds memory
+/// against anyone else's datagrams).
+const MAX_SENDERS: usize = 1024;
+
+impl Echo {
+    /// The pong for a ping `seq` from `from`; `None` when the table is full of other
+    /// senders.
+    pub fn answer(&mut self, from: std::net::SocketAddr, seq: u64) -> Option<Vec<u8>> {
+        if !self.received.contains_key(&from) && self.received.len() >= MAX_SENDERS {
+            return None;
+        }
+        let (count, highest) = self.received.entry(from).or_insert((0, seq));
+        // A pinger that restarted begins again from 0: so does its count.
+        if seq + 1000 < *highest {
+            *count = 0;
+        }
+        *highest = (*highest).max(seq);
+        *count += 1;
+        Some(
+            Message::Pong {
+                seq,
+                received: *count,
+            }
+            .emit(),
+        )
+    }
+
+    /// Forgets every sender (members change, or a day passed).
+    pub fn clear(&mut self) {
+        self.received.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn settings() -> Settings {
+        Settings::default()
+    }
+
+    proptest! {
+        #[test]
+        fn messages_round_trip(seq: u64, received: u64) {
+            for m in [Message::Ping { seq }, Message::Pong { seq, received }] {
+                prop_assert_eq!(Message::parse(&m.emit()), Ok(m));
+            }
+        }
+
+        #[test]
+        fn parsing_never_panics(b in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let _ = Message::parse(&b);
+        }
+    }
+
+    #[test]
+    fn wrong_bytes_are_refused() {
+        let mut p = Message::Ping { seq: 3 }.emit();
+        p.push(0);
+        assert_eq!(Message::parse(&p), Err(ParseError::NotHeartbeat));
+        let mut p = Message::Ping { seq: 3 }.emit();
+        p[4] = 9;
+        assert_eq!(Message::parse(&p), Err(ParseError::Kind(9)));
+        assert_eq!(
+            Message::parse(b"MGRX123456789"),
+            Err(ParseError::NotHeartbeat)
+        );
+    }
+
+    /// Runs `n` pings at `interval_s`, the member receiving those `forward` keeps and
+    /// the pinger hearing the pongs `back` keeps, round trip `rtt`.
+    fn exchange(
+        p: &mut Pinger,
+        e: &mut Echo,
+        t0: f64,
+        n: u64,
+        forward: impl Fn(u64) -> bool,
+        back: impl Fn(u64) -> bool,
+    ) -> f64 {
+        let s = settings();
+        let from: std::net::SocketAddr = "10.0.0.1:7701".parse().unwrap();
+        let mut t = t0;
+        for i in 0..n {
+            let ping = p.ping(t);
+            let Ok(Message::Ping { seq }) = Message::parse(&ping) else {
+                panic!()
+            };
+            if forward(i) {
+                let pong = e.answer(from, seq).unwrap();
+                if back(i) {
+                    let Ok(Message::Pong { seq, received }) = Message::parse(&pong) else {
+                        panic!()
+                    };
+                    assert!(p.pong(t + 0.02, seq, received, &s));
+                }
+            }
+            t += s.interval_s;
+        }
+        t
+    }
+
+    #[test]
+    fn forward_loss_alone_is_counted() {
+        let (mut p, mut e, s) = (Pinger::default(), Echo::default(), settings());
+        // Every fifth ping lost on the way there, every third pong on the way back.
+        let t = exchange(&mut p, &mut e, 0.0, 300, |i| i % 5 != 0, |i| i % 3 != 0);
+        let h = p.state(t, &s);
+        assert!(h.alive, "{h:?}");
+        let loss = h.loss.unwrap();
+        assert!((loss - 0.2).abs() < 0.03, "{h:?}");
+        assert!((h.rtt_s.unwrap() - 0.02).abs() < 1e-9, "{h:?}");
+        // The window is 10 s of 0.1 s pings.
+        assert!((90..=100).contains(&h.loss_samples), "{h:?}");
+    }
+
+    #[test]
+    fn no_loss_is_never_claimed_from_a_finite_count() {
+        let (mut p, mut e, s) = (Pinger::default(), Echo::default(), settings());
+        let t = exchange(&mut p, &mut e, 0.0, 200, |_| true, |_| true);
+        let h = p.state(t, &s);
+        let loss = h.loss.unwrap();
+        assert!(loss > 0.0 && loss < 0.01, "{h:?}");
+        assert_eq!(h.lost_in_row, 0);
+    }
+
+    #[test]
+    fn a_hop_is_down_after_pings_lost_in_a_row_and_up_again_when_answered() {
+        let (mut p, mut e, s) = (Pinger::default(), Echo::default(), settings());
+        let mut t = exchange(&mut p, &mut e, 0.0, 50, |_| true, |_| true);
+        assert!(p.state(t, &s).alive);
+        // Nothing comes back from now on.
+        t = exchange(&mut p, &mut e, t, 9, |_| false, |_| true);
+        // The last few are within the grace time: not yet lost.
+        assert!(p.state(t, &s).alive, "{:?}", p.state(t, &s));
+        t = exchange(&mut p, &mut e, t, 10, |_| false, |_| true);
+        let h = p.state(t, &s);
+        assert!(!h.alive && h.lost_in_row >= s.down_after, "{h:?}");
+        // Detected within down_after intervals plus the grace time.
+        t = exchange(&mut p, &mut e, t, 1, |_| true, |_| true);
+        assert!(p.state(t, &s).alive);
+    }
+
+    #[test]
+    fn a_pinger_nobody_answered_is_not_alive() {
+        let (mut p, s) = (Pinger::default(), settings());
+        p.ping(0.0);
+        assert!(!p.state(0.05, &s).alive);
+        assert!(!p.pong(0.06, 77, 1, &s), "a pong for no ping of ours");
+    }
+
+    #[test]
+    fn an_echo_restarts_its_count_for_a_restarted_pinger() {
+        let mut e = Echo::default();
+        let from: std::net::SocketAddr = "10.0.0.1:7701".parse().unwrap();
+        for seq in 5000..5010 {
+            e.answer(from, seq);
+        }
+        let Ok(Message::Pong { received, .. }) = Message::parse(&e.answer(from, 0).unwrap()) else {
+            panic!()
+        };
+        assert_eq!(received, 1);
+    }
+}

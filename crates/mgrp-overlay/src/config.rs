@@ -141,6 +141,8 @@ pub struct Config {
     /// ends for passive dispersion and trend estimates (`[passive] timing`; needs
     /// CAP_NET_RAW here and at the neighbour).
     pub passive_timing: bool,
+    /// Route control (`[routing]`), when configured.
+    pub routing: Option<crate::routing::settings::Routing>,
 }
 
 /// How the transfer-rate prediction per neighbour is made (`[btc]`).
@@ -191,6 +193,7 @@ struct File {
     btc: BtcFile,
     #[serde(default)]
     passive: PassiveFile,
+    routing: Option<crate::routing::settings::RoutingFile>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -315,6 +318,7 @@ impl std::fmt::Debug for Config {
             .field("links", &self.links)
             .field("btc", &self.btc)
             .field("passive", &self.passive)
+            .field("routing", &self.routing)
             .finish()
     }
 }
@@ -685,6 +689,7 @@ impl Config {
             btc: f.btc.check()?,
             passive,
             passive_timing,
+            routing: f.routing.map(|r| r.check(dir)).transpose()?,
         })
     }
 
@@ -695,7 +700,7 @@ impl Config {
 }
 
 /// Names appear in URLs and metric labels: letters, digits and `.:_-` only.
-fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
+pub(crate) fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name

@@ -6,7 +6,9 @@
 //! | `GET /v1/links/{name}` | one link |
 //! | `GET /v1/links/{name}/history?limit=N` | its last N runs (default 100), oldest first |
 //! | `POST /v1/links/{name}/measure` | measure it now: 202, or 409 while it runs |
-//! | `GET /v1/stream[?link=NAME]` | server-sent events: an `estimate` event per run as it ends, a `btc` event when a neighbour's transfer-rate prediction changes, a `passive` event at each poll of a neighbour (its passive-tcp reading and packet timing) |
+//! | `GET /v1/stream[?link=NAME]` | server-sent events: an `estimate` event per run as it ends, a `btc` event when a neighbour's transfer-rate prediction changes, a `passive` event at each poll of a neighbour (its passive-tcp reading and packet timing), a `route` event when route control switches a destination |
+//! | `GET /v1/routes` | route control: members, destinations, candidate paths with their hops and scores, the chosen one, recent switches |
+//! | `POST /v1/routes/choose` | `{"prefix": P, "path": "via NAME" \| "direct" \| "normal" \| "auto"}`: set a destination's path by hand, or give it back to the rule |
 //! | `GET /metrics` | Prometheus text format, or OpenMetrics when the scraper asks for it |
 //! | `GET /` | the status page |
 //!
@@ -56,6 +58,8 @@ pub fn router(node: Arc<Shared>, shutdown: watch::Receiver<bool>) -> Router {
         .route("/v1/links/{name}/history", get(history))
         .route("/v1/links/{name}/measure", post(measure_now))
         .route("/v1/stream", get(stream))
+        .route("/v1/routes", get(routes))
+        .route("/v1/routes/choose", post(choose))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such resource; see /v1/links") })
         .method_not_allowed_fallback(|req: Request| async move {
             error(
@@ -122,6 +126,60 @@ async fn links(State(app): State<App>) -> Response {
     .into_response()
 }
 
+async fn routes(State(app): State<App>) -> Response {
+    match app.node.routes() {
+        None => error(
+            StatusCode::NOT_FOUND,
+            "route control is off on this node ([routing] in its configuration)",
+        ),
+        Some(r) => match r.view() {
+            Some(v) => axum::Json(v).into_response(),
+            None => error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "route control has not polled its members yet; ask again in a second",
+            ),
+        },
+    }
+}
+
+/// A destination's path set by hand.
+#[derive(Debug, serde::Deserialize)]
+struct ChooseBody {
+    prefix: String,
+    path: String,
+}
+
+async fn choose(
+    State(app): State<App>,
+    body: Result<axum::Json<ChooseBody>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let Some(r) = app.node.routes() else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "route control is off on this node ([routing] in its configuration)",
+        );
+    };
+    let axum::Json(b) = match body {
+        Ok(b) => b,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "{e}; send {{\"prefix\": \"10.9.0.0/24\", \"path\": \"via NAME\" | \"direct\" | \"normal\" | \"auto\"}}"
+                ),
+            );
+        }
+    };
+    match r.choose(&b.prefix, &b.path) {
+        Ok(()) => (
+            StatusCode::ACCEPTED,
+            axum::Json(json!({"prefix": b.prefix, "path": b.path, "applied": "at the next poll"})),
+        )
+            .into_response(),
+        Err(e) => error(StatusCode::NOT_FOUND, e.to_string()),
+    }
+}
+
 async fn link(State(app): State<App>, Path(name): Path<String>) -> Response {
     match app.node.link(&name) {
         Some(v) => axum::Json(v).into_response(),
@@ -183,7 +241,8 @@ async fn stream(State(app): State<App>, Query(q): Query<HashMap<String, String>>
 }
 
 /// Each new run as an `estimate` event, each changed prediction as a `btc` event,
-/// each poll of a neighbour's passive sources as a `passive` event (or
+/// each poll of a neighbour's passive sources as a `passive` event, each switch of a
+/// route-controlled destination as a `route` event (not with `?link=`) (or
 /// a `lagged` event saying how many a slow subscriber missed), until the server shuts
 /// down.
 fn events(
@@ -214,6 +273,9 @@ fn events(
                         }
                         crate::node::Event::Btc(b) => {
                             Event::default().event("btc").json_data(&b).ok()?
+                        }
+                        crate::node::Event::Route(r) => {
+                            Event::default().event("route").json_data(&r).ok()?
                         }
                     },
                     Ok(_) => continue,

@@ -32,6 +32,7 @@ pub mod node;
 pub mod page;
 pub mod passive;
 pub mod route;
+pub mod routing;
 pub mod schedule;
 pub mod service;
 mod store;

@@ -124,6 +124,8 @@ pub enum Event {
     Btc(BtcEvent),
     /// What the applications' traffic from a neighbour said at a poll.
     Passive(PassiveEvent),
+    /// Route control moved a destination to another path.
+    Route(crate::routing::control::SwitchView),
 }
 
 /// A neighbour's passive estimates at a poll, for each of its links.
@@ -154,6 +156,7 @@ impl Event {
             Self::Estimate(e) => e.link == name,
             Self::Btc(b) => b.links.iter().any(|l| l == name),
             Self::Passive(p) => p.links.iter().any(|l| l == name),
+            Self::Route(_) => false,
         }
     }
 }
@@ -191,6 +194,8 @@ pub struct Shared {
     store: Option<Store>,
     /// When the node started, Unix seconds.
     started_at: f64,
+    /// Route control, when configured.
+    routes: Option<Arc<crate::routing::control::Control>>,
 }
 
 impl Shared {
@@ -337,6 +342,11 @@ impl Shared {
         self.started_at
     }
 
+    /// Route control, when configured.
+    pub fn routes(&self) -> Option<&Arc<crate::routing::control::Control>> {
+        self.routes.as_ref()
+    }
+
     /// Whether the node is stopping.
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
@@ -455,6 +465,12 @@ impl Node {
             .filter_map(|r| r.history.back().map(|e| e.seq))
             .max()
             .unwrap_or(0);
+        let shared_routing = config.routing.as_ref().map(|r| {
+            Arc::new(crate::routing::control::Control::new(
+                r.clone(),
+                &config.name,
+            ))
+        });
         let shared = Arc::new(Shared {
             config,
             sched: Mutex::new(sched),
@@ -469,8 +485,15 @@ impl Node {
             seq: AtomicU64::new(last_seq),
             store,
             started_at: unix_now(),
+            routes: shared_routing.clone(),
         });
         let mut threads = Vec::new();
+        if let Some(control) = shared_routing {
+            let s = shared.clone();
+            threads.extend(crate::routing::control::start(control, move |sw| {
+                let _ = s.events.send(Event::Route(sw));
+            })?);
+        }
         for server in servers {
             let s = shared.clone();
             threads.push(
@@ -535,6 +558,9 @@ impl Node {
     /// neighbours are told), then every thread is joined.
     pub fn stop(self) {
         self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(r) = &self.shared.routes {
+            r.stop();
+        }
         self.shared.wake.notify_all();
         for t in self.threads {
             let _ = t.join();

@@ -124,6 +124,8 @@ pub enum Reason {
     AllDown,
     /// A path answers again after none did.
     Recovered,
+    /// Set by hand through the API.
+    Manual,
 }
 
 impl Reason {
@@ -138,6 +140,7 @@ impl Reason {
             Self::Failed => "the current path stopped answering".into(),
             Self::AllDown => "no path answers: the kernel's normal route".into(),
             Self::Recovered => "a path answers again".into(),
+            Self::Manual => "set by hand".into(),
         }
     }
 }
@@ -173,6 +176,15 @@ impl Choice {
     /// The path in use (`None`: the kernel's normal route).
     pub fn current(&self) -> Option<usize> {
         self.current
+    }
+
+    /// A choice set by hand to `to` at `now`.
+    pub fn forced(to: Option<usize>, now: f64) -> Self {
+        Self {
+            current: to,
+            changed_at: Some(now),
+            chosen_once: true,
+        }
     }
 
     /// When the last change was made.

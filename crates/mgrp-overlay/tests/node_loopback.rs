@@ -54,7 +54,7 @@ fn runs_are_recorded_broadcast_and_survive_a_neighbour_going_away() {
     let e = events
         .find_map(|ev| match ev {
             Event::Estimate(e) => Some(e),
-            Event::Btc(_) | Event::Passive(_) => None,
+            Event::Btc(_) | Event::Passive(_) | Event::Route(_) => None,
         })
         .expect("the run was broadcast");
     // Passive events come at every poll of the neighbour's kernel, between others.

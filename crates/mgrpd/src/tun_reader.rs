@@ -175,6 +175,18 @@ impl TunReader {
         true
     }
 
+    /// Sends a packet that rides no probe on to `peer`: as it came (or wrapped, for a
+    /// UDP peer or a packet bound beyond the peer); from a next-hop device always
+    /// wrapped, so that it crosses the peer's daemon even when addressed to the peer
+    /// itself (the overlay's heartbeats test the relay that way).
+    fn send_on(&self, tunnel: &mut TunnelBatch, peer: IpAddr, pkt: &[u8]) {
+        if self.next_hop.is_some() {
+            self.net.tunnel_batched(tunnel, peer, pkt);
+        } else {
+            self.net.send_unchanged_batched(tunnel, peer, pkt);
+        }
+    }
+
     /// Takes in a batch of packets read from the TUN: queues them for the pacer, or
     /// sends them on.
     pub(crate) fn handle_packets<'a>(&self, pkts: impl Iterator<Item = &'a [u8]>) {
@@ -215,12 +227,12 @@ impl TunReader {
             if down.contains(&peer) {
                 // Its probes are dropped on arrival: riders would be lost with them.
                 bump(&c.riders_bypassed_peer_down);
-                self.net.send_unchanged_batched(&mut tunnel, peer, pkt);
+                self.send_on(&mut tunnel, peer, pkt);
                 continue;
             }
             if direct {
                 bump(&c.riders_sent_direct);
-                self.net.send_unchanged_batched(&mut tunnel, peer, pkt);
+                self.send_on(&mut tunnel, peer, pkt);
                 continue;
             }
             // Owned by a counted handle from the start: the pacer clones riders it puts
@@ -236,7 +248,7 @@ impl TunReader {
                 // lost.
                 for (peer, data) in batch.riders {
                     bump(&c.riders_bypassed_pacer_busy);
-                    self.net.send_unchanged_batched(&mut tunnel, peer, &data);
+                    self.send_on(&mut tunnel, peer, &data);
                 }
             }
         }

@@ -1,0 +1,786 @@
+//! Route control running: heartbeats to and from the members, the members' APIs
+//! read every poll, each destination decided, the kernel's steering replaced when a
+//! choice changes, and the state the API, the events, the metrics and the status page
+//! show.
+//!
+//! Threads: one answers heartbeats (the echo), one per member this node has a device
+//! towards sends them, and the controller polls, decides and steers; on stop it
+//! removes every rule, route and table it installed.
+
+use std::collections::HashMap;
+use std::io::{Read as _, Write as _};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mgrp_core::heartbeat::{Echo, HopState, Message, Pinger};
+use serde::Serialize;
+use serde_json::Value;
+use tracing::{debug, info, warn};
+
+use super::kernel::{Kernel, Steering};
+use super::settings::{Candidate, Routing};
+use crate::route::{Choice, Hop, Reason, Score, Switch, score};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn unix_now() -> f64 {
+    mgrp_rt::wall_now().as_nanos() as f64 / 1e9
+}
+
+/// What the API shows of route control (`GET /v1/routes`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RoutesView {
+    /// This node.
+    pub node: String,
+    /// How the members know it.
+    pub address: IpAddr,
+    /// η and T_ch.
+    pub eta: f64,
+    /// T_ch, s.
+    pub t_ch_s: f64,
+    /// Whether existing flows move with a change.
+    pub move_existing: bool,
+    /// The other members, as heartbeats and their APIs found them.
+    pub members: Vec<MemberView>,
+    /// Each destination.
+    pub destinations: Vec<DestinationView>,
+    /// The last error steering the kernel, if the last attempt failed.
+    pub kernel_error: Option<String>,
+    /// When this view was made, Unix seconds.
+    pub at: f64,
+}
+
+/// A member.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemberView {
+    /// Its name.
+    pub name: String,
+    /// Its address.
+    pub address: IpAddr,
+    /// This node's next-hop device towards it.
+    pub device: Option<String>,
+    /// What heartbeats over the hop from this node to it say (members with a device).
+    pub heartbeat: Option<HopState>,
+    /// Whether its API answered at the last poll.
+    pub api_ok: bool,
+    /// Why not.
+    pub api_error: Option<String>,
+}
+
+/// A destination.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DestinationView {
+    /// The prefix.
+    pub prefix: String,
+    /// The member it lies behind.
+    pub owner: String,
+    /// The path new flows take: `direct`, `via NAME`, or `normal` (the kernel's own
+    /// route).
+    pub current: String,
+    /// A path set by hand (`POST /v1/routes/choose`), if any.
+    pub manual: Option<String>,
+    /// Seconds since the last switch.
+    pub since_switch_s: Option<f64>,
+    /// Switches so far.
+    pub switches: u64,
+    /// The candidates.
+    pub paths: Vec<PathView>,
+    /// The latest switches, newest last.
+    pub recent: Vec<SwitchView>,
+}
+
+/// A candidate path.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PathView {
+    /// `direct` or `via NAME`.
+    pub name: String,
+    /// Its number: mark `id << 16`, routing table `table-base + id`.
+    pub id: u32,
+    /// Whether new flows take it.
+    pub chosen: bool,
+    /// Its hops.
+    pub hops: Vec<HopView>,
+    /// The model's score.
+    pub score: Score,
+    /// Connections on it (conntrack marks).
+    pub flows: Option<u64>,
+}
+
+/// A hop.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HopView {
+    /// The sending member.
+    pub from: String,
+    /// The receiving member.
+    pub to: String,
+    /// What is known of it.
+    #[serde(flatten)]
+    pub hop: Hop,
+}
+
+/// A switch, as the API and the events show it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SwitchView {
+    /// The destination.
+    pub prefix: String,
+    /// When, Unix seconds.
+    pub at: f64,
+    /// The path left.
+    pub from: String,
+    /// The path taken.
+    pub to: String,
+    /// Why.
+    pub reason: Reason,
+    /// Why, in words.
+    pub reason_text: String,
+    /// The left path's score, bit/s.
+    pub from_bps: Option<f64>,
+    /// The taken path's score, bit/s.
+    pub to_bps: Option<f64>,
+}
+
+/// How a destination's path is set by hand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Manual {
+    /// Candidate `i`.
+    Path(usize),
+    /// The kernel's normal route.
+    Normal,
+}
+
+/// Why a hand-set path was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChooseError {
+    /// No destination has that prefix.
+    #[error("no destination {0}; GET /v1/routes lists them")]
+    NoDestination(String),
+    /// No candidate has that name.
+    #[error("destination {0} has no path {1:?}; its paths are {2}, or \"normal\" or \"auto\"")]
+    NoPath(String, String, String),
+}
+
+/// Route control's shared state.
+#[derive(Debug)]
+pub struct Control {
+    routing: Routing,
+    tun: String,
+    node: String,
+    epoch: Instant,
+    pingers: Mutex<HashMap<usize, Pinger>>,
+    view: Mutex<Option<RoutesView>>,
+    manual: Mutex<HashMap<usize, Manual>>,
+    switches: Mutex<Vec<SwitchView>>,
+    stop: AtomicBool,
+}
+
+/// Switches kept for the API.
+const KEPT_SWITCHES: usize = 200;
+
+impl Control {
+    /// Route control for `routing` on node `node`.
+    pub fn new(routing: Routing, node: &str) -> Self {
+        Self {
+            tun: routing.tun.clone(),
+            routing,
+            node: node.to_string(),
+            epoch: Instant::now(),
+            pingers: Mutex::default(),
+            view: Mutex::default(),
+            manual: Mutex::default(),
+            switches: Mutex::default(),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// Asks its threads to stop; the controller removes what it installed first.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Its settings.
+    pub fn routing(&self) -> &Routing {
+        &self.routing
+    }
+
+    fn now(&self) -> f64 {
+        self.epoch.elapsed().as_secs_f64()
+    }
+
+    /// The state now (`None` before the first poll).
+    pub fn view(&self) -> Option<RoutesView> {
+        lock(&self.view).clone()
+    }
+
+    /// Every switch kept, oldest first.
+    pub fn switches(&self) -> Vec<SwitchView> {
+        lock(&self.switches).clone()
+    }
+
+    /// Sets destination `prefix`'s path by hand (`path`: a candidate's name,
+    /// `normal`), or gives it back to the rule (`auto`).
+    pub fn choose(&self, prefix: &str, path: &str) -> Result<(), ChooseError> {
+        let r = &self.routing;
+        let d = r
+            .destinations
+            .iter()
+            .position(|d| d.prefix.to_string() == prefix)
+            .ok_or_else(|| ChooseError::NoDestination(prefix.to_string()))?;
+        let names: Vec<String> = r.destinations[d]
+            .paths
+            .iter()
+            .map(|p| r.path_name(*p))
+            .collect();
+        let m = match path {
+            "auto" => None,
+            "normal" => Some(Manual::Normal),
+            name => Some(Manual::Path(
+                names.iter().position(|n| n == name).ok_or_else(|| {
+                    ChooseError::NoPath(
+                        prefix.to_string(),
+                        name.to_string(),
+                        names
+                            .iter()
+                            .map(|n| format!("{n:?}"))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    )
+                })?,
+            )),
+        };
+        let mut manual = lock(&self.manual);
+        match m {
+            None => manual.remove(&d),
+            Some(m) => manual.insert(d, m),
+        };
+        Ok(())
+    }
+}
+
+/// Starts route control's threads: the kernel's paths are installed first (an error
+/// if they cannot be). `switched` is told of every switch.
+pub fn start(
+    control: Arc<Control>,
+    switched: impl Fn(SwitchView) + Send + 'static,
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    let mut kernel = Kernel::plan(&control.routing, &control.tun);
+    if let Err(e) = kernel.install() {
+        for e in kernel.remove() {
+            warn!("route control: cleanup: {e}");
+        }
+        anyhow::bail!(
+            "route control cannot install its routes: {e}; it needs CAP_NET_ADMIN, the ip and nft commands, and mgrpd running with the next-hop devices of [[routing.member]]"
+        );
+    }
+    let echo = UdpSocket::bind(SocketAddr::new(
+        if control.routing.address.is_ipv4() {
+            IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+        },
+        control.routing.heartbeat_port,
+    ))
+    .map_err(|e| {
+        for e in kernel.remove() {
+            warn!("route control: cleanup: {e}");
+        }
+        anyhow::anyhow!(
+            "route control cannot answer heartbeats on UDP port {}: {e}; set routing.heartbeat-port",
+            control.routing.heartbeat_port
+        )
+    })?;
+    let mut threads = Vec::new();
+    let c = control.clone();
+    threads.push(
+        std::thread::Builder::new()
+            .name("route-echo".into())
+            .spawn(move || answer(&echo, &c.stop))?,
+    );
+    for (i, m) in control.routing.members.iter().enumerate() {
+        let Some(device) = m.device.clone() else {
+            continue;
+        };
+        let socket = match ping_socket(&control.routing, m.address, &device) {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(
+                    "route control: cannot send heartbeats to {} through {device}: {e}; the hop counts as down",
+                    m.name
+                );
+                continue;
+            }
+        };
+        lock(&control.pingers).insert(i, Pinger::default());
+        let c = control.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("route-ping".into())
+                .spawn(move || ping(&socket, i, &c))?,
+        );
+    }
+    let c = control;
+    threads.push(
+        std::thread::Builder::new()
+            .name("route-control".into())
+            .spawn(move || {
+                decide_loop(&c, &mut kernel, &switched);
+                for e in kernel.remove() {
+                    warn!("route control: cleanup: {e}");
+                }
+                info!("route control: its rules, routes and steering table are removed");
+            })?,
+    );
+    Ok(threads)
+}
+
+fn ping_socket(r: &Routing, to: IpAddr, device: &str) -> std::io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let domain = if to.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    // Through the next-hop device, so each ping crosses this node's mgrpd and the
+    // member's; from the address the member knows this node by.
+    s.bind_device(Some(device.as_bytes()))?;
+    s.bind(&SocketAddr::new(r.address, 0).into())?;
+    s.connect(&SocketAddr::new(to, r.heartbeat_port).into())?;
+    let s: UdpSocket = s.into();
+    s.set_read_timeout(Some(Duration::from_millis(10)))?;
+    Ok(s)
+}
+
+fn answer(socket: &UdpSocket, stop: &AtomicBool) {
+    let _ = socket.set_read_timeout(Some(Duration::from_millis(200)));
+    let mut echo = Echo::default();
+    let mut buf = [0u8; 64];
+    let mut cleared = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let Ok((n, from)) = socket.recv_from(&mut buf) else {
+            continue;
+        };
+        if let Ok(Message::Ping { seq }) = Message::parse(&buf[..n])
+            && let Some(pong) = echo.answer(from, seq)
+            && let Err(e) = socket.send_to(&pong, from)
+        {
+            debug!("route control: cannot answer {from}'s heartbeat: {e}");
+        }
+        if cleared.elapsed() > Duration::from_secs(86_400) {
+            echo.clear();
+            cleared = Instant::now();
+        }
+    }
+}
+
+fn ping(socket: &UdpSocket, member: usize, c: &Control) {
+    let stop = &c.stop;
+    let s = c.routing.heartbeats;
+    let interval = Duration::from_secs_f64(s.interval_s);
+    let mut buf = [0u8; 64];
+    let mut next = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        if Instant::now() >= next {
+            let bytes = lock(&c.pingers)
+                .get_mut(&member)
+                .map(|p| p.ping(c.now()))
+                .unwrap_or_default();
+            // A send that fails (a device gone) is a ping lost.
+            let _ = socket.send(&bytes);
+            next += interval;
+            if next < Instant::now() {
+                next = Instant::now() + interval;
+            }
+        }
+        if let Ok(n) = socket.recv(&mut buf)
+            && let Ok(Message::Pong { seq, received }) = Message::parse(&buf[..n])
+            && let Some(p) = lock(&c.pingers).get_mut(&member)
+        {
+            p.pong(c.now(), seq, received, &s);
+        }
+    }
+}
+
+/// What one member's API gave at a poll.
+#[derive(Debug, Clone, Default)]
+struct Remote {
+    links: Option<Value>,
+    routes: Option<Value>,
+    error: Option<String>,
+}
+
+fn http_get(api: SocketAddr, path: &str, token: Option<&str>) -> Result<Value, String> {
+    let timeout = Duration::from_millis(700);
+    let mut s = TcpStream::connect_timeout(&api, timeout).map_err(|e| format!("{api}: {e}"))?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {api}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("{api}: {e}"))?;
+    let mut body = Vec::new();
+    s.take(16 << 20)
+        .read_to_end(&mut body)
+        .map_err(|e| format!("{api}{path}: {e}"))?;
+    let text = String::from_utf8_lossy(&body);
+    let (head, rest) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("{api}{path}: no HTTP answer"))?;
+    let status = head.split_whitespace().nth(1).unwrap_or("");
+    if status != "200" {
+        return Err(format!("{api}{path}: HTTP {status}"));
+    }
+    serde_json::from_str(rest).map_err(|e| format!("{api}{path}: {e}"))
+}
+
+/// A hop's estimates from the receiving member's links: the rate (the TCP
+/// prediction, else the available bandwidth, else the capacity) and badabing's loss
+/// when younger than `max_loss_age_s`, of the first link from `from` that has them.
+pub fn hop_estimates(links: &Value, from: IpAddr, max_loss_age_s: f64) -> Hop {
+    let mut hop = Hop::default();
+    let from_here = |l: &&Value| {
+        l.get("from")
+            .and_then(Value::as_str)
+            .and_then(|f| {
+                f.parse::<SocketAddr>()
+                    .map(|s| s.ip())
+                    .ok()
+                    .or_else(|| f.parse::<IpAddr>().ok())
+            })
+            .is_some_and(|ip| ip == from)
+    };
+    let Some(all) = links.get("links").and_then(Value::as_array) else {
+        return hop;
+    };
+    for l in all.iter().filter(from_here) {
+        let btc = &l["btc"];
+        let inputs = &btc["inputs"];
+        if hop.rate_bps.is_none() {
+            let f = |v: &Value| v.as_f64();
+            if let Some(b) = f(&btc["prediction"]["bps"]) {
+                hop.rate_bps = Some(b);
+                hop.rate_source = Some("btc");
+            } else if let (Some(lo), Some(hi)) = (
+                f(&inputs["available"]["low_bps"]),
+                f(&inputs["available"]["high_bps"]),
+            ) {
+                hop.rate_bps = Some((lo + hi) / 2.0);
+                hop.rate_source = Some("available");
+            } else if let Some(c) = f(&inputs["shape"]["capacity_bps"]) {
+                hop.rate_bps = Some(c);
+                hop.rate_source = Some("capacity");
+            }
+        }
+        if hop.loss.is_none()
+            && let (Some(rate), Some(age)) = (
+                inputs["loss"]["loss_rate"].as_f64(),
+                inputs["loss"]["age_s"].as_f64(),
+            )
+            && age <= max_loss_age_s
+        {
+            hop.loss = Some(rate);
+            hop.loss_source = Some("badabing");
+        }
+    }
+    hop
+}
+
+/// What a member's published heartbeats say of its hop to `to`.
+fn remote_heartbeat(routes: &Value, to: IpAddr) -> Option<HopState> {
+    routes["members"]
+        .as_array()?
+        .iter()
+        .find(|m| m["address"].as_str().and_then(|a| a.parse().ok()) == Some(to))
+        .and_then(|m| m.get("heartbeat"))
+        .and_then(|h| {
+            Some(HopState {
+                alive: h["alive"].as_bool()?,
+                rtt_s: h["rtt_s"].as_f64(),
+                loss: h["loss"].as_f64(),
+                loss_samples: h["loss_samples"].as_u64().unwrap_or(0),
+                lost_in_row: h["lost_in_row"].as_u64().unwrap_or(0) as u32,
+                sent: h["sent"].as_u64().unwrap_or(0),
+                answered: h["answered"].as_u64().unwrap_or(0),
+            })
+        })
+}
+
+fn decide_loop(c: &Control, kernel: &mut Kernel, switched: &dyn Fn(SwitchView)) {
+    let r = &c.routing;
+    let stop = &c.stop;
+    let mut choices: Vec<Choice> = vec![Choice::default(); r.destinations.len()];
+    let mut switch_counts = vec![0u64; r.destinations.len()];
+    let mut last_switch: Vec<Option<f64>> = vec![None; r.destinations.len()];
+    let mut steering = Steering::default();
+    let mut kernel_error: Option<String> = None;
+    let ids = r.path_ids();
+    while !stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        let remotes: Vec<Remote> = r
+            .members
+            .iter()
+            .map(|m| {
+                let token = m.token.as_deref();
+                let links = http_get(m.api, "/v1/links", token);
+                let routes = http_get(m.api, "/v1/routes", token);
+                let error = links.as_ref().err().or(routes.as_ref().err()).cloned();
+                Remote {
+                    links: links.ok(),
+                    routes: routes.ok(),
+                    error,
+                }
+            })
+            .collect();
+        let now = c.now();
+        let own: HashMap<usize, HopState> = lock(&c.pingers)
+            .iter_mut()
+            .map(|(i, p)| (*i, p.state(now, &r.heartbeats)))
+            .collect();
+        let manual = lock(&c.manual).clone();
+        let mut destinations = Vec::new();
+        let mut next_steering = Steering {
+            move_existing: r.move_existing,
+            ..Steering::default()
+        };
+        for (di, d) in r.destinations.iter().enumerate() {
+            let mut paths = Vec::new();
+            let mut scores = Vec::new();
+            for (pi, p) in d.paths.iter().enumerate() {
+                let hops = hops_of(c, &remotes, &own, d.owner, *p);
+                let sc = score(
+                    &hops.iter().map(|h| h.hop).collect::<Vec<_>>(),
+                    f64::from(r.mss),
+                );
+                if !sc.alive {
+                    next_steering.dead.push(ids[di][pi]);
+                }
+                scores.push(sc.clone());
+                paths.push(PathView {
+                    name: r.path_name(*p),
+                    id: ids[di][pi],
+                    chosen: false,
+                    hops,
+                    score: sc,
+                    flows: None,
+                });
+            }
+            let change = match manual.get(&di) {
+                Some(m) => {
+                    let to = match m {
+                        Manual::Path(i) => Some(*i),
+                        Manual::Normal => None,
+                    };
+                    (choices[di].current() != to || last_switch[di].is_none()).then(|| {
+                        let from = choices[di].current();
+                        choices[di] = Choice::forced(to, now);
+                        Switch {
+                            at: now,
+                            from,
+                            to,
+                            reason: Reason::Manual,
+                            from_bps: from.and_then(|i| scores[i].bps),
+                            to_bps: to.and_then(|i| scores[i].bps),
+                        }
+                    })
+                }
+                None => choices[di].decide(now, &scores, &r.rule),
+            };
+            let names: Vec<String> = paths.iter().map(|p| p.name.clone()).collect();
+            let name = |i: Option<usize>| i.map_or("normal".to_string(), |i| names[i].clone());
+            if let Some(sw) = change {
+                switch_counts[di] += 1;
+                last_switch[di] = Some(now);
+                let v = SwitchView {
+                    prefix: d.prefix.to_string(),
+                    at: unix_now(),
+                    from: name(sw.from),
+                    to: name(sw.to),
+                    reason: sw.reason,
+                    reason_text: sw.reason.words(r.rule.eta),
+                    from_bps: sw.from_bps,
+                    to_bps: sw.to_bps,
+                };
+                info!(
+                    "route control: {} now {} (was {}): {}",
+                    v.prefix, v.to, v.from, v.reason_text
+                );
+                {
+                    let mut all = lock(&c.switches);
+                    if all.len() == KEPT_SWITCHES {
+                        all.remove(0);
+                    }
+                    all.push(v.clone());
+                }
+                switched(v);
+            }
+            let current = choices[di].current();
+            if let Some(i) = current {
+                paths[i].chosen = true;
+            }
+            next_steering
+                .choices
+                .push((d.prefix, current.map(|i| ids[di][i])));
+            for p in &mut paths {
+                p.flows = kernel.flows(Some(p.id)).ok();
+            }
+            let prefix = d.prefix.to_string();
+            destinations.push(DestinationView {
+                prefix: prefix.clone(),
+                owner: r.members[d.owner].name.clone(),
+                current: name(current),
+                manual: manual.get(&di).map(|m| match m {
+                    Manual::Path(i) => name(Some(*i)),
+                    Manual::Normal => "normal".into(),
+                }),
+                since_switch_s: last_switch[di].map(|t| now - t),
+                switches: switch_counts[di],
+                paths,
+                recent: {
+                    let all = lock(&c.switches);
+                    let mine: Vec<&SwitchView> =
+                        all.iter().filter(|s| s.prefix == prefix).collect();
+                    mine[mine.len().saturating_sub(10)..]
+                        .iter()
+                        .map(|s| (*s).clone())
+                        .collect()
+                },
+            });
+        }
+        if next_steering != steering || kernel_error.is_some() {
+            match kernel.steer(&next_steering) {
+                Ok(()) => {
+                    steering = next_steering;
+                    kernel_error = None;
+                }
+                Err(e) => {
+                    warn!("route control: cannot steer: {e}");
+                    kernel_error = Some(e.to_string());
+                }
+            }
+        }
+        let members = r
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| MemberView {
+                name: m.name.clone(),
+                address: m.address,
+                device: m.device.clone(),
+                heartbeat: own.get(&i).copied(),
+                api_ok: remotes[i].error.is_none(),
+                api_error: remotes[i].error.clone(),
+            })
+            .collect();
+        *lock(&c.view) = Some(RoutesView {
+            node: c.node.clone(),
+            address: r.address,
+            eta: r.rule.eta,
+            t_ch_s: r.rule.t_ch_s,
+            move_existing: r.move_existing,
+            members,
+            destinations,
+            kernel_error: kernel_error.clone(),
+            at: unix_now(),
+        });
+        let next = started + r.poll;
+        while Instant::now() < next && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(20).min(next - Instant::now()));
+        }
+    }
+}
+
+/// A path's hops with what is known of each.
+fn hops_of(
+    c: &Control,
+    remotes: &[Remote],
+    own: &HashMap<usize, HopState>,
+    owner: usize,
+    p: Candidate,
+) -> Vec<HopView> {
+    let r = &c.routing;
+    let max_loss_age = r.max_loss_age.as_secs_f64();
+    // (sender: None for this node, receiver)
+    let legs: Vec<(Option<usize>, usize)> = match p.via {
+        None => vec![(None, owner)],
+        Some(v) => vec![(None, v), (Some(v), owner)],
+    };
+    legs.into_iter()
+        .map(|(from, to)| {
+            let from_addr = from.map_or(r.address, |f| r.members[f].address);
+            let mut hop = remotes[to]
+                .links
+                .as_ref()
+                .map(|l| hop_estimates(l, from_addr, max_loss_age))
+                .unwrap_or_default();
+            let beat = match from {
+                None => own.get(&to).copied(),
+                Some(f) => remotes[f]
+                    .routes
+                    .as_ref()
+                    .and_then(|v| remote_heartbeat(v, r.members[to].address)),
+            };
+            if let Some(b) = beat {
+                hop.alive = b.alive;
+                hop.rtt_s = b.rtt_s;
+                if hop.loss.is_none() && b.loss.is_some() {
+                    hop.loss = b.loss;
+                    hop.loss_source = Some("heartbeats");
+                }
+            }
+            HopView {
+                from: from.map_or(c.node.clone(), |f| r.members[f].name.clone()),
+                to: r.members[to].name.clone(),
+                hop,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hops_estimates_come_from_the_receivers_links_from_its_sender() {
+        let links = serde_json::json!({
+            "node": "east0",
+            "links": [
+                {"from": "10.0.0.9:55002", "btc": {"prediction": {"bps": 1.0}, "inputs": {}}},
+                {"from": "10.0.0.1:55002", "btc": {"prediction": null, "inputs": {
+                    "available": {"low_bps": 8e6, "high_bps": 10e6, "age_s": 3.0},
+                    "loss": {"loss_rate": 0.05, "age_s": 4.0}
+                }}},
+            ]
+        });
+        let h = hop_estimates(&links, "10.0.0.1".parse().unwrap(), 30.0);
+        assert_eq!(h.rate_bps, Some(9e6));
+        assert_eq!(h.rate_source, Some("available"));
+        assert_eq!(h.loss, Some(0.05));
+        assert_eq!(h.loss_source, Some("badabing"));
+        // Stale loss is not used; a link from elsewhere is not this hop's.
+        let h = hop_estimates(&links, "10.0.0.1".parse().unwrap(), 2.0);
+        assert_eq!(h.loss, None);
+        let h = hop_estimates(&links, "10.0.0.7".parse().unwrap(), 30.0);
+        assert_eq!(h, Hop::default());
+    }
+
+    #[test]
+    fn a_members_published_heartbeats_are_read_by_address() {
+        let routes = serde_json::json!({"members": [
+            {"name": "e", "address": "10.0.0.3", "heartbeat": {"alive": true, "rtt_s": 0.02, "loss": 0.1, "loss_samples": 50, "lost_in_row": 0, "sent": 9, "answered": 9}},
+            {"name": "w", "address": "10.0.0.1", "heartbeat": null},
+        ]});
+        let h = remote_heartbeat(&routes, "10.0.0.3".parse().unwrap()).unwrap();
+        assert!(h.alive && h.loss == Some(0.1));
+        assert!(remote_heartbeat(&routes, "10.0.0.1".parse().unwrap()).is_none());
+        assert!(remote_heartbeat(&routes, "10.0.0.2".parse().unwrap()).is_none());
+    }
+}

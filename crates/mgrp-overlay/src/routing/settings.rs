@@ -1,0 +1,402 @@
+//! The `[routing]` section: members, destinations and the switching rule, checked.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use mgrp_core::heartbeat;
+use mgrp_core::peers::Prefix;
+use serde::Deserialize;
+
+use crate::config::ConfigError;
+use crate::route::Rule;
+
+/// Route control's settings.
+#[derive(Clone, PartialEq)]
+pub struct Routing {
+    /// How the other members know this node (links at them come from this address).
+    pub address: IpAddr,
+    /// The UDP port heartbeats are sent from and answered on, on every member.
+    pub heartbeat_port: u16,
+    /// Heartbeats' timing and judgement.
+    pub heartbeats: heartbeat::Settings,
+    /// SAFIRE's rule.
+    pub rule: Rule,
+    /// How often members' APIs are read and routes decided.
+    pub poll: Duration,
+    /// Segment size in the model, bytes.
+    pub mss: u32,
+    /// badabing loss older than this is not used (heartbeats' is).
+    pub max_loss_age: Duration,
+    /// Whether existing flows move with a change too (otherwise they stay on the path
+    /// they started on; a failed path's flows always move).
+    pub move_existing: bool,
+    /// Routing table of the first path; path k uses `table_base + k`.
+    pub table_base: u32,
+    /// Priority of the policy rules (before mgrpd's, 4242).
+    pub rule_priority: u32,
+    /// Source address of the routes, for traffic this host originates.
+    pub source: Option<Ipv4Addr>,
+    /// mgrpd's TUN: what arrives from it was relayed here, and goes on directly.
+    pub tun: String,
+    /// The other members.
+    pub members: Vec<Member>,
+    /// The destinations routed.
+    pub destinations: Vec<Destination>,
+}
+
+/// Another member of the overlay.
+#[derive(Clone, PartialEq)]
+pub struct Member {
+    /// Its name (the API, metrics and logs).
+    pub name: String,
+    /// Its address: its mgrpd peer address, where heartbeats go.
+    pub address: IpAddr,
+    /// This node's mgrpd next-hop device towards it, when paths may start with it.
+    pub device: Option<String>,
+    /// Its overlay's API.
+    pub api: SocketAddr,
+    /// The token its API wants, if any.
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member")
+            .field("name", &self.name)
+            .field("address", &self.address)
+            .field("device", &self.device)
+            .field("api", &self.api)
+            .field("token", &self.token.as_ref().map(|_| "(set, not shown)"))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Routing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Routing")
+            .field("address", &self.address)
+            .field("rule", &self.rule)
+            .field("members", &self.members)
+            .field("destinations", &self.destinations)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A destination prefix and its candidate paths.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Destination {
+    /// The prefix.
+    pub prefix: Prefix,
+    /// The member it lies behind (index into `members`).
+    pub owner: usize,
+    /// The candidate paths, in order of preference while none has a score.
+    pub paths: Vec<Candidate>,
+}
+
+/// One candidate path: straight to the owner, or through one other member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    /// The member relaying (index into `members`), `None` for the direct path.
+    pub via: Option<usize>,
+}
+
+impl Routing {
+    /// A path's name: `direct` or `via NAME`.
+    pub fn path_name(&self, p: Candidate) -> String {
+        match p.via {
+            None => "direct".into(),
+            Some(m) => format!("via {}", self.members[m].name),
+        }
+    }
+
+    /// The member a path's traffic goes to first, with its device.
+    pub fn first_hop(&self, d: &Destination, p: Candidate) -> &Member {
+        &self.members[p.via.unwrap_or(d.owner)]
+    }
+
+    /// Each path's mark and table, numbered 1, 2, … over the destinations in order.
+    pub fn path_ids(&self) -> Vec<Vec<u32>> {
+        let mut next = 0;
+        self.destinations
+            .iter()
+            .map(|d| {
+                d.paths
+                    .iter()
+                    .map(|_| {
+                        next += 1;
+                        next
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+/// Most paths over all destinations (each needs a mark value below the normal
+/// route's, 255).
+pub const MAX_PATHS: usize = 254;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RoutingFile {
+    address: Option<IpAddr>,
+    heartbeat_port: Option<u16>,
+    heartbeat_interval: Option<String>,
+    down_after: Option<u32>,
+    loss_window: Option<String>,
+    eta: Option<f64>,
+    t_ch: Option<String>,
+    poll: Option<String>,
+    mss: Option<u32>,
+    max_loss_age: Option<String>,
+    move_existing: Option<bool>,
+    table_base: Option<u32>,
+    rule_priority: Option<u32>,
+    source: Option<Ipv4Addr>,
+    tun: Option<String>,
+    #[serde(default, rename = "member")]
+    members: Vec<MemberFile>,
+    #[serde(default, rename = "destination")]
+    destinations: Vec<DestinationFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct MemberFile {
+    name: String,
+    address: IpAddr,
+    device: Option<String>,
+    api: Option<String>,
+    token_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct DestinationFile {
+    prefix: Prefix,
+    member: String,
+    via: Option<Vec<String>>,
+    direct: Option<bool>,
+}
+
+fn invalid(msg: String) -> ConfigError {
+    ConfigError::Invalid(msg)
+}
+
+fn duration(key: &str, v: Option<&String>, default: Duration) -> Result<Duration, ConfigError> {
+    match v {
+        None => Ok(default),
+        Some(s) => mgrp_core::parse_duration(s).map_err(|e| invalid(format!("routing.{key}: {e}"))),
+    }
+}
+
+impl RoutingFile {
+    pub(crate) fn check(self, dir: Option<&Path>) -> Result<Routing, ConfigError> {
+        let address = self.address.ok_or_else(|| {
+            invalid("routing.address: missing; the address the other members know this node by (their links into them come from it)".into())
+        })?;
+        let interval = duration(
+            "heartbeat-interval",
+            self.heartbeat_interval.as_ref(),
+            Duration::from_millis(100),
+        )?;
+        if !(Duration::from_millis(10)..=Duration::from_secs(10)).contains(&interval) {
+            return Err(invalid(format!(
+                "routing.heartbeat-interval: {interval:?}; use 10ms to 10s"
+            )));
+        }
+        let down_after = self.down_after.unwrap_or(10);
+        if !(2..=1000).contains(&down_after) {
+            return Err(invalid(format!(
+                "routing.down-after: {down_after}; use 2 to 1000 heartbeats lost in a row"
+            )));
+        }
+        let loss_window = duration(
+            "loss-window",
+            self.loss_window.as_ref(),
+            Duration::from_secs(10),
+        )?;
+        if loss_window < interval * 20 {
+            return Err(invalid(format!(
+                "routing.loss-window: {loss_window:?}; it must hold at least 20 heartbeats ({:?})",
+                interval * 20
+            )));
+        }
+        let eta = self.eta.unwrap_or(0.5);
+        if !(0.0..=10.0).contains(&eta) {
+            return Err(invalid(format!(
+                "routing.eta: {eta}; the margin a better path needs, 0 to 10 (0.5 is SAFIRE's 50 %)"
+            )));
+        }
+        let t_ch = duration("t-ch", self.t_ch.as_ref(), Duration::from_secs(30))?;
+        let poll = duration("poll", self.poll.as_ref(), Duration::from_secs(1))?;
+        if !(Duration::from_millis(100)..=Duration::from_secs(60)).contains(&poll) {
+            return Err(invalid(format!("routing.poll: {poll:?}; use 100ms to 60s")));
+        }
+        let mss = self.mss.unwrap_or(1448);
+        if !(536..=65_483).contains(&mss) {
+            return Err(invalid(format!(
+                "routing.mss: {mss}; a TCP segment is 536 to 65483 bytes"
+            )));
+        }
+        let max_loss_age = duration(
+            "max-loss-age",
+            self.max_loss_age.as_ref(),
+            Duration::from_secs(30),
+        )?;
+        let mut members: Vec<Member> = Vec::new();
+        for (i, m) in self.members.into_iter().enumerate() {
+            let key = format!("routing.member {} ({})", i + 1, m.name);
+            crate::config::check_name(&format!("{key}: name"), &m.name)?;
+            if members
+                .iter()
+                .any(|o| o.name == m.name || o.address == m.address)
+            {
+                return Err(invalid(format!(
+                    "{key}: its name or address is another member's"
+                )));
+            }
+            if m.address == address {
+                return Err(invalid(format!(
+                    "{key}: address {} is this node's own (routing.address)",
+                    m.address
+                )));
+            }
+            if let Some(d) = &m.device
+                && (d.is_empty() || d.len() > 15 || d.contains(['/', ' ', ':']))
+            {
+                return Err(invalid(format!(
+                    "{key}: device {d:?} is not an interface name; name the next-hop device its [[peers]] table gives mgrpd"
+                )));
+            }
+            let api: SocketAddr = match &m.api {
+                None => SocketAddr::new(m.address, 7700),
+                Some(text) => text.parse().map_err(|_| {
+                    invalid(format!(
+                        "{key}: api {text:?} is not an address and port, e.g. 10.0.0.2:7700"
+                    ))
+                })?,
+            };
+            let token = match m.token_file {
+                None => None,
+                Some(p) => {
+                    let p = match dir {
+                        Some(d) if p.is_relative() => d.join(p),
+                        _ => p,
+                    };
+                    let t = std::fs::read_to_string(&p).map_err(|source| ConfigError::Read {
+                        path: p.clone(),
+                        source,
+                    })?;
+                    Some(t.trim().to_string())
+                }
+            };
+            members.push(Member {
+                name: m.name,
+                address: m.address,
+                device: m.device,
+                api,
+                token,
+            });
+        }
+        let member = |key: &str, name: &str| {
+            members
+                .iter()
+                .position(|m| m.name == name)
+                .ok_or_else(|| invalid(format!("{key}: no [[routing.member]] is named {name:?}")))
+        };
+        let mut destinations: Vec<Destination> = Vec::new();
+        for (i, d) in self.destinations.into_iter().enumerate() {
+            let key = format!("routing.destination {} ({})", i + 1, d.prefix);
+            if !d.prefix.addr().is_ipv4() {
+                return Err(invalid(format!(
+                    "{key}: route control steers IPv4 prefixes only"
+                )));
+            }
+            if destinations
+                .iter()
+                .any(|o| o.prefix.contains(d.prefix.addr()) || d.prefix.contains(o.prefix.addr()))
+            {
+                return Err(invalid(format!(
+                    "{key}: overlaps another destination's prefix"
+                )));
+            }
+            let owner = member(&key, &d.member)?;
+            let mut paths = Vec::new();
+            if d.direct.unwrap_or(true) {
+                paths.push(Candidate { via: None });
+            }
+            let vias: Vec<usize> = match d.via {
+                Some(names) => names
+                    .iter()
+                    .map(|n| member(&format!("{key}: via"), n))
+                    .collect::<Result<_, _>>()?,
+                None => (0..members.len())
+                    .filter(|&m| m != owner && members[m].device.is_some())
+                    .collect(),
+            };
+            for v in vias {
+                if v == owner {
+                    return Err(invalid(format!(
+                        "{key}: via {}: the owner is the direct path, not a relay",
+                        members[v].name
+                    )));
+                }
+                paths.push(Candidate { via: Some(v) });
+            }
+            if paths.is_empty() {
+                return Err(invalid(format!(
+                    "{key}: no candidate path (direct = false and no relay)"
+                )));
+            }
+            for p in &paths {
+                let first = &members[p.via.unwrap_or(owner)];
+                if first.device.is_none() {
+                    return Err(invalid(format!(
+                        "{key}: the path {} starts at member {}, which has no device (the mgrpd next-hop device towards it)",
+                        match p.via {
+                            None => "direct".to_string(),
+                            Some(m) => format!("via {}", members[m].name),
+                        },
+                        first.name
+                    )));
+                }
+            }
+            destinations.push(Destination {
+                prefix: d.prefix,
+                owner,
+                paths,
+            });
+        }
+        if destinations.iter().map(|d| d.paths.len()).sum::<usize>() > MAX_PATHS {
+            return Err(invalid(format!(
+                "routing: more than {MAX_PATHS} candidate paths over all destinations"
+            )));
+        }
+        Ok(Routing {
+            address,
+            heartbeat_port: self.heartbeat_port.unwrap_or(7701),
+            heartbeats: heartbeat::Settings {
+                interval_s: interval.as_secs_f64(),
+                down_after,
+                loss_window_s: loss_window.as_secs_f64(),
+                grace_s: 0.5,
+            },
+            rule: Rule {
+                eta,
+                t_ch_s: t_ch.as_secs_f64(),
+            },
+            poll,
+            mss,
+            max_loss_age,
+            move_existing: self.move_existing.unwrap_or(false),
+            table_base: self.table_base.unwrap_or(4300),
+            rule_priority: self.rule_priority.unwrap_or(4200),
+            source: self.source,
+            tun: self.tun.unwrap_or_else(|| "mgrp0".into()),
+            members,
+            destinations,
+        })
+    }
+}

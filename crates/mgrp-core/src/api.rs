@@ -464,6 +464,10 @@ pub struct DaemonCounters {
     /// through it (its `relay-to` prefixes): the kernel forwards them.
     #[serde(default)]
     pub riders_relayed: u64,
+    /// Receives on a UDP socket that returned an ICMP error for an earlier send (a
+    /// peer's daemon gone) instead of a packet; the receiver goes on.
+    #[serde(default)]
+    pub peer_unreachable_reported: u64,
 }
 
 /// Everything the daemon counts.

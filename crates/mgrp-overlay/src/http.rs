@@ -8,7 +8,7 @@
 //! | `POST /v1/links/{name}/measure` | measure it now: 202, or 409 while it runs |
 //! | `GET /v1/stream[?link=NAME]` | server-sent events: an `estimate` event per run as it ends, a `btc` event when a neighbour's transfer-rate prediction changes, a `passive` event at each poll of a neighbour (its passive-tcp reading and packet timing), a `route` event when route control switches a destination |
 //! | `GET /v1/routes` | route control: members, destinations, candidate paths with their hops and scores, the chosen one, recent switches |
-//! | `POST /v1/routes/choose` | `{"prefix": P, "path": "via NAME" \| "direct" \| "normal" \| "auto"}`: set a destination's path by hand, or give it back to the rule |
+//! | `POST /v1/routes/choose?prefix=P&path=X` | X = `via NAME`, `direct` or `normal` sets destination P's path by hand; `auto` gives it back to the rule: 202 |
 //! | `GET /metrics` | Prometheus text format, or OpenMetrics when the scraper asks for it |
 //! | `GET /` | the status page |
 //!
@@ -142,38 +142,23 @@ async fn routes(State(app): State<App>) -> Response {
     }
 }
 
-/// A destination's path set by hand.
-#[derive(Debug, serde::Deserialize)]
-struct ChooseBody {
-    prefix: String,
-    path: String,
-}
-
-async fn choose(
-    State(app): State<App>,
-    body: Result<axum::Json<ChooseBody>, axum::extract::rejection::JsonRejection>,
-) -> Response {
+async fn choose(State(app): State<App>, Query(q): Query<HashMap<String, String>>) -> Response {
     let Some(r) = app.node.routes() else {
         return error(
             StatusCode::NOT_FOUND,
             "route control is off on this node ([routing] in its configuration)",
         );
     };
-    let axum::Json(b) = match body {
-        Ok(b) => b,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "{e}; send {{\"prefix\": \"10.9.0.0/24\", \"path\": \"via NAME\" | \"direct\" | \"normal\" | \"auto\"}}"
-                ),
-            );
-        }
+    let (Some(prefix), Some(path)) = (q.get("prefix"), q.get("path")) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "say which destination and path: ?prefix=10.9.0.0/24&path=via+NAME (or direct, normal, auto)",
+        );
     };
-    match r.choose(&b.prefix, &b.path) {
+    match r.choose(prefix, path) {
         Ok(()) => (
             StatusCode::ACCEPTED,
-            axum::Json(json!({"prefix": b.prefix, "path": b.path, "applied": "at the next poll"})),
+            axum::Json(json!({"prefix": prefix, "path": path, "applied": "at the next poll"})),
         )
             .into_response(),
         Err(e) => error(StatusCode::NOT_FOUND, e.to_string()),

@@ -93,6 +93,7 @@ counters!(
     keepalives_received,
     peer_endpoint_changes,
     riders_relayed,
+    peer_unreachable_reported,
 );
 
 /// Adds one to a counter.

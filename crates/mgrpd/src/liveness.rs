@@ -154,11 +154,22 @@ impl ErrorQueues {
         while !life.is_stopping() {
             let ready = sys::wait_errors(&fds, Duration::from_millis(200));
             for (fd, _) in fds.iter().zip(ready).filter(|(_, r)| *r) {
-                if let Err(e) = self.drain(*fd, v6) {
-                    warn!(
-                        "reading the MGRP sockets' error queues failed: {e}; peer liveness is no longer watched"
-                    );
-                    return;
+                match self.drain(*fd, v6) {
+                    Ok(()) => {}
+                    // A pending ICMP error (or a full error queue) is what this
+                    // thread watches for, not a reason to stop watching.
+                    Err(e)
+                        if crate::receiver::is_reported_icmp_error(&e)
+                            || e.raw_os_error() == Some(libc::ENOBUFS) =>
+                    {
+                        debug!("reading an MGRP socket's error queue: {e}");
+                    }
+                    Err(e) => {
+                        warn!(
+                            "reading the MGRP sockets' error queues failed: {e}; peer liveness is no longer watched"
+                        );
+                        return;
+                    }
                 }
             }
             // Every probe puts a stamp on the queue: waking for each would cost a

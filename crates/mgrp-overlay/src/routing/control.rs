@@ -304,7 +304,7 @@ pub fn start(
         let Some(device) = m.device.clone() else {
             continue;
         };
-        let socket = match ping_socket(&control.routing, m.address, &device) {
+        let socket = match ping_socket(&control.routing, m.address, i) {
             Ok(s) => s,
             Err(e) => {
                 warn!(
@@ -337,7 +337,7 @@ pub fn start(
     Ok(threads)
 }
 
-fn ping_socket(r: &Routing, to: IpAddr, device: &str) -> std::io::Result<UdpSocket> {
+fn ping_socket(r: &Routing, to: IpAddr, member: usize) -> std::io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let domain = if to.is_ipv4() {
         Domain::IPV4
@@ -345,9 +345,11 @@ fn ping_socket(r: &Routing, to: IpAddr, device: &str) -> std::io::Result<UdpSock
         Domain::IPV6
     };
     let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
-    // Through the next-hop device, so each ping crosses this node's mgrpd and the
-    // member's; from the address the member knows this node by.
-    s.bind_device(Some(device.as_bytes()))?;
+    // Marked for the rule that sends it into the next-hop device, so each ping
+    // crosses this node's mgrpd and the member's (a socket bound to the device would
+    // not hear the answers, which come back the normal way); from the address the
+    // member knows this node by.
+    s.set_mark(super::kernel::heartbeat_mark(member))?;
     s.bind(&SocketAddr::new(r.address, 0).into())?;
     s.connect(&SocketAddr::new(to, r.heartbeat_port).into())?;
     let s: UdpSocket = s.into();

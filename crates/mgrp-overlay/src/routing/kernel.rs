@@ -40,6 +40,17 @@ pub const MARK_MASK: u32 = 0x00ff_0000;
 pub const NORMAL_MARK: u32 = 0x00ff_0000;
 /// The nftables table (family ip).
 pub const NFT_TABLE: &str = "mgrp_overlay";
+/// Heartbeats to member i carry the mark `HEARTBEAT_MARK | i` (matched whole), which
+/// a rule of its own sends into the next-hop device towards that member: so they
+/// cross both daemons as relayed traffic does, while their answers come back any way.
+pub const HEARTBEAT_MARK: u32 = 0x6d00_0000;
+/// Tables of heartbeat routes start this far above `table-base`.
+const HEARTBEAT_TABLES: u32 = 256;
+
+/// The mark of heartbeats to member `i`.
+pub fn heartbeat_mark(i: usize) -> u32 {
+    HEARTBEAT_MARK | (i as u32 & 0xffff)
+}
 
 /// Path `id`'s mark.
 pub fn mark(id: u32) -> u32 {
@@ -74,11 +85,13 @@ pub struct Steering {
 #[derive(Debug)]
 pub struct Kernel {
     paths: Vec<PathRoute>,
+    /// Each member with a device: its index, address and device.
+    heartbeats: Vec<(usize, std::net::IpAddr, String)>,
     table_base: u32,
     priority: u32,
     source: Option<std::net::Ipv4Addr>,
     tun: String,
-    installed_rules: Vec<u32>,
+    installed_rules: Vec<Vec<String>>,
     installed_tables: Vec<u32>,
     nft_installed: bool,
 }
@@ -144,8 +157,15 @@ impl Kernel {
                 });
             }
         }
+        let heartbeats = routing
+            .members
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| m.device.clone().map(|d| (i, m.address, d)))
+            .collect();
         Self {
             paths,
+            heartbeats,
             table_base: routing.table_base,
             priority: routing.rule_priority,
             source: routing.source,
@@ -172,28 +192,74 @@ impl Kernel {
         ]
     }
 
+    fn heartbeat_rule_args(&self, member: usize) -> Vec<String> {
+        vec![
+            "priority".into(),
+            self.priority.to_string(),
+            "fwmark".into(),
+            format!("{:#x}/0xffffffff", heartbeat_mark(member)),
+            "lookup".into(),
+            (self.table_base + HEARTBEAT_TABLES + member as u32).to_string(),
+        ]
+    }
+
+    /// Every rule this plan installs.
+    fn all_rules(&self) -> Vec<Vec<String>> {
+        self.paths
+            .iter()
+            .map(|p| self.rule_args(p.id))
+            .chain(
+                self.heartbeats
+                    .iter()
+                    .map(|(i, _, _)| self.heartbeat_rule_args(*i)),
+            )
+            .collect()
+    }
+
+    /// Every route this plan installs: table, destination, device, with a source.
+    fn all_routes(&self) -> Vec<(u32, String, String, bool)> {
+        self.paths
+            .iter()
+            .map(|p| {
+                (
+                    self.table_base + p.id,
+                    p.prefix.to_string(),
+                    p.device.clone(),
+                    true,
+                )
+            })
+            .chain(self.heartbeats.iter().map(|(i, a, d)| {
+                (
+                    self.table_base + HEARTBEAT_TABLES + *i as u32,
+                    a.to_string(),
+                    d.clone(),
+                    false,
+                )
+            }))
+            .collect()
+    }
+
     /// Clears what an earlier run left (a crash leaves its rules), then installs every
     /// path's route and rule and a steering table that sends everything the normal
     /// way. On an error what was installed stays recorded, for [`Self::remove`].
     pub fn install(&mut self) -> Result<(), KernelError> {
         self.clear_leftovers();
-        for p in self.paths.clone() {
-            let table = (self.table_base + p.id).to_string();
-            let prefix = p.prefix.to_string();
-            let mut args = vec![
-                "route", "replace", &prefix, "dev", &p.device, "table", &table,
-            ];
-            let src = self.source.map(|s| s.to_string());
+        for (table, dst, device, with_source) in self.all_routes() {
+            let table = table.to_string();
+            let mut args = vec!["route", "replace", &dst, "dev", &device, "table", &table];
+            let src = self.source.filter(|_| with_source).map(|s| s.to_string());
             if let Some(s) = &src {
                 args.extend(["src", s.as_str()]);
             }
-            self.installed_tables.push(self.table_base + p.id);
+            self.installed_tables
+                .push(table.parse().unwrap_or_default());
             run("ip", &args, None)?;
-            let rule = self.rule_args(p.id);
+        }
+        for rule in self.all_rules() {
             let mut args: Vec<&str> = vec!["rule", "add"];
             args.extend(rule.iter().map(String::as_str));
             run("ip", &args, None)?;
-            self.installed_rules.push(p.id);
+            self.installed_rules.push(rule);
         }
         self.nft_installed = true;
         self.steer(&Steering::default())
@@ -201,13 +267,13 @@ impl Kernel {
 
     fn clear_leftovers(&self) {
         let _ = run("nft", &["delete", "table", "ip", NFT_TABLE], None);
-        for p in &self.paths {
-            let rule = self.rule_args(p.id);
+        for rule in self.all_rules() {
             let mut args: Vec<&str> = vec!["rule", "del"];
             args.extend(rule.iter().map(String::as_str));
             while run("ip", &args, None).is_ok() {}
-            let table = (self.table_base + p.id).to_string();
-            let _ = run("ip", &["route", "flush", "table", &table], None);
+        }
+        for (table, _, _, _) in self.all_routes() {
+            let _ = run("ip", &["route", "flush", "table", &table.to_string()], None);
         }
     }
 
@@ -236,8 +302,7 @@ impl Kernel {
         {
             errors.push(e.to_string());
         }
-        for id in std::mem::take(&mut self.installed_rules) {
-            let rule = self.rule_args(id);
+        for rule in std::mem::take(&mut self.installed_rules) {
             let mut args: Vec<&str> = vec!["rule", "del"];
             args.extend(rule.iter().map(String::as_str));
             if let Err(e) = run("ip", &args, None) {

@@ -158,7 +158,7 @@ async fn choose(State(app): State<App>, Query(q): Query<HashMap<String, String>>
     match r.choose(prefix, path) {
         Ok(()) => (
             StatusCode::ACCEPTED,
-            axum::Json(json!({"prefix": prefix, "path": path, "applied": "at the next poll"})),
+            axum::Json(json!({"prefix": prefix, "path": path, "applied": "now"})),
         )
             .into_response(),
         Err(e) => error(StatusCode::NOT_FOUND, e.to_string()),

@@ -69,7 +69,146 @@ struct BtcLabels {
     method: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PathLabels {
+    node: String,
+    destination: String,
+    path: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SwitchLabels {
+    node: String,
+    destination: String,
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DestinationLabels {
+    node: String,
+    destination: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MemberLabels {
+    node: String,
+    member: String,
+}
+
 type GaugeF = Gauge<f64, AtomicU64>;
+
+/// Route control's metrics: each destination's candidate paths with their scores,
+/// the chosen one and its flows, switches by reason, and each member's heartbeats.
+fn register_routes(r: &mut Registry, node: &str, c: &crate::routing::control::Control) {
+    let Some(v) = c.view() else { return };
+    let gauge = |r: &mut Registry, name: &str, help: &str| {
+        let f = Family::<PathLabels, GaugeF>::default();
+        r.register(name, help, f.clone());
+        f
+    };
+    let score = gauge(
+        r,
+        "mgrp_overlay_route_path_score_bytes_per_second",
+        "What the throughput model gives a TCP flow on the candidate path (absent while nothing is known of it)",
+    );
+    let alive = gauge(
+        r,
+        "mgrp_overlay_route_path_up",
+        "1 while every hop of the candidate path answers heartbeats, else 0",
+    );
+    let chosen = gauge(
+        r,
+        "mgrp_overlay_route_path_chosen",
+        "1 for the path new flows to the destination take, else 0",
+    );
+    let flows = gauge(
+        r,
+        "mgrp_overlay_route_path_flows",
+        "Connections on the path (conntrack marks)",
+    );
+    let switches = Family::<SwitchLabels, Counter>::default();
+    r.register(
+        "mgrp_overlay_route_switches",
+        "Changes of the destination's path by reason: first, better (the bandwidth-ratio rule), failed, all_down, recovered, manual",
+        switches.clone(),
+    );
+    let since = Family::<DestinationLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_route_since_switch_seconds",
+        "Seconds since the destination's last change of path",
+        since.clone(),
+    );
+    let up = Family::<MemberLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_member_up",
+        "1 while the member answers heartbeats over the hop from this node, else 0",
+        up.clone(),
+    );
+    let rtt = Family::<MemberLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_member_rtt_seconds",
+        "Heartbeats' round trip to the member",
+        rtt.clone(),
+    );
+    let loss = Family::<MemberLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_member_loss_ratio",
+        "Forward loss of heartbeats to the member over the loss window, 0 to 1",
+        loss.clone(),
+    );
+    for d in &v.destinations {
+        for p in &d.paths {
+            let l = PathLabels {
+                node: node.to_string(),
+                destination: d.prefix.clone(),
+                path: p.name.clone(),
+            };
+            if let Some(b) = p.score.bps {
+                score.get_or_create(&l).set(b / 8.0);
+            }
+            alive
+                .get_or_create(&l)
+                .set(if p.score.alive { 1.0 } else { 0.0 });
+            chosen
+                .get_or_create(&l)
+                .set(if p.chosen { 1.0 } else { 0.0 });
+            if let Some(n) = p.flows {
+                flows.get_or_create(&l).set(n as f64);
+            }
+        }
+        if let Some(t) = d.since_switch_s {
+            since
+                .get_or_create(&DestinationLabels {
+                    node: node.to_string(),
+                    destination: d.prefix.clone(),
+                })
+                .set(t);
+        }
+    }
+    for ((destination, reason), n) in c.switch_counts() {
+        switches
+            .get_or_create(&SwitchLabels {
+                node: node.to_string(),
+                destination,
+                reason,
+            })
+            .inc_by(n);
+    }
+    for m in &v.members {
+        let Some(h) = &m.heartbeat else { continue };
+        let l = MemberLabels {
+            node: node.to_string(),
+            member: m.name.clone(),
+        };
+        up.get_or_create(&l).set(if h.alive { 1.0 } else { 0.0 });
+        if let Some(x) = h.rtt_s {
+            rtt.get_or_create(&l).set(x);
+        }
+        if let Some(x) = h.loss {
+            loss.get_or_create(&l).set(x);
+        }
+    }
+}
 
 /// The exposition of the node's metrics in `format`.
 pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
@@ -322,6 +461,9 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
             } else {
                 1.0
             });
+    }
+    if let Some(c) = s.routes() {
+        register_routes(&mut r, &node, c);
     }
     let mut out = String::new();
     // Writing into a String cannot fail.

@@ -129,6 +129,18 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Its name in the API and the metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::First => "first",
+            Self::Better { .. } => "better",
+            Self::Failed => "failed",
+            Self::AllDown => "all_down",
+            Self::Recovered => "recovered",
+            Self::Manual => "manual",
+        }
+    }
+
     /// In words.
     pub fn words(&self, eta: f64) -> String {
         match self {

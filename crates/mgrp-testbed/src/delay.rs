@@ -64,6 +64,8 @@ pub struct DelayLine {
     thread: Stoppable<anyhow::Result<()>>,
     /// Its counters.
     pub counters: Arc<DelayCounters>,
+    /// The west-to-east loss probability now (an `f64`'s bits), changed while it runs.
+    loss: Arc<AtomicU64>,
 }
 
 /// Sleep until this long before a release, then spin.
@@ -92,14 +94,29 @@ impl DelayLine {
         ];
         let stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(DelayCounters::default());
+        let loss = Arc::new(AtomicU64::new(cfg.loss.to_bits()));
         let thread = {
-            let (stop, counters) = (stop.clone(), counters.clone());
-            ns.spawn("delay-line", move || run(&sockets, cfg, &stop, &counters))?
+            let (stop, counters, loss) = (stop.clone(), counters.clone(), loss.clone());
+            ns.spawn("delay-line", move || {
+                run(&sockets, cfg, &loss, &stop, &counters)
+            })?
         };
         Ok(Self {
             thread: Stoppable::new(stop, vec![thread]),
             counters,
+            loss,
         })
+    }
+
+    /// Changes the west-to-east loss probability from the next frame on (a loss
+    /// schedule's step).
+    pub fn set_loss(&self, loss: f64) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&loss),
+            "loss must be between 0 and 1, got {loss}"
+        );
+        self.loss.store(loss.to_bits(), Ordering::Relaxed);
+        Ok(())
     }
 
     /// Stops the line; an error if its thread failed.
@@ -117,6 +134,7 @@ fn realtime_priority() {
 fn run(
     sockets: &[LinkSocket; 2],
     cfg: DelayConfig,
+    loss: &AtomicU64,
     stop: &AtomicBool,
     counters: &DelayCounters,
 ) -> anyhow::Result<()> {
@@ -136,7 +154,8 @@ fn run(
                     pool.push(buf);
                     break;
                 };
-                if d == 0 && cfg.loss > 0.0 && draw.next_f64() < cfg.loss {
+                let p = f64::from_bits(loss.load(Ordering::Relaxed));
+                if d == 0 && p > 0.0 && draw.next_f64() < p {
                     counters.lost.fetch_add(1, Ordering::Relaxed);
                     pool.push(buf);
                     continue;

@@ -175,11 +175,19 @@ pub struct Control {
     view: Mutex<Option<RoutesView>>,
     manual: Mutex<HashMap<usize, Manual>>,
     switches: Mutex<Vec<SwitchView>>,
+    /// Switches so far by destination and reason.
+    counts: Mutex<std::collections::BTreeMap<(String, &'static str), u64>>,
     stop: AtomicBool,
+    /// Set (and the controller woken) when a path is chosen by hand or on stop.
+    poke: Mutex<bool>,
+    wake: std::sync::Condvar,
 }
 
 /// Switches kept for the API.
 const KEPT_SWITCHES: usize = 200;
+
+/// Polls a member's last answer stands for when it does not answer.
+const REMOTE_POLLS: u32 = 3;
 
 impl Control {
     /// Route control for `routing` on node `node`.
@@ -193,13 +201,39 @@ impl Control {
             view: Mutex::default(),
             manual: Mutex::default(),
             switches: Mutex::default(),
+            counts: Mutex::default(),
             stop: AtomicBool::new(false),
+            poke: Mutex::new(false),
+            wake: std::sync::Condvar::new(),
         }
     }
 
     /// Asks its threads to stop; the controller removes what it installed first.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.poke();
+    }
+
+    /// Wakes the controller for a poll now.
+    fn poke(&self) {
+        *lock(&self.poke) = true;
+        self.wake.notify_all();
+    }
+
+    /// Sleeps until `until`, or until poked.
+    fn sleep_until(&self, until: Instant) {
+        let mut poked = lock(&self.poke);
+        while !*poked {
+            let Some(left) = until.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            poked = self
+                .wake
+                .wait_timeout(poked, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        *poked = false;
     }
 
     /// Its settings.
@@ -214,6 +248,14 @@ impl Control {
     /// The state now (`None` before the first poll).
     pub fn view(&self) -> Option<RoutesView> {
         lock(&self.view).clone()
+    }
+
+    /// Switches so far by destination and reason (`Reason::kind`).
+    pub fn switch_counts(&self) -> Vec<((String, &'static str), u64)> {
+        lock(&self.counts)
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
     }
 
     /// Every switch kept, oldest first.
@@ -252,11 +294,14 @@ impl Control {
                 })?,
             )),
         };
-        let mut manual = lock(&self.manual);
-        match m {
-            None => manual.remove(&d),
-            Some(m) => manual.insert(d, m),
-        };
+        {
+            let mut manual = lock(&self.manual);
+            match m {
+                None => manual.remove(&d),
+                Some(m) => manual.insert(d, m),
+            };
+        }
+        self.poke();
         Ok(())
     }
 }
@@ -524,19 +569,35 @@ fn decide_loop(c: &Control, kernel: &mut Kernel, switched: &dyn Fn(SwitchView)) 
     let mut steering = Steering::default();
     let mut kernel_error: Option<String> = None;
     let ids = r.path_ids();
+    let mut last_links: Vec<Option<(Instant, Value)>> = vec![None; r.members.len()];
+    let mut last_routes: Vec<Option<(Instant, Value)>> = vec![None; r.members.len()];
     while !stop.load(Ordering::Relaxed) {
         let started = Instant::now();
         let remotes: Vec<Remote> = r
             .members
             .iter()
-            .map(|m| {
+            .enumerate()
+            .map(|(i, m)| {
                 let token = m.token.as_deref();
                 let links = http_get(m.api, "/v1/links", token);
                 let routes = http_get(m.api, "/v1/routes", token);
                 let error = links.as_ref().err().or(routes.as_ref().err()).cloned();
+                // A member's answer stands for a few polls: one slow answer does not
+                // make every path through it unknown.
+                let held =
+                    |got: Result<Value, String>, last: &mut Option<(Instant, Value)>| match got {
+                        Ok(v) => {
+                            *last = Some((Instant::now(), v.clone()));
+                            Some(v)
+                        }
+                        Err(_) => last
+                            .as_ref()
+                            .filter(|(t, _)| t.elapsed() < r.poll * REMOTE_POLLS)
+                            .map(|(_, v)| v.clone()),
+                    };
                 Remote {
-                    links: links.ok(),
-                    routes: routes.ok(),
+                    links: held(links, &mut last_links[i]),
+                    routes: held(routes, &mut last_routes[i]),
                     error,
                 }
             })
@@ -614,6 +675,9 @@ fn decide_loop(c: &Control, kernel: &mut Kernel, switched: &dyn Fn(SwitchView)) 
                     "route control: {} now {} (was {}): {}",
                     v.prefix, v.to, v.from, v.reason_text
                 );
+                *lock(&c.counts)
+                    .entry((v.prefix.clone(), sw.reason.kind()))
+                    .or_default() += 1;
                 {
                     let mut all = lock(&c.switches);
                     if all.len() == KEPT_SWITCHES {
@@ -692,10 +756,7 @@ fn decide_loop(c: &Control, kernel: &mut Kernel, switched: &dyn Fn(SwitchView)) 
             kernel_error: kernel_error.clone(),
             at: unix_now(),
         });
-        let next = started + r.poll;
-        while Instant::now() < next && !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(20).min(next - Instant::now()));
-        }
+        c.sleep_until(started + r.poll);
     }
 }
 

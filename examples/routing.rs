@@ -530,6 +530,19 @@ impl Bed {
         Ok(serde_json::from_str(&body)?)
     }
 
+    /// Sets the path by hand and waits until west0 has it.
+    fn choose_and_wait(&self, path: &str) -> anyhow::Result<()> {
+        self.choose(path)?;
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if self.routes()?["destinations"][0]["current"].as_str() == Some(path) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bail!("west0 did not take {path} within 10 s")
+    }
+
     fn choose(&self, path: &str) -> anyhow::Result<()> {
         let q = format!(
             "/v1/routes/choose?prefix={DEST}&path={}",
@@ -732,8 +745,8 @@ fn run_mode(topology: Topology, period_s: u32, mode: &Mode) -> anyhow::Result<Mo
     bed.set_period(0)?;
     let better = |k: u32| if loss(0, k) < loss(1, k) { 0 } else { 1 };
     match mode {
-        Mode::Fixed(b) => bed.choose(&bed.path_name(*b))?,
-        Mode::Oracle => bed.choose(&bed.path_name(better(0)))?,
+        Mode::Fixed(b) => bed.choose_and_wait(&bed.path_name(*b))?,
+        Mode::Oracle => bed.choose_and_wait(&bed.path_name(better(0)))?,
         Mode::Adaptive => {}
     }
     let total = PERIODS * period_s;

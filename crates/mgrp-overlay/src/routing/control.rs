@@ -180,6 +180,8 @@ pub struct Control {
     stop: AtomicBool,
     /// Set (and the controller woken) when a path is chosen by hand or on stop.
     poke: Mutex<bool>,
+    /// The members' latest answers (empty before the first poll).
+    remotes: Mutex<Vec<Remote>>,
     wake: std::sync::Condvar,
 }
 
@@ -204,6 +206,7 @@ impl Control {
             counts: Mutex::default(),
             stop: AtomicBool::new(false),
             poke: Mutex::new(false),
+            remotes: Mutex::default(),
             wake: std::sync::Condvar::new(),
         }
     }
@@ -367,6 +370,12 @@ pub fn start(
                 .spawn(move || ping(&socket, i, &c))?,
         );
     }
+    let c = control.clone();
+    threads.push(
+        std::thread::Builder::new()
+            .name("route-poll".into())
+            .spawn(move || poll_members(&c))?,
+    );
     let c = control;
     threads.push(
         std::thread::Builder::new()
@@ -560,6 +569,73 @@ fn remote_heartbeat(routes: &Value, to: IpAddr) -> Option<HopState> {
         })
 }
 
+/// Reads every member's API every poll, all at once (a member far away costs its
+/// round trips, not everyone's), for the controller to decide on. A member's answer
+/// stands for a few polls: one slow answer does not make every path through it
+/// unknown.
+fn poll_members(c: &Control) {
+    let r = &c.routing;
+    let mut last: Vec<[Option<(Instant, Value)>; 2]> = vec![[None, None]; r.members.len()];
+    while !c.stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        let answers: Vec<[Result<Value, String>; 2]> = std::thread::scope(|scope| {
+            let asks: Vec<_> = r
+                .members
+                .iter()
+                .map(|m| {
+                    scope.spawn(move || {
+                        let token = m.token.as_deref();
+                        [
+                            http_get(m.api, "/v1/links", token),
+                            http_get(m.api, "/v1/routes", token),
+                        ]
+                    })
+                })
+                .collect();
+            asks.into_iter()
+                .map(|a| {
+                    a.join().unwrap_or_else(|_| {
+                        [
+                            Err("the poll panicked".into()),
+                            Err("the poll panicked".into()),
+                        ]
+                    })
+                })
+                .collect()
+        });
+        let remotes: Vec<Remote> = answers
+            .into_iter()
+            .zip(&mut last)
+            .map(|(got, last)| {
+                let error = got.iter().find_map(|g| g.as_ref().err()).cloned();
+                let mut held = got
+                    .into_iter()
+                    .zip(last.iter_mut())
+                    .map(|(got, last)| match got {
+                        Ok(v) => {
+                            *last = Some((Instant::now(), v.clone()));
+                            Some(v)
+                        }
+                        Err(_) => last
+                            .as_ref()
+                            .filter(|(t, _)| t.elapsed() < r.poll * REMOTE_POLLS)
+                            .map(|(_, v)| v.clone()),
+                    });
+                Remote {
+                    links: held.next().flatten(),
+                    routes: held.next().flatten(),
+                    error,
+                }
+            })
+            .collect();
+        *lock(&c.remotes) = remotes;
+        let next = started + r.poll;
+        while Instant::now() < next && !c.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(20).min(next - Instant::now()));
+        }
+    }
+}
+
 fn decide_loop(c: &Control, kernel: &mut Kernel, switched: &dyn Fn(SwitchView)) {
     let r = &c.routing;
     let stop = &c.stop;
@@ -569,39 +645,17 @@ fn decide_loop(c: &Control, kernel: &mut Kernel, switched: &dyn Fn(SwitchView)) 
     let mut steering = Steering::default();
     let mut kernel_error: Option<String> = None;
     let ids = r.path_ids();
-    let mut last_links: Vec<Option<(Instant, Value)>> = vec![None; r.members.len()];
-    let mut last_routes: Vec<Option<(Instant, Value)>> = vec![None; r.members.len()];
     while !stop.load(Ordering::Relaxed) {
         let started = Instant::now();
-        let remotes: Vec<Remote> = r
-            .members
-            .iter()
-            .enumerate()
-            .map(|(i, m)| {
-                let token = m.token.as_deref();
-                let links = http_get(m.api, "/v1/links", token);
-                let routes = http_get(m.api, "/v1/routes", token);
-                let error = links.as_ref().err().or(routes.as_ref().err()).cloned();
-                // A member's answer stands for a few polls: one slow answer does not
-                // make every path through it unknown.
-                let held =
-                    |got: Result<Value, String>, last: &mut Option<(Instant, Value)>| match got {
-                        Ok(v) => {
-                            *last = Some((Instant::now(), v.clone()));
-                            Some(v)
-                        }
-                        Err(_) => last
-                            .as_ref()
-                            .filter(|(t, _)| t.elapsed() < r.poll * REMOTE_POLLS)
-                            .map(|(_, v)| v.clone()),
-                    };
-                Remote {
-                    links: held(links, &mut last_links[i]),
-                    routes: held(routes, &mut last_routes[i]),
-                    error,
-                }
-            })
-            .collect();
+        let mut remotes = lock(&c.remotes).clone();
+        // Before the first poll: nothing known of any member.
+        remotes.resize(
+            r.members.len(),
+            Remote {
+                error: Some("not asked yet".into()),
+                ..Remote::default()
+            },
+        );
         let now = c.now();
         let own: HashMap<usize, HopState> = lock(&c.pingers)
             .iter_mut()

@@ -432,31 +432,15 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
     let killed = Instant::now();
     victim.process.stop();
     eprintln!("{relayed}'s mgrpd stopped in {:?}", killed.elapsed());
-    if std::env::var("RT_DEBUG").is_ok() {
-        std::thread::sleep(Duration::from_secs(2));
-        eprintln!("rules: {}", net.w.ip(&["rule", "show"])?);
-        eprintln!("4556: {}", net.w.ip(&["route", "show", "table", "4556"])?);
-        eprintln!(
-            "get: {}",
-            net.w
-                .ip(&["route", "get", &N.to_string(), "mark", "0x6d000000"])?
-        );
-        eprintln!("W mgrpd log: {}", dw.process.log());
-        eprintln!("victim log: {}", victim.process.log());
-        eprintln!(
-            "N pids: {:?}",
-            mgrp_testbed::sh(&["ip", "netns", "pids", net.n.name()])
-        );
-        eprintln!("N links: {}", net.n.ip(&["link"])?);
-        bail!("debug");
-    }
     let (moved, took) = wait_current(&net, Duration::from_secs(10), |c| c != relayed)
         .with_context(|| logs(&pw, &pn))?;
     eprintln!("{relayed}'s mgrpd killed: {moved} after {took:?}");
     ensure!(
         moved == other,
-        "after {relayed} died W took {moved}, not {other}: {}",
-        logs(&pw, &pn)
+        "after {relayed} died W took {moved}, not {other}: {}\nW's routes: {:?}\nW's mgrpd: {:?}",
+        logs(&pw, &pn),
+        get(&net.w, W, "/v1/routes"),
+        dw.stats().map(|s| s.daemon)
     );
     ensure!(
         killed.elapsed() <= Duration::from_secs(5) + Duration::from_millis(500),

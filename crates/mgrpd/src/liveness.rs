@@ -159,7 +159,7 @@ impl ErrorQueues {
                     // A pending ICMP error (or a full error queue) is what this
                     // thread watches for, not a reason to stop watching.
                     Err(e)
-                        if crate::receiver::is_reported_icmp_error(&e)
+                        if crate::net::is_reported_icmp_error(&e)
                             || e.raw_os_error() == Some(libc::ENOBUFS) =>
                     {
                         debug!("reading an MGRP socket's error queue: {e}");

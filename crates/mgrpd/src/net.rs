@@ -363,19 +363,23 @@ impl Net {
         }
         if self.endpoints.is_udp(peer) {
             let (socket, at) = self.udp_target(peer)?;
-            return if self.kernel_stamps {
-                sys::send_with_tx_id(socket, packet, &at, tx_id(transaction, seq), true)
-            } else {
-                socket.send_to(packet, &at)
-            };
+            return send_again_if_reported(|| {
+                if self.kernel_stamps {
+                    sys::send_with_tx_id(socket, packet, &at, tx_id(transaction, seq), true)
+                } else {
+                    socket.send_to(packet, &at)
+                }
+            });
         }
         let socket = &self.family(peer)?.probe;
         let dst = sys::raw_dest(peer);
-        if self.kernel_stamps {
-            sys::send_with_tx_id(socket, packet, &dst, tx_id(transaction, seq), false)
-        } else {
-            socket.send_to(packet, &dst)
-        }
+        send_again_if_reported(|| {
+            if self.kernel_stamps {
+                sys::send_with_tx_id(socket, packet, &dst, tx_id(transaction, seq), false)
+            } else {
+                socket.send_to(packet, &dst)
+            }
+        })
     }
 
     /// Sends an MGRP packet that is not a probe.
@@ -383,12 +387,12 @@ impl Net {
         match &self.io {
             Io::Kernel { .. } if self.endpoints.is_udp(peer) => {
                 let (socket, at) = self.udp_target(peer)?;
-                socket.send_to(packet, &at)
+                send_again_if_reported(|| socket.send_to(packet, &at))
             }
-            Io::Kernel { .. } => self
-                .family(peer)?
-                .mgrp
-                .send_to(packet, &sys::raw_dest(peer)),
+            Io::Kernel { .. } => {
+                let socket = &self.family(peer)?.mgrp;
+                send_again_if_reported(|| socket.send_to(packet, &sys::raw_dest(peer)))
+            }
             Io::Loopback(sink) => {
                 let looped = Looped {
                     peer,
@@ -450,6 +454,36 @@ impl Net {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Whether a send or receive failed only because an ICMP error for an earlier send
+/// was pending on the socket: with `IP_RECVERR` (which the liveness threads need) a
+/// socket reports it once, on its next call, whatever that call is about.
+pub(crate) fn is_reported_icmp_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::ECONNREFUSED
+                | libc::EHOSTUNREACH
+                | libc::ENETUNREACH
+                | libc::EHOSTDOWN
+                | libc::EPROTO
+                | libc::EMSGSIZE
+        )
+    )
+}
+
+/// Sends with `send`, again when the first attempt only reported an ICMP error about
+/// an earlier packet (a peer's daemon gone must not cost the packets of the others
+/// sent through the same socket).
+fn send_again_if_reported<T>(mut send: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    let mut tries = 0;
+    loop {
+        match send() {
+            Err(e) if is_reported_icmp_error(&e) && tries < 3 => tries += 1,
+            r => return r,
         }
     }
 }
@@ -581,7 +615,7 @@ impl Net {
             && !self.no_udp_segmentation.load(Ordering::Relaxed)
         {
             let (socket, at) = self.udp_target(peer)?;
-            match sys::send_segmented(socket, buf, &at, segment as u16) {
+            match send_again_if_reported(|| sys::send_segmented(socket, buf, &at, segment as u16)) {
                 Ok(_) => {
                     bump(&self.counters.segmented_sends);
                     self.counters

@@ -191,7 +191,7 @@ impl Receiver {
                 // port unreachable) is reported on the next receive of a UDP socket;
                 // it says nothing of what arrives, and the liveness thread reads the
                 // error itself.
-                Err(e) if is_reported_icmp_error(&e) => {
+                Err(e) if crate::net::is_reported_icmp_error(&e) => {
                     bump(&self.counters.peer_unreachable_reported);
                     continue;
                 }
@@ -482,22 +482,6 @@ fn refusal_words(from: IpAddr, refusal: Refusal, rider: Option<&Ip<'_>>) -> Stri
         Refusal::Malformed => "it is not a sound IP packet".to_string(),
         Refusal::NotPeer => format!("{from} is not a peer"),
     }
-}
-
-/// Whether a receive failed only because an ICMP error for an earlier send was
-/// pending on the socket (a UDP socket reports it once, on its next receive).
-pub(crate) fn is_reported_icmp_error(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(
-            libc::ECONNREFUSED
-                | libc::EHOSTUNREACH
-                | libc::ENETUNREACH
-                | libc::EHOSTDOWN
-                | libc::EPROTO
-                | libc::EMSGSIZE
-        )
-    )
 }
 
 #[cfg(test)]

@@ -412,6 +412,34 @@ impl Config {
                 "off"
             }
         ));
+        if let Some(r) = &self.routing {
+            out.push_str(&format!(
+                "  route control: as {} with {} members, {} destinations; switch when 1 + {} times better and {} since the last change (a failed path at once); heartbeats every {:.0} ms on UDP port {}, a hop down after {} lost in a row, loss over {:.0} s; {}\n",
+                r.address,
+                r.members.len(),
+                r.destinations.len(),
+                r.rule.eta,
+                seconds(Duration::from_secs_f64(r.rule.t_ch_s)),
+                r.heartbeats.interval_s * 1e3,
+                r.heartbeat_port,
+                r.heartbeats.down_after,
+                r.heartbeats.loss_window_s,
+                if r.move_existing {
+                    "every flow moves with a change"
+                } else {
+                    "flows stay on the path they started on"
+                }
+            ));
+            for d in &r.destinations {
+                let paths: Vec<String> = d.paths.iter().map(|p| r.path_name(*p)).collect();
+                out.push_str(&format!(
+                    "    {} behind {}: {}\n",
+                    d.prefix,
+                    r.members[d.owner].name,
+                    paths.join(", ")
+                ));
+            }
+        }
         out.push_str(&format!("links into this node: {}\n", self.links.len()));
         for l in &self.links {
             let t = &l.timing;

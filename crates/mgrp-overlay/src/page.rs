@@ -44,11 +44,20 @@ pub fn render(config: &Config) -> String {
         .iter()
         .map(|o| format!("  {}: {:?},\n", o.name(), o.meaning()))
         .collect();
+    let routes = if config.routing.is_some() { ROUTES } else { "" };
     PAGE.replace("{node}", &config.name)
+        .replace("{routes}", routes)
         .replace("{panels}", &panels)
         .replace("{outcomes}", &outcomes)
         .replace("{meanings}", &meanings)
 }
+
+/// The route-control panel, on a node with `[routing]`.
+const ROUTES: &str = r#"<section class="routes" id="routes">
+<h2>Routes</h2>
+<div id="routes-body">loading…</div>
+</section>
+"#;
 
 const PAGE: &str = r##"<!doctype html>
 <html lang="en">
@@ -74,6 +83,12 @@ body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
 .plot .raw { fill: none; stroke: #ff7f0e; stroke-width: 1.2; stroke-dasharray: 4 3; }
 .plot .bound { fill: #2ca02c; }
 .plot .failed { stroke: #b00; stroke-width: 1.5; }
+.routes { border: 1px solid #ccc; border-radius: 6px; padding: 0.5em 1em; margin-bottom: 1em; max-width: 900px; }
+.routes table { border-collapse: collapse; margin: 0.4em 0; }
+.routes td, .routes th { border-bottom: 1px solid #e4e4e4; padding: 0.15em 0.6em; text-align: left; }
+.routes tr.chosen td { font-weight: bold; }
+.routes .down { color: #b00; }
+.routes .switches { color: #444; font-size: 0.9em; }
 dl.outcomes dt { font-family: monospace; font-weight: bold; float: left; width: 10em; clear: left; }
 dl.outcomes dd { margin-left: 10.5em; margin-bottom: 0.3em; color: #444; }
 </style>
@@ -81,7 +96,7 @@ dl.outcomes dd { margin-left: 10.5em; margin-bottom: 0.3em; color: #444; }
 <body>
 <h1>Measurement Overlay: node {node}</h1>
 <p id="updated">loading…</p>
-{panels}
+{routes}{panels}
 <h2>What the outcomes mean</h2>
 <dl class="outcomes">
 {outcomes}</dl>
@@ -354,8 +369,67 @@ async function refresh() {
     document.getElementById("updated").textContent = "cannot reach the API: " + e.message;
   }
 }
+function cell(tr, text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (cls) td.className = cls;
+  tr.append(td);
+}
+function ms(s) { return s == null ? "?" : (s * 1e3).toFixed(1) + " ms"; }
+function pct(x) { return x == null ? "?" : (100 * x).toFixed(1) + " %"; }
+async function refreshRoutes() {
+  const box = document.getElementById("routes");
+  if (!box) return;
+  const r = await fetch("/v1/routes", opts);
+  const body = r.ok ? await r.json() : null;
+  const out = document.getElementById("routes-body");
+  out.replaceChildren();
+  if (!body) { out.textContent = "route control has not polled its members yet"; return; }
+  const m = document.createElement("p");
+  m.textContent = "members: " + body.members.map(x => x.name + (x.heartbeat
+    ? (x.heartbeat.alive ? " up" : " DOWN") + " (rtt " + ms(x.heartbeat.rtt_s) + ", loss " + pct(x.heartbeat.loss) + ")"
+    : "") + (x.api_ok ? "" : " [API: " + x.api_error + "]")).join("; ")
+    + ". Rule: switch when " + (1 + body.eta).toFixed(2) + "× better and " + body.t_ch_s + " s since the last change; a failed path is left at once.";
+  out.append(m);
+  for (const d of body.destinations) {
+    const h = document.createElement("h3");
+    h.textContent = d.prefix + " (behind " + d.owner + "): new flows take " + d.current
+      + (d.manual ? " (set by hand)" : "")
+      + (d.since_switch_s != null ? ", for " + duration(d.since_switch_s) : "");
+    out.append(h);
+    const t = document.createElement("table");
+    const head = document.createElement("tr");
+    for (const c of ["path", "state", "score", "round trip", "loss", "flows", "hops"]) {
+      const th = document.createElement("th"); th.textContent = c; head.append(th);
+    }
+    t.append(head);
+    for (const p of d.paths) {
+      const tr = document.createElement("tr");
+      if (p.chosen) tr.className = "chosen";
+      cell(tr, p.name);
+      cell(tr, p.score.alive ? "up" : "down", p.score.alive ? "" : "down");
+      cell(tr, p.score.bps != null ? rate(p.score.bps) : "unknown");
+      cell(tr, ms(p.score.rtt_s));
+      cell(tr, pct(p.score.loss));
+      cell(tr, p.flows != null ? String(p.flows) : "?");
+      cell(tr, p.hops.map(x => x.from + "→" + x.to + (x.alive ? "" : " (down)")
+        + (x.loss_source ? ", loss from " + x.loss_source : "")
+        + (x.rate_source ? ", rate from " + x.rate_source : "")).join("; "));
+      tr.title = p.score.basis;
+      t.append(tr);
+    }
+    out.append(t);
+    const sw = document.createElement("p");
+    sw.className = "switches";
+    sw.textContent = d.switches + " switches" + (d.recent.length ? "; latest: " + d.recent.slice(-5).reverse().map(x =>
+      new Date(x.at * 1000).toLocaleTimeString() + " " + x.from + " → " + x.to + ": " + x.reason_text).join("; ") : "");
+    out.append(sw);
+  }
+}
 refresh();
 setInterval(refresh, 5000);
+refreshRoutes().catch(() => {});
+setInterval(() => refreshRoutes().catch(() => {}), 2000);
 </script>
 </body>
 </html>

@@ -400,3 +400,79 @@ impl RoutingFile {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    const MEMBERS: &str = "[routing]\naddress = \"10.90.0.1\"\n\
+        [[routing.member]]\nname = \"north\"\naddress = \"10.90.0.2\"\ndevice = \"mgrp-n\"\n\
+        [[routing.member]]\nname = \"south\"\naddress = \"10.90.0.3\"\ndevice = \"mgrp-s\"\n\
+        [[routing.member]]\nname = \"east0\"\naddress = \"10.90.0.4\"\n";
+
+    #[test]
+    fn destinations_get_their_candidate_paths_numbered_in_order() {
+        let c = Config::from_toml(
+            &format!(
+                "{MEMBERS}[[routing.destination]]\nprefix = \"10.2.0.0/24\"\nmember = \"east0\"\ndirect = false\n\
+                 [[routing.destination]]\nprefix = \"10.3.0.0/24\"\nmember = \"north\"\n"
+            ),
+            None,
+        )
+        .unwrap();
+        let r = c.routing.as_ref().unwrap();
+        let names: Vec<Vec<String>> = r
+            .destinations
+            .iter()
+            .map(|d| d.paths.iter().map(|p| r.path_name(*p)).collect())
+            .collect();
+        assert_eq!(
+            names,
+            [vec!["via north", "via south"], vec!["direct", "via south"]]
+        );
+        assert_eq!(r.path_ids(), [vec![1, 2], vec![3, 4]]);
+        assert_eq!(r.rule.eta, 0.5);
+        assert_eq!(r.rule.t_ch_s, 30.0);
+        assert!(
+            c.summary()
+                .contains("10.2.0.0/24 behind east0: via north, via south")
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key_and_the_fix() {
+        for (extra, says) in [
+            (
+                "[[routing.destination]]\nprefix = \"10.2.0.0/24\"\nmember = \"west9\"\n",
+                "no [[routing.member]] is named \"west9\"",
+            ),
+            (
+                "[[routing.destination]]\nprefix = \"10.2.0.0/24\"\nmember = \"east0\"\n",
+                "has no device",
+            ),
+            (
+                "[[routing.destination]]\nprefix = \"10.2.0.0/24\"\nmember = \"east0\"\nvia = [\"east0\"]\ndirect = false\n",
+                "the owner is the direct path",
+            ),
+            (
+                "[[routing.destination]]\nprefix = \"fd00::/64\"\nmember = \"north\"\n",
+                "IPv4 prefixes only",
+            ),
+            (
+                "[[routing.destination]]\nprefix = \"10.2.0.0/16\"\nmember = \"north\"\n[[routing.destination]]\nprefix = \"10.2.3.0/24\"\nmember = \"north\"\n",
+                "overlaps",
+            ),
+        ] {
+            let e = Config::from_toml(&format!("{MEMBERS}{extra}"), None).unwrap_err();
+            assert!(e.to_string().contains(says), "{e}");
+        }
+        let e = Config::from_toml("[routing]\n", None).unwrap_err();
+        assert!(e.to_string().contains("routing.address"), "{e}");
+        let e = Config::from_toml(
+            "[routing]\naddress = \"10.0.0.1\"\nloss-window = \"1s\"\n",
+            None,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("at least 20 heartbeats"), "{e}");
+    }
+}

@@ -190,6 +190,20 @@ fn destination(net: &Net) -> Option<Value> {
         .map(|o| Value::Object(o.clone()))
 }
 
+/// Checks that W's latest switch was for `reason`.
+fn last_switch_was(net: &Net, reason: &str) -> anyhow::Result<()> {
+    let d = destination(net).unwrap_or_default();
+    let last = d["recent"]
+        .as_array()
+        .and_then(|r| r.last().cloned())
+        .unwrap_or_default();
+    ensure!(
+        last["reason"]["kind"] == reason,
+        "the switch's reason: {d:#}"
+    );
+    Ok(())
+}
+
 fn current(net: &Net) -> Option<String> {
     destination(net)?["current"].as_str().map(String::from)
 }
@@ -355,6 +369,31 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
     let (first, _) = wait_current(&net, Duration::from_secs(20), |c| c == "direct")
         .with_context(|| logs(&pw, &pn))?;
     eprintln!("first path: {first}");
+    // What the API says, /metrics and the status page say too.
+    let (status, metrics) =
+        mgrp_testbed::http::request_in(&net.w, &format!("{W}:7700"), "GET", "/metrics")?;
+    ensure!(status == 200, "/metrics: {status}");
+    let value = |series: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    ensure!(
+        value(&format!(
+            "mgrp_overlay_route_path_chosen{{node=\"w\",destination=\"{E_LAN}\",path=\"direct\"}}"
+        )) == Some(1.0),
+        "{metrics}"
+    );
+    ensure!(
+        value("mgrp_overlay_member_up{node=\"w\",member=\"n\"}") == Some(1.0),
+        "{metrics}"
+    );
+    let (_, page) = mgrp_testbed::http::request_in(&net.w, &format!("{W}:7700"), "GET", "/")?;
+    ensure!(
+        page.contains("id=\"routes\""),
+        "no routes panel on the status page"
+    );
     let old = tcp_source(&net.c, &net.e, E_HOST.into(), 5501, Some(1.0))?;
     std::thread::sleep(Duration::from_secs(2));
     ensure!(old.bytes() > 0, "no byte of the first flow arrived");
@@ -370,15 +409,7 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
     })
     .with_context(|| logs(&pw, &pn))?;
     eprintln!("30 % loss on the direct link: {relayed} after {took:?}");
-    let d = destination(&net).unwrap_or_default();
-    let last = &d["recent"]
-        .as_array()
-        .and_then(|r| r.last().cloned())
-        .unwrap_or_default();
-    ensure!(
-        last["reason"]["kind"] == "better",
-        "the switch's reason: {d:#}"
-    );
+    last_switch_was(&net, "better")?;
     let new = tcp_source(&net.c, &net.e, E_HOST.into(), 5502, Some(1.0))?;
     std::thread::sleep(Duration::from_secs(2));
     ensure!(new.bytes() > 0, "no byte of the relayed flow arrived");
@@ -447,15 +478,7 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
         "routed around after {:?}",
         killed.elapsed()
     );
-    let d = destination(&net).unwrap_or_default();
-    let last = &d["recent"]
-        .as_array()
-        .and_then(|r| r.last().cloned())
-        .unwrap_or_default();
-    ensure!(
-        last["reason"]["kind"] == "failed",
-        "the switch's reason: {d:#}"
-    );
+    last_switch_was(&net, "failed")?;
     // The flow that was on the dead path delivers again, on the new one.
     std::thread::sleep(Duration::from_secs(2));
     let after = delivered(&flow, Duration::from_secs(3));

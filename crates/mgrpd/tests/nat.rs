@@ -3,9 +3,7 @@
 //! namespaces, veths, TUNs and daemons; they need root (CI runs as root) and say so
 //! and pass vacuously without it. One at a time: each starts real-time pacers.
 
-use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -17,7 +15,7 @@ use mgrp_testbed::{Daemon, Netns, tcp_listen, tcp_transfer, uniform_train, veth_
 
 mod common;
 
-use common::{KeyFile, mgrpd, root_or_skip, serial, trains_every};
+use common::{ConfigFile, KeyFile, mgrpd, root_or_skip, serial, trains_every};
 
 /// A's address behind the NAT.
 const A: Ipv4Addr = Ipv4Addr::new(10, 79, 1, 2);
@@ -99,30 +97,6 @@ impl NatNet {
             .unwrap();
         // Established mappings would otherwise outlive the rule change.
         let _ = self.r.exec(&["conntrack", "-F"]);
-    }
-}
-
-/// A configuration file, removed on drop.
-struct ConfigFile(PathBuf);
-
-impl ConfigFile {
-    fn new(text: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("{}.toml", mgrp_testbed::unique("natc")));
-        std::fs::File::create(&path)
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-        Self(path)
-    }
-
-    fn arg(&self) -> String {
-        self.0.display().to_string()
-    }
-}
-
-impl Drop for ConfigFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
     }
 }
 

@@ -3,20 +3,16 @@
 //! and refuses it otherwise. Real namespaces, veths, TUNs and daemons; they need root
 //! (CI runs as root) and say so and pass vacuously without it.
 
-use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use mgrp_testbed::{Daemon, Netns, tcp_listen, tcp_transfer, veth_pair};
 
-// Key files are for the other namespace tests.
-#[allow(dead_code)]
 mod common;
 
-use common::{mgrpd, root_or_skip, serial, trains_every};
+use common::{ConfigFile, mgrpd, root_or_skip, serial, trains_every};
 
 const A_R: Ipv4Addr = Ipv4Addr::new(10, 81, 1, 2);
 const R_A: Ipv4Addr = Ipv4Addr::new(10, 81, 1, 1);
@@ -30,38 +26,20 @@ const R_C: Ipv4Addr = Ipv4Addr::new(10, 81, 4, 1);
 const B_LAN: &str = "10.81.9.0/24";
 const B_HOST: Ipv4Addr = Ipv4Addr::new(10, 81, 9, 1);
 
-/// A configuration file, removed on drop.
-struct ConfigFile(PathBuf);
-
-impl ConfigFile {
-    fn new(text: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("{}.toml", mgrp_testbed::unique("relc")));
-        std::fs::File::create(&path)
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-        Self(path)
-    }
-
-    fn start(&self, ns: &Netns, who: &str) -> Daemon {
-        Daemon::start(
-            ns,
-            mgrpd(),
-            &[
-                "--config",
-                &self.0.display().to_string(),
-                "--log-level",
-                "debug",
-            ],
-        )
-        .unwrap_or_else(|e| panic!("mgrpd on {who}: {e}"))
-    }
+/// Starts mgrpd in `ns` with the configuration `file`.
+fn start(ns: &Netns, file: &ConfigFile, who: &str) -> Daemon {
+    Daemon::start(
+        ns,
+        mgrpd(),
+        &["--config", &file.arg(), "--log-level", "debug"],
+    )
+    .unwrap_or_else(|e| panic!("mgrpd on {who}: {e}"))
 }
 
-impl Drop for ConfigFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
+/// Routes `B_LAN` in `ns` into its next-hop device `device`, from `src`.
+fn route_into(ns: &Netns, verb: &str, device: &str, src: Ipv4Addr) {
+    ns.ip(&["route", verb, B_LAN, "dev", device, "src", &src.to_string()])
+        .unwrap();
 }
 
 /// A, R, B and C: A reaches B directly and through R; C, a peer of R's that is no
@@ -143,24 +121,14 @@ fn a_member_relays_and_no_one_else_does() {
     let cc = ConfigFile::new(&format!(
         "encap = \"udp\"\n[[peers]]\nprefix = \"{R_C}/32\"\ndevice = \"mgrp-r\"\n"
     ));
-    let b = cb.start(&net.b, "B");
-    let r = cr.start(&net.r, "R");
-    let a = ca.start(&net.a, "A");
-    let _c = cc.start(&net.c, "C");
+    let b = start(&net.b, &cb, "B");
+    let r = start(&net.r, &cr, "R");
+    let a = start(&net.a, &ca, "A");
+    let _c = start(&net.c, &cc, "C");
     // What the overlay's route control would install: B's network through R, from
     // A's address R knows. R sends it on through its own device for B.
     net.r.ip(&["route", "add", B_LAN, "dev", "mgrp-b"]).unwrap();
-    net.a
-        .ip(&[
-            "route",
-            "add",
-            B_LAN,
-            "dev",
-            "mgrp-r",
-            "src",
-            &A_R.to_string(),
-        ])
-        .unwrap();
+    route_into(&net.a, "add", "mgrp-r", A_R);
 
     let bytes = 8 << 20;
     let listener = tcp_listen(&net.b, IpAddr::V4(B_HOST), 5401).expect("listen");
@@ -196,17 +164,7 @@ fn a_member_relays_and_no_one_else_does() {
     );
 
     // Straight to B through A's device for B: R sees none of it.
-    net.a
-        .ip(&[
-            "route",
-            "replace",
-            B_LAN,
-            "dev",
-            "mgrp-b",
-            "src",
-            &A_R.to_string(),
-        ])
-        .unwrap();
+    route_into(&net.a, "replace", "mgrp-b", A_R);
     let listener = tcp_listen(&net.b, IpAddr::V4(B_HOST), 5402).expect("listen");
     let t = tcp_transfer(&net.a, listener, IpAddr::V4(B_HOST), 5402, bytes).expect("direct");
     assert_eq!(t.received, bytes, "bytes lost");
@@ -214,17 +172,7 @@ fn a_member_relays_and_no_one_else_does() {
     assert_eq!(r.stats().unwrap().daemon.riders_relayed, relayed);
 
     // C is R's peer but no member: nothing of it passes R.
-    net.c
-        .ip(&[
-            "route",
-            "add",
-            B_LAN,
-            "dev",
-            "mgrp-r",
-            "src",
-            &C_R.to_string(),
-        ])
-        .unwrap();
+    route_into(&net.c, "add", "mgrp-r", C_R);
     let _listener = tcp_listen(&net.b, IpAddr::V4(B_HOST), 5403).expect("listen");
     let refused_before = r.stats().unwrap().daemon.riders_refused_foreign_destination;
     assert!(

@@ -322,6 +322,15 @@ impl RoutingFile {
                     "{key}: overlaps another destination's prefix"
                 )));
             }
+            // Steering a member's own address would send the tunnels into themselves.
+            if let Some(a) = std::iter::once(address)
+                .chain(members.iter().map(|m| m.address))
+                .find(|a| d.prefix.contains(*a))
+            {
+                return Err(invalid(format!(
+                    "{key}: holds the member address {a}; route control steers the networks behind members, never the members' own addresses (their tunnels run there)"
+                )));
+            }
             let owner = member(&key, &d.member)?;
             let mut paths = Vec::new();
             if d.direct.unwrap_or(true) {
@@ -457,6 +466,10 @@ mod tests {
             (
                 "[[routing.destination]]\nprefix = \"fd00::/64\"\nmember = \"north\"\n",
                 "IPv4 prefixes only",
+            ),
+            (
+                "[[routing.destination]]\nprefix = \"10.90.0.0/16\"\nmember = \"north\"\n",
+                "holds the member address",
             ),
             (
                 "[[routing.destination]]\nprefix = \"10.2.0.0/16\"\nmember = \"north\"\n[[routing.destination]]\nprefix = \"10.2.3.0/24\"\nmember = \"north\"\n",

@@ -1,5 +1,9 @@
-//! What the namespace tests (`e2e`, `nat`) share: one test at a time, the daemon
-//! under test, the root check, key files and trains running beside a transfer.
+//! What the namespace tests (`e2e`, `nat`, `relay`) share: one test at a time, the
+//! daemon under test, the root check, key and configuration files and trains running
+//! beside a transfer.
+
+// Each test binary uses part of this.
+#![allow(dead_code)]
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -76,4 +80,26 @@ pub(crate) fn trains_every(
         }
         sent
     })
+}
+
+/// A configuration file, removed on drop.
+pub(crate) struct ConfigFile(PathBuf);
+
+impl ConfigFile {
+    pub(crate) fn new(text: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("{}.toml", mgrp_testbed::unique("mgc")));
+        std::fs::write(&path, text).unwrap();
+        Self(path)
+    }
+
+    /// The path, as a command-line argument.
+    pub(crate) fn arg(&self) -> String {
+        self.0.display().to_string()
+    }
+}
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }

@@ -262,7 +262,7 @@ impl Echo {
         }
         let (count, highest) = self.received.entry(from).or_insert((0, seq));
         // A pinger that restarted begins again from 0: so does its count.
-        if seq + 1000 < *highest {
+        if seq.saturating_add(1000) < *highest {
             *count = 0;
         }
         *highest = (*highest).max(seq);
@@ -398,6 +398,17 @@ mod tests {
         p.ping(0.0);
         assert!(!p.state(0.05, &s).alive);
         assert!(!p.pong(0.06, 77, 1, &s), "a pong for no ping of ours");
+    }
+
+    #[test]
+    fn any_sequence_number_is_answered() {
+        // Anyone may send a ping; one numbered near the end of u64 must not overflow
+        // (the fuzz target found it).
+        let mut e = Echo::default();
+        let from: std::net::SocketAddr = "10.0.0.9:7701".parse().unwrap();
+        for seq in [u64::MAX, u64::MAX - 1, 0, u64::MAX] {
+            assert!(e.answer(from, seq).is_some());
+        }
     }
 
     #[test]

@@ -41,7 +41,7 @@ const FIRST_WITHIN: Duration = Duration::from_secs(5);
 /// long before it falls due it starts asking.
 const TRAFFIC_POLL: Duration = Duration::from_secs(1);
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -1296,6 +1296,6 @@ fn run_btc(s: &Shared, link: &Link, started_at: f64) -> (Estimate, RunEnd) {
 }
 
 /// Now, Unix seconds.
-fn unix_now() -> f64 {
+pub(crate) fn unix_now() -> f64 {
     mgrp_rt::wall_now().as_nanos() as f64 / 1e9
 }

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::io::{Read as _, Write as _};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -22,15 +22,8 @@ use tracing::{debug, info, warn};
 
 use super::kernel::{Kernel, Steering};
 use super::settings::{Candidate, Routing};
+use crate::node::{lock, unix_now};
 use crate::route::{Choice, Hop, Reason, Score, Switch, score};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn unix_now() -> f64 {
-    mgrp_rt::wall_now().as_nanos() as f64 / 1e9
-}
 
 /// What the API shows of route control (`GET /v1/routes`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -239,11 +232,6 @@ impl Control {
         *poked = false;
     }
 
-    /// Its settings.
-    pub fn routing(&self) -> &Routing {
-        &self.routing
-    }
-
     fn now(&self) -> f64 {
         self.epoch.elapsed().as_secs_f64()
     }
@@ -259,11 +247,6 @@ impl Control {
             .iter()
             .map(|(k, v)| (k.clone(), *v))
             .collect()
-    }
-
-    /// Every switch kept, oldest first.
-    pub fn switches(&self) -> Vec<SwitchView> {
-        lock(&self.switches).clone()
     }
 
     /// Sets destination `prefix`'s path by hand (`path`: a candidate's name,
@@ -640,8 +623,6 @@ fn decide_loop(c: &Control, kernel: &mut Kernel, switched: &dyn Fn(SwitchView)) 
     let r = &c.routing;
     let stop = &c.stop;
     let mut choices: Vec<Choice> = vec![Choice::default(); r.destinations.len()];
-    let mut switch_counts = vec![0u64; r.destinations.len()];
-    let mut last_switch: Vec<Option<f64>> = vec![None; r.destinations.len()];
     let mut steering = Steering::default();
     let mut kernel_error: Option<String> = None;
     let ids = r.path_ids();
@@ -695,7 +676,7 @@ fn decide_loop(c: &Control, kernel: &mut Kernel, switched: &dyn Fn(SwitchView)) 
                         Manual::Path(i) => Some(*i),
                         Manual::Normal => None,
                     };
-                    (choices[di].current() != to || last_switch[di].is_none()).then(|| {
+                    (choices[di].current() != to || choices[di].changed_at().is_none()).then(|| {
                         let from = choices[di].current();
                         choices[di] = Choice::forced(to, now);
                         Switch {
@@ -713,8 +694,6 @@ fn decide_loop(c: &Control, kernel: &mut Kernel, switched: &dyn Fn(SwitchView)) 
             let names: Vec<String> = paths.iter().map(|p| p.name.clone()).collect();
             let name = |i: Option<usize>| i.map_or("normal".to_string(), |i| names[i].clone());
             if let Some(sw) = change {
-                switch_counts[di] += 1;
-                last_switch[di] = Some(now);
                 let v = SwitchView {
                     prefix: d.prefix.to_string(),
                     at: unix_now(),
@@ -760,8 +739,12 @@ fn decide_loop(c: &Control, kernel: &mut Kernel, switched: &dyn Fn(SwitchView)) 
                     Manual::Path(i) => name(Some(*i)),
                     Manual::Normal => "normal".into(),
                 }),
-                since_switch_s: last_switch[di].map(|t| now - t),
-                switches: switch_counts[di],
+                since_switch_s: choices[di].changed_at().map(|t| now - t),
+                switches: lock(&c.counts)
+                    .iter()
+                    .filter(|((p, _), _)| *p == prefix)
+                    .map(|(_, n)| n)
+                    .sum(),
                 paths,
                 recent: {
                     let all = lock(&c.switches);

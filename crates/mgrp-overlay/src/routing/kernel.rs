@@ -176,11 +176,6 @@ impl Kernel {
         }
     }
 
-    /// The paths.
-    pub fn paths(&self) -> &[PathRoute] {
-        &self.paths
-    }
-
     fn rule_args(&self, id: u32) -> Vec<String> {
         vec![
             "priority".into(),

@@ -544,10 +544,7 @@ impl Net {
         if self.wraps(peer, pkt) {
             self.tunnel_batched(batch, peer, pkt);
         } else {
-            self.send_transmit(
-                peer,
-                Transmit::Unchanged(bytes::Bytes::copy_from_slice(pkt)),
-            );
+            self.send_unchanged(pkt);
         }
     }
 

@@ -1,6 +1,6 @@
 //! The estimator on simulated paths (no network): a token-bucket shaper with and
 //! without cross traffic, both onset readings, the smoothed estimate against the
-//! truth. `cargo run -p pathchirp-rs --example simulate`.
+//! truth. `cargo run -p pathchirp-rs --example chirp_simulate`.
 
 use pathchirp_rs::analysis::Params;
 use pathchirp_rs::sim::{Cross, Path, run};

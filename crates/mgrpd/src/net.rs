@@ -466,6 +466,7 @@ pub(crate) fn is_reported_icmp_error(e: &std::io::Error) -> bool {
         e.raw_os_error(),
         Some(
             libc::ECONNREFUSED
+                | libc::ENOPROTOOPT
                 | libc::EHOSTUNREACH
                 | libc::ENETUNREACH
                 | libc::EHOSTDOWN
@@ -475,16 +476,38 @@ pub(crate) fn is_reported_icmp_error(e: &std::io::Error) -> bool {
     )
 }
 
-/// Sends with `send`, again when the first attempt only reported an ICMP error about
-/// an earlier packet (a peer's daemon gone must not cost the packets of the others
-/// sent through the same socket).
+/// How many reported errors in a row a send takes before it gives up, for errors
+/// that only an ICMP message reports on these sockets (port or protocol unreachable:
+/// a peer's daemon gone). A host answers every datagram sent to it so, one error
+/// each, as fast as it takes them in, unless its kernel limits its ICMP rate: a
+/// segmented send of [`MAX_SEGMENTS`] datagrams brings that many errors back in a
+/// burst, and any thread's next send on the same socket meets them one after the
+/// other. A bound of a few bursts keeps the other peers' packets from being lost
+/// for them.
+const MOST_PEER_GONE_IN_A_ROW: u32 = 4 * MAX_SEGMENTS as u32;
+
+/// How many other reported errors in a row a send takes: a route missing or a packet
+/// too big makes the same error synchronously, again at every attempt.
+const MOST_OTHER_REPORTED_IN_A_ROW: u32 = 3;
+
+/// Sends with `send`, again while an attempt fails only because an ICMP error about
+/// an earlier packet was pending (a peer's daemon gone must not cost the packets of
+/// the others sent through the same socket).
 fn send_again_if_reported<T>(mut send: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
-    let mut tries = 0;
+    let mut reported = 0;
     loop {
         match send() {
-            Err(e) if is_reported_icmp_error(&e) && tries < 3 => tries += 1,
+            Err(e) if is_reported_icmp_error(&e) && reported < most_in_a_row(&e) => reported += 1,
             r => return r,
         }
+    }
+}
+
+/// How many errors like `e` in a row [`send_again_if_reported`] takes.
+fn most_in_a_row(e: &std::io::Error) -> u32 {
+    match e.raw_os_error() {
+        Some(libc::ECONNREFUSED | libc::ENOPROTOOPT) => MOST_PEER_GONE_IN_A_ROW,
+        _ => MOST_OTHER_REPORTED_IN_A_ROW,
     }
 }
 
@@ -699,5 +722,53 @@ impl Net {
         packet.set_sender_time(mgrp_rt::wall_now());
         self.sealer.seal(peer, &mut packet);
         self.send_mgrp(peer, packet.as_bytes()).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A send that fails with `errno` `fails` times, then succeeds: what
+    /// [`send_again_if_reported`] makes of it, and how many attempts it made.
+    fn attempts(errno: i32, fails: u32) -> (bool, u32) {
+        let mut made = 0;
+        let r = send_again_if_reported(|| {
+            made += 1;
+            if made <= fails {
+                Err(std::io::Error::from_raw_os_error(errno))
+            } else {
+                Ok(())
+            }
+        });
+        (r.is_ok(), made)
+    }
+
+    #[test]
+    fn a_gone_peers_burst_of_errors_costs_no_send() {
+        for errno in [libc::ECONNREFUSED, libc::ENOPROTOOPT] {
+            // Every error of two whole segmented sends, and then some.
+            assert_eq!(attempts(errno, 2 * MAX_SEGMENTS as u32), (true, 129));
+            assert_eq!(
+                attempts(errno, MOST_PEER_GONE_IN_A_ROW),
+                (true, MOST_PEER_GONE_IN_A_ROW + 1)
+            );
+            // Not forever.
+            assert_eq!(
+                attempts(errno, u32::MAX),
+                (false, MOST_PEER_GONE_IN_A_ROW + 1)
+            );
+        }
+    }
+
+    #[test]
+    fn errors_a_send_can_make_itself_are_tried_a_few_times() {
+        for errno in [libc::EHOSTUNREACH, libc::ENETUNREACH, libc::EMSGSIZE] {
+            assert_eq!(attempts(errno, 3), (true, 4));
+            assert_eq!(attempts(errno, u32::MAX), (false, 4));
+        }
+        // Not a reported error at all: the first attempt's answer stands.
+        assert_eq!(attempts(libc::EBADF, u32::MAX), (false, 1));
+        assert_eq!(attempts(libc::EBADF, 0), (true, 1));
     }
 }

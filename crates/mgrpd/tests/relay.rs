@@ -3,7 +3,7 @@
 //! and refuses it otherwise. Real namespaces, veths, TUNs and daemons; they need root
 //! (CI runs as root) and say so and pass vacuously without it.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -25,6 +25,9 @@ const R_C: Ipv4Addr = Ipv4Addr::new(10, 81, 4, 1);
 /// The network behind B that A reaches, directly or through R.
 const B_LAN: &str = "10.81.9.0/24";
 const B_HOST: Ipv4Addr = Ipv4Addr::new(10, 81, 9, 1);
+/// A network A sends to through R only (no host holds it).
+const THROUGH_R: &str = "10.81.8.0/24";
+const THROUGH_R_HOST: Ipv4Addr = Ipv4Addr::new(10, 81, 8, 1);
 
 /// Starts mgrpd in `ns` with the configuration `file`.
 fn start(ns: &Netns, file: &ConfigFile, who: &str) -> Daemon {
@@ -185,4 +188,102 @@ fn a_member_relays_and_no_one_else_does() {
         "R did not refuse C's riders: {sr:#?}"
     );
     assert_eq!(sr.daemon.riders_relayed, relayed, "{sr:#?}");
+}
+
+/// A relay whose daemon is gone answers what A's mgrpd sends it with ICMP "port
+/// unreachable", and A's one UDP socket, which all its peers share, reports each such
+/// error on its next call, whatever that call is: a receive (counted as
+/// `peer_unreachable_reported`) or a send to any peer. Those reports cost the other
+/// peers nothing: while traffic for R keeps R's errors coming, what A sends B through
+/// its device for B arrives byte for byte and A counts no failed send of any kind.
+/// R's kernel answers every datagram here (no ICMP rate limit), the most errors a
+/// host can send.
+#[test]
+fn a_gone_relay_costs_the_other_peers_nothing() {
+    let _serial = serial();
+    if !root_or_skip("a_gone_relay_costs_the_other_peers_nothing") {
+        return;
+    }
+    let net = RelayNet::new();
+    // No mgrpd runs on R (as after its daemon died), and its kernel does not limit
+    // its ICMP errors.
+    net.r
+        .exec(&["sysctl", "-qw", "net.ipv4.icmp_ratemask=0"])
+        .unwrap();
+    let ca = ConfigFile::new(&format!(
+        "encap = \"udp\"\n\
+         [[peers]]\nprefix = \"{R_A}/32\"\ndevice = \"mgrp-r\"\n\
+         [[peers]]\nprefix = \"{B_A}/32\"\ndevice = \"mgrp-b\"\n"
+    ));
+    let cb = ConfigFile::new(&format!(
+        "encap = \"udp\"\nlocal-prefixes = [\"{B_LAN}\"]\n\
+         [[peers]]\nprefix = \"{A_B}/32\"\n"
+    ));
+    let b = start(&net.b, &cb, "B");
+    let a = start(&net.a, &ca, "A");
+    route_into(&net.a, "add", "mgrp-b", A_B);
+    net.a
+        .ip(&[
+            "route",
+            "add",
+            THROUGH_R,
+            "dev",
+            "mgrp-r",
+            "src",
+            &A_R.to_string(),
+        ])
+        .unwrap();
+
+    // Datagrams for R, 16 every millisecond, until the transfer to B is done.
+    let stop = Arc::new(AtomicBool::new(false));
+    let flooding = stop.clone();
+    let flood = net
+        .a
+        .spawn("flood-r", move || {
+            let socket = UdpSocket::bind((A_R, 0))?;
+            let to = SocketAddr::new(IpAddr::V4(THROUGH_R_HOST), 9);
+            let datagram = [0x5a_u8; 1200];
+            let mut sent = 0u64;
+            while !flooding.load(Ordering::Relaxed) {
+                for _ in 0..16 {
+                    sent += u64::from(socket.send_to(&datagram, to).is_ok());
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(sent)
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let bytes = 8 << 20;
+    let listener = tcp_listen(&net.b, IpAddr::V4(B_HOST), 5411).expect("listen");
+    let t = tcp_transfer(&net.a, listener, IpAddr::V4(B_HOST), 5411, bytes);
+    stop.store(true, Ordering::Relaxed);
+    let flooded = flood.join().unwrap().unwrap();
+    let sa = a.quiescent_stats().unwrap().daemon;
+    let t = t.unwrap_or_else(|e| panic!("to B: {e}\nA: {sa:#?}\n{}", a.process.log()));
+    assert_eq!(t.received, bytes, "bytes lost");
+    assert!(t.intact, "bytes corrupted");
+    eprintln!(
+        "to B: {:.1} Mbit/s beside {flooded} datagrams for R; errors reported: {}",
+        t.mbps(),
+        sa.peer_unreachable_reported
+    );
+    // R's errors came back, many of them ...
+    assert!(
+        sa.peer_unreachable_reported > 100,
+        "A's socket reported {} errors: {sa:#?}",
+        sa.peer_unreachable_reported
+    );
+    // ... and no send lost a packet to them, B's or R's.
+    assert_eq!(
+        (
+            sa.unchanged_send_errors,
+            sa.continuation_send_errors,
+            sa.keepalive_send_errors,
+            sa.probe_send_errors
+        ),
+        (0, 0, 0, 0),
+        "{sa:#?}"
+    );
+    drop(b);
 }

@@ -17,7 +17,7 @@ use mgrp_testbed::{
 
 mod common;
 
-use common::{KeyFile, mgrpd, root_or_skip, serial, trains_every};
+use common::{TempFile, mgrpd, root_or_skip, serial, trains_every};
 
 const MB: u64 = 1 << 20;
 
@@ -678,7 +678,7 @@ fn ipv6_riders_ride_in_ipv6_probes_over_udp() {
         ])
         .expect("nftables in B");
     let key = mgrp_core::auth::Key::from_bytes([0x6b; 32]);
-    let file = KeyFile::new(&key);
+    let file = TempFile::key(&key);
     let _daemons = ipv6_transfer_with_trains(&net, &["--encap", "udp", "--key-file", &file.arg()]);
     // IPv6 40, UDP 8, version 2's continuation header 2 and whole-rider descriptor 2,
     // the trailer 24: TCP segments fit one continuation.
@@ -928,7 +928,7 @@ fn keyed_daemons_refuse_unauthenticated_wrong_key_and_replayed_packets() {
         return;
     }
     let key = Key::from_bytes([0x5a; 32]);
-    let file = KeyFile::new(&key);
+    let file = TempFile::key(&key);
     let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
     let (a, b) = daemons(&net, &["--key-file", &file.arg()]);
     transfer(&net, &a, 4 * MB, 5020, true);

@@ -15,7 +15,7 @@ use mgrp_testbed::{Daemon, Netns, tcp_listen, tcp_transfer, uniform_train, veth_
 
 mod common;
 
-use common::{ConfigFile, KeyFile, mgrpd, root_or_skip, serial, trains_every};
+use common::{TempFile, mgrpd, root_or_skip, serial, trains_every};
 
 /// A's address behind the NAT.
 const A: Ipv4Addr = Ipv4Addr::new(10, 79, 1, 2);
@@ -108,12 +108,12 @@ fn link_key() -> Key {
 
 /// Daemons over UDP with the link's key: A names B's endpoint and sends keepalives;
 /// B knows A only by the key and learns where it is.
-fn udp_daemons(net: &NatNet, key: &KeyFile) -> (Daemon, Daemon, ConfigFile, ConfigFile) {
-    let ca = ConfigFile::new(&format!(
+fn udp_daemons(net: &NatNet, key: &TempFile) -> (Daemon, Daemon, TempFile, TempFile) {
+    let ca = TempFile::config(&format!(
         "routes = [\"{B}/32\"]\nencap = \"udp\"\n\n[[peers]]\nprefix = \"{B}/32\"\nkey-file = \"{}\"\nendpoint = \"{B}:4253\"\nkeepalive = \"1s\"\n",
         key.arg()
     ));
-    let cb = ConfigFile::new(&format!(
+    let cb = TempFile::config(&format!(
         "routes = [\"{A}/32\"]\nencap = \"udp\"\n\n[[peers]]\nprefix = \"{A}/32\"\nkey-file = \"{}\"\n",
         key.arg()
     ));
@@ -194,7 +194,7 @@ fn udp_crosses_a_nat_both_ways_and_raw_ip_does_not() {
     }
     let net = NatNet::new();
     let ka = link_key();
-    let file = KeyFile::new(&ka);
+    let file = TempFile::key(&ka);
     let (a, b, _ca, _cb) = udp_daemons(&net, &file);
     let sb = wait_for(&b, |s| s.daemon.keepalives_received > 0);
     assert!(
@@ -281,7 +281,7 @@ fn a_host_whose_only_route_to_its_peer_is_the_tunnel_sources_what_the_peer_admit
         return;
     }
     let net = NatNet::without_default_route_on_b();
-    let key = KeyFile::new(&link_key());
+    let key = TempFile::key(&link_key());
     let (a, b, _ca, _cb) = udp_daemons(&net, &key);
     let log = b.process.log();
     assert!(
@@ -326,7 +326,7 @@ fn a_host_whose_only_route_to_its_peer_is_the_tunnel_sources_what_the_peer_admit
     drop((a, b));
 
     // Told the source, B routes with it from the start and warns of nothing.
-    let cb = ConfigFile::new(&format!(
+    let cb = TempFile::config(&format!(
         "routes = [\"{A}/32\"]\nencap = \"udp\"\n\n[[peers]]\nprefix = \"{A}/32\"\nkey-file = \"{}\"\nsource = \"{B}\"\n",
         key.arg()
     ));
@@ -369,7 +369,7 @@ fn a_peer_whose_nat_mapping_changes_is_followed_by_its_key_alone() {
     }
     let net = NatNet::new();
     let ka = link_key();
-    let file = KeyFile::new(&ka);
+    let file = TempFile::key(&ka);
     let (a, b, _ca, _cb) = udp_daemons(&net, &file);
     let s = wait_for(&b, |s| s.daemon.peer_endpoint_changes > 0);
     assert_eq!(s.daemon.peer_endpoint_changes, 1, "{s:#?}");

@@ -12,7 +12,7 @@ use mgrp_testbed::{Daemon, Netns, tcp_listen, tcp_transfer, veth_pair};
 
 mod common;
 
-use common::{ConfigFile, mgrpd, root_or_skip, serial, trains_every};
+use common::{TempFile, mgrpd, root_or_skip, serial, trains_every};
 
 const A_R: Ipv4Addr = Ipv4Addr::new(10, 81, 1, 2);
 const R_A: Ipv4Addr = Ipv4Addr::new(10, 81, 1, 1);
@@ -30,7 +30,7 @@ const THROUGH_R: &str = "10.81.8.0/24";
 const THROUGH_R_HOST: Ipv4Addr = Ipv4Addr::new(10, 81, 8, 1);
 
 /// Starts mgrpd in `ns` with the configuration `file`.
-fn start(ns: &Netns, file: &ConfigFile, who: &str) -> Daemon {
+fn start(ns: &Netns, file: &TempFile, who: &str) -> Daemon {
     Daemon::start(
         ns,
         mgrpd(),
@@ -39,10 +39,18 @@ fn start(ns: &Netns, file: &ConfigFile, who: &str) -> Daemon {
     .unwrap_or_else(|e| panic!("mgrpd on {who}: {e}"))
 }
 
-/// Routes `B_LAN` in `ns` into its next-hop device `device`, from `src`.
-fn route_into(ns: &Netns, verb: &str, device: &str, src: Ipv4Addr) {
-    ns.ip(&["route", verb, B_LAN, "dev", device, "src", &src.to_string()])
-        .unwrap();
+/// Routes `prefix` in `ns` into its next-hop device `device`, from `src`.
+fn route_into(ns: &Netns, verb: &str, prefix: &str, device: &str, src: Ipv4Addr) {
+    ns.ip(&[
+        "route",
+        verb,
+        prefix,
+        "dev",
+        device,
+        "src",
+        &src.to_string(),
+    ])
+    .unwrap();
 }
 
 /// A, R, B and C: A reaches B directly and through R; C, a peer of R's that is no
@@ -105,23 +113,23 @@ fn a_member_relays_and_no_one_else_does() {
         return;
     }
     let net = RelayNet::new();
-    let ca = ConfigFile::new(&format!(
+    let ca = TempFile::config(&format!(
         "encap = \"udp\"\n\
          [[peers]]\nprefix = \"{R_A}/32\"\ndevice = \"mgrp-r\"\n\
          [[peers]]\nprefix = \"{B_A}/32\"\ndevice = \"mgrp-b\"\n"
     ));
-    let cr = ConfigFile::new(&format!(
+    let cr = TempFile::config(&format!(
         "encap = \"udp\"\n\
          [[peers]]\nprefix = \"{A_R}/32\"\nrelay-to = [\"{B_LAN}\"]\n\
          [[peers]]\nprefix = \"{B_R}/32\"\ndevice = \"mgrp-b\"\n\
          [[peers]]\nprefix = \"{C_R}/32\"\n"
     ));
-    let cb = ConfigFile::new(&format!(
+    let cb = TempFile::config(&format!(
         "encap = \"udp\"\nlocal-prefixes = [\"{B_LAN}\"]\n\
          [[peers]]\nprefix = \"{R_B}/32\"\nallowed-sources = [\"{A_R}/32\", \"{C_R}/32\"]\n\
          [[peers]]\nprefix = \"{A_B}/32\"\nallowed-sources = [\"{A_R}/32\"]\n"
     ));
-    let cc = ConfigFile::new(&format!(
+    let cc = TempFile::config(&format!(
         "encap = \"udp\"\n[[peers]]\nprefix = \"{R_C}/32\"\ndevice = \"mgrp-r\"\n"
     ));
     let b = start(&net.b, &cb, "B");
@@ -131,7 +139,7 @@ fn a_member_relays_and_no_one_else_does() {
     // What the overlay's route control would install: B's network through R, from
     // A's address R knows. R sends it on through its own device for B.
     net.r.ip(&["route", "add", B_LAN, "dev", "mgrp-b"]).unwrap();
-    route_into(&net.a, "add", "mgrp-r", A_R);
+    route_into(&net.a, "add", B_LAN, "mgrp-r", A_R);
 
     let bytes = 8 << 20;
     let listener = tcp_listen(&net.b, IpAddr::V4(B_HOST), 5401).expect("listen");
@@ -167,7 +175,7 @@ fn a_member_relays_and_no_one_else_does() {
     );
 
     // Straight to B through A's device for B: R sees none of it.
-    route_into(&net.a, "replace", "mgrp-b", A_R);
+    route_into(&net.a, "replace", B_LAN, "mgrp-b", A_R);
     let listener = tcp_listen(&net.b, IpAddr::V4(B_HOST), 5402).expect("listen");
     let t = tcp_transfer(&net.a, listener, IpAddr::V4(B_HOST), 5402, bytes).expect("direct");
     assert_eq!(t.received, bytes, "bytes lost");
@@ -175,7 +183,7 @@ fn a_member_relays_and_no_one_else_does() {
     assert_eq!(r.stats().unwrap().daemon.riders_relayed, relayed);
 
     // C is R's peer but no member: nothing of it passes R.
-    route_into(&net.c, "add", "mgrp-r", C_R);
+    route_into(&net.c, "add", B_LAN, "mgrp-r", C_R);
     let _listener = tcp_listen(&net.b, IpAddr::V4(B_HOST), 5403).expect("listen");
     let refused_before = r.stats().unwrap().daemon.riders_refused_foreign_destination;
     assert!(
@@ -210,29 +218,19 @@ fn a_gone_relay_costs_the_other_peers_nothing() {
     net.r
         .exec(&["sysctl", "-qw", "net.ipv4.icmp_ratemask=0"])
         .unwrap();
-    let ca = ConfigFile::new(&format!(
+    let ca = TempFile::config(&format!(
         "encap = \"udp\"\n\
          [[peers]]\nprefix = \"{R_A}/32\"\ndevice = \"mgrp-r\"\n\
          [[peers]]\nprefix = \"{B_A}/32\"\ndevice = \"mgrp-b\"\n"
     ));
-    let cb = ConfigFile::new(&format!(
+    let cb = TempFile::config(&format!(
         "encap = \"udp\"\nlocal-prefixes = [\"{B_LAN}\"]\n\
          [[peers]]\nprefix = \"{A_B}/32\"\n"
     ));
-    let b = start(&net.b, &cb, "B");
+    let _b = start(&net.b, &cb, "B");
     let a = start(&net.a, &ca, "A");
-    route_into(&net.a, "add", "mgrp-b", A_B);
-    net.a
-        .ip(&[
-            "route",
-            "add",
-            THROUGH_R,
-            "dev",
-            "mgrp-r",
-            "src",
-            &A_R.to_string(),
-        ])
-        .unwrap();
+    route_into(&net.a, "add", B_LAN, "mgrp-b", A_B);
+    route_into(&net.a, "add", THROUGH_R, "mgrp-r", A_R);
 
     // Datagrams for R, 16 every millisecond, until the transfer to B is done.
     let stop = Arc::new(AtomicBool::new(false));
@@ -285,5 +283,4 @@ fn a_gone_relay_costs_the_other_peers_nothing() {
         (0, 0, 0, 0),
         "{sa:#?}"
     );
-    drop(b);
 }

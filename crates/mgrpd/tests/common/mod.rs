@@ -36,16 +36,27 @@ pub(crate) fn root_or_skip(name: &str) -> bool {
     false
 }
 
-/// A key file of mode 0600 holding `key`, removed on drop.
-pub(crate) struct KeyFile(pub(crate) PathBuf);
+/// A file in the temporary directory (a key or a configuration), removed on drop.
+pub(crate) struct TempFile(PathBuf);
 
-impl KeyFile {
-    pub(crate) fn new(key: &Key) -> Self {
-        use std::os::unix::fs::PermissionsExt as _;
-        let path = std::env::temp_dir().join(format!("{}.key", mgrp_testbed::unique("mgk")));
-        std::fs::write(&path, key.to_hex()).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+impl TempFile {
+    fn write(tag: &str, extension: &str, text: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("{}.{extension}", mgrp_testbed::unique(tag)));
+        std::fs::write(&path, text).unwrap();
         Self(path)
+    }
+
+    /// A key file of mode 0600 holding `key`.
+    pub(crate) fn key(key: &Key) -> Self {
+        use std::os::unix::fs::PermissionsExt as _;
+        let file = Self::write("mgk", "key", &key.to_hex());
+        std::fs::set_permissions(&file.0, std::fs::Permissions::from_mode(0o600)).unwrap();
+        file
+    }
+
+    /// A configuration file holding `text`.
+    pub(crate) fn config(text: &str) -> Self {
+        Self::write("mgc", "toml", text)
     }
 
     /// The path, as a command-line argument.
@@ -54,7 +65,7 @@ impl KeyFile {
     }
 }
 
-impl Drop for KeyFile {
+impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
@@ -80,26 +91,4 @@ pub(crate) fn trains_every(
         }
         sent
     })
-}
-
-/// A configuration file, removed on drop.
-pub(crate) struct ConfigFile(PathBuf);
-
-impl ConfigFile {
-    pub(crate) fn new(text: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("{}.toml", mgrp_testbed::unique("mgc")));
-        std::fs::write(&path, text).unwrap();
-        Self(path)
-    }
-
-    /// The path, as a command-line argument.
-    pub(crate) fn arg(&self) -> String {
-        self.0.display().to_string()
-    }
-}
-
-impl Drop for ConfigFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }

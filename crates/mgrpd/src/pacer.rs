@@ -35,6 +35,18 @@ const BATCHES_PER_INGEST: usize = 32;
 /// Most rider batches taken in right before a probe is built, when its deadline is
 /// near.
 const BATCHES_BEFORE_PROBE: usize = 4;
+/// The shortest sleep a real-time pacer takes in a gap: a gap that leaves less
+/// than this beyond the busy-poll margin is spun through.
+const MIN_SLEEP: Duration = Duration::from_micros(20);
+/// Longest a real-time pacer spins without giving its CPU up. Spinning through a
+/// whole stream at SCHED_FIFO starves everything bound to that CPU (softirqs among
+/// them: a riding TCP flow's pacing timer stopped for the stream, then left its
+/// packets in a burst after it), so a pacer that has spun this long sleeps
+/// [`BREATHER`] before its next probe, even if that probe then leaves late (its
+/// departure stamp says when it left).
+const MAX_SPIN_RUN: Duration = Duration::from_millis(2);
+/// How long that sleep lasts.
+const BREATHER: Duration = Duration::from_micros(20);
 /// How often the pacer publishes its counters while busy.
 const PUBLISH_EVERY: Duration = Duration::from_millis(2);
 /// How often it publishes the riders held per destination.
@@ -107,6 +119,7 @@ pub(crate) fn run_pacer(s: &Dispatcher, life: &Lifecycle, prepared: impl FnOnce(
         waiters: HashMap::new(),
         timer,
         realtime,
+        rested: std::cell::Cell::new(mgrp_rt::mono_now()),
         spin: SpinBudget::default(),
         flushed: false,
         last_publish: MonoTime::ZERO,
@@ -139,6 +152,8 @@ struct Pacer<'a> {
     waiters: HashMap<u32, oneshot::Sender<TransactionReport>>,
     timer: mgrp_rt::Timer,
     realtime: bool,
+    /// When the pacer last gave its CPU up (a sleep ended).
+    rested: std::cell::Cell<MonoTime>,
     spin: SpinBudget,
     flushed: bool,
     last_publish: MonoTime,
@@ -225,6 +240,7 @@ impl Pacer<'_> {
             if let Err(e) = self.timer.sleep_until_or(until, &self.q.inbox) {
                 debug!("the pacer's sleep failed: {e}");
             }
+            self.rested.set(mgrp_rt::mono_now());
         }
         self.q.pacer_sleeping.store(false, Ordering::SeqCst);
     }
@@ -246,6 +262,11 @@ impl Pacer<'_> {
             let Some(batch) = self.q.riders.pop() else {
                 break;
             };
+            eprintln!(
+                "DBG ingest lag_us={} n={}",
+                mgrp_rt::mono_now().saturating_since(batch.at).as_nanos() / 1000,
+                batch.riders.len()
+            );
             for (peer, data) in batch.riders {
                 if let Err(RiderDrop::QueueFull) = self.endpoint.handle_rider(batch.at, peer, data)
                 {
@@ -412,11 +433,12 @@ impl Pacer<'_> {
     fn send_probe(&mut self, deadline: MonoTime) {
         let s = self.s;
         let margin = self.margin();
-        // A real-time pacer spins through gaps shorter than two margins: a timer
-        // wake-up that short buys little sleep and risks its own latency tail. Under
-        // the normal scheduler spinning is worse than sleeping, so it always sleeps.
+        // A real-time pacer sleeps in every gap that leaves it at least MIN_SLEEP
+        // before the margin, and spins through shorter ones; even those it breaks
+        // after MAX_SPIN_RUN. Under the normal scheduler spinning is worse than
+        // sleeping, so it always sleeps.
         let spin_below = if self.realtime {
-            2 * margin
+            margin + MIN_SLEEP
         } else {
             Duration::ZERO
         };
@@ -425,6 +447,12 @@ impl Pacer<'_> {
         let short = deadline.saturating_since(now) < spin_below;
         if !short && !self.sleep_releasing(wake) {
             return;
+        }
+        if short && self.realtime && now.saturating_since(self.rested.get()) >= MAX_SPIN_RUN {
+            if let Err(e) = self.timer.sleep_until(now.saturating_add(BREATHER)) {
+                debug!("the pacer's sleep failed: {e}");
+            }
+            self.rested.set(mgrp_rt::mono_now());
         }
         // Riders that came during the wait ride too.
         let now = mgrp_rt::mono_now();

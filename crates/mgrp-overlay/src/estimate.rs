@@ -45,6 +45,11 @@ pub struct Estimate {
     pub unadjusted_low_bps: Option<f64>,
     /// High end of the measured range.
     pub unadjusted_high_bps: Option<f64>,
+    /// pathload's word on the adjustment (`none`, `complete`, or `incomplete` when
+    /// traffic rode in streams during which the sender counted none arriving, so the
+    /// adjusted range may read high); `None` for the other methods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adjustment: Option<String>,
     /// IP bytes of every probe sent.
     pub probe_bytes: u64,
     /// IP bytes of the probes that carried application traffic.
@@ -116,6 +121,7 @@ impl Estimate {
             high_bps: None,
             unadjusted_low_bps: None,
             unadjusted_high_bps: None,
+            adjustment: None,
             probe_bytes: 0,
             riding_probe_bytes: 0,
             rider_bytes: 0,

@@ -1106,6 +1106,9 @@ fn run_pathload(s: &Shared, link: &Link, started_at: f64) -> (Estimate, RunEnd) 
             e.riding_probe_bytes = o.riding_probe_bytes;
             e.rider_bytes = o.rider_bytes;
             e.rider_share = share(o.riding_probe_bytes, o.probe_bytes);
+            e.adjustment = serde_json::to_value(o.adjustment)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string));
             e.fleets = o.fleets;
             e.streams = o.streams;
             if let Some(o) = cut_short(&mut e, m.peer_gone.as_ref(), m.sender_failed.as_ref()) {

@@ -145,6 +145,7 @@ mod tests {
             high_bps: Some(9.5e6),
             unadjusted_low_bps: Some(9e6),
             unadjusted_high_bps: Some(9.5e6),
+            adjustment: Some("none".into()),
             probe_bytes: 1000,
             riding_probe_bytes: 0,
             rider_bytes: 0,

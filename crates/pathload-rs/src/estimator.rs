@@ -29,7 +29,7 @@ use crate::params::{
     DEFAULT_MAX_FLEETS, FLEET_AGREEMENT, MAX_PACKETS_PER_STREAM, MAX_PROBE_IP_BYTES,
     MIN_USABLE_STREAMS, MODERATE_LOSS_STREAMS, OMEGA_SHARE_OF_ADR, PACKETS_PER_STREAM,
     PACKETS_PER_STREAM_COALESCED, RATE_MISS_SHARE, RATE_MISSES_TO_STOP, RIDER_SHARE_ABOVE_RMAX,
-    SLOW_IDLE_STREAMS, STREAM_DURATION_NS, STREAMS_PER_FLEET,
+    SLOW_IDLE_STREAMS, STREAM_DURATION_NS, STREAMS_PER_FLEET, UNACCOUNTED_SHARE_OF_OMEGA,
 };
 use crate::rate::{Limits, actual_rate};
 use crate::search::{Bound, Bounds, Convergence, Next, Search};
@@ -289,6 +289,36 @@ impl StopReason {
     }
 }
 
+/// How much of the application traffic that rode in the probes the adjusted range
+/// accounts for (MGRP §2.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Adjustment {
+    /// No application traffic rode: the range is as measured.
+    None,
+    /// Traffic rode, and the sender counted what arrived during every stream behind
+    /// the range: the adjusted range subtracts it.
+    Complete,
+    /// Traffic rode in streams behind the range during which the sender counted none
+    /// arriving (the traffic paused while they were sent, or the sender's reports do
+    /// not count it): what it displaced is unknown, and the adjusted range may read
+    /// high by up to [`Outcome::unaccounted`].
+    Incomplete,
+}
+
+impl Adjustment {
+    /// What it means, in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::None => "no application traffic rode in the probes",
+            Self::Complete => "the application traffic that rode was counted and subtracted",
+            Self::Incomplete => {
+                "application traffic rode in streams during which the sender counted none arriving: the adjusted range may read high"
+            }
+        }
+    }
+}
+
 /// The result of a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Outcome {
@@ -306,6 +336,11 @@ pub struct Outcome {
     pub low: f64,
     /// High end less the competing application traffic, Mbit/s (the result).
     pub high: f64,
+    /// Whether `low` and `high` account for all the application traffic that rode.
+    pub adjustment: Adjustment,
+    /// The larger of the two bounds' rates of application traffic that rode
+    /// unaccounted for, Mbit/s (see [`Bound::unaccounted`]).
+    pub unaccounted: f64,
     /// The initial rate from back-to-back trains, Mbit/s, if one came through.
     pub adr: Option<f64>,
     /// Fleets run.
@@ -377,6 +412,8 @@ struct Fleet {
     analyses: Vec<StreamAnalysis>,
     actual_rates: Vec<f64>,
     competing_bits: f64,
+    /// Rider bits of streams whose report counted no competing bytes.
+    unaccounted_bits: f64,
     sending_ns: f64,
 }
 
@@ -547,6 +584,7 @@ impl Estimator {
             analyses: Vec::new(),
             actual_rates: Vec::new(),
             competing_bits: 0.0,
+            unaccounted_bits: 0.0,
             sending_ns: 0.0,
         });
     }
@@ -592,6 +630,12 @@ impl Estimator {
             if span > 0.0 {
                 f.sending_ns += span;
                 f.competing_bits += result.competing_rider_bytes as f64 * 8.0;
+                // Riders rode, yet the sender saw none of the application's traffic
+                // arrive while the stream left: the traffic paused during the stream
+                // (or the report does not count it), and what it displaces is unknown.
+                if result.rider_bytes > 0 && result.competing_rider_bytes == 0 {
+                    f.unaccounted_bits += result.rider_bytes as f64 * 8.0;
+                }
             }
         }
         f.analyses.push(analysis.clone());
@@ -622,10 +666,13 @@ impl Estimator {
         } else {
             f.actual_rates.iter().sum::<f64>() / f.actual_rates.len() as f64
         };
-        let competing = if f.sending_ns > 0.0 {
-            f.competing_bits / f.sending_ns * 1_000.0
+        let (competing, unaccounted) = if f.sending_ns > 0.0 {
+            (
+                f.competing_bits / f.sending_ns * 1_000.0,
+                f.unaccounted_bits / f.sending_ns * 1_000.0,
+            )
         } else {
-            0.0
+            (0.0, 0.0)
         };
         let trends: String = f
             .analyses
@@ -638,6 +685,7 @@ impl Estimator {
         let at = Bound {
             rate: if loss_abort { requested } else { actual },
             competing,
+            unaccounted,
         };
         // An unusable fleet is repeated anyway, for a reason more telling than its rate.
         let missed = !loss_abort
@@ -739,14 +787,19 @@ impl Estimator {
                 (lo, hi, s.omega(), s.chi(), lower_bound)
             }
             None => {
-                let zero = Bound {
-                    rate: 0.0,
-                    competing: 0.0,
-                };
+                let zero = Bound::default();
                 (zero, zero, 0.0, 0.0, false)
             }
         };
         let (a, b) = (lo.adjusted(), hi.adjusted());
+        let unaccounted = lo.unaccounted.max(hi.unaccounted);
+        let adjustment = if self.rider_bytes == 0 {
+            Adjustment::None
+        } else if unaccounted > 0.0 && unaccounted >= UNACCOUNTED_SHARE_OF_OMEGA * omega {
+            Adjustment::Incomplete
+        } else {
+            Adjustment::Complete
+        };
         self.phase = Phase::Done(Outcome {
             reason,
             lower_bound,
@@ -754,6 +807,8 @@ impl Estimator {
             unadjusted_high: hi.rate,
             low: a.min(b),
             high: a.max(b),
+            adjustment,
+            unaccounted,
             adr: self.adr,
             fleets: self.fleets,
             streams: self.streams,

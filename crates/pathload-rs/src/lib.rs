@@ -33,7 +33,7 @@ pub mod trend;
 pub use mgrp_tool::control;
 
 pub use estimator::{
-    Action, Config, Estimator, Event, FleetEnd, FleetReport, FleetVerdict, Mode, Outcome,
-    StopReason, StreamResult, StreamSpec, TrainResult, TrainSpec,
+    Action, Adjustment, Config, Estimator, Event, FleetEnd, FleetReport, FleetVerdict, Mode,
+    Outcome, StopReason, StreamResult, StreamSpec, TrainResult, TrainSpec,
 };
 pub use trend::{Arrival, StreamAnalysis, Trend};

@@ -154,3 +154,9 @@ pub const DEFAULT_MAX_SECONDS: u64 = 60;
 /// go only in the first this share of its probes: the tail of a stream that builds a
 /// queue is the part most likely to be dropped (MGRP §2.3, first-n piggybacking).
 pub const RIDER_SHARE_ABOVE_RMAX: f64 = 0.5;
+
+/// The adjustment is reported incomplete when a bound's fleet carried application
+/// traffic at this share of ω or more in streams whose sender counted none of it
+/// arriving (this project: below half the resolution the range could not move by a
+/// step the search resolves; a ping riding now and then stays far below it).
+pub const UNACCOUNTED_SHARE_OF_OMEGA: f64 = 0.5;

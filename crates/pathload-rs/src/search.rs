@@ -41,13 +41,17 @@ use crate::trend::Trend;
 pub const AIM_SLACK: f64 = 0.1;
 
 /// A rate the search learnt something at.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Bound {
     /// The fleet's actual sending rate, Mbit/s.
     pub rate: f64,
     /// The rate of application traffic that rode in the fleet's probes and would
     /// otherwise have competed with them, Mbit/s (0 without MGRP).
     pub competing: f64,
+    /// The rate of application traffic that rode in streams of the fleet whose
+    /// sender counted none arriving while they were sent, Mbit/s: what the
+    /// adjustment could not account for (0 when every stream was accounted).
+    pub unaccounted: f64,
 }
 
 impl Bound {
@@ -316,13 +320,10 @@ impl Search {
     /// around it say what was measured).
     pub fn range(&self) -> (Bound, Bound) {
         let b = &self.bounds;
-        let zero = Bound {
-            rate: 0.0,
-            competing: 0.0,
-        };
+        let zero = Bound::default();
         let top = Bound {
             rate: self.max_rate,
-            competing: 0.0,
+            ..Bound::default()
         };
         (b.rmin.unwrap_or(zero), b.rmax.unwrap_or(top))
     }
@@ -351,7 +352,7 @@ mod tests {
     fn at(rate: f64) -> Bound {
         Bound {
             rate,
-            competing: 0.0,
+            ..Bound::default()
         }
     }
 
@@ -456,11 +457,13 @@ mod tests {
         let b = Bound {
             rate: 7.0,
             competing: 2.5,
+            unaccounted: 0.0,
         };
         assert_eq!(b.adjusted(), 4.5);
         let b = Bound {
             rate: 1.0,
             competing: 2.5,
+            unaccounted: 0.0,
         };
         assert_eq!(b.adjusted(), 0.0);
     }

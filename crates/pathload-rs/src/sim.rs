@@ -33,6 +33,10 @@ pub struct LinkConfig {
     pub app_mbps: f64,
     /// Whether the application stream rides in the probes while a stream is sent.
     pub app_rides: bool,
+    /// Whether the sender's reports count none of the riders arriving in every other
+    /// stream, as when the application paused during those streams and what it had
+    /// sent before rode in them (a TCP flow stalled by its host).
+    pub app_unaccounted: bool,
     /// Largest receive-stamp noise, ns (uniform).
     pub jitter_ns: i64,
     /// Sender cost per back-to-back packet, ns.
@@ -53,6 +57,7 @@ impl Default for LinkConfig {
             poisson: false,
             app_mbps: 0.0,
             app_rides: false,
+            app_unaccounted: false,
             jitter_ns: 20_000,
             send_cost_ns: 3_000,
             seed: 1,
@@ -285,6 +290,11 @@ pub fn run_with(
                 let (arrivals, riders) = link.send(&deps, s.size);
                 let padding = u64::from(s.packets) * u64::from(s.size.saturating_sub(60));
                 let riders = riders.min(padding);
+                let competing = if link.config().app_unaccounted && s.stream % 2 == 1 {
+                    0
+                } else {
+                    riders
+                };
                 let end = deps.last().copied().unwrap_or(t0);
                 link.idle_until(end + i64::try_from(s.idle_ns).unwrap_or(0));
                 est.handle_stream(&StreamResult {
@@ -293,7 +303,7 @@ pub fn run_with(
                     sent: s.packets,
                     sender_stamps: deps,
                     arrivals,
-                    competing_rider_bytes: riders,
+                    competing_rider_bytes: competing,
                     rider_bytes: riders,
                     riding_probe_bytes: if riders > 0 {
                         u64::from(s.packets) * u64::from(s.size)

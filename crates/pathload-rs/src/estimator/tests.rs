@@ -516,6 +516,66 @@ fn riders_are_subtracted_by_the_adjustment() {
 }
 
 #[test]
+fn the_adjustment_says_whether_it_accounts_for_every_rider() {
+    let riding = LinkConfig {
+        app_mbps: 3.0,
+        app_rides: true,
+        ..LinkConfig::default()
+    };
+    let (o, _) = simulate(riding.clone(), Mode::Fast);
+    assert_eq!(o.adjustment, Adjustment::Complete, "{o:?}");
+    assert_eq!(o.unaccounted, 0.0);
+    let (o, _) = simulate(LinkConfig::default(), Mode::Fast);
+    assert_eq!(o.adjustment, Adjustment::None, "{o:?}");
+    // Half the streams' riders uncounted: about half the application's rate rode
+    // unaccounted for, and the range reads high by about that.
+    let truth = riding.truth(228);
+    let (o, _) = simulate(
+        LinkConfig {
+            app_unaccounted: true,
+            ..riding
+        },
+        Mode::Fast,
+    );
+    assert!(o.reason.converged(), "{o:?}");
+    assert_eq!(o.adjustment, Adjustment::Incomplete, "{o:?}");
+    assert!(
+        (0.75..=2.25).contains(&o.unaccounted),
+        "unaccounted {:.2} Mbit/s for 3 Mbit/s of which half went uncounted",
+        o.unaccounted
+    );
+    assert!((o.low + o.high) / 2.0 > truth + 0.5, "{o:?} truth {truth}");
+}
+
+#[test]
+fn sparse_riders_left_uncounted_do_not_make_the_adjustment_incomplete() {
+    // A path with 6 Mbit/s available; a 84-byte ping rides in every stream, and in
+    // every other one the sender counted none arriving: 0.008 Mbit/s unaccounted for
+    // behind each bound, far below ω/2.
+    let mut e = started(&Config::default());
+    let o = loop {
+        match e.poll_action() {
+            Action::Done(o) => break o,
+            Action::Stream(s) => {
+                let slope = if s.rate > 6.0 { 20_000 } else { 0 };
+                let mut r = stream_result(&s, slope, s.packets);
+                r.rider_bytes = 84;
+                r.competing_rider_bytes = if s.stream % 2 == 1 { 0 } else { 84 };
+                e.handle_stream(&r);
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    assert!(o.reason.converged(), "{o:?}");
+    assert!(o.rider_bytes > 0, "{o:?}");
+    assert!(
+        o.unaccounted > 0.0 && o.unaccounted < 0.5 * o.omega,
+        "{o:?}"
+    );
+    assert_eq!(o.adjustment, Adjustment::Complete, "{o:?}");
+}
+
+#[test]
 fn a_path_faster_than_the_sender_stops_at_the_maximum_rate() {
     let mut e = Estimator::new(Config {
         mode: Mode::Fast,

@@ -4,7 +4,7 @@
 use std::io::{IsTerminal, Write};
 
 use crate::search::Bounds;
-use crate::{Event, FleetReport, FleetVerdict, Outcome, StreamSpec};
+use crate::{Adjustment, Event, FleetReport, FleetVerdict, Outcome, StreamSpec};
 use serde_json::json;
 
 /// Where and how results are printed.
@@ -207,6 +207,8 @@ impl Output {
                 "probe_bytes": o.probe_bytes,
                 "rider_bytes": o.rider_bytes,
                 "riding_probe_bytes": o.riding_probe_bytes,
+                "adjustment": o.adjustment,
+                "unaccounted_mbps": o.unaccounted,
                 "adr_mbps": o.adr,
                 "omega_mbps": o.omega,
                 "chi_mbps": o.chi,
@@ -257,6 +259,12 @@ impl Output {
                 self.line(&format!(
                     "Unadjusted range          : {:.2} - {:.2} (Mbps)  (application traffic rode in the probes)",
                     o.unadjusted_low, o.unadjusted_high
+                ));
+            }
+            if o.adjustment == Adjustment::Incomplete {
+                self.line(&format!(
+                    "Adjustment incomplete     : {:.2} Mbps of application traffic rode in streams during which the sender counted none arriving; the range may read high by up to that",
+                    o.unaccounted
                 ));
             }
         } else if o.lower_bound {

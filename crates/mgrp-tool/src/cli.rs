@@ -86,6 +86,7 @@ impl SndArgs {
             probe_port: self.probe_port,
             piggyback: !self.no_piggyback,
             name: name.to_string(),
+            ..ServeOptions::new(self.transport.into())
         }
     }
 }

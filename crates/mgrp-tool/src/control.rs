@@ -16,8 +16,18 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-/// Version of the control protocol (2: tool-neutral probe batches).
-pub const CONTROL_VERSION: u32 = 2;
+/// Version of the control protocol (2: tool-neutral probe batches; 3: probes go to an
+/// address other than the asker's only once the asker proved it receives there).
+pub const CONTROL_VERSION: u32 = 3;
+
+/// The probe header's kind of the one probe a sender sends to an address a receiver
+/// named as its own but did not connect from: its tag's two numbers carry a cookie the
+/// receiver must echo ([`Request::Proof`]) before any other probe goes there. The
+/// tools' own kinds lie below it.
+pub const PROOF_KIND: u8 = u8::MAX;
+
+/// IP bytes of that probe.
+pub const PROOF_PROBE_BYTES: u32 = 128;
 
 /// The sender's control port (pathload's).
 pub const DEFAULT_CONTROL_PORT: u16 = 55002;
@@ -226,6 +236,12 @@ pub enum Request {
         #[serde(default)]
         tool: String,
     },
+    /// Echoes the cookie of the probe the sender sent to the address the hello named
+    /// (after a [`Reply::Prove`]).
+    Proof {
+        /// The cookie: the probe tag's `fleet` in the high 32 bits, `stream` in the low.
+        cookie: u64,
+    },
     /// Send a batch of probes.
     Probes(Batch),
     /// Asks for a [`Reply::Pong`], to time the control path's round trip.
@@ -277,6 +293,13 @@ pub enum Reply {
         max_size: u32,
         /// The sender's name and version, for logs.
         sender: String,
+    },
+    /// Answer to a hello naming an address the connection does not come from: one
+    /// probe of kind [`PROOF_KIND`] went there, and the measurement starts (with a
+    /// [`Reply::Hello`]) once the receiver echoes its cookie.
+    Prove {
+        /// Where the probe went.
+        address: IpAddr,
     },
     /// A batch was sent.
     Sent(SentReport),

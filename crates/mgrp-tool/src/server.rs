@@ -14,8 +14,8 @@ use std::time::Instant;
 use crate::capture::{Capture, Direction};
 use crate::control::{
     Batch, CONTROL_VERSION, DEFAULT_CONTROL_PORT, DEFAULT_SENDER_PROBE_PORT, MAX_PROBE_IP_BYTES,
-    MAX_STAMPS, MAX_TCP_FLOWS, MIN_PROBE_IP_BYTES, Reply, Request, STAMPS_IDLE_S, TcpFlow,
-    Transport,
+    MAX_STAMPS, MAX_TCP_FLOWS, MIN_PROBE_IP_BYTES, PROOF_KIND, PROOF_PROBE_BYTES, Reply, Request,
+    STAMPS_IDLE_S, Tag, TcpFlow, Transport,
 };
 use anyhow::Context;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -26,6 +26,19 @@ use crate::transport::Sender;
 
 /// A receiver that says nothing for this long is gone.
 const IDLE_LIMIT: Duration = Duration::from_secs(120);
+
+/// A receiver that does not read an answer within this long is gone: the sender's
+/// thread (and its shutdown) never waits on a receiver longer.
+const WRITE_LIMIT: Duration = Duration::from_secs(10);
+
+/// Longest a measurement may hold the sender: its receiver is then told so and the
+/// next one may measure (pathload's longest run is a minute; the continuous methods
+/// run for their time limit, a few minutes).
+pub const MAX_SESSION: Duration = Duration::from_secs(600);
+
+/// Packet captures for stamps queries at once, for every receiver together; each is an
+/// AF_PACKET socket with a ring of its own.
+pub const MAX_CAPTURES: usize = 16;
 
 /// Largest probe a connection's path carries: its TCP segment size plus the IP and
 /// TCP headers with timestamps (pathload 1.3.2 reads TCP_MAXSEG), at most
@@ -56,6 +69,8 @@ pub struct ServeOptions {
     pub piggyback: bool,
     /// What serves, for the hello and for messages ("pathload-rs snd").
     pub name: String,
+    /// Longest one measurement may hold this sender ([`MAX_SESSION`] by default).
+    pub max_session: Duration,
 }
 
 impl ServeOptions {
@@ -69,6 +84,7 @@ impl ServeOptions {
             probe_port: DEFAULT_SENDER_PROBE_PORT,
             piggyback: true,
             name: "mgrp-tool".into(),
+            max_session: MAX_SESSION,
         }
     }
 }
@@ -334,8 +350,16 @@ fn stamps(captures: &Captures, to: IpAddr, after: u64, control_port: Option<u16>
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let now = Instant::now();
     caps.retain(|_, (_, asked)| now.duration_since(*asked).as_secs() < STAMPS_IDLE_S);
+    let full = caps.len() >= MAX_CAPTURES;
     let cap = match caps.entry(to) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(_) if full => {
+            return Reply::Error {
+                message: format!(
+                    "no packet stamps: this sender captures for {MAX_CAPTURES} receivers already; ask again once one has stopped asking ({STAMPS_IDLE_S} s)"
+                ),
+            };
+        }
         std::collections::hash_map::Entry::Vacant(e) => match Capture::start(to, Direction::To) {
             Ok(c) => e.insert((c, now)),
             Err(err) => {
@@ -354,6 +378,33 @@ fn stamps(captures: &Captures, to: IpAddr, after: u64, control_port: Option<u16>
         missed: t.missed,
         kernel_drops: t.kernel_drops,
     }
+}
+
+/// The address a query is about: the asker's own (the one its connection comes
+/// from), or an error if it named another. A sender tells nobody about a third host.
+fn own_address(peer: SocketAddr, address: Option<IpAddr>) -> Result<IpAddr, Reply> {
+    let own = peer.ip().to_canonical();
+    match address.map(|a| a.to_canonical()) {
+        None => Ok(own),
+        Some(a) if a == own => Ok(own),
+        Some(a) => Err(Reply::Error {
+            message: format!(
+                "refused: this sender answers only about the asking host's own address ({own}), not {a}"
+            ),
+        }),
+    }
+}
+
+/// A cookie for a proof probe, from the kernel's random source.
+fn cookie() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: the buffer is valid for its length; getrandom writes at most that.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != 8 {
+        // Never the case on Linux for 8 bytes; the clock still makes a guess costly.
+        return sys::wall_now() as u64 ^ u64::from(std::process::id()).rotate_left(32);
+    }
+    u64::from_ne_bytes(b)
 }
 
 /// A tool's `snd` command: serves one measurement, or every one with
@@ -406,15 +457,30 @@ fn serve_one(
         return Ok(0);
     }
     stream.set_read_timeout(Some(FIRST_REQUEST))?;
+    stream.set_write_timeout(Some(WRITE_LIMIT))?;
     let mut conn = Conn::new(stream)?;
     let mut sender: Option<Sender> = None;
     let mut max = MAX_PROBE_IP_BYTES;
     let mut batches = 0;
+    // The cookie of the proof probe sent to the address the hello named, until the
+    // receiver echoes it; one proof per connection.
+    let mut proof: Option<u64> = None;
+    let mut proofs = 0u32;
+    let mut claimed_at: Option<Instant> = None;
     while let Some(req) = conn.recv::<Request>()? {
         if stop.load(Ordering::Relaxed) {
             conn.send(&Reply::Error {
                 message: "the sender is shutting down".into(),
             })?;
+            break;
+        }
+        if claimed_at.is_some_and(|t| t.elapsed() >= opts.max_session) {
+            let message = format!(
+                "the measurement reached this sender's session limit ({} s); start a new one",
+                opts.max_session.as_secs()
+            );
+            report(ServeEvent::Refused(peer, message.clone()));
+            conn.send(&Reply::Error { message })?;
             break;
         }
         let reply = match req {
@@ -453,6 +519,7 @@ fn serve_one(
                 } else {
                     if !*claimed {
                         *claimed = true;
+                        claimed_at = Some(Instant::now());
                         conn.stream().set_read_timeout(Some(IDLE_LIMIT))?;
                         report(ServeEvent::Connected(peer, tool));
                         if transport == Transport::Udp {
@@ -470,7 +537,8 @@ fn serve_one(
                         }
                     }
                     // A dual-stack listener sees IPv4 receivers as IPv4-mapped IPv6.
-                    let ip = address.unwrap_or(peer.ip()).to_canonical();
+                    let own = peer.ip().to_canonical();
+                    let ip = address.map_or(own, |a| a.to_canonical());
                     let dst = SocketAddr::new(ip, probe_port);
                     let made = match transport {
                         Transport::Udp => Sender::udp(dst, opts.probe_port),
@@ -481,14 +549,42 @@ fn serve_one(
                             piggyback && opts.piggyback,
                         ),
                     };
+                    sender = None;
+                    proof = None;
                     match made {
-                        Ok(s) => {
+                        Ok(s) if ip == own => {
                             sender = Some(s);
                             max = max_size(&conn);
-                            Reply::Hello {
-                                version: CONTROL_VERSION,
-                                max_size: max,
-                                sender: format!("{} {}", opts.name, env!("CARGO_PKG_VERSION")),
+                            hello(opts, max)
+                        }
+                        // Another address: a probe with a cookie goes there, and nothing
+                        // more until the receiver shows it got it.
+                        Ok(_) if proofs > 0 => {
+                            let message = format!(
+                                "refused: one address proof per connection ({ip} was not proven)"
+                            );
+                            report(ServeEvent::Refused(peer, message.clone()));
+                            conn.send(&Reply::Error { message })?;
+                            return Ok(batches);
+                        }
+                        Ok(mut s) => {
+                            proofs += 1;
+                            let c = cookie();
+                            let tag = Tag {
+                                kind: PROOF_KIND,
+                                fleet: (c >> 32) as u32,
+                                stream: c as u32,
+                            };
+                            match s.send(&Batch::even(tag, 1, PROOF_PROBE_BYTES, 0, 0)) {
+                                Ok(_) => {
+                                    proof = Some(c);
+                                    sender = Some(s);
+                                    max = max_size(&conn);
+                                    Reply::Prove { address: ip }
+                                }
+                                Err(e) => Reply::Error {
+                                    message: format!("sending the address proof failed: {e:#}"),
+                                },
                             }
                         }
                         Err(e) => Reply::Error {
@@ -497,20 +593,39 @@ fn serve_one(
                     }
                 }
             }
+            Request::Proof { cookie } => match proof {
+                Some(c) if c == cookie && sender.is_some() => {
+                    proof = None;
+                    hello(opts, max)
+                }
+                _ => {
+                    let message = "refused: the address proof does not match the probe sent there".to_string();
+                    report(ServeEvent::Refused(peer, message.clone()));
+                    conn.send(&Reply::Error { message })?;
+                    return Ok(batches);
+                }
+            },
+            Request::Probes(_) if proof.is_some() => Reply::Error {
+                message: "refused: prove the probe address first (echo the cookie of the probe sent there)".into(),
+            },
             Request::Ping => Reply::Pong,
-            Request::Traffic { address } => {
-                traffic(opts, address.unwrap_or(peer.ip()).to_canonical())
-            }
-            Request::Tcp { address } => tcp(
-                address.unwrap_or(peer.ip()).to_canonical(),
-                conn.stream().local_addr().ok().map(|a| a.port()),
-            ),
-            Request::Stamps { address, after } => stamps(
-                captures,
-                address.unwrap_or(peer.ip()).to_canonical(),
-                after,
-                conn.stream().local_addr().ok().map(|a| a.port()),
-            ),
+            Request::Traffic { address } => match own_address(peer, address) {
+                Ok(a) => traffic(opts, a),
+                Err(r) => r,
+            },
+            Request::Tcp { address } => match own_address(peer, address) {
+                Ok(a) => tcp(a, conn.stream().local_addr().ok().map(|a| a.port())),
+                Err(r) => r,
+            },
+            Request::Stamps { address, after } => match own_address(peer, address) {
+                Ok(a) => stamps(
+                    captures,
+                    a,
+                    after,
+                    conn.stream().local_addr().ok().map(|a| a.port()),
+                ),
+                Err(r) => r,
+            },
             Request::Probes(batch) => {
                 batches += 1;
                 send(&mut sender, &batch, max)
@@ -523,6 +638,15 @@ fn serve_one(
         conn.send(&reply)?;
     }
     Ok(batches)
+}
+
+/// The answer that starts a measurement.
+fn hello(opts: &ServeOptions, max_size: u32) -> Reply {
+    Reply::Hello {
+        version: CONTROL_VERSION,
+        max_size,
+        sender: format!("{} {}", opts.name, env!("CARGO_PKG_VERSION")),
+    }
 }
 
 fn send(sender: &mut Option<Sender>, b: &Batch, max_size: u32) -> Reply {

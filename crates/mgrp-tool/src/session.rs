@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use crate::conn::Conn;
 use crate::control::{
-    Batch, CONTROL_VERSION, DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, Reply, Request, SentReport,
-    TcpFlow, Transport,
+    Batch, CONTROL_VERSION, DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, PROOF_KIND, Reply, Request,
+    SentReport, TcpFlow, Transport,
 };
 use crate::transport::{Arrival, Listener, Seen};
 use anyhow::{anyhow, bail};
@@ -271,6 +271,24 @@ pub fn sender_stamps(
     }
 }
 
+/// How long a receiver waits for the sender's proof probe.
+const PROOF_WAIT: Duration = Duration::from_secs(5);
+
+/// The cookie of the first proof probe that arrives within `wait`.
+fn proof_cookie(rx: &Receiver<Seen>, wait: Duration) -> Option<u64> {
+    let until = Instant::now() + wait;
+    loop {
+        let left = until.checked_duration_since(Instant::now())?;
+        match rx.recv_timeout(left) {
+            Ok(s) if s.tag.kind == PROOF_KIND => {
+                return Some((u64::from(s.tag.fleet) << 32) | u64::from(s.tag.stream));
+            }
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
 /// A measurement in progress: the control connection and the probe listener.
 #[derive(Debug)]
 pub struct Session {
@@ -324,13 +342,29 @@ impl Session {
             piggyback: opts.piggyback,
             tool: opts.tool.clone(),
         })?;
-        let max_size = match conn.recv::<Reply>()? {
-            Some(Reply::Hello { max_size, .. }) => max_size,
-            Some(Reply::Error { message }) => return Err(MeasureError::Refused(message)),
-            Some(other) => {
-                return Err(anyhow!("unexpected answer from the sender: {other:?}").into());
+        let mut proved = false;
+        let max_size = loop {
+            match conn.recv::<Reply>()? {
+                Some(Reply::Hello { max_size, .. }) => break max_size,
+                // The hello named an address this connection does not come from: the
+                // sender sent one probe there, whose cookie proves this end gets it.
+                Some(Reply::Prove { address }) if !proved => {
+                    proved = true;
+                    let cookie = proof_cookie(&rx, PROOF_WAIT).ok_or_else(|| {
+                        MeasureError::Failed(anyhow!(
+                            "the sender's proof probe to {address} port {} did not arrive within {} s: is that address this host's, and does it reach here?",
+                            opts.probe_port,
+                            PROOF_WAIT.as_secs()
+                        ))
+                    })?;
+                    conn.send(&Request::Proof { cookie })?;
+                }
+                Some(Reply::Error { message }) => return Err(MeasureError::Refused(message)),
+                Some(other) => {
+                    return Err(anyhow!("unexpected answer from the sender: {other:?}").into());
+                }
+                None => return Err(closed()),
             }
-            None => return Err(closed()),
         };
         Ok(Self {
             conn,
@@ -422,6 +456,16 @@ impl Session {
                 None => bail!("the sender closed the connection"),
             }
         };
+        // A report is believed only as far as it matches what was asked.
+        if report.sent > batch.packets() || report.sender_stamps.len() > batch.packets() as usize {
+            return Err(BatchError::Gone(format!(
+                "the sender's report does not match the batch: {} probes sent and {} stamps for {} asked",
+                report.sent,
+                report.sender_stamps.len(),
+                batch.packets()
+            ))
+            .into());
+        }
         let replied = Instant::now();
         let deadline = replied + DRAIN.max(self.rtt);
         let mut arrivals = Vec::with_capacity(report.sent as usize);

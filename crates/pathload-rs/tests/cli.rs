@@ -214,6 +214,7 @@ fn an_interrupted_run_says_it_has_no_estimate() {
                 | Request::Traffic { .. }
                 | Request::Tcp { .. }
                 | Request::Stamps { .. }
+                | Request::Proof { .. }
                 | Request::Bye => {
                     return;
                 }

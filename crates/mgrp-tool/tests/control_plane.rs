@@ -1,0 +1,336 @@
+//! The sender's control port as an outsider meets it. Three hosts around a router
+//! (`mgrp_testbed::Star`): A serves measurements over plain UDP (the server every
+//! tool's `snd` and the overlay's `[serve]` run), B is any host that reaches A's
+//! control port, C a third host that asked for nothing and listens on the probe port.
+//!
+//! - B cannot aim A's probes at C: a hello naming C's address gets one small proof
+//!   probe sent there and nothing more until B echoes its cookie, which it never saw.
+//! - A receiver that names another address of its own proves it and is measured.
+//! - B's questions about C (its TCP flows, its packet stamps, the traffic routed to it)
+//!   are refused, and open no capture on A.
+//! - A measurement cannot hold the sender past its session limit.
+//!
+//! Its own `main` (no libtest harness): it needs root, as CI has; without root each
+//! test fails and says so. Arguments that are not flags filter the tests by name.
+
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use mgrp_testbed::Star;
+use mgrp_testbed::harness::Test;
+use mgrp_tool::conn::Conn;
+use mgrp_tool::control::{CONTROL_VERSION, PROOF_PROBE_BYTES, Reply, Request};
+use mgrp_tool::{Batch, ServeOptions, Server, Session, SessionOptions, Tag, Transport};
+
+const CONTROL: u16 = 55002;
+const PROBE_PORT: u16 = 55001;
+
+/// A serves on its control port for as long as the guard lives.
+struct Serving {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Serving {
+    fn start(star: &Star, max_session: Duration) -> anyhow::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = star.hosts[0].spawn("sender", move || {
+            let server = Server::bind(ServeOptions {
+                port: CONTROL,
+                max_session,
+                ..ServeOptions::new(Transport::Udp)
+            })?;
+            server.serve(true, &flag, &mut |ev| eprintln!("    sender: {ev:?}"))
+        })?;
+        // Until it listens.
+        let a = SocketAddr::new(IpAddr::V4(star.addrs[0]), CONTROL);
+        let until = Instant::now() + Duration::from_secs(5);
+        while star.hosts[1]
+            .run(|| TcpStream::connect_timeout(&a, Duration::from_millis(200)))?
+            .is_err()
+        {
+            ensure!(Instant::now() < until, "the sender did not listen on {a}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Datagrams and bytes that reach a host's probe port, counted by a thread in its
+/// namespace until the guard is dropped.
+struct Counter {
+    datagrams: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Counter {
+    fn start(ns: &mgrp_testbed::Netns) -> anyhow::Result<Self> {
+        let (datagrams, bytes, stop) = (
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (d, b, s) = (datagrams.clone(), bytes.clone(), stop.clone());
+        let socket = ns.run(|| UdpSocket::bind(("0.0.0.0", PROBE_PORT)))??;
+        socket.set_read_timeout(Some(Duration::from_millis(100)))?;
+        let thread = std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            while !s.load(Ordering::Relaxed) {
+                if let Ok(n) = socket.recv(&mut buf) {
+                    d.fetch_add(1, Ordering::Relaxed);
+                    b.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            }
+            Ok(())
+        });
+        Ok(Self {
+            datagrams,
+            bytes,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    fn counts(&self) -> (u64, u64) {
+        (
+            self.datagrams.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl Drop for Counter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A control connection from B to A, speaking the protocol by hand as an attacker
+/// would.
+fn connect(star: &Star) -> anyhow::Result<Conn> {
+    let a = SocketAddr::new(IpAddr::V4(star.addrs[0]), CONTROL);
+    let stream = star.hosts[1].run(|| TcpStream::connect_timeout(&a, Duration::from_secs(5)))??;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    Conn::new(stream)
+}
+
+fn hello(address: Option<IpAddr>) -> Request {
+    Request::Hello {
+        version: CONTROL_VERSION,
+        transport: Transport::Udp,
+        address,
+        probe_port: PROBE_PORT,
+        piggyback: false,
+        tool: "an outsider".into(),
+    }
+}
+
+/// A batch of 1000 probes of 1500 bytes, back to back: 1.5 MB asked in one line.
+fn flood() -> Request {
+    Request::Probes(Batch::even(Tag::default(), 1000, 1500, 0, 0))
+}
+
+fn reflection_to_a_third_host_is_refused() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let c = Counter::start(&star.hosts[2])?;
+    let _serving = Serving::start(&star, ServeOptions::new(Transport::Udp).max_session)?;
+    let victim = IpAddr::V4(star.addrs[2]);
+    let mut conn = connect(&star)?;
+    conn.send(&hello(Some(victim)))?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Prove { address }) => ensure!(address == victim, "proof to {address}"),
+        other => bail!("a hello naming a third host was answered {other:?}"),
+    }
+    // Probes asked for before a proof are refused.
+    conn.send(&flood())?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Error { message }) => eprintln!("    answered: {message}"),
+        other => bail!("probes to an unproven address were answered {other:?}"),
+    }
+    // A guessed cookie ends the connection.
+    conn.send(&Request::Proof { cookie: 42 })?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Error { message }) => eprintln!("    answered: {message}"),
+        other => bail!("a wrong proof was answered {other:?}"),
+    }
+    ensure!(
+        conn.recv::<Reply>().map(|r| r.is_none()).unwrap_or(true),
+        "the connection stayed open after a wrong proof"
+    );
+    // A second connection cannot make the sender send more than its one proof probe.
+    let mut again = connect(&star)?;
+    again.send(&hello(Some(victim)))?;
+    let _ = again.recv::<Reply>()?;
+    again.send(&hello(Some(victim)))?;
+    match again.recv::<Reply>()? {
+        Some(Reply::Error { message }) => eprintln!("    answered: {message}"),
+        other => bail!("a second proof on one connection was answered {other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let (datagrams, bytes) = c.counts();
+    eprintln!("    the third host got {datagrams} datagrams, {bytes} bytes");
+    // One proof probe per connection, each the size of a proof (its UDP payload).
+    ensure!(
+        datagrams <= 2 && bytes <= 2 * u64::from(PROOF_PROBE_BYTES),
+        "the third host got {datagrams} datagrams ({bytes} bytes)"
+    );
+    Ok(())
+}
+
+fn a_receiver_proves_its_second_address_and_is_measured() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let _serving = Serving::start(&star, ServeOptions::new(Transport::Udp).max_session)?;
+    let second = IpAddr::V4(star.outside[1]);
+    let opts = SessionOptions {
+        address: Some(second),
+        ..SessionOptions::new(
+            star.addrs[0].to_string(),
+            Transport::Udp,
+            "control-plane test",
+        )
+    };
+    let arrivals = star.hosts[1].run(|| -> anyhow::Result<usize> {
+        let mut session = Session::open(&opts).context("the session did not open")?;
+        let x = session
+            .exchange(&Batch::even(Tag::default(), 50, 500, 200_000, 0))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        session.close();
+        Ok(x.arrivals.len())
+    })??;
+    ensure!(
+        arrivals >= 45,
+        "only {arrivals} of 50 probes reached the proven address"
+    );
+    Ok(())
+}
+
+fn questions_about_a_third_host_are_refused() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let _serving = Serving::start(&star, ServeOptions::new(Transport::Udp).max_session)?;
+    let victim = IpAddr::V4(star.addrs[2]);
+    // A keeps a TCP flow to C.
+    let listener = star.hosts[2].run(|| TcpListener::bind(("0.0.0.0", 9100)))??;
+    let flow = star.hosts[0].run(|| {
+        TcpStream::connect_timeout(&SocketAddr::new(victim, 9100), Duration::from_secs(5))
+    })??;
+    let (_accepted, _) = listener.accept()?;
+    let packet_sockets = || -> anyhow::Result<usize> {
+        Ok(star.hosts[0]
+            .exec(&["cat", "/proc/net/packet"])?
+            .lines()
+            .count())
+    };
+    let before = packet_sockets()?;
+    for request in [
+        Request::Tcp {
+            address: Some(victim),
+        },
+        Request::Stamps {
+            address: Some(victim),
+            after: 0,
+        },
+        Request::Traffic {
+            address: Some(victim),
+        },
+    ] {
+        let mut conn = connect(&star)?;
+        conn.send(&request)?;
+        match conn.recv::<Reply>()? {
+            Some(Reply::Error { message }) => {
+                ensure!(message.contains("own address"), "{message}");
+            }
+            other => bail!("{request:?} was answered {other:?}"),
+        }
+    }
+    ensure!(
+        packet_sockets()? == before,
+        "a question about a third host opened a packet capture on the sender"
+    );
+    // About itself the asker is answered: B has no flow with A, so none is listed.
+    let mut conn = connect(&star)?;
+    conn.send(&Request::Tcp { address: None })?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Tcp { flows }) => ensure!(flows.is_empty(), "{flows:?}"),
+        other => bail!("a question about the asker was answered {other:?}"),
+    }
+    drop(flow);
+    Ok(())
+}
+
+fn a_measurement_cannot_hold_the_sender_past_its_session_limit() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let _serving = Serving::start(&star, Duration::from_secs(2))?;
+    let mut hog = connect(&star)?;
+    hog.send(&hello(None))?;
+    match hog.recv::<Reply>()? {
+        Some(Reply::Hello { .. }) => {}
+        other => bail!("the hello was answered {other:?}"),
+    }
+    // Pings keep the connection alive, but not the measurement past its limit.
+    let until = Instant::now() + Duration::from_secs(10);
+    let ended = loop {
+        ensure!(
+            Instant::now() < until,
+            "pings held the sender for 10 s against a 2 s session limit"
+        );
+        hog.send(&Request::Ping)?;
+        match hog.recv::<Reply>()? {
+            Some(Reply::Pong) => std::thread::sleep(Duration::from_millis(250)),
+            Some(Reply::Error { message }) => break message,
+            other => bail!("a ping was answered {other:?}"),
+        }
+    };
+    ensure!(ended.contains("session limit"), "{ended}");
+    // The slot is free again: another receiver is served.
+    let mut next = connect(&star)?;
+    next.send(&hello(None))?;
+    match next.recv::<Reply>()? {
+        Some(Reply::Hello { .. }) => Ok(()),
+        other => bail!("the next receiver was answered {other:?}"),
+    }
+}
+
+const TESTS: &[Test] = &[
+    (
+        "reflection_to_a_third_host_is_refused",
+        reflection_to_a_third_host_is_refused,
+    ),
+    (
+        "a_receiver_proves_its_second_address_and_is_measured",
+        a_receiver_proves_its_second_address_and_is_measured,
+    ),
+    (
+        "questions_about_a_third_host_are_refused",
+        questions_about_a_third_host_are_refused,
+    ),
+    (
+        "a_measurement_cannot_hold_the_sender_past_its_session_limit",
+        a_measurement_cannot_hold_the_sender_past_its_session_limit,
+    ),
+];
+
+fn main() -> ExitCode {
+    mgrp_testbed::harness::run(TESTS)
+}

@@ -628,7 +628,7 @@ fn serve_one(
             },
             Request::Probes(batch) => {
                 batches += 1;
-                send(&mut sender, &batch, max)
+                send(&mut sender, &batch, max, stop)
             }
             Request::Bye => break,
         };
@@ -649,7 +649,7 @@ fn hello(opts: &ServeOptions, max_size: u32) -> Reply {
     }
 }
 
-fn send(sender: &mut Option<Sender>, b: &Batch, max_size: u32) -> Reply {
+fn send(sender: &mut Option<Sender>, b: &Batch, max_size: u32, stop: &AtomicBool) -> Reply {
     let Some(s) = sender.as_mut() else {
         return Reply::Error {
             message: "no hello yet".into(),
@@ -658,7 +658,7 @@ fn send(sender: &mut Option<Sender>, b: &Batch, max_size: u32) -> Reply {
     if let Some(why) = b.refusal(max_size) {
         return Reply::Error { message: why };
     }
-    match s.send(b) {
+    match s.send_unless(b, stop) {
         Ok(sent) => Reply::Sent(sent),
         Err(e) => Reply::Error {
             message: format!("sending failed: {e:#}"),

@@ -26,6 +26,13 @@ use crate::sys;
 /// best: timer wake-ups cost 20–50 µs, a 50 µs margin is too small).
 const SPIN_MARGIN_NS: i64 = 150_000;
 
+/// Longest the pacing thread spins without giving its CPU up, ns; a probe due after
+/// that waits [`BREATHER_NS`] more (as mgrpd's pacer does).
+const MAX_SPIN_RUN_NS: i64 = 2_000_000;
+
+/// How long that wait lasts, ns.
+const BREATHER_NS: i64 = 20_000;
+
 /// The first probe leaves this long after the stream is set up, so that probe 0 is
 /// paced like every other one.
 const LEAD_NS: i64 = 200_000;
@@ -144,12 +151,19 @@ impl Sender {
 
     /// Sends a batch; returns when the last probe has left.
     pub fn send(&mut self, b: &Batch) -> anyhow::Result<SentReport> {
+        self.send_unless(b, &AtomicBool::new(false))
+    }
+
+    /// Sends a batch, stopping early once `stop` is set (over UDP; a train handed to
+    /// mgrpd runs to its end, within mgrpd's own limits): the probes not sent have no
+    /// stamp. Returns when the last probe has left.
+    pub fn send_unless(&mut self, b: &Batch, stop: &AtomicBool) -> anyhow::Result<SentReport> {
         match self {
             Self::Udp {
                 socket,
                 overhead,
                 buf,
-            } => Ok(send_udp(socket, *overhead, buf, b)),
+            } => Ok(send_udp(socket, *overhead, buf, b, stop)),
             Self::Mgrp {
                 client,
                 destination,
@@ -160,14 +174,32 @@ impl Sender {
     }
 }
 
-fn send_udp(socket: &Socket, overhead: u32, buf: &mut [u8], b: &Batch) -> SentReport {
+fn send_udp(
+    socket: &Socket,
+    overhead: u32,
+    buf: &mut [u8],
+    b: &Batch,
+    stop: &AtomicBool,
+) -> SentReport {
     let mut stamps = Vec::with_capacity(b.packets() as usize);
     let mut deadline = sys::mono_now() + LEAD_NS;
+    // When the thread last gave its CPU up: a real-time thread spinning through a
+    // whole batch of short gaps starves what the kernel runs on its CPU.
+    let mut rested = sys::mono_now();
     for (seq, p) in (0u32..).zip(b.probes()) {
+        if stop.load(Ordering::Relaxed) {
+            stamps.resize(b.packets() as usize, None);
+            break;
+        }
         let gap = i64::try_from(p.gap_ns).unwrap_or(i64::MAX / 4);
         deadline += gap;
-        if deadline - sys::mono_now() > SPIN_MARGIN_NS {
+        let now = sys::mono_now();
+        if deadline - now > SPIN_MARGIN_NS {
             sys::sleep_until(deadline - SPIN_MARGIN_NS);
+            rested = sys::mono_now();
+        } else if now - rested > MAX_SPIN_RUN_NS {
+            sys::sleep_until(now + BREATHER_NS);
+            rested = sys::mono_now();
         }
         let mut now = sys::mono_now();
         while now < deadline {

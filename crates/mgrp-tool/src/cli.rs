@@ -9,8 +9,9 @@ use clap::{Args, ValueEnum};
 use crate::control::{
     DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, DEFAULT_SENDER_PROBE_PORT, Transport,
 };
-use crate::server::ServeOptions;
+use crate::server::{DEFAULT_BYTES_PER_HOUR, ServeOptions};
 use crate::session::SessionOptions;
+use mgrp_core::peers::Prefix;
 
 /// Where mgrpd listens unless told otherwise.
 const DEFAULT_SOCKET: &str = mgrp_client::DEFAULT_SOCKET;
@@ -57,6 +58,14 @@ pub struct SndArgs {
     /// Never let application traffic ride in the probes, whatever the receiver asks.
     #[arg(long)]
     pub no_piggyback: bool,
+    /// Serve only receivers inside this prefix (an address or ADDRESS/LEN; repeat for
+    /// more). Without it any host that reaches the control port may measure.
+    #[arg(long, value_name = "PREFIX")]
+    pub allow: Vec<Prefix>,
+    /// Probe megabytes each receiver may have per hour (a pathload run on a 10 Mbit/s
+    /// path takes about 1.3 MB, on a 1 Gbit/s path about 90 MB).
+    #[arg(long, value_name = "MB", default_value_t = DEFAULT_BYTES_PER_HOUR as f64 / 1e6)]
+    pub max_mb_per_hour: f64,
     /// Log refused requests.
     #[arg(short, long)]
     pub verbose: bool,
@@ -86,6 +95,8 @@ impl SndArgs {
             probe_port: self.probe_port,
             piggyback: !self.no_piggyback,
             name: name.to_string(),
+            allow: self.allow.clone(),
+            max_bytes_per_hour: (self.max_mb_per_hour.max(0.0) * 1e6) as u64,
             ..ServeOptions::new(self.transport.into())
         }
     }

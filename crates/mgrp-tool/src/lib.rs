@@ -22,6 +22,7 @@
 //! - [`cli`], [`exit`], [`sys`]: the flags, exit codes, clocks and interrupt flag
 //!   every tool's command line uses.
 
+pub mod budget;
 pub mod capture;
 pub mod cli;
 pub mod conn;

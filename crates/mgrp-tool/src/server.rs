@@ -20,9 +20,11 @@ use crate::control::{
 use anyhow::Context;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+use crate::budget::Budgets;
 use crate::conn::Conn;
 use crate::sys;
 use crate::transport::Sender;
+use mgrp_core::peers::Prefix;
 
 /// A receiver that says nothing for this long is gone.
 const IDLE_LIMIT: Duration = Duration::from_secs(120);
@@ -71,7 +73,18 @@ pub struct ServeOptions {
     pub name: String,
     /// Longest one measurement may hold this sender ([`MAX_SESSION`] by default).
     pub max_session: Duration,
+    /// The hosts it serves: any (empty, the default) or those inside these prefixes;
+    /// the others are told so and turned away.
+    pub allow: Vec<Prefix>,
+    /// Probe bytes each requester may have per hour ([`DEFAULT_BYTES_PER_HOUR`]).
+    pub max_bytes_per_hour: u64,
 }
+
+/// Probe bytes a requester may have per hour unless configured otherwise: 100 MB, a
+/// pathload run every minute on a 10 Mbit/s path (about 1.3 MB each) with room to
+/// spare; a path of 1 Gbit/s needs about 90 MB for one run, so a sender measured over
+/// such paths raises it.
+pub const DEFAULT_BYTES_PER_HOUR: u64 = 100_000_000;
 
 impl ServeOptions {
     /// The tool's defaults for serving over `transport`.
@@ -85,6 +98,8 @@ impl ServeOptions {
             piggyback: true,
             name: "mgrp-tool".into(),
             max_session: MAX_SESSION,
+            allow: Vec::new(),
+            max_bytes_per_hour: DEFAULT_BYTES_PER_HOUR,
         }
     }
 }
@@ -115,6 +130,7 @@ pub struct Server {
     listener: TcpListener,
     opts: ServeOptions,
     captures: Captures,
+    budgets: Mutex<Budgets>,
 }
 
 /// The captures of segments sent to receivers that asked for stamps, each with when
@@ -148,6 +164,7 @@ impl Server {
         s.set_nonblocking(true)?;
         Ok(Self {
             listener: s.into(),
+            budgets: Mutex::new(Budgets::new(opts.max_bytes_per_hour)),
             opts,
             captures: Mutex::new(HashMap::new()),
         })
@@ -196,6 +213,16 @@ impl Server {
                     Err(e) => break Err(e.into()),
                 };
                 stream.set_nonblocking(false)?;
+                let from = peer.ip().to_canonical();
+                if !self.opts.allow.is_empty() && !self.opts.allow.iter().any(|p| p.contains(from))
+                {
+                    let message = format!(
+                        "refused: this sender serves only the hosts it was told to (--allow); {from} is not one of them"
+                    );
+                    turn_away(stream, &message);
+                    report(ServeEvent::Refused(peer, message));
+                    continue;
+                }
                 if conns.len() >= MAX_CONNECTIONS {
                     let message = format!(
                         "{BUSY}: this sender serves {MAX_CONNECTIONS} connections already; try again later"
@@ -204,12 +231,13 @@ impl Server {
                     report(ServeEvent::Refused(peer, message));
                     continue;
                 }
-                let (opts, done_tx, slot, measured, captures) = (
+                let (opts, done_tx, slot, measured, captures, budgets) = (
                     &self.opts,
                     done_tx.clone(),
                     &slot,
                     &measured,
                     &self.captures,
+                    &self.budgets,
                 );
                 conns.push(scope.spawn(move || {
                     let mut events = |ev: ServeEvent| {
@@ -219,6 +247,7 @@ impl Server {
                     let done = serve_one(
                         opts,
                         captures,
+                        budgets,
                         stream,
                         peer,
                         stop,
@@ -446,6 +475,7 @@ pub fn serve_command(opts: &ServeOptions, keep_serving: bool, verbose: bool) -> 
 fn serve_one(
     opts: &ServeOptions,
     captures: &Captures,
+    budgets: &Mutex<Budgets>,
     stream: std::net::TcpStream,
     peer: SocketAddr,
     stop: &AtomicBool,
@@ -567,26 +597,31 @@ fn serve_one(
                             conn.send(&Reply::Error { message })?;
                             return Ok(batches);
                         }
-                        Ok(mut s) => {
-                            proofs += 1;
-                            let c = cookie();
-                            let tag = Tag {
-                                kind: PROOF_KIND,
-                                fleet: (c >> 32) as u32,
-                                stream: c as u32,
-                            };
-                            match s.send(&Batch::even(tag, 1, PROOF_PROBE_BYTES, 0, 0)) {
-                                Ok(_) => {
-                                    proof = Some(c);
-                                    sender = Some(s);
-                                    max = max_size(&conn);
-                                    Reply::Prove { address: ip }
+                        Ok(mut s) => match spend(budgets, peer, u64::from(PROOF_PROBE_BYTES)) {
+                            Err(refusal) => refusal,
+                            Ok(()) => {
+                                proofs += 1;
+                                let c = cookie();
+                                let tag = Tag {
+                                    kind: PROOF_KIND,
+                                    fleet: (c >> 32) as u32,
+                                    stream: c as u32,
+                                };
+                                match s.send(&Batch::even(tag, 1, PROOF_PROBE_BYTES, 0, 0)) {
+                                    Ok(_) => {
+                                        proof = Some(c);
+                                        sender = Some(s);
+                                        max = max_size(&conn);
+                                        Reply::Prove { address: ip }
+                                    }
+                                    Err(e) => Reply::Error {
+                                        message: format!(
+                                            "sending the address proof failed: {e:#}"
+                                        ),
+                                    },
                                 }
-                                Err(e) => Reply::Error {
-                                    message: format!("sending the address proof failed: {e:#}"),
-                                },
                             }
-                        }
+                        },
                         Err(e) => Reply::Error {
                             message: format!("{e:#}"),
                         },
@@ -628,16 +663,43 @@ fn serve_one(
             },
             Request::Probes(batch) => {
                 batches += 1;
-                send(&mut sender, &batch, max, stop)
+                match spend(budgets, peer, batch.bytes()) {
+                    Ok(()) => send(&mut sender, &batch, max, stop),
+                    Err(refusal) => refusal,
+                }
             }
             Request::Bye => break,
         };
         if let Reply::Error { message } = &reply {
-            report(ServeEvent::Failed(peer, message.clone()));
+            // A refusal is the receiver's doing (a limit of this sender); any other
+            // error lies on this host.
+            report(if message.starts_with("refused:") {
+                ServeEvent::Refused(peer, message.clone())
+            } else {
+                ServeEvent::Failed(peer, message.clone())
+            });
         }
         conn.send(&reply)?;
     }
     Ok(batches)
+}
+
+/// Takes `bytes` of `peer`'s hourly budget, or says why not.
+fn spend(budgets: &Mutex<Budgets>, peer: SocketAddr, bytes: u64) -> Result<(), Reply> {
+    let mut b = budgets
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    b.take(peer.ip().to_canonical(), Instant::now(), bytes)
+        .map_err(|o| Reply::Error {
+            message: format!(
+                "refused: over this sender's budget for {}: {:.2} MB of {:.2} MB an hour sent, {:.2} MB asked; try again in {} s",
+                peer.ip().to_canonical(),
+                o.spent as f64 / 1e6,
+                o.limit as f64 / 1e6,
+                bytes as f64 / 1e6,
+                o.retry_after.as_secs()
+            ),
+        })
 }
 
 /// The answer that starts a measurement.

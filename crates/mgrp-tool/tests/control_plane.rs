@@ -9,6 +9,8 @@
 //! - B's questions about C (its TCP flows, its packet stamps, the traffic routed to it)
 //!   are refused, and open no capture on A.
 //! - A measurement cannot hold the sender past its session limit.
+//! - A sender told which hosts it serves turns the others away, and a requester gets
+//!   no more probe bytes an hour than its budget.
 //!
 //! Its own `main` (no libtest harness): it needs root, as CI has; without root each
 //! test fails and says so. Arguments that are not flags filter the tests by name.
@@ -36,14 +38,14 @@ struct Serving {
 }
 
 impl Serving {
-    fn start(star: &Star, max_session: Duration) -> anyhow::Result<Self> {
+    /// Serves with `opts` on the control port.
+    fn start(star: &Star, opts: ServeOptions) -> anyhow::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = star.hosts[0].spawn("sender", move || {
             let server = Server::bind(ServeOptions {
                 port: CONTROL,
-                max_session,
-                ..ServeOptions::new(Transport::Udp)
+                ..opts
             })?;
             server.serve(true, &flag, &mut |ev| eprintln!("    sender: {ev:?}"))
         })?;
@@ -155,7 +157,7 @@ fn flood() -> Request {
 fn reflection_to_a_third_host_is_refused() -> anyhow::Result<()> {
     let star = Star::new(&[None, None, None])?;
     let c = Counter::start(&star.hosts[2])?;
-    let _serving = Serving::start(&star, ServeOptions::new(Transport::Udp).max_session)?;
+    let _serving = Serving::start(&star, ServeOptions::new(Transport::Udp))?;
     let victim = IpAddr::V4(star.addrs[2]);
     let mut conn = connect(&star)?;
     conn.send(&hello(Some(victim)))?;
@@ -201,7 +203,7 @@ fn reflection_to_a_third_host_is_refused() -> anyhow::Result<()> {
 
 fn a_receiver_proves_its_second_address_and_is_measured() -> anyhow::Result<()> {
     let star = Star::new(&[None, None, None])?;
-    let _serving = Serving::start(&star, ServeOptions::new(Transport::Udp).max_session)?;
+    let _serving = Serving::start(&star, ServeOptions::new(Transport::Udp))?;
     let second = IpAddr::V4(star.outside[1]);
     let opts = SessionOptions {
         address: Some(second),
@@ -228,7 +230,7 @@ fn a_receiver_proves_its_second_address_and_is_measured() -> anyhow::Result<()> 
 
 fn questions_about_a_third_host_are_refused() -> anyhow::Result<()> {
     let star = Star::new(&[None, None, None])?;
-    let _serving = Serving::start(&star, ServeOptions::new(Transport::Udp).max_session)?;
+    let _serving = Serving::start(&star, ServeOptions::new(Transport::Udp))?;
     let victim = IpAddr::V4(star.addrs[2]);
     // A keeps a TCP flow to C.
     let listener = star.hosts[2].run(|| TcpListener::bind(("0.0.0.0", 9100)))??;
@@ -281,7 +283,13 @@ fn questions_about_a_third_host_are_refused() -> anyhow::Result<()> {
 
 fn a_measurement_cannot_hold_the_sender_past_its_session_limit() -> anyhow::Result<()> {
     let star = Star::new(&[None, None, None])?;
-    let _serving = Serving::start(&star, Duration::from_secs(2))?;
+    let _serving = Serving::start(
+        &star,
+        ServeOptions {
+            max_session: Duration::from_secs(2),
+            ..ServeOptions::new(Transport::Udp)
+        },
+    )?;
     let mut hog = connect(&star)?;
     hog.send(&hello(None))?;
     match hog.recv::<Reply>()? {
@@ -312,7 +320,75 @@ fn a_measurement_cannot_hold_the_sender_past_its_session_limit() -> anyhow::Resu
     }
 }
 
+fn a_host_outside_the_allow_list_is_turned_away() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let _serving = Serving::start(
+        &star,
+        ServeOptions {
+            allow: vec![format!("{}/32", star.addrs[2]).parse()?],
+            ..ServeOptions::new(Transport::Udp)
+        },
+    )?;
+    let mut conn = connect(&star)?;
+    conn.send(&hello(None))?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Error { message }) => ensure!(message.contains("--allow"), "{message}"),
+        other => bail!("a host outside the allow list was answered {other:?}"),
+    }
+    // The allowed host is served.
+    let a = SocketAddr::new(IpAddr::V4(star.addrs[0]), CONTROL);
+    let stream = star.hosts[2].run(|| TcpStream::connect_timeout(&a, Duration::from_secs(5)))??;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut allowed = Conn::new(stream)?;
+    allowed.send(&hello(None))?;
+    match allowed.recv::<Reply>()? {
+        Some(Reply::Hello { .. }) => Ok(()),
+        other => bail!("the allowed host was answered {other:?}"),
+    }
+}
+
+fn a_requester_over_its_hourly_budget_is_refused() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let _c = Counter::start(&star.hosts[1])?;
+    let _serving = Serving::start(
+        &star,
+        ServeOptions {
+            max_bytes_per_hour: 200_000,
+            ..ServeOptions::new(Transport::Udp)
+        },
+    )?;
+    let mut conn = connect(&star)?;
+    conn.send(&hello(None))?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Hello { .. }) => {}
+        other => bail!("the hello was answered {other:?}"),
+    }
+    // 150 kB fits the 200 kB budget; the next 150 kB does not.
+    let batch = || Request::Probes(Batch::even(Tag::default(), 100, 1500, 100_000, 0));
+    conn.send(&batch())?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Sent(r)) => ensure!(r.sent == 100, "{r:?}"),
+        other => bail!("the first batch was answered {other:?}"),
+    }
+    conn.send(&batch())?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Error { message }) => {
+            ensure!(message.contains("budget"), "{message}");
+            Ok(())
+        }
+        other => bail!("a batch over the budget was answered {other:?}"),
+    }
+}
+
 const TESTS: &[Test] = &[
+    (
+        "a_host_outside_the_allow_list_is_turned_away",
+        a_host_outside_the_allow_list_is_turned_away,
+    ),
+    (
+        "a_requester_over_its_hourly_budget_is_refused",
+        a_requester_over_its_hourly_budget_is_refused,
+    ),
     (
         "reflection_to_a_third_host_is_refused",
         reflection_to_a_third_host_is_refused,

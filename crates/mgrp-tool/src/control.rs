@@ -392,6 +392,20 @@ pub struct SentReport {
 }
 
 impl SentReport {
+    /// Why a receiver that asked for `asked` must not believe this report, in words;
+    /// `None` when it is within what was asked (probes sent and stamps at most the
+    /// probes asked for).
+    pub fn mismatch(&self, asked: &Batch) -> Option<String> {
+        let n = asked.packets();
+        (self.sent > n || self.sender_stamps.len() > n as usize).then(|| {
+            format!(
+                "the sender's report does not match the batch: {} probes sent and {} stamps for {n} asked",
+                self.sent,
+                self.sender_stamps.len()
+            )
+        })
+    }
+
     /// The stamps of the probes that left, in order, ns.
     pub fn stamps(&self) -> Vec<i64> {
         self.sender_stamps.iter().flatten().copied().collect()
@@ -457,6 +471,20 @@ impl ProbeHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_report_claiming_more_than_was_asked_is_not_believed() {
+        let batch = Batch::even(Tag::default(), 3, 228, 1000, 0);
+        let report = |sent: u32, stamps: usize| SentReport {
+            sent,
+            sender_stamps: vec![Some(1); stamps],
+            ..SentReport::default()
+        };
+        assert_eq!(report(3, 3).mismatch(&batch), None);
+        assert_eq!(report(2, 3).mismatch(&batch), None);
+        assert!(report(u32::MAX, 0).mismatch(&batch).is_some());
+        assert!(report(3, 4).mismatch(&batch).is_some());
+    }
 
     #[test]
     fn probe_header_round_trip_and_rejects() {

@@ -457,14 +457,8 @@ impl Session {
             }
         };
         // A report is believed only as far as it matches what was asked.
-        if report.sent > batch.packets() || report.sender_stamps.len() > batch.packets() as usize {
-            return Err(BatchError::Gone(format!(
-                "the sender's report does not match the batch: {} probes sent and {} stamps for {} asked",
-                report.sent,
-                report.sender_stamps.len(),
-                batch.packets()
-            ))
-            .into());
+        if let Some(why) = report.mismatch(batch) {
+            return Err(BatchError::Gone(why).into());
         }
         let replied = Instant::now();
         let deadline = replied + DRAIN.max(self.rtt);

@@ -498,6 +498,36 @@ fn duration(key: &str, v: Option<&String>, default: Duration) -> Result<Duration
     }
 }
 
+/// Reads a token file (relative to `dir`, the configuration's folder, if given),
+/// which only its owner may read; returns its path and the token, trimmed.
+pub(crate) fn read_token_file(
+    path: &Path,
+    dir: Option<&Path>,
+) -> Result<(PathBuf, String), ConfigError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let p = match dir {
+        Some(d) if path.is_relative() => d.join(path),
+        _ => path.to_path_buf(),
+    };
+    let meta = std::fs::metadata(&p).map_err(|source| ConfigError::Read {
+        path: p.clone(),
+        source,
+    })?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(invalid(format!(
+            "token file {} has mode {mode:04o}, so others may read it; run `chmod 600 {}`",
+            p.display(),
+            p.display()
+        )));
+    }
+    let t = std::fs::read_to_string(&p).map_err(|source| ConfigError::Read {
+        path: p.clone(),
+        source,
+    })?;
+    Ok((p, t.trim().to_string()))
+}
+
 fn invalid(msg: String) -> ConfigError {
     ConfigError::Invalid(msg)
 }
@@ -527,15 +557,7 @@ impl Config {
         let token = match &f.token_file {
             None => None,
             Some(p) => {
-                let p = match dir {
-                    Some(d) if p.is_relative() => d.join(p),
-                    _ => p.clone(),
-                };
-                let t = std::fs::read_to_string(&p).map_err(|source| ConfigError::Read {
-                    path: p.clone(),
-                    source,
-                })?;
-                let t = t.trim().to_string();
+                let (p, t) = read_token_file(p, dir)?;
                 if t.len() < 16 {
                     return Err(invalid(format!(
                         "token-file: {} holds {} characters; use at least 16 (e.g. `openssl rand -hex 16`)",

@@ -7,6 +7,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt as _;
 use std::time::{Duration, Instant};
 
 use common::{Api, b_config, free_port, json, node_a, request};
@@ -127,6 +128,15 @@ fn a_token_is_required_when_configured() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("token");
     std::fs::write(&file, "0123456789abcdef0123\n").unwrap();
+    // A token others may read is refused, saying what to do.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = mgrp_overlay::config::Config::from_toml(
+        &format!("name = \"b\"\ntoken-file = \"{}\"\n", file.display()),
+        None,
+    )
+    .expect_err("a token file others may read");
+    assert!(err.to_string().contains("chmod 600"), "{err}");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let api = Api::start(b_config(free_port(), Some(&file)));
     let (status, body) = request(api.addr, "GET", "/v1/links", "");
     assert_eq!(status, 401, "{body}");
@@ -187,6 +197,7 @@ fn check_config_summarises_without_secrets_and_survives_a_closed_pipe() {
     std::fs::create_dir_all(&dir).unwrap();
     let token = "s3cret-token-0123456789";
     std::fs::write(dir.join("token"), format!("{token}\n")).unwrap();
+    std::fs::set_permissions(dir.join("token"), std::fs::Permissions::from_mode(0o600)).unwrap();
     let with_token = dir.join("with-token.toml");
     std::fs::write(
         &with_token,

@@ -280,17 +280,7 @@ impl RoutingFile {
             };
             let token = match m.token_file {
                 None => None,
-                Some(p) => {
-                    let p = match dir {
-                        Some(d) if p.is_relative() => d.join(p),
-                        _ => p,
-                    };
-                    let t = std::fs::read_to_string(&p).map_err(|source| ConfigError::Read {
-                        path: p.clone(),
-                        source,
-                    })?;
-                    Some(t.trim().to_string())
-                }
+                Some(p) => Some(crate::config::read_token_file(&p, dir)?.1),
             };
             members.push(Member {
                 name: m.name,

@@ -14,6 +14,13 @@
 //!
 //! Errors are JSON `{"error": "..."}` with a 4xx status. With a token configured,
 //! every request needs `Authorization: Bearer TOKEN` (or `?token=TOKEN`).
+//!
+//! What a web page the operator opens cannot do: a `POST` needs the header
+//! `X-MGRP-Request` (any value; a page on another site cannot send it without the
+//! API's consent, which it never gives), and one that carries an `Origin` other than
+//! the API's own is refused. Without a token every request must name the API by an
+//! address or `localhost` in its `Host` (a page's domain rebound to this host names
+//! itself there).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -72,7 +79,68 @@ pub fn router(node: Arc<Shared>, shutdown: watch::Receiver<bool>) -> Router {
             )
         })
         .layer(middleware::from_fn_with_state(app.clone(), authorize))
+        .layer(middleware::from_fn_with_state(app.clone(), same_origin))
         .with_state(app)
+}
+
+/// The header a `POST` must carry.
+pub const REQUEST_HEADER: &str = "x-mgrp-request";
+
+/// Whether `host` (a `Host` header) names this API by an address or `localhost`,
+/// with or without a port.
+fn host_is_literal(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        // [v6]:port or [v6]
+        return rest
+            .split_once(']')
+            .is_some_and(|(a, _)| a.parse::<std::net::Ipv6Addr>().is_ok());
+    } else {
+        host.rsplit_once(':')
+            .filter(|(_, port)| port.parse::<u16>().is_ok())
+            .map_or(host, |(name, _)| name)
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
+}
+
+/// Refuses what a web page on another site could make the operator's browser send:
+/// a `POST` without [`REQUEST_HEADER`], a request whose `Origin` is another site, and
+/// without a token one that names the API by a domain in its `Host`.
+async fn same_origin(
+    State(app): State<App>,
+    headers: HeaderMap,
+    req: Request,
+    next: Next,
+) -> Response {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if app.node.config().token.is_none() && !host_is_literal(host) {
+        return error(
+            StatusCode::FORBIDDEN,
+            format!(
+                "refused: without a token this API answers only requests that name it by its address or localhost, not {host:?}"
+            ),
+        );
+    }
+    if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
+        let own = origin
+            .split_once("://")
+            .is_some_and(|(_, rest)| rest.trim_end_matches('/').eq_ignore_ascii_case(host));
+        if !own {
+            return error(
+                StatusCode::FORBIDDEN,
+                format!("refused: a request from a page of {origin}, not of this API"),
+            );
+        }
+    }
+    if req.method() == axum::http::Method::POST && !headers.contains_key(REQUEST_HEADER) {
+        return error(
+            StatusCode::FORBIDDEN,
+            "refused: a POST needs the header `X-MGRP-Request: 1` (so that no web page can send it), e.g. curl -X POST -H 'X-MGRP-Request: 1' ...",
+        );
+    }
+    next.run(req).await
 }
 
 async fn authorize(

@@ -27,7 +27,7 @@ fn the_api_serves_links_history_stream_metrics_and_page() {
         .unwrap();
     write!(
         events,
-        "GET /v1/stream?link=from-a HTTP/1.1\r\nHost: test\r\nAccept: text/event-stream\r\n\r\n"
+        "GET /v1/stream?link=from-a HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
     )
     .unwrap();
     let mut events = BufReader::new(events);
@@ -118,6 +118,35 @@ fn the_api_serves_links_history_stream_metrics_and_page() {
             "{body}"
         );
     }
+
+    // What a web page could make the operator's browser send is refused.
+    for (headers, why) in [
+        ("", "a POST without X-MGRP-Request"),
+        (
+            "X-MGRP-Request: 1\r\nOrigin: http://evil.example\r\n",
+            "a POST from another site's page",
+        ),
+    ] {
+        let (status, body) = request(addr, "POST", "/v1/links/from-a/measure", headers);
+        assert_eq!(status, 403, "{why}: {body}");
+    }
+    let (status, body) = request(addr, "GET", "/v1/links", "Origin: http://evil.example\r\n");
+    assert_eq!(status, 403, "a read from another site's page: {body}");
+    // A page whose domain was rebound to this host names that domain in Host.
+    let rebound = mgrp_testbed::http::raw(
+        &addr.to_string(),
+        "GET /v1/links HTTP/1.1\r\nHost: evil.example:7700\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    assert!(rebound.starts_with("HTTP/1.1 403"), "{rebound}");
+    // The API's own origin is welcome.
+    let (status, body) = request(
+        addr,
+        "GET",
+        "/v1/links",
+        &format!("Origin: http://{addr}\r\n"),
+    );
+    assert_eq!(status, 200, "{body}");
     drop(api);
     a.stop();
 }

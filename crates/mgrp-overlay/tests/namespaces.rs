@@ -228,8 +228,11 @@ fn check() -> anyhow::Result<()> {
         }
     })??;
     stream.set_read_timeout(Some(Duration::from_secs(240)))?;
-    (&stream)
-        .write_all(b"GET /v1/stream HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n")?;
+    let host = stream.peer_addr()?;
+    (&stream).write_all(
+        format!("GET /v1/stream HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n")
+            .as_bytes(),
+    )?;
     // Three `estimate` events, and the `btc` events that follow runs.
     let events = std::thread::spawn(move || {
         let (mut seen, mut btc) = (Vec::new(), Vec::new());
@@ -1025,8 +1028,11 @@ fn marker_flow(
 fn sse_for(ns: &Netns, addr: Ipv4Addr, time: Duration) -> anyhow::Result<String> {
     let stream = ns.run(|| TcpStream::connect((addr, API_PORT)))??;
     stream.set_read_timeout(Some(time))?;
-    (&stream)
-        .write_all(b"GET /v1/stream HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n")?;
+    let host = stream.peer_addr()?;
+    (&stream).write_all(
+        format!("GET /v1/stream HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n")
+            .as_bytes(),
+    )?;
     let mut out = String::new();
     let mut r = BufReader::new(stream);
     let until = Instant::now() + time;

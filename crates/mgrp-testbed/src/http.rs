@@ -32,7 +32,7 @@ pub fn exchange(
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n{headers}\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n{headers}\r\n"
     )?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
@@ -40,6 +40,17 @@ pub fn exchange(
         response(&text).with_context(|| format!("not an HTTP response: {text:?}"))?;
     let head = text.split_once("\r\n\r\n").map_or("", |(h, _)| h);
     Ok((status, head.to_string(), body))
+}
+
+/// Sends `text` as it is (a request with headers of the caller's choosing) and
+/// returns the whole response.
+pub fn raw(addr: &str, text: &str) -> anyhow::Result<String> {
+    let mut s = TcpStream::connect(addr).with_context(|| format!("cannot connect to {addr}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(text.as_bytes())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
 }
 
 /// [`request`] from a thread in `ns`.

@@ -288,8 +288,9 @@ fn subscribe(
             }
         };
         conn.set_read_timeout(Some(Duration::from_millis(500)))?;
+        let host = conn.peer_addr()?;
         (&conn).write_all(
-            format!("GET /v1/stream?link={LINK} HTTP/1.1\r\nHost: m5\r\nAccept: text/event-stream\r\n\r\n")
+            format!("GET /v1/stream?link={LINK} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n")
                 .as_bytes(),
         )?;
         let mut reader = BufReader::new(&conn);

@@ -113,8 +113,14 @@ pub fn first_value(body: &str) -> Option<f64> {
     v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
 }
 
+/// A request whose answer is JSON; a `POST` carries the header the API asks of it.
 pub fn json(addr: SocketAddr, method: &str, path: &str) -> (u16, Value) {
-    let (status, body) = request(addr, method, path, "");
+    let headers = if method == "POST" {
+        "X-MGRP-Request: 1\r\n"
+    } else {
+        ""
+    };
+    let (status, body) = request(addr, method, path, headers);
     (
         status,
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body:?}")),

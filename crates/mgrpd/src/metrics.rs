@@ -20,7 +20,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::counters::Stats;
 use crate::lifecycle::Lifecycle;
@@ -115,11 +115,23 @@ pub(crate) async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     })
 }
 
+/// Scrapes answered at once; a connection beyond them is closed unanswered.
+const MAX_CONNECTIONS: usize = 16;
+
+/// Longest an answer may take to write, after the 5 s its request may take to read.
+const WRITE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Serves `/metrics` until shutdown.
 pub(crate) async fn serve(listener: TcpListener, stats: Stats, life: std::sync::Arc<Lifecycle>) {
     if let Ok(a) = listener.local_addr() {
         info!("metrics at http://{a}/metrics");
+        if !a.ip().is_loopback() {
+            warn!(
+                "metrics on {a} answer every host that reaches it (peers, traffic rates, refusals); listen on 127.0.0.1 unless a Prometheus elsewhere scrapes it, and firewall the port to that Prometheus"
+            );
+        }
     }
+    let open = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     loop {
         let (mut conn, peer) = tokio::select! {
             c = listener.accept() => match c {
@@ -132,50 +144,65 @@ pub(crate) async fn serve(listener: TcpListener, stats: Stats, life: std::sync::
             () = life.stopped() => return,
         };
         let stats = stats.clone();
+        if open.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= MAX_CONNECTIONS {
+            open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            debug!("metrics: {peer} turned away, {MAX_CONNECTIONS} scrapes in flight");
+            continue;
+        }
+        let open = open.clone();
         tokio::spawn(async move {
-            // The request's head may come in pieces: read until its end (or 8 KB, or
-            // 5 s, whichever first).
-            let mut buf = Vec::with_capacity(512);
-            let read = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-                let mut chunk = [0u8; 1024];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
-                    match conn.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return false,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                true
-            });
-            if !matches!(read.await, Ok(true)) {
-                return;
-            }
-            let request = String::from_utf8_lossy(&buf);
-            let (status, kind, body) =
-                if request.starts_with("GET /metrics ") || request.starts_with("GET /metrics?") {
-                    let format = exposition::negotiate(header(&request, "accept"));
-                    (
-                        "200 OK",
-                        format.content_type(),
-                        render(&stats.get(), &stats.traffic(mgrp_rt::mono_now()).1, format),
-                    )
-                } else {
-                    (
-                        "404 Not Found",
-                        "text/plain; charset=utf-8",
-                        "mgrpd serves only GET /metrics here\n".to_string(),
-                    )
-                };
-            let head = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            if conn.write_all(head.as_bytes()).await.is_ok() {
-                let _ = conn.write_all(body.as_bytes()).await;
-            }
-            let _ = conn.shutdown().await;
+            answer(&mut conn, &stats).await;
+            open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
             debug!("metrics: answered {peer}");
         });
     }
+}
+
+/// Reads one request from `conn` and answers it.
+async fn answer(conn: &mut tokio::net::TcpStream, stats: &Stats) {
+    // The request's head may come in pieces: read until its end (or 8 KB, or
+    // 5 s, whichever first).
+    let mut buf = Vec::with_capacity(512);
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        let mut chunk = [0u8; 1024];
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
+            match conn.read(&mut chunk).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        true
+    });
+    if !matches!(read.await, Ok(true)) {
+        return;
+    }
+    let request = String::from_utf8_lossy(&buf);
+    let (status, kind, body) =
+        if request.starts_with("GET /metrics ") || request.starts_with("GET /metrics?") {
+            let format = exposition::negotiate(header(&request, "accept"));
+            (
+                "200 OK",
+                format.content_type(),
+                render(&stats.get(), &stats.traffic(mgrp_rt::mono_now()).1, format),
+            )
+        } else {
+            (
+                "404 Not Found",
+                "text/plain; charset=utf-8",
+                "mgrpd serves only GET /metrics here\n".to_string(),
+            )
+        };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = tokio::time::timeout(WRITE_LIMIT, async {
+        if conn.write_all(head.as_bytes()).await.is_ok() {
+            let _ = conn.write_all(body.as_bytes()).await;
+        }
+        let _ = conn.shutdown().await;
+    })
+    .await;
 }
 
 #[cfg(test)]

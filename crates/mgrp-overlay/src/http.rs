@@ -25,6 +25,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Router;
 use axum::extract::{Path, Query, Request, State};
@@ -48,6 +49,36 @@ struct App {
     node: Arc<Shared>,
     /// Flips to true when the server shuts down, ending open event streams.
     shutdown: watch::Receiver<bool>,
+    /// Event streams open now.
+    streams: Arc<AtomicUsize>,
+    /// Other requests being answered now.
+    busy: Arc<AtomicUsize>,
+}
+
+/// Event streams open at once; one more is answered 503.
+pub const MAX_STREAMS: usize = 64;
+
+/// Other requests answered at once; one more is answered 503.
+pub const MAX_REQUESTS: usize = 64;
+
+/// Gives a slot back when dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// Takes one of `max` slots of `count`, if one is free.
+    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<Self> {
+        if count.fetch_add(1, Ordering::SeqCst) >= max {
+            count.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Self(count.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -56,7 +87,12 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 
 /// The router for `node`; event streams end when `shutdown` turns true.
 pub fn router(node: Arc<Shared>, shutdown: watch::Receiver<bool>) -> Router {
-    let app = App { node, shutdown };
+    let app = App {
+        node,
+        shutdown,
+        streams: Arc::new(AtomicUsize::new(0)),
+        busy: Arc::new(AtomicUsize::new(0)),
+    };
     Router::new()
         .route("/", get(status_page))
         .route("/metrics", get(metrics_text))
@@ -134,6 +170,12 @@ async fn same_origin(
             );
         }
     }
+    let Some(_slot) = Slot::take(&app.busy, MAX_REQUESTS) else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{MAX_REQUESTS} requests are being answered; try again shortly"),
+        );
+    };
     if req.method() == axum::http::Method::POST && !headers.contains_key(REQUEST_HEADER) {
         return error(
             StatusCode::FORBIDDEN,
@@ -287,8 +329,14 @@ async fn stream(State(app): State<App>, Query(q): Query<HashMap<String, String>>
             return no_link(name);
         }
     }
+    let Some(slot) = Slot::take(&app.streams, MAX_STREAMS) else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{MAX_STREAMS} event streams are open on this node; close one first"),
+        );
+    };
     let rx = app.node.subscribe();
-    Sse::new(events(rx, only, app.shutdown.clone()))
+    Sse::new(events(rx, only, app.shutdown.clone(), slot))
         .keep_alive(KeepAlive::default())
         .into_response()
 }
@@ -302,10 +350,11 @@ fn events(
     rx: broadcast::Receiver<crate::node::Event>,
     only: Option<String>,
     shutdown: watch::Receiver<bool>,
+    slot: Slot,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     futures_util::stream::unfold(
-        (rx, only, shutdown),
-        |(mut rx, only, mut shutdown)| async move {
+        (rx, only, shutdown, slot),
+        |(mut rx, only, mut shutdown, slot)| async move {
             loop {
                 if *shutdown.borrow() {
                     return None;
@@ -337,7 +386,7 @@ fn events(
                     }
                     Err(broadcast::error::RecvError::Closed) => return None,
                 };
-                return Some((Ok(event), (rx, only, shutdown)));
+                return Some((Ok(event), (rx, only, shutdown, slot)));
             }
         },
     )

@@ -282,3 +282,46 @@ fn check_config_summarises_without_secrets_and_survives_a_closed_pipe() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Event streams are capped: the one past the cap is answered 503, and a slot frees
+/// when a subscriber leaves.
+#[test]
+fn event_streams_are_capped() {
+    let api = Api::start(b_config(free_port(), None));
+    let open = |addr: std::net::SocketAddr| {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "GET /v1/stream HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
+        )
+        .unwrap();
+        let mut r = BufReader::new(s);
+        let mut status = String::new();
+        r.read_line(&mut status).unwrap();
+        (status, r)
+    };
+    let mut streams = Vec::new();
+    for _ in 0..mgrp_overlay::http::MAX_STREAMS {
+        let (status, r) = open(api.addr);
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        streams.push(r);
+    }
+    let (status, _) = open(api.addr);
+    assert!(status.starts_with("HTTP/1.1 503"), "{status}");
+    drop(streams.pop());
+    // The server notices the closed stream at its next write (a keep-alive comment
+    // at the latest); until then the slot is still taken.
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, r) = open(api.addr);
+        if status.starts_with("HTTP/1.1 200") {
+            streams.push(r);
+            break;
+        }
+        assert!(Instant::now() < until, "no slot freed within 30 s: {status}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    drop(streams);
+    drop(api);
+}

@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(m.emit(), chunk);
             match m {
                 Message::Ping { seq } => {
-                    let _ = echo.answer(from, seq);
+                    let _ = echo.answer(from, seq, now);
                 }
                 Message::Pong { seq, received } => {
                     pinger.pong(now, seq, received, &s);

@@ -246,39 +246,76 @@ impl Pinger {
 /// The answering side: how many pings each sender's pinger has had received.
 #[derive(Debug, Clone, Default)]
 pub struct Echo {
-    received: std::collections::HashMap<std::net::SocketAddr, (u64, u64)>,
+    received: std::collections::HashMap<std::net::SocketAddr, Received>,
+}
+
+/// One sender's pings as the echo counts them.
+#[derive(Debug, Clone, Copy)]
+struct Received {
+    count: u64,
+    highest: u64,
+    /// When its last ping came, s.
+    last: f64,
 }
 
 /// Senders an echo keeps counts for at most (members are few; this bounds memory
 /// against anyone else's datagrams).
 const MAX_SENDERS: usize = 1024;
 
+/// Senders (address and port) one host may hold at once: a pinger that restarts on a
+/// new port takes its host's oldest, so one host cannot fill the table.
+const MAX_PER_HOST: usize = 8;
+
+/// A sender silent this long is forgotten once the table is full, s.
+const FORGET_AFTER_S: f64 = 60.0;
+
 impl Echo {
-    /// The pong for a ping `seq` from `from`; `None` when the table is full of other
-    /// senders.
-    pub fn answer(&mut self, from: std::net::SocketAddr, seq: u64) -> Option<Vec<u8>> {
-        if !self.received.contains_key(&from) && self.received.len() >= MAX_SENDERS {
-            return None;
+    /// The pong for a ping `seq` from `from` at `now` (s); `None` when the table is
+    /// full of other senders heard from within [`FORGET_AFTER_S`].
+    pub fn answer(&mut self, from: std::net::SocketAddr, seq: u64, now: f64) -> Option<Vec<u8>> {
+        if !self.received.contains_key(&from) {
+            let mine: Vec<(std::net::SocketAddr, f64)> = self
+                .received
+                .iter()
+                .filter(|(a, _)| a.ip() == from.ip())
+                .map(|(a, r)| (*a, r.last))
+                .collect();
+            if mine.len() >= MAX_PER_HOST
+                && let Some((oldest, _)) = mine.iter().min_by(|x, y| x.1.total_cmp(&y.1))
+            {
+                self.received.remove(oldest);
+            }
+            if self.received.len() >= MAX_SENDERS {
+                self.received.retain(|_, r| now - r.last < FORGET_AFTER_S);
+            }
+            if self.received.len() >= MAX_SENDERS {
+                return None;
+            }
         }
-        let (count, highest) = self.received.entry(from).or_insert((0, seq));
+        let r = self.received.entry(from).or_insert(Received {
+            count: 0,
+            highest: seq,
+            last: now,
+        });
         // A pinger that restarted begins again from 0: so does its count.
-        if seq.saturating_add(1000) < *highest {
-            *count = 0;
+        if seq.saturating_add(1000) < r.highest {
+            r.count = 0;
         }
-        *highest = (*highest).max(seq);
-        *count += 1;
+        r.highest = r.highest.max(seq);
+        r.count += 1;
+        r.last = now;
         Some(
             Message::Pong {
                 seq,
-                received: *count,
+                received: r.count,
             }
             .emit(),
         )
     }
 
-    /// Forgets every sender (members change, or a day passed).
-    pub fn clear(&mut self) {
-        self.received.clear();
+    /// Senders it keeps counts for now.
+    pub fn senders(&self) -> usize {
+        self.received.len()
     }
 }
 
@@ -338,7 +375,7 @@ mod tests {
                 panic!()
             };
             if forward(i) {
-                let pong = e.answer(from, seq).unwrap();
+                let pong = e.answer(from, seq, t).unwrap();
                 if back(i) {
                     let Ok(Message::Pong { seq, received }) = Message::parse(&pong) else {
                         panic!()
@@ -407,8 +444,33 @@ mod tests {
         let mut e = Echo::default();
         let from: std::net::SocketAddr = "10.0.0.9:7701".parse().unwrap();
         for seq in [u64::MAX, u64::MAX - 1, 0, u64::MAX] {
-            assert!(e.answer(from, seq).is_some());
+            assert!(e.answer(from, seq, 0.0).is_some());
         }
+    }
+
+    #[test]
+    fn one_host_cannot_fill_the_echo_and_silent_senders_are_forgotten() {
+        let mut e = Echo::default();
+        // One host from every port it has: it holds MAX_PER_HOST slots, no more.
+        for port in 1..=1024u16 {
+            let from = std::net::SocketAddr::from(([10, 0, 0, 66], port));
+            assert!(e.answer(from, 1, 0.0).is_some());
+        }
+        assert_eq!(e.senders(), MAX_PER_HOST);
+        // A member is still answered.
+        let member = std::net::SocketAddr::from(([10, 0, 0, 1], 7701));
+        assert!(e.answer(member, 1, 0.0).is_some());
+        // Many hosts fill the table; silent ones make room after FORGET_AFTER_S.
+        let mut e = Echo::default();
+        for i in 0..MAX_SENDERS as u32 {
+            let from = std::net::SocketAddr::from(((0x0b00_0000 + i).to_be_bytes(), 7701));
+            assert!(e.answer(from, 1, 0.0).is_some());
+        }
+        assert!(
+            e.answer(member, 1, 1.0).is_none(),
+            "full of senders heard just now"
+        );
+        assert!(e.answer(member, 1, FORGET_AFTER_S + 1.0).is_some());
     }
 
     #[test]
@@ -416,9 +478,10 @@ mod tests {
         let mut e = Echo::default();
         let from: std::net::SocketAddr = "10.0.0.1:7701".parse().unwrap();
         for seq in 5000..5010 {
-            e.answer(from, seq);
+            e.answer(from, seq, 0.0);
         }
-        let Ok(Message::Pong { received, .. }) = Message::parse(&e.answer(from, 0).unwrap()) else {
+        let Ok(Message::Pong { received, .. }) = Message::parse(&e.answer(from, 0, 0.0).unwrap())
+        else {
             panic!()
         };
         assert_eq!(received, 1);

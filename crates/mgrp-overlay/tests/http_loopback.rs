@@ -319,7 +319,10 @@ fn event_streams_are_capped() {
             streams.push(r);
             break;
         }
-        assert!(Instant::now() < until, "no slot freed within 30 s: {status}");
+        assert!(
+            Instant::now() < until,
+            "no slot freed within 30 s: {status}"
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
     drop(streams);

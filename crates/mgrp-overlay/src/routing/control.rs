@@ -398,20 +398,16 @@ fn answer(socket: &UdpSocket, stop: &AtomicBool) {
     let _ = socket.set_read_timeout(Some(Duration::from_millis(200)));
     let mut echo = Echo::default();
     let mut buf = [0u8; 64];
-    let mut cleared = Instant::now();
+    let started = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let Ok((n, from)) = socket.recv_from(&mut buf) else {
             continue;
         };
         if let Ok(Message::Ping { seq }) = Message::parse(&buf[..n])
-            && let Some(pong) = echo.answer(from, seq)
+            && let Some(pong) = echo.answer(from, seq, started.elapsed().as_secs_f64())
             && let Err(e) = socket.send_to(&pong, from)
         {
             debug!("route control: cannot answer {from}'s heartbeat: {e}");
-        }
-        if cleared.elapsed() > Duration::from_secs(86_400) {
-            echo.clear();
-            cleared = Instant::now();
         }
     }
 }

@@ -499,7 +499,9 @@ pub fn hop_estimates(links: &Value, from: IpAddr, max_loss_age_s: f64) -> Hop {
         let btc = &l["btc"];
         let inputs = &btc["inputs"];
         if hop.rate_bps.is_none() {
-            let f = |v: &Value| v.as_f64();
+            // A member's figures are believed only within what a path can be: a
+            // rate above nothing and below 10 Tbit/s.
+            let f = |v: &Value| v.as_f64().filter(|r| *r > 0.0 && *r < MAX_RATE_BPS);
             if let Some(b) = f(&btc["prediction"]["bps"]) {
                 hop.rate_bps = Some(b);
                 hop.rate_source = Some("btc");
@@ -519,7 +521,8 @@ pub fn hop_estimates(links: &Value, from: IpAddr, max_loss_age_s: f64) -> Hop {
                 inputs["loss"]["loss_rate"].as_f64(),
                 inputs["loss"]["age_s"].as_f64(),
             )
-            && age <= max_loss_age_s
+            && (0.0..=1.0).contains(&rate)
+            && (0.0..=max_loss_age_s).contains(&age)
         {
             hop.loss = Some(rate);
             hop.loss_source = Some("badabing");
@@ -528,8 +531,12 @@ pub fn hop_estimates(links: &Value, from: IpAddr, max_loss_age_s: f64) -> Hop {
     hop
 }
 
-/// What a member's published heartbeats say of its hop to `to`.
-fn remote_heartbeat(routes: &Value, to: IpAddr) -> Option<HopState> {
+/// Rates a member's answer may give a hop, bits per second (exclusive).
+const MAX_RATE_BPS: f64 = 1e13;
+
+/// What a member's published heartbeats say of its hop to `to`; figures out of
+/// range (a negative round trip, a loss outside 0 to 1) are left out.
+pub fn remote_heartbeat(routes: &Value, to: IpAddr) -> Option<HopState> {
     routes["members"]
         .as_array()?
         .iter()
@@ -538,8 +545,8 @@ fn remote_heartbeat(routes: &Value, to: IpAddr) -> Option<HopState> {
         .and_then(|h| {
             Some(HopState {
                 alive: h["alive"].as_bool()?,
-                rtt_s: h["rtt_s"].as_f64(),
-                loss: h["loss"].as_f64(),
+                rtt_s: h["rtt_s"].as_f64().filter(|r| (0.0..3600.0).contains(r)),
+                loss: h["loss"].as_f64().filter(|l| (0.0..=1.0).contains(l)),
                 loss_samples: h["loss_samples"].as_u64().unwrap_or(0),
                 lost_in_row: h["lost_in_row"].as_u64().unwrap_or(0) as u32,
                 sent: h["sent"].as_u64().unwrap_or(0),

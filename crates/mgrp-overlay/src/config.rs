@@ -129,6 +129,10 @@ pub struct Config {
     pub serve: Vec<(Transport, u16)>,
     /// Whether application traffic may ride in the probes this node sends.
     pub serve_piggyback: bool,
+    /// The hosts it serves measurements to: any (empty) or those inside these.
+    pub serve_allow: Vec<mgrp_core::peers::Prefix>,
+    /// Probe bytes each of them may have per hour.
+    pub serve_bytes_per_hour: u64,
     /// The links into this node.
     pub links: Vec<Link>,
     /// How the transfer-rate (BTC) prediction is made.
@@ -281,6 +285,8 @@ struct ServeFile {
     mgrp_port: Option<u16>,
     udp_port: Option<u16>,
     piggyback: Option<bool>,
+    allow: Option<Vec<String>>,
+    max_mb_per_hour: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -379,6 +385,19 @@ impl Config {
                 serve.join(", ")
             },
             yes_no(self.serve_piggyback)
+        ));
+        out.push_str(&format!(
+            "  serves: {}; at most {:.0} MB of probes per hour to each\n",
+            if self.serve_allow.is_empty() {
+                "any host that reaches its control ports".to_string()
+            } else {
+                self.serve_allow
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+            self.serve_bytes_per_hour as f64 / 1e6
         ));
         let b = &self.btc;
         out.push_str(&format!(
@@ -595,6 +614,29 @@ impl Config {
             }
             serve.push((t, port));
         }
+        let serve_allow = f
+            .serve
+            .allow
+            .unwrap_or_default()
+            .iter()
+            .map(|a| {
+                a.parse::<mgrp_core::peers::Prefix>().map_err(|e| {
+                    invalid(format!(
+                        "serve.allow: {a:?} is not an address or prefix ({e}), e.g. \"10.0.0.5\" or \"10.0.0.0/24\""
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mb = f
+            .serve
+            .max_mb_per_hour
+            .unwrap_or(mgrp_tool::server::DEFAULT_BYTES_PER_HOUR as f64 / 1e6);
+        if !(mb.is_finite() && mb > 0.0 && mb <= 1e9) {
+            return Err(invalid(format!(
+                "serve.max-mb-per-hour: {mb}; use a number of megabytes above 0 (100 by default)"
+            )));
+        }
+        let serve_bytes_per_hour = (mb * 1e6) as u64;
         if mgrp_port == udp_port && serve.len() == 2 {
             return Err(invalid(format!(
                 "serve: mgrp-port and udp-port are both {mgrp_port}; each transport needs its own"
@@ -735,6 +777,8 @@ impl Config {
             }),
             serve,
             serve_piggyback: f.serve.piggyback.unwrap_or(true),
+            serve_allow,
+            serve_bytes_per_hour,
             links,
             btc: f.btc.check()?,
             passive,
@@ -809,6 +853,32 @@ mod tests {
             ("factor = 1", "unknown field"),
         ] {
             let e = Config::from_toml(&format!("{base}{bad}\n"), None)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn serve_names_whom_it_serves_and_how_much() {
+        let c = Config::from_toml("name = \"a\"\n", None).unwrap();
+        assert!(c.serve_allow.is_empty());
+        assert_eq!(c.serve_bytes_per_hour, 100_000_000);
+        let c = Config::from_toml(
+            "name = \"a\"\n[serve]\nallow = [\"10.0.0.5\", \"10.1.0.0/16\"]\nmax-mb-per-hour = 2000\n",
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.serve_allow.len(), 2);
+        assert!(c.serve_allow[1].contains("10.1.2.3".parse().unwrap()));
+        assert_eq!(c.serve_bytes_per_hour, 2_000_000_000);
+        assert!(c.summary().contains("10.0.0.5/32"), "{}", c.summary());
+        for (bad, says) in [
+            ("allow = [\"ten\"]", "serve.allow"),
+            ("max-mb-per-hour = 0", "serve.max-mb-per-hour"),
+            ("max-mb-per-hour = -1", "serve.max-mb-per-hour"),
+        ] {
+            let e = Config::from_toml(&format!("name = \"a\"\n[serve]\n{bad}\n"), None)
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(says), "{bad}: {e}");

@@ -410,6 +410,8 @@ impl Node {
                     transport,
                     socket: config.socket.clone(),
                     piggyback: config.serve_piggyback,
+                    allow: config.serve_allow.clone(),
+                    max_bytes_per_hour: config.serve_bytes_per_hour,
                     ..ServeOptions::new(transport)
                 };
                 Server::bind(opts).with_context(|| {

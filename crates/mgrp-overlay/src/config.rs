@@ -523,27 +523,11 @@ pub(crate) fn read_token_file(
     path: &Path,
     dir: Option<&Path>,
 ) -> Result<(PathBuf, String), ConfigError> {
-    use std::os::unix::fs::PermissionsExt as _;
     let p = match dir {
         Some(d) if path.is_relative() => d.join(path),
         _ => path.to_path_buf(),
     };
-    let meta = std::fs::metadata(&p).map_err(|source| ConfigError::Read {
-        path: p.clone(),
-        source,
-    })?;
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(invalid(format!(
-            "token file {} has mode {mode:04o}, so others may read it; run `chmod 600 {}`",
-            p.display(),
-            p.display()
-        )));
-    }
-    let t = std::fs::read_to_string(&p).map_err(|source| ConfigError::Read {
-        path: p.clone(),
-        source,
-    })?;
+    let t = mgrp_rt::secret::read_private(&p, "token file").map_err(invalid)?;
     Ok((p, t.trim().to_string()))
 }
 

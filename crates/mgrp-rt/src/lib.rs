@@ -10,11 +10,13 @@
 //! - [`thread`]: real-time scheduling, timer slack, CPU pinning, memory locking.
 //! - [`rx`]: datagrams received with the kernel's receive stamp.
 //! - [`stdout`]: printing that survives a closed pipe ([`outln!`], [`out!`]).
+//! - [`secret`]: files holding keys and tokens, read only when only their owner may.
 //!
 //! Everything goes through nix but SCHED_FIFO, the one call it does not wrap.
 
 pub mod clock;
 pub mod rx;
+pub mod secret;
 pub mod stdout;
 pub mod thread;
 pub mod wait;

@@ -663,9 +663,13 @@ fn serve_one(
             },
             Request::Probes(batch) => {
                 batches += 1;
-                match spend(budgets, peer, batch.bytes()) {
-                    Ok(()) => send(&mut sender, &batch, max, stop),
-                    Err(refusal) => refusal,
+                // A batch refused for its shape costs nothing of the budget.
+                match batch.refusal(max) {
+                    Some(why) => Reply::Error { message: why },
+                    None => match spend(budgets, peer, batch.bytes()) {
+                        Ok(()) => send(&mut sender, &batch, max, stop),
+                        Err(refusal) => refusal,
+                    },
                 }
             }
             Request::Bye => break,

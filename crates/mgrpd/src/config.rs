@@ -474,19 +474,7 @@ impl Keys {
 
 /// Reads a key file, which only its owner may read.
 fn read_key(path: &Path) -> Result<Key, ConfigError> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let meta = std::fs::metadata(path)
-        .map_err(|e| bad(format!("cannot read key file {}: {e}", path.display())))?;
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(bad(format!(
-            "key file {} has mode {mode:04o}, so others may read it; run `chmod 600 {}`",
-            path.display(),
-            path.display()
-        )));
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| bad(format!("cannot read key file {}: {e}", path.display())))?;
+    let text = mgrp_rt::secret::read_private(path, "key file").map_err(bad)?;
     text.parse()
         .map_err(|e| bad(format!("key file {}: {e}", path.display())))
 }

@@ -48,6 +48,15 @@ fn options(port: u16, time: Duration) -> MeasureOptions {
     o
 }
 
+/// Sets its flag when dropped, on a panic too.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 #[test]
 fn a_measurement_runs_and_a_second_receiver_hears_busy() {
     let server = server();
@@ -61,6 +70,9 @@ fn a_measurement_runs_and_a_second_receiver_hears_busy() {
                 .unwrap();
             events
         });
+        // The server stops whatever happens below, so a failed check fails the test
+        // rather than leaving it waiting for the server.
+        let _stop = StopOnDrop(&stop);
         let (mut started, mut streams) = (false, 0);
         let m = measure(
             &options(port, Duration::from_secs(4)),
@@ -76,7 +88,8 @@ fn a_measurement_runs_and_a_second_receiver_hears_busy() {
         let mut holder = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         writeln!(
             holder,
-            r#"{{"msg":"hello","version":2,"transport":"udp","probe_port":{},"piggyback":false}}"#,
+            r#"{{"msg":"hello","version":{},"transport":"udp","probe_port":{},"piggyback":false}}"#,
+            pathload_rs::control::CONTROL_VERSION,
             free_udp_port()
         )
         .unwrap();

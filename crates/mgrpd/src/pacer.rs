@@ -262,11 +262,6 @@ impl Pacer<'_> {
             let Some(batch) = self.q.riders.pop() else {
                 break;
             };
-            eprintln!(
-                "DBG ingest lag_us={} n={}",
-                mgrp_rt::mono_now().saturating_since(batch.at).as_nanos() / 1000,
-                batch.riders.len()
-            );
             for (peer, data) in batch.riders {
                 if let Err(RiderDrop::QueueFull) = self.endpoint.handle_rider(batch.at, peer, data)
                 {

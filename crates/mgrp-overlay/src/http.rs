@@ -125,16 +125,16 @@ pub const REQUEST_HEADER: &str = "x-mgrp-request";
 /// Whether `host` (a `Host` header) names this API by an address or `localhost`,
 /// with or without a port.
 fn host_is_literal(host: &str) -> bool {
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        // [v6]:port or [v6]
+    // `[v6]` or `[v6]:port`
+    if let Some(rest) = host.strip_prefix('[') {
         return rest
             .split_once(']')
             .is_some_and(|(a, _)| a.parse::<std::net::Ipv6Addr>().is_ok());
-    } else {
-        host.rsplit_once(':')
-            .filter(|(_, port)| port.parse::<u16>().is_ok())
-            .map_or(host, |(name, _)| name)
-    };
+    }
+    let name = host
+        .rsplit_once(':')
+        .filter(|(_, port)| port.parse::<u16>().is_ok())
+        .map_or(host, |(name, _)| name);
     name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
 }
 

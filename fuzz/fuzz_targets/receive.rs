@@ -1,94 +1,147 @@
-//! The receiving daemon's path as a whole, without I/O: for each record of the input,
-//! a packet from one of four senders (two peers, one keyed, and two strangers) goes
-//! through the peer check, authentication and the replay window, the parser,
-//! reassembly and rider admission, as mgrpd does. Nothing may panic; strangers and
-//! unauthenticated packets must create no state; memory stays within its bounds;
-//! nothing refused is ever delivered.
+//! mgrpd's own receive path (`mgrpd::fuzzing::ReceivePath`: its receivers,
+//! `Endpoints::identify`, the keyring and its replay windows, reassembly, rider
+//! admission) fed one record at a time. A record sends bytes as they are over raw IP
+//! or UDP from a peer, its endpoint or a stranger; or seals them first as a peer
+//! would (with its key or the next key of a rotation); or seals them as the daemon
+//! itself would for a peer and sends them back as that peer's (a reflection); or
+//! sends the last record's datagram again (a replay).
+//!
+//! Nothing may panic; the receive counters always balance; a reflection is never
+//! taken and moves no roaming peer; a datagram taken once is not taken again.
 //!
 //! Run it with a time and memory budget per input, so that amplifying or quadratic
 //! paths fail: `RUSTC_BOOTSTRAP=1 cargo fuzz run receive -- -timeout=1 -malloc_limit_mb=64`.
 #![no_main]
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use libfuzzer_sys::fuzz_target;
-use mgrp_core::MonoTime;
-use mgrp_core::auth::{self, Key, ReplayWindow};
-use mgrp_core::peers::{Peer, Peers, Prefix};
-use mgrp_core::reassembly::{ChunkOutcome, Limits, Reassembler};
-use mgrp_core::wire::Packet;
+use mgrp_core::api::DaemonStats;
+use mgrp_core::auth::TRAILER_LEN;
+use mgrp_core::wire::{Header, Packet, Repr, Version};
+use mgrpd::fuzzing::{RAW_PEER, ROAMING_PEER, ReceivePath, UDP_ENDPOINT, UDP_PEER};
 
-const ME: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
-const SENDERS: [IpAddr; 4] = [
-    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 3)),
-    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)),
-    IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
-];
+const STRANGER: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 77));
+const PEERS: [IpAddr; 3] = [RAW_PEER, UDP_PEER, ROAMING_PEER];
+
+/// Where a datagram may come from.
+fn endpoint(sel: u8) -> SocketAddr {
+    match sel % 4 {
+        0 => UDP_ENDPOINT,
+        1 => SocketAddr::new(RAW_PEER, 4253),
+        2 => "203.0.113.7:40001".parse().unwrap(),
+        _ => "198.51.100.9:5555".parse().unwrap(),
+    }
+}
+
+/// How a record's packet travels.
+#[derive(Clone, Copy)]
+enum Via {
+    Raw(IpAddr),
+    Udp(SocketAddr),
+}
+
+fn send(path: &mut ReceivePath, via: Via, bytes: &[u8]) {
+    match via {
+        Via::Raw(from) => path.raw(from, bytes),
+        Via::Udp(at) => path.udp(at, bytes),
+    }
+}
+
+/// How `peer`'s own packets travel to the daemon.
+fn way_of(peer: IpAddr, sel: u8) -> Via {
+    match peer {
+        p if p == RAW_PEER => Via::Raw(RAW_PEER),
+        p if p == UDP_PEER => Via::Udp(UDP_ENDPOINT),
+        _ => Via::Udp(endpoint(sel)),
+    }
+}
+
+/// The bytes as a packet with room for a trailer, or a keepalive with one.
+fn sealable(bytes: &[u8]) -> Packet<Vec<u8>> {
+    match Packet::new_checked(bytes.to_vec()) {
+        Ok(p) if p.trailer().len() == usize::from(TRAILER_LEN) => p,
+        _ => {
+            let repr = Repr {
+                version: Version::V2,
+                header: Header::keepalive(),
+                tool_header: &[],
+                chunks: vec![],
+                trailer_len: TRAILER_LEN,
+            };
+            repr.emit_into(vec![0u8; repr.buffer_len()]).unwrap()
+        }
+    }
+}
+
+/// Packets taken (any kind).
+fn taken(s: &DaemonStats) -> u64 {
+    s.daemon.probes_received + s.daemon.continuations_received + s.daemon.keepalives_received
+}
 
 fuzz_target!(|data: &[u8]| {
-    let peers = Peers::new(
-        vec![
-            Peer::new(Prefix::host(SENDERS[0])),
-            Peer::new(Prefix::host(SENDERS[1])),
-        ],
-        Vec::new(),
-        253,
-    );
-    // The second peer authenticates with this key.
-    let key = Key::from_bytes([0x42; 32]);
-    let limits = Limits {
-        per_peer_bytes: 8 << 10,
-        total_bytes: 12 << 10,
-        timeout: std::time::Duration::from_millis(50),
-        remembered: 64,
-        max_rider_len: 1500,
-    };
-    let mut reasm: Reassembler<IpAddr> = Reassembler::new(limits);
-    let mut window = ReplayWindow::default();
-    let mut now = 0u64;
+    let mut path = ReceivePath::new();
+    let mut last: Option<(Via, Vec<u8>, bool)> = None;
     let mut rest = data;
-    // Each record: sender, time step, packet length (2 bytes), packet.
+    // Each record: operation, selector, length (2 bytes), bytes.
     while rest.len() >= 4 {
-        let sender = SENDERS[usize::from(rest[0] % 4)];
-        now += u64::from(rest[1]) * 1_000_000;
+        let (op, sel) = (rest[0], rest[1]);
         let len = usize::from(u16::from_le_bytes([rest[2], rest[3]])).min(rest.len() - 4);
-        let (packet, tail) = rest[4..].split_at(len);
+        let (bytes, tail) = rest[4..].split_at(len);
         rest = tail;
-        let before = reasm.counters().chunks_in;
-        let deliver = |reasm: &mut Reassembler<IpAddr>| {
-            let Ok(p) = Packet::new_checked(packet) else {
-                return;
-            };
-            for chunk in p.chunks() {
-                if let ChunkOutcome::Complete(rider) =
-                    reasm.handle_chunk(MonoTime::from_nanos(now), sender, &chunk)
-                {
-                    assert!(rider.len() <= 1500);
-                    if peers.admit(sender, ME, &rider).is_ok() {
-                        // What is admitted is a sound packet from the sender itself.
-                        assert!(rider.len() >= 20);
-                        assert_eq!(&rider[12..16], &[10, 0, 0, u8::from(sender == SENDERS[1]) + 2]);
+        let before = path.stats();
+        let roaming_before = path.endpoint(ROAMING_PEER);
+        let sent = match op % 6 {
+            0 => {
+                let from = [RAW_PEER, UDP_PEER, ROAMING_PEER, STRANGER][usize::from(sel % 4)];
+                Some((Via::Raw(from), bytes.to_vec()))
+            }
+            1 => Some((Via::Udp(endpoint(sel)), bytes.to_vec())),
+            2 => {
+                let peer = PEERS[usize::from(sel % 3)];
+                let mut p = sealable(bytes);
+                path.sealed_by(peer, &mut p);
+                Some((way_of(peer, sel / 3), p.into_inner()))
+            }
+            3 => {
+                // The daemon's own packet for a peer, back as that peer's.
+                let peer = PEERS[usize::from(sel % 3)];
+                let mut p = sealable(bytes);
+                path.sealed_by_me(peer, &mut p);
+                let via = way_of(peer, sel / 3);
+                send(&mut path, via, p.as_bytes());
+                let after = path.stats();
+                assert_eq!(taken(&after), taken(&before), "a reflection was taken");
+                assert_eq!(path.endpoint(ROAMING_PEER), roaming_before);
+                assert!(after.receive_conserved(), "{after:#?}");
+                last = Some((via, p.into_inner(), false));
+                None
+            }
+            4 => {
+                // The last datagram again: taken at most once.
+                if let Some((via, bytes, was_taken)) = last.take() {
+                    send(&mut path, via, &bytes);
+                    let after = path.stats();
+                    if was_taken {
+                        assert_eq!(taken(&after), taken(&before), "a replay was taken");
                     }
+                    assert!(after.receive_conserved(), "{after:#?}");
+                    last = Some((via, bytes, was_taken));
                 }
+                None
+            }
+            _ => {
+                let mut p = sealable(bytes);
+                path.sealed_with_next_key(RAW_PEER, &mut p);
+                Some((Via::Raw(RAW_PEER), p.into_inner()))
             }
         };
-        if !peers.is_peer(sender) {
-            // Dropped before parsing: no state.
-        } else if sender == SENDERS[1] {
-            let opened = Packet::new_checked(packet).map(|p| auth::open(&key, &p));
-            if let Ok(Ok(counter)) = opened {
-                if window.check_and_update(counter) {
-                    deliver(&mut reasm);
-                }
-            }
-        } else {
-            deliver(&mut reasm);
+        if let Some((via, bytes)) = sent {
+            send(&mut path, via, &bytes);
+            let after = path.stats();
+            assert!(after.receive_conserved(), "{after:#?}");
+            let was_taken = taken(&after) > taken(&before);
+            last = Some((via, bytes, was_taken));
         }
-        let c = reasm.counters();
-        if !peers.is_peer(sender) {
-            assert_eq!(c.chunks_in, before, "a stranger's packet reached reassembly");
-        }
-        assert!(c.bytes_pending as usize <= limits.total_bytes);
     }
 });

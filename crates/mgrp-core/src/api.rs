@@ -400,6 +400,11 @@ pub struct DaemonCounters {
     pub mgrp_replayed: u64,
     /// Authenticated MGRP packets from a peer for which no key is configured.
     pub mgrp_unexpected_auth: u64,
+    /// MGRP packets this daemon sealed for the peer they claim to come from, sent
+    /// back to it.
+    pub mgrp_reflected: u64,
+    /// MGRP packets tagged the way daemons before keys per direction did, refused.
+    pub mgrp_old_auth: u64,
     /// ICMP errors saying a peer does not take MGRP packets (its mgrpd is gone).
     pub peer_unreachable: u64,
     /// Riders read from the TUN while their peer was unreachable, sent unchanged
@@ -513,6 +518,8 @@ impl DaemonStats {
                 + d.mgrp_bad_tag
                 + d.mgrp_replayed
                 + d.mgrp_unexpected_auth
+                + d.mgrp_reflected
+                + d.mgrp_old_auth
                 + d.probes_received
                 + d.continuations_received
                 + d.keepalives_received

@@ -2,11 +2,22 @@
 //! format reserves, and a replay window over the counter.
 //!
 //! With a key configured, every MGRP packet (probe or continuation) ends in a
-//! [`TRAILER_LEN`]-byte trailer: the sender's 64-bit counter, big-endian, then the
-//! first 16 bytes of the keyed BLAKE3 hash of everything before the tag (header,
-//! chunk descriptors, tool header, rider bytes, padding, counter). The trailer takes
-//! the place of padding: a probe keeps its requested size, and a probe too small for
-//! header and trailer is refused by the planner.
+//! [`TRAILER_LEN`]-byte trailer: the sender's 64-bit counter, big-endian, then a
+//! 16-byte tag. The trailer takes the place of padding: a probe keeps its requested
+//! size, and a probe too small for header and trailer is refused by the planner.
+//!
+//! The tag ([`Scheme::V2`]) is the first 16 bytes of the keyed BLAKE3 hash of a
+//! label, the packet's [`Direction`] (the sealing daemon and the one it sealed for,
+//! each named by the address the other knows it by, 16 bytes each) and everything
+//! before the tag (header, chunk descriptors, tool header, rider bytes, padding,
+//! counter). The direction is not sent: the receiver knows who the packet comes from
+//! and who it is itself, and a packet sealed for another direction does not open. So
+//! a packet sent back to its sender, or passed to a third daemon under another
+//! peer's address, is refused even when every daemon holds the same key. The label
+//! and the fixed-length direction make the hashed message unambiguous; keying the
+//! hash with the shared key and the direction is a key per direction without
+//! storing one. [`Scheme::V1`] (the tag of the packet alone) is what daemons before
+//! keys per direction sent; it is kept for a stated transition only.
 //!
 //! The receiver checks the tag first, in constant time, and only then the counter
 //! against a sliding window of recently seen counters ([`ReplayWindow`], after RFC
@@ -14,6 +25,7 @@
 //! their clock's nanoseconds, so a restarted sender is not taken for a replayer.
 
 use std::fmt;
+use std::net::IpAddr;
 use std::str::FromStr;
 
 use crate::wire::Packet;
@@ -120,8 +132,88 @@ pub enum AuthError {
     BadTag,
 }
 
-fn tag(key: &Key, covered: &[u8]) -> [u8; TAG_LEN] {
-    let h = blake3::keyed_hash(&key.0, covered);
+/// Who sealed a packet and for whom, each daemon named by the address the other
+/// knows it by (its peer address in the other's configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Direction {
+    /// The daemon that seals.
+    pub from: IpAddr,
+    /// The daemon it seals for.
+    pub to: IpAddr,
+}
+
+impl Direction {
+    /// The other way.
+    #[must_use]
+    pub fn reversed(self) -> Self {
+        Self {
+            from: self.to,
+            to: self.from,
+        }
+    }
+}
+
+/// How the tag is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scheme {
+    /// The packet alone (daemons before keys per direction): a packet opens in
+    /// either direction, so a reflected one is believed.
+    V1,
+    /// The packet and its [`Direction`].
+    #[default]
+    V2,
+}
+
+impl Scheme {
+    /// The scheme of this number (1 or 2).
+    pub fn from_number(n: u8) -> Option<Self> {
+        match n {
+            1 => Some(Self::V1),
+            2 => Some(Self::V2),
+            _ => None,
+        }
+    }
+
+    /// Its number.
+    pub fn number(self) -> u8 {
+        match self {
+            Self::V1 => 1,
+            Self::V2 => 2,
+        }
+    }
+}
+
+/// What a tag binds the packet to: nothing more ([`Scheme::V1`]) or a direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binding {
+    /// [`Scheme::V1`].
+    None,
+    /// [`Scheme::V2`] for this direction.
+    To(Direction),
+}
+
+/// The label that starts every [`Scheme::V2`] hashed message.
+const LABEL: &[u8; 16] = b"mgrp tag 2 dir\0\0";
+
+fn address_bytes(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+fn tag(key: &Key, binding: Binding, covered: &[u8]) -> [u8; TAG_LEN] {
+    let h = match binding {
+        Binding::None => blake3::keyed_hash(&key.0, covered),
+        Binding::To(d) => {
+            let mut h = blake3::Hasher::new_keyed(&key.0);
+            h.update(LABEL);
+            h.update(&address_bytes(d.from));
+            h.update(&address_bytes(d.to));
+            h.update(covered);
+            h.finalize()
+        }
+    };
     let mut t = [0u8; TAG_LEN];
     t.copy_from_slice(&h.as_bytes()[..TAG_LEN]);
     t
@@ -136,11 +228,12 @@ fn has_trailer<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<(), AuthError> {
     }
 }
 
-/// Writes `counter` and the tag into the trailer of `packet`, whose trailer is
-/// [`TRAILER_LEN`] bytes long. Call it after the last change to the packet (the
+/// Writes `counter` and the tag binding `packet` to `binding` into its trailer, which
+/// is [`TRAILER_LEN`] bytes long. Call it after the last change to the packet (the
 /// sender stamp). Works on the view the caller has: nothing is parsed again.
 pub fn seal<T: AsRef<[u8]> + AsMut<[u8]>>(
     key: &Key,
+    binding: Binding,
     packet: &mut Packet<T>,
     counter: u64,
 ) -> Result<(), AuthError> {
@@ -149,18 +242,23 @@ pub fn seal<T: AsRef<[u8]> + AsMut<[u8]>>(
     let n = packet.len();
     let t0 = n - usize::from(TRAILER_LEN);
     packet[t0..t0 + 8].copy_from_slice(&counter.to_be_bytes());
-    let t = tag(key, &packet[..n - TAG_LEN]);
+    let t = tag(key, binding, &packet[..n - TAG_LEN]);
     packet[n - TAG_LEN..].copy_from_slice(&t);
     Ok(())
 }
 
-/// Checks the tag of `packet` and returns its counter (still to be checked against a
-/// [`ReplayWindow`]). Works on the view the caller has: nothing is parsed again.
-pub fn open<T: AsRef<[u8]>>(key: &Key, packet: &Packet<T>) -> Result<u64, AuthError> {
+/// Checks the tag of `packet` against `binding` and returns its counter (still to be
+/// checked against a [`ReplayWindow`]). Works on the view the caller has: nothing is
+/// parsed again.
+pub fn open<T: AsRef<[u8]>>(
+    key: &Key,
+    binding: Binding,
+    packet: &Packet<T>,
+) -> Result<u64, AuthError> {
     has_trailer(packet)?;
     let packet = packet.as_bytes();
     let n = packet.len();
-    let want = tag(key, &packet[..n - TAG_LEN]);
+    let want = tag(key, binding, &packet[..n - TAG_LEN]);
     // Constant time: every byte is compared whatever the first difference.
     let diff = want
         .iter()
@@ -191,14 +289,54 @@ pub struct ReplayWindow {
     seen_any: bool,
 }
 
+/// What a [`ReplayWindow`] makes of a counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// Above every counter seen: the peer's newest packet.
+    Newest,
+    /// Not seen before, but below the highest seen (reordered on the way).
+    Late,
+    /// Seen before, or too old to tell.
+    Replayed,
+}
+
 impl ReplayWindow {
+    /// A window that refuses every counter up to `top`: the state of one saved
+    /// before a restart (which counters below it were still missing is not kept).
+    pub fn resumed(top: u64) -> Self {
+        let mut bitmap = [u64::MAX; BLOCKS];
+        // In the top's own block, the counters above it are still to come.
+        let bit = top % BLOCK_BITS;
+        bitmap[((top / BLOCK_BITS) % BLOCKS as u64) as usize] = if bit == BLOCK_BITS - 1 {
+            u64::MAX
+        } else {
+            (1u64 << (bit + 1)) - 1
+        };
+        Self {
+            top,
+            bitmap,
+            seen_any: true,
+        }
+    }
+
+    /// The highest counter seen, if any.
+    pub fn top(&self) -> Option<u64> {
+        self.seen_any.then_some(self.top)
+    }
+
     /// Whether `counter` is new; if so it is remembered.
     pub fn check_and_update(&mut self, counter: u64) -> bool {
+        self.check(counter) != Freshness::Replayed
+    }
+
+    /// How fresh `counter` is; a new one is remembered.
+    pub fn check(&mut self, counter: u64) -> Freshness {
         if self.seen_any && counter.saturating_add(REPLAY_WINDOW) < self.top {
-            return false;
+            return Freshness::Replayed;
         }
+        let newest = !self.seen_any || counter > self.top;
         let index = counter / BLOCK_BITS;
-        if !self.seen_any || counter > self.top {
+        if newest {
             let current = self.top / BLOCK_BITS;
             let steps = if self.seen_any {
                 (index - current).min(BLOCKS as u64)
@@ -214,10 +352,14 @@ impl ReplayWindow {
         let block = (index % BLOCKS as u64) as usize;
         let bit = 1u64 << (counter % BLOCK_BITS);
         if self.bitmap[block] & bit != 0 {
-            return false;
+            return Freshness::Replayed;
         }
         self.bitmap[block] |= bit;
-        true
+        if newest {
+            Freshness::Newest
+        } else {
+            Freshness::Late
+        }
     }
 }
 
@@ -257,26 +399,88 @@ mod tests {
         repr.emit_into(vec![0u8; 300]).unwrap()
     }
 
+    fn dir(from: &str, to: &str) -> Direction {
+        Direction {
+            from: from.parse().unwrap(),
+            to: to.parse().unwrap(),
+        }
+    }
+
     #[test]
     fn sealed_packets_open_with_their_key_only() {
+        let ab = Binding::To(dir("10.0.0.1", "10.0.0.2"));
         let mut p = packet(TRAILER_LEN);
-        seal(&key(1), &mut p, 42).unwrap();
-        assert_eq!(open(&key(1), &p), Ok(42));
-        assert_eq!(open(&key(2), &p), Err(AuthError::BadTag));
+        seal(&key(1), ab, &mut p, 42).unwrap();
+        assert_eq!(open(&key(1), ab, &p), Ok(42));
+        assert_eq!(open(&key(2), ab, &p), Err(AuthError::BadTag));
         // Any changed byte breaks the tag, counter and padding included.
         for i in [0, 5, 30, 150, 280, 299] {
             let mut q = p.clone().into_inner();
             q[i] ^= 0x10;
-            let opened = Packet::new_checked(&q[..]).map(|v| open(&key(1), &v));
+            let opened = Packet::new_checked(&q[..]).map(|v| open(&key(1), ab, &v));
             assert!(!matches!(opened, Ok(Ok(_))), "byte {i}");
         }
         let plain = packet(0);
-        assert_eq!(open(&key(1), &plain), Err(AuthError::Unauthenticated));
+        assert_eq!(open(&key(1), ab, &plain), Err(AuthError::Unauthenticated));
         let mut plain = plain;
         assert_eq!(
-            seal(&key(1), &mut plain, 1),
+            seal(&key(1), ab, &mut plain, 1),
             Err(AuthError::Unauthenticated)
         );
+    }
+
+    #[test]
+    fn a_packet_opens_only_in_the_direction_it_was_sealed_for() {
+        let ab = dir("10.0.0.1", "10.0.0.2");
+        let mut p = packet(TRAILER_LEN);
+        seal(&key(1), Binding::To(ab), &mut p, 7).unwrap();
+        // Sent back to its sender, or to a third daemon under either name.
+        for other in [
+            ab.reversed(),
+            dir("10.0.0.1", "10.0.0.3"),
+            dir("10.0.0.3", "10.0.0.2"),
+            dir("::ffff:10.0.0.1", "10.0.0.3"),
+        ] {
+            assert_eq!(
+                open(&key(1), Binding::To(other), &p),
+                Err(AuthError::BadTag),
+                "{other:?}"
+            );
+        }
+        assert_eq!(open(&key(1), Binding::None, &p), Err(AuthError::BadTag));
+        // An IPv4 address and its IPv4-mapped IPv6 form name the same daemon.
+        assert_eq!(
+            open(
+                &key(1),
+                Binding::To(dir("::ffff:10.0.0.1", "::ffff:10.0.0.2")),
+                &p
+            ),
+            Ok(7)
+        );
+        // Version 1 tags bind nothing: they open either way.
+        let mut q = packet(TRAILER_LEN);
+        seal(&key(1), Binding::None, &mut q, 8).unwrap();
+        assert_eq!(open(&key(1), Binding::None, &q), Ok(8));
+        assert_eq!(open(&key(1), Binding::To(ab), &q), Err(AuthError::BadTag));
+    }
+
+    #[test]
+    fn a_resumed_window_refuses_what_came_before_and_takes_what_follows() {
+        for top in [0u64, 63, 64, 1_000_005, u64::MAX / 2] {
+            let mut w = ReplayWindow::resumed(top);
+            assert_eq!(w.top(), Some(top));
+            assert_eq!(w.check(top), Freshness::Replayed, "{top}");
+            if top > 0 {
+                assert_eq!(w.check(top - 1), Freshness::Replayed, "{top}");
+            }
+            assert_eq!(w.check(top + 1), Freshness::Newest, "{top}");
+            assert_eq!(w.check(top + 3), Freshness::Newest, "{top}");
+            assert_eq!(w.check(top + 2), Freshness::Late, "{top}");
+            assert_eq!(w.check(top + 2), Freshness::Replayed, "{top}");
+            assert_eq!(w.check(top + 200), Freshness::Newest, "{top}");
+            assert_eq!(w.check(top + 150), Freshness::Late, "{top}");
+        }
+        assert_eq!(ReplayWindow::default().top(), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use ipnet::IpNet;
-use mgrp_core::auth::{Key, TRAILER_LEN};
+use mgrp_core::auth::{Key, Scheme, TRAILER_LEN};
 pub use mgrp_core::parse_duration;
 use mgrp_core::peers::{Peer, Peers, Prefix};
 use mgrp_core::planner::{Encap, EncapTable, HoldMode, Packing, Policy};
@@ -20,7 +20,7 @@ use serde::{Deserialize, Deserializer};
 
 /// The daemon's command line. Every flag overrides the key of the same name in the
 /// configuration file.
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(
     name = "mgrpd",
     version,
@@ -173,6 +173,20 @@ pub struct Cli {
     /// file mode 0600; make one with `mgrpd genkey`). Peers need the same key.
     #[arg(long, value_name = "FILE")]
     pub key_file: Option<PathBuf>,
+    /// A second key, accepted from peers but never sent with: the other key of a key
+    /// rotation (see the guide). SIGHUP re-reads every key file.
+    #[arg(long, value_name = "FILE")]
+    pub next_key_file: Option<PathBuf>,
+    /// How tags are computed: 2 binds each packet to its direction (who sealed it,
+    /// for whom), so a reflected packet is refused; 1 is what mgrpd before keys per
+    /// direction sent, for an upgrade only (a reflected packet is believed; mgrpd
+    /// warns) [default: 2].
+    #[arg(long, value_name = "1|2", value_parser = parse_auth)]
+    pub auth: Option<Scheme>,
+    /// Where mgrpd keeps what must outlive a restart: its packet counter and its
+    /// peers' replay windows, in TUN.replay [default: /var/lib/mgrp].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// How MGRP packets travel to peers without an `encap` of their own: `raw` (IP
     /// protocol --protocol) or `udp[:PORT]` (UDP datagrams, which NATs and firewalls
     /// pass; PORT is this daemon's UDP port and its peers') [default: raw; port 4253].
@@ -183,6 +197,21 @@ pub struct Cli {
     /// always received [default: 2].
     #[arg(long, value_name = "1|2", value_parser = parse_wire)]
     pub wire: Option<Version>,
+}
+
+fn parse_auth(s: &str) -> Result<Scheme, String> {
+    s.trim()
+        .parse::<u8>()
+        .ok()
+        .and_then(Scheme::from_number)
+        .ok_or_else(|| format!("auth {s:?}: use 2 (or 1 while peers are upgraded)"))
+}
+
+fn de_auth<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Scheme>, D::Error> {
+    let n = u8::deserialize(d)?;
+    Scheme::from_number(n).map(Some).ok_or_else(|| {
+        serde::de::Error::custom(format!("auth {n}: use 2 (or 1 while peers are upgraded)"))
+    })
 }
 
 fn parse_wire(s: &str) -> Result<Version, String> {
@@ -292,6 +321,10 @@ struct File {
     #[serde(default)]
     source: Option<OneOrMany>,
     key_file: Option<PathBuf>,
+    next_key_file: Option<PathBuf>,
+    #[serde(default, deserialize_with = "de_auth")]
+    auth: Option<Scheme>,
+    state_dir: Option<PathBuf>,
     #[serde(default, deserialize_with = "de_encap")]
     encap: Option<EncapArg>,
     #[serde(default, deserialize_with = "de_wire")]
@@ -308,6 +341,7 @@ struct PeerFile {
     #[serde(default)]
     allowed_sources: Vec<Prefix>,
     key_file: Option<PathBuf>,
+    next_key_file: Option<PathBuf>,
     #[serde(default, deserialize_with = "de_encap")]
     encap: Option<EncapArg>,
     endpoint: Option<std::net::SocketAddr>,
@@ -445,13 +479,30 @@ impl Udp {
     }
 }
 
+/// The keys of a peer: the one packets are sealed with, and the other key of a
+/// rotation, accepted too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerKey {
+    /// Seals and opens.
+    pub key: Key,
+    /// Opens only (`next-key-file`).
+    pub next: Option<Key>,
+}
+
+impl PeerKey {
+    /// The keys a packet may be sealed with, the sending key first.
+    pub fn accepted(&self) -> impl Iterator<Item = &Key> {
+        std::iter::once(&self.key).chain(&self.next)
+    }
+}
+
 /// The keys that authenticate MGRP packets, if any.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Keys {
     /// The key of every peer without one of its own.
-    pub default: Option<Key>,
+    pub default: Option<PeerKey>,
     /// Keys of `[[peers]]` tables.
-    pub per_peer: Vec<(Prefix, Key)>,
+    pub per_peer: Vec<(Prefix, PeerKey)>,
 }
 
 impl Keys {
@@ -462,7 +513,7 @@ impl Keys {
 
     /// The key for packets to or from `ip`: its `[[peers]]` key (longest prefix), else
     /// the default one.
-    pub fn key_for(&self, ip: IpAddr) -> Option<&Key> {
+    pub fn key_for(&self, ip: IpAddr) -> Option<&PeerKey> {
         self.per_peer
             .iter()
             .filter(|(p, _)| p.contains(ip))
@@ -477,6 +528,14 @@ fn read_key(path: &Path) -> Result<Key, ConfigError> {
     let text = mgrp_rt::secret::read_private(path, "key file").map_err(bad)?;
     text.parse()
         .map_err(|e| bad(format!("key file {}: {e}", path.display())))
+}
+
+/// Reads a key file and, if named, the next key's.
+fn read_peer_key(key: &Path, next: Option<&PathBuf>) -> Result<PeerKey, ConfigError> {
+    Ok(PeerKey {
+        key: read_key(key)?,
+        next: next.map(|p| read_key(p)).transpose()?,
+    })
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -570,6 +629,12 @@ pub struct Config {
     pub peers: Peers,
     /// Keys authenticating MGRP packets.
     pub keys: Keys,
+    /// How their tags are computed.
+    pub auth: Scheme,
+    /// Where the packet counter and the peers' replay windows outlive a restart.
+    pub state_dir: PathBuf,
+    /// The command line this was loaded with, to load the keys again on SIGHUP.
+    pub reload: Option<Cli>,
     /// How MGRP packets travel to each peer.
     pub encap: EncapTable,
     /// The UDP port and the peers reached over UDP.
@@ -649,7 +714,9 @@ impl Config {
             Some(path) => read_file(path)?,
             None => File::default(),
         };
-        Self::merge(file, cli)
+        let mut config = Self::merge(file, cli)?;
+        config.reload = Some(cli.clone());
+        Ok(config)
     }
 
     /// Parses configuration text (no flags), for tests and `--check-config`.
@@ -843,9 +910,15 @@ impl Config {
         let mut next_hops = Vec::new();
         let (peers, keys) = {
             let mut peers = Peers::new(Vec::new(), Vec::new(), protocol);
+            let next = cli.next_key_file.as_ref().or(f.next_key_file.as_ref());
             let mut keys = Keys {
                 default: match cli.key_file.as_ref().or(f.key_file.as_ref()) {
-                    Some(path) => Some(read_key(path)?),
+                    Some(path) => Some(read_peer_key(path, next)?),
+                    None if next.is_some() => {
+                        return Err(bad(
+                            "next-key-file is the second key of a rotation: give key-file too",
+                        ));
+                    }
                     None => None,
                 },
                 per_peer: Vec::new(),
@@ -859,8 +932,18 @@ impl Config {
                 peers.add_peer(Peer::new(*p));
             }
             for p in f.peers {
-                if let Some(path) = &p.key_file {
-                    keys.per_peer.push((p.prefix, read_key(path)?));
+                match (&p.key_file, &p.next_key_file) {
+                    (Some(path), next) => {
+                        keys.per_peer
+                            .push((p.prefix, read_peer_key(path, next.as_ref())?));
+                    }
+                    (None, Some(_)) => {
+                        return Err(bad(format!(
+                            "peer {}: next-key-file is the second key of a rotation: give key-file too",
+                            p.prefix
+                        )));
+                    }
+                    (None, None) => {}
                 }
                 let peer_encap = match p.encap {
                     Some(EncapArg::Raw) => Encap::Raw,
@@ -958,6 +1041,17 @@ impl Config {
                 )));
             }
             policy.trailer_len = TRAILER_LEN;
+        } else if let Some(p) = peers
+            .peers()
+            .iter()
+            .find(|p| !p.relay_to.is_empty() || !p.allowed_sources.is_empty())
+        {
+            // A peer's address alone, which anyone on the path can put on a packet,
+            // would let its sender speak for other addresses or reach other hosts.
+            return Err(bad(format!(
+                "peer {} has relay-to or allowed-sources but no key: anyone who can spoof its address could use them; give the peers a key (key-file, made with `mgrpd genkey`)",
+                p.prefix
+            )));
         }
         if encap.any_udp() && cli.route_on_demand.or(f.route_on_demand) == Some(true) {
             return Err(bad(
@@ -967,12 +1061,12 @@ impl Config {
         // A roaming peer is told apart by its key alone: no other peer may share it.
         for (i, (prefix, key)) in keys.per_peer.iter().enumerate() {
             let roams = udp.peers.iter().any(|p| p.roams && p.prefix == *prefix);
-            let shared = keys.default.as_ref() == Some(key)
+            let shared = keys.default.as_ref().is_some_and(|d| d.key == key.key)
                 || keys
                     .per_peer
                     .iter()
                     .enumerate()
-                    .any(|(j, (_, other))| j != i && other == key);
+                    .any(|(j, (_, other))| j != i && other.key == key.key);
             if roams && shared {
                 return Err(bad(format!(
                     "peer {prefix} learns its endpoint from its key, so the key must be its own: give it a key-file no other peer uses"
@@ -1009,6 +1103,13 @@ impl Config {
             policy,
             peers,
             keys,
+            auth: cli.auth.or(f.auth).unwrap_or_default(),
+            state_dir: cli
+                .state_dir
+                .clone()
+                .or(f.state_dir)
+                .unwrap_or_else(|| PathBuf::from("/var/lib/mgrp")),
+            reload: None,
             encap,
             udp,
             via,
@@ -1229,7 +1330,7 @@ mod tests {
 
     #[test]
     fn file_and_flags() {
-        let c = Config::from_toml(
+        let c = keyed(
             r#"
             tun = "m1"
             routes = ["10.9.0.0/24"]
@@ -1314,12 +1415,12 @@ mod tests {
         ))
         .unwrap();
         assert!(c.strict_rp_filter().is_err());
-        let c = Config::from_toml(&format!(
+        let c = keyed(&format!(
             "{permanent}[[peers]]\nprefix = \"10.1.0.1/32\"\nallowed-sources = [\"10.0.0.0/8\"]\n"
         ))
         .unwrap();
         assert!(c.strict_rp_filter().is_err());
-        let c = Config::from_toml(&format!(
+        let c = keyed(&format!(
             "{permanent}[[peers]]\nprefix = \"10.1.0.1/32\"\nallowed-sources = [\"10.1.2.0/24\"]\n"
         ))
         .unwrap();
@@ -1418,6 +1519,59 @@ mod tests {
         let c = Config::merge(File::default(), &cli).unwrap();
         assert_eq!(c.sources.for_peer(ip("10.0.0.2")), Some(ip("192.0.2.3")));
         assert_eq!(c.sources.for_peer(ip("2001:db8::2")), None);
+    }
+
+    /// `text` with a top-level `key-file` (a private file holding `byte` 32 times);
+    /// the file is removed once read.
+    fn keyed_with(text: &str, byte: &str) -> Result<Config, ConfigError> {
+        use std::os::unix::fs::PermissionsExt as _;
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "mgrpd-keyed-{}-{}.key",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::write(&path, byte.repeat(32)).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let c = Config::from_toml(&format!("key-file = \"{}\"\n{text}", path.display()));
+        let _ = std::fs::remove_file(&path);
+        c
+    }
+
+    fn keyed(text: &str) -> Result<Config, ConfigError> {
+        keyed_with(text, "5a")
+    }
+
+    #[test]
+    fn relaying_and_speaking_for_others_need_a_key() {
+        for table in [
+            "allowed-sources = [\"10.7.0.0/24\"]",
+            "relay-to = [\"10.9.0.0/24\"]",
+        ] {
+            let text = format!("[[peers]]\nprefix = \"10.0.0.2/32\"\n{table}\n");
+            let e = Config::from_toml(&text).unwrap_err().to_string();
+            assert!(
+                e.contains("but no key") && e.contains("mgrpd genkey"),
+                "{e}"
+            );
+            assert!(keyed(&text).is_ok());
+        }
+    }
+
+    #[test]
+    fn tag_versions_and_the_state_directory() {
+        let c = keyed("routes = [\"10.0.0.2/32\"]").unwrap();
+        assert_eq!(c.auth, Scheme::V2);
+        assert_eq!(c.state_dir, PathBuf::from("/var/lib/mgrp"));
+        let c = keyed("auth = 1\nstate-dir = \"/tmp/s\"\nroutes = [\"10.0.0.2/32\"]").unwrap();
+        assert_eq!((c.auth, c.state_dir), (Scheme::V1, PathBuf::from("/tmp/s")));
+        let e = keyed("auth = 3").unwrap_err().to_string();
+        assert!(e.contains("use 2"), "{e}");
+        let e = Config::from_toml("next-key-file = \"/nonexistent\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("give key-file too"), "{e}");
     }
 
     #[test]
@@ -1523,7 +1677,7 @@ mod tests {
 
     #[test]
     fn next_hop_devices_and_relay_prefixes() {
-        let c = Config::from_toml(
+        let c = keyed(
             "[[peers]]\nprefix = \"10.0.0.2/32\"\nencap = \"udp\"\ndevice = \"mgrp-n\"\n\
              allowed-sources = [\"10.7.0.0/24\"]\nrelay-to = [\"10.9.0.0/24\"]\n\
              [[peers]]\nprefix = \"10.0.0.3/32\"\n",

@@ -77,6 +77,8 @@ counters!(
     mgrp_bad_tag,
     mgrp_replayed,
     mgrp_unexpected_auth,
+    mgrp_reflected,
+    mgrp_old_auth,
     peer_unreachable,
     riders_bypassed_peer_down,
     trains_spin_capped,

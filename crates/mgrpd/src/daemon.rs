@@ -253,7 +253,7 @@ impl Daemon {
             self.listeners.clone(),
             tun,
             self.reassembly.clone(),
-            self.net.endpoints().clone(),
+            (self.net.endpoints().clone(), self.net.keyring.clone()),
             (v6, udp),
         )
     }

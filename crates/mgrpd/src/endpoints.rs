@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use mgrp_core::auth::{self, Key};
 use mgrp_core::planner::Encap;
 use mgrp_core::wire::Packet;
 
@@ -24,9 +23,9 @@ pub(crate) struct Endpoints {
     config: Arc<Config>,
     /// Endpoints learned from authenticated packets, by peer.
     learned: RwLock<HashMap<IpAddr, SocketAddr>>,
-    /// The roaming peers and their keys, tried on a packet from an endpoint no
-    /// peer is known at.
-    roaming: Vec<(IpAddr, Key)>,
+    /// The roaming peers, whose keys are tried on a packet from an endpoint no peer
+    /// is known at.
+    roaming: Vec<IpAddr>,
     /// Whether any peer is reached over UDP: without one, the senders' question
     /// costs a load, not a table lookup.
     any: bool,
@@ -39,10 +38,7 @@ impl Endpoints {
             .peers
             .iter()
             .filter(|p| p.roams)
-            .filter_map(|p| {
-                let peer = p.prefix.addr();
-                config.keys.key_for(peer).map(|k| (peer, k.clone()))
-            })
+            .map(|p| p.prefix.addr())
             .collect();
         Self {
             any: config.encap.any_udp(),
@@ -68,8 +64,14 @@ impl Endpoints {
 
     /// The peer a datagram from `from` comes from: the peer last heard from there
     /// or configured there, else the peer whose own address it is, else the roaming
-    /// peer whose key `payload` is sealed with (parsed only then). `None`: no peer.
-    pub(crate) fn identify(&self, from: SocketAddr, payload: &[u8]) -> Option<IpAddr> {
+    /// peer `sealed_by` says `payload` is sealed by (parsed only then). `None`: no
+    /// peer.
+    pub(crate) fn identify(
+        &self,
+        from: SocketAddr,
+        payload: &[u8],
+        sealed_by: impl Fn(IpAddr, &Packet<&[u8]>) -> bool,
+    ) -> Option<IpAddr> {
         {
             let learned = self.learned.read().unwrap_or_else(PoisonError::into_inner);
             if let Some((peer, _)) = learned.iter().find(|(_, at)| **at == from) {
@@ -95,8 +97,8 @@ impl Endpoints {
         let packet = Packet::new_checked(payload).ok()?;
         self.roaming
             .iter()
-            .find(|(_, key)| auth::open(key, &packet).is_ok())
-            .map(|(peer, _)| *peer)
+            .copied()
+            .find(|peer| sealed_by(*peer, &packet))
     }
 
     /// The peer whose packets go to `at`, for an ICMP error about one of them.
@@ -119,7 +121,7 @@ impl Endpoints {
     /// Records that an authenticated packet of `peer` came from `from`; returns the
     /// endpoint it replaces when it moved. Only roaming peers move.
     pub(crate) fn heard(&self, peer: IpAddr, from: SocketAddr) -> Option<Option<SocketAddr>> {
-        if !self.roaming.iter().any(|(p, _)| *p == peer) {
+        if !self.roaming.contains(&peer) {
             return None;
         }
         let before = self.endpoint(peer);

@@ -14,6 +14,8 @@
 //!   the shutdown signal.
 //! - [`exchange`]: what the threads hand each other — the pacer's queues, requests,
 //!   outputs, route events — and [`counters`], which read them.
+//! - [`endpoints`], [`keyring`]: where UDP peers are, and the keys, counter and
+//!   replay windows of keyed MGRP.
 //! - [`net`], [`fastpath`], [`listeners`], [`liveness`], [`routes`]: the sockets,
 //!   the link-layer fast path for super-packets, the tools waiting for probes, the
 //!   error queues and peers' health, policy routing.
@@ -37,7 +39,10 @@ pub mod dispatcher;
 pub mod endpoints;
 pub mod exchange;
 pub mod fastpath;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod keepalive;
+pub mod keyring;
 pub mod lifecycle;
 pub mod listeners;
 pub mod liveness;

@@ -6,14 +6,13 @@
 use std::net::IpAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 
 use mgrp_core::WallTime;
-use mgrp_core::auth;
 use mgrp_core::ip;
 use mgrp_core::planner::Transmit;
-use mgrp_core::wire::{self, Packet};
+use mgrp_core::wire;
 use socket2::{SockAddr, Socket};
 use tracing::{debug, warn};
 use tun_rs::SyncDevice;
@@ -21,34 +20,8 @@ use tun_rs::SyncDevice;
 use crate::config::Config;
 use crate::counters::{Counters, bump};
 use crate::endpoints::Endpoints;
+use crate::keyring::Keyring;
 use crate::sys;
-
-/// Writes the counter and tag into MGRP packets' trailers for peers with a key.
-#[derive(Debug)]
-pub(crate) struct Sealer {
-    config: Arc<Config>,
-    /// The counter of the next authenticated packet; starts at the clock's nanoseconds
-    /// so a restarted daemon's packets are not taken for replays.
-    counter: AtomicU64,
-}
-
-impl Sealer {
-    pub(crate) fn new(config: Arc<Config>) -> Self {
-        Self {
-            config,
-            counter: AtomicU64::new(mgrp_rt::wall_now().as_nanos()),
-        }
-    }
-
-    /// Seals `packet` when its peer has a key; the last step before it is sent.
-    pub(crate) fn seal(&self, peer: IpAddr, packet: &mut Packet<Vec<u8>>) {
-        if let Some(key) = self.config.keys.key_for(peer) {
-            let counter = self.counter.fetch_add(1, Ordering::Relaxed);
-            // The planner reserves the trailer whenever keys are configured.
-            let _ = auth::seal(key, packet, counter);
-        }
-    }
-}
 
 /// Where a receiver writes riders.
 #[derive(Clone)]
@@ -172,7 +145,8 @@ pub(crate) struct Net {
     io: Io,
     /// Whether probes get kernel transmit stamps.
     kernel_stamps: bool,
-    pub(crate) sealer: Sealer,
+    /// Seals packets for peers with a key.
+    pub(crate) keyring: Arc<Keyring>,
     counters: Arc<Counters>,
     config: Arc<Config>,
     /// Where the UDP peers are.
@@ -239,13 +213,14 @@ impl Net {
                     warn!("cannot enable kernel transmit stamps: {e}; reports carry the daemon's stamps only");
                 })
                 .is_ok();
+        let endpoints = Arc::new(Endpoints::new(config.clone()));
         Ok(Self {
             io: Io::Kernel { tun, v4, v6 },
             kernel_stamps,
-            sealer: Sealer::new(config.clone()),
+            keyring: Arc::new(Keyring::new(config.clone(), endpoints.clone())),
             counters,
             config: config.clone(),
-            endpoints: Arc::new(Endpoints::new(config.clone())),
+            endpoints,
             tunnel_ids: AtomicU32::new(initial_tunnel_id()),
             no_udp_segmentation: std::sync::atomic::AtomicBool::new(false),
         })
@@ -258,13 +233,14 @@ impl Net {
         counters: Arc<Counters>,
     ) -> (Self, LoopbackSource) {
         let (sink, source) = mpsc::channel();
+        let endpoints = Arc::new(Endpoints::new(config.clone()));
         let net = Self {
             io: Io::Loopback(sink),
             kernel_stamps: false,
-            sealer: Sealer::new(config.clone()),
+            keyring: Arc::new(Keyring::new(config.clone(), endpoints.clone())),
             counters,
             config: config.clone(),
-            endpoints: Arc::new(Endpoints::new(config.clone())),
+            endpoints,
             tunnel_ids: AtomicU32::new(initial_tunnel_id()),
             no_udp_segmentation: std::sync::atomic::AtomicBool::new(false),
         };
@@ -445,7 +421,7 @@ impl Net {
             Transmit::Unchanged(pkt) => self.send_unchanged(&pkt),
             Transmit::Continuation(mut pkt) => {
                 pkt.set_sender_time(mgrp_rt::wall_now());
-                self.sealer.seal(peer, &mut pkt);
+                self.keyring.seal(peer, &mut pkt);
                 match self.send_mgrp(peer, pkt.as_bytes()) {
                     Ok(_) => bump(&c.continuations_sent),
                     Err(e) => {
@@ -700,7 +676,7 @@ impl Net {
                     .emit_into(vec![0u8; repr.buffer_len()])
                     .map_err(std::io::Error::other)?;
                 packet.set_sender_time(now);
-                self.sealer.seal(peer, &mut packet);
+                self.keyring.seal(peer, &mut packet);
                 Ok(packet.into_inner())
             })
             .collect()
@@ -720,7 +696,7 @@ impl Net {
             .emit_into(vec![0u8; repr.buffer_len()])
             .map_err(std::io::Error::other)?;
         packet.set_sender_time(mgrp_rt::wall_now());
-        self.sealer.seal(peer, &mut packet);
+        self.keyring.seal(peer, &mut packet);
         self.send_mgrp(peer, packet.as_bytes()).map(drop)
     }
 }

@@ -467,7 +467,7 @@ impl Pacer<'_> {
         self.spin.spun += mgrp_rt::wait_until(&self.timer, probe.deadline, spin_from);
         let stamp = mgrp_rt::wall_now();
         probe.packet.set_sender_time(stamp);
-        s.net.sealer.seal(peer, &mut probe.packet);
+        s.net.keyring.seal(peer, &mut probe.packet);
         let departed = mgrp_rt::mono_now();
         let sent =
             match s

@@ -4,7 +4,6 @@
 //! reassembler and its peers' replay windows; they share only the counters, the
 //! listener registry and the TUN.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -12,7 +11,6 @@ use std::sync::atomic::Ordering;
 
 use mgrp_core::WallTime;
 use mgrp_core::api::ReceivedProbe;
-use mgrp_core::auth::{self, AuthError, ReplayWindow};
 use mgrp_core::ip::{IPV6_HEADER_LEN, Ip};
 use mgrp_core::peers::{Admitted, Refusal};
 use mgrp_core::planner::UDP_HEADER_LEN;
@@ -24,6 +22,7 @@ use tracing::{debug, info};
 use crate::config::Config;
 use crate::counters::{Counters, LimitedLog, ReassemblySlots, bump};
 use crate::endpoints::Endpoints;
+use crate::keyring::{Keyring, Refusal as AuthRefusal, Verdict};
 use crate::lifecycle::Lifecycle;
 use crate::listeners::Listeners;
 use crate::net::TunWriter;
@@ -118,8 +117,8 @@ pub(crate) struct Receiver {
     reasm: Reassembler<IpAddr>,
     /// Riders waiting to be written together.
     writes: WriteBatch,
-    /// Replay windows of the peers this receiver hears from.
-    replay: HashMap<IpAddr, ReplayWindow>,
+    /// Keys and the peers' replay windows, shared with the other receivers.
+    keyring: Arc<Keyring>,
     malformed_log: LimitedLog,
     refused_log: LimitedLog,
     not_peer_log: LimitedLog,
@@ -133,7 +132,7 @@ impl Receiver {
         listeners: Arc<Listeners>,
         tun: TunWriter,
         reassembly: Arc<ReassemblySlots>,
-        endpoints: Arc<Endpoints>,
+        (endpoints, keyring): (Arc<Endpoints>, Arc<Keyring>),
         (v6, udp): (bool, bool),
     ) -> Self {
         Self {
@@ -147,7 +146,7 @@ impl Receiver {
             udp,
             endpoints,
             reassembly,
-            replay: HashMap::new(),
+            keyring,
             malformed_log: LimitedLog::default(),
             refused_log: LimitedLog::default(),
             not_peer_log: LimitedLog::default(),
@@ -251,43 +250,46 @@ impl Receiver {
     }
 
     /// Whether a peer's packet passes authentication (tag, then replay window), or
-    /// needs none; refusals are counted and logged at a limited rate.
-    fn authentic(&mut self, from: IpAddr, packet: &Packet<&[u8]>) -> bool {
-        let has_trailer = packet.trailer().len() == usize::from(auth::TRAILER_LEN);
+    /// needs none; refusals are counted and logged at a limited rate. `Some(true)`:
+    /// authentic and the peer's newest.
+    fn authentic(
+        &mut self,
+        from: IpAddr,
+        to: Option<IpAddr>,
+        packet: &Packet<&[u8]>,
+    ) -> Option<bool> {
         let c = &self.counters;
-        let (counter, what) = match self.config.keys.key_for(from) {
-            Some(_) if !has_trailer => (
-                &c.mgrp_unauthenticated,
-                "an unauthenticated packet, but a key is configured for it; give it the same key",
-            ),
-            Some(key) => match auth::open(key, packet) {
-                Ok(counter) => {
-                    if self
-                        .replay
-                        .entry(from)
-                        .or_default()
-                        .check_and_update(counter)
-                    {
-                        return true;
-                    }
-                    (&c.mgrp_replayed, "a replayed or too old packet")
-                }
-                // A packet with a trailer is not unauthenticated.
-                Err(AuthError::BadTag | AuthError::Unauthenticated) => (
+        let (counter, what) = match self.keyring.open(from, to, packet) {
+            Verdict::Plain => return Some(false),
+            Verdict::Authentic { newest } => return Some(newest),
+            Verdict::Refused(why) => match why {
+                AuthRefusal::Unauthenticated => (
+                    &c.mgrp_unauthenticated,
+                    "an unauthenticated packet, but a key is configured for it; give it the same key",
+                ),
+                AuthRefusal::Replayed => (&c.mgrp_replayed, "a replayed or too old packet"),
+                AuthRefusal::BadTag => (
                     &c.mgrp_bad_tag,
-                    "a packet with a wrong tag (another key, or altered on the way)",
+                    "a packet with a wrong tag (another key; altered on the way; or it knows this host by an address other than the one its riders come from here: set `source` on this host)",
+                ),
+                AuthRefusal::Reflected => (
+                    &c.mgrp_reflected,
+                    "a packet this host sealed for that peer, sent back to it (a reflection on the path)",
+                ),
+                AuthRefusal::OldScheme => (
+                    &c.mgrp_old_auth,
+                    "a packet tagged the way mgrpd before keys per direction did (auth 1); upgrade that peer, or set auth = 1 here until every peer is upgraded",
+                ),
+                AuthRefusal::Unexpected => (
+                    &c.mgrp_unexpected_auth,
+                    "an authenticated packet, but no key is configured for it; give this mgrpd the same key with --key-file",
                 ),
             },
-            None if has_trailer => (
-                &c.mgrp_unexpected_auth,
-                "an authenticated packet, but no key is configured for it; give this mgrpd the same key with --key-file",
-            ),
-            None => return true,
         };
         bump(counter);
         self.auth_log
             .warn(format_args!("dropped {what} from peer {from}"));
-        false
+        None
     }
 
     /// Whether a rider may be written into this host. The loopback data path writes
@@ -328,7 +330,11 @@ impl Receiver {
         ip_len: usize,
         stamp: WallTime,
     ) {
-        match self.endpoints.identify(at, payload) {
+        let keyring = &self.keyring;
+        match self
+            .endpoints
+            .identify(at, payload, |peer, p| keyring.opens_as(peer, to, p))
+        {
             Some(peer) => self.handle_mgrp(peer, Some(at), to, payload, ip_len, stamp),
             None => {
                 let c = &self.counters;
@@ -374,11 +380,15 @@ impl Receiver {
             }
         };
         // Before anything of the packet is used.
-        if !self.authentic(from, &packet) {
+        let Some(newest) = self.authentic(from, to, &packet) else {
             return;
-        }
-        // Only an authentic packet, and not a replayed one, moves a roaming peer.
-        if let Some(before) = at.and_then(|at| self.endpoints.heard(from, at)) {
+        };
+        // Only an authentic packet of the peer's, newer than any before, moves a
+        // roaming peer: not a replay, and not one reordered on the way.
+        if let Some(before) = at
+            .filter(|_| newest)
+            .and_then(|at| self.endpoints.heard(from, at))
+        {
             bump(&c.peer_endpoint_changes);
             let at = at.map_or_else(String::new, |a| a.to_string());
             // Only the key's holder can move a peer: not rate-limited.

@@ -23,7 +23,8 @@ use crate::{lifecycle, metrics, pacer, server, sys, tun};
 /// (a roaming peer heard from, a changed address of this host).
 const SOURCE_REFRESH: Duration = Duration::from_secs(2);
 
-/// Runs the daemon until SIGINT, SIGTERM or SIGHUP (all three shut it down cleanly).
+/// Runs the daemon until SIGINT or SIGTERM (both shut it down cleanly); SIGHUP loads
+/// the keys again.
 pub fn run(config: Config) -> anyhow::Result<()> {
     use sys::cap;
     let caps = sys::effective_capabilities().context("cannot read this process's capabilities")?;
@@ -77,6 +78,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
         .map(|d| Ok((Arc::new(tun::create_next_hop(&config, d)?), d.peer)))
         .collect::<anyhow::Result<Vec<_>>>()?;
     warn_if_not_forwarding(&config);
+    warn_about_keys(&config);
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let daemon = Daemon::new(config.clone(), tun, events_tx)?;
     let recv4 = sys::mgrp_recv_socket(false, config.protocol, Duration::from_millis(100))
@@ -150,6 +152,8 @@ async fn serve(
         }
     };
     let recv6 = sys::mgrp_recv_socket(true, config.protocol, Duration::from_millis(100));
+    let keyring = daemon.net().keyring.clone();
+    keyring.prepare(config.user.as_deref());
     // Set up: from here on every thread keeps only what it needs.
     let privileges = Privileges::after_setup(config, locked);
     privileges.enter(config.user.as_deref())?;
@@ -254,6 +258,16 @@ async fn serve(
     privileges.main();
     tokio::spawn(demand.clone().watch(events, daemon.queues.clone()));
     tokio::spawn(demand.clone().refresh_sources(SOURCE_REFRESH));
+    if keyring.enabled() {
+        let keyring = keyring.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SOURCE_REFRESH);
+            loop {
+                tick.tick().await;
+                keyring.refresh();
+            }
+        });
+    }
     let server = tokio::spawn(server::serve(listener, daemon.api()));
     if let Some(exporter) = exporter {
         tokio::spawn(metrics::serve(
@@ -285,16 +299,21 @@ async fn serve(
     );
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    // SIGHUP would otherwise end the daemon without removing its rule and routes.
-    // There is no reload: a changed configuration takes a restart, which this clean
-    // exit makes safe under `Restart=` supervision.
+    // SIGHUP loads the keys again (a key rotation); any other change takes a restart.
     let mut hup = signal(SignalKind::hangup())?;
     let mut failure = None;
-    tokio::select! {
-        _ = term.recv() => info!("SIGTERM: shutting down"),
-        _ = int.recv() => info!("SIGINT: shutting down"),
-        _ = hup.recv() => info!("SIGHUP: shutting down cleanly (configuration is read at start; restart to apply changes)"),
-        why = fatal => failure = why.ok(),
+    tokio::pin!(fatal);
+    loop {
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM: shutting down"),
+            _ = int.recv() => info!("SIGINT: shutting down"),
+            _ = hup.recv() => {
+                reload_keys(config, &keyring);
+                continue;
+            }
+            why = &mut fatal => failure = why.ok(),
+        }
+        break;
     }
     daemon.begin_shutdown();
     // The pacer sends every held rider unchanged before it returns.
@@ -309,6 +328,7 @@ async fn serve(
     // Clients get the answers to what they had in flight (the reports of trains cut
     // short by the shutdown) before the socket goes.
     let _ = server.await;
+    keyring.save();
     let stats = daemon.stats().get();
     info!(
         "stopped: riders in {}, piggybacked {}, unchanged {}, dropped {}, held {}; probes sent {}",
@@ -322,6 +342,43 @@ async fn serve(
     match failure {
         Some(why) => anyhow::bail!("{why}"),
         None => Ok(()),
+    }
+}
+
+/// Loads the configuration again and takes its keys; everything else it changes
+/// waits for a restart.
+fn reload_keys(config: &Config, keyring: &crate::keyring::Keyring) {
+    let Some(cli) = &config.reload else {
+        return;
+    };
+    match Config::load(cli) {
+        Ok(new) => {
+            if let Err(e) = keyring.reload(new.keys, new.auth) {
+                warn!("SIGHUP: keys not reloaded: {e}");
+            }
+        }
+        Err(e) => warn!("SIGHUP: the configuration does not load ({e}); the keys in force stay"),
+    }
+}
+
+/// Says at start what running without keys, or with version 1 tags, exposes.
+fn warn_about_keys(config: &Config) {
+    if !config.keys.enabled() {
+        let exposed = config
+            .peers
+            .peers()
+            .iter()
+            .find(|p| !p.prefix.addr().is_loopback());
+        if let Some(p) = exposed {
+            warn!(
+                "no key: any host that can send IP packets with peer {}'s address (or another peer's) can write packets into this host through the tunnel, deliver forged probes to its tools, and, over UDP, be taken for the peer; give every peer a key (`mgrpd genkey`, key-file)",
+                p.prefix
+            );
+        }
+    } else if config.auth == mgrp_core::auth::Scheme::V1 {
+        warn!(
+            "auth = 1: tags bind no direction, so a packet of this host's sent back to it, or one of another peer's under this peer's address, is believed (it can cut a peer off or move a roaming one); set auth = 2 once every peer runs an mgrpd that knows it"
+        );
     }
 }
 

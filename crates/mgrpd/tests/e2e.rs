@@ -902,7 +902,8 @@ fn forged_riders_are_refused_and_counted() {
     assert_eq!(sa.trains_refused_not_peer, 1, "{sa:#?}");
 }
 
-/// A hand-made continuation with an authentication trailer, sealed with `key`.
+/// A hand-made continuation with an authentication trailer, sealed with `key` as A
+/// seals for B.
 fn sealed_continuation(
     key: &mgrp_core::auth::Key,
     counter: u64,
@@ -911,7 +912,18 @@ fn sealed_continuation(
 ) -> Vec<u8> {
     let buf = forge::continuation(rider_id, rider, mgrp_core::auth::TRAILER_LEN);
     let mut packet = mgrp_core::wire::Packet::new_checked(buf).unwrap();
-    mgrp_core::auth::seal(key, &mut packet, counter).unwrap();
+    // As A seals for B: each named by the address the other knows it by.
+    let a_to_b = mgrp_core::auth::Direction {
+        from: IpAddr::V4(ADDR_A),
+        to: IpAddr::V4(ADDR_B),
+    };
+    mgrp_core::auth::seal(
+        key,
+        mgrp_core::auth::Binding::To(a_to_b),
+        &mut packet,
+        counter,
+    )
+    .unwrap();
     packet.into_inner()
 }
 

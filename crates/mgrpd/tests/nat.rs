@@ -343,7 +343,7 @@ fn a_host_whose_only_route_to_its_peer_is_the_tunnel_sources_what_the_peer_admit
     );
 }
 
-/// A packet sealed with A's key, from wherever the test sends it.
+/// A packet sealed with A's key as A seals for B, from wherever the test sends it.
 fn sealed_keepalive(key: &Key, counter: u64) -> Vec<u8> {
     // Version 1: a daemon that sends version 2 takes both.
     let repr = Repr {
@@ -354,8 +354,17 @@ fn sealed_keepalive(key: &Key, counter: u64) -> Vec<u8> {
         trailer_len: auth::TRAILER_LEN,
     };
     let mut p: Packet<Vec<u8>> = repr.emit_into(vec![0u8; repr.buffer_len()]).unwrap();
-    auth::seal(key, &mut p, counter).unwrap();
+    auth::seal(key, a_to_b(), &mut p, counter).unwrap();
     p.into_inner()
+}
+
+/// The direction of A's packets to B: each named by the address the other knows it
+/// by (A by its own address, which its riders leave from; B by its own).
+fn a_to_b() -> auth::Binding {
+    auth::Binding::To(auth::Direction {
+        from: IpAddr::V4(A),
+        to: IpAddr::V4(B),
+    })
 }
 
 /// When the NAT maps A to another port, B follows A after A's next authenticated
@@ -431,7 +440,7 @@ fn a_peer_whose_nat_mapping_changes_is_followed_by_its_key_alone() {
         let rider = mgrp_testbed::forge::udp_packet(src, dst, 17, 7777, b"forged");
         let buf = mgrp_testbed::forge::continuation(0x7100_0000 + id, &rider, auth::TRAILER_LEN);
         let mut p = Packet::new_checked(buf).unwrap();
-        auth::seal(&ka, &mut p, u64::MAX / 2 + u64::from(id)).unwrap();
+        auth::seal(&ka, a_to_b(), &mut p, u64::MAX / 2 + u64::from(id)).unwrap();
         sock.send_to(p.as_bytes(), to_b).unwrap();
     }
     std::thread::sleep(Duration::from_millis(300));

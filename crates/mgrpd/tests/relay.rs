@@ -113,24 +113,27 @@ fn a_member_relays_and_no_one_else_does() {
         return;
     }
     let net = RelayNet::new();
+    // Relaying and speaking for other addresses take a key.
+    let key_file = TempFile::key(&mgrp_core::auth::Key::from_bytes([0x7e; 32]));
+    let key = format!("key-file = \"{}\"\n", key_file.arg());
     let ca = TempFile::config(&format!(
-        "encap = \"udp\"\n\
+        "{key}encap = \"udp\"\n\
          [[peers]]\nprefix = \"{R_A}/32\"\ndevice = \"mgrp-r\"\n\
          [[peers]]\nprefix = \"{B_A}/32\"\ndevice = \"mgrp-b\"\n"
     ));
     let cr = TempFile::config(&format!(
-        "encap = \"udp\"\n\
+        "{key}encap = \"udp\"\n\
          [[peers]]\nprefix = \"{A_R}/32\"\nrelay-to = [\"{B_LAN}\"]\n\
          [[peers]]\nprefix = \"{B_R}/32\"\ndevice = \"mgrp-b\"\n\
          [[peers]]\nprefix = \"{C_R}/32\"\n"
     ));
     let cb = TempFile::config(&format!(
-        "encap = \"udp\"\nlocal-prefixes = [\"{B_LAN}\"]\n\
+        "{key}encap = \"udp\"\nlocal-prefixes = [\"{B_LAN}\"]\n\
          [[peers]]\nprefix = \"{R_B}/32\"\nallowed-sources = [\"{A_R}/32\", \"{C_R}/32\"]\n\
          [[peers]]\nprefix = \"{A_B}/32\"\nallowed-sources = [\"{A_R}/32\"]\n"
     ));
     let cc = TempFile::config(&format!(
-        "encap = \"udp\"\n[[peers]]\nprefix = \"{R_C}/32\"\ndevice = \"mgrp-r\"\n"
+        "{key}encap = \"udp\"\n[[peers]]\nprefix = \"{R_C}/32\"\ndevice = \"mgrp-r\"\n"
     ));
     let b = start(&net.b, &cb, "B");
     let r = start(&net.r, &cr, "R");
@@ -213,18 +216,20 @@ fn a_gone_relay_costs_the_other_peers_nothing() {
         return;
     }
     let net = RelayNet::new();
+    let key_file = TempFile::key(&mgrp_core::auth::Key::from_bytes([0x7e; 32]));
+    let key = format!("key-file = \"{}\"\n", key_file.arg());
     // No mgrpd runs on R (as after its daemon died), and its kernel does not limit
     // its ICMP errors.
     net.r
         .exec(&["sysctl", "-qw", "net.ipv4.icmp_ratemask=0"])
         .unwrap();
     let ca = TempFile::config(&format!(
-        "encap = \"udp\"\n\
+        "{key}encap = \"udp\"\n\
          [[peers]]\nprefix = \"{R_A}/32\"\ndevice = \"mgrp-r\"\n\
          [[peers]]\nprefix = \"{B_A}/32\"\ndevice = \"mgrp-b\"\n"
     ));
     let cb = TempFile::config(&format!(
-        "encap = \"udp\"\nlocal-prefixes = [\"{B_LAN}\"]\n\
+        "{key}encap = \"udp\"\nlocal-prefixes = [\"{B_LAN}\"]\n\
          [[peers]]\nprefix = \"{A_B}/32\"\n"
     ));
     let _b = start(&net.b, &cb, "B");

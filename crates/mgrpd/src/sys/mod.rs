@@ -2,7 +2,8 @@
 //! Most go through nix (`recvmsg` with timestamp and error control messages, socket
 //! options, poll, user switching); what nix does not cover is written here by hand,
 //! and these are the daemon's only `unsafe` blocks: `sendmsg` with a transmit-stamp
-//! id, the packet socket, capability sets and the ambient set.
+//! id, the packet socket, capability sets and the ambient set, dissolving a
+//! datagram socket's connection.
 //!
 //! Clocks, the pacing wait and thread scheduling are the workspace's one family of
 //! real-time helpers, `mgrp_rt`, shared with pathload-rs and the testbed.

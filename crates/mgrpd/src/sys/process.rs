@@ -106,6 +106,16 @@ pub fn user_ids(name: &str) -> Option<(u32, u32)> {
     Some((user.uid.as_raw(), user.gid.as_raw()))
 }
 
+/// Gives `path` to user `uid` and group `gid`.
+pub fn give_to(path: &std::path::Path, uid: u32, gid: u32) -> io::Result<()> {
+    unistd::chown(
+        path,
+        Some(unistd::Uid::from_raw(uid)),
+        Some(unistd::Gid::from_raw(gid)),
+    )
+    .map_err(io::Error::from)
+}
+
 /// Becomes user `uid` with group `gid` and no supplementary groups, keeping the
 /// capabilities in `keep`. Call it before starting threads: the ids change for the
 /// whole process, the capabilities only for the calling thread.

@@ -119,6 +119,72 @@ pub fn source_for(dst: IpAddr, mark: u32) -> io::Result<IpAddr> {
         .ok_or_else(|| io::Error::other("no IP source address"))
 }
 
+/// Finds the source addresses the kernel picks for traffic that carries a mark, on
+/// any thread: the marked sockets are made once (setting the mark takes
+/// CAP_NET_ADMIN, which the data-path threads give up), and each lookup only
+/// connects one (a route lookup, no packet sent).
+#[derive(Debug)]
+pub struct SourceFinder {
+    v4: std::sync::Mutex<Option<Socket>>,
+    v6: std::sync::Mutex<Option<Socket>>,
+}
+
+impl SourceFinder {
+    /// Sockets for both families, marked with `mark` where this process may (without
+    /// the mark, lookups follow the routes any socket would).
+    pub fn new(mark: u32) -> Self {
+        let socket = |domain| {
+            let s = Socket::new(domain, Type::DGRAM, None).ok()?;
+            let _ = s.set_mark(mark);
+            Some(s)
+        };
+        Self {
+            v4: std::sync::Mutex::new(socket(Domain::IPV4)),
+            v6: std::sync::Mutex::new(socket(Domain::IPV6)),
+        }
+    }
+
+    /// The source address for traffic to `dst`.
+    pub fn source_for(&self, dst: IpAddr) -> io::Result<IpAddr> {
+        let slot = if dst.is_ipv4() { &self.v4 } else { &self.v6 };
+        let s = slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let s = s
+            .as_ref()
+            .ok_or_else(|| io::Error::other("no socket to look routes up with"))?;
+        // A connected socket keeps the source address of its first connection:
+        // dissolve it first, so the kernel picks one for this destination.
+        disconnect(s)?;
+        s.connect(&SockAddr::from(SocketAddr::new(dst, 9)))?;
+        s.local_addr()?
+            .as_socket()
+            .map(|a| a.ip())
+            .ok_or_else(|| io::Error::other("no IP source address"))
+    }
+}
+
+/// Dissolves a datagram socket's connection (`connect` to `AF_UNSPEC`), which also
+/// forgets the source address the connection gave it.
+fn disconnect(s: &Socket) -> io::Result<()> {
+    // SAFETY: a valid fd and a zeroed sockaddr of the stated size with family
+    // AF_UNSPEC, which the kernel reads only the family of.
+    let r = unsafe {
+        let mut a: libc::sockaddr = std::mem::zeroed();
+        a.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+        libc::connect(
+            s.as_raw_fd(),
+            &raw const a,
+            size_of::<libc::sockaddr>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// The socket address raw sockets send to.
 pub fn raw_dest(ip: IpAddr) -> SockAddr {
     SockAddr::from(SocketAddr::new(ip, 0))

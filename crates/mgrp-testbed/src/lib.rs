@@ -524,11 +524,31 @@ pub struct Daemon {
     pub tun: String,
 }
 
+/// Where the daemons the tests start keep their state (replay windows), each in a
+/// file named after its TUN: never the host's own `/var/lib/mgrp`.
+pub fn daemon_state_dir() -> PathBuf {
+    std::env::temp_dir().join("mgrp-test-state")
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // Stopped first: a daemon saves its state as it stops.
+        self.process.stop();
+        let _ = std::fs::remove_file(daemon_state_dir().join(format!("{}.replay", self.tun)));
+    }
+}
+
 impl Daemon {
     /// Starts `mgrpd` in `ns` with a unique TUN and socket plus `args`, and waits until
     /// its API answers.
     pub fn start(ns: &Netns, mgrpd: &Path, args: &[&str]) -> anyhow::Result<Self> {
         Self::start_via(ns, mgrpd, &[], args)
+    }
+
+    /// Starts `mgrpd` again as a daemon stopped before (its process stopped, not
+    /// dropped): the same TUN name, so it reads the state that one saved.
+    pub fn restart(ns: &Netns, mgrpd: &Path, tun: &str, args: &[&str]) -> anyhow::Result<Self> {
+        Self::launch(ns, mgrpd, &[], tun.to_string(), args)
     }
 
     /// Like [`Self::start`] for a program that runs mgrpd when given `prefix` first
@@ -539,7 +559,16 @@ impl Daemon {
         prefix: &[&str],
         args: &[&str],
     ) -> anyhow::Result<Self> {
-        let tun = unique("mt");
+        Self::launch(ns, program, prefix, unique("mt"), args)
+    }
+
+    fn launch(
+        ns: &Netns,
+        program: &Path,
+        prefix: &[&str],
+        tun: String,
+        args: &[&str],
+    ) -> anyhow::Result<Self> {
         let socket = std::env::temp_dir().join(format!("{}.sock", unique("mgrpd")));
         let mut all: Vec<String> = prefix.iter().map(ToString::to_string).collect();
         all.extend([
@@ -547,6 +576,8 @@ impl Daemon {
             tun.clone(),
             "--socket".into(),
             socket.display().to_string(),
+            "--state-dir".into(),
+            daemon_state_dir().display().to_string(),
         ]);
         all.extend(args.iter().map(ToString::to_string));
         let mut process = Process::spawn(ns, program, &all)?;

@@ -9,8 +9,9 @@
 //! Needs root. Run with `cargo bench -p mgrpd --bench dataplane` (add `-- quick` for a
 //! shorter run, `-- --mgrpd PATH` to measure another build, `-- --encap udp` to run
 //! every setting with UDP encapsulation; route on demand is then left out, as mgrpd
-//! refuses it with UDP peers). Prints a table, with both daemons' CPU time per gigabyte
-//! forwarded; the numbers depend on the machine's load, so note it.
+//! refuses it with UDP peers; `-- --keyed` to authenticate every MGRP packet). Prints
+//! a table, with both daemons' CPU time per gigabyte forwarded; the numbers depend on
+//! the machine's load, so note it.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -99,10 +100,31 @@ fn load() -> String {
         .to_string()
 }
 
+/// With `--keyed`: a key file (mode 0600) both daemons authenticate with, removed at
+/// exit.
+fn key_file() -> Option<&'static str> {
+    static KEY: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt as _;
+        if !std::env::args().any(|a| a == "--keyed") {
+            return None;
+        }
+        let path = std::env::temp_dir().join(format!("{}.key", mgrp_testbed::unique("mgbk")));
+        std::fs::write(&path, "6b".repeat(32)).expect("the bench's key file");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .expect("the bench's key file's mode");
+        Some(path.display().to_string())
+    })
+    .as_deref()
+}
+
 fn daemons(net: &TwoHosts, extra: &[&str]) -> (Daemon, Daemon) {
     let mut args = vec!["--log-level", "warn"];
     if let Some(e) = encap() {
         args.extend(["--encap", e]);
+    }
+    if let Some(k) = key_file() {
+        args.extend(["--key-file", k]);
     }
     args.extend_from_slice(extra);
     mgrp_testbed::daemon_pair(net, mgrpd(), &[], &args).expect("mgrpd on A and B")
@@ -232,6 +254,9 @@ fn pacing_only() {
         }
     }
     println!("load after: {}", load());
+    if let Some(k) = key_file() {
+        let _ = std::fs::remove_file(k);
+    }
 }
 
 fn main() {
@@ -253,10 +278,11 @@ fn main() {
         (1u64 << 30, 3, 20_000, 5)
     };
     println!(
-        "load before: {}, mgrpd {}, encap {}",
+        "load before: {}, mgrpd {}, encap {}{}",
         load(),
         mgrpd().display(),
-        encap().unwrap_or("raw")
+        encap().unwrap_or("raw"),
+        if key_file().is_some() { ", keyed" } else { "" }
     );
     let net = TwoHosts::new(&TwoHostOptions::default()).unwrap();
     let mut port = 6000;
@@ -325,4 +351,7 @@ fn main() {
         }
     }
     println!("load after: {}", load());
+    if let Some(k) = key_file() {
+        let _ = std::fs::remove_file(k);
+    }
 }

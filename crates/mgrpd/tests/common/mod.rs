@@ -59,6 +59,11 @@ impl TempFile {
         Self::write("mgc", "toml", text)
     }
 
+    /// Replaces the file's text.
+    pub(crate) fn rewrite(&self, text: &str) {
+        std::fs::write(&self.0, text).unwrap();
+    }
+
     /// The path, as a command-line argument.
     pub(crate) fn arg(&self) -> String {
         self.0.display().to_string()

@@ -1,0 +1,418 @@
+//! Keyed MGRP against an attacker who sees the daemons' packets: a packet sent back
+//! to its sender cuts no peer off, a reflected packet moves no roaming peer, a packet
+//! taken before a restart is not taken after it, and a key rotation under a running
+//! transfer loses nothing. The attacker's copies are read where the packets arrive
+//! (a raw socket beside the receiving daemon) and sent from wherever the attack
+//! needs. Real namespaces, veths, TUNs and daemons; they need root (CI runs as root)
+//! and say so and pass vacuously without it. One at a time: each starts real-time
+//! pacers.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use mgrp_core::api::DaemonStats;
+use mgrp_core::auth::Key;
+use mgrp_core::wire::{Kind, Packet};
+use mgrp_testbed::{
+    ADDR_A, ADDR_B, Daemon, Netns, Star, TwoHostOptions, TwoHosts, tcp_listen, tcp_transfer,
+    uniform_train,
+};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+mod common;
+
+use common::{TempFile, mgrpd, root_or_skip, serial, trains_every};
+
+const MGRP_PROTOCOL: i32 = 253;
+const UDP_PORT: u16 = 4253;
+
+/// A socket in `ns` that gets a copy of every MGRP packet arriving there: raw
+/// protocol 253, or UDP (whose datagrams are then picked by port).
+fn tap(ns: &Netns, udp: bool) -> Socket {
+    let protocol = if udp { 17 } else { MGRP_PROTOCOL };
+    let s = ns
+        .run(|| Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(protocol))))
+        .unwrap()
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    s
+}
+
+/// The next MGRP probe from `from` that `tap` saw, as its MGRP bytes (what follows
+/// the IP header, and the UDP header over UDP); `None` when none came within 3 s.
+fn next_probe(tap: &Socket, from: Ipv4Addr, udp: bool) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    let mut buf = vec![0u8; 65_536];
+    let start = Instant::now();
+    let mut tap = tap;
+    while start.elapsed() < Duration::from_secs(3) {
+        let Ok(n) = tap.read(&mut buf) else {
+            continue;
+        };
+        let ip = &buf[..n];
+        if n < 20 || ip[12..16] != from.octets() {
+            continue;
+        }
+        let mut payload = &ip[usize::from(ip[0] & 0x0f) * 4..];
+        if udp {
+            if payload.len() < 8 || payload[2..4] != UDP_PORT.to_be_bytes() {
+                continue;
+            }
+            payload = &payload[8..];
+        }
+        if Packet::new_checked(payload).is_ok_and(|p| p.kind() == Kind::Probe) {
+            return Some(payload.to_vec());
+        }
+    }
+    None
+}
+
+/// Sends `mgrp` from `ns` to `to` as an MGRP packet: over raw IP, or in a UDP
+/// datagram from `port` to mgrpd's port.
+fn send_from(ns: &Netns, udp: bool, port: u16, to: Ipv4Addr, mgrp: &[u8]) {
+    ns.run(|| {
+        if udp {
+            let s = std::net::UdpSocket::bind(("0.0.0.0", port)).unwrap();
+            s.send_to(mgrp, (to, UDP_PORT)).unwrap();
+        } else {
+            let s =
+                Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(MGRP_PROTOCOL))).unwrap();
+            s.send_to(mgrp, &SockAddr::from(SocketAddr::new(IpAddr::V4(to), 0)))
+                .unwrap();
+        }
+    })
+    .unwrap();
+}
+
+/// Sends a train of 20 probes from `daemon` to `to`; every probe must leave.
+fn train(daemon: &Daemon, to: Ipv4Addr) {
+    let report = daemon
+        .api()
+        .unwrap()
+        .send_train(uniform_train(
+            IpAddr::V4(to),
+            20,
+            500,
+            Duration::from_millis(1),
+        ))
+        .unwrap();
+    assert_eq!(report.probes_sent, 20, "{report:#?}");
+}
+
+/// Waits until `what` holds of `daemon`'s counters (10 s at most).
+fn wait_for(daemon: &Daemon, what: impl Fn(&DaemonStats) -> bool) -> DaemonStats {
+    let start = Instant::now();
+    loop {
+        let s = daemon.stats().unwrap();
+        if what(&s) || start.elapsed() > Duration::from_secs(10) {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A's probe to B, sent back to A with B's address: A refuses it as its own, and
+/// B's trains to A are still taken, whichever daemon started first, over UDP and
+/// over raw IP. (With tags bound to nothing, A took it and its window for B jumped
+/// to A's own counter when A had started later: B was cut off until a restart.)
+#[test]
+fn a_packet_sent_back_to_its_sender_cuts_no_peer_off() {
+    let _serial = serial();
+    if !root_or_skip("reflection_to_the_sender") {
+        return;
+    }
+    let key = TempFile::key(&Key::from_bytes([0x3c; 32]));
+    for udp in [true, false] {
+        for a_later in [true, false] {
+            let case = format!("udp {udp}, A started later {a_later}");
+            let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+            let start = |ns: &Netns, other: Ipv4Addr| {
+                let (route, key) = (format!("{other}/32"), key.arg());
+                let mut args = vec!["--route", &route, "--key-file", &key];
+                if udp {
+                    args.extend(["--encap", "udp"]);
+                }
+                Daemon::start(ns, mgrpd(), &args).expect("mgrpd")
+            };
+            let (a, b) = if a_later {
+                let b = start(&net.b, ADDR_A);
+                (start(&net.a, ADDR_B), b)
+            } else {
+                let a = start(&net.a, ADDR_B);
+                (a, start(&net.b, ADDR_A))
+            };
+            let tap = tap(&net.b, udp);
+            train(&a, ADDR_B);
+            let probe = next_probe(&tap, ADDR_A, udp)
+                .unwrap_or_else(|| panic!("{case}: no probe of A's seen at B"));
+            let before = a.quiescent_stats().unwrap().daemon;
+            send_from(&net.b, udp, 5555, ADDR_A, &probe);
+            let s = wait_for(&a, |s| s.daemon.mgrp_reflected > before.mgrp_reflected);
+            assert_eq!(
+                (
+                    s.daemon.mgrp_reflected - before.mgrp_reflected,
+                    s.daemon.probes_received - before.probes_received,
+                ),
+                (1, 0),
+                "{case}: {s:#?}"
+            );
+            assert!(
+                a.process.log().contains("sent back to it"),
+                "{case}: {}",
+                a.process.log()
+            );
+            train(&b, ADDR_A);
+            let s = wait_for(&a, |s| {
+                s.daemon.probes_received >= before.probes_received + 20
+            });
+            assert_eq!(
+                (
+                    s.daemon.probes_received - before.probes_received,
+                    s.daemon.mgrp_replayed - before.mgrp_replayed,
+                ),
+                (20, 0),
+                "{case}: B's train after the reflection: {s:#?}"
+            );
+        }
+    }
+}
+
+/// B knows A only by A's key (a roaming peer). One of B's own probes to A, sent to
+/// B from the attacker's address, moves nothing: B keeps sending to A, A takes B's
+/// trains, and the attacker receives nothing, whichever daemon started first. (With
+/// tags bound to nothing, B moved A to the attacker and sent it A's traffic.)
+#[test]
+fn a_reflected_packet_moves_no_roaming_peer() {
+    let _serial = serial();
+    if !root_or_skip("roaming_hijack") {
+        return;
+    }
+    let key = TempFile::key(&Key::from_bytes([0x4d; 32]));
+    for a_first in [true, false] {
+        let case = format!("A started first {a_first}");
+        let star = Star::new(&[None, None, None]).expect("topology");
+        let (a_ip, b_ip, e_ip) = (star.addrs[0], star.addrs[1], star.addrs[2]);
+        let ca = TempFile::config(&format!(
+            "routes = [\"{b_ip}/32\"]\nencap = \"udp\"\n\n[[peers]]\nprefix = \"{b_ip}/32\"\nkey-file = \"{}\"\nendpoint = \"{b_ip}:4253\"\nkeepalive = \"1s\"\n",
+            key.arg()
+        ));
+        let cb = TempFile::config(&format!(
+            "routes = [\"{a_ip}/32\"]\nencap = \"udp\"\n\n[[peers]]\nprefix = \"{a_ip}/32\"\nkey-file = \"{}\"\n",
+            key.arg()
+        ));
+        let start = |ns: &Netns, c: &TempFile| {
+            Daemon::start(ns, mgrpd(), &["--config", &c.arg()]).expect("mgrpd")
+        };
+        let (a, b) = if a_first {
+            let a = start(&star.hosts[0], &ca);
+            (a, start(&star.hosts[1], &cb))
+        } else {
+            let b = start(&star.hosts[1], &cb);
+            (start(&star.hosts[0], &ca), b)
+        };
+        let s = wait_for(&b, |s| s.daemon.peer_endpoint_changes > 0);
+        assert_eq!(s.daemon.peer_endpoint_changes, 1, "{case}: {s:#?}");
+        let tap = tap(&star.hosts[0], true);
+        train(&b, a_ip);
+        let probe = next_probe(&tap, b_ip, true)
+            .unwrap_or_else(|| panic!("{case}: no probe of B's seen at A"));
+        let attacker = star.hosts[2]
+            .run(|| std::net::UdpSocket::bind((e_ip, 5555)))
+            .unwrap()
+            .unwrap();
+        attacker
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let before = b.quiescent_stats().unwrap().daemon;
+        let before_a = a.quiescent_stats().unwrap().daemon;
+        attacker.send_to(&probe, (b_ip, UDP_PORT)).unwrap();
+        let s = wait_for(&b, |s| s.daemon.mgrp_not_peer > before.mgrp_not_peer);
+        assert_eq!(
+            (
+                s.daemon.mgrp_not_peer - before.mgrp_not_peer,
+                s.daemon.peer_endpoint_changes - before.peer_endpoint_changes,
+            ),
+            (1, 0),
+            "{case}: {s:#?}"
+        );
+        assert!(
+            !b.process.log().contains(&format!("to {e_ip}:")),
+            "{case}: {}",
+            b.process.log()
+        );
+        train(&b, a_ip);
+        let sa = wait_for(&a, |s| {
+            s.daemon.probes_received >= before_a.probes_received + 20
+        });
+        assert_eq!(
+            sa.daemon.probes_received - before_a.probes_received,
+            20,
+            "{case}: {sa:#?}"
+        );
+        let mut buf = [0u8; 2048];
+        assert!(
+            attacker.recv_from(&mut buf).is_err(),
+            "{case}: the attacker received a datagram"
+        );
+    }
+}
+
+/// A probe B took before it restarted, sent to it again afterwards, is refused as a
+/// replay: B's replay windows outlive the restart (its state file).
+#[test]
+fn a_restarted_daemon_does_not_take_a_packet_again() {
+    let _serial = serial();
+    if !root_or_skip("windows_across_restarts") {
+        return;
+    }
+    let key = TempFile::key(&Key::from_bytes([0x5e; 32]));
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let route_b = format!("{ADDR_B}/32");
+    let route_a = format!("{ADDR_A}/32");
+    let a = Daemon::start(
+        &net.a,
+        mgrpd(),
+        &["--route", &route_b, "--key-file", &key.arg()],
+    )
+    .expect("mgrpd on A");
+    let args_b = ["--route", route_a.as_str(), "--key-file", &key.arg()];
+    let mut b = Daemon::start(&net.b, mgrpd(), &args_b).expect("mgrpd on B");
+    let tap = tap(&net.b, false);
+    train(&a, ADDR_B);
+    let probe = next_probe(&tap, ADDR_A, false).expect("a probe of A's seen at B");
+    let s = wait_for(&b, |s| s.daemon.probes_received >= 20);
+    assert_eq!(s.daemon.probes_received, 20, "{s:#?}");
+    b.process.stop();
+    let tun = b.tun.clone();
+    let b2 = Daemon::restart(&net.b, mgrpd(), &tun, &args_b).expect("mgrpd on B again");
+    assert!(
+        b2.process.log().contains("replay windows of 1 peers read"),
+        "{}",
+        b2.process.log()
+    );
+    send_from(&net.a, false, 0, ADDR_B, &probe);
+    let s = wait_for(&b2, |s| s.daemon.mgrp_replayed > 0);
+    assert_eq!(
+        (s.daemon.mgrp_replayed, s.daemon.probes_received),
+        (1, 0),
+        "{s:#?}"
+    );
+    // A's packets after the restart are taken.
+    train(&a, ADDR_B);
+    let s = wait_for(&b2, |s| s.daemon.probes_received >= 20);
+    assert_eq!(s.daemon.probes_received, 20, "{s:#?}");
+    drop(b);
+}
+
+/// Writes a daemon configuration: a route to `peer`, the key in `key`, and the
+/// next key of a rotation in `next` if given.
+fn keyed_config(file: &TempFile, peer: Ipv4Addr, key: &TempFile, next: Option<&TempFile>) {
+    let mut text = format!("routes = [\"{peer}/32\"]\nkey-file = \"{}\"\n", key.arg());
+    if let Some(n) = next {
+        text.push_str(&format!("next-key-file = \"{}\"\n", n.arg()));
+    }
+    file.rewrite(&text);
+}
+
+/// The guide's rotation, under a TCP transfer that rides trains: every daemon takes
+/// the new key as its next key (SIGHUP), then seals with it and keeps the old one as
+/// next, then drops the old one. Each step reaches the daemons one after the other,
+/// as an operator's would. The transfer arrives byte for byte and no packet is
+/// refused on the way.
+#[test]
+fn a_key_rotation_under_a_running_transfer_loses_nothing() {
+    let _serial = serial();
+    if !root_or_skip("key_rotation") {
+        return;
+    }
+    let (old, new) = (
+        TempFile::key(&Key::from_bytes([0x61; 32])),
+        TempFile::key(&Key::from_bytes([0x62; 32])),
+    );
+    // A 50 Mbit/s bottleneck keeps the transfer running through every step.
+    let net = TwoHosts::new(&TwoHostOptions {
+        bottleneck: Some(("50mbit".into(), "64kb".into())),
+        router: false,
+    })
+    .expect("topology");
+    let (ca, cb) = (TempFile::config(""), TempFile::config(""));
+    keyed_config(&ca, ADDR_B, &old, None);
+    keyed_config(&cb, ADDR_A, &old, None);
+    let a = Daemon::start(&net.a, mgrpd(), &["--config", &ca.arg()]).expect("mgrpd on A");
+    let b = Daemon::start(&net.b, mgrpd(), &["--config", &cb.arg()]).expect("mgrpd on B");
+    let stop = Arc::new(AtomicBool::new(false));
+    let trains = trains_every(
+        &a,
+        IpAddr::V4(ADDR_B),
+        stop.clone(),
+        Duration::from_millis(5),
+    );
+    let bytes = 16 << 20;
+    let listener = tcp_listen(&net.b, IpAddr::V4(ADDR_B), 5471).expect("listen");
+    let hup = |d: &Daemon| d.process.signal(libc::SIGHUP);
+    // (key-file, next-key-file) at each step.
+    let steps = [(&old, Some(&new)), (&new, Some(&old)), (&new, None)];
+    let (t, rotated) = std::thread::scope(|scope| {
+        let rotation = scope.spawn(|| {
+            for (key, next) in steps {
+                std::thread::sleep(Duration::from_millis(250));
+                keyed_config(&ca, ADDR_B, key, next);
+                hup(&a);
+                std::thread::sleep(Duration::from_millis(250));
+                keyed_config(&cb, ADDR_A, key, next);
+                hup(&b);
+            }
+            Instant::now()
+        });
+        let t = tcp_transfer(&net.a, listener, IpAddr::V4(ADDR_B), 5471, bytes);
+        (t, (rotation.join().unwrap(), Instant::now()))
+    });
+    stop.store(true, Ordering::Relaxed);
+    let n = trains.join().unwrap();
+    let t = t.expect("the transfer");
+    assert!(t.intact && t.received == bytes, "{t:?}");
+    let (rotation_done, transfer_done) = rotated;
+    assert!(
+        rotation_done < transfer_done,
+        "the transfer ended before the rotation did: the test proves nothing; {t:?}"
+    );
+    for (who, d) in [("A", &a), ("B", &b)] {
+        let s = d.quiescent_stats().unwrap();
+        assert_eq!(
+            (
+                s.daemon.mgrp_bad_tag,
+                s.daemon.mgrp_unauthenticated,
+                s.daemon.mgrp_replayed,
+                s.daemon.mgrp_reflected,
+            ),
+            (0, 0, 0, 0),
+            "{who}: {s:#?}"
+        );
+        let log = d.process.log();
+        assert_eq!(log.matches("keys reloaded").count(), 3, "{who}: {log}");
+    }
+    let sb = b.quiescent_stats().unwrap();
+    assert!(sb.daemon.riders_delivered > 0, "nothing rode: {sb:#?}");
+    eprintln!(
+        "rotation: {bytes} B in {:.1} s beside {n} trains, {} riders delivered at B",
+        t.seconds, sb.daemon.riders_delivered
+    );
+}
+
+/// Without keys towards a peer that is not on this host, mgrpd says at start what
+/// that exposes.
+#[test]
+fn a_daemon_without_keys_says_what_that_exposes() {
+    let _serial = serial();
+    if !root_or_skip("no_key_warning") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let route = format!("{ADDR_B}/32");
+    let a = Daemon::start(&net.a, mgrpd(), &["--route", &route]).expect("mgrpd");
+    let log = a.process.log();
+    assert!(log.contains("no key: any host that can send"), "{log}");
+}

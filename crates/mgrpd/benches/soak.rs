@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mgrp_core::auth::{Key, TRAILER_LEN, seal};
+use mgrp_core::auth::{Binding, Direction, Key, TRAILER_LEN, seal};
 use mgrp_core::wire::Packet;
 use mgrp_testbed::forge;
 use mgrp_testbed::{
@@ -66,6 +66,11 @@ fn flood(c: &Netns, key: &Key, pps: u64, stop: Arc<AtomicBool>) -> std::thread::
     std::thread::spawn(move || {
         let to_b = SockAddr::from(SocketAddr::new(IpAddr::V4(ADDR_B), 0));
         let wrong = Key::from_bytes([0x33; 32]);
+        // As A seals for B.
+        let a_to_b = Binding::To(Direction {
+            from: IpAddr::V4(ADDR_A),
+            to: IpAddr::V4(ADDR_B),
+        });
         let mut rng = 7u64;
         let gap = Duration::from_secs_f64(1.0 / pps as f64);
         let t0 = Instant::now();
@@ -89,7 +94,7 @@ fn flood(c: &Netns, key: &Key, pps: u64, stop: Arc<AtomicBool>) -> std::thread::
                 ),
                 2 => {
                     let mut p = Packet::new_checked(continuation(id, TRAILER_LEN)).unwrap();
-                    seal(&wrong, &mut p, next(&mut rng)).unwrap();
+                    seal(&wrong, a_to_b, &mut p, next(&mut rng)).unwrap();
                     raw.send_to(
                         &forge::ipv4_packet(ADDR_A, ADDR_B, 253, p.as_bytes()),
                         &to_b,
@@ -98,7 +103,7 @@ fn flood(c: &Netns, key: &Key, pps: u64, stop: Arc<AtomicBool>) -> std::thread::
                 _ => {
                     // Sealed right, but with a counter long past: a replay.
                     let mut p = Packet::new_checked(continuation(id, TRAILER_LEN)).unwrap();
-                    seal(&key, &mut p, 1 + sent % 1000).unwrap();
+                    seal(&key, a_to_b, &mut p, 1 + sent % 1000).unwrap();
                     raw.send_to(
                         &forge::ipv4_packet(ADDR_A, ADDR_B, 253, p.as_bytes()),
                         &to_b,

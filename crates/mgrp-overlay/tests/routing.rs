@@ -272,7 +272,13 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
     mgrp_testbed::packages::require(&["nft", "conntrack"])?;
     let net = Net::new()?;
     let dir = TempDir::new("mgrp-routing")?;
-    let udp = "encap = \"udp\"\n";
+    // Relaying and speaking for other addresses take a key: one for the mesh.
+    let key = write(&dir.0, "mesh.key", &"9c".repeat(32))?;
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))?;
+    }
+    let udp = format!("key-file = \"{}\"\nencap = \"udp\"\n", key.display());
     let cw = write(
         &dir.0,
         "mgrpd-w.toml",

@@ -1014,7 +1014,7 @@ fn keyed_daemons_refuse_unauthenticated_wrong_key_and_replayed_packets() {
 }
 
 /// `kill -9` leaves the policy rule behind; the next start removes it, says so, and
-/// runs; a clean stop then leaves no rule.
+/// runs; SIGHUP does not stop it, and a clean stop then leaves no rule.
 #[test]
 fn a_restart_after_kill_9_succeeds() {
     let _serial = serial();
@@ -1047,11 +1047,19 @@ fn a_restart_after_kill_9_succeeds() {
         ))
         .unwrap();
     assert_eq!(report.probes_sent, 5);
-    // SIGHUP is a clean exit: the rule goes.
+    // SIGHUP loads the keys again and the daemon runs on; SIGTERM is a clean exit:
+    // the rule goes.
     second.process.signal(libc::SIGHUP);
+    assert!(second.process.wait(Duration::from_millis(500)).is_none());
+    assert!(
+        second.process.log().contains("keys reloaded"),
+        "{}",
+        second.process.log()
+    );
+    second.process.signal(libc::SIGTERM);
     let status = second.process.wait(Duration::from_secs(10));
     assert_eq!(status.and_then(|s| s.code()), Some(0));
-    assert!(second.process.log().contains("SIGHUP"));
+    assert!(second.process.log().contains("SIGTERM"));
     assert!(!net.a.ip(&["rule"]).unwrap().contains("lookup 4242"));
 }
 

@@ -197,3 +197,103 @@ impl ReceivePath {
         self.daemon.stats().get()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use mgrp_core::wire::{Header, Repr, Version};
+
+    fn keepalive() -> Packet<Vec<u8>> {
+        let repr = Repr {
+            version: Version::V2,
+            header: Header::keepalive(),
+            tool_header: &[],
+            chunks: vec![],
+            trailer_len: TRAILER_LEN,
+        };
+        repr.emit_into(vec![0u8; repr.buffer_len()]).unwrap()
+    }
+
+    fn taken(s: &DaemonStats) -> u64 {
+        s.daemon.keepalives_received
+    }
+
+    #[test]
+    fn a_peers_packet_is_taken_once_and_this_hosts_own_sent_back_never() {
+        let mut path = ReceivePath::new();
+        let mut p = keepalive();
+        path.sealed_by_peer(&mut p);
+        path.raw(RAW_PEER, p.as_bytes());
+        assert_eq!(taken(&path.stats()), 1);
+        path.raw(RAW_PEER, p.as_bytes());
+        let s = path.stats();
+        assert_eq!((taken(&s), s.daemon.mgrp_replayed), (1, 1));
+        // What this host sealed for the peer, sent back as the peer's: refused, and
+        // the peer's window does not move (its next packet is still taken).
+        let mut mine = keepalive();
+        path.sealed_by_me(RAW_PEER, &mut mine);
+        path.raw(RAW_PEER, mine.as_bytes());
+        // Or passed to this host under another peer's name (same shared key).
+        path.udp(UDP_ENDPOINT, mine.as_bytes());
+        let s = path.stats();
+        assert_eq!((taken(&s), s.daemon.mgrp_reflected), (1, 1), "{s:#?}");
+        assert_eq!(s.daemon.mgrp_bad_tag, 1, "{s:#?}");
+        let mut next = keepalive();
+        path.sealed_by_peer(&mut next);
+        path.raw(RAW_PEER, next.as_bytes());
+        assert_eq!(taken(&path.stats()), 2);
+        // The peer's packet from the UDP peer's endpoint: not that peer's.
+        let mut p = keepalive();
+        path.sealed_by_peer(&mut p);
+        path.udp(UDP_ENDPOINT, p.as_bytes());
+        let s = path.stats();
+        assert_eq!((taken(&s), s.daemon.mgrp_bad_tag), (2, 2), "{s:#?}");
+        assert!(s.receive_conserved(), "{s:#?}");
+    }
+
+    #[test]
+    fn a_reflected_packet_moves_no_roaming_peer() {
+        let mut path = ReceivePath::new();
+        assert_eq!(path.endpoint(ROAMING_PEER), None);
+        let attacker: SocketAddr = "198.51.100.9:5555".parse().unwrap();
+        let mut mine = keepalive();
+        path.sealed_by_me(ROAMING_PEER, &mut mine);
+        path.udp(attacker, mine.as_bytes());
+        let s = path.stats();
+        assert_eq!(path.endpoint(ROAMING_PEER), None);
+        assert_eq!(
+            (s.daemon.peer_endpoint_changes, s.daemon.mgrp_not_peer),
+            (0, 1)
+        );
+        // The peer's own packet moves it; an older one of its, from elsewhere, not.
+        let (mut old, mut new) = (keepalive(), keepalive());
+        path.sealed_by(ROAMING_PEER, &mut old);
+        path.sealed_by(ROAMING_PEER, &mut new);
+        let at: SocketAddr = "203.0.113.7:40001".parse().unwrap();
+        path.udp(at, new.as_bytes());
+        assert_eq!(path.endpoint(ROAMING_PEER), Some(at));
+        path.udp(attacker, old.as_bytes());
+        assert_eq!(path.endpoint(ROAMING_PEER), Some(at));
+        let s = path.stats();
+        assert_eq!(s.daemon.peer_endpoint_changes, 1, "{s:#?}");
+        assert!(s.receive_conserved(), "{s:#?}");
+    }
+
+    #[test]
+    fn keys_of_a_rotation_open_and_others_do_not() {
+        let mut path = ReceivePath::new();
+        // UDP_PEER's packets come from its configured endpoint.
+        let mut p = keepalive();
+        path.sealed_by(UDP_PEER, &mut p);
+        path.udp(UDP_ENDPOINT, p.as_bytes());
+        let mut q = keepalive();
+        path.sealed_with_next_key(RAW_PEER, &mut q);
+        path.raw(RAW_PEER, q.as_bytes());
+        let s = path.stats();
+        assert_eq!(taken(&s), 2, "{s:#?}");
+        // The roaming peer's key is its own: a packet of its sealed as if for
+        // another daemon does not open here.
+        assert_ne!(ME, UDP_PEER);
+    }
+}

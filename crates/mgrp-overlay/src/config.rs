@@ -116,6 +116,8 @@ pub struct Config {
     /// When set, every request must carry `Authorization: Bearer <token>` (or
     /// `?token=` for the status page).
     pub token: Option<String>,
+    /// When set, the API is served over TLS only (`tls-cert`, `tls-key`).
+    pub tls: Option<crate::tls::ServerTls>,
     /// mgrpd's API socket.
     pub socket: PathBuf,
     /// Measurements into this node that may run at once.
@@ -184,6 +186,8 @@ struct File {
     name: Option<String>,
     listen: Option<String>,
     token_file: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
     socket: Option<PathBuf>,
     max_running: Option<usize>,
     history: Option<usize>,
@@ -358,8 +362,9 @@ impl Config {
             "none"
         };
         out.push_str(&format!("node {}\n", self.name));
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
         out.push_str(&format!(
-            "  API, /metrics and status page: http://{}/ ({scope}); token: {token}\n",
+            "  API, /metrics and status page: {scheme}://{}/ ({scope}); token: {token}\n",
             self.listen
         ));
         out.push_str(&format!("  mgrpd socket: {}\n", self.socket.display()));
@@ -504,6 +509,12 @@ impl Config {
                 self.listen
             ));
         }
+        if !self.listen.ip().is_loopback() && self.token.is_some() && self.tls.is_none() {
+            w.push(format!(
+                "the API listens on {} in clear HTTP: its token crosses the network readable by anyone on the path (set tls-cert and tls-key, or put a TLS proxy in front and listen on 127.0.0.1)",
+                self.listen
+            ));
+        }
         w
     }
 }
@@ -569,6 +580,22 @@ impl Config {
                     )));
                 }
                 Some(t)
+            }
+        };
+        let in_dir = |p: &Path| match dir {
+            Some(d) if p.is_relative() => d.join(p),
+            _ => p.to_path_buf(),
+        };
+        let tls = match (&f.tls_cert, &f.tls_key) {
+            (None, None) => None,
+            (Some(c), Some(k)) => Some(
+                crate::tls::ServerTls::load(&in_dir(c), &in_dir(k))
+                    .map_err(|e| invalid(format!("tls-cert/tls-key: {e}")))?,
+            ),
+            _ => {
+                return Err(invalid(
+                    "tls-cert and tls-key go together: the API's certificate chain and its private key (PEM)".into(),
+                ));
             }
         };
         let max_running = f.max_running.unwrap_or(1);
@@ -750,6 +777,7 @@ impl Config {
             name,
             listen,
             token,
+            tls,
             socket: f
                 .socket
                 .unwrap_or_else(|| PathBuf::from(mgrp_client::DEFAULT_SOCKET)),

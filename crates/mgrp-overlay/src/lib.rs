@@ -37,3 +37,4 @@ pub mod schedule;
 pub mod service;
 mod store;
 pub mod timing;
+pub mod tls;

@@ -20,6 +20,12 @@ struct NodeLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServeLabels {
+    node: String,
+    transport: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct InfoLabels {
     node: String,
     link: String,
@@ -349,6 +355,35 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
     started
         .get_or_create(&NodeLabels { node: node.clone() })
         .set(s.started_at());
+    let served = |r: &mut Registry, name: &str, help: &str| {
+        let f = Family::<ServeLabels, Counter>::default();
+        r.register(name, help, f.clone());
+        f
+    };
+    let measurements = served(
+        &mut r,
+        "mgrp_overlay_serve_measurements",
+        "Neighbours' measurements of the path from this node that ended, by the transport served",
+    );
+    let refusals = served(
+        &mut r,
+        "mgrp_overlay_serve_refusals",
+        "Receivers turned away or requests refused by this node's sender (not allowed, busy, over a budget or the session limit, an address not proven), by transport",
+    );
+    let failures = served(
+        &mut r,
+        "mgrp_overlay_serve_failures",
+        "Neighbours' requests that failed on this node (mgrpd refused a train, a socket could not be opened), by transport",
+    );
+    for (transport, t) in s.served() {
+        let l = ServeLabels {
+            node: node.clone(),
+            transport,
+        };
+        measurements.get_or_create(&l).inc_by(t.measurements);
+        refusals.get_or_create(&l).inc_by(t.refusals);
+        failures.get_or_create(&l).inc_by(t.failures);
+    }
     for v in s.links() {
         let l = LinkLabels {
             node: node.clone(),

@@ -6,7 +6,7 @@
 //! clock. The API reaches the node through [`Shared`] only: the links' views and
 //! histories, "measure now", and a broadcast of each new estimate.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -196,12 +196,32 @@ pub struct Shared {
     started_at: f64,
     /// Route control, when configured.
     routes: Option<Arc<crate::routing::control::Control>>,
+    /// What each transport this node serves its neighbours on did for them.
+    served: Mutex<BTreeMap<String, Served>>,
+}
+
+/// What a transport served: measurements, refusals (a receiver turned away or a
+/// request refused: not allowed, busy, over its budget or session limit, an
+/// address not proven), and failures on this side.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Served {
+    /// Measurements that ended.
+    pub measurements: u64,
+    /// Refusals.
+    pub refusals: u64,
+    /// Requests that failed here.
+    pub failures: u64,
 }
 
 impl Shared {
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// What each transport this node serves on did for its neighbours.
+    pub fn served(&self) -> BTreeMap<String, Served> {
+        lock(&self.served).clone()
     }
 
     /// Every link with its state and latest estimate.
@@ -401,6 +421,7 @@ impl Node {
     /// Binds the servers the configuration asks for (an error if a port is taken) and
     /// starts serving and measuring.
     pub fn start(config: Config) -> anyhow::Result<Self> {
+        let config_serve = config.serve.clone();
         let servers = config
             .serve
             .iter()
@@ -488,6 +509,7 @@ impl Node {
             store,
             started_at: unix_now(),
             routes: shared_routing.clone(),
+            served: Mutex::default(),
         });
         let mut threads = Vec::new();
         if let Some(control) = shared_routing {
@@ -496,12 +518,12 @@ impl Node {
                 let _ = s.events.send(Event::Route(sw));
             })?);
         }
-        for server in servers {
-            let s = shared.clone();
+        for (server, (transport, _)) in servers.into_iter().zip(&config_serve) {
+            let (s, transport) = (shared.clone(), transport.to_string());
             threads.push(
                 std::thread::Builder::new()
                     .name("overlay-serve".into())
-                    .spawn(move || serve(&server, &s))?,
+                    .spawn(move || serve(&server, &transport, &s))?,
             );
         }
         let s = shared.clone();
@@ -570,17 +592,29 @@ impl Node {
     }
 }
 
-fn serve(server: &Server, s: &Shared) {
+fn serve(server: &Server, transport: &str, s: &Shared) {
     let addr = server
         .local_addr()
         .map_or_else(|_| "?".into(), |a| a.to_string());
     info!("serving measurements on {addr}");
+    let tally = |f: fn(&mut Served)| f(lock(&s.served).entry(transport.to_string()).or_default());
+    tally(|_| {});
     let result = server.serve(true, &s.stop, &mut |ev| match ev {
         ServeEvent::Connected(peer, tool) => debug!("{addr}: receiver {peer} measuring ({tool})"),
-        ServeEvent::Done(peer, Ok(n)) => debug!("{addr}: {peer} done, {n} batches of probes"),
-        ServeEvent::Done(peer, Err(e)) => info!("{addr}: measurement for {peer} ended: {e}"),
-        ServeEvent::Refused(peer, why) => debug!("{addr}: refused {peer}: {why}"),
+        ServeEvent::Done(peer, Ok(n)) => {
+            tally(|t| t.measurements += 1);
+            debug!("{addr}: {peer} done, {n} batches of probes");
+        }
+        ServeEvent::Done(peer, Err(e)) => {
+            tally(|t| t.measurements += 1);
+            info!("{addr}: measurement for {peer} ended: {e}");
+        }
+        ServeEvent::Refused(peer, why) => {
+            tally(|t| t.refusals += 1);
+            debug!("{addr}: refused {peer}: {why}");
+        }
         ServeEvent::Failed(peer, why) => {
+            tally(|t| t.failures += 1);
             warn!("{addr}: could not serve {peer}'s measurement of the path from here: {why}");
         }
         ServeEvent::Warning(peer, why) => warn!("{addr}: measurement for {peer}: {why}"),

@@ -28,25 +28,25 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     for w in config.warnings() {
         tracing::warn!("{w}");
     }
-    let (name, links) = (config.name.clone(), config.links.len());
+    let (name, links, tls) = (config.name.clone(), config.links.len(), config.tls.clone());
     let node = Node::start(config)?;
     let (stopping, shutdown) = watch::channel(false);
     let app = http::router(node.shared(), shutdown);
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    info!("mgrp-overlay {name}: {links} links, API on http://{listen}/");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    info!("mgrp-overlay {name}: {links} links, API on {scheme}://{listen}/");
     for (transport, addr) in node.serving() {
         info!("serving {transport} measurements on control port {addr}");
     }
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            tokio::select! {
-                _ = term.recv() => info!("SIGTERM: shutting down"),
-                _ = int.recv() => info!("SIGINT: shutting down"),
-            }
-            let _ = stopping.send(true);
-        })
-        .await;
+    let served = crate::tls::serve(listener, app, tls.as_ref(), async move {
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM: shutting down"),
+            _ = int.recv() => info!("SIGINT: shutting down"),
+        }
+        let _ = stopping.send(true);
+    })
+    .await;
     tokio::task::spawn_blocking(move || node.stop())
         .await
         .context("stopping the node")?;

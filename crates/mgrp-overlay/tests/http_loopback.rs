@@ -58,6 +58,26 @@ fn the_api_serves_links_history_stream_metrics_and_page() {
         }
     }
     let event = data.expect("an estimate event within 30 s");
+    // A counts the measurement it served, in its metrics too.
+    let until = Instant::now() + Duration::from_secs(5);
+    while a.shared().served().get("udp").map_or(0, |t| t.measurements) == 0
+        && Instant::now() < until
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let served = a.shared().served()["udp"];
+    assert!(
+        served.measurements >= 1 && served.refusals == 0,
+        "{served:?}"
+    );
+    let text = mgrp_overlay::metrics::render(&a.shared(), mgrp_core::exposition::Format::Text);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("mgrp_overlay_serve_refusals")
+                && l.contains("transport=\"udp\"")
+                && l.ends_with(" 0")),
+        "{text}"
+    );
     assert_eq!(event["link"], "from-a");
     assert!(event["probe_bytes"].as_u64().unwrap() > 0, "{event}");
 
@@ -217,7 +237,8 @@ fn check_config_accepts_the_example_and_names_mistakes() {
 }
 
 /// `--check-config` prints a summary an operator reads, never the token, warns of an
-/// API open to other hosts without one, and a closed pipe ends it quietly.
+/// API open to other hosts without one (or with one but without TLS), and a closed
+/// pipe ends it quietly.
 #[test]
 fn check_config_summarises_without_secrets_and_survives_a_closed_pipe() {
     use std::io::Read as _;
@@ -252,7 +273,10 @@ fn check_config_summarises_without_secrets_and_survives_a_closed_pipe() {
         stdout.contains("up: from 10.0.0.5 port 55002 over mgrp, pathload-fast, every 20s"),
         "{stdout}"
     );
-    assert!(!stderr.contains("warning"), "{stderr}");
+    // A token on an address beyond loopback, without TLS, crosses the network in
+    // clear: said, and only that.
+    assert!(stderr.contains("in clear HTTP"), "{stderr}");
+    assert_eq!(stderr.matches("warning").count(), 1, "{stderr}");
 
     let open = dir.join("open.toml");
     std::fs::write(&open, "listen = \"0.0.0.0:7700\"\n").unwrap();

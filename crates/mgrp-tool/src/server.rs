@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use std::time::Instant;
 
@@ -190,6 +190,8 @@ impl Server {
     ) -> anyhow::Result<()> {
         let slot = AtomicBool::new(false);
         let measured = AtomicBool::new(false);
+        // Connections open per requester.
+        let open: Mutex<HashMap<IpAddr, usize>> = Mutex::new(HashMap::new());
         std::thread::scope(|scope| {
             let (done_tx, done_rx) = std::sync::mpsc::channel();
             let mut conns: Vec<std::thread::ScopedJoinHandle<'_, ()>> = Vec::new();
@@ -231,15 +233,31 @@ impl Server {
                     report(ServeEvent::Refused(peer, message));
                     continue;
                 }
-                let (opts, done_tx, slot, measured, captures, budgets) = (
+                {
+                    let mut open = open.lock().unwrap_or_else(PoisonError::into_inner);
+                    let n = open.entry(from).or_insert(0);
+                    if *n >= MAX_CONNECTIONS_PER_HOST {
+                        let message = format!(
+                            "{BUSY}: {from} has {MAX_CONNECTIONS_PER_HOST} connections open to this sender already; close one first"
+                        );
+                        drop(open);
+                        turn_away(stream, &message);
+                        report(ServeEvent::Refused(peer, message));
+                        continue;
+                    }
+                    *n += 1;
+                }
+                let (opts, done_tx, slot, measured, captures, budgets, open) = (
                     &self.opts,
                     done_tx.clone(),
                     &slot,
                     &measured,
                     &self.captures,
                     &self.budgets,
+                    &open,
                 );
                 conns.push(scope.spawn(move || {
+                    let _counted = OpenConnection { open, from };
                     let mut events = |ev: ServeEvent| {
                         let _ = done_tx.send(ev);
                     };
@@ -279,6 +297,28 @@ pub const BUSY: &str = "busy";
 /// Connections served at once (one measurement, the rest traffic queries or
 /// receivers being told the sender is busy).
 const MAX_CONNECTIONS: usize = 16;
+
+/// Connections one host may have open at once: its measurement and a few queries
+/// beside it, so no host can take every connection and keep the others out.
+pub const MAX_CONNECTIONS_PER_HOST: usize = 4;
+
+/// One counted connection of a requester's; uncounted when dropped.
+struct OpenConnection<'a> {
+    open: &'a Mutex<HashMap<IpAddr, usize>>,
+    from: IpAddr,
+}
+
+impl Drop for OpenConnection<'_> {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.from) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.from);
+            }
+        }
+    }
+}
 
 /// How long a new connection may take to say what it wants.
 const FIRST_REQUEST: Duration = Duration::from_secs(5);
@@ -374,9 +414,7 @@ fn tcp(to: IpAddr, control_port: Option<u16>) -> Reply {
 /// (the newest [`MAX_STAMPS`] of them), leaving out those from `control_port`; the capture starts at the first request
 /// for `to`, and captures no one asked for in [`STAMPS_IDLE_S`] seconds stop.
 fn stamps(captures: &Captures, to: IpAddr, after: u64, control_port: Option<u16>) -> Reply {
-    let mut caps = captures
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut caps = captures.lock().unwrap_or_else(PoisonError::into_inner);
     let now = Instant::now();
     caps.retain(|_, (_, asked)| now.duration_since(*asked).as_secs() < STAMPS_IDLE_S);
     let full = caps.len() >= MAX_CAPTURES;
@@ -690,9 +728,7 @@ fn serve_one(
 
 /// Takes `bytes` of `peer`'s hourly budget, or says why not.
 fn spend(budgets: &Mutex<Budgets>, peer: SocketAddr, bytes: u64) -> Result<(), Reply> {
-    let mut b = budgets
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut b = budgets.lock().unwrap_or_else(PoisonError::into_inner);
     b.take(peer.ip().to_canonical(), Instant::now(), bytes)
         .map_err(|o| Reply::Error {
             message: format!(

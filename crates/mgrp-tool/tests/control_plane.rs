@@ -347,6 +347,48 @@ fn a_host_outside_the_allow_list_is_turned_away() -> anyhow::Result<()> {
     }
 }
 
+/// A host that opens as many connections as it may (and says nothing on them) is
+/// turned away at the next, saying why; another host is still served, and the first
+/// is once its idle connections are closed.
+fn one_host_cannot_take_every_connection() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let _serving = Serving::start(&star, ServeOptions::new(Transport::Udp))?;
+    // The connection that found the sender listening is closed: let the sender see it.
+    std::thread::sleep(Duration::from_millis(300));
+    let idle: Vec<Conn> = (0..mgrp_tool::server::MAX_CONNECTIONS_PER_HOST)
+        .map(|_| connect(&star))
+        .collect::<anyhow::Result<_>>()?;
+    // The sender counts a connection once it takes it: give it time to.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut more = connect(&star)?;
+    more.send(&hello(None))?;
+    match more.recv::<Reply>()? {
+        Some(Reply::Error { message }) => ensure!(
+            message.starts_with(mgrp_tool::BUSY) && message.contains("connections open"),
+            "{message}"
+        ),
+        other => bail!("a connection over the host's limit was answered {other:?}"),
+    }
+    let a = SocketAddr::new(IpAddr::V4(star.addrs[0]), CONTROL);
+    let stream = star.hosts[2].run(|| TcpStream::connect_timeout(&a, Duration::from_secs(5)))??;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut other = Conn::new(stream)?;
+    other.send(&hello(None))?;
+    match other.recv::<Reply>()? {
+        Some(Reply::Hello { .. }) => {}
+        other => bail!("another host was answered {other:?}"),
+    }
+    other.send(&Request::Bye)?;
+    drop((idle, other));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut again = connect(&star)?;
+    again.send(&hello(None))?;
+    match again.recv::<Reply>()? {
+        Some(Reply::Hello { .. }) => Ok(()),
+        other => bail!("the host, its connections closed, was answered {other:?}"),
+    }
+}
+
 fn a_requester_over_its_hourly_budget_is_refused() -> anyhow::Result<()> {
     let star = Star::new(&[None, None, None])?;
     let _c = Counter::start(&star.hosts[1])?;
@@ -404,6 +446,10 @@ const TESTS: &[Test] = &[
     (
         "a_measurement_cannot_hold_the_sender_past_its_session_limit",
         a_measurement_cannot_hold_the_sender_past_its_session_limit,
+    ),
+    (
+        "one_host_cannot_take_every_connection",
+        one_host_cannot_take_every_connection,
     ),
 ];
 

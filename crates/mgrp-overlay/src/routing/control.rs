@@ -8,7 +8,7 @@
 //! removes every rule, route and table it installed.
 
 use std::collections::HashMap;
-use std::io::{Read as _, Write as _};
+use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -448,23 +448,54 @@ struct Remote {
     error: Option<String>,
 }
 
-fn http_get(api: SocketAddr, path: &str, token: Option<&str>) -> Result<Value, String> {
+/// What route control asks a member's API: `GET path` with its token, over TLS when
+/// the member has a `ca-file`; the JSON answer of a 200, else why not.
+pub fn http_get(
+    api: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+    tls: Option<&crate::tls::ClientTls>,
+) -> Result<Value, String> {
     let timeout = Duration::from_millis(700);
-    let mut s = TcpStream::connect_timeout(&api, timeout).map_err(|e| format!("{api}: {e}"))?;
+    let s = TcpStream::connect_timeout(&api, timeout).map_err(|e| format!("{api}: {e}"))?;
     s.set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
     s.set_write_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
+    match tls {
+        None => exchange(s, api, path, token),
+        Some(t) => exchange(
+            t.wrap(s).map_err(|e| format!("{api}: {e}"))?,
+            api,
+            path,
+            token,
+        ),
+    }
+}
+
+/// One GET over `s` (clear or TLS), its JSON answer.
+fn exchange(
+    mut s: impl Read + Write,
+    api: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> Result<Value, String> {
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: {api}\r\n{auth}Connection: close\r\n\r\n"
     )
+    .and_then(|()| s.flush())
     .map_err(|e| format!("{api}: {e}"))?;
     let mut body = Vec::new();
-    s.take(16 << 20)
-        .read_to_end(&mut body)
-        .map_err(|e| format!("{api}{path}: {e}"))?;
+    // A TLS peer that closes without close_notify still gave its whole answer when
+    // the body parses.
+    let read = s.take(16 << 20).read_to_end(&mut body);
+    if let Err(e) = read
+        && body.is_empty()
+    {
+        return Err(format!("{api}{path}: {e}"));
+    }
     let text = String::from_utf8_lossy(&body);
     let (head, rest) = text
         .split_once("\r\n\r\n")
@@ -570,10 +601,10 @@ fn poll_members(c: &Control) {
                 .iter()
                 .map(|m| {
                     scope.spawn(move || {
-                        let token = m.token.as_deref();
+                        let (token, tls) = (m.token.as_deref(), m.tls.as_ref());
                         [
-                            http_get(m.api, "/v1/links", token),
-                            http_get(m.api, "/v1/routes", token),
+                            http_get(m.api, "/v1/links", token, tls),
+                            http_get(m.api, "/v1/routes", token, tls),
                         ]
                     })
                 })

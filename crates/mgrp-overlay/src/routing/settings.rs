@@ -58,6 +58,8 @@ pub struct Member {
     pub api: SocketAddr,
     /// The token its API wants, if any.
     pub token: Option<String>,
+    /// How its API is spoken to over TLS (`ca-file`), when it serves TLS.
+    pub tls: Option<crate::tls::ClientTls>,
 }
 
 impl std::fmt::Debug for Member {
@@ -68,6 +70,7 @@ impl std::fmt::Debug for Member {
             .field("device", &self.device)
             .field("api", &self.api)
             .field("token", &self.token.as_ref().map(|_| "(set, not shown)"))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -169,6 +172,8 @@ struct MemberFile {
     device: Option<String>,
     api: Option<String>,
     token_file: Option<PathBuf>,
+    ca_file: Option<PathBuf>,
+    tls_name: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -282,12 +287,37 @@ impl RoutingFile {
                 None => None,
                 Some(p) => Some(crate::config::read_token_file(&p, dir)?.1),
             };
+            let tls = match (&m.ca_file, &m.tls_name) {
+                (Some(ca), name) => {
+                    let ca = match dir {
+                        Some(d) if ca.is_relative() => d.join(ca),
+                        _ => ca.clone(),
+                    };
+                    let name = name.clone().unwrap_or_else(|| api.ip().to_string());
+                    Some(
+                        crate::tls::ClientTls::load(&ca, &name)
+                            .map_err(|e| invalid(format!("{key}: ca-file: {e}")))?,
+                    )
+                }
+                (None, Some(_)) => {
+                    return Err(invalid(format!(
+                        "{key}: tls-name is the name in the member's certificate; give ca-file too"
+                    )));
+                }
+                (None, None) => None,
+            };
+            if token.is_some() && tls.is_none() && !api.ip().is_loopback() {
+                return Err(invalid(format!(
+                    "{key}: its token would cross the network in clear to {api}; serve that member's API over TLS (its tls-cert and tls-key) and give ca-file here, the certificate of the authority that signed it"
+                )));
+            }
             members.push(Member {
                 name: m.name,
                 address: m.address,
                 device: m.device,
                 api,
                 token,
+                tls,
             });
         }
         let member = |key: &str, name: &str| {

@@ -58,6 +58,7 @@ pub struct Api {
 
 impl Api {
     pub fn start(config: Config) -> Self {
+        let tls = config.tls.clone();
         let node = Node::start(config).unwrap();
         let (stop, shutdown) = watch::channel(false);
         let app = http::router(node.shared(), shutdown.clone());
@@ -72,12 +73,11 @@ impl Api {
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
                 let mut shutdown = shutdown;
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = shutdown.wait_for(|s| *s).await;
-                    })
-                    .await
-                    .unwrap();
+                mgrp_overlay::tls::serve(listener, app, tls.as_ref(), async move {
+                    let _ = shutdown.wait_for(|s| *s).await;
+                })
+                .await
+                .unwrap();
             });
         });
         Self {

@@ -1,0 +1,242 @@
+//! TLS for the node's API (`tls-cert`, `tls-key`) and for route control's polls of
+//! members' APIs (a member's `ca-file`): rustls with the ring provider, TLS 1.2 and
+//! 1.3, no client certificates (requests carry the bearer token, now only inside
+//! TLS). Handshakes run in tasks of their own, each bounded in time and their number
+//! bounded, so a client that stalls in one holds up no other.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::sync::{Semaphore, mpsc};
+
+/// How long a client may take over its handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Handshakes in progress at most; further connections wait to be accepted.
+pub const MAX_HANDSHAKES: usize = 64;
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(|e| format!("{}: {e} (a PEM file of certificates)", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: holds no PEM certificate", path.display()));
+    }
+    Ok(certs)
+}
+
+/// The API's certificate and key: what serves it over TLS.
+#[derive(Clone)]
+pub struct ServerTls {
+    /// The certificate chain's file and the key's.
+    pub files: (PathBuf, PathBuf),
+    config: Arc<rustls::ServerConfig>,
+}
+
+impl PartialEq for ServerTls {
+    fn eq(&self, other: &Self) -> bool {
+        self.files == other.files
+    }
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("cert", &self.files.0)
+            .field("key", &self.files.1)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerTls {
+    /// Reads the certificate chain (PEM) and its private key (PEM, a file only its
+    /// owner may read).
+    pub fn load(cert: &Path, key: &Path) -> Result<Self, String> {
+        let certs = certificates(cert)?;
+        let key_text = mgrp_rt::secret::read_private(key, "TLS key file")?;
+        let private = PrivateKeyDer::from_pem_slice(key_text.as_bytes())
+            .map_err(|e| format!("{}: {e} (a PEM private key)", key.display()))?;
+        let config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_no_client_auth()
+            .with_single_cert(certs, private)
+            .map_err(|e| {
+                format!(
+                    "{} and {}: {e} (is the key the certificate's?)",
+                    cert.display(),
+                    key.display()
+                )
+            })?;
+        Ok(Self {
+            files: (cert.to_path_buf(), key.to_path_buf()),
+            config: Arc::new(config),
+        })
+    }
+}
+
+/// How route control speaks TLS to one member's API: the certificates that may
+/// have signed it, and the name its certificate must carry.
+#[derive(Clone)]
+pub struct ClientTls {
+    /// The `ca-file`.
+    pub ca: PathBuf,
+    name: ServerName<'static>,
+    config: Arc<rustls::ClientConfig>,
+}
+
+impl PartialEq for ClientTls {
+    fn eq(&self, other: &Self) -> bool {
+        self.ca == other.ca && self.name == other.name
+    }
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("ca", &self.ca)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientTls {
+    /// Trusts the certificates in `ca` (PEM) for a server named `name`: a DNS name,
+    /// or an IP address its certificate names.
+    pub fn load(ca: &Path, name: &str) -> Result<Self, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in certificates(ca)? {
+            roots.add(c).map_err(|e| format!("{}: {e}", ca.display()))?;
+        }
+        let name = ServerName::try_from(name.to_string())
+            .map_err(|e| format!("{name:?} is not a DNS name or an IP address: {e}"))?;
+        let config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Self {
+            ca: ca.to_path_buf(),
+            name,
+            config: Arc::new(config),
+        })
+    }
+
+    /// The name the server's certificate must carry.
+    pub fn name(&self) -> String {
+        self.name.to_str().into_owned()
+    }
+
+    /// A TLS stream over `tcp`; the handshake happens on first use.
+    pub fn wrap(&self, tcp: TcpStream) -> Result<impl Read + Write, String> {
+        let conn = rustls::ClientConnection::new(self.config.clone(), self.name.clone())
+            .map_err(|e| e.to_string())?;
+        Ok(rustls::StreamOwned::new(conn, tcp))
+    }
+}
+
+/// A listener for `axum::serve` that hands out TLS streams: connections are taken
+/// as they come and each handshake runs in a task of its own, [`MAX_HANDSHAKES`] at
+/// most (those done and not yet taken by the server included).
+#[derive(Debug)]
+pub struct TlsListener {
+    local: SocketAddr,
+    ready: mpsc::Receiver<(
+        tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+        SocketAddr,
+    )>,
+}
+
+impl TlsListener {
+    /// Serves TLS with `tls` on `tcp`'s connections.
+    pub fn new(tcp: tokio::net::TcpListener, tls: &ServerTls) -> std::io::Result<Self> {
+        let local = tcp.local_addr()?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.clone());
+        let (tx, ready) = mpsc::channel(MAX_HANDSHAKES);
+        let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+        tokio::spawn(async move {
+            loop {
+                let Ok(permit) = handshakes.clone().acquire_owned().await else {
+                    return;
+                };
+                let (stream, peer) = match tcp.accept().await {
+                    Ok(x) => x,
+                    Err(e) => {
+                        // Out of descriptors, mostly: wait rather than spin.
+                        tracing::warn!("accepting an API connection failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let (acceptor, done_tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let done =
+                        tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+                    match done {
+                        Ok(Ok(tls)) => {
+                            // The permit is held until the server takes the stream.
+                            let _ = done_tx.send((tls, peer)).await;
+                            drop(permit);
+                        }
+                        Ok(Err(e)) => tracing::debug!("TLS handshake with {peer} failed: {e}"),
+                        Err(_) => tracing::debug!(
+                            "TLS handshake with {peer} took over {HANDSHAKE_TIMEOUT:?}: dropped"
+                        ),
+                    }
+                });
+                if tx.is_closed() {
+                    return;
+                }
+            }
+        });
+        Ok(Self { local, ready })
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(x) => x,
+            // The accepting task is gone only when the runtime is: nothing comes.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves: over TLS with `tls`, else in
+/// clear HTTP.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    tls: Option<&ServerTls>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    match tls {
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        Some(t) => {
+            axum::serve(TlsListener::new(listener, t)?, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
+}

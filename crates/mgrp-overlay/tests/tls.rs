@@ -1,0 +1,156 @@
+//! The API over TLS, on loopback (no root): a node with `tls-cert` and `tls-key`
+//! answers route control's member poll (`routing::control::http_get`, the token
+//! inside TLS) when the poller trusts the authority that signed its certificate, and
+//! answers nobody in clear HTTP or under another authority; a client that never
+//! finishes its handshake holds up no other.
+
+mod common;
+
+use std::io::Write as _;
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+
+use common::Api;
+use mgrp_overlay::config::Config;
+use mgrp_overlay::routing::control::http_get;
+use mgrp_overlay::tls::ClientTls;
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+
+/// A folder of this test's files, removed on drop.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Self {
+        let d = std::env::temp_dir().join(mgrp_testbed::unique(tag));
+        std::fs::create_dir_all(&d).unwrap();
+        Self(d)
+    }
+
+    /// Writes `text` to `name`, readable by its owner only.
+    fn private(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        p
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// An authority and a certificate it signed for 127.0.0.1, in `dir`: the
+/// authority's certificate, the server's certificate and its key.
+fn authority_and_server(dir: &Dir, tag: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    (
+        dir.private(&format!("{tag}-ca.pem"), &ca.pem()),
+        dir.private(&format!("{tag}-cert.pem"), &cert.pem()),
+        dir.private(&format!("{tag}-key.pem"), &key.serialize_pem()),
+    )
+}
+
+fn node(cert: &Path, key: &Path, token: &Path) -> Config {
+    let toml = format!(
+        "name = \"t\"\ntoken-file = \"{}\"\ntls-cert = \"{}\"\ntls-key = \"{}\"\n[serve]\ntransports = []\n",
+        token.display(),
+        cert.display(),
+        key.display()
+    );
+    Config::from_toml(&toml, None).unwrap()
+}
+
+#[test]
+fn the_api_over_tls_answers_who_trusts_its_authority_and_nobody_in_clear() {
+    let dir = Dir::new("mgrp-tls");
+    let (ca, cert, key) = authority_and_server(&dir, "node");
+    let (other_ca, _, _) = authority_and_server(&dir, "other");
+    let token = "0123456789abcdef0123";
+    let token_file = dir.private("token", token);
+    let api = Api::start(node(&cert, &key, &token_file));
+    let trusted = ClientTls::load(&ca, "127.0.0.1").unwrap();
+
+    let links = http_get(api.addr, "/v1/links", Some(token), Some(&trusted)).unwrap();
+    assert_eq!(links["node"], "t");
+    // The token is still asked for inside TLS.
+    let e = http_get(api.addr, "/v1/links", None, Some(&trusted)).unwrap_err();
+    assert!(e.contains("HTTP 401"), "{e}");
+    // Another authority's client refuses the certificate; a clear client gets no
+    // HTTP answer.
+    let stranger = ClientTls::load(&other_ca, "127.0.0.1").unwrap();
+    let e = http_get(api.addr, "/v1/links", Some(token), Some(&stranger)).unwrap_err();
+    assert!(e.to_lowercase().contains("certificate"), "{e}");
+    let e = http_get(api.addr, "/v1/links", Some(token), None).unwrap_err();
+    assert!(e.contains("no HTTP answer"), "{e}");
+    // A name the certificate does not carry is refused too.
+    let wrong_name = ClientTls::load(&ca, "node.example").unwrap();
+    assert!(http_get(api.addr, "/v1/links", Some(token), Some(&wrong_name)).is_err());
+
+    // Clients that connect and never finish a handshake hold up no other.
+    let stalled: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut s = TcpStream::connect(api.addr).unwrap();
+            s.write_all(&[0x16, 0x03, 0x01]).unwrap();
+            s
+        })
+        .collect();
+    let links = http_get(api.addr, "/v1/links", Some(token), Some(&trusted)).unwrap();
+    assert_eq!(links["node"], "t");
+    drop(stalled);
+}
+
+#[test]
+fn tls_files_are_checked_when_the_configuration_is_read() {
+    let dir = Dir::new("mgrp-tls-config");
+    let (ca, cert, key) = authority_and_server(&dir, "node");
+    let err = |toml: String| Config::from_toml(&toml, None).unwrap_err().to_string();
+    let e = err(format!("tls-cert = \"{}\"\n", cert.display()));
+    assert!(e.contains("go together"), "{e}");
+    // A key others may read is refused, as token and key files are.
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = err(format!(
+        "tls-cert = \"{}\"\ntls-key = \"{}\"\n",
+        cert.display(),
+        key.display()
+    ));
+    assert!(e.contains("chmod 600"), "{e}");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // A key that is not the certificate's.
+    let (_, _, other_key) = authority_and_server(&dir, "other");
+    let e = err(format!(
+        "tls-cert = \"{}\"\ntls-key = \"{}\"\n",
+        cert.display(),
+        other_key.display()
+    ));
+    assert!(e.contains("tls-cert/tls-key"), "{e}");
+    // A member's token never crosses the network in clear.
+    let token = dir.private("member-token", "0123456789abcdef0123");
+    let member = |extra: &str| {
+        format!(
+            "[routing]\naddress = \"10.0.0.1\"\ntun = \"mgrp0\"\n\
+             [[routing.member]]\nname = \"m\"\naddress = \"10.0.0.2\"\ntoken-file = \"{}\"\n{extra}",
+            token.display()
+        )
+    };
+    let e = err(member(""));
+    assert!(e.contains("in clear") && e.contains("ca-file"), "{e}");
+    let ok = Config::from_toml(
+        &member(&format!(
+            "ca-file = \"{}\"\ntls-name = \"127.0.0.1\"\n",
+            ca.display()
+        )),
+        None,
+    );
+    assert!(ok.is_ok(), "{ok:?}");
+}

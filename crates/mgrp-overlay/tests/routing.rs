@@ -152,6 +152,14 @@ impl Net {
     }
 }
 
+/// Writes `text` to `name` in `dir`, readable by its owner only (keys, tokens).
+fn private(dir: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let p = write(dir, name, text)?;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))?;
+    Ok(p)
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {
     let p = dir.join(name);
     std::fs::write(&p, text)?;
@@ -273,11 +281,7 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
     let net = Net::new()?;
     let dir = TempDir::new("mgrp-routing")?;
     // Relaying and speaking for other addresses take a key: one for the mesh.
-    let key = write(&dir.0, "mesh.key", &"9c".repeat(32))?;
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))?;
-    }
+    let key = private(&dir.0, "mesh.key", &"9c".repeat(32))?;
     let udp = format!("key-file = \"{}\"\nencap = \"udp\"\n", key.display());
     let cw = write(
         &dir.0,
@@ -314,12 +318,33 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
     let ds = mgrpd(&net.s, &cs)?;
     let de = mgrpd(&net.e, &ce)?;
 
-    let node = |name: &str, addr: Ipv4Addr, d: &Daemon, routing: &str| {
+    // The relays' APIs speak only TLS and want a token: W polls them with the token
+    // inside TLS, trusting the authority that signed their certificates.
+    let ca_key = rcgen::KeyPair::generate()?;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key)?;
+    let ca_file = private(&dir.0, "ca.pem", &ca.pem())?;
+    let relay_token = private(&dir.0, "relay.token", "relay-token-0123456789")?;
+    let tls = |name: &str, addr: Ipv4Addr| -> anyhow::Result<String> {
+        let key = rcgen::KeyPair::generate()?;
+        let cert = rcgen::CertificateParams::new(vec![addr.to_string()])?
+            .signed_by(&key, &ca, &ca_key)?;
+        let cert_file = private(&dir.0, &format!("{name}.crt"), &cert.pem())?;
+        let key_file = private(&dir.0, &format!("{name}.key"), &key.serialize_pem())?;
+        Ok(format!(
+            "tls-cert = \"{}\"\ntls-key = \"{}\"\ntoken-file = \"{}\"\n",
+            cert_file.display(),
+            key_file.display(),
+            relay_token.display()
+        ))
+    };
+    let node = |name: &str, addr: Ipv4Addr, d: &Daemon, routing: &str, top: &str| {
         write(
             &dir.0,
             &format!("overlay-{name}.toml"),
             &format!(
-                "name = \"{name}\"\nlisten = \"{addr}:7700\"\nsocket = \"{}\"\n[serve]\ntransports = []\n\
+                "name = \"{name}\"\nlisten = \"{addr}:7700\"\nsocket = \"{}\"\n{top}[serve]\ntransports = []\n\
                  [routing]\naddress = \"{addr}\"\ntun = \"{}\"\nheartbeat-interval = \"50ms\"\nloss-window = \"3s\"\n\
                  t-ch = \"{}s\"\npoll = \"500ms\"\n{routing}",
                 d.socket.display(),
@@ -338,16 +363,25 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
             }
         )
     };
+    let relay_member = |name: &str, addr: Ipv4Addr| {
+        format!(
+            "{}ca-file = \"{}\"\ntoken-file = \"{}\"\n",
+            member(name, addr, true),
+            ca_file.display(),
+            relay_token.display()
+        )
+    };
     let ow = node(
         "w",
         W,
         &dw,
         &format!(
             "{}{}{}[[routing.destination]]\nprefix = \"{E_LAN}\"\nmember = \"e\"\n",
-            member("n", N, true),
-            member("s", S, true),
+            relay_member("n", N),
+            relay_member("s", S),
             member("e", E, true)
         ),
+        "",
     )?;
     // A relay sends what it relays straight to the owner: its direct path.
     let relay_node = |name: &str, addr: Ipv4Addr, d: &Daemon| {
@@ -360,10 +394,11 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
                 member("w", W, false),
                 member("e", E, true)
             ),
+            &tls(name, addr)?,
         )
     };
     let (on, os) = (relay_node("n", N, &dn)?, relay_node("s", S, &ds)?);
-    let oe = node("e", E, &de, "")?;
+    let oe = node("e", E, &de, "", "")?;
     let _pe = overlay(&net.e, &oe)?;
     let mut pn = overlay(&net.n, &on)?;
     let _ps = overlay(&net.s, &os)?;

@@ -328,8 +328,8 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
     let relay_token = private(&dir.0, "relay.token", "relay-token-0123456789")?;
     let tls = |name: &str, addr: Ipv4Addr| -> anyhow::Result<String> {
         let key = rcgen::KeyPair::generate()?;
-        let cert = rcgen::CertificateParams::new(vec![addr.to_string()])?
-            .signed_by(&key, &ca, &ca_key)?;
+        let cert =
+            rcgen::CertificateParams::new(vec![addr.to_string()])?.signed_by(&key, &ca, &ca_key)?;
         let cert_file = private(&dir.0, &format!("{name}.crt"), &cert.pem())?;
         let key_file = private(&dir.0, &format!("{name}.key"), &key.serialize_pem())?;
         Ok(format!(

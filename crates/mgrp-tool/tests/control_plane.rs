@@ -389,6 +389,80 @@ fn one_host_cannot_take_every_connection() -> anyhow::Result<()> {
     }
 }
 
+/// A receiver that holds the measurement and stops reading its answers (pings sent
+/// and their pongs never read, until every buffer between is full) holds the sender
+/// only until one of its writes has waited 10 s without progress: then another host
+/// is served, long before the idle (120 s) or session (10 min) limit would end it.
+/// (The receiving kernel compacts what it queues now and then, which lets a write
+/// progress: the release comes 10 to 20 s after the last progress, not at 10 s.)
+fn a_receiver_that_stops_reading_is_let_go() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let _serving = Serving::start(&star, ServeOptions::new(Transport::Udp))?;
+    let a = SocketAddr::new(IpAddr::V4(star.addrs[0]), CONTROL);
+    let stream = star.hosts[1].run(|| TcpStream::connect_timeout(&a, Duration::from_secs(5)))??;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    // Long enough that only a sender that stopped reading stops these writes.
+    stream.set_write_timeout(Some(Duration::from_secs(3)))?;
+    let mut hog = Conn::new(stream)?;
+    hog.send(&hello(None))?;
+    match hog.recv::<Reply>()? {
+        Some(Reply::Hello { .. }) => {}
+        other => bail!("the hello was answered {other:?}"),
+    }
+    // Pings until the sender's answers fill every buffer up to its socket's largest
+    // send buffer (4 MB), it stops reading, and so its requests back up too.
+    let started = Instant::now();
+    let mut sent = 0u32;
+    while hog.send(&Request::Ping).is_ok() {
+        sent += 1;
+        ensure!(
+            started.elapsed() < Duration::from_secs(120),
+            "{sent} pings in 120 s and the sender still reads them"
+        );
+    }
+    eprintln!(
+        "    {sent} pings in {:?} until the sender stopped reading",
+        started.elapsed()
+    );
+
+    let held = Instant::now();
+    let b_addr = star.addrs[2];
+    let other = |what: &str| -> anyhow::Result<Reply> {
+        let stream =
+            star.hosts[2].run(|| TcpStream::connect_timeout(&a, Duration::from_secs(5)))??;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut c = Conn::new(stream)?;
+        c.send(&hello(None))?;
+        c.recv::<Reply>()?
+            .with_context(|| format!("{b_addr} got no answer {what}"))
+    };
+    // Held while the sender waits on its write.
+    match other("while the sender waits")? {
+        Reply::Error { message } if message.starts_with(mgrp_tool::BUSY) => {}
+        r => bail!("another host was answered {r:?} while the sender was held"),
+    }
+    let until = held + Duration::from_secs(60);
+    loop {
+        match other("after the write limit")? {
+            Reply::Hello { .. } => break,
+            Reply::Error { message } if message.starts_with(mgrp_tool::BUSY) => {
+                ensure!(
+                    Instant::now() < until,
+                    "the sender was held over 60 s by a receiver that does not read ({sent} pings)"
+                );
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            r => bail!("another host was answered {r:?}"),
+        }
+    }
+    eprintln!(
+        "    let go {:?} after the sender stopped reading",
+        held.elapsed()
+    );
+    drop(hog);
+    Ok(())
+}
+
 fn a_requester_over_its_hourly_budget_is_refused() -> anyhow::Result<()> {
     let star = Star::new(&[None, None, None])?;
     let _c = Counter::start(&star.hosts[1])?;
@@ -450,6 +524,10 @@ const TESTS: &[Test] = &[
     (
         "one_host_cannot_take_every_connection",
         one_host_cannot_take_every_connection,
+    ),
+    (
+        "a_receiver_that_stops_reading_is_let_go",
+        a_receiver_that_stops_reading_is_let_go,
     ),
 ];
 

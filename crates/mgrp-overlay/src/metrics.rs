@@ -363,7 +363,7 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
     let measurements = served(
         &mut r,
         "mgrp_overlay_serve_measurements",
-        "Neighbours' measurements of the path from this node that ended, by the transport served",
+        "Neighbours' measurements of the path from this node that ended, by the transport served (one refused or failing partway counts here too)",
     );
     let refusals = served(
         &mut r,

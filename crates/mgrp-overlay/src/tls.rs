@@ -1,11 +1,12 @@
 //! TLS for the node's API (`tls-cert`, `tls-key`) and for route control's polls of
 //! members' APIs (a member's `ca-file`): rustls with the ring provider, TLS 1.2 and
 //! 1.3, no client certificates (requests carry the bearer token, now only inside
-//! TLS). Handshakes run in tasks of their own, each bounded in time and their number
-//! bounded, so a client that stalls in one holds up no other.
+//! TLS). Handshakes run in tasks of their own, each bounded in time, their number
+//! bounded in all and per host, so a client that stalls in one holds up no other.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,10 +16,14 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::sync::{Semaphore, mpsc};
 
 /// How long a client may take over its handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Handshakes in progress at most; further connections wait to be accepted.
 pub const MAX_HANDSHAKES: usize = 64;
+
+/// Handshakes in progress from one address at most; its further connections are
+/// closed at once, so one host cannot take every handshake slot.
+pub const MAX_HANDSHAKES_PER_HOST: usize = 8;
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -163,12 +168,20 @@ impl TlsListener {
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.clone());
         let (tx, ready) = mpsc::channel(MAX_HANDSHAKES);
         let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+        let per_host: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>> = Arc::default();
         tokio::spawn(async move {
             loop {
-                let Ok(permit) = handshakes.clone().acquire_owned().await else {
-                    return;
+                // Ends with the server (its listener dropped), even while idle.
+                let permit = tokio::select! {
+                    p = handshakes.clone().acquire_owned() => p,
+                    () = tx.closed() => return,
                 };
-                let (stream, peer) = match tcp.accept().await {
+                let Ok(permit) = permit else { return };
+                let accepted = tokio::select! {
+                    a = tcp.accept() => a,
+                    () = tx.closed() => return,
+                };
+                let (stream, peer) = match accepted {
                     Ok(x) => x,
                     Err(e) => {
                         // Out of descriptors, mostly: wait rather than spin.
@@ -177,13 +190,21 @@ impl TlsListener {
                         continue;
                     }
                 };
+                let Some(slot) = HostSlot::take(&per_host, peer.ip()) else {
+                    tracing::debug!(
+                        "{} has {MAX_HANDSHAKES_PER_HOST} TLS handshakes under way: connection closed",
+                        peer.ip()
+                    );
+                    continue;
+                };
                 let (acceptor, done_tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
                     let done =
                         tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+                    drop(slot);
                     match done {
                         Ok(Ok(tls)) => {
-                            // The permit is held until the server takes the stream.
+                            // The permit is held until the stream is handed over.
                             let _ = done_tx.send((tls, peer)).await;
                             drop(permit);
                         }
@@ -193,12 +214,47 @@ impl TlsListener {
                         ),
                     }
                 });
-                if tx.is_closed() {
-                    return;
-                }
             }
         });
         Ok(Self { local, ready })
+    }
+}
+
+/// One handshake under way from a host; given back when dropped.
+struct HostSlot {
+    hosts: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
+    host: IpAddr,
+}
+
+impl HostSlot {
+    fn take(hosts: &Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>, host: IpAddr) -> Option<Self> {
+        let mut h = hosts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = h.entry(host).or_insert(0);
+        if *n >= MAX_HANDSHAKES_PER_HOST {
+            return None;
+        }
+        *n += 1;
+        Some(Self {
+            hosts: hosts.clone(),
+            host,
+        })
+    }
+}
+
+impl Drop for HostSlot {
+    fn drop(&mut self) {
+        let mut h = self
+            .hosts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = h.get_mut(&self.host) {
+            *n -= 1;
+            if *n == 0 {
+                h.remove(&self.host);
+            }
+        }
     }
 }
 

@@ -97,14 +97,37 @@ fn the_api_over_tls_answers_who_trusts_its_authority_and_nobody_in_clear() {
     let wrong_name = ClientTls::load(&ca, "node.example").unwrap();
     assert!(http_get(api.addr, "/v1/links", Some(token), Some(&wrong_name)).is_err());
 
-    // Clients that connect and never finish a handshake hold up no other.
-    let stalled: Vec<TcpStream> = (0..8)
-        .map(|_| {
-            let mut s = TcpStream::connect(api.addr).unwrap();
-            s.write_all(&[0x16, 0x03, 0x01]).unwrap();
-            s
-        })
+    // Connections from one host that never finish a handshake hold up no other host,
+    // and that host gets no more than its share of handshakes under way.
+    let from_other_host = || {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.bind(
+            &"127.0.0.2:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+        s.connect(&api.addr.into()).unwrap();
+        let mut s: TcpStream = s.into();
+        s.write_all(&[0x16, 0x03, 0x01]).unwrap();
+        s
+    };
+    let stalled: Vec<TcpStream> = (0..mgrp_overlay::tls::MAX_HANDSHAKES_PER_HOST)
+        .map(|_| from_other_host())
         .collect();
+    let mut one_more = from_other_host();
+    one_more
+        .set_read_timeout(Some(std::time::Duration::from_secs(3)))
+        .unwrap();
+    let closed = std::io::Read::read(&mut one_more, &mut [0u8; 16]);
+    assert!(
+        matches!(closed, Ok(0))
+            || closed
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "a connection over the host's handshakes was not closed: {closed:?}"
+    );
     let links = http_get(api.addr, "/v1/links", Some(token), Some(&trusted)).unwrap();
     assert_eq!(links["node"], "t");
     drop(stalled);

@@ -256,8 +256,10 @@ impl Server {
                     &self.budgets,
                     &open,
                 );
+                // Counted from here: a thread that cannot start gives it back.
+                let counted = OpenConnection { open, from };
                 conns.push(scope.spawn(move || {
-                    let _counted = OpenConnection { open, from };
+                    let _counted = counted;
                     let mut events = |ev: ServeEvent| {
                         let _ = done_tx.send(ev);
                     };

@@ -37,7 +37,12 @@ use crate::sys;
 const COUNTER_MARGIN: u64 = 1 << 32;
 
 /// Own addresses remembered per peer at most; beyond, they are looked up each time.
+/// Only peers this daemon sends to are remembered.
 const MAX_IDENTITIES: usize = 4096;
+
+/// Refused packets looked at again per second, to tell a reflection or an old tag
+/// from a wrong one; beyond, they count as wrong tags.
+const DIAGNOSES_PER_SECOND: u32 = 100;
 
 /// What became of a packet's trailer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,8 +90,12 @@ pub(crate) struct Keyring {
     counter: AtomicU64,
     /// One per peer, by peer address.
     windows: Mutex<HashMap<IpAddr, ReplayWindow>>,
-    /// This daemon's address as each peer knows it.
+    /// This daemon's address as each peer knows it, for the peers it sends to.
     identities: RwLock<HashMap<IpAddr, IpAddr>>,
+    /// Refused packets looked at again this second: (second, count).
+    diagnoses: Mutex<(u64, u32)>,
+    /// Whether the state file can be written.
+    saving: AtomicBool,
     /// Looks those addresses up, on any thread.
     sources: sys::SourceFinder,
     /// Where the counter and the windows are saved, if keys are in use.
@@ -113,7 +122,7 @@ impl Keyring {
             .map(|(peer, top)| (peer, ReplayWindow::resumed(top)))
             .collect();
         let sources = sys::SourceFinder::new(config.fwmark);
-        Self {
+        let keyring = Self {
             current: RwLock::new(Current {
                 keys: config.keys.clone(),
                 scheme: config.auth,
@@ -123,10 +132,29 @@ impl Keyring {
             counter: AtomicU64::new(counter),
             windows: Mutex::new(windows),
             identities: RwLock::default(),
+            diagnoses: Mutex::default(),
+            saving: AtomicBool::new(true),
             sources,
             state,
             dirty: AtomicBool::new(false),
+        };
+        if keyring.config.keys.enabled() {
+            // The peers this daemon will send to, looked up while it may still use
+            // every capability; the pacer then finds them in the cache.
+            let peers: Vec<IpAddr> = keyring
+                .config
+                .peers
+                .peers()
+                .iter()
+                .filter(|p| p.prefix.len() == if p.prefix.addr().is_ipv4() { 32 } else { 128 })
+                .map(|p| p.prefix.addr())
+                .chain(keyring.config.via.values().copied())
+                .collect();
+            for peer in peers {
+                keyring.identity(peer);
+            }
         }
+        keyring
     }
 
     /// Whether packets are authenticated at all.
@@ -173,19 +201,39 @@ impl Keyring {
             return Verdict::Refused(Refusal::Unauthenticated);
         }
         let selves = self.selves(from, to);
-        let counter = match opened(keys, &selves, from, current.scheme, packet) {
-            Ok(c) => c,
-            Err(refusal) => return Verdict::Refused(refusal),
+        let Some(counter) = opened(keys, &selves, from, current.scheme, packet) else {
+            let why = if self.may_diagnose() {
+                diagnosed(keys, &selves, from, current.scheme, packet)
+            } else {
+                Refusal::BadTag
+            };
+            return Verdict::Refused(why);
         };
         drop(current);
         let mut windows = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
         let verdict = match windows.entry(from).or_default().check(counter) {
             Freshness::Newest => Verdict::Authentic { newest: true },
             Freshness::Late => Verdict::Authentic { newest: false },
-            Freshness::Replayed => Verdict::Refused(Refusal::Replayed),
+            Freshness::Replayed => return Verdict::Refused(Refusal::Replayed),
         };
         self.dirty.store(true, Ordering::Relaxed);
         verdict
+    }
+
+    /// Whether one more refused packet may be looked at again to say what it was (a
+    /// reflection, an old tag): at most [`DIAGNOSES_PER_SECOND`], so a flood of
+    /// forgeries costs the forward checks only.
+    fn may_diagnose(&self) -> bool {
+        let now = mgrp_rt::mono_now().as_nanos() / 1_000_000_000;
+        let mut d = self
+            .diagnoses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if d.0 != now {
+            *d = (now, 0);
+        }
+        d.1 += 1;
+        d.1 <= DIAGNOSES_PER_SECOND
     }
 
     /// Whether a packet sent to `to` opens as `peer`'s with one of its keys (the tag
@@ -199,15 +247,24 @@ impl Keyring {
         let current = self.current();
         current.keys.key_for(peer).is_some_and(|keys| {
             let selves = self.selves(peer, to);
-            opened(keys, &selves, peer, current.scheme, packet).is_ok()
+            opened(keys, &selves, peer, current.scheme, packet).is_some()
         })
     }
 
-    /// The addresses `from` may know this daemon by: the one its riders to `from`
-    /// leave from, and the one the packet came to.
+    /// The addresses `from` may know this daemon by: the one the packet came to, and
+    /// the one its riders to `from` leave from when that is known without a lookup
+    /// (configured, or found before for a packet sent to it). A packet, authentic or
+    /// not, never costs a route lookup or a place in the cache.
     fn selves(&self, from: IpAddr, to: Option<IpAddr>) -> Vec<IpAddr> {
-        let mut v = vec![self.identity(from)];
-        v.extend(to.filter(|t| *t != v[0]));
+        let mut v: Vec<IpAddr> = to.into_iter().collect();
+        let known = self
+            .identities
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&from)
+            .copied()
+            .or_else(|| self.config.sources.for_peer(from));
+        v.extend(known.filter(|k| !v.contains(k)));
         v
     }
 
@@ -279,17 +336,28 @@ impl Keyring {
         let Some(dir) = self.state.as_deref().and_then(Path::parent) else {
             return;
         };
+        use std::os::unix::fs::MetadataExt as _;
+        let existed = dir.exists();
+        let owner = user.and_then(sys::user_ids);
         let made = std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .and_then(|()| match user.and_then(sys::user_ids) {
-                Some((uid, gid)) => sys::give_to(dir, uid, gid),
-                None => Ok(()),
+            .and_then(|()| match owner {
+                // Only a directory mgrpd made is given away, never one it found.
+                Some((uid, gid)) if !existed => sys::give_to(dir, uid, gid),
+                Some((uid, _)) if std::fs::metadata(dir)?.uid() != uid => {
+                    Err(std::io::Error::other(format!(
+                        "it is not owned by user {}, whom mgrpd becomes (chown it, or give systemd's StateDirectory with User=)",
+                        user.unwrap_or_default()
+                    )))
+                }
+                _ => Ok(()),
             });
         if let Err(e) = made {
+            self.saving.store(false, Ordering::Relaxed);
             warn!(
-                "cannot make the state directory {}: {e}; replay windows will not outlive a restart (give a writable --state-dir)",
+                "cannot keep state in {}: {e}; replay windows will not outlive a restart",
                 dir.display()
             );
             return;
@@ -303,7 +371,7 @@ impl Keyring {
         let Some(path) = &self.state else {
             return;
         };
-        if !self.dirty.swap(false, Ordering::Relaxed) {
+        if !self.saving.load(Ordering::Relaxed) || !self.dirty.swap(false, Ordering::Relaxed) {
             return;
         }
         let mut text = String::from(
@@ -324,8 +392,10 @@ impl Keyring {
             }
         }
         if let Err(e) = write_private(path, &text) {
+            // Said once: the directory will not become writable by itself.
+            self.saving.store(false, Ordering::Relaxed);
             warn!(
-                "cannot save the replay windows to {}: {e}; after a restart, packets recorded on the way could be taken once more (give a writable --state-dir)",
+                "cannot save the replay windows to {}: {e}; they are not saved from now on, so after a restart packets recorded on the way could be taken once more (give a writable --state-dir, then restart)",
                 path.display()
             );
         }
@@ -356,38 +426,43 @@ impl Keyring {
 }
 
 /// The counter of `packet` if it opens as sealed by `from` for one of `selves` with
-/// one of `keys` (or, under `Scheme::V1`, with a version 1 tag); else what it is.
+/// one of `keys` (or, under `Scheme::V1`, with a version 1 tag as well).
 fn opened(
     keys: &PeerKey,
     selves: &[IpAddr],
     from: IpAddr,
     scheme: Scheme,
     packet: &Packet<&[u8]>,
-) -> Result<u64, Refusal> {
-    let bindings = |reflected: bool| {
-        selves.iter().map(move |&me| {
-            let d = Direction { from, to: me };
-            Binding::To(if reflected { d.reversed() } else { d })
-        })
-    };
-    let try_all = |bindings: &mut dyn Iterator<Item = Binding>| {
-        let bindings: Vec<Binding> = bindings.collect();
-        keys.accepted()
-            .find_map(|k| bindings.iter().find_map(|b| auth::open(k, *b, packet).ok()))
-    };
-    if let Some(c) = try_all(&mut bindings(false)) {
-        return Ok(c);
+) -> Option<u64> {
+    let forward = selves
+        .iter()
+        .map(|&me| Binding::To(Direction { from, to: me }));
+    let v1 = (scheme == Scheme::V1).then_some(Binding::None);
+    let bindings: Vec<Binding> = forward.chain(v1).collect();
+    keys.accepted()
+        .find_map(|k| bindings.iter().find_map(|b| auth::open(k, *b, packet).ok()))
+}
+
+/// What a packet that did not open is: one this daemon sealed for `from` (sent back
+/// to it), one with a version 1 tag (`auth = 2` refuses those), or a wrong one.
+fn diagnosed(
+    keys: &PeerKey,
+    selves: &[IpAddr],
+    from: IpAddr,
+    scheme: Scheme,
+    packet: &Packet<&[u8]>,
+) -> Refusal {
+    let opens = |b: Binding| keys.accepted().any(|k| auth::open(k, b, packet).is_ok());
+    if scheme == Scheme::V2 && opens(Binding::None) {
+        return Refusal::OldScheme;
     }
-    let v1 = try_all(&mut std::iter::once(Binding::None));
-    match (scheme, v1) {
-        (Scheme::V1, Some(c)) => return Ok(c),
-        (Scheme::V2, Some(_)) => return Err(Refusal::OldScheme),
-        (_, None) => {}
+    if selves
+        .iter()
+        .any(|&me| opens(Binding::To(Direction { from: me, to: from })))
+    {
+        return Refusal::Reflected;
     }
-    if try_all(&mut bindings(true)).is_some() {
-        return Err(Refusal::Reflected);
-    }
-    Err(Refusal::BadTag)
+    Refusal::BadTag
 }
 
 /// What the state file held.

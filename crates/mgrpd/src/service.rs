@@ -264,7 +264,9 @@ async fn serve(
             let mut tick = tokio::time::interval(SOURCE_REFRESH);
             loop {
                 tick.tick().await;
-                keyring.refresh();
+                // Route lookups and a file write: off the runtime's one thread.
+                let k = keyring.clone();
+                let _ = tokio::task::spawn_blocking(move || k.refresh()).await;
             }
         });
     }

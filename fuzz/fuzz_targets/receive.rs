@@ -18,7 +18,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use libfuzzer_sys::fuzz_target;
 use mgrp_core::api::DaemonStats;
 use mgrp_core::auth::TRAILER_LEN;
-use mgrp_core::wire::{Header, Packet, Repr, Version};
+use mgrp_core::wire::Packet;
 use mgrpd::fuzzing::{RAW_PEER, ROAMING_PEER, ReceivePath, UDP_ENDPOINT, UDP_PEER};
 
 const STRANGER: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 77));
@@ -61,16 +61,7 @@ fn way_of(peer: IpAddr, sel: u8) -> Via {
 fn sealable(bytes: &[u8]) -> Packet<Vec<u8>> {
     match Packet::new_checked(bytes.to_vec()) {
         Ok(p) if p.trailer().len() == usize::from(TRAILER_LEN) => p,
-        _ => {
-            let repr = Repr {
-                version: Version::V2,
-                header: Header::keepalive(),
-                tool_header: &[],
-                chunks: vec![],
-                trailer_len: TRAILER_LEN,
-            };
-            repr.emit_into(vec![0u8; repr.buffer_len()]).unwrap()
-        }
+        _ => mgrpd::fuzzing::keepalive(),
     }
 }
 

@@ -75,6 +75,19 @@ fn config(me: IpAddr, peers: &[(IpAddr, &str)]) -> Config {
     c
 }
 
+/// An empty keepalive with room for the trailer, to seal.
+pub fn keepalive() -> Packet<Vec<u8>> {
+    let repr = mgrp_core::wire::Repr {
+        version: mgrp_core::wire::Version::V2,
+        header: mgrp_core::wire::Header::keepalive(),
+        tool_header: &[],
+        chunks: vec![],
+        trailer_len: TRAILER_LEN,
+    };
+    repr.emit_into(vec![0u8; repr.buffer_len()])
+        .expect("a keepalive fits its own length")
+}
+
 /// The receive path of a keyed daemon, and a peer's sealing.
 #[derive(Debug)]
 pub struct ReceivePath {
@@ -201,19 +214,6 @@ impl ReceivePath {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    use mgrp_core::wire::{Header, Repr, Version};
-
-    fn keepalive() -> Packet<Vec<u8>> {
-        let repr = Repr {
-            version: Version::V2,
-            header: Header::keepalive(),
-            tool_header: &[],
-            chunks: vec![],
-            trailer_len: TRAILER_LEN,
-        };
-        repr.emit_into(vec![0u8; repr.buffer_len()]).unwrap()
-    }
 
     fn taken(s: &DaemonStats) -> u64 {
         s.daemon.keepalives_received

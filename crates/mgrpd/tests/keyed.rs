@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use mgrp_core::api::DaemonStats;
 use mgrp_core::auth::Key;
 use mgrp_core::wire::{Kind, Packet};
 use mgrp_testbed::{
@@ -23,7 +22,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 mod common;
 
-use common::{TempFile, mgrpd, root_or_skip, serial, trains_every};
+use common::{TempFile, mgrpd, root_or_skip, serial, trains_every, wait_for};
 
 const MGRP_PROTOCOL: i32 = 253;
 const UDP_PORT: u16 = 4253;
@@ -100,18 +99,6 @@ fn train(daemon: &Daemon, to: Ipv4Addr) {
         ))
         .unwrap();
     assert_eq!(report.probes_sent, 20, "{report:#?}");
-}
-
-/// Waits until `what` holds of `daemon`'s counters (10 s at most).
-fn wait_for(daemon: &Daemon, what: impl Fn(&DaemonStats) -> bool) -> DaemonStats {
-    let start = Instant::now();
-    loop {
-        let s = daemon.stats().unwrap();
-        if what(&s) || start.elapsed() > Duration::from_secs(10) {
-            return s;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A's probe to B, sent back to A with B's address: A refuses it as its own, and

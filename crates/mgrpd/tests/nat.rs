@@ -8,14 +8,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use mgrp_core::api::DaemonStats;
 use mgrp_core::auth::{self, Key};
 use mgrp_core::wire::{Header, Packet, Repr, Version};
 use mgrp_testbed::{Daemon, Netns, tcp_listen, tcp_transfer, uniform_train, veth_pair};
 
 mod common;
 
-use common::{TempFile, mgrpd, root_or_skip, serial, trains_every};
+use common::{TempFile, mgrpd, root_or_skip, serial, trains_every, wait_for};
 
 /// A's address behind the NAT.
 const A: Ipv4Addr = Ipv4Addr::new(10, 79, 1, 2);
@@ -130,18 +129,6 @@ fn udp_daemons(net: &NatNet, key: &TempFile) -> (Daemon, Daemon, TempFile, TempF
     )
     .expect("mgrpd on A");
     (a, b, ca, cb)
-}
-
-/// Waits until `what` holds of `daemon`'s counters (10 s at most).
-fn wait_for(daemon: &Daemon, what: impl Fn(&DaemonStats) -> bool) -> DaemonStats {
-    let start = Instant::now();
-    loop {
-        let s = daemon.stats().unwrap();
-        if what(&s) || start.elapsed() > Duration::from_secs(10) {
-            return s;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// A TCP transfer from `from_ns` to `to` (listening in `to_ns`), with trains from

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use mgrp_core::api::DaemonStats;
 use mgrp_core::auth::Key;
 use mgrp_testbed::{Daemon, uniform_train};
 
@@ -96,4 +97,17 @@ pub(crate) fn trains_every(
         }
         sent
     })
+}
+
+/// Waits until `what` holds of `daemon`'s counters (10 s at most); returns the last
+/// counters read.
+pub(crate) fn wait_for(daemon: &Daemon, what: impl Fn(&DaemonStats) -> bool) -> DaemonStats {
+    let start = std::time::Instant::now();
+    loop {
+        let s = daemon.stats().unwrap();
+        if what(&s) || start.elapsed() > Duration::from_secs(10) {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

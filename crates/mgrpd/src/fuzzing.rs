@@ -292,8 +292,11 @@ mod tests {
         path.raw(RAW_PEER, q.as_bytes());
         let s = path.stats();
         assert_eq!(taken(&s), 2, "{s:#?}");
-        // The roaming peer's key is its own: a packet of its sealed as if for
-        // another daemon does not open here.
-        assert_ne!(ME, UDP_PEER);
+        // A key that is neither of the peer's (the roaming peer's own) does not open.
+        let mut other = keepalive();
+        path.sealed_by(ROAMING_PEER, &mut other);
+        path.raw(RAW_PEER, other.as_bytes());
+        let s = path.stats();
+        assert_eq!((taken(&s), s.daemon.mgrp_bad_tag), (2, 1), "{s:#?}");
     }
 }

@@ -255,8 +255,8 @@ impl Keyring {
     /// the one its riders to `from` leave from when that is known without a lookup
     /// (configured, or found before for a packet sent to it). A packet, authentic or
     /// not, never costs a route lookup or a place in the cache.
-    fn selves(&self, from: IpAddr, to: Option<IpAddr>) -> Vec<IpAddr> {
-        let mut v: Vec<IpAddr> = to.into_iter().collect();
+    /// Kept on the stack: this runs for every keyed packet received.
+    fn selves(&self, from: IpAddr, to: Option<IpAddr>) -> Selves {
         let known = self
             .identities
             .read()
@@ -264,8 +264,12 @@ impl Keyring {
             .get(&from)
             .copied()
             .or_else(|| self.config.sources.for_peer(from));
-        v.extend(known.filter(|k| !v.contains(k)));
-        v
+        let second = known.filter(|k| to != Some(*k));
+        match (to, second) {
+            (Some(a), Some(b)) => Selves([a, b], 2),
+            (Some(a), None) | (None, Some(a)) => Selves([a, a], 1),
+            (None, None) => Selves([from, from], 0),
+        }
     }
 
     /// This daemon's address as `peer` knows it.
@@ -425,6 +429,18 @@ impl Keyring {
     }
 }
 
+/// Up to two addresses this daemon may be known by (see [`Keyring::selves`]).
+#[derive(Debug, Clone, Copy)]
+struct Selves([IpAddr; 2], usize);
+
+impl std::ops::Deref for Selves {
+    type Target = [IpAddr];
+
+    fn deref(&self) -> &[IpAddr] {
+        &self.0[..self.1]
+    }
+}
+
 /// The counter of `packet` if it opens as sealed by `from` for one of `selves` with
 /// one of `keys` (or, under `Scheme::V1`, with a version 1 tag as well).
 fn opened(
@@ -434,13 +450,14 @@ fn opened(
     scheme: Scheme,
     packet: &Packet<&[u8]>,
 ) -> Option<u64> {
-    let forward = selves
-        .iter()
-        .map(|&me| Binding::To(Direction { from, to: me }));
     let v1 = (scheme == Scheme::V1).then_some(Binding::None);
-    let bindings: Vec<Binding> = forward.chain(v1).collect();
-    keys.accepted()
-        .find_map(|k| bindings.iter().find_map(|b| auth::open(k, *b, packet).ok()))
+    keys.accepted().find_map(|k| {
+        selves
+            .iter()
+            .map(|&me| Binding::To(Direction { from, to: me }))
+            .chain(v1)
+            .find_map(|b| auth::open(k, b, packet).ok())
+    })
 }
 
 /// What a packet that did not open is: one this daemon sealed for `from` (sent back

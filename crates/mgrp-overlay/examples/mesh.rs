@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::ensure;
 use clap::Parser;
-use embed::{TempDir, unix_now};
+use embed::TempDir;
+use mgrp_rt::unix_now;
 use mgrp_testbed::Star;
 use mgrp_testbed::http::request_in;
 use mgrp_testbed::traffic::{ip_level_truth, udp_cbr};

@@ -133,7 +133,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
         args.rate, args.minutes, args.interval
     );
     let started = Instant::now();
-    let start_unix = embed::unix_now();
+    let start_unix = mgrp_rt::unix_now();
     let total = Duration::from_secs_f64(args.minutes * 60.0);
     let outage = Duration::from_secs(args.outage);
     let (down_at, up_at) = (total / 3, total / 3 + outage);

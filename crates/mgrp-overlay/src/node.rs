@@ -9,7 +9,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+
+use mgrp_rt::{lock, unix_now};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -40,10 +42,6 @@ const FIRST_WITHIN: Duration = Duration::from_secs(5);
 /// How often a link waiting for traffic to ride asks its neighbour for it, and how
 /// long before it falls due it starts asking.
 const TRAFFIC_POLL: Duration = Duration::from_secs(1);
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// A link as the API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -1332,9 +1330,4 @@ fn run_btc(s: &Shared, link: &Link, started_at: f64) -> (Estimate, RunEnd) {
         Err(err) => refused(&mut e, err),
     };
     conclude(e, outcome)
-}
-
-/// Now, Unix seconds.
-pub(crate) fn unix_now() -> f64 {
-    mgrp_rt::wall_now().as_nanos() as f64 / 1e9
 }

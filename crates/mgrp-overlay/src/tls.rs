@@ -228,9 +228,7 @@ struct HostSlot {
 
 impl HostSlot {
     fn take(hosts: &Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>, host: IpAddr) -> Option<Self> {
-        let mut h = hosts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut h = mgrp_rt::lock(hosts);
         let n = h.entry(host).or_insert(0);
         if *n >= MAX_HANDSHAKES_PER_HOST {
             return None;
@@ -245,10 +243,7 @@ impl HostSlot {
 
 impl Drop for HostSlot {
     fn drop(&mut self) {
-        let mut h = self
-            .hosts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut h = mgrp_rt::lock(&self.hosts);
         if let Some(n) = h.get_mut(&self.host) {
             *n -= 1;
             if *n == 0 {

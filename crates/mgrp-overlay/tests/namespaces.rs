@@ -28,7 +28,8 @@ mod embed;
 
 use anyhow::{Context, bail, ensure};
 use common::first_value;
-use embed::{TempDir, unix_now};
+use embed::TempDir;
+use mgrp_rt::unix_now;
 use mgrp_testbed::http::promql_path;
 use mgrp_testbed::traffic::{ip_level_truth, udp_cbr};
 use mgrp_testbed::{Netns, Process, Star};

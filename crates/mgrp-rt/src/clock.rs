@@ -33,6 +33,12 @@ pub fn wall_now() -> WallTime {
     WallTime::from_nanos(now(ClockId::CLOCK_REALTIME))
 }
 
+/// Now, on the realtime clock, in Unix seconds (what the overlay's API and the
+/// experiments' records show).
+pub fn unix_now() -> f64 {
+    wall_now().as_nanos() as f64 / 1e9
+}
+
 /// Sleeps until the monotonic clock reads `deadline` (absolute, so a late wake-up
 /// does not push later deadlines); returns at once if it has.
 pub fn sleep_until(deadline: MonoTime) {

@@ -11,6 +11,7 @@
 //! - [`rx`]: datagrams received with the kernel's receive stamp.
 //! - [`stdout`]: printing that survives a closed pipe ([`outln!`], [`out!`]).
 //! - [`secret`]: files holding keys and tokens, read only when only their owner may.
+//! - [`sync`]: a mutex's guard even after a thread panicked holding it.
 //!
 //! Everything goes through nix but SCHED_FIFO, the one call it does not wrap.
 
@@ -18,9 +19,11 @@ pub mod clock;
 pub mod rx;
 pub mod secret;
 pub mod stdout;
+pub mod sync;
 pub mod thread;
 pub mod wait;
 
-pub use clock::{mono_now, sleep_until, wall_now};
+pub use clock::{mono_now, sleep_until, unix_now, wall_now};
 pub use mgrp_core::{MonoTime, WallTime};
+pub use sync::lock;
 pub use wait::{EventFd, Timer, spin_until, wait_until};

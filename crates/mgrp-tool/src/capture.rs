@@ -180,11 +180,7 @@ impl Capture {
     /// The stamps after `cursor` (0 for all it holds), at most `max`.
     pub fn since(&self, cursor: u64, max: usize) -> Taken {
         let drops = self.read_kernel_drops();
-        let mut ring = self
-            .inner
-            .ring
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut ring = mgrp_rt::lock(&self.inner.ring);
         ring.kernel_drops += drops;
         let from = cursor.max(ring.first);
         let skip = usize::try_from(from - ring.first).unwrap_or(usize::MAX);
@@ -205,11 +201,7 @@ impl Capture {
     /// that grows with the rate.
     pub fn newest_since(&self, cursor: u64, max: usize) -> Taken {
         let end = {
-            let ring = self
-                .inner
-                .ring
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let ring = mgrp_rt::lock(&self.inner.ring);
             ring.first + ring.stamps.len() as u64
         };
         let from = cursor.max(end.saturating_sub(max as u64));
@@ -336,10 +328,7 @@ fn read(inner: &Inner) {
         if batch.is_empty() {
             continue;
         }
-        let mut ring = inner
-            .ring
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut ring = mgrp_rt::lock(&inner.ring);
         for s in batch.drain(..) {
             match s {
                 Kept::Uncut => ring.uncut += 1,

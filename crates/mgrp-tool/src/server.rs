@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use std::time::Instant;
 
@@ -234,7 +234,7 @@ impl Server {
                     continue;
                 }
                 {
-                    let mut open = open.lock().unwrap_or_else(PoisonError::into_inner);
+                    let mut open = mgrp_rt::lock(&open);
                     let n = open.entry(from).or_insert(0);
                     if *n >= MAX_CONNECTIONS_PER_HOST {
                         let message = format!(
@@ -312,7 +312,7 @@ struct OpenConnection<'a> {
 
 impl Drop for OpenConnection<'_> {
     fn drop(&mut self) {
-        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut open = mgrp_rt::lock(self.open);
         if let Some(n) = open.get_mut(&self.from) {
             *n -= 1;
             if *n == 0 {
@@ -416,7 +416,7 @@ fn tcp(to: IpAddr, control_port: Option<u16>) -> Reply {
 /// (the newest [`MAX_STAMPS`] of them), leaving out those from `control_port`; the capture starts at the first request
 /// for `to`, and captures no one asked for in [`STAMPS_IDLE_S`] seconds stop.
 fn stamps(captures: &Captures, to: IpAddr, after: u64, control_port: Option<u16>) -> Reply {
-    let mut caps = captures.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut caps = mgrp_rt::lock(captures);
     let now = Instant::now();
     caps.retain(|_, (_, asked)| now.duration_since(*asked).as_secs() < STAMPS_IDLE_S);
     let full = caps.len() >= MAX_CAPTURES;
@@ -730,7 +730,7 @@ fn serve_one(
 
 /// Takes `bytes` of `peer`'s hourly budget, or says why not.
 fn spend(budgets: &Mutex<Budgets>, peer: SocketAddr, bytes: u64) -> Result<(), Reply> {
-    let mut b = budgets.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut b = mgrp_rt::lock(budgets);
     b.take(peer.ip().to_canonical(), Instant::now(), bytes)
         .map_err(|o| Reply::Error {
             message: format!(

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mgrp_core::MonoTime;
@@ -114,7 +114,7 @@ pub(crate) struct TrafficTable(Mutex<BTreeMap<IpAddr, RateMeter>>);
 impl TrafficTable {
     /// Counts `packets` packets of `bytes` IP bytes for `peer`, read at `now`.
     pub(crate) fn add(&self, now: MonoTime, peer: IpAddr, packets: u64, bytes: u64) {
-        let mut t = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut t = mgrp_rt::lock(&self.0);
         if let Some(m) = t.get_mut(&peer) {
             m.add(now, packets, bytes);
         } else if t.len() < MAX_METERED_PEERS {
@@ -124,7 +124,7 @@ impl TrafficTable {
 
     /// Every metered peer at `now`, with what the pacer last said it holds for it.
     fn read(&self, now: MonoTime, held: &[(IpAddr, u64, u64)]) -> Vec<PeerTraffic> {
-        let t = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let t = mgrp_rt::lock(&self.0);
         let mut out: Vec<PeerTraffic> = t
             .iter()
             .map(|(peer, m)| PeerTraffic {
@@ -157,11 +157,11 @@ impl ReassemblySlots {
     /// (`udp`, else raw).
     pub(crate) fn publish(&self, v6: bool, udp: bool, c: ReassemblyCounters) {
         let slot = usize::from(v6) + 2 * usize::from(udp);
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)[slot] = c;
+        mgrp_rt::lock(&self.0)[slot] = c;
     }
 
     fn sum(&self) -> ReassemblyCounters {
-        let per = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let per = *mgrp_rt::lock(&self.0);
         let mut sum = per[0];
         for p in &per[1..] {
             sum += p;
@@ -209,7 +209,7 @@ pub(crate) struct LimitedLog(Mutex<(Option<Instant>, u64)>);
 impl LimitedLog {
     pub(crate) fn warn(&self, what: fmt::Arguments<'_>) {
         let now = Instant::now();
-        let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = mgrp_rt::lock(&self.0);
         let (last, skipped) = &mut *state;
         if last.is_some_and(|l| now.duration_since(l) < Duration::from_secs(1)) {
             *skipped += 1;

@@ -10,8 +10,8 @@
 //! but never the pacer.
 
 use std::net::IpAddr;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -193,14 +193,11 @@ impl Queues {
 
     /// The pacer's counters as last published.
     pub(crate) fn snapshot(&self) -> Snapshot {
-        *self.snapshot.lock().unwrap_or_else(PoisonError::into_inner)
+        *mgrp_rt::lock(&self.snapshot)
     }
 
     /// Riders and bytes held per destination as last published, by address.
     pub(crate) fn held(&self) -> Vec<(IpAddr, u64, u64)> {
-        self.held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        mgrp_rt::lock(&self.held).clone()
     }
 }

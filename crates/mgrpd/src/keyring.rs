@@ -210,7 +210,7 @@ impl Keyring {
             return Verdict::Refused(why);
         };
         drop(current);
-        let mut windows = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut windows = mgrp_rt::lock(&self.windows);
         let verdict = match windows.entry(from).or_default().check(counter) {
             Freshness::Newest => Verdict::Authentic { newest: true },
             Freshness::Late => Verdict::Authentic { newest: false },
@@ -225,10 +225,7 @@ impl Keyring {
     /// forgeries costs the forward checks only.
     fn may_diagnose(&self) -> bool {
         let now = mgrp_rt::mono_now().as_nanos() / 1_000_000_000;
-        let mut d = self
-            .diagnoses
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut d = mgrp_rt::lock(&self.diagnoses);
         if d.0 != now {
             *d = (now, 0);
         }
@@ -385,12 +382,7 @@ impl Keyring {
             "counter {}\n",
             self.counter.load(Ordering::Relaxed)
         ));
-        for (peer, w) in self
-            .windows
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-        {
+        for (peer, w) in mgrp_rt::lock(&self.windows).iter() {
             if let Some(top) = w.top() {
                 text.push_str(&format!("peer {peer} {top}\n"));
             }

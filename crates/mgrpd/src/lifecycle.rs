@@ -1,8 +1,8 @@
 //! One shutdown signal for every thread and task, and the way a failing thread stops
 //! the daemon.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
 
 use tokio::sync::{oneshot, watch};
 
@@ -48,7 +48,7 @@ impl Lifecycle {
     /// A channel on which the daemon hears that a data-path thread died.
     pub fn fatal_channel(&self) -> oneshot::Receiver<String> {
         let (tx, rx) = oneshot::channel();
-        *self.fatal.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx);
+        *mgrp_rt::lock(&self.fatal) = Some(tx);
         rx
     }
 
@@ -58,12 +58,7 @@ impl Lifecycle {
             return;
         }
         tracing::error!("{why}; mgrpd stops");
-        if let Some(tx) = self
-            .fatal
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
+        if let Some(tx) = mgrp_rt::lock(&self.fatal).take() {
             let _ = tx.send(why);
         }
     }

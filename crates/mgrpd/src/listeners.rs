@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 
 use mgrp_core::api::{ReceivedProbe, Response};
 use tokio::sync::mpsc;
@@ -34,7 +34,7 @@ pub(crate) struct Listeners(Mutex<HashMap<u16, Vec<Listener>>>);
 
 impl Listeners {
     fn lock(&self) -> MutexGuard<'_, HashMap<u16, Vec<Listener>>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        mgrp_rt::lock(&self.0)
     }
 
     /// Registers connection `conn` for probes to `port` (from `source`, or from

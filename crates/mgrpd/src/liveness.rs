@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mgrp_core::stats::TransactionReport;
@@ -47,7 +47,7 @@ impl PeerHealth {
         if !self.any_down.load(Ordering::Acquire) {
             return Vec::new();
         }
-        let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut down = mgrp_rt::lock(&self.down);
         down.retain(|_, until| *until > now);
         if down.is_empty() {
             self.any_down.store(false, Ordering::Release);
@@ -57,7 +57,7 @@ impl PeerHealth {
 
     /// Counts `peer` as down until `until`; returns whether it was up.
     fn mark_down(&self, peer: IpAddr, until: MonoTime) -> bool {
-        let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut down = mgrp_rt::lock(&self.down);
         self.any_down.store(true, Ordering::Release);
         down.insert(peer, until).is_none()
     }
@@ -182,11 +182,7 @@ impl ErrorQueues {
 
     /// Takes everything off one socket's error queue.
     fn drain(&self, fd: BorrowedFd<'_>, v6: bool) -> std::io::Result<()> {
-        let mut kept = self
-            .departures
-            .kept
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut kept = mgrp_rt::lock(&self.departures.kept);
         self.drain_into(&mut kept, fd, v6)
     }
 
@@ -246,12 +242,7 @@ impl ErrorQueues {
         may_wait: bool,
     ) {
         let stamps = self.net.kernel_stamps();
-        let lock = || {
-            self.departures
-                .kept
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-        };
+        let lock = || mgrp_rt::lock(&self.departures.kept);
         if stamps && !may_wait {
             if let Ok(mut kept) = self.departures.kept.try_lock() {
                 kept.fill(report);

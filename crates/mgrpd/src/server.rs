@@ -3,10 +3,11 @@
 //! interleave safely. A bad request gets an error answer and never disturbs other
 //! connections; a connection that goes away takes its listeners with it.
 
+use mgrp_rt::lock;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use mgrp_core::api::{
@@ -424,8 +425,4 @@ async fn submit(
             error(kind, e.to_string())
         }
     }
-}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mgrp_core::endpoint::SubmitError;
@@ -92,7 +92,7 @@ impl Trains {
         bytes: u64,
     ) -> Result<(), TrainRefusal> {
         let now = mgrp_rt::mono_now();
-        let mut b = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut b = mgrp_rt::lock(&self.budgets);
         let Budgets {
             per_user,
             total,

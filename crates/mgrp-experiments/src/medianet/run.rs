@@ -407,7 +407,7 @@ pub fn run(
 
     let mut gs = GlobalScheduler::new(run.scheduler, STREAMS, run.start_level, capacity * 1e6);
     let seconds = usize::try_from(run.cross.period().as_secs()).unwrap_or(0);
-    let unix_start = unix_now() + (run_start_ns - realtime_ns()) as f64 / 1e9;
+    let unix_start = mgrp_rt::unix_now() + (run_start_ns - realtime_ns()) as f64 / 1e9;
     let mut estimates = Vec::new();
     let mut probe_bytes = (0u64, 0u64);
     let mut next_second = 1usize;
@@ -511,12 +511,6 @@ pub fn run(
         probe_bytes,
         available,
     })
-}
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 #[cfg(test)]

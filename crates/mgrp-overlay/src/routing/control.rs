@@ -16,13 +16,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use mgrp_core::heartbeat::{Echo, HopState, Message, Pinger};
+use mgrp_rt::{lock, unix_now};
 use serde::Serialize;
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use super::kernel::{Kernel, Steering};
 use super::settings::{Candidate, Routing};
-use crate::node::{lock, unix_now};
 use crate::route::{Choice, Hop, Reason, Score, Switch, score};
 
 /// What the API shows of route control (`GET /v1/routes`).

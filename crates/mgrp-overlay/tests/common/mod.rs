@@ -20,9 +20,7 @@ use tokio::sync::watch;
 /// that instead: a port released here can still be taken before it is bound.
 pub fn free_port() -> u16 {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let mut given = GIVEN
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut given = mgrp_rt::lock(&GIVEN);
     loop {
         let tcp = TcpListener::bind("[::]:0").unwrap();
         let port = tcp.local_addr().unwrap().port();

@@ -33,7 +33,7 @@ use frames::{ETH_P_IP, ETH_P_IPV6, F_NEEDS_CSUM, largest_packet};
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use mgrp_core::ip;
@@ -109,7 +109,7 @@ impl FastPath {
     /// getting old.
     pub(crate) fn path(&self, dst: IpAddr) -> Option<LinkPath> {
         let now = Instant::now();
-        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut entries = mgrp_rt::lock(&self.entries);
         let (current, ask) = match entries.get(&dst) {
             Some(Entry::Ready { path, since }) => (Some(*path), now.duration_since(*since) > FRESH),
             Some(Entry::Resolving { since, old }) => {
@@ -141,10 +141,7 @@ impl FastPath {
             Some(path) => Entry::Ready { path, since },
             None => Entry::Unusable { since },
         };
-        self.entries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(dst, entry);
+        mgrp_rt::lock(&self.entries).insert(dst, entry);
     }
 
     /// Forgets `dst`'s path after a send through it failed.

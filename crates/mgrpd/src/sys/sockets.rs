@@ -147,9 +147,7 @@ impl SourceFinder {
     /// The source address for traffic to `dst`.
     pub fn source_for(&self, dst: IpAddr) -> io::Result<IpAddr> {
         let slot = if dst.is_ipv4() { &self.v4 } else { &self.v6 };
-        let s = slot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let s = mgrp_rt::lock(slot);
         let s = s
             .as_ref()
             .ok_or_else(|| io::Error::other("no socket to look routes up with"))?;

@@ -8,7 +8,7 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use mgrp_core::api::DaemonStats;
@@ -20,7 +20,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// One test at a time (each starts real-time pacers on a 2-CPU machine); a failed
 /// test must not stop the others.
 pub(crate) fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+    mgrp_rt::lock(&SERIAL)
 }
 
 /// The daemon this build made.

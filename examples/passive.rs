@@ -29,9 +29,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Parser;
 use mgrp_overlay::config::Config;
-use mgrp_overlay::node::{LinkView, Node};
+use mgrp_overlay::node::Node;
 use mgrp_testbed::Star;
 use mgrp_testbed::traffic::{self, Source, Steps};
+use mgrp_views::link::LinkView;
 use serde::{Deserialize, Serialize};
 
 /// Passive and active estimates of one path, per second, against the truth (root).

@@ -10,7 +10,7 @@
 //! - what the kernel reports of a running connection is a measurement, not a model,
 //!   and is carried beside these by the tool that reads it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::squeezed::PathClass;
 
@@ -69,7 +69,7 @@ pub fn mathis_bps(mss: u32, rtt_s: f64, p: f64) -> Option<f64> {
 }
 
 /// Where a prediction came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Basis {
     /// The available-bandwidth range scaled by the squeezed-pair class.
@@ -78,6 +78,17 @@ pub enum Basis {
     Mathis,
     /// The kernel's delivery rate of a running, network-limited connection.
     Kernel,
+}
+
+impl Basis {
+    /// Its name in JSON and in metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ScaledAbw => "scaled-abw",
+            Self::Mathis => "mathis",
+            Self::Kernel => "kernel",
+        }
+    }
 }
 
 /// One prediction of a bulk transfer's rate, bit/s, with its basis.

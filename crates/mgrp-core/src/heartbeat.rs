@@ -115,7 +115,7 @@ impl Default for Settings {
 }
 
 /// What heartbeats say of one hop now.
-#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct HopState {
     /// Whether it answers: answered at least once, and fewer than `down_after` pings
     /// in a row are unanswered.

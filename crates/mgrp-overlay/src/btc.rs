@@ -14,10 +14,12 @@ use std::net::IpAddr;
 use btc_rs::model::{Basis, Factors, Inputs as ModelInputs, predict};
 use btc_rs::squeezed::PathClass;
 use mgrp_tool::control::TcpFlow;
-use serde::Serialize;
+use mgrp_views::prediction::{
+    Available, Inputs, KernelInput, LossInput, Predicted, Prediction, ShapeInput,
+};
 
 use crate::config::{BtcSettings, Link, Method};
-use crate::estimate::Estimate;
+use mgrp_views::estimate::Estimate;
 
 /// What a neighbour's kernel last said of its TCP flows to this node.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,118 +30,6 @@ pub struct KernelView {
     pub flows: Vec<TcpFlow>,
     /// Why it could not say, if it could not.
     pub error: Option<String>,
-}
-
-/// The prediction for the path from one neighbour, with every method's value.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Btc {
-    /// The neighbour.
-    pub neighbour: IpAddr,
-    /// The value to use; `None` when nothing allows one.
-    pub prediction: Option<Value>,
-    /// Each method's value.
-    pub values: Vec<Value>,
-    /// What they stand on.
-    pub inputs: Inputs,
-}
-
-/// One method's value, bit/s.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Value {
-    /// `kernel`, `scaled-abw` or `mathis`.
-    pub method: &'static str,
-    /// The middle of the range.
-    pub bps: f64,
-    /// The low end.
-    pub low_bps: f64,
-    /// The high end.
-    pub high_bps: f64,
-    /// What it stands on, in words.
-    pub basis: String,
-}
-
-/// The inputs, each with the link that measured it and its age.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct Inputs {
-    /// The latest available bandwidth.
-    pub available: Option<Available>,
-    /// The latest capacity and class.
-    pub shape: Option<ShapeInput>,
-    /// The latest loss rate.
-    pub loss: Option<LossInput>,
-    /// What the neighbour's kernel says.
-    pub kernel: Option<KernelInput>,
-    /// Why the kernel gives no rate, when it does not (no flow, flows limited by the
-    /// application or the receiver, not asked).
-    pub kernel_note: Option<String>,
-}
-
-/// Available bandwidth, bit/s.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Available {
-    /// Low end.
-    pub low_bps: f64,
-    /// High end (the low end for a lower bound).
-    pub high_bps: f64,
-    /// Whether it is only a lower bound.
-    pub lower_bound: bool,
-    /// The method.
-    pub method: String,
-    /// The link.
-    pub link: String,
-    /// Seconds since its run ended.
-    pub age_s: f64,
-}
-
-/// Capacity and class.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ShapeInput {
-    /// Narrow-link capacity, bit/s.
-    pub capacity_bps: f64,
-    /// Squeezed-pair class.
-    pub class: Option<PathClass>,
-    /// Its score.
-    pub score: Option<i32>,
-    /// Round trip, s.
-    pub rtt_s: f64,
-    /// The link.
-    pub link: String,
-    /// Seconds since its run ended.
-    pub age_s: f64,
-}
-
-/// Loss.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct LossInput {
-    /// badabing's probe loss rate, 0 to 1.
-    pub loss_rate: f64,
-    /// Share of time in loss episodes.
-    pub episode_frequency: f64,
-    /// The link.
-    pub link: String,
-    /// Seconds since its run ended.
-    pub age_s: f64,
-}
-
-/// The busiest network-limited flow the neighbour's kernel reports.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct KernelInput {
-    /// Its delivery rate, bit/s.
-    pub delivery_bps: f64,
-    /// Its congestion control.
-    pub congestion: Option<String>,
-    /// Its least round trip, s.
-    pub min_rtt_s: Option<f64>,
-    /// Its smoothed round trip, s.
-    pub rtt_s: f64,
-    /// Its retransmitted segments so far.
-    pub total_retrans: u32,
-    /// Flows to this node the kernel listed.
-    pub flows: usize,
-    /// Of those, flows whose latest sample was network-limited.
-    pub network_limited: usize,
-    /// Seconds since the kernel was asked.
-    pub age_s: f64,
 }
 
 fn mbps(b: f64) -> String {
@@ -231,7 +121,7 @@ pub fn btc(
     kernel: Option<&KernelView>,
     settings: &BtcSettings,
     now: f64,
-) -> Btc {
+) -> Prediction {
     let max_age = settings.max_age.as_secs_f64();
     let available = latest(runs, now, max_age, |l, e| {
         !matches!(l.method, Method::Badabing | Method::Btc) && e.low_bps.is_some()
@@ -294,14 +184,14 @@ pub fn btc(
         kernel_note,
     };
     let describe = |basis: Basis| describe(basis, &inputs, &settings.factors, settings.mss, rtt_s);
-    let value = |p: &btc_rs::model::Prediction, basis: String| Value {
-        method: method_name(p.basis),
+    let value = |p: &btc_rs::model::Prediction, basis: String| Predicted {
+        method: p.basis,
         bps: p.bps(),
         low_bps: p.low_bps,
         high_bps: p.high_bps,
         basis,
     };
-    let values: Vec<Value> = all.iter().map(|p| value(p, describe(p.basis))).collect();
+    let values: Vec<Predicted> = all.iter().map(|p| value(p, describe(p.basis))).collect();
     let prediction = combined.map(|p| {
         let mut words = describe(p.basis);
         if p.basis == Basis::ScaledAbw {
@@ -318,20 +208,11 @@ pub fn btc(
         }
         value(&p, words)
     });
-    Btc {
+    Prediction {
         neighbour,
         prediction,
         values,
         inputs,
-    }
-}
-
-/// The name a basis has in the API and the metrics.
-pub fn method_name(b: Basis) -> &'static str {
-    match b {
-        Basis::ScaledAbw => "scaled-abw",
-        Basis::Mathis => "mathis",
-        Basis::Kernel => "kernel",
     }
 }
 
@@ -387,7 +268,7 @@ fn describe(basis: Basis, i: &Inputs, f: &Factors, mss: u32, rtt_s: Option<f64>)
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::estimate::{Loss, RunOutcome, Shape};
+    use mgrp_views::estimate::{Loss, RunOutcome, Shape};
 
     fn config() -> Config {
         Config::from_toml(
@@ -453,7 +334,7 @@ mod tests {
         ];
         let b = btc(n, &runs, None, s, now);
         let p = b.prediction.unwrap();
-        assert_eq!(p.method, "scaled-abw");
+        assert_eq!(p.method, Basis::ScaledAbw);
         assert!((p.bps - 9e6 * s.factors.undecided).abs() < 1.0);
         assert!(b.inputs.kernel_note.unwrap().contains("not been asked"));
         // With the class, the factor for it; with loss, Mathis beside it and capping.
@@ -464,12 +345,12 @@ mod tests {
         ];
         let b = btc(n, &runs, None, s, now);
         assert_eq!(b.values.len(), 2);
-        let mathis = b.values.iter().find(|v| v.method == "mathis").unwrap();
+        let mathis = b.values.iter().find(|v| v.method == Basis::Mathis).unwrap();
         // 1448 B, 40 ms, 1 %: 3.55 Mbit/s.
         assert!((mathis.bps - 3_546_860.0).abs() < 100.0, "{}", mathis.bps);
         assert!(mathis.basis.contains("Reno-like"), "{}", mathis.basis);
         let p = b.prediction.unwrap();
-        assert_eq!(p.method, "scaled-abw");
+        assert_eq!(p.method, Basis::ScaledAbw);
         assert!(p.high_bps <= mathis.bps + 1.0);
         if 10e6 * f > mathis.bps {
             assert!(p.basis.contains("capped by Mathis"), "{}", p.basis);
@@ -485,7 +366,7 @@ mod tests {
             error: None,
         };
         let b = btc(n, &runs, Some(&view), s, now);
-        assert_eq!(b.prediction.unwrap().method, "scaled-abw");
+        assert_eq!(b.prediction.unwrap().method, Basis::ScaledAbw);
         assert!(
             b.inputs
                 .kernel_note
@@ -499,11 +380,11 @@ mod tests {
         };
         let b = btc(n, &runs, Some(&view), s, now);
         let p = b.prediction.unwrap();
-        assert_eq!((p.method, p.bps), ("kernel", 6e6));
+        assert_eq!((p.method, p.bps), (Basis::Kernel, 6e6));
         assert!(p.basis.contains("2 of 3 flows"), "{}", p.basis);
         // ... for three polls only.
         let late = now + 3.0 * s.kernel_poll.unwrap().as_secs_f64() + 1.0;
         let b = btc(n, &runs, Some(&view), s, late);
-        assert_ne!(b.prediction.unwrap().method, "kernel");
+        assert_ne!(b.prediction.unwrap().method, Basis::Kernel);
     }
 }

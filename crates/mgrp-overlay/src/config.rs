@@ -11,6 +11,8 @@ use pathload_rs::Mode;
 use pathload_rs::control::{DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, Transport};
 use serde::Deserialize;
 
+use mgrp_rt::settings::{Invalid, seconds};
+
 use crate::schedule::Timing;
 
 /// Where the HTTP API listens unless told otherwise: this host only.
@@ -148,7 +150,7 @@ pub struct Config {
     /// CAP_NET_RAW here and at the neighbour).
     pub passive_timing: bool,
     /// Route control (`[routing]`), when configured.
-    pub routing: Option<crate::routing::settings::Routing>,
+    pub routing: Option<mgrp_route::settings::Routing>,
 }
 
 /// How the transfer-rate prediction per neighbour is made (`[btc]`).
@@ -201,7 +203,7 @@ struct File {
     btc: BtcFile,
     #[serde(default)]
     passive: PassiveFile,
-    routing: Option<crate::routing::settings::RoutingFile>,
+    routing: Option<mgrp_route::settings::RoutingFile>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -333,15 +335,6 @@ impl std::fmt::Debug for Config {
     }
 }
 
-fn seconds(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s.fract() == 0.0 {
-        format!("{s:.0}s")
-    } else {
-        format!("{s}s")
-    }
-}
-
 fn yes_no(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }
@@ -437,32 +430,7 @@ impl Config {
             }
         ));
         if let Some(r) = &self.routing {
-            out.push_str(&format!(
-                "  route control: as {} with {} members, {} destinations; switch when 1 + {} times better and {} since the last change (a failed path at once); heartbeats every {:.0} ms on UDP port {}, a hop down after {} lost in a row, loss over {:.0} s; {}\n",
-                r.address,
-                r.members.len(),
-                r.destinations.len(),
-                r.rule.eta,
-                seconds(Duration::from_secs_f64(r.rule.t_ch_s)),
-                r.heartbeats.interval_s * 1e3,
-                r.heartbeat_port,
-                r.heartbeats.down_after,
-                r.heartbeats.loss_window_s,
-                if r.move_existing {
-                    "every flow moves with a change"
-                } else {
-                    "flows stay on the path they started on"
-                }
-            ));
-            for d in &r.destinations {
-                let paths: Vec<String> = d.paths.iter().map(|p| r.path_name(*p)).collect();
-                out.push_str(&format!(
-                    "    {} behind {}: {}\n",
-                    d.prefix,
-                    r.members[d.owner].name,
-                    paths.join(", ")
-                ));
-            }
+            out.push_str(&r.summary());
         }
         out.push_str(&format!("links into this node: {}\n", self.links.len()));
         for l in &self.links {
@@ -519,31 +487,22 @@ impl Config {
     }
 }
 
-fn duration(key: &str, v: Option<&String>, default: Duration) -> Result<Duration, ConfigError> {
-    match v {
-        None => Ok(default),
-        Some(s) => {
-            mgrp_core::parse_duration(s).map_err(|e| ConfigError::Invalid(format!("{key}: {e}")))
-        }
+fn invalid(msg: String) -> ConfigError {
+    ConfigError::Invalid(msg)
+}
+
+impl From<Invalid> for ConfigError {
+    fn from(e: Invalid) -> Self {
+        Self::Invalid(e.0)
     }
 }
 
-/// Reads a token file (relative to `dir`, the configuration's folder, if given),
-/// which only its owner may read; returns its path and the token, trimmed.
-pub(crate) fn read_token_file(
-    path: &Path,
-    dir: Option<&Path>,
-) -> Result<(PathBuf, String), ConfigError> {
-    let p = match dir {
-        Some(d) if path.is_relative() => d.join(path),
-        _ => path.to_path_buf(),
-    };
-    let t = mgrp_rt::secret::read_private(&p, "token file").map_err(invalid)?;
-    Ok((p, t.trim().to_string()))
+fn duration(key: &str, v: Option<&String>, default: Duration) -> Result<Duration, ConfigError> {
+    Ok(mgrp_rt::settings::duration(key, v, default)?)
 }
 
-fn invalid(msg: String) -> ConfigError {
-    ConfigError::Invalid(msg)
+fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
+    Ok(mgrp_rt::settings::check_name(key, name)?)
 }
 
 impl Config {
@@ -571,7 +530,7 @@ impl Config {
         let token = match &f.token_file {
             None => None,
             Some(p) => {
-                let (p, t) = read_token_file(p, dir)?;
+                let (p, t) = mgrp_rt::settings::read_token_file(p, dir)?;
                 if t.len() < 16 {
                     return Err(invalid(format!(
                         "token-file: {} holds {} characters; use at least 16 (e.g. `openssl rand -hex 16`)",
@@ -802,22 +761,6 @@ impl Config {
     /// The link named `name`, with its index.
     pub fn link(&self, name: &str) -> Option<(usize, &Link)> {
         self.links.iter().enumerate().find(|(_, l)| l.name == name)
-    }
-}
-
-/// Names appear in URLs and metric labels: letters, digits and `.:_-` only.
-pub(crate) fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '_' | '-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(format!(
-            "{key}: {name:?}; use 1 to 64 letters, digits, '.', ':', '_' or '-'"
-        )))
     }
 }
 

@@ -8,14 +8,10 @@
 //!
 //! - [`config`]: the TOML file, checked.
 //! - [`schedule`]: when each link is measured, with no I/O and no clock.
-//! - [`estimate`]: what one run gives.
 //! - [`btc`]: the transfer-rate prediction per neighbour from the runs and the
 //!   neighbour's kernel.
 //! - [`passive`]: estimates from the applications' own TCP flows, which stand in
 //!   for active runs while they flow.
-//! - [`route`]: route control with no I/O — candidate paths scored by a throughput
-//!   model from the hops' estimates and heartbeats (`mgrp_core::heartbeat`), switched
-//!   by SAFIRE's bandwidth-ratio rule.
 //! - `store`: each link's history on disk, across restarts.
 //! - [`node`]: the node running — its servers, its scheduler's thread, its
 //!   measurements — and the state the API reads.
@@ -25,14 +21,11 @@
 pub mod btc;
 pub mod cli;
 pub mod config;
-pub mod estimate;
 pub mod http;
 pub mod metrics;
 pub mod node;
 pub mod page;
 pub mod passive;
-pub mod route;
-pub mod routing;
 pub mod schedule;
 pub mod service;
 mod store;

@@ -11,8 +11,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::estimate::RunOutcome;
 use crate::node::Shared;
+use mgrp_views::estimate::RunOutcome;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NodeLabels {
@@ -105,7 +105,7 @@ type GaugeF = Gauge<f64, AtomicU64>;
 
 /// Route control's metrics: each destination's candidate paths with their scores,
 /// the chosen one and its flows, switches by reason, and each member's heartbeats.
-fn register_routes(r: &mut Registry, node: &str, c: &crate::routing::control::Control) {
+fn register_routes(r: &mut Registry, node: &str, c: &mgrp_route::control::Control) {
     let Some(v) = c.view() else { return };
     let gauge = |r: &mut Registry, name: &str, help: &str| {
         let f = Family::<PathLabels, GaugeF>::default();
@@ -455,10 +455,12 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
             method,
         };
         for x in &v.btc.values {
-            btc.get_or_create(&by(x.method)).set(x.bps / 8.0);
+            btc.get_or_create(&by(x.method.name())).set(x.bps / 8.0);
         }
         if let Some(p) = &v.btc.prediction {
-            predicted.get_or_create(&by(p.method)).set(p.bps / 8.0);
+            predicted
+                .get_or_create(&by(p.method.name()))
+                .set(p.bps / 8.0);
         }
         if let Some(p) = &v.passive {
             passive.get_or_create(&l).inc_by(p.covered);
@@ -490,12 +492,13 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
         }
         probe.get_or_create(&l).inc_by(v.probe_bytes);
         riding.get_or_create(&l).inc_by(v.riding_probe_bytes);
-        up.get_or_create(&l)
-            .set(if v.peer_down && v.state == "backing_off" {
+        up.get_or_create(&l).set(
+            if v.peer_down && v.state == mgrp_views::link::LinkState::BackingOff {
                 0.0
             } else {
                 1.0
-            });
+            },
+        );
     }
     if let Some(c) = s.routes() {
         register_routes(&mut r, &node, c);

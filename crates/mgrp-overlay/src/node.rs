@@ -25,13 +25,15 @@ use serde::Serialize;
 use tokio::sync::broadcast;
 use tracing::{debug, info, warn};
 
-use crate::btc::{Btc, KernelView};
+use crate::btc::KernelView;
 use crate::config::{Config, Link, Method};
-use crate::estimate::{Estimate, Loss, RunCounts, RunOutcome, Shape, bps};
 use crate::passive::{PASSIVE_TCP, PassiveTcp};
 use crate::schedule::{LinkState, NowRefused, RunEnd, Scheduler};
 use crate::store::{Record, Store};
 use crate::timing::PassiveTiming;
+use mgrp_views::estimate::{Estimate, Loss, RunOutcome, Shape};
+use mgrp_views::link::{LinkState as RunState, LinkView, PassiveView};
+use mgrp_views::prediction::Prediction;
 
 /// New estimates a slow subscriber may fall behind by before it misses some.
 const STREAM_BACKLOG: usize = 1024;
@@ -42,75 +44,6 @@ const FIRST_WITHIN: Duration = Duration::from_secs(5);
 /// How often a link waiting for traffic to ride asks its neighbour for it, and how
 /// long before it falls due it starts asking.
 const TRAFFIC_POLL: Duration = Duration::from_secs(1);
-
-/// A link as the API shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct LinkView {
-    /// Its name.
-    pub name: String,
-    /// The neighbour measured from, `address:port`.
-    pub from: String,
-    /// `mgrp` or `udp`.
-    pub transport: String,
-    /// `pathload-fast` or `pathload-slow`.
-    pub method: String,
-    /// Seconds between runs.
-    pub interval_s: f64,
-    /// Application traffic (bit/s) the link waits for before a run, if set.
-    pub ride_min_bps: Option<u64>,
-    /// The traffic the neighbour last reported routing to this node, bit/s (links
-    /// that wait for traffic only).
-    pub traffic_bps: Option<u64>,
-    /// `waiting`, `awaiting_traffic`, `ready`, `running` or `backing_off`.
-    pub state: &'static str,
-    /// Seconds until the next run is due (waiting, backing off, awaiting traffic).
-    pub next_run_in_s: Option<f64>,
-    /// Failed runs in a row.
-    pub failures: u32,
-    /// Whether the last failure was the neighbour being down.
-    pub peer_down: bool,
-    /// Why the last run failed, if it did.
-    pub last_error: Option<String>,
-    /// The latest run that answered: a range, or a lower bound.
-    pub latest: Option<Estimate>,
-    /// Seconds since that estimate's run ended.
-    pub age_s: Option<f64>,
-    /// Runs by outcome.
-    pub runs: RunCounts,
-    /// IP bytes of every probe this link's runs sent.
-    pub probe_bytes: u64,
-    /// IP bytes of those probes that carried application traffic.
-    pub riding_probe_bytes: u64,
-    /// What a bulk TCP transfer from the neighbour will get, by every method the
-    /// node's measurements of that neighbour allow (shared by its links).
-    pub btc: Btc,
-    /// Whether the link runs even while a passive estimate is fresh.
-    pub active_always: bool,
-    /// For a link a passive estimate may stand in for: what the applications' TCP
-    /// flows from the neighbour last said, and how often it stood in.
-    pub passive: Option<PassiveView>,
-}
-
-/// A link's passive side.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PassiveView {
-    /// `passive-tcp`.
-    pub source: &'static str,
-    /// The neighbour's last answer, read; `None` before the first.
-    pub last: Option<PassiveTcp>,
-    /// Seconds since that answer.
-    pub age_s: Option<f64>,
-    /// What the timing of the applications' segments from the neighbour gave over
-    /// the last window (`passive-dispersion`, `passive-trend`); `None` when timing is
-    /// off or before the first window.
-    pub timing: Option<PassiveTiming>,
-    /// Seconds since that window ended.
-    pub timing_age_s: Option<f64>,
-    /// Due runs a passive estimate stood in for (passive estimates recorded).
-    pub covered: u64,
-    /// Their share of all the link's due runs, 0 to 1.
-    pub coverage: f64,
-}
 
 /// What the event stream carries.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,7 +56,7 @@ pub enum Event {
     /// What the applications' traffic from a neighbour said at a poll.
     Passive(PassiveEvent),
     /// Route control moved a destination to another path.
-    Route(crate::routing::control::SwitchView),
+    Route(mgrp_route::control::SwitchView),
 }
 
 /// A neighbour's passive estimates at a poll, for each of its links.
@@ -144,7 +77,7 @@ pub struct BtcEvent {
     pub links: Vec<String>,
     /// The prediction.
     #[serde(flatten)]
-    pub btc: Btc,
+    pub btc: Prediction,
 }
 
 impl Event {
@@ -193,7 +126,7 @@ pub struct Shared {
     /// When the node started, Unix seconds.
     started_at: f64,
     /// Route control, when configured.
-    routes: Option<Arc<crate::routing::control::Control>>,
+    routes: Option<Arc<mgrp_route::control::Control>>,
     /// What each transport this node serves its neighbours on did for them.
     served: Mutex<BTreeMap<String, Served>>,
 }
@@ -241,16 +174,18 @@ impl Shared {
         let sched = lock(&self.sched);
         let traffic = sched.traffic(i);
         let (state, next, failures, peer_down) = match sched.state(i)?.clone() {
-            LinkState::Waiting { due } => ("waiting", Some(due), 0, false),
-            LinkState::AwaitingTraffic { until, .. } => ("awaiting_traffic", Some(until), 0, false),
-            LinkState::Ready { .. } => ("ready", None, 0, false),
-            LinkState::Running { .. } => ("running", None, 0, false),
+            LinkState::Waiting { due } => (RunState::Waiting, Some(due), 0, false),
+            LinkState::AwaitingTraffic { until, .. } => {
+                (RunState::AwaitingTraffic, Some(until), 0, false)
+            }
+            LinkState::Ready { .. } => (RunState::Ready, None, 0, false),
+            LinkState::Running { .. } => (RunState::Running, None, 0, false),
             LinkState::BackingOff {
                 until,
                 failures,
                 peer_down,
                 ..
-            } => ("backing_off", Some(until), failures, peer_down),
+            } => (RunState::BackingOff, Some(until), failures, peer_down),
         };
         drop(sched);
         let btc = self.btc_of(link.from);
@@ -285,7 +220,7 @@ impl Shared {
             btc,
             active_always: link.active_always,
             passive: link.timing.passive.then(|| PassiveView {
-                source: PASSIVE_TCP,
+                source: PASSIVE_TCP.into(),
                 age_s: last_passive.as_ref().map(|p| (now_wall - p.at).max(0.0)),
                 last: last_passive,
                 timing_age_s: timing.as_ref().map(|t| (now_wall - t.at).max(0.0)),
@@ -298,7 +233,7 @@ impl Shared {
 
     /// The transfer-rate prediction for the path from `from`, from the latest runs of
     /// every link from it and what its kernel last said.
-    pub fn btc_of(&self, from: IpAddr) -> Btc {
+    pub fn btc_of(&self, from: IpAddr) -> Prediction {
         let records = lock(&self.records);
         let runs: Vec<(&Link, Option<&Estimate>)> = self
             .config
@@ -361,7 +296,7 @@ impl Shared {
     }
 
     /// Route control, when configured.
-    pub fn routes(&self) -> Option<&Arc<crate::routing::control::Control>> {
+    pub fn routes(&self) -> Option<&Arc<mgrp_route::control::Control>> {
         self.routes.as_ref()
     }
 
@@ -486,12 +421,10 @@ impl Node {
             .filter_map(|r| r.history.back().map(|e| e.seq))
             .max()
             .unwrap_or(0);
-        let shared_routing = config.routing.as_ref().map(|r| {
-            Arc::new(crate::routing::control::Control::new(
-                r.clone(),
-                &config.name,
-            ))
-        });
+        let shared_routing = config
+            .routing
+            .as_ref()
+            .map(|r| Arc::new(mgrp_route::control::Control::new(r.clone(), &config.name)));
         let shared = Arc::new(Shared {
             config,
             sched: Mutex::new(sched),
@@ -512,7 +445,7 @@ impl Node {
         let mut threads = Vec::new();
         if let Some(control) = shared_routing {
             let s = shared.clone();
-            threads.extend(crate::routing::control::start(control, move |sw| {
+            threads.extend(mgrp_route::control::start(control, move |sw| {
                 let _ = s.events.send(Event::Route(sw));
             })?);
         }
@@ -1037,6 +970,29 @@ fn run(s: &Shared, i: usize) {
     s.wake.notify_all();
 }
 
+/// The outcome of a pathload run that ended as `o` says: a lower bound when the
+/// sender found no trend up to the highest rate it reached (its maximum, or the
+/// rate it fell short at) and nothing above it.
+fn outcome_of(o: &pathload_rs::Outcome) -> RunOutcome {
+    use pathload_rs::StopReason as R;
+    if o.lower_bound {
+        return RunOutcome::LowerBound;
+    }
+    match o.reason {
+        R::UserResolution | R::GreyResolution => RunOutcome::Estimate,
+        R::AboveMaxRate => RunOutcome::LowerBound,
+        R::FleetLimit | R::TimeLimit => RunOutcome::Limit,
+        R::RateUnreachable => RunOutcome::RateUnreachable,
+        R::Unusable | R::NoInitialRate => RunOutcome::CrossTraffic,
+        R::Interrupted => RunOutcome::Error,
+    }
+}
+
+/// pathload's Mbit/s as bits per second.
+fn bps(mbps: f64) -> f64 {
+    mbps * 1e6
+}
+
 /// A run's record before its method fills it in.
 fn blank(s: &Shared, link: &Link, started_at: f64) -> Estimate {
     Estimate::empty(
@@ -1148,7 +1104,7 @@ fn run_pathload(s: &Shared, link: &Link, started_at: f64) -> (Estimate, RunEnd) 
             if let Some(o) = cut_short(&mut e, m.peer_gone.as_ref(), m.sender_failed.as_ref()) {
                 o
             } else {
-                let outcome = RunOutcome::of(o);
+                let outcome = outcome_of(o);
                 match outcome {
                     RunOutcome::Estimate => {
                         e.converged = true;

@@ -7,7 +7,7 @@
 //! few seconds.
 
 use crate::config::Config;
-use crate::estimate::RunOutcome;
+use mgrp_views::estimate::RunOutcome;
 
 /// The page for `config`'s links. Link and node names are restricted to
 /// `[A-Za-z0-9.:_-]` by the configuration, so they need no escaping here.

@@ -8,34 +8,10 @@
 //! No I/O here: the node hands in two consecutive answers of the neighbour.
 
 use mgrp_tool::control::TcpFlow;
-use serde::Serialize;
+pub use mgrp_views::passive::PassiveTcp;
 
 /// The name of the source in estimates (`method`) and the API.
 pub const PASSIVE_TCP: &str = "passive-tcp";
-
-/// What one answer of the neighbour's kernel gives.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PassiveTcp {
-    /// When the neighbour answered, Unix seconds.
-    pub at: f64,
-    /// The estimate, bit/s of IP packets: the summed rate of the network-limited
-    /// flows (their payload rate with the headers of full segments added); `None`
-    /// when no flow was network-limited.
-    pub bps: Option<f64>,
-    /// Flows the neighbour listed.
-    pub flows: usize,
-    /// Of those, network-limited.
-    pub network_limited: usize,
-    /// Limited by the application (it had nothing to send).
-    pub app_limited: usize,
-    /// Limited by the receiver's window or the send buffer.
-    pub end_limited: usize,
-    /// Of the network-limited flows, those whose rate is bytes acknowledged between
-    /// two answers (the rest: the kernel's latest delivery-rate sample).
-    pub from_bytes: usize,
-    /// Why there is no estimate, in words.
-    pub note: Option<String>,
-}
 
 /// The flow's identity across answers.
 fn same(a: &TcpFlow, b: &TcpFlow) -> bool {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::estimate::{Estimate, RunCounts};
+use mgrp_views::estimate::{Estimate, RunCounts};
 
 /// The format of a link's file; another version is set aside, not read.
 const VERSION: u32 = 1;
@@ -125,7 +125,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::estimate::RunOutcome;
+    use mgrp_views::estimate::RunOutcome;
 
     fn estimate(seq: u64) -> Estimate {
         Estimate {

@@ -31,8 +31,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use mgrp_tool::capture::Stamp;
+pub use mgrp_views::passive::PassiveTiming;
 use pathload_rs::Trend;
-use serde::Serialize;
 
 /// Names of the sources in estimates (`method`) and the API.
 pub const PASSIVE_DISPERSION: &str = "passive-dispersion";
@@ -53,37 +53,6 @@ pub const MIN_TRAIN_SPAN_NS: i64 = 10_000;
 pub const MIN_STREAM: usize = 7;
 /// Largest coefficient of variation of a stream's gaps between sends.
 pub const MAX_GAP_CV: f64 = 0.2;
-
-/// What one window's stamps give.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PassiveTiming {
-    /// The end of the window, Unix seconds.
-    pub at: f64,
-    /// Segments that arrived here and whose send the neighbour stamped.
-    pub matched: usize,
-    /// Segments that arrived here without a matching send (the neighbour's capture
-    /// started later, or lost them).
-    pub unmatched: usize,
-    /// Segments of flows the neighbour's kernel did not report as network-limited.
-    pub not_network_limited: usize,
-    /// Segments sent more than once.
-    pub retransmitted: usize,
-    /// Trains used for dispersion.
-    pub trains: usize,
-    /// The median of their rates, bit/s.
-    pub dispersion_bps: Option<f64>,
-    /// Streams judged (increasing, no trend, ambiguous).
-    pub streams: [usize; 3],
-    /// The rate separating them, bit/s.
-    pub trend_bps: Option<f64>,
-    /// Its range: the highest rate judged not increasing and the lowest judged
-    /// increasing, bit/s (either may be missing: a bound on one side only).
-    pub trend_low_bps: Option<f64>,
-    /// See `trend_low_bps`.
-    pub trend_high_bps: Option<f64>,
-    /// Why there is no estimate, in words.
-    pub note: Option<String>,
-}
 
 /// One segment seen at both ends.
 #[derive(Debug, Clone, Copy)]

@@ -11,7 +11,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::time::{Duration, Instant};
 
 use common::{Api, b_config, free_port, json, node_a, request};
-use mgrp_overlay::estimate::RunOutcome;
+use mgrp_views::estimate::RunOutcome;
 use serde_json::Value;
 
 #[test]

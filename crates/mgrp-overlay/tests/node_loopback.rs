@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::{free_port, node_a, node_a_on};
 use mgrp_overlay::config::Config;
-use mgrp_overlay::estimate::RunOutcome;
 use mgrp_overlay::node::{Event, Node, NowError};
+use mgrp_views::estimate::RunOutcome;
 
 fn node_b(a_port: u16) -> Node {
     let probe = free_port();
@@ -93,7 +93,9 @@ fn runs_are_recorded_broadcast_and_survive_a_neighbour_going_away() {
     shared.measure_now("from-a").unwrap();
     assert!(eventually(Duration::from_secs(15), || {
         let v = shared.link("from-a").unwrap();
-        v.runs.get(RunOutcome::PeerDown) >= 1 && v.peer_down && v.state == "backing_off"
+        v.runs.get(RunOutcome::PeerDown) >= 1
+            && v.peer_down
+            && v.state == mgrp_views::link::LinkState::BackingOff
     }));
     let v = shared.link("from-a").unwrap();
     assert!(

@@ -10,8 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Api, b_config, first_value, free_port, json, node_a, request};
-use mgrp_overlay::estimate::RunOutcome;
 use mgrp_testbed::http::promql_path;
+use mgrp_views::estimate::RunOutcome;
 
 fn tool(name: &str) -> PathBuf {
     mgrp_testbed::packages::find(name)

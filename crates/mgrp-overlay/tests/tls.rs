@@ -1,5 +1,5 @@
 //! The API over TLS, on loopback (no root): a node with `tls-cert` and `tls-key`
-//! answers route control's member poll (`routing::control::http_get`, the token
+//! answers route control's member poll (`mgrp_route::control::http_get`, the token
 //! inside TLS) when the poller trusts the authority that signed its certificate, and
 //! answers nobody in clear HTTP or under another authority; a client that never
 //! finishes its handshake holds up no other.
@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 
 use common::Api;
 use mgrp_overlay::config::Config;
-use mgrp_overlay::routing::control::http_get;
-use mgrp_overlay::tls::ClientTls;
+use mgrp_route::control::http_get;
+use mgrp_route::tls::ClientTls;
+use mgrp_views::link::Links;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 
 /// A folder of this test's files, removed on drop.
@@ -81,21 +82,21 @@ fn the_api_over_tls_answers_who_trusts_its_authority_and_nobody_in_clear() {
     let api = Api::start(node(&cert, &key, &token_file));
     let trusted = ClientTls::load(&ca, "127.0.0.1").unwrap();
 
-    let links = http_get(api.addr, "/v1/links", Some(token), Some(&trusted)).unwrap();
-    assert_eq!(links["node"], "t");
+    let links: Links = http_get(api.addr, "/v1/links", Some(token), Some(&trusted)).unwrap();
+    assert_eq!(links.node, "t");
     // The token is still asked for inside TLS.
-    let e = http_get(api.addr, "/v1/links", None, Some(&trusted)).unwrap_err();
+    let e = http_get::<Links>(api.addr, "/v1/links", None, Some(&trusted)).unwrap_err();
     assert!(e.contains("HTTP 401"), "{e}");
     // Another authority's client refuses the certificate; a clear client gets no
     // HTTP answer.
     let stranger = ClientTls::load(&other_ca, "127.0.0.1").unwrap();
-    let e = http_get(api.addr, "/v1/links", Some(token), Some(&stranger)).unwrap_err();
+    let e = http_get::<Links>(api.addr, "/v1/links", Some(token), Some(&stranger)).unwrap_err();
     assert!(e.to_lowercase().contains("certificate"), "{e}");
-    let e = http_get(api.addr, "/v1/links", Some(token), None).unwrap_err();
+    let e = http_get::<Links>(api.addr, "/v1/links", Some(token), None).unwrap_err();
     assert!(e.contains("no HTTP answer"), "{e}");
     // A name the certificate does not carry is refused too.
     let wrong_name = ClientTls::load(&ca, "node.example").unwrap();
-    assert!(http_get(api.addr, "/v1/links", Some(token), Some(&wrong_name)).is_err());
+    assert!(http_get::<Links>(api.addr, "/v1/links", Some(token), Some(&wrong_name)).is_err());
 
     // Connections from one host that never finish a handshake hold up no other host,
     // and that host gets no more than its share of handshakes under way.
@@ -128,8 +129,8 @@ fn the_api_over_tls_answers_who_trusts_its_authority_and_nobody_in_clear() {
                 .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
         "a connection over the host's handshakes was not closed: {closed:?}"
     );
-    let links = http_get(api.addr, "/v1/links", Some(token), Some(&trusted)).unwrap();
-    assert_eq!(links["node"], "t");
+    let links: Links = http_get(api.addr, "/v1/links", Some(token), Some(&trusted)).unwrap();
+    assert_eq!(links.node, "t");
     drop(stalled);
 }
 

@@ -11,6 +11,8 @@
 //! - [`rx`]: datagrams received with the kernel's receive stamp.
 //! - [`stdout`]: printing that survives a closed pipe ([`outln!`], [`out!`]).
 //! - [`secret`]: files holding keys and tokens, read only when only their owner may.
+//! - [`settings`]: the checks configuration files share (names, durations, token
+//!   files).
 //! - [`sync`]: a mutex's guard even after a thread panicked holding it.
 //!
 //! Everything goes through nix but SCHED_FIFO, the one call it does not wrap.
@@ -18,6 +20,7 @@
 pub mod clock;
 pub mod rx;
 pub mod secret;
+pub mod settings;
 pub mod stdout;
 pub mod sync;
 pub mod thread;

@@ -32,7 +32,7 @@ use std::process::Command;
 
 use mgrp_core::peers::Prefix;
 
-use super::settings::Routing;
+use crate::settings::Routing;
 
 /// The mask of the marks route control sets.
 pub const MARK_MASK: u32 = 0x00ff_0000;

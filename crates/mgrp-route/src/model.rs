@@ -26,41 +26,7 @@
 
 use serde::Serialize;
 
-/// What is known of one hop, from its sender to its receiver.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
-pub struct Hop {
-    /// Whether it answers heartbeats (`false` when unknown).
-    pub alive: bool,
-    /// Round trip, s.
-    pub rtt_s: Option<f64>,
-    /// Forward loss, 0 to 1, and where it comes from.
-    pub loss: Option<f64>,
-    /// `badabing` or `heartbeats`.
-    pub loss_source: Option<&'static str>,
-    /// The rate it carries a TCP flow at, bit/s, and where it comes from.
-    pub rate_bps: Option<f64>,
-    /// `btc`, `available` or `capacity`.
-    pub rate_source: Option<&'static str>,
-}
-
-/// One candidate path's score.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Score {
-    /// Every hop answers.
-    pub alive: bool,
-    /// The model's throughput, bit/s; `None` when nothing is known.
-    pub bps: Option<f64>,
-    /// The rate term R, bit/s.
-    pub rate_bps: Option<f64>,
-    /// The loss term MSS / (RTT √ε), bit/s.
-    pub mathis_bps: Option<f64>,
-    /// RTT, s.
-    pub rtt_s: Option<f64>,
-    /// ε.
-    pub loss: Option<f64>,
-    /// The model in words, with its numbers.
-    pub basis: String,
-}
+pub use mgrp_views::routes::{Hop, LossSource, RateSource, Reason, Score};
 
 /// Scores a path of `hops` for TCP segments of `mss` bytes.
 pub fn score(hops: &[Hop], mss: f64) -> Score {
@@ -105,56 +71,6 @@ pub struct Rule {
     pub eta: f64,
     /// Least time between two changes, s (failures excepted).
     pub t_ch_s: f64,
-}
-
-/// Why a destination changed path.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
-pub enum Reason {
-    /// The first path chosen.
-    First,
-    /// The best path scored `ratio` times the current one (more than 1 + η).
-    Better {
-        /// Best over current.
-        ratio: f64,
-    },
-    /// The current path stopped answering.
-    Failed,
-    /// No path answers: back to the kernel's normal route.
-    AllDown,
-    /// A path answers again after none did.
-    Recovered,
-    /// Set by hand through the API.
-    Manual,
-}
-
-impl Reason {
-    /// Its name in the API and the metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::First => "first",
-            Self::Better { .. } => "better",
-            Self::Failed => "failed",
-            Self::AllDown => "all_down",
-            Self::Recovered => "recovered",
-            Self::Manual => "manual",
-        }
-    }
-
-    /// In words.
-    pub fn words(&self, eta: f64) -> String {
-        match self {
-            Self::First => "first choice".into(),
-            Self::Better { ratio } => format!(
-                "scores {ratio:.2}× the current path (more than 1 + η = {:.2})",
-                1.0 + eta
-            ),
-            Self::Failed => "the current path stopped answering".into(),
-            Self::AllDown => "no path answers: the kernel's normal route".into(),
-            Self::Recovered => "a path answers again".into(),
-            Self::Manual => "set by hand".into(),
-        }
-    }
 }
 
 /// A change of path.
@@ -280,9 +196,9 @@ mod tests {
             alive: true,
             rtt_s: Some(rtt_ms / 1e3),
             loss: Some(loss),
-            loss_source: Some("heartbeats"),
+            loss_source: Some(LossSource::Heartbeats),
             rate_bps: Some(rate_mbit * 1e6),
-            rate_source: Some("available"),
+            rate_source: Some(RateSource::Available),
         }
     }
 

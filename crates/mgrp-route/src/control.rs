@@ -17,125 +17,16 @@ use std::time::{Duration, Instant};
 
 use mgrp_core::heartbeat::{Echo, HopState, Message, Pinger};
 use mgrp_rt::{lock, unix_now};
-use serde::Serialize;
-use serde_json::Value;
+use mgrp_views::link::{LinkView, Links};
+use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
-use super::kernel::{Kernel, Steering};
-use super::settings::{Candidate, Routing};
-use crate::route::{Choice, Hop, Reason, Score, Switch, score};
-
-/// What the API shows of route control (`GET /v1/routes`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RoutesView {
-    /// This node.
-    pub node: String,
-    /// How the members know it.
-    pub address: IpAddr,
-    /// η and T_ch.
-    pub eta: f64,
-    /// T_ch, s.
-    pub t_ch_s: f64,
-    /// Whether existing flows move with a change.
-    pub move_existing: bool,
-    /// The other members, as heartbeats and their APIs found them.
-    pub members: Vec<MemberView>,
-    /// Each destination.
-    pub destinations: Vec<DestinationView>,
-    /// The last error steering the kernel, if the last attempt failed.
-    pub kernel_error: Option<String>,
-    /// When this view was made, Unix seconds.
-    pub at: f64,
-}
-
-/// A member.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MemberView {
-    /// Its name.
-    pub name: String,
-    /// Its address.
-    pub address: IpAddr,
-    /// This node's next-hop device towards it.
-    pub device: Option<String>,
-    /// What heartbeats over the hop from this node to it say (members with a device).
-    pub heartbeat: Option<HopState>,
-    /// Whether its API answered at the last poll.
-    pub api_ok: bool,
-    /// Why not.
-    pub api_error: Option<String>,
-}
-
-/// A destination.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DestinationView {
-    /// The prefix.
-    pub prefix: String,
-    /// The member it lies behind.
-    pub owner: String,
-    /// The path new flows take: `direct`, `via NAME`, or `normal` (the kernel's own
-    /// route).
-    pub current: String,
-    /// A path set by hand (`POST /v1/routes/choose`), if any.
-    pub manual: Option<String>,
-    /// Seconds since the last switch.
-    pub since_switch_s: Option<f64>,
-    /// Switches so far.
-    pub switches: u64,
-    /// The candidates.
-    pub paths: Vec<PathView>,
-    /// The latest switches, newest last.
-    pub recent: Vec<SwitchView>,
-}
-
-/// A candidate path.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PathView {
-    /// `direct` or `via NAME`.
-    pub name: String,
-    /// Its number: mark `id << 16`, routing table `table-base + id`.
-    pub id: u32,
-    /// Whether new flows take it.
-    pub chosen: bool,
-    /// Its hops.
-    pub hops: Vec<HopView>,
-    /// The model's score.
-    pub score: Score,
-    /// Connections on it (conntrack marks).
-    pub flows: Option<u64>,
-}
-
-/// A hop.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct HopView {
-    /// The sending member.
-    pub from: String,
-    /// The receiving member.
-    pub to: String,
-    /// What is known of it.
-    #[serde(flatten)]
-    pub hop: Hop,
-}
-
-/// A switch, as the API and the events show it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SwitchView {
-    /// The destination.
-    pub prefix: String,
-    /// When, Unix seconds.
-    pub at: f64,
-    /// The path left.
-    pub from: String,
-    /// The path taken.
-    pub to: String,
-    /// Why.
-    pub reason: Reason,
-    /// Why, in words.
-    pub reason_text: String,
-    /// The left path's score, bit/s.
-    pub from_bps: Option<f64>,
-    /// The taken path's score, bit/s.
-    pub to_bps: Option<f64>,
-}
+use crate::kernel::{Kernel, Steering};
+use crate::model::{Choice, Hop, LossSource, RateSource, Reason, Switch, score};
+use crate::settings::{Candidate, Routing};
+pub use mgrp_views::routes::{
+    DestinationView, HopView, MemberView, PathView, RoutesView, SwitchView,
+};
 
 /// How a destination's path is set by hand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -386,7 +277,7 @@ fn ping_socket(r: &Routing, to: IpAddr, member: usize) -> std::io::Result<UdpSoc
     // crosses this node's mgrpd and the member's (a socket bound to the device would
     // not hear the answers, which come back the normal way); from the address the
     // member knows this node by.
-    s.set_mark(super::kernel::heartbeat_mark(member))?;
+    s.set_mark(crate::kernel::heartbeat_mark(member))?;
     s.bind(&SocketAddr::new(r.address, 0).into())?;
     s.connect(&SocketAddr::new(to, r.heartbeat_port).into())?;
     let s: UdpSocket = s.into();
@@ -443,19 +334,19 @@ fn ping(socket: &UdpSocket, member: usize, c: &Control) {
 /// What one member's API gave at a poll.
 #[derive(Debug, Clone, Default)]
 struct Remote {
-    links: Option<Value>,
-    routes: Option<Value>,
+    links: Option<Links>,
+    routes: Option<RoutesView>,
     error: Option<String>,
 }
 
 /// What route control asks a member's API: `GET path` with its token, over TLS when
-/// the member has a `ca-file`; the JSON answer of a 200, else why not.
-pub fn http_get(
+/// the member has a `ca-file`; the JSON answer of a 200 read as a `T`, else why not.
+pub fn http_get<T: DeserializeOwned>(
     api: SocketAddr,
     path: &str,
     token: Option<&str>,
     tls: Option<&crate::tls::ClientTls>,
-) -> Result<Value, String> {
+) -> Result<T, String> {
     let timeout = Duration::from_millis(700);
     let s = TcpStream::connect_timeout(&api, timeout).map_err(|e| format!("{api}: {e}"))?;
     s.set_read_timeout(Some(timeout))
@@ -474,12 +365,12 @@ pub fn http_get(
 }
 
 /// One GET over `s` (clear or TLS), its JSON answer.
-fn exchange(
+fn exchange<T: DeserializeOwned>(
     mut s: impl Read + Write,
     api: SocketAddr,
     path: &str,
     token: Option<&str>,
-) -> Result<Value, String> {
+) -> Result<T, String> {
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     write!(
         s,
@@ -510,53 +401,44 @@ fn exchange(
 /// A hop's estimates from the receiving member's links: the rate (the TCP
 /// prediction, else the available bandwidth, else the capacity) and badabing's loss
 /// when younger than `max_loss_age_s`, of the first link from `from` that has them.
-pub fn hop_estimates(links: &Value, from: IpAddr, max_loss_age_s: f64) -> Hop {
+pub fn hop_estimates(links: &Links, from: IpAddr, max_loss_age_s: f64) -> Hop {
     let mut hop = Hop::default();
-    let from_here = |l: &&Value| {
-        l.get("from")
-            .and_then(Value::as_str)
-            .and_then(|f| {
-                f.parse::<SocketAddr>()
-                    .map(|s| s.ip())
-                    .ok()
-                    .or_else(|| f.parse::<IpAddr>().ok())
-            })
+    let from_here = |l: &&LinkView| {
+        l.from
+            .parse::<SocketAddr>()
+            .map(|s| s.ip())
+            .ok()
+            .or_else(|| l.from.parse::<IpAddr>().ok())
             .is_some_and(|ip| ip == from)
     };
-    let Some(all) = links.get("links").and_then(Value::as_array) else {
-        return hop;
-    };
-    for l in all.iter().filter(from_here) {
-        let btc = &l["btc"];
-        let inputs = &btc["inputs"];
+    // A member's figures are believed only within what a path can be: a rate above
+    // nothing and below 10 Tbit/s.
+    let rate = |v: f64| Some(v).filter(|r| *r > 0.0 && *r < MAX_RATE_BPS);
+    for l in links.links.iter().filter(from_here) {
+        let inputs = &l.btc.inputs;
         if hop.rate_bps.is_none() {
-            // A member's figures are believed only within what a path can be: a
-            // rate above nothing and below 10 Tbit/s.
-            let f = |v: &Value| v.as_f64().filter(|r| *r > 0.0 && *r < MAX_RATE_BPS);
-            if let Some(b) = f(&btc["prediction"]["bps"]) {
+            if let Some(b) = l.btc.prediction.as_ref().and_then(|p| rate(p.bps)) {
                 hop.rate_bps = Some(b);
-                hop.rate_source = Some("btc");
-            } else if let (Some(lo), Some(hi)) = (
-                f(&inputs["available"]["low_bps"]),
-                f(&inputs["available"]["high_bps"]),
-            ) {
+                hop.rate_source = Some(RateSource::Btc);
+            } else if let Some((lo, hi)) = inputs
+                .available
+                .as_ref()
+                .and_then(|a| Some((rate(a.low_bps)?, rate(a.high_bps)?)))
+            {
                 hop.rate_bps = Some((lo + hi) / 2.0);
-                hop.rate_source = Some("available");
-            } else if let Some(c) = f(&inputs["shape"]["capacity_bps"]) {
+                hop.rate_source = Some(RateSource::Available);
+            } else if let Some(c) = inputs.shape.as_ref().and_then(|s| rate(s.capacity_bps)) {
                 hop.rate_bps = Some(c);
-                hop.rate_source = Some("capacity");
+                hop.rate_source = Some(RateSource::Capacity);
             }
         }
         if hop.loss.is_none()
-            && let (Some(rate), Some(age)) = (
-                inputs["loss"]["loss_rate"].as_f64(),
-                inputs["loss"]["age_s"].as_f64(),
-            )
-            && (0.0..=1.0).contains(&rate)
-            && (0.0..=max_loss_age_s).contains(&age)
+            && let Some(loss) = &inputs.loss
+            && (0.0..=1.0).contains(&loss.loss_rate)
+            && (0.0..=max_loss_age_s).contains(&loss.age_s)
         {
-            hop.loss = Some(rate);
-            hop.loss_source = Some("badabing");
+            hop.loss = Some(loss.loss_rate);
+            hop.loss_source = Some(LossSource::Badabing);
         }
     }
     hop
@@ -567,22 +449,16 @@ const MAX_RATE_BPS: f64 = 1e13;
 
 /// What a member's published heartbeats say of its hop to `to`; figures out of
 /// range (a negative round trip, a loss outside 0 to 1) are left out.
-pub fn remote_heartbeat(routes: &Value, to: IpAddr) -> Option<HopState> {
-    routes["members"]
-        .as_array()?
+pub fn remote_heartbeat(routes: &RoutesView, to: IpAddr) -> Option<HopState> {
+    routes
+        .members
         .iter()
-        .find(|m| m["address"].as_str().and_then(|a| a.parse().ok()) == Some(to))
-        .and_then(|m| m.get("heartbeat"))
-        .and_then(|h| {
-            Some(HopState {
-                alive: h["alive"].as_bool()?,
-                rtt_s: h["rtt_s"].as_f64().filter(|r| (0.0..3600.0).contains(r)),
-                loss: h["loss"].as_f64().filter(|l| (0.0..=1.0).contains(l)),
-                loss_samples: h["loss_samples"].as_u64().unwrap_or(0),
-                lost_in_row: h["lost_in_row"].as_u64().unwrap_or(0) as u32,
-                sent: h["sent"].as_u64().unwrap_or(0),
-                answered: h["answered"].as_u64().unwrap_or(0),
-            })
+        .find(|m| m.address == to)
+        .and_then(|m| m.heartbeat)
+        .map(|h| HopState {
+            rtt_s: h.rtt_s.filter(|r| (0.0..3600.0).contains(r)),
+            loss: h.loss.filter(|l| (0.0..=1.0).contains(l)),
+            ..h
         })
 }
 
@@ -592,55 +468,44 @@ pub fn remote_heartbeat(routes: &Value, to: IpAddr) -> Option<HopState> {
 /// unknown.
 fn poll_members(c: &Control) {
     let r = &c.routing;
-    let mut last: Vec<[Option<(Instant, Value)>; 2]> = vec![[None, None]; r.members.len()];
+    let mut last: Vec<(Held<Links>, Held<RoutesView>)> = vec![(None, None); r.members.len()];
     while !c.stop.load(Ordering::Relaxed) {
         let started = Instant::now();
-        let answers: Vec<[Result<Value, String>; 2]> = std::thread::scope(|scope| {
+        type Answers = (Result<Links, String>, Result<RoutesView, String>);
+        let answers: Vec<Answers> = std::thread::scope(|scope| {
             let asks: Vec<_> = r
                 .members
                 .iter()
                 .map(|m| {
                     scope.spawn(move || {
                         let (token, tls) = (m.token.as_deref(), m.tls.as_ref());
-                        [
+                        (
                             http_get(m.api, "/v1/links", token, tls),
                             http_get(m.api, "/v1/routes", token, tls),
-                        ]
+                        )
                     })
                 })
                 .collect();
             asks.into_iter()
                 .map(|a| {
                     a.join().unwrap_or_else(|_| {
-                        [
+                        (
                             Err("the poll panicked".into()),
                             Err("the poll panicked".into()),
-                        ]
+                        )
                     })
                 })
                 .collect()
         });
+        let fresh = r.poll * REMOTE_POLLS;
         let remotes: Vec<Remote> = answers
             .into_iter()
             .zip(&mut last)
-            .map(|(got, last)| {
-                let error = got.iter().find_map(|g| g.as_ref().err()).cloned();
-                let mut held = got
-                    .into_iter()
-                    .zip(last.iter_mut())
-                    .map(|(got, last)| match got {
-                        Ok(v) => {
-                            *last = Some((Instant::now(), v.clone()));
-                            Some(v)
-                        }
-                        Err(_) => last
-                            .as_ref()
-                            .filter(|(t, _)| t.elapsed() < r.poll * REMOTE_POLLS)
-                            .map(|(_, v)| v.clone()),
-                    });
+            .map(|((links, routes), (last_links, last_routes))| {
+                let error = links.as_ref().err().or(routes.as_ref().err()).cloned();
                 Remote {
-                    links: held.next().flatten(),
-                    routes: held.next().flatten(),
+                    links: hold(links, last_links, fresh),
+                    routes: hold(routes, last_routes, fresh),
                     error,
                 }
             })
@@ -650,6 +515,23 @@ fn poll_members(c: &Control) {
         while Instant::now() < next && !c.stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(20).min(next - Instant::now()));
         }
+    }
+}
+
+/// A member's last good answer, and when it came.
+type Held<T> = Option<(Instant, T)>;
+
+/// `got` when it came, else the last answer while younger than `fresh`.
+fn hold<T: Clone>(got: Result<T, String>, last: &mut Held<T>, fresh: Duration) -> Option<T> {
+    match got {
+        Ok(v) => {
+            *last = Some((Instant::now(), v.clone()));
+            Some(v)
+        }
+        Err(_) => last
+            .as_ref()
+            .filter(|(t, _)| t.elapsed() < fresh)
+            .map(|(_, v)| v.clone()),
     }
 }
 
@@ -866,7 +748,7 @@ fn hops_of(
                 hop.rtt_s = b.rtt_s;
                 if hop.loss.is_none() && b.loss.is_some() {
                     hop.loss = b.loss;
-                    hop.loss_source = Some("heartbeats");
+                    hop.loss_source = Some(LossSource::Heartbeats);
                 }
             }
             HopView {
@@ -880,41 +762,100 @@ fn hops_of(
 
 #[cfg(test)]
 mod tests {
+    use mgrp_views::link::Links;
+    use mgrp_views::routes::RoutesView;
+    use mgrp_views::sample;
+
     use super::*;
+
+    /// `value` as a member's API serves it, read back as route control reads it.
+    fn served<T: serde::Serialize + DeserializeOwned>(value: &T) -> T {
+        let text = serde_json::to_string(&serde_json::to_value(value).unwrap()).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
 
     #[test]
     fn a_hops_estimates_come_from_the_receivers_links_from_its_sender() {
-        let links = serde_json::json!({
-            "node": "east0",
-            "links": [
-                {"from": "10.0.0.9:55002", "btc": {"prediction": {"bps": 1.0}, "inputs": {}}},
-                {"from": "10.0.0.1:55002", "btc": {"prediction": null, "inputs": {
-                    "available": {"low_bps": 8e6, "high_bps": 10e6, "age_s": 3.0},
-                    "loss": {"loss_rate": 0.05, "age_s": 4.0}
-                }}},
-            ]
+        let mut other = sample::link_view();
+        other.from = "10.0.0.9:55002".into();
+        other.btc.prediction.as_mut().unwrap().bps = 1.0;
+        let mut mine = sample::link_view();
+        mine.btc.prediction = None;
+        let links = served(&Links {
+            node: "east0".into(),
+            links: vec![other, mine],
         });
-        let h = hop_estimates(&links, "10.0.0.1".parse().unwrap(), 30.0);
-        assert_eq!(h.rate_bps, Some(9e6));
-        assert_eq!(h.rate_source, Some("available"));
-        assert_eq!(h.loss, Some(0.05));
-        assert_eq!(h.loss_source, Some("badabing"));
+        let from: IpAddr = "10.0.0.1".parse().unwrap();
+        let h = hop_estimates(&links, from, 30.0);
+        // No prediction: the middle of the available bandwidth's range.
+        assert_eq!(h.rate_bps, Some((8.5e6 + 9.75e6) / 2.0));
+        assert_eq!(h.rate_source, Some(RateSource::Available));
+        assert_eq!(h.loss, Some(0.0075));
+        assert_eq!(h.loss_source, Some(LossSource::Badabing));
         // Stale loss is not used; a link from elsewhere is not this hop's.
-        let h = hop_estimates(&links, "10.0.0.1".parse().unwrap(), 2.0);
-        assert_eq!(h.loss, None);
+        assert_eq!(hop_estimates(&links, from, 2.0).loss, None);
         let h = hop_estimates(&links, "10.0.0.7".parse().unwrap(), 30.0);
         assert_eq!(h, Hop::default());
+        // The prediction first; then the capacity when nothing else is known.
+        let h = hop_estimates(&served(&sample::links()), from, 30.0);
+        assert_eq!(
+            (h.rate_bps, h.rate_source),
+            (Some(5.5e6), Some(RateSource::Btc))
+        );
+        let mut bare = sample::link_view();
+        bare.btc.prediction = None;
+        bare.btc.inputs.available = None;
+        let bare = served(&Links {
+            node: "east0".into(),
+            links: vec![bare],
+        });
+        let h = hop_estimates(&bare, from, 30.0);
+        assert_eq!(
+            (h.rate_bps, h.rate_source),
+            (Some(20e6), Some(RateSource::Capacity))
+        );
+    }
+
+    #[test]
+    fn figures_beyond_what_a_path_can_be_are_not_believed() {
+        let mut l = sample::link_view();
+        l.btc.prediction.as_mut().unwrap().bps = 1e15;
+        l.btc.inputs.available.as_mut().unwrap().low_bps = -1.0;
+        l.btc.inputs.loss.as_mut().unwrap().loss_rate = 1.5;
+        let links = served(&Links {
+            node: "east0".into(),
+            links: vec![l],
+        });
+        let h = hop_estimates(&links, "10.0.0.1".parse().unwrap(), 1e9);
+        assert_eq!(h.rate_source, Some(RateSource::Capacity));
+        assert_eq!(h.loss, None);
     }
 
     #[test]
     fn a_members_published_heartbeats_are_read_by_address() {
-        let routes = serde_json::json!({"members": [
-            {"name": "e", "address": "10.0.0.3", "heartbeat": {"alive": true, "rtt_s": 0.02, "loss": 0.1, "loss_samples": 50, "lost_in_row": 0, "sent": 9, "answered": 9}},
-            {"name": "w", "address": "10.0.0.1", "heartbeat": null},
-        ]});
-        let h = remote_heartbeat(&routes, "10.0.0.3".parse().unwrap()).unwrap();
-        assert!(h.alive && h.loss == Some(0.1));
-        assert!(remote_heartbeat(&routes, "10.0.0.1".parse().unwrap()).is_none());
-        assert!(remote_heartbeat(&routes, "10.0.0.2".parse().unwrap()).is_none());
+        let mut routes = sample::routes_view();
+        let mut silent = routes.members[0].clone();
+        silent.address = "10.90.0.9".parse().unwrap();
+        silent.heartbeat = None;
+        routes.members.push(silent);
+        let mut odd = routes.members[0].clone();
+        odd.address = "10.90.0.8".parse().unwrap();
+        odd.heartbeat.as_mut().unwrap().rtt_s = Some(-1.0);
+        routes.members.push(odd);
+        let routes: RoutesView = served(&routes);
+        let h = remote_heartbeat(&routes, "10.90.0.2".parse().unwrap()).unwrap();
+        assert!(h.alive && h.loss == Some(0.01) && h.rtt_s == Some(0.02));
+        assert!(remote_heartbeat(&routes, "10.90.0.9".parse().unwrap()).is_none());
+        assert!(remote_heartbeat(&routes, "10.90.0.3".parse().unwrap()).is_none());
+        let h = remote_heartbeat(&routes, "10.90.0.8".parse().unwrap()).unwrap();
+        assert_eq!(h.rtt_s, None);
+    }
+
+    #[test]
+    fn an_answer_that_is_not_the_views_is_refused_with_the_field() {
+        let e =
+            serde_json::from_str::<Links>(r#"{"node": "x", "links": [{"from": "10.0.0.1:1"}]}"#)
+                .unwrap_err();
+        assert!(e.to_string().contains("missing field"), "{e}");
     }
 }

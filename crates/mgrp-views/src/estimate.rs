@@ -243,24 +243,6 @@ impl RunOutcome {
             Self::Error => "this node's side failed; the error says why",
         }
     }
-
-    /// The outcome of a pathload run that ended as `o` says: a lower bound when the
-    /// sender found no trend up to the highest rate it reached (its maximum, or the
-    /// rate it fell short at) and nothing above it.
-    pub fn of(o: &pathload_rs::Outcome) -> Self {
-        use pathload_rs::StopReason as R;
-        if o.lower_bound {
-            return Self::LowerBound;
-        }
-        match o.reason {
-            R::UserResolution | R::GreyResolution => Self::Estimate,
-            R::AboveMaxRate => Self::LowerBound,
-            R::FleetLimit | R::TimeLimit => Self::Limit,
-            R::RateUnreachable => Self::RateUnreachable,
-            R::Unusable | R::NoInitialRate => Self::CrossTraffic,
-            R::Interrupted => Self::Error,
-        }
-    }
 }
 
 /// Runs by outcome; in JSON an object with a count for every outcome.
@@ -308,9 +290,4 @@ impl<'de> Deserialize<'de> for RunCounts {
         }
         Ok(c)
     }
-}
-
-/// pathload's Mbit/s as bits per second.
-pub(crate) fn bps(mbps: f64) -> f64 {
-    mbps * 1e6
 }

@@ -8,8 +8,9 @@ use mgrp_core::heartbeat;
 use mgrp_core::peers::Prefix;
 use serde::Deserialize;
 
-use crate::config::ConfigError;
-use crate::route::Rule;
+use mgrp_rt::settings::{Invalid, check_name, read_token_file};
+
+use crate::model::Rule;
 
 /// Route control's settings.
 #[derive(Clone, PartialEq)]
@@ -105,6 +106,38 @@ pub struct Candidate {
 }
 
 impl Routing {
+    /// What `--check-config` shows of route control: a line for the whole, one per
+    /// destination with its candidate paths.
+    pub fn summary(&self) -> String {
+        let mut out = format!(
+            "  route control: as {} with {} members, {} destinations; switch when 1 + {} times better and {} since the last change (a failed path at once); heartbeats every {:.0} ms on UDP port {}, a hop down after {} lost in a row, loss over {:.0} s; {}\n",
+            self.address,
+            self.members.len(),
+            self.destinations.len(),
+            self.rule.eta,
+            mgrp_rt::settings::seconds(Duration::from_secs_f64(self.rule.t_ch_s)),
+            self.heartbeats.interval_s * 1e3,
+            self.heartbeat_port,
+            self.heartbeats.down_after,
+            self.heartbeats.loss_window_s,
+            if self.move_existing {
+                "every flow moves with a change"
+            } else {
+                "flows stay on the path they started on"
+            }
+        );
+        for d in &self.destinations {
+            let paths: Vec<String> = d.paths.iter().map(|p| self.path_name(*p)).collect();
+            out.push_str(&format!(
+                "    {} behind {}: {}\n",
+                d.prefix,
+                self.members[d.owner].name,
+                paths.join(", ")
+            ));
+        }
+        out
+    }
+
     /// A path's name: `direct` or `via NAME`.
     pub fn path_name(&self, p: Candidate) -> String {
         match p.via {
@@ -140,9 +173,10 @@ impl Routing {
 /// route's, 255).
 pub const MAX_PATHS: usize = 254;
 
+/// The `[routing]` section as written.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub(crate) struct RoutingFile {
+pub struct RoutingFile {
     address: Option<IpAddr>,
     heartbeat_port: Option<u16>,
     heartbeat_interval: Option<String>,
@@ -185,19 +219,17 @@ struct DestinationFile {
     direct: Option<bool>,
 }
 
-fn invalid(msg: String) -> ConfigError {
-    ConfigError::Invalid(msg)
+fn invalid(msg: String) -> Invalid {
+    Invalid(msg)
 }
 
-fn duration(key: &str, v: Option<&String>, default: Duration) -> Result<Duration, ConfigError> {
-    match v {
-        None => Ok(default),
-        Some(s) => mgrp_core::parse_duration(s).map_err(|e| invalid(format!("routing.{key}: {e}"))),
-    }
+fn duration(key: &str, v: Option<&String>, default: Duration) -> Result<Duration, Invalid> {
+    mgrp_rt::settings::duration(&format!("routing.{key}"), v, default)
 }
 
 impl RoutingFile {
-    pub(crate) fn check(self, dir: Option<&Path>) -> Result<Routing, ConfigError> {
+    /// The section checked; token and CA files are read relative to `dir`.
+    pub fn check(self, dir: Option<&Path>) -> Result<Routing, Invalid> {
         let address = self.address.ok_or_else(|| {
             invalid("routing.address: missing; the address the other members know this node by (their links into them come from it)".into())
         })?;
@@ -253,7 +285,7 @@ impl RoutingFile {
         let mut members: Vec<Member> = Vec::new();
         for (i, m) in self.members.into_iter().enumerate() {
             let key = format!("routing.member {} ({})", i + 1, m.name);
-            crate::config::check_name(&format!("{key}: name"), &m.name)?;
+            check_name(&format!("{key}: name"), &m.name)?;
             if members
                 .iter()
                 .any(|o| o.name == m.name || o.address == m.address)
@@ -285,7 +317,7 @@ impl RoutingFile {
             };
             let token = match m.token_file {
                 None => None,
-                Some(p) => Some(crate::config::read_token_file(&p, dir)?.1),
+                Some(p) => Some(read_token_file(&p, dir)?.1),
             };
             let tls = match (&m.ca_file, &m.tls_name) {
                 (Some(ca), name) => {
@@ -432,7 +464,19 @@ impl RoutingFile {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::Config;
+    use mgrp_rt::settings::Invalid;
+
+    use super::{Routing, RoutingFile};
+
+    /// The `[routing]` section of `text`, checked.
+    fn routing(text: &str) -> Result<Routing, Invalid> {
+        #[derive(serde::Deserialize)]
+        struct File {
+            routing: RoutingFile,
+        }
+        let f: File = toml::from_str(text).map_err(|e| Invalid(e.to_string()))?;
+        f.routing.check(None)
+    }
 
     const MEMBERS: &str = "[routing]\naddress = \"10.90.0.1\"\n\
         [[routing.member]]\nname = \"north\"\naddress = \"10.90.0.2\"\ndevice = \"mgrp-n\"\n\
@@ -441,15 +485,11 @@ mod tests {
 
     #[test]
     fn destinations_get_their_candidate_paths_numbered_in_order() {
-        let c = Config::from_toml(
-            &format!(
-                "{MEMBERS}[[routing.destination]]\nprefix = \"10.2.0.0/24\"\nmember = \"east0\"\ndirect = false\n\
-                 [[routing.destination]]\nprefix = \"10.3.0.0/24\"\nmember = \"north\"\n"
-            ),
-            None,
-        )
+        let r = routing(&format!(
+            "{MEMBERS}[[routing.destination]]\nprefix = \"10.2.0.0/24\"\nmember = \"east0\"\ndirect = false\n\
+             [[routing.destination]]\nprefix = \"10.3.0.0/24\"\nmember = \"north\"\n"
+        ))
         .unwrap();
-        let r = c.routing.as_ref().unwrap();
         let names: Vec<Vec<String>> = r
             .destinations
             .iter()
@@ -463,7 +503,7 @@ mod tests {
         assert_eq!(r.rule.eta, 0.5);
         assert_eq!(r.rule.t_ch_s, 30.0);
         assert!(
-            c.summary()
+            r.summary()
                 .contains("10.2.0.0/24 behind east0: via north, via south")
         );
     }
@@ -496,16 +536,12 @@ mod tests {
                 "overlaps",
             ),
         ] {
-            let e = Config::from_toml(&format!("{MEMBERS}{extra}"), None).unwrap_err();
+            let e = routing(&format!("{MEMBERS}{extra}")).unwrap_err();
             assert!(e.to_string().contains(says), "{e}");
         }
-        let e = Config::from_toml("[routing]\n", None).unwrap_err();
+        let e = routing("[routing]\n").unwrap_err();
         assert!(e.to_string().contains("routing.address"), "{e}");
-        let e = Config::from_toml(
-            "[routing]\naddress = \"10.0.0.1\"\nloss-window = \"1s\"\n",
-            None,
-        )
-        .unwrap_err();
+        let e = routing("[routing]\naddress = \"10.0.0.1\"\nloss-window = \"1s\"\n").unwrap_err();
         assert!(e.to_string().contains("at least 20 heartbeats"), "{e}");
     }
 }

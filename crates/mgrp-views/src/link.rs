@@ -1,0 +1,114 @@
+//! The links into a node as its API shows them (`GET /v1/links`, `/v1/links/NAME`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::estimate::{Estimate, RunCounts};
+use crate::passive::{PassiveTcp, PassiveTiming};
+use crate::prediction::Prediction;
+
+/// `GET /v1/links`: the node and every link into it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Links {
+    /// The node's name.
+    pub node: String,
+    /// Its links, in the configuration's order.
+    pub links: Vec<LinkView>,
+}
+
+/// Where a link is in its cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkState {
+    /// Until its next run is due.
+    Waiting,
+    /// Due, waiting for application traffic to ride in its probes.
+    AwaitingTraffic,
+    /// Due, waiting for a free slot.
+    Ready,
+    /// A run is in flight.
+    Running,
+    /// Waiting after failures.
+    BackingOff,
+}
+
+impl LinkState {
+    /// Its name in the API and the status page.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Waiting => "waiting",
+            Self::AwaitingTraffic => "awaiting_traffic",
+            Self::Ready => "ready",
+            Self::Running => "running",
+            Self::BackingOff => "backing_off",
+        }
+    }
+}
+
+/// A link as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkView {
+    /// Its name.
+    pub name: String,
+    /// The neighbour measured from, `address:port`.
+    pub from: String,
+    /// `mgrp` or `udp`.
+    pub transport: String,
+    /// `pathload-fast` or `pathload-slow`.
+    pub method: String,
+    /// Seconds between runs.
+    pub interval_s: f64,
+    /// Application traffic (bit/s) the link waits for before a run, if set.
+    pub ride_min_bps: Option<u64>,
+    /// The traffic the neighbour last reported routing to this node, bit/s (links
+    /// that wait for traffic only).
+    pub traffic_bps: Option<u64>,
+    /// `waiting`, `awaiting_traffic`, `ready`, `running` or `backing_off`.
+    pub state: LinkState,
+    /// Seconds until the next run is due (waiting, backing off, awaiting traffic).
+    pub next_run_in_s: Option<f64>,
+    /// Failed runs in a row.
+    pub failures: u32,
+    /// Whether the last failure was the neighbour being down.
+    pub peer_down: bool,
+    /// Why the last run failed, if it did.
+    pub last_error: Option<String>,
+    /// The latest run that answered: a range, or a lower bound.
+    pub latest: Option<Estimate>,
+    /// Seconds since that estimate's run ended.
+    pub age_s: Option<f64>,
+    /// Runs by outcome.
+    pub runs: RunCounts,
+    /// IP bytes of every probe this link's runs sent.
+    pub probe_bytes: u64,
+    /// IP bytes of those probes that carried application traffic.
+    pub riding_probe_bytes: u64,
+    /// What a bulk TCP transfer from the neighbour will get, by every method the
+    /// node's measurements of that neighbour allow (shared by its links).
+    pub btc: Prediction,
+    /// Whether the link runs even while a passive estimate is fresh.
+    pub active_always: bool,
+    /// For a link a passive estimate may stand in for: what the applications' TCP
+    /// flows from the neighbour last said, and how often it stood in.
+    pub passive: Option<PassiveView>,
+}
+
+/// A link's passive side.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PassiveView {
+    /// `passive-tcp`.
+    pub source: String,
+    /// The neighbour's last answer, read; `None` before the first.
+    pub last: Option<PassiveTcp>,
+    /// Seconds since that answer.
+    pub age_s: Option<f64>,
+    /// What the timing of the applications' segments from the neighbour gave over
+    /// the last window (`passive-dispersion`, `passive-trend`); `None` when timing is
+    /// off or before the first window.
+    pub timing: Option<PassiveTiming>,
+    /// Seconds since that window ended.
+    pub timing_age_s: Option<f64>,
+    /// Due runs a passive estimate stood in for (passive estimates recorded).
+    pub covered: u64,
+    /// Their share of all the link's due runs, 0 to 1.
+    pub coverage: f64,
+}

@@ -1,0 +1,121 @@
+//! What a bulk TCP transfer from a neighbour will get (its bulk transfer capacity),
+//! by every method the node's measurements of that neighbour allow, with what each
+//! value stands on.
+
+use std::net::IpAddr;
+
+use btc_rs::model::Basis;
+use btc_rs::squeezed::PathClass;
+use serde::{Deserialize, Serialize};
+
+/// The prediction for the path from one neighbour, with every method's value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// The neighbour.
+    pub neighbour: IpAddr,
+    /// The value to use; `None` when nothing allows one.
+    pub prediction: Option<Predicted>,
+    /// Each method's value.
+    pub values: Vec<Predicted>,
+    /// What they stand on.
+    pub inputs: Inputs,
+}
+
+/// One method's value, bit/s.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Predicted {
+    /// `kernel`, `scaled-abw` or `mathis`.
+    pub method: Basis,
+    /// The middle of the range.
+    pub bps: f64,
+    /// The low end.
+    pub low_bps: f64,
+    /// The high end.
+    pub high_bps: f64,
+    /// What it stands on, in words.
+    pub basis: String,
+}
+
+/// The inputs, each with the link that measured it and its age.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Inputs {
+    /// The latest available bandwidth.
+    pub available: Option<Available>,
+    /// The latest capacity and class.
+    pub shape: Option<ShapeInput>,
+    /// The latest loss rate.
+    pub loss: Option<LossInput>,
+    /// What the neighbour's kernel says.
+    pub kernel: Option<KernelInput>,
+    /// Why the kernel gives no rate, when it does not (no flow, flows limited by the
+    /// application or the receiver, not asked).
+    pub kernel_note: Option<String>,
+}
+
+/// Available bandwidth, bit/s.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Available {
+    /// Low end.
+    pub low_bps: f64,
+    /// High end (the low end for a lower bound).
+    pub high_bps: f64,
+    /// Whether it is only a lower bound.
+    pub lower_bound: bool,
+    /// The method.
+    pub method: String,
+    /// The link.
+    pub link: String,
+    /// Seconds since its run ended.
+    pub age_s: f64,
+}
+
+/// Capacity and class.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShapeInput {
+    /// Narrow-link capacity, bit/s.
+    pub capacity_bps: f64,
+    /// Squeezed-pair class.
+    pub class: Option<PathClass>,
+    /// Its score.
+    pub score: Option<i32>,
+    /// Round trip, s.
+    pub rtt_s: f64,
+    /// The link.
+    pub link: String,
+    /// Seconds since its run ended.
+    pub age_s: f64,
+}
+
+/// Loss.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LossInput {
+    /// badabing's probe loss rate, 0 to 1.
+    pub loss_rate: f64,
+    /// Share of time in loss episodes.
+    pub episode_frequency: f64,
+    /// The link.
+    pub link: String,
+    /// Seconds since its run ended.
+    pub age_s: f64,
+}
+
+/// The busiest network-limited flow the neighbour's kernel reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelInput {
+    /// Its delivery rate, bit/s.
+    pub delivery_bps: f64,
+    /// Its congestion control.
+    pub congestion: Option<String>,
+    /// Its least round trip, s.
+    pub min_rtt_s: Option<f64>,
+    /// Its smoothed round trip, s.
+    pub rtt_s: f64,
+    /// Its retransmitted segments so far.
+    pub total_retrans: u32,
+    /// Flows to this node the kernel listed.
+    pub flows: usize,
+    /// Of those, flows whose latest sample was network-limited.
+    pub network_limited: usize,
+    /// Seconds since the kernel was asked.
+    pub age_s: f64,
+}

@@ -1,0 +1,227 @@
+//! Route control as a node's API shows it (`GET /v1/routes`), and the hops, scores
+//! and reasons it is made of.
+
+use std::net::IpAddr;
+
+use mgrp_core::heartbeat::HopState;
+use serde::{Deserialize, Serialize};
+
+/// What the API shows of route control (`GET /v1/routes`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoutesView {
+    /// This node.
+    pub node: String,
+    /// How the members know it.
+    pub address: IpAddr,
+    /// η and T_ch.
+    pub eta: f64,
+    /// T_ch, s.
+    pub t_ch_s: f64,
+    /// Whether existing flows move with a change.
+    pub move_existing: bool,
+    /// The other members, as heartbeats and their APIs found them.
+    pub members: Vec<MemberView>,
+    /// Each destination.
+    pub destinations: Vec<DestinationView>,
+    /// The last error steering the kernel, if the last attempt failed.
+    pub kernel_error: Option<String>,
+    /// When this view was made, Unix seconds.
+    pub at: f64,
+}
+
+/// A member.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberView {
+    /// Its name.
+    pub name: String,
+    /// Its address.
+    pub address: IpAddr,
+    /// This node's next-hop device towards it.
+    pub device: Option<String>,
+    /// What heartbeats over the hop from this node to it say (members with a device).
+    pub heartbeat: Option<HopState>,
+    /// Whether its API answered at the last poll.
+    pub api_ok: bool,
+    /// Why not.
+    pub api_error: Option<String>,
+}
+
+/// A destination.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DestinationView {
+    /// The prefix.
+    pub prefix: String,
+    /// The member it lies behind.
+    pub owner: String,
+    /// The path new flows take: `direct`, `via NAME`, or `normal` (the kernel's own
+    /// route).
+    pub current: String,
+    /// A path set by hand (`POST /v1/routes/choose`), if any.
+    pub manual: Option<String>,
+    /// Seconds since the last switch.
+    pub since_switch_s: Option<f64>,
+    /// Switches so far.
+    pub switches: u64,
+    /// The candidates.
+    pub paths: Vec<PathView>,
+    /// The latest switches, newest last.
+    pub recent: Vec<SwitchView>,
+}
+
+/// A candidate path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathView {
+    /// `direct` or `via NAME`.
+    pub name: String,
+    /// Its number: mark `id << 16`, routing table `table-base + id`.
+    pub id: u32,
+    /// Whether new flows take it.
+    pub chosen: bool,
+    /// Its hops.
+    pub hops: Vec<HopView>,
+    /// The model's score.
+    pub score: Score,
+    /// Connections on it (conntrack marks).
+    pub flows: Option<u64>,
+}
+
+/// A hop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HopView {
+    /// The sending member.
+    pub from: String,
+    /// The receiving member.
+    pub to: String,
+    /// What is known of it.
+    #[serde(flatten)]
+    pub hop: Hop,
+}
+
+/// A switch, as the API and the events show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SwitchView {
+    /// The destination.
+    pub prefix: String,
+    /// When, Unix seconds.
+    pub at: f64,
+    /// The path left.
+    pub from: String,
+    /// The path taken.
+    pub to: String,
+    /// Why.
+    pub reason: Reason,
+    /// Why, in words.
+    pub reason_text: String,
+    /// The left path's score, bit/s.
+    pub from_bps: Option<f64>,
+    /// The taken path's score, bit/s.
+    pub to_bps: Option<f64>,
+}
+
+/// What is known of one hop, from its sender to its receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Hop {
+    /// Whether it answers heartbeats (`false` when unknown).
+    pub alive: bool,
+    /// Round trip, s.
+    pub rtt_s: Option<f64>,
+    /// Forward loss, 0 to 1, and where it comes from.
+    pub loss: Option<f64>,
+    /// `badabing` or `heartbeats`.
+    pub loss_source: Option<LossSource>,
+    /// The rate it carries a TCP flow at, bit/s, and where it comes from.
+    pub rate_bps: Option<f64>,
+    /// `btc`, `available` or `capacity`.
+    pub rate_source: Option<RateSource>,
+}
+
+/// One candidate path's score.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Score {
+    /// Every hop answers.
+    pub alive: bool,
+    /// The model's throughput, bit/s; `None` when nothing is known.
+    pub bps: Option<f64>,
+    /// The rate term R, bit/s.
+    pub rate_bps: Option<f64>,
+    /// The loss term MSS / (RTT √ε), bit/s.
+    pub mathis_bps: Option<f64>,
+    /// RTT, s.
+    pub rtt_s: Option<f64>,
+    /// ε.
+    pub loss: Option<f64>,
+    /// The model in words, with its numbers.
+    pub basis: String,
+}
+
+/// Where a hop's loss figure comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossSource {
+    /// The receiver's badabing link from the sender.
+    Badabing,
+    /// The heartbeats over the hop.
+    Heartbeats,
+}
+
+/// Where a hop's rate comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RateSource {
+    /// The receiver's transfer-rate prediction for the sender.
+    Btc,
+    /// The receiver's latest available bandwidth from the sender.
+    Available,
+    /// The narrow link's capacity (btc-rs).
+    Capacity,
+}
+
+/// Why a destination changed path.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Reason {
+    /// The first path chosen.
+    First,
+    /// The best path scored `ratio` times the current one (more than 1 + η).
+    Better {
+        /// Best over current.
+        ratio: f64,
+    },
+    /// The current path stopped answering.
+    Failed,
+    /// No path answers: back to the kernel's normal route.
+    AllDown,
+    /// A path answers again after none did.
+    Recovered,
+    /// Set by hand through the API.
+    Manual,
+}
+
+impl Reason {
+    /// Its name in the API and the metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::First => "first",
+            Self::Better { .. } => "better",
+            Self::Failed => "failed",
+            Self::AllDown => "all_down",
+            Self::Recovered => "recovered",
+            Self::Manual => "manual",
+        }
+    }
+
+    /// In words.
+    pub fn words(&self, eta: f64) -> String {
+        match self {
+            Self::First => "first choice".into(),
+            Self::Better { ratio } => format!(
+                "scores {ratio:.2}× the current path (more than 1 + η = {:.2})",
+                1.0 + eta
+            ),
+            Self::Failed => "the current path stopped answering".into(),
+            Self::AllDown => "no path answers: the kernel's normal route".into(),
+            Self::Recovered => "a path answers again".into(),
+            Self::Manual => "set by hand".into(),
+        }
+    }
+}

@@ -17,7 +17,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use mgrp_overlay::timing;
+use mgrp_overlay::derive::timing;
 use mgrp_testbed::{ADDR_A, ADDR_B, TwoHostOptions, TwoHosts};
 use mgrp_tool::capture::{Capture, Direction, RING};
 

@@ -4,30 +4,28 @@
 //! plain UDP as the baseline), predicts what a bulk TCP transfer from each neighbour
 //! will get, serves as the sending side for its neighbours' measurements, and keeps
 //! the estimates for applications. How to run it, its API and its metrics are in the
-//! repository's `docs/overlay.md`.
+//! repository's `docs/overlay.md`. What the API serves is `mgrp_views`; route control
+//! is `mgrp_route`.
 //!
-//! - [`config`]: the TOML file, checked.
-//! - [`schedule`]: when each link is measured, with no I/O and no clock.
-//! - [`btc`]: the transfer-rate prediction per neighbour from the runs and the
-//!   neighbour's kernel.
-//! - [`passive`]: estimates from the applications' own TCP flows, which stand in
-//!   for active runs while they flow.
-//! - `store`: each link's history on disk, across restarts.
-//! - [`node`]: the node running — its servers, its scheduler's thread, its
-//!   measurements — and the state the API reads.
-//! - [`http`]: the HTTP API, `/metrics` ([`metrics`]) and the status page ([`page`]).
+//! Rooms, each importing only from those above it:
+//! - [`config`]: the TOML file, checked (its `check` module is what every section
+//!   shares).
+//! - [`measure`]: when each link is measured, one file per method behind one trait,
+//!   the runs, and the neighbours' measurements served.
+//! - [`derive`]: the transfer-rate prediction, passive estimates and packet timing.
+//! - [`state`]: what the threads and the API share; each link's history on disk.
+//! - [`api`]: the HTTP API, `/metrics` and the status page.
+//! - [`node`]: the node wired — its threads started and stopped.
 //! - [`service`]: all of it on a runtime until a signal; [`cli`]: the command.
+//!
+//! (Within `measure`, `derive` and `state` the files import downward; the rooms'
+//! files call across rooms where a thread body needs the shared state.)
 
-pub mod btc;
+pub mod api;
 pub mod cli;
 pub mod config;
-pub mod http;
-pub mod metrics;
+pub mod derive;
+pub mod measure;
 pub mod node;
-pub mod page;
-pub mod passive;
-pub mod schedule;
 pub mod service;
-mod store;
-pub mod timing;
-pub mod tls;
+pub mod state;

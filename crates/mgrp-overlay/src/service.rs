@@ -7,8 +7,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tracing::info;
 
+use crate::api::http;
 use crate::config::Config;
-use crate::http;
 use crate::node::Node;
 
 /// Serves `config`'s node until a signal stops it.
@@ -39,7 +39,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     for (transport, addr) in node.serving() {
         info!("serving {transport} measurements on control port {addr}");
     }
-    let served = crate::tls::serve(listener, app, tls.as_ref(), async move {
+    let served = crate::api::tls::serve(listener, app, tls.as_ref(), async move {
         tokio::select! {
             _ = term.recv() => info!("SIGTERM: shutting down"),
             _ = int.recv() => info!("SIGINT: shutting down"),

@@ -70,7 +70,7 @@ fn the_api_serves_links_history_stream_metrics_and_page() {
         served.measurements >= 1 && served.refusals == 0,
         "{served:?}"
     );
-    let text = mgrp_overlay::metrics::render(&a.shared(), mgrp_core::exposition::Format::Text);
+    let text = mgrp_overlay::api::metrics::render(&a.shared(), mgrp_core::exposition::Format::Text);
     assert!(
         text.lines()
             .any(|l| l.starts_with("mgrp_overlay_serve_refusals")
@@ -326,7 +326,7 @@ fn event_streams_are_capped() {
         (status, r)
     };
     let mut streams = Vec::new();
-    for _ in 0..mgrp_overlay::http::MAX_STREAMS {
+    for _ in 0..mgrp_overlay::api::http::MAX_STREAMS {
         let (status, r) = open(api.addr);
         assert!(status.starts_with("HTTP/1.1 200"), "{status}");
         streams.push(r);

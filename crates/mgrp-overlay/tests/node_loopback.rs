@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::{free_port, node_a, node_a_on};
 use mgrp_overlay::config::Config;
-use mgrp_overlay::node::{Event, Node, NowError};
+use mgrp_overlay::node::Node;
+use mgrp_overlay::state::shared::{Event, NowError};
 use mgrp_views::estimate::RunOutcome;
 
 fn node_b(a_port: u16) -> Node {

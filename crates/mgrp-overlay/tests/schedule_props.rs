@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use mgrp_core::MonoTime;
-use mgrp_overlay::schedule::{LinkState, RunEnd, Scheduler, Timing};
+use mgrp_overlay::measure::schedule::{LinkState, RunEnd, Scheduler, Timing};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]

@@ -114,7 +114,7 @@ fn the_api_over_tls_answers_who_trusts_its_authority_and_nobody_in_clear() {
         s.write_all(&[0x16, 0x03, 0x01]).unwrap();
         s
     };
-    let stalled: Vec<TcpStream> = (0..mgrp_overlay::tls::MAX_HANDSHAKES_PER_HOST)
+    let stalled: Vec<TcpStream> = (0..mgrp_overlay::api::tls::MAX_HANDSHAKES_PER_HOST)
         .map(|_| from_other_host())
         .collect();
     let mut one_more = from_other_host();

@@ -5,8 +5,8 @@
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 
+use mgrp_overlay::api::http;
 use mgrp_overlay::config::Config;
-use mgrp_overlay::http;
 use mgrp_overlay::node::Node;
 use serde_json::Value;
 use tokio::sync::watch;
@@ -71,7 +71,7 @@ impl Api {
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
                 let mut shutdown = shutdown;
-                mgrp_overlay::tls::serve(listener, app, tls.as_ref(), async move {
+                mgrp_overlay::api::tls::serve(listener, app, tls.as_ref(), async move {
                     let _ = shutdown.wait_for(|s| *s).await;
                 })
                 .await

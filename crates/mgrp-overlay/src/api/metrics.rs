@@ -11,7 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::node::Shared;
+use crate::state::shared::Shared;
 use mgrp_views::estimate::RunOutcome;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -476,13 +476,13 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
                 .as_ref()
                 .map_or((None, None), |t| (t.dispersion_bps, t.trend_bps));
             for (source, bps, age) in [
-                (crate::passive::PASSIVE_TCP, tcp, p.age_s),
+                (crate::derive::passive::PASSIVE_TCP, tcp, p.age_s),
                 (
-                    crate::timing::PASSIVE_DISPERSION,
+                    crate::derive::timing::PASSIVE_DISPERSION,
                     dispersion,
                     p.timing_age_s,
                 ),
-                (crate::timing::PASSIVE_TREND, trend, p.timing_age_s),
+                (crate::derive::timing::PASSIVE_TREND, trend, p.timing_age_s),
             ] {
                 if let (Some(bps), Some(age)) = (bps, age) {
                     passive_rate.get_or_create(&by(source)).set(bps / 8.0);

@@ -1,19 +1,30 @@
 //! The overlay's configuration: one TOML file (see `mgrp-overlay.example.toml`,
 //! every key commented), checked in one place so that a bad value is reported in one
 //! line that names the key and what would be accepted.
+//!
+//! - `check`: the error and the checks every section shares.
+//! - `prediction`: the `[btc]` section.
+
+mod check;
+mod prediction;
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pathload_rs::Mode;
 use pathload_rs::control::{DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, Transport};
 use serde::Deserialize;
 
-use mgrp_rt::settings::{Invalid, seconds};
+use mgrp_rt::settings::seconds;
 
-use crate::schedule::Timing;
+pub use self::check::ConfigError;
+use self::check::{check_name, duration, invalid};
+use self::prediction::BtcFile;
+pub use self::prediction::BtcSettings;
+use crate::measure::method::Gives;
+pub use crate::measure::registry::Method;
+use crate::measure::schedule::Timing;
 
 /// Where the HTTP API listens unless told otherwise: this host only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
@@ -21,64 +32,6 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
 pub const DEFAULT_MGRP_PORT: u16 = DEFAULT_CONTROL_PORT;
 /// The control port a node serves plain-UDP measurements on.
 pub const DEFAULT_UDP_PORT: u16 = DEFAULT_CONTROL_PORT + 10;
-
-/// Why a configuration was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        /// Which file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The TOML does not parse or has an unknown key or a wrong type.
-    #[error("{0}")]
-    Toml(String),
-    /// A value is out of range or links contradict each other.
-    #[error("{0}")]
-    Invalid(String),
-}
-
-/// How a link is measured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Method {
-    /// pathload in fast mode (no idle between streams).
-    PathloadFast,
-    /// pathload in slow mode (idle between streams, as the original).
-    PathloadSlow,
-    /// pathChirp: chirps for the run's time limit, publishing as it goes.
-    Pathchirp,
-    /// badabing: loss-episode frequency and duration over the run's time limit.
-    Badabing,
-    /// btc-rs: the narrow link's capacity from packet bunches and where queues form
-    /// from squeezed pairs, the shape the transfer-rate prediction needs.
-    Btc,
-}
-
-impl Method {
-    /// The name the API and the metrics use.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::PathloadFast => "pathload-fast",
-            Self::PathloadSlow => "pathload-slow",
-            Self::Pathchirp => "pathchirp",
-            Self::Badabing => "badabing",
-            Self::Btc => "btc",
-        }
-    }
-
-    /// pathload's mode, for the pathload methods.
-    pub fn mode(self) -> Option<Mode> {
-        match self {
-            Self::PathloadFast => Some(Mode::Fast),
-            Self::PathloadSlow => Some(Mode::Slow),
-            Self::Pathchirp | Self::Badabing | Self::Btc => None,
-        }
-    }
-}
 
 /// One link: the path into this node from a neighbour.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,7 +72,7 @@ pub struct Config {
     /// `?token=` for the status page).
     pub token: Option<String>,
     /// When set, the API is served over TLS only (`tls-cert`, `tls-key`).
-    pub tls: Option<crate::tls::ServerTls>,
+    pub tls: Option<crate::api::tls::ServerTls>,
     /// mgrpd's API socket.
     pub socket: PathBuf,
     /// Measurements into this node that may run at once.
@@ -153,35 +106,6 @@ pub struct Config {
     pub routing: Option<mgrp_route::settings::Routing>,
 }
 
-/// How the transfer-rate prediction per neighbour is made (`[btc]`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct BtcSettings {
-    /// Factors that scale the available bandwidth by the squeezed-pair class.
-    pub factors: btc_rs::model::Factors,
-    /// How often each neighbour is asked what its kernel says of its TCP flows to
-    /// this node; `None`: never.
-    pub kernel_poll: Option<Duration>,
-    /// Estimates older than this are not used.
-    pub max_age: Duration,
-    /// Segment size for Mathis's bound, bytes.
-    pub mss: u32,
-    /// The transfers predicted are BBR's: Mathis's bound is shown but does not cap
-    /// the prediction (it is Reno's).
-    pub bbr: bool,
-}
-
-impl Default for BtcSettings {
-    fn default() -> Self {
-        Self {
-            factors: btc_rs::model::Factors::TESTBED,
-            kernel_poll: Some(Duration::from_secs(2)),
-            max_age: Duration::from_secs(600),
-            mss: 1448,
-            bbr: false,
-        }
-    }
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct File {
@@ -211,77 +135,6 @@ struct File {
 struct PassiveFile {
     enabled: Option<bool>,
     timing: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct BtcFile {
-    like_narrow: Option<f64>,
-    unlike_narrow: Option<f64>,
-    undecided: Option<f64>,
-    kernel_poll: Option<String>,
-    max_age: Option<String>,
-    mss: Option<u32>,
-    congestion: Option<String>,
-}
-
-impl BtcFile {
-    fn check(self) -> Result<BtcSettings, ConfigError> {
-        let d = BtcSettings::default();
-        let factor = |key: &str, v: Option<f64>, default: f64| match v {
-            None => Ok(default),
-            Some(f) if f > 0.0 && f <= 2.0 => Ok(f),
-            Some(f) => Err(invalid(format!(
-                "btc.{key}: {f}; a factor that scales the available bandwidth is above 0 and at most 2"
-            ))),
-        };
-        let kernel_poll = duration(
-            "btc.kernel-poll",
-            self.kernel_poll.as_ref(),
-            d.kernel_poll.unwrap_or_default(),
-        )?;
-        if !kernel_poll.is_zero() && kernel_poll < Duration::from_millis(500) {
-            return Err(invalid(format!(
-                "btc.kernel-poll: {kernel_poll:?}; use at least 500ms, or 0s to never ask"
-            )));
-        }
-        let max_age = duration("btc.max-age", self.max_age.as_ref(), d.max_age)?;
-        if max_age < Duration::from_secs(1) {
-            return Err(invalid(format!(
-                "btc.max-age: {max_age:?}; use at least 1s"
-            )));
-        }
-        let mss = self.mss.unwrap_or(d.mss);
-        if !(536..=65_483).contains(&mss) {
-            return Err(invalid(format!(
-                "btc.mss: {mss}; a TCP segment is 536 to 65483 bytes (1448 on Ethernet with timestamps)"
-            )));
-        }
-        let bbr = match self.congestion.as_deref() {
-            None | Some("cubic" | "reno") => false,
-            Some("bbr") => true,
-            Some(other) => {
-                return Err(invalid(format!(
-                    "btc.congestion: {other:?}; the senders' congestion control is \"cubic\", \"reno\" or \"bbr\""
-                )));
-            }
-        };
-        Ok(BtcSettings {
-            bbr,
-            factors: btc_rs::model::Factors {
-                like_narrow: factor("like-narrow", self.like_narrow, d.factors.like_narrow)?,
-                unlike_narrow: factor(
-                    "unlike-narrow",
-                    self.unlike_narrow,
-                    d.factors.unlike_narrow,
-                )?,
-                undecided: factor("undecided", self.undecided, d.factors.undecided)?,
-            },
-            kernel_poll: (!kernel_poll.is_zero()).then_some(kernel_poll),
-            max_age,
-            mss,
-        })
-    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -487,24 +340,6 @@ impl Config {
     }
 }
 
-fn invalid(msg: String) -> ConfigError {
-    ConfigError::Invalid(msg)
-}
-
-impl From<Invalid> for ConfigError {
-    fn from(e: Invalid) -> Self {
-        Self::Invalid(e.0)
-    }
-}
-
-fn duration(key: &str, v: Option<&String>, default: Duration) -> Result<Duration, ConfigError> {
-    Ok(mgrp_rt::settings::duration(key, v, default)?)
-}
-
-fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
-    Ok(mgrp_rt::settings::check_name(key, name)?)
-}
-
 impl Config {
     /// Reads and checks the file at `path`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
@@ -548,7 +383,7 @@ impl Config {
         let tls = match (&f.tls_cert, &f.tls_key) {
             (None, None) => None,
             (Some(c), Some(k)) => Some(
-                crate::tls::ServerTls::load(&in_dir(c), &in_dir(k))
+                crate::api::tls::ServerTls::load(&in_dir(c), &in_dir(k))
                     .map_err(|e| invalid(format!("tls-cert/tls-key: {e}")))?,
             ),
             _ => {
@@ -622,12 +457,13 @@ impl Config {
         for (i, l) in f.links.into_iter().enumerate() {
             let key = format!("link {}", i + 1);
             let transport = l.transport.unwrap_or_default();
-            let method = l.method.unwrap_or(Method::PathloadFast);
-            let name = l.name.unwrap_or_else(|| match method {
-                Method::PathloadFast | Method::PathloadSlow => {
+            let method = l.method.unwrap_or_default();
+            let name = l.name.unwrap_or_else(|| {
+                if method.in_default_names() {
+                    format!("{}-{}-{}", l.from, transport, method.name())
+                } else {
                     format!("{}-{}", l.from, transport)
                 }
-                m => format!("{}-{}-{}", l.from, transport, m.name()),
             });
             let path = paths.iter().position(|p| *p == l.from).unwrap_or_else(|| {
                 paths.push(l.from);
@@ -721,10 +557,7 @@ impl Config {
                     path,
                     passive: passive
                         && !l.active_always.unwrap_or(false)
-                        && matches!(
-                            method,
-                            Method::PathloadFast | Method::PathloadSlow | Method::Pathchirp
-                        ),
+                        && method.gives() == Gives::AvailableBandwidth,
                 },
                 probe_port,
                 probe_address: l.probe_address,
@@ -778,7 +611,7 @@ mod tests {
         let l = &c.links[0];
         assert_eq!(l.name, "10.0.0.5-mgrp");
         assert_eq!((l.transport, l.port), (Transport::Mgrp, DEFAULT_MGRP_PORT));
-        assert_eq!(l.method, Method::PathloadFast);
+        assert_eq!(l.method.name(), "pathload-fast");
         assert_eq!(l.timing.interval, Duration::from_secs(60));
         assert_eq!(l.probe_port, DEFAULT_PROBE_PORT);
         assert_eq!(c.link("10.0.0.5-mgrp").map(|(i, _)| i), Some(0));
@@ -788,7 +621,7 @@ mod tests {
     fn the_btc_section_is_checked() {
         let base = "[[link]]\nfrom = \"10.0.0.1\"\nmethod = \"btc\"\n[btc]\n";
         let c = Config::from_toml(base, None).unwrap();
-        assert_eq!(c.links[0].method, Method::Btc);
+        assert_eq!(c.links[0].method.name(), "btc");
         assert_eq!(c.links[0].name, "10.0.0.1-mgrp-btc");
         assert_eq!(c.btc, BtcSettings::default());
         let c = Config::from_toml(
@@ -842,7 +675,7 @@ mod tests {
 
     #[test]
     fn the_example_file_is_valid() {
-        let text = include_str!("../mgrp-overlay.example.toml");
+        let text = include_str!("../../mgrp-overlay.example.toml");
         let c = Config::from_toml(text, None).unwrap();
         assert_eq!(c.links.len(), 2);
         assert_ne!(c.links[0].probe_port, c.links[1].probe_port);

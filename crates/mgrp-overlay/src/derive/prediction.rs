@@ -18,7 +18,8 @@ use mgrp_views::prediction::{
     Available, Inputs, KernelInput, LossInput, Predicted, Prediction, ShapeInput,
 };
 
-use crate::config::{BtcSettings, Link, Method};
+use crate::config::{BtcSettings, Link};
+use crate::measure::method::Gives;
 use mgrp_views::estimate::Estimate;
 
 /// What a neighbour's kernel last said of its TCP flows to this node.
@@ -124,7 +125,7 @@ pub fn btc(
 ) -> Prediction {
     let max_age = settings.max_age.as_secs_f64();
     let available = latest(runs, now, max_age, |l, e| {
-        !matches!(l.method, Method::Badabing | Method::Btc) && e.low_bps.is_some()
+        l.method.gives() == Gives::AvailableBandwidth && e.low_bps.is_some()
     })
     .map(|(l, e)| {
         let low = e.low_bps.unwrap_or(0.0);
@@ -295,7 +296,7 @@ mod tests {
     }
 
     fn flow(bps: f64, app_limited: bool) -> TcpFlow {
-        crate::passive::tests::flow(40000, bps, 1_000_000, app_limited, 0.0)
+        crate::derive::passive::tests::flow(40000, bps, 1_000_000, app_limited, 0.0)
     }
 
     #[test]

@@ -38,8 +38,8 @@ use futures_util::Stream;
 use serde_json::json;
 use tokio::sync::{broadcast, watch};
 
-use crate::node::{NowError, Shared};
-use crate::{metrics, page};
+use super::{metrics, page};
+use crate::state::shared::{NowError, Shared};
 
 /// Runs a history request returns unless `limit` says otherwise.
 const DEFAULT_HISTORY: usize = 100;
@@ -347,7 +347,7 @@ async fn stream(State(app): State<App>, Query(q): Query<HashMap<String, String>>
 /// a `lagged` event saying how many a slow subscriber missed), until the server shuts
 /// down.
 fn events(
-    rx: broadcast::Receiver<crate::node::Event>,
+    rx: broadcast::Receiver<crate::state::shared::Event>,
     only: Option<String>,
     shutdown: watch::Receiver<bool>,
     slot: Slot,
@@ -365,18 +365,18 @@ fn events(
                 };
                 let event = match got {
                     Ok(ev) if only.as_ref().is_none_or(|n| ev.about(n)) => match ev {
-                        crate::node::Event::Estimate(e) => Event::default()
+                        crate::state::shared::Event::Estimate(e) => Event::default()
                             .event("estimate")
                             .id(e.seq.to_string())
                             .json_data(&e)
                             .ok()?,
-                        crate::node::Event::Passive(p) => {
+                        crate::state::shared::Event::Passive(p) => {
                             Event::default().event("passive").json_data(&p).ok()?
                         }
-                        crate::node::Event::Btc(b) => {
+                        crate::state::shared::Event::Btc(b) => {
                             Event::default().event("btc").json_data(&b).ok()?
                         }
-                        crate::node::Event::Route(r) => {
+                        crate::state::shared::Event::Route(r) => {
                             Event::default().event("route").json_data(&r).ok()?
                         }
                     },

@@ -1,0 +1,7 @@
+//! What the node serves: [`http`] (the JSON API and the event stream), [`metrics`]
+//! (Prometheus), [`page`] (the status page), over [`tls`] when configured.
+
+pub mod http;
+pub mod metrics;
+pub mod page;
+pub mod tls;

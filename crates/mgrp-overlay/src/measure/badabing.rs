@@ -1,0 +1,65 @@
+//! badabing: loss-episode frequency and duration over the run's time limit.
+
+use mgrp_views::estimate::{Estimate, Loss, RunOutcome};
+
+use super::method::{Gives, MethodRun, Run, cut_short, refused};
+
+/// badabing.
+#[derive(Debug)]
+pub struct Badabing;
+
+/// badabing for the link's time limit.
+impl MethodRun for Badabing {
+    fn name(&self) -> &'static str {
+        "badabing"
+    }
+
+    fn gives(&self) -> Gives {
+        Gives::LossEpisodes
+    }
+
+    fn run(&self, run: &Run<'_>) -> (Estimate, RunOutcome) {
+        let opts = badabing_rs::tool::MeasureOptions {
+            session: run.session.clone(),
+            config: badabing_rs::Config {
+                seed: mgrp_rt::wall_now().as_nanos(),
+                ..badabing_rs::Config::default()
+            },
+            ..badabing_rs::tool::MeasureOptions::new(
+                run.from.to_string(),
+                run.transport,
+                run.time_limit,
+            )
+        };
+        let result = badabing_rs::tool::measure(&opts, run.stop, &mut |_| {});
+        let mut e = run.blank();
+        let outcome = match result {
+            Ok(m) => {
+                let b = &m.estimate;
+                e.probe_bytes = b.probe_bytes;
+                e.rider_bytes = b.rider_bytes;
+                e.streams = m.windows;
+                let slot = opts.config.slot_ns as f64 * 1e-9;
+                if let Some(o) = cut_short(&mut e, m.peer_gone.as_ref(), m.sender_failed.as_ref()) {
+                    o
+                } else if b.outcomes.total() > 0 {
+                    e.converged = true;
+                    e.loss = Some(Loss {
+                        episode_frequency: b.frequency,
+                        episode_frequency_ci: b.frequency_ci,
+                        episode_duration_s: b.duration_s,
+                        episode_duration_ci_s: b.duration_ci_slots.map(|d| d * slot),
+                        loss_rate: b.loss_rate,
+                        experiments: b.outcomes.total(),
+                    });
+                    RunOutcome::Estimate
+                } else {
+                    e.error = Some("the run ended before an experiment came back".into());
+                    RunOutcome::Limit
+                }
+            }
+            Err(err) => refused(&mut e, err),
+        };
+        (e, outcome)
+    }
+}

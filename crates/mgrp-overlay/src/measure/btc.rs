@@ -1,0 +1,65 @@
+//! btc-rs: the narrow link's capacity from packet bunches and where queues form
+//! from squeezed pairs (the shape the transfer-rate prediction needs), each run
+//! afresh: the capacity is not carried over, a path may change under the overlay.
+
+use mgrp_views::estimate::{Estimate, RunOutcome, Shape};
+
+use super::method::{Gives, MethodRun, Run, cut_short, refused};
+
+/// btc-rs's capacity and squeezed pairs.
+#[derive(Debug)]
+pub struct Btc;
+
+/// btc-rs's capacity bunches and squeezed pairs, each run afresh (the capacity is
+/// not carried over: a path may change under the overlay).
+impl MethodRun for Btc {
+    fn name(&self) -> &'static str {
+        "btc"
+    }
+
+    fn gives(&self) -> Gives {
+        Gives::PathShape
+    }
+
+    fn run(&self, run: &Run<'_>) -> (Estimate, RunOutcome) {
+        let opts = btc_rs::tool::MeasureOptions {
+            session: run.session.clone(),
+            seed: mgrp_rt::wall_now().as_nanos(),
+            ..btc_rs::tool::MeasureOptions::new(run.from.to_string(), run.transport)
+        };
+        let result = btc_rs::tool::measure(&opts, run.stop);
+        let mut e = run.blank();
+        let outcome = match result {
+            Ok(m) => {
+                e.probe_bytes = m.probe_bytes;
+                e.rider_bytes = m.rider_bytes;
+                if let Some(o) = cut_short(&mut e, m.peer_gone.as_ref(), m.sender_failed.as_ref()) {
+                    o
+                } else if let Some(capacity_bps) = m.capacity_bps {
+                    e.converged = true;
+                    e.streams = opts.capacity.bunches;
+                    e.shape = Some(Shape {
+                        capacity_bps,
+                        class: m.squeeze.as_ref().map(|q| q.class),
+                        score: m.squeeze.as_ref().map(|q| q.score),
+                        squeezed: m.squeeze.as_ref().map(|q| q.squeezed),
+                        pairs_skipped: m.squeeze_skipped.clone(),
+                        rtt_s: m.rtt.as_secs_f64(),
+                    });
+                    RunOutcome::Estimate
+                } else if run.stopping() {
+                    e.error = Some("the node stopped during the run".into());
+                    RunOutcome::Error
+                } else {
+                    e.error = Some(
+                    "no capacity: no two consecutive packets of a bunch arrived apart (loss, or a link that batches packets)"
+                        .into(),
+                );
+                    RunOutcome::CrossTraffic
+                }
+            }
+            Err(err) => refused(&mut e, err),
+        };
+        (e, outcome)
+    }
+}

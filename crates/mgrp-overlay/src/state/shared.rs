@@ -1,0 +1,325 @@
+//! The node's state, shared by its threads and the API: the configuration, the
+//! scheduler, each link's record, what the neighbours said, and the event stream.
+//! The API reaches the node through [`Shared`] only: the links' views and histories,
+//! "measure now", and a broadcast of each new estimate.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use mgrp_rt::{lock, unix_now};
+use mgrp_views::estimate::Estimate;
+use mgrp_views::link::{LinkState as RunState, LinkView, PassiveView};
+use mgrp_views::prediction::Prediction;
+use serde::Serialize;
+use tokio::sync::broadcast;
+use tracing::warn;
+
+use super::store::{Record, Store};
+use crate::config::{Config, Link};
+use crate::derive::passive::{PASSIVE_TCP, PassiveTcp};
+use crate::derive::prediction::KernelView;
+use crate::derive::timing::PassiveTiming;
+use crate::measure::method::share;
+use crate::measure::schedule::{LinkState, NowRefused, Scheduler};
+
+/// New estimates a slow subscriber may fall behind by before it misses some.
+pub(crate) const STREAM_BACKLOG: usize = 1024;
+
+/// What the event stream carries.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A run ended (or a continuous one published on the way).
+    Estimate(Estimate),
+    /// A neighbour's transfer-rate prediction changed: after a run of one of its
+    /// links, or when its kernel reported on its TCP flows here.
+    Btc(BtcEvent),
+    /// What the applications' traffic from a neighbour said at a poll.
+    Passive(PassiveEvent),
+    /// Route control moved a destination to another path.
+    Route(mgrp_route::control::SwitchView),
+}
+
+/// A neighbour's passive estimates at a poll, for each of its links.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PassiveEvent {
+    /// The links from that neighbour.
+    pub links: Vec<String>,
+    /// `passive-tcp`: its kernel's view of its TCP flows here.
+    pub tcp: Option<PassiveTcp>,
+    /// `passive-dispersion` and `passive-trend`: the timing of their segments.
+    pub timing: Option<PassiveTiming>,
+}
+
+/// A neighbour's prediction, for each of its links.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BtcEvent {
+    /// The links from that neighbour.
+    pub links: Vec<String>,
+    /// The prediction.
+    #[serde(flatten)]
+    pub btc: Prediction,
+}
+
+impl Event {
+    /// Whether the event concerns link `name`.
+    pub fn about(&self, name: &str) -> bool {
+        match self {
+            Self::Estimate(e) => e.link == name,
+            Self::Btc(b) => b.links.iter().any(|l| l == name),
+            Self::Passive(p) => p.links.iter().any(|l| l == name),
+            Self::Route(_) => false,
+        }
+    }
+}
+
+/// Why "measure now" was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NowError {
+    /// No link has that name.
+    #[error("no link of that name")]
+    NoSuchLink,
+    /// A run of the link is in flight.
+    #[error("a measurement of this link is running; its result is the one to wait for")]
+    Running,
+}
+
+/// The node's state, shared by its threads and the API.
+#[derive(Debug)]
+pub struct Shared {
+    pub(crate) config: Config,
+    pub(crate) sched: Mutex<Scheduler>,
+    pub(crate) wake: Condvar,
+    pub(crate) records: Mutex<Vec<Record>>,
+    /// What each neighbour's kernel last said of its TCP flows here.
+    pub(crate) kernel: Mutex<HashMap<IpAddr, KernelView>>,
+    /// What each neighbour's last answer gave for passive estimates.
+    pub(crate) passive: Mutex<HashMap<IpAddr, PassiveTcp>>,
+    /// Each neighbour's last answer that gave an estimate.
+    pub(crate) passive_good: Mutex<HashMap<IpAddr, PassiveTcp>>,
+    /// What the timing of each neighbour's segments gave over the last window.
+    pub(crate) timing: Mutex<HashMap<IpAddr, PassiveTiming>>,
+    pub(crate) events: broadcast::Sender<Event>,
+    pub(crate) stop: AtomicBool,
+    pub(crate) seq: AtomicU64,
+    /// Where each link's history is kept across restarts, if anywhere.
+    pub(crate) store: Option<Store>,
+    /// When the node started, Unix seconds.
+    pub(crate) started_at: f64,
+    /// Route control, when configured.
+    pub(crate) routes: Option<Arc<mgrp_route::control::Control>>,
+    /// What each transport this node serves its neighbours on did for them.
+    pub(crate) served: Mutex<BTreeMap<String, Served>>,
+}
+
+/// What a transport served: measurements, refusals (a receiver turned away or a
+/// request refused: not allowed, busy, over its budget or session limit, an
+/// address not proven), and failures on this side.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Served {
+    /// Measurements that ended.
+    pub measurements: u64,
+    /// Refusals.
+    pub refusals: u64,
+    /// Requests that failed here.
+    pub failures: u64,
+}
+
+impl Shared {
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// What each transport this node serves on did for its neighbours.
+    pub fn served(&self) -> BTreeMap<String, Served> {
+        lock(&self.served).clone()
+    }
+
+    /// Every link with its state and latest estimate.
+    pub fn links(&self) -> Vec<LinkView> {
+        (0..self.config.links.len())
+            .filter_map(|i| self.link_view(i))
+            .collect()
+    }
+
+    /// One link, by name.
+    pub fn link(&self, name: &str) -> Option<LinkView> {
+        self.config.link(name).and_then(|(i, _)| self.link_view(i))
+    }
+
+    fn link_view(&self, i: usize) -> Option<LinkView> {
+        let link = self.config.links.get(i)?;
+        let now_mono = mgrp_rt::mono_now();
+        let now_wall = unix_now();
+        let sched = lock(&self.sched);
+        let traffic = sched.traffic(i);
+        let (state, next, failures, peer_down) = match sched.state(i)?.clone() {
+            LinkState::Waiting { due } => (RunState::Waiting, Some(due), 0, false),
+            LinkState::AwaitingTraffic { until, .. } => {
+                (RunState::AwaitingTraffic, Some(until), 0, false)
+            }
+            LinkState::Ready { .. } => (RunState::Ready, None, 0, false),
+            LinkState::Running { .. } => (RunState::Running, None, 0, false),
+            LinkState::BackingOff {
+                until,
+                failures,
+                peer_down,
+                ..
+            } => (RunState::BackingOff, Some(until), failures, peer_down),
+        };
+        drop(sched);
+        let btc = self.btc_of(link.from);
+        let last_passive = lock(&self.passive).get(&link.from).cloned();
+        let timing = lock(&self.timing).get(&link.from).cloned();
+        let records = lock(&self.records);
+        let r = &records[i];
+        let latest = r
+            .history
+            .iter()
+            .rev()
+            .find(|e| e.outcome.answered())
+            .cloned();
+        Some(LinkView {
+            name: link.name.clone(),
+            from: format!("{}:{}", link.from, link.port),
+            transport: link.transport.to_string(),
+            method: link.method.name().into(),
+            interval_s: link.timing.interval.as_secs_f64(),
+            ride_min_bps: link.timing.ride_min_bps,
+            traffic_bps: link.timing.ride_min_bps.and(traffic),
+            state,
+            next_run_in_s: next.map(|t| t.saturating_since(now_mono).as_secs_f64()),
+            failures,
+            peer_down,
+            last_error: r.last_error.clone(),
+            age_s: latest.as_ref().map(|e| (now_wall - e.ended_at).max(0.0)),
+            latest,
+            runs: r.runs,
+            probe_bytes: r.probe_bytes,
+            riding_probe_bytes: r.riding_probe_bytes,
+            btc,
+            active_always: link.active_always,
+            passive: link.timing.passive.then(|| PassiveView {
+                source: PASSIVE_TCP.into(),
+                age_s: last_passive.as_ref().map(|p| (now_wall - p.at).max(0.0)),
+                last: last_passive,
+                timing_age_s: timing.as_ref().map(|t| (now_wall - t.at).max(0.0)),
+                timing,
+                covered: r.passive,
+                coverage: share(r.passive, r.passive + r.runs.total()),
+            }),
+        })
+    }
+
+    /// The transfer-rate prediction for the path from `from`, from the latest runs of
+    /// every link from it and what its kernel last said.
+    pub fn btc_of(&self, from: IpAddr) -> Prediction {
+        let records = lock(&self.records);
+        let runs: Vec<(&Link, Option<&Estimate>)> = self
+            .config
+            .links
+            .iter()
+            .zip(records.iter())
+            .filter(|(l, _)| l.from == from)
+            .map(|(l, r)| (l, r.history.iter().rev().find(|e| e.outcome.answered())))
+            .collect();
+        let kernel = lock(&self.kernel);
+        crate::derive::prediction::btc(from, &runs, kernel.get(&from), &self.config.btc, unix_now())
+    }
+
+    pub(crate) fn publish_btc(&self, from: IpAddr) {
+        let links = self
+            .config
+            .links
+            .iter()
+            .filter(|l| l.from == from)
+            .map(|l| l.name.clone())
+            .collect();
+        let btc = self.btc_of(from);
+        let _ = self.events.send(Event::Btc(BtcEvent { links, btc }));
+    }
+
+    /// Link `name`'s last `limit` runs, oldest first.
+    pub fn history(&self, name: &str, limit: usize) -> Option<Vec<Estimate>> {
+        let (i, _) = self.config.link(name)?;
+        let records = lock(&self.records);
+        let h = &records[i].history;
+        Some(
+            h.iter()
+                .skip(h.len().saturating_sub(limit))
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// Every run's result as it ends, and every change of a prediction.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    /// Puts link `name` first in line.
+    pub fn measure_now(&self, name: &str) -> Result<(), NowError> {
+        let (i, _) = self.config.link(name).ok_or(NowError::NoSuchLink)?;
+        lock(&self.sched)
+            .measure_now(i, mgrp_rt::mono_now())
+            .map_err(|e| match e {
+                NowRefused::NoSuchLink => NowError::NoSuchLink,
+                NowRefused::Running => NowError::Running,
+            })?;
+        self.wake.notify_all();
+        Ok(())
+    }
+
+    /// When the node started, Unix seconds.
+    pub fn started_at(&self) -> f64 {
+        self.started_at
+    }
+
+    /// Route control, when configured.
+    pub fn routes(&self) -> Option<&Arc<mgrp_route::control::Control>> {
+        self.routes.as_ref()
+    }
+
+    /// Whether the node is stopping.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn record(&self, i: usize, e: Estimate) {
+        let saved = {
+            let mut records = lock(&self.records);
+            let r = &mut records[i];
+            if e.method == PASSIVE_TCP {
+                r.passive += 1;
+            } else {
+                r.runs.add(e.outcome);
+            }
+            r.probe_bytes += e.probe_bytes;
+            r.riding_probe_bytes += e.riding_probe_bytes;
+            r.last_error.clone_from(&e.error);
+            if r.history.len() == self.config.history {
+                r.history.pop_front();
+            }
+            r.history.push_back(e.clone());
+            self.store.as_ref().map(|_| r.clone())
+        };
+        if let (Some(store), Some(r)) = (&self.store, saved) {
+            if let Err(err) = store.save(&e.link, &r) {
+                warn!("{}: cannot keep its history on disk: {err}", e.link);
+            }
+        }
+        // Nobody listening is not an error.
+        let from = self
+            .config
+            .links
+            .iter()
+            .find(|l| l.name == e.link)
+            .map(|l| l.from);
+        let _ = self.events.send(Event::Estimate(e));
+        if let Some(from) = from {
+            self.publish_btc(from);
+        }
+    }
+}

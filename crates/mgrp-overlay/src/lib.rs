@@ -7,7 +7,7 @@
 //! repository's `docs/overlay.md`. What the API serves is `mgrp_views`; route control
 //! is `mgrp_route`.
 //!
-//! Rooms, each importing only from those above it:
+//! Rooms, by job:
 //! - [`config`]: the TOML file, checked (its `check` module is what every section
 //!   shares).
 //! - [`measure`]: when each link is measured, one file per method behind one trait,
@@ -18,8 +18,10 @@
 //! - [`node`]: the node wired — its threads started and stopped.
 //! - [`service`]: all of it on a runtime until a signal; [`cli`]: the command.
 //!
-//! (Within `measure`, `derive` and `state` the files import downward; the rooms'
-//! files call across rooms where a thread body needs the shared state.)
+//! No file imports in a circle (the workspace's `tests/module_graph.rs` holds it):
+//! `state` reads `config` and `derive`'s prediction; the thread bodies in `measure`
+//! and `derive` (the runner, the neighbours' poll) read `state`; `config` reads only
+//! `measure`'s method registry and schedule timing, and `api`'s TLS files.
 
 pub mod api;
 pub mod cli;

@@ -165,7 +165,7 @@ impl Node {
         }
         let every = shared
             .config
-            .btc
+            .prediction
             .kernel_poll
             .or(shared.config.passive.then_some(Duration::from_secs(2)));
         if let Some(every) = every

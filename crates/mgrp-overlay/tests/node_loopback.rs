@@ -55,7 +55,7 @@ fn runs_are_recorded_broadcast_and_survive_a_neighbour_going_away() {
     let e = events
         .find_map(|ev| match ev {
             Event::Estimate(e) => Some(e),
-            Event::Btc(_) | Event::Passive(_) | Event::Route(_) => None,
+            Event::Prediction(_) | Event::Passive(_) | Event::Route(_) => None,
         })
         .expect("the run was broadcast");
     // Passive events come at every poll of the neighbour's kernel, between others.
@@ -63,7 +63,7 @@ fn runs_are_recorded_broadcast_and_survive_a_neighbour_going_away() {
         .find(|ev| !matches!(ev, Event::Passive(_)))
         .expect("the prediction followed")
     {
-        Event::Btc(b) => assert_eq!(b.links, ["from-a"]),
+        Event::Prediction(b) => assert_eq!(b.links, ["from-a"]),
         other => panic!("{other:?}"),
     }
     assert_eq!(e.link, "from-a");

@@ -21,8 +21,8 @@ use mgrp_views::link::{LinkView, Links};
 use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
-use crate::kernel::{Kernel, Steering};
 use crate::model::{Choice, Hop, LossSource, RateSource, Reason, Switch, score};
+use crate::policy::{Policy, Steering};
 use crate::settings::{Candidate, Routing};
 pub use mgrp_views::routes::{
     DestinationView, HopView, MemberView, PathView, RoutesView, SwitchView,
@@ -189,7 +189,7 @@ pub fn start(
     control: Arc<Control>,
     switched: impl Fn(SwitchView) + Send + 'static,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
-    let mut kernel = Kernel::plan(&control.routing, &control.tun);
+    let mut kernel = Policy::plan(&control.routing, &control.tun);
     if let Err(e) = kernel.install() {
         for e in kernel.remove() {
             warn!("route control: cleanup: {e}");
@@ -277,7 +277,7 @@ fn ping_socket(r: &Routing, to: IpAddr, member: usize) -> std::io::Result<UdpSoc
     // crosses this node's mgrpd and the member's (a socket bound to the device would
     // not hear the answers, which come back the normal way); from the address the
     // member knows this node by.
-    s.set_mark(crate::kernel::heartbeat_mark(member))?;
+    s.set_mark(crate::policy::heartbeat_mark(member))?;
     s.bind(&SocketAddr::new(r.address, 0).into())?;
     s.connect(&SocketAddr::new(to, r.heartbeat_port).into())?;
     let s: UdpSocket = s.into();
@@ -535,7 +535,7 @@ fn hold<T: Clone>(got: Result<T, String>, last: &mut Held<T>, fresh: Duration) -
     }
 }
 
-fn decide_loop(c: &Control, kernel: &mut Kernel, switched: &dyn Fn(SwitchView)) {
+fn decide_loop(c: &Control, kernel: &mut Policy, switched: &dyn Fn(SwitchView)) {
     let r = &c.routing;
     let stop = &c.stop;
     let mut choices: Vec<Choice> = vec![Choice::default(); r.destinations.len()];

@@ -11,12 +11,13 @@
 //!   bandwidth-ratio rule.
 //! - [`tls`]: how the members' APIs are spoken to over TLS (`ca-file`).
 //! - [`settings`]: the `[routing]` section, checked.
-//! - [`kernel`]: the rules, routes, tables and conntrack marks that steer flows.
+//! - [`policy`]: the policy routing that steers flows — rules, routes, tables and
+//!   conntrack marks.
 //! - [`control`]: all of it running — heartbeats, the members' APIs polled, each
 //!   destination decided, the kernel steered, the state the API shows.
 
 pub mod control;
-pub mod kernel;
 pub mod model;
+pub mod policy;
 pub mod settings;
 pub mod tls;

@@ -8,7 +8,7 @@
 //! listening for them.
 //!
 //! The modules, from the bottom up (each imports only from those above it in this
-//! list; `tests/module_graph.rs` keeps it so):
+//! list; the workspace's `tests/module_graph.rs` keeps it so, file by file too):
 //!
 //! - [`config`], [`sys`], [`lifecycle`]: the configuration, every raw system call,
 //!   the shutdown signal.

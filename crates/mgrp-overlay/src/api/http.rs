@@ -373,7 +373,7 @@ fn events(
                         crate::state::shared::Event::Passive(p) => {
                             Event::default().event("passive").json_data(&p).ok()?
                         }
-                        crate::state::shared::Event::Btc(b) => {
+                        crate::state::shared::Event::Prediction(b) => {
                             Event::default().event("btc").json_data(&b).ok()?
                         }
                         crate::state::shared::Event::Route(r) => {

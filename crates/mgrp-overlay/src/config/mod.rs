@@ -20,8 +20,8 @@ use mgrp_rt::settings::seconds;
 
 pub use self::check::ConfigError;
 use self::check::{check_name, duration, invalid};
-use self::prediction::BtcFile;
-pub use self::prediction::BtcSettings;
+use self::prediction::PredictionFile;
+pub use self::prediction::PredictionSettings;
 use crate::measure::method::Gives;
 pub use crate::measure::registry::Method;
 use crate::measure::schedule::Timing;
@@ -93,7 +93,7 @@ pub struct Config {
     /// The links into this node.
     pub links: Vec<Link>,
     /// How the transfer-rate (BTC) prediction is made.
-    pub btc: BtcSettings,
+    pub prediction: PredictionSettings,
     /// Whether estimates from the applications' own TCP flows (the neighbour's
     /// kernel's view of them) stand in for active runs of bandwidth links while they
     /// flow (`[passive] enabled`).
@@ -124,7 +124,7 @@ struct File {
     #[serde(default, rename = "link")]
     links: Vec<LinkFile>,
     #[serde(default)]
-    btc: BtcFile,
+    btc: PredictionFile,
     #[serde(default)]
     passive: PassiveFile,
     routing: Option<mgrp_route::settings::RoutingFile>,
@@ -181,7 +181,7 @@ impl std::fmt::Debug for Config {
             .field("serve", &self.serve)
             .field("serve_piggyback", &self.serve_piggyback)
             .field("links", &self.links)
-            .field("btc", &self.btc)
+            .field("prediction", &self.prediction)
             .field("passive", &self.passive)
             .field("routing", &self.routing)
             .finish()
@@ -250,7 +250,7 @@ impl Config {
             },
             self.serve_bytes_per_hour as f64 / 1e6
         ));
-        let b = &self.btc;
+        let b = &self.prediction;
         out.push_str(&format!(
             "  transfer-rate prediction: available bandwidth x {} (tight link like the narrow one), x {} (unlike), x {} (undecided); neighbours' kernels asked about their TCP flows {}; estimates used up to {} old; Mathis with {}-byte segments, {}\n",
             b.factors.like_narrow,
@@ -584,7 +584,7 @@ impl Config {
             serve_allow,
             serve_bytes_per_hour,
             links,
-            btc: f.btc.check()?,
+            prediction: f.btc.check()?,
             passive,
             passive_timing,
             routing: f.routing.map(|r| r.check(dir)).transpose()?,
@@ -623,14 +623,14 @@ mod tests {
         let c = Config::from_toml(base, None).unwrap();
         assert_eq!(c.links[0].method.name(), "btc");
         assert_eq!(c.links[0].name, "10.0.0.1-mgrp-btc");
-        assert_eq!(c.btc, BtcSettings::default());
+        assert_eq!(c.prediction, PredictionSettings::default());
         let c = Config::from_toml(
             &format!("{base}kernel-poll = \"0s\"\nlike-narrow = 0.3\n"),
             None,
         )
         .unwrap();
-        assert_eq!(c.btc.kernel_poll, None);
-        assert_eq!(c.btc.factors.like_narrow, 0.3);
+        assert_eq!(c.prediction.kernel_poll, None);
+        assert_eq!(c.prediction.factors.like_narrow, 0.3);
         for (bad, says) in [
             ("like-narrow = 0", "btc.like-narrow"),
             ("unlike-narrow = 3.5", "at most 2"),

@@ -8,7 +8,7 @@ use super::check::{ConfigError, duration, invalid};
 
 /// How the transfer-rate prediction per neighbour is made (`[btc]`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct BtcSettings {
+pub struct PredictionSettings {
     /// Factors that scale the available bandwidth by the squeezed-pair class.
     pub factors: btc_rs::model::Factors,
     /// How often each neighbour is asked what its kernel says of its TCP flows to
@@ -23,7 +23,7 @@ pub struct BtcSettings {
     pub bbr: bool,
 }
 
-impl Default for BtcSettings {
+impl Default for PredictionSettings {
     fn default() -> Self {
         Self {
             factors: btc_rs::model::Factors::TESTBED,
@@ -37,7 +37,7 @@ impl Default for BtcSettings {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub(super) struct BtcFile {
+pub(super) struct PredictionFile {
     like_narrow: Option<f64>,
     unlike_narrow: Option<f64>,
     undecided: Option<f64>,
@@ -47,9 +47,9 @@ pub(super) struct BtcFile {
     congestion: Option<String>,
 }
 
-impl BtcFile {
-    pub(super) fn check(self) -> Result<BtcSettings, ConfigError> {
-        let d = BtcSettings::default();
+impl PredictionFile {
+    pub(super) fn check(self) -> Result<PredictionSettings, ConfigError> {
+        let d = PredictionSettings::default();
         let factor = |key: &str, v: Option<f64>, default: f64| match v {
             None => Ok(default),
             Some(f) if f > 0.0 && f <= 2.0 => Ok(f),
@@ -88,7 +88,7 @@ impl BtcFile {
                 )));
             }
         };
-        Ok(BtcSettings {
+        Ok(PredictionSettings {
             bbr,
             factors: btc_rs::model::Factors {
                 like_narrow: factor("like-narrow", self.like_narrow, d.factors.like_narrow)?,

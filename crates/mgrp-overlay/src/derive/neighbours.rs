@@ -94,7 +94,7 @@ pub(crate) fn watch_kernels(s: &Shared, every: Duration) {
             lock(&s.kernel).insert(link.from, view);
             let had = had_rate.insert(link.from, has_rate).unwrap_or(false);
             if has_rate || had {
-                s.publish_btc(link.from);
+                s.publish_prediction(link.from);
             }
         }
         let until = std::time::Instant::now() + every;

@@ -18,7 +18,7 @@ use mgrp_views::prediction::{
     Available, Inputs, KernelInput, LossInput, Predicted, Prediction, ShapeInput,
 };
 
-use crate::config::{BtcSettings, Link};
+use crate::config::{Link, PredictionSettings};
 use crate::measure::method::Gives;
 use mgrp_views::estimate::Estimate;
 
@@ -116,11 +116,11 @@ fn kernel_input(
 /// The prediction for the path from `neighbour`, from the latest runs of the links
 /// from it (`runs`: each link with its latest answered run) and what its kernel last
 /// said, at `now` (Unix seconds). A kernel answer counts for three polls.
-pub fn btc(
+pub fn for_neighbour(
     neighbour: IpAddr,
     runs: &[(&Link, Option<&Estimate>)],
     kernel: Option<&KernelView>,
-    settings: &BtcSettings,
+    settings: &PredictionSettings,
     now: f64,
 ) -> Prediction {
     let max_age = settings.max_age.as_secs_f64();
@@ -325,7 +325,7 @@ mod tests {
             loss_rate: 0.01,
             experiments: 100,
         });
-        let s = &c.btc;
+        let s = &c.prediction;
         let f = s.factors.unlike_narrow;
         // Available bandwidth alone: scaled as undecided.
         let runs = [
@@ -333,7 +333,7 @@ mod tests {
             (&c.links[1], None),
             (&c.links[2], None),
         ];
-        let b = btc(n, &runs, None, s, now);
+        let b = for_neighbour(n, &runs, None, s, now);
         let p = b.prediction.unwrap();
         assert_eq!(p.method, Basis::ScaledAbw);
         assert!((p.bps - 9e6 * s.factors.undecided).abs() < 1.0);
@@ -344,7 +344,7 @@ mod tests {
             (&c.links[1], Some(&shape)),
             (&c.links[2], Some(&loss)),
         ];
-        let b = btc(n, &runs, None, s, now);
+        let b = for_neighbour(n, &runs, None, s, now);
         assert_eq!(b.values.len(), 2);
         let mathis = b.values.iter().find(|v| v.method == Basis::Mathis).unwrap();
         // 1448 B, 40 ms, 1 %: 3.55 Mbit/s.
@@ -357,7 +357,7 @@ mod tests {
             assert!(p.basis.contains("capped by Mathis"), "{}", p.basis);
         }
         // A stale input is not used.
-        let b = btc(n, &runs, None, s, 990.0 + s.max_age.as_secs_f64() + 1.0);
+        let b = for_neighbour(n, &runs, None, s, 990.0 + s.max_age.as_secs_f64() + 1.0);
         assert!(b.inputs.available.is_none() && b.prediction.is_none());
         // The kernel: an application-limited flow says nothing; a network-limited
         // one is the prediction.
@@ -366,7 +366,7 @@ mod tests {
             flows: vec![flow(2e6, true)],
             error: None,
         };
-        let b = btc(n, &runs, Some(&view), s, now);
+        let b = for_neighbour(n, &runs, Some(&view), s, now);
         assert_eq!(b.prediction.unwrap().method, Basis::ScaledAbw);
         assert!(
             b.inputs
@@ -379,13 +379,13 @@ mod tests {
             flows: vec![flow(2e6, true), flow(6e6, false), flow(5e6, false)],
             error: None,
         };
-        let b = btc(n, &runs, Some(&view), s, now);
+        let b = for_neighbour(n, &runs, Some(&view), s, now);
         let p = b.prediction.unwrap();
         assert_eq!((p.method, p.bps), (Basis::Kernel, 6e6));
         assert!(p.basis.contains("2 of 3 flows"), "{}", p.basis);
         // ... for three polls only.
         let late = now + 3.0 * s.kernel_poll.unwrap().as_secs_f64() + 1.0;
-        let b = btc(n, &runs, Some(&view), s, late);
+        let b = for_neighbour(n, &runs, Some(&view), s, late);
         assert_ne!(b.prediction.unwrap().method, Basis::Kernel);
     }
 }

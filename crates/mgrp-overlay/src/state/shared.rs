@@ -34,7 +34,7 @@ pub enum Event {
     Estimate(Estimate),
     /// A neighbour's transfer-rate prediction changed: after a run of one of its
     /// links, or when its kernel reported on its TCP flows here.
-    Btc(BtcEvent),
+    Prediction(PredictionEvent),
     /// What the applications' traffic from a neighbour said at a poll.
     Passive(PassiveEvent),
     /// Route control moved a destination to another path.
@@ -54,7 +54,7 @@ pub struct PassiveEvent {
 
 /// A neighbour's prediction, for each of its links.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BtcEvent {
+pub struct PredictionEvent {
     /// The links from that neighbour.
     pub links: Vec<String>,
     /// The prediction.
@@ -67,7 +67,7 @@ impl Event {
     pub fn about(&self, name: &str) -> bool {
         match self {
             Self::Estimate(e) => e.link == name,
-            Self::Btc(b) => b.links.iter().any(|l| l == name),
+            Self::Prediction(b) => b.links.iter().any(|l| l == name),
             Self::Passive(p) => p.links.iter().any(|l| l == name),
             Self::Route(_) => false,
         }
@@ -170,7 +170,7 @@ impl Shared {
             } => (RunState::BackingOff, Some(until), failures, peer_down),
         };
         drop(sched);
-        let btc = self.btc_of(link.from);
+        let btc = self.prediction_of(link.from);
         let last_passive = lock(&self.passive).get(&link.from).cloned();
         let timing = lock(&self.timing).get(&link.from).cloned();
         let records = lock(&self.records);
@@ -215,7 +215,7 @@ impl Shared {
 
     /// The transfer-rate prediction for the path from `from`, from the latest runs of
     /// every link from it and what its kernel last said.
-    pub fn btc_of(&self, from: IpAddr) -> Prediction {
+    pub fn prediction_of(&self, from: IpAddr) -> Prediction {
         let records = lock(&self.records);
         let runs: Vec<(&Link, Option<&Estimate>)> = self
             .config
@@ -226,10 +226,16 @@ impl Shared {
             .map(|(l, r)| (l, r.history.iter().rev().find(|e| e.outcome.answered())))
             .collect();
         let kernel = lock(&self.kernel);
-        crate::derive::prediction::btc(from, &runs, kernel.get(&from), &self.config.btc, unix_now())
+        crate::derive::prediction::for_neighbour(
+            from,
+            &runs,
+            kernel.get(&from),
+            &self.config.prediction,
+            unix_now(),
+        )
     }
 
-    pub(crate) fn publish_btc(&self, from: IpAddr) {
+    pub(crate) fn publish_prediction(&self, from: IpAddr) {
         let links = self
             .config
             .links
@@ -237,8 +243,10 @@ impl Shared {
             .filter(|l| l.from == from)
             .map(|l| l.name.clone())
             .collect();
-        let btc = self.btc_of(from);
-        let _ = self.events.send(Event::Btc(BtcEvent { links, btc }));
+        let btc = self.prediction_of(from);
+        let _ = self
+            .events
+            .send(Event::Prediction(PredictionEvent { links, btc }));
     }
 
     /// Link `name`'s last `limit` runs, oldest first.
@@ -319,7 +327,7 @@ impl Shared {
             .map(|l| l.from);
         let _ = self.events.send(Event::Estimate(e));
         if let Some(from) = from {
-            self.publish_btc(from);
+            self.publish_prediction(from);
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Route control's kernel side: policy routing and flow pinning, installed and
+//! Route control's policy routing and flow pinning, installed and
 //! removed as a whole.
 //!
 //! Each candidate path k (numbered over all destinations from 1) has a firewall mark
@@ -83,7 +83,7 @@ pub struct Steering {
 
 /// The kernel state route control owns.
 #[derive(Debug)]
-pub struct Kernel {
+pub struct Policy {
     paths: Vec<PathRoute>,
     /// Each member with a device: its index, address and device.
     heartbeats: Vec<(usize, std::net::IpAddr, String)>,
@@ -99,12 +99,12 @@ pub struct Kernel {
 /// A command that failed, in words.
 #[derive(Debug, thiserror::Error)]
 #[error("{command}: {why}")]
-pub struct KernelError {
+pub struct PolicyError {
     command: String,
     why: String,
 }
 
-fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, KernelError> {
+fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, PolicyError> {
     use std::io::Write as _;
     let command = format!("{program} {}", args.join(" "));
     let mut c = Command::new(program);
@@ -116,24 +116,24 @@ fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, Kern
         })
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
-    let mut child = c.spawn().map_err(|e| KernelError {
+    let mut child = c.spawn().map_err(|e| PolicyError {
         command: command.clone(),
         why: format!("cannot run it ({e}); is the {program} package installed?"),
     })?;
     if let Some(text) = stdin
         && let Some(mut i) = child.stdin.take()
     {
-        i.write_all(text.as_bytes()).map_err(|e| KernelError {
+        i.write_all(text.as_bytes()).map_err(|e| PolicyError {
             command: command.clone(),
             why: e.to_string(),
         })?;
     }
-    let out = child.wait_with_output().map_err(|e| KernelError {
+    let out = child.wait_with_output().map_err(|e| PolicyError {
         command: command.clone(),
         why: e.to_string(),
     })?;
     if !out.status.success() {
-        return Err(KernelError {
+        return Err(PolicyError {
             command,
             why: String::from_utf8_lossy(&out.stderr).trim().to_string(),
         });
@@ -141,7 +141,7 @@ fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, Kern
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-impl Kernel {
+impl Policy {
     /// The paths of `routing`, not yet installed; `tun` is mgrpd's TUN (what arrives
     /// from it was relayed here).
     pub fn plan(routing: &Routing, tun: &str) -> Self {
@@ -237,7 +237,7 @@ impl Kernel {
     /// Clears what an earlier run left (a crash leaves its rules), then installs every
     /// path's route and rule and a steering table that sends everything the normal
     /// way. On an error what was installed stays recorded, for [`Self::remove`].
-    pub fn install(&mut self) -> Result<(), KernelError> {
+    pub fn install(&mut self) -> Result<(), PolicyError> {
         self.clear_leftovers();
         for (table, dst, device, with_source) in self.all_routes() {
             let table = table.to_string();
@@ -273,7 +273,7 @@ impl Kernel {
     }
 
     /// Replaces the steering table with `s`, atomically.
-    pub fn steer(&self, s: &Steering) -> Result<(), KernelError> {
+    pub fn steer(&self, s: &Steering) -> Result<(), PolicyError> {
         run(
             "nft",
             &["-f", "-"],
@@ -283,7 +283,7 @@ impl Kernel {
     }
 
     /// Flows whose connection carries path `id`'s mark (`None`: the normal route's).
-    pub fn flows(&self, id: Option<u32>) -> Result<u64, KernelError> {
+    pub fn flows(&self, id: Option<u32>) -> Result<u64, PolicyError> {
         let m = format!("{:#x}/{MARK_MASK:#x}", id.map_or(NORMAL_MARK, mark));
         let out = run("conntrack", &["-L", "--mark", &m], None)?;
         Ok(out.lines().filter(|l| !l.trim().is_empty()).count() as u64)

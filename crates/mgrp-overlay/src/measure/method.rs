@@ -158,3 +158,66 @@ pub(crate) fn share(part: u64, whole: u64) -> f64 {
         0.0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn empty() -> Estimate {
+        Estimate::empty("l", "mgrp", "pathchirp", 1, 10.0, 12.0)
+    }
+
+    #[test]
+    fn a_run_that_could_not_start_says_why_and_backs_off_accordingly() {
+        let cases = [
+            (
+                MeasureError::Unreachable("10.0.0.1:55002: refused".into()),
+                RunOutcome::PeerDown,
+            ),
+            (
+                MeasureError::Refused(format!("{}: another receiver", mgrp_tool::BUSY)),
+                RunOutcome::Busy,
+            ),
+            (
+                MeasureError::Refused("its mgrpd refused the train".into()),
+                RunOutcome::SenderFailed,
+            ),
+            (
+                MeasureError::Failed(anyhow::anyhow!("no mgrpd socket")),
+                RunOutcome::Error,
+            ),
+        ];
+        for (err, want) in cases {
+            let mut e = empty();
+            assert_eq!(refused(&mut e, err), want);
+            assert!(e.error.is_some());
+            let (e, end) = conclude(e, want);
+            assert_eq!(e.outcome, want);
+            match want {
+                RunOutcome::PeerDown => assert!(matches!(end, RunEnd::PeerDown(_))),
+                _ => assert!(matches!(end, RunEnd::NoEstimate(_)), "{end:?}"),
+            }
+        }
+        let (_, end) = conclude(empty(), RunOutcome::LowerBound);
+        assert!(matches!(end, RunEnd::Estimate));
+    }
+
+    #[test]
+    fn a_neighbour_gone_outranks_its_failure() {
+        let mut e = empty();
+        let gone = "reset".to_string();
+        let failed = "refused".to_string();
+        assert_eq!(
+            cut_short(&mut e, Some(&gone), Some(&failed)),
+            Some(RunOutcome::PeerDown)
+        );
+        assert!(e.error.as_deref().unwrap().contains("went away"));
+        assert_eq!(
+            cut_short(&mut e, None, Some(&failed)),
+            Some(RunOutcome::SenderFailed)
+        );
+        assert_eq!(cut_short(&mut e, None, None), None);
+        assert_eq!(share(1, 4), 0.25);
+        assert_eq!(share(1, 0), 0.0);
+    }
+}

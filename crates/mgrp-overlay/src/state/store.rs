@@ -127,34 +127,12 @@ mod tests {
     use super::*;
     use mgrp_views::estimate::RunOutcome;
 
+    /// A filled run of link n1 (every field, so that a field the file drops fails).
     fn estimate(seq: u64) -> Estimate {
         Estimate {
             link: "n1".into(),
             seq,
-            started_at: 1.0,
-            ended_at: 2.0,
-            duration_s: 1.0,
-            transport: "mgrp".into(),
-            method: "pathload-fast".into(),
-            converged: true,
-            lower_bound: false,
-            outcome: RunOutcome::Estimate,
-            stop_reason: Some("user_resolution".into()),
-            error: None,
-            low_bps: Some(9e6),
-            high_bps: Some(9.5e6),
-            unadjusted_low_bps: Some(9e6),
-            unadjusted_high_bps: Some(9.5e6),
-            adjustment: Some("none".into()),
-            probe_bytes: 1000,
-            riding_probe_bytes: 0,
-            rider_bytes: 0,
-            rider_share: 0.0,
-            fleets: 3,
-            streams: 30,
-            loss: None,
-            partial: false,
-            shape: None,
+            ..mgrp_views::sample::estimate()
         }
     }
 

@@ -3,63 +3,31 @@
 //! line that names the key and what would be accepted.
 //!
 //! - `check`: the error and the checks every section shares.
+//! - `link`: the `[[link]]` sections.
 //! - `prediction`: the `[btc]` section.
 
 mod check;
+mod link;
 mod prediction;
 
-use std::collections::HashSet;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use pathload_rs::control::{DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, Transport};
+use pathload_rs::control::{DEFAULT_PROBE_PORT, Transport};
 use serde::Deserialize;
 
 use mgrp_rt::settings::seconds;
 
 pub use self::check::ConfigError;
-use self::check::{check_name, duration, invalid};
+use self::check::{check_name, invalid};
+use self::link::LinkFile;
+pub use self::link::{DEFAULT_MGRP_PORT, DEFAULT_UDP_PORT, Link};
 use self::prediction::PredictionFile;
 pub use self::prediction::PredictionSettings;
-use crate::measure::method::Gives;
 pub use crate::measure::registry::Method;
-use crate::measure::schedule::Timing;
 
 /// Where the HTTP API listens unless told otherwise: this host only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
-/// The control port a node serves MGRP measurements on.
-pub const DEFAULT_MGRP_PORT: u16 = DEFAULT_CONTROL_PORT;
-/// The control port a node serves plain-UDP measurements on.
-pub const DEFAULT_UDP_PORT: u16 = DEFAULT_CONTROL_PORT + 10;
-
-/// One link: the path into this node from a neighbour.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Link {
-    /// Its name in the API, the metrics and the logs.
-    pub name: String,
-    /// The neighbour (its overlay's serving address).
-    pub from: IpAddr,
-    /// The neighbour's control port for this transport.
-    pub port: u16,
-    /// How probes travel.
-    pub transport: Transport,
-    /// How it is measured.
-    pub method: Method,
-    /// Longest one run may take.
-    pub time_limit: Duration,
-    /// When it is measured.
-    pub timing: Timing,
-    /// This node's probe port for it (unique per link, so runs may overlap).
-    pub probe_port: u16,
-    /// Where the neighbour sends the probes; `None`: the address the control
-    /// connection comes from.
-    pub probe_address: Option<IpAddr>,
-    /// Whether application traffic may ride in its probes (MGRP).
-    pub piggyback: bool,
-    /// Whether it runs even while a passive estimate of its path is fresh.
-    pub active_always: bool,
-}
 
 /// The node's whole configuration. Its `Debug` form leaves the token out.
 #[derive(Clone, PartialEq)]
@@ -146,26 +114,6 @@ struct ServeFile {
     piggyback: Option<bool>,
     allow: Option<Vec<String>>,
     max_mb_per_hour: Option<f64>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct LinkFile {
-    name: Option<String>,
-    from: IpAddr,
-    port: Option<u16>,
-    transport: Option<Transport>,
-    method: Option<Method>,
-    interval: Option<String>,
-    time_limit: Option<String>,
-    jitter: Option<f64>,
-    backoff: Option<String>,
-    max_backoff: Option<String>,
-    ride_min_bps: Option<u64>,
-    ride_max_wait: Option<String>,
-    piggyback: Option<bool>,
-    probe_address: Option<IpAddr>,
-    active_always: Option<bool>,
 }
 
 impl std::fmt::Debug for Config {
@@ -449,122 +397,11 @@ impl Config {
         }
         let passive = f.passive.enabled.unwrap_or(true);
         let passive_timing = passive && f.passive.timing.unwrap_or(true);
-        let base = f.probe_port_base.unwrap_or(DEFAULT_PROBE_PORT);
-        let mut links = Vec::with_capacity(f.links.len());
-        let mut names = HashSet::new();
-        // Links from one neighbour share a path and take turns.
-        let mut paths: Vec<IpAddr> = Vec::new();
-        for (i, l) in f.links.into_iter().enumerate() {
-            let key = format!("link {}", i + 1);
-            let transport = l.transport.unwrap_or_default();
-            let method = l.method.unwrap_or_default();
-            let name = l.name.unwrap_or_else(|| {
-                if method.in_default_names() {
-                    format!("{}-{}-{}", l.from, transport, method.name())
-                } else {
-                    format!("{}-{}", l.from, transport)
-                }
-            });
-            let path = paths.iter().position(|p| *p == l.from).unwrap_or_else(|| {
-                paths.push(l.from);
-                paths.len() - 1
-            });
-            check_name(&format!("{key}: name"), &name)?;
-            if !names.insert(name.clone()) {
-                return Err(invalid(format!("{key}: the name {name:?} is used twice")));
-            }
-            let interval = duration(
-                &format!("{key}: interval"),
-                l.interval.as_ref(),
-                Duration::from_secs(60),
-            )?;
-            let time_limit = duration(
-                &format!("{key}: time-limit"),
-                l.time_limit.as_ref(),
-                Duration::from_secs(30),
-            )?;
-            if interval < Duration::from_secs(1) {
-                return Err(invalid(format!(
-                    "{key}: interval {interval:?}; use at least 1s"
-                )));
-            }
-            if time_limit < Duration::from_secs(1) {
-                return Err(invalid(format!(
-                    "{key}: time-limit {time_limit:?}; use at least 1s"
-                )));
-            }
-            let jitter = l.jitter.unwrap_or(0.1);
-            if !(0.0..=0.5).contains(&jitter) {
-                return Err(invalid(format!(
-                    "{key}: jitter {jitter}; use 0 to 0.5 (a fraction of the interval)"
-                )));
-            }
-            let backoff = duration(
-                &format!("{key}: backoff"),
-                l.backoff.as_ref(),
-                Duration::from_secs(5),
-            )?;
-            let max_backoff = duration(
-                &format!("{key}: max-backoff"),
-                l.max_backoff.as_ref(),
-                Duration::from_secs(300),
-            )?;
-            if backoff.is_zero() || max_backoff < backoff {
-                return Err(invalid(format!(
-                    "{key}: backoff {backoff:?} and max-backoff {max_backoff:?}; back-off must be above 0 and at most max-backoff"
-                )));
-            }
-            let ride_min_bps = l.ride_min_bps.filter(|b| *b > 0);
-            let ride_max_wait = match &l.ride_max_wait {
-                None => None,
-                Some(_) if ride_min_bps.is_none() => {
-                    return Err(invalid(format!(
-                        "{key}: ride-max-wait without ride-min-bps; set both or neither"
-                    )));
-                }
-                Some(v) => Some(duration(
-                    &format!("{key}: ride-max-wait"),
-                    Some(v),
-                    interval,
-                )?),
-            };
-            if ride_min_bps.is_some()
-                && (transport != Transport::Mgrp || l.piggyback == Some(false))
-            {
-                return Err(invalid(format!(
-                    "{key}: ride-min-bps waits for application traffic to ride in the probes, which needs transport = \"mgrp\" and piggyback = true; remove it or change those"
-                )));
-            }
-            let probe_port = u16::try_from(usize::from(base) + i)
-                .map_err(|_| invalid(format!("probe-port-base {base}: too many links for it")))?;
-            links.push(Link {
-                name,
-                from: l.from,
-                port: l.port.unwrap_or(match transport {
-                    Transport::Mgrp => DEFAULT_MGRP_PORT,
-                    Transport::Udp => DEFAULT_UDP_PORT,
-                }),
-                transport,
-                method,
-                time_limit,
-                timing: Timing {
-                    interval,
-                    jitter,
-                    backoff,
-                    max_backoff,
-                    ride_min_bps,
-                    ride_max_wait,
-                    path,
-                    passive: passive
-                        && !l.active_always.unwrap_or(false)
-                        && method.gives() == Gives::AvailableBandwidth,
-                },
-                probe_port,
-                probe_address: l.probe_address,
-                piggyback: l.piggyback.unwrap_or(true),
-                active_always: l.active_always.unwrap_or(false),
-            });
-        }
+        let links = link::check(
+            f.links,
+            f.probe_port_base.unwrap_or(DEFAULT_PROBE_PORT),
+            passive,
+        )?;
         Ok(Self {
             name,
             listen,
@@ -612,7 +449,7 @@ mod tests {
         assert_eq!(l.name, "10.0.0.5-mgrp");
         assert_eq!((l.transport, l.port), (Transport::Mgrp, DEFAULT_MGRP_PORT));
         assert_eq!(l.method.name(), "pathload-fast");
-        assert_eq!(l.timing.interval, Duration::from_secs(60));
+        assert_eq!(l.timing.interval, std::time::Duration::from_secs(60));
         assert_eq!(l.probe_port, DEFAULT_PROBE_PORT);
         assert_eq!(c.link("10.0.0.5-mgrp").map(|(i, _)| i), Some(0));
     }

@@ -1,0 +1,189 @@
+//! The `[[link]]` sections: each link into this node, checked, numbered and named.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use pathload_rs::control::{DEFAULT_CONTROL_PORT, Transport};
+use serde::Deserialize;
+
+use super::check::{ConfigError, check_name, duration, invalid};
+use crate::measure::method::Gives;
+use crate::measure::registry::Method;
+use crate::measure::schedule::Timing;
+
+/// The control port a node serves (and a link asks its neighbour on) MGRP measurements on.
+pub const DEFAULT_MGRP_PORT: u16 = DEFAULT_CONTROL_PORT;
+/// The control port a node serves (and a link asks its neighbour on) plain-UDP measurements on.
+pub const DEFAULT_UDP_PORT: u16 = DEFAULT_CONTROL_PORT + 10;
+
+/// One link: the path into this node from a neighbour.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Link {
+    /// Its name in the API, the metrics and the logs.
+    pub name: String,
+    /// The neighbour (its overlay's serving address).
+    pub from: IpAddr,
+    /// The neighbour's control port for this transport.
+    pub port: u16,
+    /// How probes travel.
+    pub transport: Transport,
+    /// How it is measured.
+    pub method: Method,
+    /// Longest one run may take.
+    pub time_limit: Duration,
+    /// When it is measured.
+    pub timing: Timing,
+    /// This node's probe port for it (unique per link, so runs may overlap).
+    pub probe_port: u16,
+    /// Where the neighbour sends the probes; `None`: the address the control
+    /// connection comes from.
+    pub probe_address: Option<IpAddr>,
+    /// Whether application traffic may ride in its probes (MGRP).
+    pub piggyback: bool,
+    /// Whether it runs even while a passive estimate of its path is fresh.
+    pub active_always: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(super) struct LinkFile {
+    name: Option<String>,
+    from: IpAddr,
+    port: Option<u16>,
+    transport: Option<Transport>,
+    method: Option<Method>,
+    interval: Option<String>,
+    time_limit: Option<String>,
+    jitter: Option<f64>,
+    backoff: Option<String>,
+    max_backoff: Option<String>,
+    ride_min_bps: Option<u64>,
+    ride_max_wait: Option<String>,
+    piggyback: Option<bool>,
+    probe_address: Option<IpAddr>,
+    active_always: Option<bool>,
+}
+
+/// The links as written, checked: probe ports from `base` up, one per link; passive
+/// estimates may stand in for bandwidth links' runs when `passive`.
+pub(super) fn check(
+    files: Vec<LinkFile>,
+    base: u16,
+    passive: bool,
+) -> Result<Vec<Link>, ConfigError> {
+    let mut links = Vec::with_capacity(files.len());
+    let mut names = HashSet::new();
+    // Links from one neighbour share a path and take turns.
+    let mut paths: Vec<IpAddr> = Vec::new();
+    for (i, l) in files.into_iter().enumerate() {
+        let key = format!("link {}", i + 1);
+        let transport = l.transport.unwrap_or_default();
+        let method = l.method.unwrap_or_default();
+        let name = l.name.unwrap_or_else(|| {
+            if method.in_default_names() {
+                format!("{}-{}-{}", l.from, transport, method.name())
+            } else {
+                format!("{}-{}", l.from, transport)
+            }
+        });
+        let path = paths.iter().position(|p| *p == l.from).unwrap_or_else(|| {
+            paths.push(l.from);
+            paths.len() - 1
+        });
+        check_name(&format!("{key}: name"), &name)?;
+        if !names.insert(name.clone()) {
+            return Err(invalid(format!("{key}: the name {name:?} is used twice")));
+        }
+        let interval = duration(
+            &format!("{key}: interval"),
+            l.interval.as_ref(),
+            Duration::from_secs(60),
+        )?;
+        let time_limit = duration(
+            &format!("{key}: time-limit"),
+            l.time_limit.as_ref(),
+            Duration::from_secs(30),
+        )?;
+        if interval < Duration::from_secs(1) {
+            return Err(invalid(format!(
+                "{key}: interval {interval:?}; use at least 1s"
+            )));
+        }
+        if time_limit < Duration::from_secs(1) {
+            return Err(invalid(format!(
+                "{key}: time-limit {time_limit:?}; use at least 1s"
+            )));
+        }
+        let jitter = l.jitter.unwrap_or(0.1);
+        if !(0.0..=0.5).contains(&jitter) {
+            return Err(invalid(format!(
+                "{key}: jitter {jitter}; use 0 to 0.5 (a fraction of the interval)"
+            )));
+        }
+        let backoff = duration(
+            &format!("{key}: backoff"),
+            l.backoff.as_ref(),
+            Duration::from_secs(5),
+        )?;
+        let max_backoff = duration(
+            &format!("{key}: max-backoff"),
+            l.max_backoff.as_ref(),
+            Duration::from_secs(300),
+        )?;
+        if backoff.is_zero() || max_backoff < backoff {
+            return Err(invalid(format!(
+                "{key}: backoff {backoff:?} and max-backoff {max_backoff:?}; back-off must be above 0 and at most max-backoff"
+            )));
+        }
+        let ride_min_bps = l.ride_min_bps.filter(|b| *b > 0);
+        let ride_max_wait = match &l.ride_max_wait {
+            None => None,
+            Some(_) if ride_min_bps.is_none() => {
+                return Err(invalid(format!(
+                    "{key}: ride-max-wait without ride-min-bps; set both or neither"
+                )));
+            }
+            Some(v) => Some(duration(
+                &format!("{key}: ride-max-wait"),
+                Some(v),
+                interval,
+            )?),
+        };
+        if ride_min_bps.is_some() && (transport != Transport::Mgrp || l.piggyback == Some(false)) {
+            return Err(invalid(format!(
+                "{key}: ride-min-bps waits for application traffic to ride in the probes, which needs transport = \"mgrp\" and piggyback = true; remove it or change those"
+            )));
+        }
+        let probe_port = u16::try_from(usize::from(base) + i)
+            .map_err(|_| invalid(format!("probe-port-base {base}: too many links for it")))?;
+        links.push(Link {
+            name,
+            from: l.from,
+            port: l.port.unwrap_or(match transport {
+                Transport::Mgrp => DEFAULT_MGRP_PORT,
+                Transport::Udp => DEFAULT_UDP_PORT,
+            }),
+            transport,
+            method,
+            time_limit,
+            timing: Timing {
+                interval,
+                jitter,
+                backoff,
+                max_backoff,
+                ride_min_bps,
+                ride_max_wait,
+                path,
+                passive: passive
+                    && !l.active_always.unwrap_or(false)
+                    && method.gives() == Gives::AvailableBandwidth,
+            },
+            probe_port,
+            probe_address: l.probe_address,
+            piggyback: l.piggyback.unwrap_or(true),
+            active_always: l.active_always.unwrap_or(false),
+        });
+    }
+    Ok(links)
+}

@@ -1,19 +1,17 @@
-//! TLS for the node's API (`tls-cert`, `tls-key`): rustls with the ring provider
-//! (as route control's polls of members' APIs, `mgrp_route::tls`), TLS 1.2 and
-//! 1.3, no client certificates (requests carry the bearer token, now only inside
+//! TLS for the node's API with its certificate and key ([`ServerTls`], read with the
+//! configuration): rustls with the ring provider (as route control's polls of
+//! members' APIs, `mgrp_route::tls`), TLS 1.2 and 1.3, no client certificates (requests carry the bearer token, now only inside
 //! TLS). Handshakes run in tasks of their own, each bounded in time, their number
 //! bounded in all and per host, so a client that stalls in one holds up no other.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mgrp_route::tls::{certificates, provider};
-use rustls::pki_types::PrivateKeyDer;
-use rustls::pki_types::pem::PemObject as _;
 use tokio::sync::{Semaphore, mpsc};
+
+pub use crate::config::tls::ServerTls;
 
 /// How long a client may take over its handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -24,56 +22,6 @@ pub const MAX_HANDSHAKES: usize = 64;
 /// Handshakes in progress from one address at most; its further connections are
 /// closed at once, so one host cannot take every handshake slot.
 pub const MAX_HANDSHAKES_PER_HOST: usize = 8;
-
-/// The API's certificate and key: what serves it over TLS.
-#[derive(Clone)]
-pub struct ServerTls {
-    /// The certificate chain's file and the key's.
-    pub files: (PathBuf, PathBuf),
-    config: Arc<rustls::ServerConfig>,
-}
-
-impl PartialEq for ServerTls {
-    fn eq(&self, other: &Self) -> bool {
-        self.files == other.files
-    }
-}
-
-impl std::fmt::Debug for ServerTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerTls")
-            .field("cert", &self.files.0)
-            .field("key", &self.files.1)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ServerTls {
-    /// Reads the certificate chain (PEM) and its private key (PEM, a file only its
-    /// owner may read).
-    pub fn load(cert: &Path, key: &Path) -> Result<Self, String> {
-        let certs = certificates(cert)?;
-        let key_text = mgrp_rt::secret::read_private(key, "TLS key file")?;
-        let private = PrivateKeyDer::from_pem_slice(key_text.as_bytes())
-            .map_err(|e| format!("{}: {e} (a PEM private key)", key.display()))?;
-        let config = rustls::ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_no_client_auth()
-            .with_single_cert(certs, private)
-            .map_err(|e| {
-                format!(
-                    "{} and {}: {e} (is the key the certificate's?)",
-                    cert.display(),
-                    key.display()
-                )
-            })?;
-        Ok(Self {
-            files: (cert.to_path_buf(), key.to_path_buf()),
-            config: Arc::new(config),
-        })
-    }
-}
 
 /// A listener for `axum::serve` that hands out TLS streams: connections are taken
 /// as they come and each handshake runs in a task of its own, [`MAX_HANDSHAKES`] at

@@ -5,10 +5,12 @@
 //! - `check`: the error and the checks every section shares.
 //! - `link`: the `[[link]]` sections.
 //! - `prediction`: the `[btc]` section.
+//! - [`tls`]: the API's certificate and key.
 
 mod check;
 mod link;
 mod prediction;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -40,7 +42,7 @@ pub struct Config {
     /// `?token=` for the status page).
     pub token: Option<String>,
     /// When set, the API is served over TLS only (`tls-cert`, `tls-key`).
-    pub tls: Option<crate::api::tls::ServerTls>,
+    pub tls: Option<tls::ServerTls>,
     /// mgrpd's API socket.
     pub socket: PathBuf,
     /// Measurements into this node that may run at once.
@@ -331,7 +333,7 @@ impl Config {
         let tls = match (&f.tls_cert, &f.tls_key) {
             (None, None) => None,
             (Some(c), Some(k)) => Some(
-                crate::api::tls::ServerTls::load(&in_dir(c), &in_dir(k))
+                tls::ServerTls::load(&in_dir(c), &in_dir(k))
                     .map_err(|e| invalid(format!("tls-cert/tls-key: {e}")))?,
             ),
             _ => {

@@ -18,10 +18,12 @@
 //! - [`node`]: the node wired — its threads started and stopped.
 //! - [`service`]: all of it on a runtime until a signal; [`cli`]: the command.
 //!
-//! No file imports in a circle (the workspace's `tests/module_graph.rs` holds it):
-//! `state` reads `config` and `derive`'s prediction; the thread bodies in `measure`
-//! and `derive` (the runner, the neighbours' poll) read `state`; `config` reads only
-//! `measure`'s method registry and schedule timing, and `api`'s TLS files.
+//! No file imports in a circle (the workspace's `tests/module_graph.rs` holds it).
+//! The rooms are not layered as wholes: `config` reads `measure`'s method registry,
+//! `Gives` and schedule timing; `derive`'s pure modules read `config` and `Gives`;
+//! `state` reads `config`, `derive` and `measure`'s schedule; and the thread bodies
+//! in `measure` (runner, traffic, serve) and `derive` (the neighbours' poll) read
+//! `state`.
 
 pub mod api;
 pub mod cli;

@@ -1,5 +1,5 @@
 //! Route control running: heartbeats to and from the members, the members' APIs
-//! read every poll, each destination decided, the kernel's steering replaced when a
+//! read every poll, each destination decided, the policy routing's steering replaced when a
 //! choice changes, and the state the API, the events, the metrics and the status page
 //! show.
 //!
@@ -189,9 +189,9 @@ pub fn start(
     control: Arc<Control>,
     switched: impl Fn(SwitchView) + Send + 'static,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
-    let mut kernel = Policy::plan(&control.routing, &control.tun);
-    if let Err(e) = kernel.install() {
-        for e in kernel.remove() {
+    let mut policy = Policy::plan(&control.routing, &control.tun);
+    if let Err(e) = policy.install() {
+        for e in policy.remove() {
             warn!("route control: cleanup: {e}");
         }
         anyhow::bail!(
@@ -207,7 +207,7 @@ pub fn start(
         control.routing.heartbeat_port,
     ))
     .map_err(|e| {
-        for e in kernel.remove() {
+        for e in policy.remove() {
             warn!("route control: cleanup: {e}");
         }
         anyhow::anyhow!(
@@ -255,8 +255,8 @@ pub fn start(
         std::thread::Builder::new()
             .name("route-control".into())
             .spawn(move || {
-                decide_loop(&c, &mut kernel, &switched);
-                for e in kernel.remove() {
+                decide_loop(&c, &mut policy, &switched);
+                for e in policy.remove() {
                     warn!("route control: cleanup: {e}");
                 }
                 info!("route control: its rules, routes and steering table are removed");
@@ -535,7 +535,7 @@ fn hold<T: Clone>(got: Result<T, String>, last: &mut Held<T>, fresh: Duration) -
     }
 }
 
-fn decide_loop(c: &Control, kernel: &mut Policy, switched: &dyn Fn(SwitchView)) {
+fn decide_loop(c: &Control, policy: &mut Policy, switched: &dyn Fn(SwitchView)) {
     let r = &c.routing;
     let stop = &c.stop;
     let mut choices: Vec<Choice> = vec![Choice::default(); r.destinations.len()];
@@ -644,7 +644,7 @@ fn decide_loop(c: &Control, kernel: &mut Policy, switched: &dyn Fn(SwitchView)) 
                 .choices
                 .push((d.prefix, current.map(|i| ids[di][i])));
             for p in &mut paths {
-                p.flows = kernel.flows(Some(p.id)).ok();
+                p.flows = policy.flows(Some(p.id)).ok();
             }
             let prefix = d.prefix.to_string();
             destinations.push(DestinationView {
@@ -674,7 +674,7 @@ fn decide_loop(c: &Control, kernel: &mut Policy, switched: &dyn Fn(SwitchView)) 
             });
         }
         if next_steering != steering || kernel_error.is_some() {
-            match kernel.steer(&next_steering) {
+            match policy.steer(&next_steering) {
                 Ok(()) => {
                     steering = next_steering;
                     kernel_error = None;
@@ -849,6 +849,28 @@ mod tests {
         assert!(remote_heartbeat(&routes, "10.90.0.3".parse().unwrap()).is_none());
         let h = remote_heartbeat(&routes, "10.90.0.8".parse().unwrap()).unwrap();
         assert_eq!(h.rtt_s, None);
+    }
+
+    #[test]
+    fn the_fuzz_seeds_are_answers_route_control_reads() {
+        let seed = |name: &str| {
+            std::fs::read(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../fuzz/seeds/member_json")
+                    .join(name),
+            )
+            .unwrap()
+        };
+        let from: IpAddr = "10.0.0.1".parse().unwrap();
+        let links: Links = serde_json::from_slice(&seed("links")).unwrap();
+        assert!(hop_estimates(&links, from, 60.0).rate_bps.is_some());
+        let hostile: Links = serde_json::from_slice(&seed("hostile")).unwrap();
+        let h = hop_estimates(&hostile, from, 60.0);
+        assert_eq!((h.rate_bps, h.loss), (None, None), "{h:?}");
+        let _: RoutesView = serde_json::from_slice(&seed("routes")).unwrap();
+        let hostile: RoutesView = serde_json::from_slice(&seed("hostile_routes")).unwrap();
+        let h = remote_heartbeat(&hostile, from).unwrap();
+        assert_eq!((h.rtt_s, h.loss), (None, None), "{h:?}");
     }
 
     #[test]

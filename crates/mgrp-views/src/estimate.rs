@@ -18,7 +18,8 @@ pub struct Estimate {
     pub duration_s: f64,
     /// `mgrp` or `udp`.
     pub transport: String,
-    /// `pathload-fast`, `pathload-slow`, `pathchirp` or `badabing`.
+    /// The link's method (`pathload-fast`, `pathload-slow`, `pathchirp`, `badabing`,
+    /// `btc`), or `passive-tcp` for a passive estimate that stood in for a run.
     pub method: String,
     /// Whether it gave a range.
     pub converged: bool,

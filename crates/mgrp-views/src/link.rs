@@ -31,19 +31,6 @@ pub enum LinkState {
     BackingOff,
 }
 
-impl LinkState {
-    /// Its name in the API and the status page.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Waiting => "waiting",
-            Self::AwaitingTraffic => "awaiting_traffic",
-            Self::Ready => "ready",
-            Self::Running => "running",
-            Self::BackingOff => "backing_off",
-        }
-    }
-}
-
 /// A link as the API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LinkView {
@@ -53,7 +40,8 @@ pub struct LinkView {
     pub from: String,
     /// `mgrp` or `udp`.
     pub transport: String,
-    /// `pathload-fast` or `pathload-slow`.
+    /// How it is measured: `pathload-fast`, `pathload-slow`, `pathchirp`, `badabing`
+    /// or `btc`.
     pub method: String,
     /// Seconds between runs.
     pub interval_s: f64,

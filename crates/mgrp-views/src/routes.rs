@@ -185,6 +185,7 @@ pub enum Reason {
     /// The best path scored `ratio` times the current one (more than 1 + η).
     Better {
         /// Best over current.
+        #[serde(deserialize_with = "ratio_or_infinite")]
         ratio: f64,
     },
     /// The current path stopped answering.
@@ -224,4 +225,10 @@ impl Reason {
             Self::Manual => "set by hand".into(),
         }
     }
+}
+
+/// A ratio as served: JSON has no infinity, so the ratio over a current path with
+/// no score (infinitely better) goes out as `null` and reads back as infinite.
+fn ratio_or_infinite<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
 }

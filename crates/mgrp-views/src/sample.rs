@@ -310,6 +310,18 @@ mod tests {
     }
 
     #[test]
+    fn a_switch_from_a_path_with_no_score_reads_back() {
+        // The best path over one with no score is infinitely better; JSON says null.
+        let mut r = routes_view();
+        r.destinations[0].recent[0].reason = Reason::Better {
+            ratio: f64::INFINITY,
+        };
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains(r#""ratio":null"#), "{text}");
+        assert_eq!(serde_json::from_str::<RoutesView>(&text).unwrap(), r);
+    }
+
+    #[test]
     fn what_is_served_reads_back_the_same() {
         let text = serde_json::to_string(&links()).unwrap();
         assert_eq!(serde_json::from_str::<Links>(&text).unwrap(), links());

@@ -35,6 +35,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::Stream;
+use mgrp_views::link::Links;
 use serde_json::json;
 use tokio::sync::{broadcast, watch};
 
@@ -229,11 +230,15 @@ async fn metrics_text(State(app): State<App>, headers: HeaderMap) -> Response {
 }
 
 async fn links(State(app): State<App>) -> Response {
-    axum::Json(json!({
-        "node": app.node.config().name,
-        "links": app.node.links(),
-    }))
-    .into_response()
+    let links = Links {
+        node: app.node.config().name.clone(),
+        links: app.node.links(),
+    };
+    // Through a JSON value, as it always went: its keys sorted.
+    match serde_json::to_value(links) {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
 }
 
 async fn routes(State(app): State<App>) -> Response {

@@ -8,7 +8,6 @@ use super::method::{Gives, MethodRun, Run, cut_short, refused};
 #[derive(Debug)]
 pub struct Badabing;
 
-/// badabing for the link's time limit.
 impl MethodRun for Badabing {
     fn name(&self) -> &'static str {
         "badabing"

@@ -10,8 +10,6 @@ use super::method::{Gives, MethodRun, Run, cut_short, refused};
 #[derive(Debug)]
 pub struct Btc;
 
-/// btc-rs's capacity bunches and squeezed pairs, each run afresh (the capacity is
-/// not carried over: a path may change under the overlay).
 impl MethodRun for Btc {
     fn name(&self) -> &'static str {
         "btc"

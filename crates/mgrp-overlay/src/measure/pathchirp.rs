@@ -16,9 +16,6 @@ const PUBLISH_EVERY: Duration = Duration::from_secs(2);
 #[derive(Debug)]
 pub struct Pathchirp;
 
-/// pathChirp for the link's time limit; each smoothed estimate goes out on the event
-/// stream as it comes (at most every [`PUBLISH_EVERY`]), and the last one is the
-/// run's record.
 impl MethodRun for Pathchirp {
     fn name(&self) -> &'static str {
         "pathchirp"

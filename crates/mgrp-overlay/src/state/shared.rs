@@ -59,7 +59,7 @@ pub struct PredictionEvent {
     pub links: Vec<String>,
     /// The prediction.
     #[serde(flatten)]
-    pub btc: Prediction,
+    pub prediction: Prediction,
 }
 
 impl Event {
@@ -170,7 +170,7 @@ impl Shared {
             } => (RunState::BackingOff, Some(until), failures, peer_down),
         };
         drop(sched);
-        let btc = self.prediction_of(link.from);
+        let prediction = self.prediction_of(link.from);
         let last_passive = lock(&self.passive).get(&link.from).cloned();
         let timing = lock(&self.timing).get(&link.from).cloned();
         let records = lock(&self.records);
@@ -199,7 +199,7 @@ impl Shared {
             runs: r.runs,
             probe_bytes: r.probe_bytes,
             riding_probe_bytes: r.riding_probe_bytes,
-            btc,
+            btc: prediction,
             active_always: link.active_always,
             passive: link.timing.passive.then(|| PassiveView {
                 source: PASSIVE_TCP.into(),
@@ -243,10 +243,10 @@ impl Shared {
             .filter(|l| l.from == from)
             .map(|l| l.name.clone())
             .collect();
-        let btc = self.prediction_of(from);
+        let prediction = self.prediction_of(from);
         let _ = self
             .events
-            .send(Event::Prediction(PredictionEvent { links, btc }));
+            .send(Event::Prediction(PredictionEvent { links, prediction }));
     }
 
     /// Link `name`'s last `limit` runs, oldest first.

@@ -11,7 +11,16 @@ use std::path::{Path, PathBuf};
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
 /// The crates held to it, by folder under `crates/`.
-const CRATES: [&str; 4] = ["mgrp-overlay", "mgrp-route", "mgrp-views", "mgrpd"];
+const CRATES: [&str; 8] = [
+    "badabing-rs",
+    "btc-rs",
+    "mgrp-overlay",
+    "mgrp-route",
+    "mgrp-views",
+    "mgrpd",
+    "pathchirp-rs",
+    "pathload-rs",
+];
 
 /// The crates whose modules (a folder counting as one with its files) import
 /// downward too: their `lib.rs` lists them in that order.

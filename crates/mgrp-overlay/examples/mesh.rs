@@ -327,8 +327,7 @@ fn bench(args: &Args) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if let Some(code) = embed::embedded(&raw) {
+    if let Some(code) = embed::embedded() {
         return code;
     }
     let args = Args::parse();

@@ -59,8 +59,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if let Some(code) = embed::embedded(&args) {
+    if let Some(code) = embed::embedded() {
         return code;
     }
     let args = Args::parse();

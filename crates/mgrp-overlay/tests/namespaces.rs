@@ -1048,8 +1048,7 @@ fn sse_for(ns: &Netns, addr: Ipv4Addr, time: Duration) -> anyhow::Result<String>
 }
 
 fn main() -> ExitCode {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if let Some(code) = embed::embedded(&args) {
+    if let Some(code) = embed::embedded() {
         return code;
     }
     mgrp_testbed::harness::run(&[

@@ -560,8 +560,7 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if let Some(code) = embed::embedded(&args) {
+    if let Some(code) = embed::embedded() {
         return code;
     }
     mgrp_testbed::harness::run(&[(

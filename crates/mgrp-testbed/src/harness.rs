@@ -10,6 +10,23 @@ use std::time::Instant;
 /// A named test.
 pub type Test = (&'static str, fn() -> anyhow::Result<()>);
 
+/// A program a test binary can also be, by name: its entry point, given its own
+/// arguments with its name first.
+pub type Role = (&'static str, fn(&[std::ffi::OsString]) -> ExitCode);
+
+/// When this process was started as `PROGRAM NAME ARGS..` for one of `roles` (the
+/// daemons a test starts are the test binary itself, so never a stale build), runs
+/// that role with `NAME ARGS..` and gives its exit code; else `None`, and the binary
+/// goes on to its tests.
+pub fn acting_as(roles: &[Role]) -> Option<ExitCode> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let asked = args.get(1)?;
+    roles
+        .iter()
+        .find(|(name, _)| asked == name)
+        .map(|(_, entry)| entry(&args[1..]))
+}
+
 /// Runs the `tests` the command line chooses (arguments that are not flags filter by
 /// name) and reports as libtest does.
 pub fn run(tests: &[Test]) -> ExitCode {

@@ -23,8 +23,8 @@ pub const CONTROL_VERSION: u32 = 3;
 /// The probe header's kind of the one probe a sender sends to an address a receiver
 /// named as its own but did not connect from: its tag's two numbers carry a cookie the
 /// receiver must echo ([`Request::Proof`]) before any other probe goes there. The
-/// tools' own kinds lie below it.
-pub const PROOF_KIND: u8 = u8::MAX;
+/// tools' own kinds lie below it ([`crate::kind`]).
+pub const PROOF_KIND: u8 = crate::kind::PROOF;
 
 /// IP bytes of that probe.
 pub const PROOF_PROBE_BYTES: u32 = 128;

@@ -20,7 +20,7 @@
 //!   from a peer, headers only; a sender hands a receiver those it sent to it
 //!   ([`sender_stamps`]), for passive packet timing.
 //! - [`cli`], [`exit`], [`sys`]: the flags, exit codes, clocks and interrupt flag
-//!   every tool's command line uses.
+//!   every tool's command line uses; [`kind`]: the probe kinds, one table.
 
 pub mod budget;
 pub mod capture;
@@ -28,6 +28,7 @@ pub mod cli;
 pub mod conn;
 pub mod control;
 pub mod exit;
+pub mod kind;
 pub mod netlink;
 pub mod server;
 pub mod session;

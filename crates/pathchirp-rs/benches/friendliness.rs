@@ -216,9 +216,9 @@ fn run(o: &Opts, method: &str, transport: &str) -> anyhow::Result<Figures> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if args.get(1).is_some_and(|a| a == "mgrpd") {
-        return mgrpd::main_with_args(&args[1..]);
+    if let Some(code) = mgrp_testbed::harness::acting_as(&[("mgrpd", |a| mgrpd::main_with_args(a))])
+    {
+        return code;
     }
     if !mgrp_testbed::is_root() {
         eprintln!("the bench needs root to create network namespaces");

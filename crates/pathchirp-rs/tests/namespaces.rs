@@ -196,9 +196,9 @@ fn mgrp_tcp_riding() -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if args.get(1).is_some_and(|a| a == "mgrpd") {
-        return mgrpd::main_with_args(&args[1..]);
+    if let Some(code) = mgrp_testbed::harness::acting_as(&[("mgrpd", |a| mgrpd::main_with_args(a))])
+    {
+        return code;
     }
     mgrp_testbed::harness::run(&[
         ("udp_quiet", udp_quiet),

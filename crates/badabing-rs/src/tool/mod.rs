@@ -4,6 +4,7 @@
 //! themselves (the Measurement Overlay) call [`measure`].
 
 mod cli;
+mod rcv;
 mod receiver;
 
 pub use receiver::{MeasureOptions, Measurement, Progress, measure};
@@ -15,9 +16,8 @@ use clap::Parser;
 /// The tool's name, in the sender's log and in messages.
 pub(crate) const TOOL: &str = "badabing-rs";
 
-/// The probe header's kind for a window of experiments (pathload-rs uses 0 and 1,
-/// pathchirp-rs 2).
-pub const WINDOW_KIND: u8 = 3;
+/// The probe header's kind for a window of experiments (`mgrp_tool::kind`).
+pub const WINDOW_KIND: u8 = mgrp_tool::kind::BADABING_WINDOW;
 
 /// Runs the tool with `args` (the program name first) and returns its exit code.
 /// Parse errors and `--help` print and exit the process, as a command-line tool does.
@@ -30,6 +30,6 @@ where
     mgrp_tool::sys::catch_interrupts();
     match cli.role {
         cli::Role::Snd(args) => args.run(TOOL),
-        cli::Role::Rcv(args) => receiver::run(&args),
+        cli::Role::Rcv(args) => rcv::run(&args),
     }
 }

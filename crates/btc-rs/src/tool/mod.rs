@@ -6,6 +6,7 @@
 
 mod cli;
 mod plot;
+mod rcv;
 mod receiver;
 
 pub use plot::histograms;
@@ -18,11 +19,10 @@ use clap::Parser;
 /// The tool's name, in the sender's log and in messages.
 pub(crate) const TOOL: &str = "btc-rs";
 
-/// The probe header's kind for a capacity bunch (pathload-rs uses 0 and 1,
-/// pathchirp-rs 2, badabing-rs 3).
-pub const BUNCH_KIND: u8 = 4;
+/// The probe header's kind for a capacity bunch (`mgrp_tool::kind`).
+pub const BUNCH_KIND: u8 = mgrp_tool::kind::BTC_BUNCH;
 /// The probe header's kind for a batch of squeezed pairs.
-pub const PAIRS_KIND: u8 = 5;
+pub const PAIRS_KIND: u8 = mgrp_tool::kind::BTC_PAIRS;
 
 /// Runs the tool with `args` (the program name first) and returns its exit code.
 /// Parse errors and `--help` print and exit the process, as a command-line tool does.
@@ -35,6 +35,6 @@ where
     mgrp_tool::sys::catch_interrupts();
     match cli.role {
         cli::Role::Snd(args) => args.run(TOOL),
-        cli::Role::Rcv(args) => receiver::run(&args),
+        cli::Role::Rcv(args) => rcv::run(&args),
     }
 }

@@ -4,20 +4,18 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use mgrp_testbed::{Netns, Process};
 
-/// Runs mgrpd or the overlay if the arguments ask for one (their exit code);
+/// Runs mgrpd or the overlay if this process was started as one (their exit code);
 /// `None` for the binary's own work.
-pub fn embedded(args: &[OsString]) -> Option<ExitCode> {
-    match args.get(1).and_then(|a| a.to_str()) {
-        Some("mgrpd") => Some(mgrpd::main_with_args(&args[1..])),
-        Some("overlay") => Some(mgrp_overlay::cli::main_with_args(&args[1..])),
-        _ => None,
-    }
+pub fn embedded() -> Option<ExitCode> {
+    mgrp_testbed::harness::acting_as(&[
+        ("mgrpd", |a| mgrpd::main_with_args(a)),
+        ("overlay", |a| mgrp_overlay::cli::main_with_args(a)),
+    ])
 }
 
 /// This binary as an overlay in `ns` with the configuration at `config`, logging at

@@ -5,6 +5,7 @@
 
 mod cli;
 mod plot;
+mod rcv;
 mod receiver;
 
 pub use receiver::{MeasureOptions, Measurement, Point, Progress, measure};
@@ -16,8 +17,8 @@ use clap::Parser;
 /// The tool's name, in the sender's log and in messages.
 pub(crate) const TOOL: &str = "pathchirp-rs";
 
-/// The probe header's kind for a chirp (pathload-rs uses 0 and 1).
-pub const CHIRP_KIND: u8 = 2;
+/// The probe header's kind for a chirp (`mgrp_tool::kind`).
+pub const CHIRP_KIND: u8 = mgrp_tool::kind::CHIRP;
 
 /// Runs the tool with `args` (the program name first) and returns its exit code.
 /// Parse errors and `--help` print and exit the process, as a command-line tool does.
@@ -30,6 +31,6 @@ where
     mgrp_tool::sys::catch_interrupts();
     match cli.role {
         cli::Role::Snd(args) => args.run(TOOL),
-        cli::Role::Rcv(args) => receiver::run(&args),
+        cli::Role::Rcv(args) => rcv::run(&args),
     }
 }

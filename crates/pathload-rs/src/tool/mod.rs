@@ -7,6 +7,7 @@
 mod cli;
 mod output;
 mod plot;
+mod rcv;
 mod receiver;
 
 pub use mgrp_tool::{
@@ -24,12 +25,12 @@ use crate::StopReason;
 /// The tool's name, in the sender's log and in messages.
 pub(crate) const TOOL: &str = "pathload-rs";
 
-/// pathload's two kinds of probe batch, in the probe header.
+/// pathload's two kinds of probe batch, in the probe header (`mgrp_tool::kind`).
 pub(crate) mod kind {
     /// A back-to-back train.
-    pub(crate) const TRAIN: u8 = 0;
+    pub(crate) const TRAIN: u8 = mgrp_tool::kind::PATHLOAD_TRAIN;
     /// A stream at one rate.
-    pub(crate) const STREAM: u8 = 1;
+    pub(crate) const STREAM: u8 = mgrp_tool::kind::PATHLOAD_STREAM;
 }
 
 /// The exit code for how a run ended.
@@ -55,6 +56,6 @@ where
     sys::catch_interrupts();
     match cli.role {
         cli::Role::Snd(args) => args.run(TOOL),
-        cli::Role::Rcv(args) => receiver::run(&args),
+        cli::Role::Rcv(args) => rcv::run(&args),
     }
 }

@@ -12,11 +12,9 @@ use crate::{
     TrainResult,
 };
 use mgrp_tool::control::{Batch, Tag, Transport};
-use mgrp_tool::{BatchError, Exchange, MeasureError, Session, SessionOptions, exit, sys};
+use mgrp_tool::{BatchError, Exchange, MeasureError, Session, SessionOptions, exit};
 
-use crate::tool::cli::RcvArgs;
-use crate::tool::output::Output;
-use crate::tool::{TOOL, kind, plot};
+use crate::tool::{TOOL, kind};
 
 /// What one measurement needs: where the sender is, how probes travel, and how long
 /// and finely to measure. [`MeasureOptions::new`] gives the tool's defaults.
@@ -139,58 +137,6 @@ pub fn measure(
 ) -> Result<Measurement, MeasureError> {
     let session = Session::open(&opts.session)?;
     Ok(run_measurement(opts, session, stop, progress))
-}
-
-/// The `rcv` command: a measurement printed as text or JSON; returns the exit code.
-pub(crate) fn run(args: &RcvArgs) -> i32 {
-    let opts = args.options();
-    let mode = match opts.mode {
-        Mode::Slow => "slow",
-        Mode::Fast => "fast",
-    };
-    let mut out = Output::new(args.json, args.verbose);
-    let sender = format!("{}:{}", opts.session.sender, opts.session.port);
-    let measured = measure(&opts, sys::interrupt_flag(), &mut |p| match p {
-        Progress::Started { rtt, .. } => out.start(
-            &sender,
-            &opts.session.transport.to_string(),
-            mode,
-            rtt.as_secs_f64() * 1e3,
-        ),
-        Progress::Stream {
-            spec,
-            elapsed,
-            bounds,
-        } => out.stream_start(spec, elapsed.as_secs_f64(), bounds),
-        Progress::Event(ev) => out.event(ev),
-    });
-    let m = match measured {
-        Ok(m) => m,
-        Err(e) => return e.report("pathload-rs"),
-    };
-    if m.unstamped > 0 {
-        eprintln!(
-            "pathload-rs: warning: {} probes came without a kernel receive stamp and were stamped on reading",
-            m.unstamped
-        );
-    }
-    let o = &m.outcome;
-    // Printed when the adjustment moved the range by at least the printed precision.
-    let show_unadjusted = opts.session.transport == Transport::Mgrp
-        && ((o.unadjusted_low - o.low).abs() >= 0.005
-            || (o.unadjusted_high - o.high).abs() >= 0.005);
-    out.result(
-        o,
-        m.elapsed.as_secs_f64(),
-        show_unadjusted,
-        m.interruption().as_deref(),
-    );
-    if let Some(path) = &args.plot {
-        if let Err(e) = plot::draw(path, &out.fleets, o) {
-            eprintln!("pathload-rs: {e:#}");
-        }
-    }
-    m.exit_code()
 }
 
 fn run_measurement(

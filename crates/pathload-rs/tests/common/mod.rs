@@ -18,10 +18,7 @@ const PATHLOAD: &str = env!("CARGO_BIN_EXE_pathload-rs");
 /// Runs as mgrpd when started as `PROGRAM mgrpd ARGS..`: the daemons of these tests
 /// are the test binary itself, so they are never a stale build.
 pub(crate) fn mgrpd_if_asked() -> Option<ExitCode> {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    args.get(1)
-        .is_some_and(|a| a == "mgrpd")
-        .then(|| mgrpd::main_with_args(&args[1..]))
+    mgrp_testbed::harness::acting_as(&[("mgrpd", |a| mgrpd::main_with_args(a))])
 }
 
 /// Where the bottleneck is.

@@ -1,0 +1,114 @@
+//! The `rcv` command: one measurement ([`super::receiver::measure`]) printed as text
+//! or JSON lines, with its exit code.
+
+use serde_json::json;
+
+use super::TOOL;
+use super::cli::RcvArgs;
+use super::receiver::{Progress, measure};
+use crate::Estimate;
+
+/// The estimate in words, one line.
+fn line(e: &Estimate, slot_ms: f64) -> String {
+    let o = e.outcomes;
+    let duration = match (e.duration_slots, e.duration_ci_slots) {
+        (Some(d), Some(ci)) => format!(
+            "mean episode {d:.2} ± {ci:.2} slots ({:.1} ± {:.1} ms)",
+            d * slot_ms,
+            ci * slot_ms
+        ),
+        _ => "no episode boundary seen".to_string(),
+    };
+    format!(
+        "loss-episode frequency {:.4} ± {:.4}, {duration}; loss rate {:.4}; experiments {} (00 {}, 01 {}, 10 {}, 11 {})",
+        e.frequency,
+        e.frequency_ci,
+        e.loss_rate,
+        o.total(),
+        o.n00,
+        o.n01,
+        o.n10,
+        o.n11
+    )
+}
+
+/// The `rcv` command; returns the exit code.
+pub(crate) fn run(args: &RcvArgs) -> i32 {
+    let opts = match args.options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{TOOL}: {e}");
+            return 2;
+        }
+    };
+    let slot_ms = opts.config.slot_ns as f64 / 1e6;
+    let sender = format!("{}:{}", opts.session.sender, opts.session.port);
+    let json = args.json;
+    let measured = measure(&opts, mgrp_tool::sys::interrupt_flag(), &mut |p| match p {
+        Progress::Started { rtt } => {
+            if json {
+                mgrp_rt::outln!(
+                    "{}",
+                    json!({"event": "start", "sender": sender, "transport": opts.session.transport.to_string(),
+                        "rtt_ms": rtt.as_secs_f64() * 1e3, "config": opts.config})
+                );
+            } else {
+                mgrp_rt::outln!(
+                    "Probing from {sender} over {} (round trip {:.2} ms): slots of {slot_ms} ms, p = {}, {} packets of {} B per probe",
+                    opts.session.transport,
+                    rtt.as_secs_f64() * 1e3,
+                    opts.config.p,
+                    opts.config.packets,
+                    opts.config.size
+                );
+            }
+        }
+        Progress::Report { at, estimate } => {
+            if json {
+                mgrp_rt::outln!(
+                    "{}",
+                    json!({"event": "estimate", "t": at.as_secs_f64(), "estimate": estimate})
+                );
+            } else {
+                mgrp_rt::outln!("{:8.1} s  {}", at.as_secs_f64(), line(estimate, slot_ms));
+            }
+        }
+    });
+    let m = match measured {
+        Ok(m) => m,
+        Err(e) => return e.report(TOOL),
+    };
+    let e = &m.estimate;
+    if json {
+        mgrp_rt::outln!(
+            "{}",
+            json!({"event": "result", "estimate": e, "windows": m.windows,
+                "sampled_s": m.sampled.as_secs_f64(), "elapsed_s": m.elapsed.as_secs_f64(),
+                "peer_gone": m.peer_gone, "sender_failed": m.sender_failed})
+        );
+    } else {
+        mgrp_rt::outln!("Result: {}", line(e, slot_ms));
+        mgrp_rt::outln!(
+            "Slots: {} probed ({} congested by loss, {} by delay alone), {:.1} s sampled of {:.1} s; probes {:.2} MB ({} packets, {} lost), riders {:.2} MB",
+            e.slots,
+            e.congested_by_loss,
+            e.congested_by_delay,
+            m.sampled.as_secs_f64(),
+            m.elapsed.as_secs_f64(),
+            e.probe_bytes as f64 / 1e6,
+            e.packets_sent,
+            e.packets_lost,
+            e.rider_bytes as f64 / 1e6
+        );
+        if let Some(why) = m.peer_gone.as_ref().or(m.sender_failed.as_ref()) {
+            mgrp_rt::outln!("Stopped: {why}");
+        }
+    }
+    if m.unstamped > 0 {
+        eprintln!(
+            "{TOOL}: warning: {} probes came without a kernel receive stamp and were stamped on reading",
+            m.unstamped
+        );
+    }
+    m.exit_code()
+}

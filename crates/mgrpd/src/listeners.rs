@@ -91,8 +91,13 @@ impl Listeners {
             bump(&counters.probes_unclaimed);
             return;
         };
-        match l.tx.try_send((None, Response::Probe(probe))) {
-            Ok(()) => bump(&counters.probes_delivered),
+        // Counted before the probe can reach the tool: a tool that has every probe and
+        // then asks for the counters finds every one delivered.
+        match l.tx.try_reserve() {
+            Ok(slot) => {
+                bump(&counters.probes_delivered);
+                slot.send((None, Response::Probe(probe)));
+            }
             Err(_) => bump(&counters.probes_dropped_slow_listener),
         }
     }

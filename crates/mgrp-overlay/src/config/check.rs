@@ -2,7 +2,6 @@
 //! refusal is: one line that names the key and what would be accepted.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use mgrp_rt::settings::Invalid;
 
@@ -33,16 +32,4 @@ impl From<Invalid> for ConfigError {
     fn from(e: Invalid) -> Self {
         Self::Invalid(e.0)
     }
-}
-
-pub(super) fn duration(
-    key: &str,
-    v: Option<&String>,
-    default: Duration,
-) -> Result<Duration, ConfigError> {
-    Ok(mgrp_rt::settings::duration(key, v, default)?)
-}
-
-pub(super) fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
-    Ok(mgrp_rt::settings::check_name(key, name)?)
 }

@@ -7,10 +7,11 @@ use std::time::Duration;
 use pathload_rs::control::{DEFAULT_CONTROL_PORT, Transport};
 use serde::Deserialize;
 
-use super::check::{ConfigError, check_name, duration, invalid};
+use super::check::{ConfigError, invalid};
 use crate::measure::method::Gives;
 use crate::measure::registry::Method;
 use crate::measure::schedule::Timing;
+use mgrp_rt::settings::{check_name, duration};
 
 /// The control port a node serves (and a link asks its neighbour on) MGRP measurements on.
 pub const DEFAULT_MGRP_PORT: u16 = DEFAULT_CONTROL_PORT;

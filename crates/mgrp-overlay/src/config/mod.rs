@@ -18,10 +18,10 @@ use std::path::{Path, PathBuf};
 use pathload_rs::control::{DEFAULT_PROBE_PORT, Transport};
 use serde::Deserialize;
 
-use mgrp_rt::settings::seconds;
+use mgrp_rt::settings::{check_name, seconds};
 
 pub use self::check::ConfigError;
-use self::check::{check_name, invalid};
+use self::check::invalid;
 use self::link::LinkFile;
 pub use self::link::{DEFAULT_MGRP_PORT, DEFAULT_UDP_PORT, Link};
 use self::prediction::PredictionFile;

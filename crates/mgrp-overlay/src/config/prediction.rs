@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::check::{ConfigError, duration, invalid};
+use super::check::{ConfigError, invalid};
+use mgrp_rt::settings::duration;
 
 /// How the transfer-rate prediction per neighbour is made (`[btc]`).
 #[derive(Debug, Clone, PartialEq)]

@@ -3,7 +3,7 @@
 //! between files, naming it. A path names the deepest file it reaches
 //! (`crate::measure::method::Gives` is `measure/method.rs`, `crate::config::Link` is
 //! `config/mod.rs`); `lib.rs` and `mod` declarations only declare, and a file's
-//! inline `#[cfg(test)]` modules may import anything.
+//! `#[cfg(test)]` modules, inline or in files of their own, may import anything.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -124,7 +124,12 @@ fn drop_test_modules(code: &str) -> String {
         let after = &rest[at + "#[cfg(test)]".len()..];
         let head = after.trim_start();
         let is_mod = head.starts_with("mod ") || head.starts_with("pub mod ");
-        let Some(open) = after.find('{').filter(|_| is_mod) else {
+        // `mod NAME;` declares a file, which `test_files` leaves out; only a body
+        // that follows here is dropped.
+        let open = after
+            .find('{')
+            .filter(|&o| is_mod && !after[..o].contains(';'));
+        let Some(open) = open else {
             out.push_str(&rest[..at + "#[cfg(test)]".len()]);
             rest = after;
             continue;
@@ -275,10 +280,15 @@ fn graph_of(src: &Path) -> Graph {
             .into_iter()
             .find(|f| known.contains(f))
     };
+    let tests = test_files(&all, &name);
     let mut g = Graph::new();
     for path in &all {
         let file = name(path);
-        if file == "lib.rs" || file == "main.rs" || file.starts_with("bin/") {
+        if file == "lib.rs"
+            || file == "main.rs"
+            || file.starts_with("bin/")
+            || tests.contains(&file)
+        {
             continue;
         }
         let here: Vec<String> = file
@@ -297,6 +307,35 @@ fn graph_of(src: &Path) -> Graph {
         g.insert(file, edges);
     }
     g
+}
+
+/// The files that are `#[cfg(test)] mod NAME;` of another: `NAME.rs` or
+/// `NAME/mod.rs` in the declaring module's folder.
+fn test_files(all: &[PathBuf], name: &dyn Fn(&Path) -> String) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for path in all {
+        let file = name(path);
+        let folder = match file.as_str() {
+            "lib.rs" | "main.rs" => String::new(),
+            f => format!("{}/", f.trim_end_matches(".rs").trim_end_matches("/mod")),
+        };
+        let source = strip(&std::fs::read_to_string(path).unwrap());
+        for (at, _) in source.match_indices("#[cfg(test)]") {
+            let head = source[at + "#[cfg(test)]".len()..].trim_start();
+            let head = head.strip_prefix("pub ").unwrap_or(head);
+            if let Some(rest) = head.strip_prefix("mod ") {
+                let module = ident_at(rest.trim_start());
+                if rest.trim_start()[module.len()..]
+                    .trim_start()
+                    .starts_with(';')
+                {
+                    out.insert(format!("{folder}{module}.rs"));
+                    out.insert(format!("{folder}{module}/mod.rs"));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A circle of imports, if there is one, from its first file back to it.
@@ -413,6 +452,12 @@ fn the_reader_sees_the_imports_it_must() {
     edge("state/shared.rs", "derive/prediction.rs");
     edge("config/prediction.rs", "config/check.rs");
     let mgrpd = graph("mgrpd");
+    // Read past `#[cfg(test)] mod tests;`: the imports after it count.
+    assert!(mgrpd["config/mod.rs"].contains("config/settings.rs"));
+    assert!(
+        !mgrpd.contains_key("config/tests.rs"),
+        "a #[cfg(test)] module's file is test code"
+    );
     assert!(mgrpd["pacer.rs"].contains("exchange.rs"));
     assert!(modules(&mgrpd)["dispatcher"].contains("fastpath"));
 }

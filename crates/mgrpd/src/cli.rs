@@ -48,7 +48,7 @@ where
     };
     if let Some(path) = &cli.check_config {
         mgrp_rt::outln!("{}: configuration is valid", path.display());
-        mgrp_rt::outln!("{config:#?}");
+        mgrp_rt::outln!("{}", config.summary().trim_end());
         return ExitCode::SUCCESS;
     }
     // A second subscriber (when embedded) is not an error worth stopping for.

@@ -5,7 +5,7 @@
 //! A tag binds its packet to a direction: this daemon and the peer, each named by the
 //! address the other knows it by (`mgrp_core::auth::Direction`). A peer is named by
 //! its peer address here; this daemon by the address its riders to that peer leave
-//! from (`Config::source_plan`: the configured `source`, else its address on the way
+//! from (`Config::source_plan` in routes.rs: the configured `source`, else its address on the way
 //! to the peer's endpoint), which is the address the peer admits its riders from and
 //! so the one it names this daemon by. A packet arriving for this daemon is opened as
 //! sealed by its peer for that address, or for the address the packet was sent to
@@ -28,8 +28,9 @@ use mgrp_core::auth::{self, Binding, Direction, Freshness, ReplayWindow, Scheme}
 use mgrp_core::wire::Packet;
 use tracing::{info, warn};
 
-use crate::config::{Config, Keys, PeerKey, SourcePlan};
+use crate::config::{Config, Keys, PeerKey};
 use crate::endpoints::Endpoints;
+use crate::routes::SourcePlan;
 use crate::sys;
 
 /// Added to the saved counter at start: more packets than a daemon sends between two

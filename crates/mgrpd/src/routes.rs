@@ -12,12 +12,14 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use futures_util::TryStreamExt;
 use ipnet::IpNet;
+use mgrp_core::peers::Prefix;
+use mgrp_core::planner::Encap;
 use rtnetlink::packet_route::AddressFamily;
 use rtnetlink::packet_route::route::{RouteAttribute, RouteMetric, RouteScope};
 use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute, RuleFlags, RuleMessage};
 use rtnetlink::{Handle, RouteMessageBuilder};
 
-use crate::config::SourcePlan;
+use crate::config::Config;
 use crate::sys;
 
 /// A netlink request that failed, in words.
@@ -422,5 +424,115 @@ impl Routes {
             }
         }
         errors
+    }
+}
+
+/// Where the source address of a route into the tunnel comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourcePlan {
+    /// Configured (`source`, `--source`).
+    Configured(IpAddr),
+    /// The host's address on its way (outside the tunnel) to this address: the peer's
+    /// endpoint, where its MGRP packets go.
+    Toward {
+        /// The MGRP peer.
+        peer: IpAddr,
+        /// Where its MGRP packets go.
+        endpoint: IpAddr,
+    },
+    /// Not known yet: the peer roams and has not been heard from (the address towards
+    /// the peer itself is the best guess until then).
+    Roaming(IpAddr),
+}
+
+/// The routing queries on a configuration.
+impl Config {
+    /// Whether the kernel's strict reverse-path filter (`rp_filter=1`) can run on the
+    /// TUN, and if not, why. A rider written into the TUN passes it only if the route
+    /// back to its source leads into the TUN, which holds for the routed prefixes
+    /// while their routes are installed: so only with permanent routes, and only if
+    /// every IPv4 peer and every source a peer may speak for lies inside them.
+    /// (IPv6 has no such filter; rider admission checks sources in both families.)
+    pub fn strict_rp_filter(&self) -> Result<(), &'static str> {
+        if !self.manage_routes {
+            return Err("mgrpd installs no routes (--no-routes)");
+        }
+        if self.route_on_demand {
+            return Err("routes are installed only while trains run");
+        }
+        let routed = |p: &Prefix| {
+            p.addr().is_ipv6()
+                || self
+                    .routes
+                    .iter()
+                    .any(|r| r.prefix_len() <= p.len() && r.contains(&p.addr()))
+        };
+        let all_routed = self
+            .peers
+            .peers()
+            .iter()
+            .all(|peer| routed(&peer.prefix) && peer.allowed_sources.iter().all(routed));
+        if all_routed {
+            Ok(())
+        } else {
+            Err("a peer or a source it may speak for lies outside the routed prefixes")
+        }
+    }
+
+    /// The MTU for the route of `net` into the TUN, when a UDP peer may carry its
+    /// traffic: the longest packet that rides whole in one continuation to that peer
+    /// ([`mgrp_core::planner::Path::whole_rider_room`]), so TCP sizes its segments to
+    /// it and none is cut in two. `None` (the TUN's MTU) when only raw peers carry
+    /// `net`: what does not ride reaches them as it came.
+    pub fn route_mtu(&self, net: IpNet) -> Option<u16> {
+        if !self.encap.any_udp() {
+            return None;
+        }
+        let overlaps = |p: &Prefix| net.contains(&p.addr()) || p.contains(net.network());
+        std::iter::once(self.peer_of(net.network()))
+            .chain(
+                self.encap
+                    .per_peer
+                    .iter()
+                    .filter(|(p, e)| *e == Encap::Udp && overlaps(p))
+                    .map(|(p, _)| p.addr()),
+            )
+            .filter(|peer| self.encap.for_peer(*peer) == Encap::Udp)
+            .map(|peer| {
+                self.encap
+                    .path(peer, self.mtu)
+                    .whole_rider_room(self.policy.trailer_len)
+            })
+            .min()
+            .and_then(|room| u16::try_from(room).ok())
+    }
+
+    /// Where the source address of the route of `net` into the tunnel comes from:
+    /// the configured one, else the host's address towards the endpoint of the peer
+    /// that carries `net` (its learned endpoint if `learned` knows one, else its
+    /// configured one, else its own address over raw IP). The peer admits riders
+    /// from the address its MGRP packets come from, which is that one.
+    pub fn source_plan(
+        &self,
+        net: IpNet,
+        learned: impl Fn(IpAddr) -> Option<std::net::SocketAddr>,
+    ) -> SourcePlan {
+        let peer = self.peer_of(net.network());
+        if let Some(s) = self.sources.for_peer(peer) {
+            return SourcePlan::Configured(s);
+        }
+        if self.encap.for_peer(peer) != Encap::Udp {
+            return SourcePlan::Toward {
+                peer,
+                endpoint: peer,
+            };
+        }
+        match learned(peer).or_else(|| self.udp.configured_endpoint(peer)) {
+            Some(e) => SourcePlan::Toward {
+                peer,
+                endpoint: e.ip(),
+            },
+            None => SourcePlan::Roaming(peer),
+        }
     }
 }

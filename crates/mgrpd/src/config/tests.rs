@@ -1,0 +1,508 @@
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser as _;
+use ipnet::IpNet;
+use mgrp_core::planner::{Encap, HoldMode, Packing};
+use mgrp_core::wire::Version;
+
+use super::flags::parse_wire;
+use super::*;
+use crate::routes::SourcePlan;
+
+#[test]
+fn durations() {
+    assert_eq!(parse_duration("10ms"), Ok(Duration::from_millis(10)));
+    assert_eq!(parse_duration("150us"), Ok(Duration::from_micros(150)));
+    assert_eq!(parse_duration("150µs"), Ok(Duration::from_micros(150)));
+    assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+    assert!(parse_duration("10").unwrap_err().contains("unit"));
+    assert!(parse_duration("ms").is_err());
+}
+
+#[test]
+fn defaults() {
+    let c = Config::from_toml("").unwrap();
+    assert_eq!(c.tun, "mgrp0");
+    assert_eq!(c.protocol, 253);
+    assert_eq!(c.policy.hold, Duration::from_millis(10));
+    // Nothing waits and nothing is routed into the tunnel while nobody measures.
+    assert_eq!(c.policy.hold_mode, HoldMode::OnDemand);
+    assert!(c.route_on_demand);
+    assert_eq!(c.busy_poll_margin, Duration::from_micros(150));
+    assert_eq!(c.socket, PathBuf::from("/run/mgrp/mgrpd.sock"));
+}
+
+#[test]
+fn file_and_flags() {
+    let c = keyed(
+        r#"
+        tun = "m1"
+        routes = ["10.9.0.0/24"]
+        hold = "5ms"
+        hold-mode = "on-demand"
+        local-prefixes = ["10.200.0.0/16"]
+        [piggyback]
+        packing = "multiple"
+        max-train-fraction = 0.5
+        first-n = 10
+        [via]
+        "10.9.0.7" = "10.9.0.1"
+        [[peers]]
+        prefix = "10.50.0.0/24"
+        allowed-sources = ["192.168.0.0/16"]
+        "#,
+    )
+    .unwrap();
+    assert_eq!(c.tun, "m1");
+    assert_eq!(c.policy.packing, Packing::Multiple);
+    assert_eq!(c.policy.first_n, Some(10));
+    assert!(c.route_on_demand);
+    assert_eq!(
+        c.peer_of("10.9.0.7".parse().unwrap()),
+        "10.9.0.1".parse::<IpAddr>().unwrap()
+    );
+    assert_eq!(
+        c.peer_of("10.9.0.8".parse().unwrap()),
+        "10.9.0.8".parse::<IpAddr>().unwrap()
+    );
+    // Peers: the route, the via target, the table; nobody else.
+    for (ip, peer) in [
+        ("10.9.0.200", true),
+        ("10.9.0.1", true),
+        ("10.50.0.3", true),
+        ("10.9.1.1", false),
+        ("10.50.1.3", false),
+    ] {
+        assert_eq!(c.peers.is_peer(ip.parse().unwrap()), peer, "{ip}");
+    }
+    let table = c.peers.find("10.50.0.3".parse().unwrap()).unwrap();
+    assert_eq!(table.allowed_sources.len(), 1);
+    assert_eq!(c.peers.local().len(), 1);
+    let cli = Cli::parse_from(["mgrpd", "--peer", "fd00::/64", "--local", "10.1.2.3"]);
+    let c = Config::merge(Settings::default(), &cli).unwrap();
+    assert!(c.peers.is_peer("fd00::9".parse().unwrap()));
+    assert!(!c.peers.is_peer("10.9.0.200".parse().unwrap()));
+    assert_eq!(c.peers.local().len(), 1);
+
+    let cli = Cli::parse_from([
+        "mgrpd",
+        "--hold",
+        "2ms",
+        "--route",
+        "10.1.0.0/16",
+        "--fwmark",
+        "0x10",
+    ]);
+    let c = Config::merge(toml::from_str("hold = \"5ms\"").unwrap(), &cli).unwrap();
+    assert_eq!(c.policy.hold, Duration::from_millis(2));
+    assert_eq!(c.fwmark, 0x10);
+    assert_eq!(c.routes, ["10.1.0.0/16".parse::<IpNet>().unwrap()]);
+}
+
+#[test]
+fn strict_reverse_path_filtering_only_where_routes_lead_back() {
+    let permanent =
+        "hold-mode = \"on-demand\"\nroute-on-demand = false\nroutes = [\"10.1.0.0/16\"]\n";
+    let c = Config::from_toml(permanent).unwrap();
+    assert_eq!(c.strict_rp_filter(), Ok(()));
+    // On demand, the route back exists only while trains run.
+    let c = Config::from_toml("hold-mode = \"on-demand\"\nroutes = [\"10.1.0.0/16\"]").unwrap();
+    assert!(c.strict_rp_filter().is_err());
+    // Holding always keeps the routes installed; the default is on demand.
+    let c = Config::from_toml("hold-mode = \"always\"\nroutes = [\"10.1.0.0/16\"]").unwrap();
+    assert_eq!(c.strict_rp_filter(), Ok(()));
+    let c = Config::from_toml("routes = [\"10.1.0.0/16\"]").unwrap();
+    assert!(c.strict_rp_filter().is_err());
+    // A peer outside the routes, or a source outside them, needs loose filtering.
+    let c = Config::from_toml(&format!(
+        "{permanent}[[peers]]\nprefix = \"192.0.2.1/32\"\n"
+    ))
+    .unwrap();
+    assert!(c.strict_rp_filter().is_err());
+    let c = keyed(&format!(
+        "{permanent}[[peers]]\nprefix = \"10.1.0.1/32\"\nallowed-sources = [\"10.0.0.0/8\"]\n"
+    ))
+    .unwrap();
+    assert!(c.strict_rp_filter().is_err());
+    let c = keyed(&format!(
+        "{permanent}[[peers]]\nprefix = \"10.1.0.1/32\"\nallowed-sources = [\"10.1.2.0/24\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(c.strict_rp_filter(), Ok(()));
+}
+
+#[test]
+fn wire_versions_default_to_2_and_are_chosen_per_peer() {
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let base = "routes = [\"10.0.0.2/32\"]\n";
+    let c = Config::from_toml(base).unwrap();
+    assert_eq!(c.encap.wire_for_peer(ip("10.0.0.2")), Version::V2);
+    let c = Config::from_toml(&format!(
+        "{base}wire = 1\n[[peers]]\nprefix = \"10.0.1.0/24\"\nwire = 2\n"
+    ))
+    .unwrap();
+    assert_eq!(c.encap.wire_for_peer(ip("10.0.0.2")), Version::V1);
+    assert_eq!(c.encap.wire_for_peer(ip("10.0.1.7")), Version::V2);
+    assert_eq!(c.encap.path(ip("10.0.1.7"), 1500).wire, Version::V2);
+    let e = Config::from_toml(&format!("{base}wire = 3\n")).unwrap_err();
+    assert!(e.to_string().contains("use 1 or 2"), "{e}");
+    assert_eq!(parse_wire("1"), Ok(Version::V1));
+    assert!(parse_wire("v2").is_err());
+}
+
+#[test]
+fn a_route_sources_from_the_configured_address_else_towards_its_peers_endpoint() {
+    use std::net::SocketAddr;
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let net = |s: &str| s.parse::<IpNet>().unwrap();
+    let text = "routes = [\"10.0.0.2/32\", \"10.0.5.0/24\", \"10.0.6.0/24\", \"2001:db8::2/128\"]\n\
+                source = [\"192.0.2.1\"]\n\
+                via = { \"10.0.7.1\" = \"10.0.0.2\" }\n\
+                [[peers]]\nprefix = \"10.0.5.0/24\"\nsource = \"198.51.100.1\"\n\
+                [[peers]]\nprefix = \"10.0.6.0/24\"\nencap = \"udp\"\nendpoint = \"203.0.113.6:4253\"\n";
+    let c = Config::from_toml(text).unwrap();
+    let none = |_: IpAddr| None::<SocketAddr>;
+    // A peer's own source, then the default of the family.
+    assert_eq!(
+        c.source_plan(net("10.0.5.0/24"), none),
+        SourcePlan::Configured(ip("198.51.100.1"))
+    );
+    assert_eq!(
+        c.source_plan(net("10.0.0.2/32"), none),
+        SourcePlan::Configured(ip("192.0.2.1"))
+    );
+    // No IPv6 source configured: towards the peer itself (raw IP).
+    assert_eq!(
+        c.source_plan(net("2001:db8::2/128"), none),
+        SourcePlan::Toward {
+            peer: ip("2001:db8::2"),
+            endpoint: ip("2001:db8::2")
+        }
+    );
+    let c = Config::from_toml(&text.replace("source = [\"192.0.2.1\"]\n", "")).unwrap();
+    // Traffic via a peer: towards that peer.
+    assert_eq!(
+        c.source_plan(net("10.0.7.1/32"), none),
+        SourcePlan::Toward {
+            peer: ip("10.0.0.2"),
+            endpoint: ip("10.0.0.2")
+        }
+    );
+    // A UDP peer: towards its endpoint, a learned one first.
+    assert_eq!(
+        c.source_plan(net("10.0.6.0/24"), none),
+        SourcePlan::Toward {
+            peer: ip("10.0.6.0"),
+            endpoint: ip("203.0.113.6")
+        }
+    );
+    let learned = |_: IpAddr| Some("203.0.113.99:61000".parse::<SocketAddr>().unwrap());
+    assert_eq!(
+        c.source_plan(net("10.0.6.0/24"), learned),
+        SourcePlan::Toward {
+            peer: ip("10.0.6.0"),
+            endpoint: ip("203.0.113.99")
+        }
+    );
+    for (bad, says) in [
+        (
+            "source = [\"192.0.2.1\", \"192.0.2.2\"]",
+            "at most one IPv4 address",
+        ),
+        ("source = \"0.0.0.0\"", "not unspecified"),
+        ("source = \"127.0.0.1\"", "loopback"),
+        (
+            "[[peers]]\nprefix = \"10.0.9.0/24\"\nsource = \"2001:db8::1\"",
+            "not of the peer's address family",
+        ),
+    ] {
+        let e = Config::from_toml(bad).unwrap_err().to_string();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+    let cli = Cli::parse_from(["mgrpd", "--source", "192.0.2.3", "--route", "10.0.0.2/32"]);
+    let c = Config::merge(Settings::default(), &cli).unwrap();
+    assert_eq!(c.sources.for_peer(ip("10.0.0.2")), Some(ip("192.0.2.3")));
+    assert_eq!(c.sources.for_peer(ip("2001:db8::2")), None);
+}
+
+/// `text` with a top-level `key-file` (a private file holding `byte` 32 times);
+/// the file is removed once read.
+fn keyed_with(text: &str, byte: &str) -> Result<Config, ConfigError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "mgrpd-keyed-{}-{}.key",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&path, byte.repeat(32)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let c = Config::from_toml(&format!("key-file = \"{}\"\n{text}", path.display()));
+    let _ = std::fs::remove_file(&path);
+    c
+}
+
+fn keyed(text: &str) -> Result<Config, ConfigError> {
+    keyed_with(text, "5a")
+}
+
+#[test]
+fn relaying_and_speaking_for_others_need_a_key() {
+    for table in [
+        "allowed-sources = [\"10.7.0.0/24\"]",
+        "relay-to = [\"10.9.0.0/24\"]",
+    ] {
+        let text = format!("[[peers]]\nprefix = \"10.0.0.2/32\"\n{table}\n");
+        let e = Config::from_toml(&text).unwrap_err().to_string();
+        assert!(
+            e.contains("but no key") && e.contains("mgrpd genkey"),
+            "{e}"
+        );
+        assert!(keyed(&text).is_ok());
+    }
+}
+
+#[test]
+fn tag_versions_and_the_state_directory() {
+    let c = keyed("routes = [\"10.0.0.2/32\"]").unwrap();
+    assert_eq!(c.auth, Scheme::V2);
+    assert_eq!(c.state_dir, PathBuf::from("/var/lib/mgrp"));
+    let c = keyed("auth = 1\nstate-dir = \"/tmp/s\"\nroutes = [\"10.0.0.2/32\"]").unwrap();
+    assert_eq!((c.auth, c.state_dir), (Scheme::V1, PathBuf::from("/tmp/s")));
+    let e = keyed("auth = 3").unwrap_err().to_string();
+    assert!(e.contains("use 2"), "{e}");
+    let e = Config::from_toml("next-key-file = \"/nonexistent\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("give key-file too"), "{e}");
+}
+
+#[test]
+fn udp_peers_their_endpoints_and_who_roams() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir();
+    let key = |name: &str, byte: &str| {
+        let path = dir.join(format!("mgrpd-udp-{}-{name}.key", std::process::id()));
+        std::fs::write(&path, byte.repeat(32)).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        path
+    };
+    let (ka, kb) = (key("a", "a1"), key("b", "b2"));
+    let text = format!(
+        "routes = [\"10.0.0.2/32\"]\nencap = \"udp:5000\"\nkey-file = \"{}\"\n\
+         [[peers]]\nprefix = \"10.0.1.2/32\"\nkey-file = \"{}\"\nkeepalive = \"25s\"\n\
+         [[peers]]\nprefix = \"10.0.2.0/24\"\nencap = \"udp:6000\"\nendpoint = \"192.0.2.9:7000\"\n\
+         [[peers]]\nprefix = \"10.0.3.0/24\"\nencap = \"raw\"\n",
+        kb.display(),
+        ka.display()
+    );
+    let c = Config::from_toml(&text).unwrap();
+    assert_eq!(c.udp.port, 5000);
+    assert!(!c.route_on_demand, "UDP peers keep their routes");
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    assert_eq!(c.encap.for_peer(ip("10.0.0.2")), Encap::Udp);
+    assert_eq!(c.encap.for_peer(ip("10.0.3.1")), Encap::Raw);
+    // The host with a key of its own roams: nowhere to send until heard from.
+    let a = c.udp.peer(ip("10.0.1.2")).unwrap();
+    assert!(a.roams && a.keepalive == Some(Duration::from_secs(25)));
+    assert_eq!(c.udp.configured_endpoint(ip("10.0.1.2")), None);
+    // A prefix with an endpoint goes there; a route's peer to its own address.
+    let e: std::net::SocketAddr = "192.0.2.9:7000".parse().unwrap();
+    assert_eq!(c.udp.configured_endpoint(ip("10.0.2.5")), Some(e));
+    assert!(!c.udp.peer(ip("10.0.2.5")).unwrap().roams);
+    assert_eq!(
+        c.udp.configured_endpoint(ip("10.0.0.2")),
+        Some("10.0.0.2:5000".parse().unwrap())
+    );
+
+    // A roaming peer's key must be its own.
+    let shared = format!(
+        "routes = [\"10.0.0.2/32\"]\nkey-file = \"{0}\"\nencap = \"udp\"\n[[peers]]\nprefix = \"10.0.1.2/32\"\nkey-file = \"{0}\"\n",
+        ka.display()
+    );
+    let e = Config::from_toml(&shared).unwrap_err().to_string();
+    assert!(e.contains("must be its own"), "{e}");
+    for (bad, says) in [
+        ("encap = \"udp:0\"", "udp:PORT"),
+        ("encap = \"tcp\"", "udp:PORT"),
+        ("encap = \"udp\"\nroute-on-demand = true", "route-on-demand"),
+        (
+            "[[peers]]\nprefix = \"10.0.9.0/24\"\nencap = \"udp\"\nkeepalive = \"25s\"",
+            "one host",
+        ),
+        (
+            "[[peers]]\nprefix = \"10.0.9.1/32\"\nencap = \"udp\"\nkeepalive = \"100ms\"",
+            "at least 1s",
+        ),
+        (
+            "[[peers]]\nprefix = \"10.0.9.1/32\"\nendpoint = \"192.0.2.1:1\"",
+            "need encap",
+        ),
+    ] {
+        let e = Config::from_toml(bad).unwrap_err().to_string();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+    let cli = Cli::parse_from(["mgrpd", "--encap", "udp:4300"]);
+    let c = Config::merge(Settings::default(), &cli).unwrap();
+    assert_eq!((c.udp.port, c.encap.default), (4300, Encap::Udp));
+    let _ = (std::fs::remove_file(ka), std::fs::remove_file(kb));
+}
+
+#[test]
+fn routes_to_udp_peers_take_the_mtu_of_one_continuation() {
+    let net = |s: &str| s.parse::<IpNet>().unwrap();
+    let raw = Config::from_toml("routes = [\"10.0.0.0/16\"]\n").unwrap();
+    assert_eq!(
+        raw.route_mtu(net("10.0.0.0/16")),
+        None,
+        "raw peers: the TUN's"
+    );
+    let text = "routes = [\"10.0.0.0/16\", \"10.9.0.2/32\", \"fd00::2/128\"]\nencap = \"raw\"\n\
+                [[peers]]\nprefix = \"10.0.5.0/24\"\nencap = \"udp\"\n\
+                [[peers]]\nprefix = \"fd00::/64\"\nencap = \"udp\"\nwire = 1\n";
+    let c = Config::from_toml(text).unwrap();
+    // IPv4 20 + UDP 8 + a continuation's 2 + a whole rider's 2.
+    assert_eq!(c.route_mtu(net("10.0.5.0/24")), Some(1500 - 32));
+    // A route holding a UDP peer's prefix takes its MTU too; one holding none not.
+    assert_eq!(c.route_mtu(net("10.0.0.0/16")), Some(1500 - 32));
+    assert_eq!(c.route_mtu(net("10.9.0.2/32")), None);
+    // IPv6 40 + UDP 8 + version 1's 28 and 12.
+    assert_eq!(c.route_mtu(net("fd00::2/128")), Some(1500 - 88));
+}
+
+#[test]
+fn example_config_is_valid() {
+    let c = Config::from_toml(include_str!("../../mgrpd.example.toml")).unwrap();
+    assert_eq!(c.routes.len(), 2);
+    assert_eq!(c.policy.max_queued_bytes, 4_194_304);
+    assert_eq!(c.reassembly.timeout, Duration::from_secs(1));
+}
+
+#[test]
+fn next_hop_devices_and_relay_prefixes() {
+    let c = keyed(
+        "[[peers]]\nprefix = \"10.0.0.2/32\"\nencap = \"udp\"\ndevice = \"mgrp-n\"\n\
+         allowed-sources = [\"10.7.0.0/24\"]\nrelay-to = [\"10.9.0.0/24\"]\n\
+         [[peers]]\nprefix = \"10.0.0.3/32\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.next_hops,
+        vec![NextHopDevice {
+            name: "mgrp-n".into(),
+            peer: "10.0.0.2".parse().unwrap()
+        }]
+    );
+    let member = c.peers.find("10.0.0.2".parse().unwrap()).unwrap();
+    assert_eq!(member.relay_to, vec!["10.9.0.0/24".parse().unwrap()]);
+    assert!(
+        c.peers
+            .find("10.0.0.3".parse().unwrap())
+            .unwrap()
+            .relay_to
+            .is_empty()
+    );
+    for (text, says) in [
+        ("prefix = \"10.0.0.0/24\"\ndevice = \"mgrp-n\"", "one host"),
+        ("prefix = \"10.0.0.2/32\"\ndevice = \"mgrp0\"", "used twice"),
+        (
+            "prefix = \"10.0.0.2/32\"\ndevice = \"a-very-long-device-name\"",
+            "interface name",
+        ),
+    ] {
+        let e = Config::from_toml(&format!("[[peers]]\n{text}\n")).unwrap_err();
+        assert!(e.to_string().contains(says), "{e}");
+    }
+}
+
+#[test]
+fn errors_name_the_key() {
+    let e = Config::from_toml("holdd = \"5ms\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("holdd"), "{e}");
+    let e = Config::from_toml("hold = \"5\"").unwrap_err().to_string();
+    assert!(e.contains("unit"), "{e}");
+    let e = Config::from_toml("table = 254").unwrap_err().to_string();
+    assert!(e.contains("reserved"), "{e}");
+    let e = Config::from_toml("[piggyback]\nmax-train-fraction = 2.0")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("max-train-fraction"), "{e}");
+    let e = Config::from_toml("tun = \"a/b\"").unwrap_err().to_string();
+    assert!(e.contains("interface name"), "{e}");
+    let e = Config::from_toml("[piggyback]\nmax-held-bytes = 1000")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("max-held-bytes"), "{e}");
+    let e = Config::from_toml("[limits]\nmax-destinations = 0")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("max-destinations"), "{e}");
+}
+
+#[test]
+fn keys_come_from_private_files_and_every_peer_needs_one() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = std::env::temp_dir();
+    let key = dir.join(format!("mgrpd-test-{}.key", std::process::id()));
+    std::fs::write(&key, "ab".repeat(32)).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let toml = format!(
+        "routes = [\"10.0.0.2/32\"]\nkey-file = \"{}\"",
+        key.display()
+    );
+    let e = Config::from_toml(&toml).unwrap_err().to_string();
+    assert!(e.contains("chmod 600"), "{e}");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let c = Config::from_toml(&toml).unwrap();
+    assert!(c.keys.enabled());
+    assert_eq!(c.policy.trailer_len, TRAILER_LEN);
+    assert!(c.keys.key_for("10.0.0.2".parse().unwrap()).is_some());
+    assert!(
+        !format!("{c:?}").contains(&"ab".repeat(32)),
+        "keys never print"
+    );
+    // A per-peer key only: the route's peer has none.
+    let toml = format!(
+        "routes = [\"10.0.0.2/32\"]\n[[peers]]\nprefix = \"10.0.1.0/24\"\nkey-file = \"{}\"",
+        key.display()
+    );
+    let e = Config::from_toml(&toml).unwrap_err().to_string();
+    assert!(e.contains("10.0.0.2/32 has no key"), "{e}");
+    std::fs::write(&key, "short").unwrap();
+    let toml = format!("key-file = \"{}\"", key.display());
+    let e = Config::from_toml(&toml).unwrap_err().to_string();
+    assert!(e.contains("mgrpd genkey"), "{e}");
+    let _ = std::fs::remove_file(&key);
+    assert!(!Config::from_toml("").unwrap().keys.enabled());
+}
+
+#[test]
+fn the_summary_says_what_is_in_force_and_shows_no_key() {
+    let c = keyed(
+        "routes = [\"10.9.0.0/24\"]\nhold = \"5ms\"\n[[peers]]\nprefix = \"10.0.6.1/32\"\nrelay-to = [\"10.77.0.0/16\"]\n",
+    )
+    .unwrap();
+    let text = c.summary();
+    for says in [
+        "wait up to 5ms while a train",
+        "authenticated (tags version 2)",
+        "peers: 2\n",
+        "\n  10.9.0.0/24: raw IP, wire 2, key: the shared one\n",
+        "\n  10.0.6.1/32: raw IP, wire 2, key: the shared one, relays to 10.77.0.0/16\n",
+        "log level info",
+    ] {
+        assert!(text.contains(says), "{says:?} not in\n{text}");
+    }
+    // The key file holds the hex digits 5a 32 times: they appear nowhere.
+    assert!(!text.to_ascii_lowercase().contains("5a5a"), "{text}");
+    let unkeyed = Config::from_toml("routes = [\"10.9.0.0/24\"]")
+        .unwrap()
+        .summary();
+    assert!(unkeyed.contains("not authenticated (no key)"), "{unkeyed}");
+    assert!(!unkeyed.contains("key:"), "{unkeyed}");
+}

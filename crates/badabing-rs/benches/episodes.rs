@@ -40,10 +40,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use badabing_rs::tool::MeasureOptions;
+use mgrp_testbed::harness::{Role, bench_start};
 use mgrp_testbed::link::realtime_ns;
 use mgrp_testbed::qdisc::{QdiscLog, SlotTruth, slot_truth};
+use mgrp_testbed::tool::daemons_for;
 use mgrp_testbed::traffic::{Steps, udp_steps};
-use mgrp_testbed::{ADDR_A, Daemon, TwoHostOptions, TwoHosts, daemon_pair};
+use mgrp_testbed::{ADDR_A, TwoHostOptions, TwoHosts};
 use mgrp_tool::control::{Batch, Run, Tag};
 use mgrp_tool::{ServeOptions, Server, Session, SessionOptions, Transport};
 
@@ -205,13 +207,8 @@ fn run(o: &Opts, name: &str, transport: &str, seed: u64) -> anyhow::Result<Figur
     ])?;
     net.b
         .ip(&["addr", "add", &format!("{OTHER_B}/24"), "dev", &net.veth_b])?;
-    let me = std::env::current_exe()?;
-    let pair: Option<(Daemon, Daemon)> = if transport == "mgrp" {
-        // Riders wait at most 1 ms for a probe, well below the 5 ms slot.
-        Some(daemon_pair(&net, &me, &["mgrpd"], &["--hold", "1ms"])?)
-    } else {
-        None
-    };
+    // Riders wait at most 1 ms for a probe, well below the 5 ms slot.
+    let pair = daemons_for(&net, transport, &["--hold", "1ms"])?;
     let t = if transport == "mgrp" {
         Transport::Mgrp
     } else {
@@ -295,13 +292,9 @@ fn pct(x: f64, truth: f64) -> String {
 }
 
 fn main() -> ExitCode {
-    if let Some(code) = mgrp_testbed::harness::acting_as(&[("mgrpd", |a| mgrpd::main_with_args(a))])
-    {
+    let roles: &[Role] = &[("mgrpd", |a| mgrpd::main_with_args(a))];
+    if let Some(code) = bench_start("episodes", roles) {
         return code;
-    }
-    if !mgrp_testbed::is_root() {
-        eprintln!("the bench needs root to create network namespaces");
-        return ExitCode::FAILURE;
     }
     let o = opts();
     println!(

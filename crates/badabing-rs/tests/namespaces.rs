@@ -13,10 +13,10 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
+use mgrp_testbed::tool::{daemons_for, snd_rcv};
 use mgrp_testbed::traffic::{Source, Steps, udp_steps};
-use mgrp_testbed::{ADDR_A, Daemon, Process, TwoHostOptions, TwoHosts, daemon_pair};
-use serde_json::Value;
+use mgrp_testbed::{TwoHostOptions, TwoHosts};
 
 const BIN: &str = env!("CARGO_BIN_EXE_badabing-rs");
 const SECONDS: u64 = 20;
@@ -30,13 +30,8 @@ fn case(transport: &str, bursts: bool) -> anyhow::Result<()> {
     })?;
     net.b
         .ip(&["addr", "add", &format!("{OTHER_B}/24"), "dev", &net.veth_b])?;
-    let me = std::env::current_exe()?;
-    let pair: Option<(Daemon, Daemon)> = if transport == "mgrp" {
-        // Riders wait at most 1 ms for a probe, well below the 5 ms slot.
-        Some(daemon_pair(&net, &me, &["mgrpd"], &["--hold", "1ms"])?)
-    } else {
-        None
-    };
+    // Riders wait at most 1 ms for a probe, well below the 5 ms slot.
+    let pair = daemons_for(&net, transport, &["--hold", "1ms"])?;
     let source: Option<Source> = if bursts {
         let mut mbps = vec![0.0; 10];
         mbps[0] = 40.0;
@@ -55,54 +50,22 @@ fn case(transport: &str, bursts: bool) -> anyhow::Result<()> {
     } else {
         None
     };
-    let mut snd: Vec<String> = ["snd", "--transport", transport].map(String::from).to_vec();
-    let mut rcv: Vec<String> = [
-        "rcv",
-        "--sender",
-        &ADDR_A.to_string(),
-        "--transport",
+    let seconds = SECONDS.to_string();
+    let rcv = snd_rcv(
+        &net,
+        Path::new(BIN),
         transport,
-        "--json",
-        "--report",
-        "5",
-        "--duration",
-        &SECONDS.to_string(),
-    ]
-    .map(String::from)
-    .to_vec();
-    if let Some((a, b)) = &pair {
-        snd.extend(["--socket".into(), a.socket.display().to_string()]);
-        rcv.extend(["--socket".into(), b.socket.display().to_string()]);
-    }
-    let mut sender = Process::spawn(&net.a, Path::new(BIN), &snd)?;
-    std::thread::sleep(Duration::from_millis(300));
-    let mut receiver = Process::spawn(&net.b, Path::new(BIN), &rcv)?;
-    let Some(status) = receiver.wait(Duration::from_secs(SECONDS + 30)) else {
-        bail!("rcv did not end: {}", receiver.log());
-    };
+        pair.as_ref(),
+        &["--report", "5", "--duration", &seconds],
+        Duration::from_secs(SECONDS + 30),
+    )?;
     drop(source);
-    let log = receiver.log();
+    let log = &rcv.succeeded()?.log;
     ensure!(
-        sender
-            .wait(Duration::from_secs(10))
-            .is_some_and(|s| s.success()),
-        "snd did not end cleanly: {}",
-        sender.log()
-    );
-    ensure!(status.success(), "rcv exited with {status}: {log}");
-    let lines: Vec<Value> = log
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    ensure!(
-        lines.iter().filter(|v| v["event"] == "estimate").count() >= 2,
+        rcv.events("estimate").count() >= 2,
         "no report every 5 s: {log}"
     );
-    let result = lines
-        .iter()
-        .find(|v| v["event"] == "result")
-        .context("no result line")?;
+    let result = rcv.result()?;
     eprintln!("    {transport} bursts={bursts}: {result}");
     let e = &result["estimate"];
     let num = |k: &str| e[k].as_f64().with_context(|| format!("{k} missing in {e}"));

@@ -30,9 +30,10 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
+use mgrp_testbed::tool::{daemons_for, snd_rcv};
 use mgrp_testbed::traffic::{Source, tcp_bulk, udp_poisson};
-use mgrp_testbed::{ADDR_A, Daemon, Process, TwoHostOptions, TwoHosts, daemon_pair};
+use mgrp_testbed::{Daemon, TwoHostOptions, TwoHosts};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_btc-rs");
@@ -48,42 +49,15 @@ fn measure(
     transport: &str,
     extra: &[&str],
 ) -> anyhow::Result<Value> {
-    let mut snd: Vec<String> = ["snd", "--transport", transport].map(String::from).to_vec();
-    let mut rcv: Vec<String> = [
-        "rcv",
-        "--sender",
-        &ADDR_A.to_string(),
-        "--transport",
+    let rcv = snd_rcv(
+        net,
+        Path::new(BIN),
         transport,
-        "--json",
-    ]
-    .map(String::from)
-    .to_vec();
-    rcv.extend(extra.iter().map(ToString::to_string));
-    if let Some((a, b)) = pair {
-        snd.extend(["--socket".into(), a.socket.display().to_string()]);
-        rcv.extend(["--socket".into(), b.socket.display().to_string()]);
-    }
-    let mut sender = Process::spawn(&net.a, Path::new(BIN), &snd)?;
-    std::thread::sleep(Duration::from_millis(300));
-    let mut receiver = Process::spawn(&net.b, Path::new(BIN), &rcv)?;
-    let Some(status) = receiver.wait(Duration::from_secs(90)) else {
-        bail!("rcv did not end: {}", receiver.log());
-    };
-    let log = receiver.log();
-    ensure!(
-        sender
-            .wait(Duration::from_secs(10))
-            .is_some_and(|s| s.success()),
-        "snd did not end cleanly: {}",
-        sender.log()
-    );
-    ensure!(status.success(), "rcv exited with {status}: {log}");
-    log.lines()
-        .filter(|l| l.starts_with('{'))
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["event"] == "result")
-        .with_context(|| format!("no result line: {log}"))
+        pair,
+        extra,
+        Duration::from_secs(90),
+    )?;
+    rcv.succeeded()?.result().cloned()
 }
 
 fn capacity(transport: &str) -> anyhow::Result<()> {
@@ -91,12 +65,7 @@ fn capacity(transport: &str) -> anyhow::Result<()> {
         bottleneck: Some(("10mbit".into(), "1540".into())),
         router: false,
     })?;
-    let me = std::env::current_exe()?;
-    let pair = if transport == "mgrp" {
-        Some(daemon_pair(&net, &me, &["mgrpd"], &[])?)
-    } else {
-        None
-    };
+    let pair = daemons_for(&net, transport, &[])?;
     let r = measure(&net, pair.as_ref(), transport, &["--pairs", "0"])?;
     eprintln!("    {transport}: {}", r["capacity"]);
     let c = r["capacity_bps"].as_f64().context("no capacity")?;

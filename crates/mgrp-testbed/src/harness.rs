@@ -27,6 +27,20 @@ pub fn acting_as(roles: &[Role]) -> Option<ExitCode> {
         .map(|(_, entry)| entry(&args[1..]))
 }
 
+/// The start of a namespace bench's `main`: runs one of `roles` when started as one
+/// ([`acting_as`]), and without root says that `bench` needs it and fails. `None`:
+/// go on and measure.
+pub fn bench_start(bench: &str, roles: &[Role]) -> Option<ExitCode> {
+    if let Some(code) = acting_as(roles) {
+        return Some(code);
+    }
+    if !crate::is_root() {
+        eprintln!("{bench}: needs root to create network namespaces; nothing measured");
+        return Some(ExitCode::FAILURE);
+    }
+    None
+}
+
 /// Runs the `tests` the command line chooses (arguments that are not flags filter by
 /// name) and reports as libtest does.
 pub fn run(tests: &[Test]) -> ExitCode {

@@ -29,6 +29,7 @@ pub mod packages;
 pub mod paper;
 pub mod qdisc;
 pub mod threads;
+pub mod tool;
 pub mod traffic;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);

@@ -22,8 +22,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use mgrp_testbed::harness::{Role, bench_start};
+use mgrp_testbed::tool::daemons_for;
 use mgrp_testbed::traffic::{Source, ip_level_truth, tcp_paced_source, udp_cbr};
-use mgrp_testbed::{ADDR_A, ADDR_B, Daemon, TwoHostOptions, TwoHosts, daemon_pair};
+use mgrp_testbed::{ADDR_A, ADDR_B, TwoHostOptions, TwoHosts};
 use mgrp_tool::{ServeOptions, Server, SessionOptions, Transport};
 use pathchirp_rs::Onset;
 
@@ -80,17 +82,7 @@ fn run(o: &Opts, shaper: &str, transport: &str, cross: &str) -> anyhow::Result<F
     })?;
     net.b
         .ip(&["addr", "add", &format!("{OTHER_B}/24"), "dev", &net.veth_b])?;
-    let me = std::env::current_exe()?;
-    let pair: Option<(Daemon, Daemon)> = if transport == "mgrp" {
-        Some(daemon_pair(
-            &net,
-            &me,
-            &["mgrpd"],
-            &["--hold-mode", "always"],
-        )?)
-    } else {
-        None
-    };
+    let pair = daemons_for(&net, transport, &["--hold-mode", "always"])?;
     let t = if transport == "mgrp" {
         Transport::Mgrp
     } else {
@@ -194,13 +186,9 @@ fn run(o: &Opts, shaper: &str, transport: &str, cross: &str) -> anyhow::Result<F
 }
 
 fn main() -> ExitCode {
-    if let Some(code) = mgrp_testbed::harness::acting_as(&[("mgrpd", |a| mgrpd::main_with_args(a))])
-    {
+    let roles: &[Role] = &[("mgrpd", |a| mgrpd::main_with_args(a))];
+    if let Some(code) = bench_start("accuracy", roles) {
         return code;
-    }
-    if !mgrp_testbed::is_root() {
-        eprintln!("the bench needs root to create network namespaces");
-        return ExitCode::FAILURE;
     }
     let o = opts();
     println!(

@@ -31,8 +31,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use mgrp_testbed::harness::{Role, bench_start};
+use mgrp_testbed::tool::daemons_for;
 use mgrp_testbed::traffic::{Source, tcp_bulk};
-use mgrp_testbed::{ADDR_A, ADDR_B, Daemon, TwoHostOptions, TwoHosts, daemon_pair};
+use mgrp_testbed::{ADDR_A, ADDR_B, TwoHostOptions, TwoHosts};
 use mgrp_tool::{ServeOptions, Server, SessionOptions, Transport};
 
 #[derive(Debug, Clone)]
@@ -138,12 +140,7 @@ fn run(o: &Opts, method: &str, transport: &str) -> anyhow::Result<Figures> {
         bottleneck: Some(("10mbit".into(), "1540".into())),
         router: true,
     })?;
-    let me = std::env::current_exe()?;
-    let pair: Option<(Daemon, Daemon)> = if transport == "mgrp" {
-        Some(daemon_pair(&net, &me, &["mgrpd"], &["--hold", "1ms"])?)
-    } else {
-        None
-    };
+    let pair = daemons_for(&net, transport, &["--hold", "1ms"])?;
     let t = if transport == "mgrp" {
         Transport::Mgrp
     } else {
@@ -216,13 +213,9 @@ fn run(o: &Opts, method: &str, transport: &str) -> anyhow::Result<Figures> {
 }
 
 fn main() -> ExitCode {
-    if let Some(code) = mgrp_testbed::harness::acting_as(&[("mgrpd", |a| mgrpd::main_with_args(a))])
-    {
+    let roles: &[Role] = &[("mgrpd", |a| mgrpd::main_with_args(a))];
+    if let Some(code) = bench_start("friendliness", roles) {
         return code;
-    }
-    if !mgrp_testbed::is_root() {
-        eprintln!("the bench needs root to create network namespaces");
-        return ExitCode::FAILURE;
     }
     let o = opts();
     println!(

@@ -16,10 +16,10 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::ensure;
+use mgrp_testbed::tool::{daemons_for, snd_rcv};
 use mgrp_testbed::traffic::{Source, ip_level_truth, tcp_paced_source, udp_cbr};
-use mgrp_testbed::{ADDR_A, ADDR_B, Daemon, Process, TwoHostOptions, TwoHosts, daemon_pair};
-use serde_json::Value;
+use mgrp_testbed::{ADDR_B, TwoHostOptions, TwoHosts};
 
 const BIN: &str = env!("CARGO_BIN_EXE_pathchirp-rs");
 const SECONDS: u64 = 30;
@@ -42,17 +42,7 @@ fn case(transport: &str, cross: Cross) -> anyhow::Result<()> {
     })?;
     net.b
         .ip(&["addr", "add", &format!("{OTHER_B}/24"), "dev", &net.veth_b])?;
-    let me = std::env::current_exe()?;
-    let pair: Option<(Daemon, Daemon)> = if transport == "mgrp" {
-        Some(daemon_pair(
-            &net,
-            &me,
-            &["mgrpd"],
-            &["--hold-mode", "always"],
-        )?)
-    } else {
-        None
-    };
+    let pair = daemons_for(&net, transport, &["--hold-mode", "always"])?;
     let (source, ip_size, payload): (Option<Source>, u32, u32) = match cross {
         Cross::Quiet => (None, 1490, 1462),
         Cross::Cbr => (
@@ -71,50 +61,21 @@ fn case(transport: &str, cross: Cross) -> anyhow::Result<()> {
         source.as_ref().map_or(0, Source::bytes),
         std::time::Instant::now(),
     );
-    let mut snd: Vec<String> = ["snd", "--transport", transport].map(String::from).to_vec();
-    let mut rcv: Vec<String> = [
-        "rcv",
-        "--sender",
-        &ADDR_A.to_string(),
-        "--transport",
+    let seconds = SECONDS.to_string();
+    let rcv = snd_rcv(
+        &net,
+        Path::new(BIN),
         transport,
-        "--json",
-        "--duration",
-        &SECONDS.to_string(),
-    ]
-    .map(String::from)
-    .to_vec();
-    if let Some((a, b)) = &pair {
-        snd.extend(["--socket".into(), a.socket.display().to_string()]);
-        rcv.extend(["--socket".into(), b.socket.display().to_string()]);
-    }
-    let mut sender = Process::spawn(&net.a, Path::new(BIN), &snd)?;
-    std::thread::sleep(Duration::from_millis(300));
-    let mut receiver = Process::spawn(&net.b, Path::new(BIN), &rcv)?;
-    let Some(status) = receiver.wait(Duration::from_secs(SECONDS + 30)) else {
-        bail!("rcv did not end: {}", receiver.log());
-    };
+        pair.as_ref(),
+        &["--duration", &seconds],
+        Duration::from_secs(SECONDS + 30),
+    )?;
     let bytes = source.as_ref().map_or(0, Source::bytes) - before.0;
     let cross_mbps = bytes as f64 * 8.0 / before.1.elapsed().as_secs_f64() / 1e6;
     drop(source);
-    let log = receiver.log();
-    ensure!(
-        sender
-            .wait(Duration::from_secs(10))
-            .is_some_and(|s| s.success()),
-        "snd did not end cleanly: {}",
-        sender.log()
-    );
-    ensure!(status.success(), "rcv exited with {status}: {log}");
-    let lines: Vec<Value> = log
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let result = lines
-        .iter()
-        .find(|v| v["event"] == "result")
-        .context("no result line")?;
+    let log = &rcv.succeeded()?.log;
+    let lines = &rcv.lines;
+    let result = rcv.result()?;
     let ip_mbps = cross_mbps * f64::from(ip_size) / f64::from(payload);
     let truth = ip_level_truth(10.0, 1028, &[(ip_mbps, ip_size)]);
     let quiet = ip_level_truth(10.0, 1028, &[]);
@@ -136,9 +97,6 @@ fn case(transport: &str, cross: Cross) -> anyhow::Result<()> {
         "    {transport} {cross:?}: truth {truth:.2} Mbit/s (cross {cross_mbps:.2}), median of the last 10 s {measured:.2}, adjusted {adjusted:.2}: {result}"
     );
     let within = |v: f64, t: f64| (v / t - 1.0).abs() <= BAND;
-    if std::env::var_os("PATHCHIRP_TEST_LOG").is_some() {
-        eprintln!("{log}");
-    }
     match cross {
         Cross::Quiet => ensure!(
             within(measured, truth),

@@ -23,6 +23,7 @@ mod common;
 use std::process::ExitCode;
 
 use common::{Case, Cross, Shaper, f, run_case};
+use mgrp_testbed::harness::{Role, bench_start};
 
 const MAX_TIME: u64 = 60;
 const CROSS: f64 = 4.0;
@@ -145,12 +146,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() -> ExitCode {
-    if let Some(code) = common::mgrpd_if_asked() {
+    let roles: &[Role] = &[("mgrpd", |a| mgrpd::main_with_args(a))];
+    if let Some(code) = bench_start("accuracy", roles) {
         return code;
-    }
-    if !mgrp_testbed::is_root() {
-        eprintln!("accuracy: needs root to create network namespaces");
-        return ExitCode::FAILURE;
     }
     let o = opts();
     println!(

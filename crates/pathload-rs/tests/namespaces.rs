@@ -155,7 +155,8 @@ cases! {
 }
 
 fn main() -> ExitCode {
-    if let Some(code) = common::mgrpd_if_asked() {
+    if let Some(code) = mgrp_testbed::harness::acting_as(&[("mgrpd", |a| mgrpd::main_with_args(a))])
+    {
         return code;
     }
     mgrp_testbed::harness::run(TESTS)

@@ -5,21 +5,15 @@
 //! back as its JSON result with the truth it must find.
 
 use std::path::Path;
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context as _;
+use mgrp_testbed::tool::{daemons_for, snd_rcv};
 use mgrp_testbed::traffic::{Source, ip_level_truth, tcp_paced_source, tcp_source, udp_cbr};
-use mgrp_testbed::{ADDR_A, ADDR_B, Daemon, Process, TwoHostOptions, TwoHosts, daemon_pair};
+use mgrp_testbed::{ADDR_B, TwoHostOptions, TwoHosts};
 use serde_json::Value;
 
 const PATHLOAD: &str = env!("CARGO_BIN_EXE_pathload-rs");
-
-/// Runs as mgrpd when started as `PROGRAM mgrpd ARGS..`: the daemons of these tests
-/// are the test binary itself, so they are never a stale build.
-pub(crate) fn mgrpd_if_asked() -> Option<ExitCode> {
-    mgrp_testbed::harness::acting_as(&[("mgrpd", |a| mgrpd::main_with_args(a))])
-}
 
 /// Where the bottleneck is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,16 +57,6 @@ pub(crate) fn add_other_b(net: &TwoHosts) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// mgrpd on both hosts, each routing the other host's address into its tunnel.
-pub(crate) fn daemons(net: &TwoHosts) -> anyhow::Result<(Daemon, Daemon)> {
-    let me = std::env::current_exe()?;
-    // The paper's mode: application traffic rides in the probes throughout, which is
-    // what the rider adjustment is measured against. (With routes on demand the
-    // stream rides only around the streams and competes with them between, a mix the
-    // wide bands here do not cover.)
-    daemon_pair(net, &me, &["mgrpd"], &["--hold-mode", "always"])
-}
-
 /// One finished measurement.
 #[derive(Debug)]
 pub(crate) struct Run {
@@ -82,66 +66,6 @@ pub(crate) struct Run {
     pub(crate) code: i32,
     /// Wall time of rcv.
     pub(crate) wall: Duration,
-}
-
-/// Runs `pathload-rs snd` on A and `pathload-rs rcv --json` on B with `extra` flags
-/// for rcv (over mgrpd if `sockets` are given), and waits for the result.
-pub(crate) fn measure(
-    net: &TwoHosts,
-    transport: &str,
-    sockets: Option<(&Daemon, &Daemon)>,
-    max_time: u64,
-    extra: &[&str],
-) -> anyhow::Result<Run> {
-    let mut snd: Vec<String> = vec!["snd".into(), "--transport".into(), transport.into()];
-    let mut rcv: Vec<String> = vec![
-        "rcv".into(),
-        "--sender".into(),
-        ADDR_A.to_string(),
-        "--transport".into(),
-        transport.into(),
-        "--json".into(),
-        "--max-time".into(),
-        max_time.to_string(),
-    ];
-    rcv.extend(extra.iter().map(ToString::to_string));
-    if let Some((a, b)) = sockets {
-        snd.extend(["--socket".into(), a.socket.display().to_string()]);
-        rcv.extend(["--socket".into(), b.socket.display().to_string()]);
-    }
-    let mut sender = Process::spawn(&net.a, Path::new(PATHLOAD), &snd)?;
-    std::thread::sleep(Duration::from_millis(300));
-    let started = Instant::now();
-    let mut receiver = Process::spawn(&net.b, Path::new(PATHLOAD), &rcv)?;
-    let Some(status) = receiver.wait(Duration::from_secs(max_time + 20)) else {
-        bail!("rcv did not end within its limit: {}", receiver.log());
-    };
-    let wall = started.elapsed();
-    let log = receiver.log();
-    if std::env::var_os("PATHLOAD_TEST_LOG").is_some() {
-        eprintln!("--- rcv ---\n{log}--- snd ---\n{}", sender.log());
-    }
-    // The sender serves one measurement and exits by itself.
-    let s = sender.wait(Duration::from_secs(10));
-    if !s.is_some_and(|s| s.success()) {
-        bail!("snd did not end cleanly: {}", sender.log());
-    }
-    let result = log
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["event"] == "result")
-        .with_context(|| {
-            format!(
-                "no result line (exit {status}): {log}\nsender: {}",
-                sender.log()
-            )
-        })?;
-    Ok(Run {
-        result,
-        code: status.code().unwrap_or(-1),
-        wall,
-    })
 }
 
 /// A number of the result.
@@ -226,11 +150,11 @@ const CROSS_PORT: u16 = 9000;
 /// `extra` flags for rcv, and tears it all down.
 pub(crate) fn run_case(case: Case, max_time: u64, extra: &[&str]) -> anyhow::Result<Measured> {
     let net = net(&case)?;
-    let pair = if case.transport == "mgrp" {
-        Some(daemons(&net)?)
-    } else {
-        None
-    };
+    // The paper's mode: application traffic rides in the probes throughout, which is
+    // what the rider adjustment is measured against. (With routes on demand the
+    // stream rides only around the streams and competes with them between, a mix the
+    // wide bands here do not cover.)
+    let pair = daemons_for(&net, case.transport, &["--hold-mode", "always"])?;
     add_other_b(&net)?;
     let to = |riding: bool| std::net::IpAddr::V4(if riding { ADDR_B } else { OTHER_B });
     // Payload bytes per IP byte of each kind of cross traffic.
@@ -262,9 +186,24 @@ pub(crate) fn run_case(case: Case, max_time: u64, extra: &[&str]) -> anyhow::Res
     // Let the cross traffic settle (TCP's slow start) before measuring.
     std::thread::sleep(Duration::from_millis(500));
     let before = (source.as_ref().map_or(0, Source::bytes), Instant::now());
-    let sockets = pair.as_ref().map(|(a, b)| (a, b));
-    let run = measure(&net, case.transport, sockets, max_time, extra)?;
-    if let (Some((a, b)), Some(_)) = (&pair, std::env::var_os("PATHLOAD_TEST_LOG")) {
+    let max = max_time.to_string();
+    let mut args = vec!["--max-time", max.as_str()];
+    args.extend_from_slice(extra);
+    let limit = Duration::from_secs(max_time + 20);
+    let rcv = snd_rcv(
+        &net,
+        Path::new(PATHLOAD),
+        case.transport,
+        pair.as_ref(),
+        &args,
+        limit,
+    )?;
+    let run = Run {
+        result: rcv.result()?.clone(),
+        code: rcv.code,
+        wall: rcv.wall,
+    };
+    if let (Some((a, b)), Some(_)) = (&pair, std::env::var_os("MGRP_TEST_LOG")) {
         for (name, d) in [("A", a), ("B", b)] {
             let c = d.stats().map(|s| s.daemon).ok();
             eprintln!("--- mgrpd {name} ---\n{}{c:?}", d.process.log());

@@ -55,10 +55,7 @@ impl Default for Config {
     }
 }
 
-/// A parameter outside what the method accepts; the message names the limit.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+pub use mgrp_tool::params::ConfigError;
 
 /// The time a probe of `packets` packets of `size` bytes takes to leave at `bps`, ns.
 pub fn probe_time_ns(packets: u32, size: u32, bps: f64) -> u64 {

@@ -35,10 +35,7 @@ impl Default for CapacityConfig {
     }
 }
 
-/// A parameter out of its range, with the limit in the message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+pub use mgrp_tool::params::ConfigError;
 
 impl CapacityConfig {
     /// Checks the parameters against `max_size`, the largest probe the path takes.

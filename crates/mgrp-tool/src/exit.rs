@@ -1,4 +1,5 @@
-//! Exit codes of the tools' receivers (`rcv`), the same for every tool.
+//! How a receiver's run ends: the exit codes of the tools' receivers (`rcv`), the same
+//! for every tool, and the lines every tool prints on stderr about it.
 
 /// Any other error.
 pub const ERROR: i32 = 1;
@@ -16,3 +17,33 @@ pub const PEER: i32 = 6;
 pub const SENDER: i32 = 7;
 /// Interrupted by a signal.
 pub const INTERRUPTED: i32 = 130;
+/// Bad arguments (what clap exits with for a usage error).
+pub const USAGE: i32 = 2;
+
+/// The exit status of a receiver's run: the sender's trouble first (it went away,
+/// else it could not send), else `measured`, what the tool makes of its result.
+pub fn of_run(peer_gone: bool, sender_failed: bool, measured: i32) -> i32 {
+    if peer_gone {
+        PEER
+    } else if sender_failed {
+        SENDER
+    } else {
+        measured
+    }
+}
+
+/// Says on stderr that a bad option stops `tool`; returns [`USAGE`].
+pub fn bad_options(tool: &str, e: impl std::fmt::Display) -> i32 {
+    eprintln!("{tool}: {e}");
+    USAGE
+}
+
+/// Warns on stderr that `n` probes came without a kernel receive stamp (nothing if
+/// none did): their arrival times are the tool's reading times, less exact.
+pub fn warn_unstamped(tool: &str, n: u64) {
+    if n > 0 {
+        eprintln!(
+            "{tool}: warning: {n} probes came without a kernel receive stamp and were stamped on reading"
+        );
+    }
+}

@@ -30,6 +30,7 @@ pub mod control;
 pub mod exit;
 pub mod kind;
 pub mod netlink;
+pub mod params;
 pub mod server;
 pub mod session;
 pub mod sockdiag;

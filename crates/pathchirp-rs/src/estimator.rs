@@ -50,10 +50,7 @@ impl Default for Config {
     }
 }
 
-/// A parameter outside what the method accepts; the message names the limit.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+pub use mgrp_tool::params::ConfigError;
 
 impl Config {
     /// Checks every parameter against the method's limits.

@@ -36,10 +36,7 @@ fn line(e: &Estimate, slot_ms: f64) -> String {
 pub(crate) fn run(args: &RcvArgs) -> i32 {
     let opts = match args.options() {
         Ok(o) => o,
-        Err(e) => {
-            eprintln!("{TOOL}: {e}");
-            return 2;
-        }
+        Err(e) => return mgrp_tool::exit::bad_options(TOOL, e),
     };
     let slot_ms = opts.config.slot_ns as f64 / 1e6;
     let sender = format!("{}:{}", opts.session.sender, opts.session.port);
@@ -104,11 +101,6 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
             mgrp_rt::outln!("Stopped: {why}");
         }
     }
-    if m.unstamped > 0 {
-        eprintln!(
-            "{TOOL}: warning: {} probes came without a kernel receive stamp and were stamped on reading",
-            m.unstamped
-        );
-    }
+    mgrp_tool::exit::warn_unstamped(TOOL, m.unstamped);
     m.exit_code()
 }

@@ -81,15 +81,16 @@ pub struct Measurement {
 impl Measurement {
     /// The exit status of `rcv` for it.
     pub fn exit_code(&self) -> i32 {
-        if self.peer_gone.is_some() {
-            exit::PEER
-        } else if self.sender_failed.is_some() {
-            exit::SENDER
-        } else if self.estimate.outcomes.total() == 0 {
+        let measured = if self.estimate.outcomes.total() == 0 {
             exit::UNUSABLE
         } else {
             0
-        }
+        };
+        exit::of_run(
+            self.peer_gone.is_some(),
+            self.sender_failed.is_some(),
+            measured,
+        )
     }
 }
 

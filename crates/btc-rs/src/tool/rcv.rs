@@ -12,10 +12,7 @@ use crate::squeezed;
 pub(crate) fn run(args: &RcvArgs) -> i32 {
     let opts = match args.options() {
         Ok(o) => o,
-        Err(e) => {
-            eprintln!("{TOOL}: {e}");
-            return 2;
-        }
+        Err(e) => return mgrp_tool::exit::bad_options(TOOL, e),
     };
     let m = match measure(&opts, mgrp_tool::sys::interrupt_flag()) {
         Ok(m) => m,

@@ -27,10 +27,7 @@ fn reason(d: Discard) -> &'static str {
 pub(crate) fn run(args: &RcvArgs) -> i32 {
     let opts = match args.options() {
         Ok(o) => o,
-        Err(e) => {
-            eprintln!("{TOOL}: {e}");
-            return 2;
-        }
+        Err(e) => return mgrp_tool::exit::bad_options(TOOL, e),
     };
     let mgrp = opts.session.transport == Transport::Mgrp;
     let sender = format!("{}:{}", opts.session.sender, opts.session.port);
@@ -120,12 +117,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
         Err(e) => return e.report(TOOL),
     };
     summary(&m, json, mgrp);
-    if m.unstamped > 0 {
-        eprintln!(
-            "{TOOL}: warning: {} probes came without a kernel receive stamp and were stamped on reading",
-            m.unstamped
-        );
-    }
+    mgrp_tool::exit::warn_unstamped(TOOL, m.unstamped);
     if let Some(path) = &args.plot {
         if let Err(e) = plot::draw(path, &m, mgrp) {
             eprintln!("{TOOL}: {e:#}");

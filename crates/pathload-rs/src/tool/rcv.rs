@@ -37,12 +37,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
         Ok(m) => m,
         Err(e) => return e.report("pathload-rs"),
     };
-    if m.unstamped > 0 {
-        eprintln!(
-            "pathload-rs: warning: {} probes came without a kernel receive stamp and were stamped on reading",
-            m.unstamped
-        );
-    }
+    mgrp_tool::exit::warn_unstamped("pathload-rs", m.unstamped);
     let o = &m.outcome;
     // Printed when the adjustment moved the range by at least the printed precision.
     let show_unadjusted = opts.session.transport == Transport::Mgrp

@@ -118,13 +118,12 @@ impl Measurement {
 
     /// The tool's exit status for it (0 for an estimate).
     pub fn exit_code(&self) -> i32 {
-        if self.peer_gone.is_some() {
-            exit::PEER
-        } else if self.sender_failed.is_some() {
-            exit::SENDER
-        } else {
-            super::exit_for_reason(self.outcome.reason)
-        }
+        let measured = super::exit_for_reason(self.outcome.reason);
+        exit::of_run(
+            self.peer_gone.is_some(),
+            self.sender_failed.is_some(),
+            measured,
+        )
     }
 }
 

@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::{Args, Subcommand, ValueEnum};
 
 use crate::control::{
     DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, DEFAULT_SENDER_PROBE_PORT, Transport,
@@ -30,6 +30,29 @@ impl From<TransportArg> for Transport {
         match t {
             TransportArg::Mgrp => Self::Mgrp,
             TransportArg::Udp => Self::Udp,
+        }
+    }
+}
+
+/// A tool's two roles: `snd`, the same for every tool, and `rcv` with the tool's
+/// own arguments `R` (whose doc comment is `rcv`'s line in `--help`).
+#[derive(Debug, Subcommand)]
+pub enum Role<R: Args> {
+    /// Serve measurements: send the probes a receiver asks for.
+    Snd(SndArgs),
+    // No doc comment here: clap would show it for every tool; `R`'s is shown.
+    #[allow(missing_docs)]
+    Rcv(R),
+}
+
+impl<R: Args> Role<R> {
+    /// Runs the role with interrupts caught: `snd` serves as `tool`, `rcv` is
+    /// `receive`. Returns the exit code.
+    pub fn run(self, tool: &str, receive: impl FnOnce(&R) -> i32) -> i32 {
+        crate::sys::catch_interrupts();
+        match self {
+            Self::Snd(args) => args.run(tool),
+            Self::Rcv(args) => receive(&args),
         }
     }
 }

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
-use mgrp_tool::cli::{PeerArgs, SndArgs};
+use clap::{Args, Parser};
+use mgrp_tool::cli::{PeerArgs, Role};
 
 use crate::params;
 use crate::tool::TOOL;
@@ -30,19 +30,10 @@ use crate::{Config, ConfigError};
 #[command(name = "badabing-rs", version, propagate_version = true)]
 pub(crate) struct Cli {
     #[command(subcommand)]
-    pub(crate) role: Role,
+    pub(crate) role: Role<RcvArgs>,
 }
 
-/// The two roles.
-#[derive(Debug, Subcommand)]
-pub(crate) enum Role {
-    /// Serve measurements: send the probes a receiver asks for.
-    Snd(SndArgs),
-    /// Probe from a sender to this host and print the loss-episode estimates.
-    Rcv(RcvArgs),
-}
-
-/// Arguments of `rcv`.
+/// Probe from a sender to this host and print the loss-episode estimates.
 #[derive(Debug, Args)]
 pub(crate) struct RcvArgs {
     #[command(flatten)]

@@ -1,7 +1,7 @@
 //! Command-line arguments.
 
-use clap::{Args, Parser, Subcommand};
-use mgrp_tool::cli::{PeerArgs, SndArgs};
+use clap::{Args, Parser};
+use mgrp_tool::cli::{PeerArgs, Role};
 
 use crate::capacity::{CapacityConfig, ConfigError};
 use crate::tool::TOOL;
@@ -28,19 +28,10 @@ use crate::tool::receiver::MeasureOptions;
 #[command(name = "btc-rs", version, propagate_version = true)]
 pub(crate) struct Cli {
     #[command(subcommand)]
-    pub(crate) role: Role,
+    pub(crate) role: Role<RcvArgs>,
 }
 
-/// The two roles.
-#[derive(Debug, Subcommand)]
-pub(crate) enum Role {
-    /// Serve measurements: send the probes a receiver asks for.
-    Snd(SndArgs),
-    /// Measure the path from a sender to this host.
-    Rcv(RcvArgs),
-}
-
-/// Arguments of `rcv`.
+/// Measure the path from a sender to this host.
 #[derive(Debug, Args)]
 pub(crate) struct RcvArgs {
     #[command(flatten)]

@@ -31,10 +31,5 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = cli::Cli::parse_from(args);
-    mgrp_tool::sys::catch_interrupts();
-    match cli.role {
-        cli::Role::Snd(args) => args.run(TOOL),
-        cli::Role::Rcv(args) => rcv::run(&args),
-    }
+    cli::Cli::parse_from(args).role.run(TOOL, rcv::run)
 }

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use mgrp_tool::cli::{PeerArgs, SndArgs};
+use clap::{Args, Parser, ValueEnum};
+use mgrp_tool::cli::{PeerArgs, Role};
 
 use crate::analysis::{Onset, Params};
 use crate::params;
@@ -32,16 +32,7 @@ use crate::{Config, ConfigError};
 #[command(name = "pathchirp-rs", version, propagate_version = true)]
 pub(crate) struct Cli {
     #[command(subcommand)]
-    pub(crate) role: Role,
-}
-
-/// The two roles.
-#[derive(Debug, Subcommand)]
-pub(crate) enum Role {
-    /// Serve measurements: send the probes a receiver asks for.
-    Snd(SndArgs),
-    /// Chirp from a sender to this host and print the estimates.
-    Rcv(RcvArgs),
+    pub(crate) role: Role<RcvArgs>,
 }
 
 /// Where the final queue's onset is read.
@@ -56,7 +47,7 @@ pub(crate) enum OnsetArg {
     Tail,
 }
 
-/// Arguments of `rcv`.
+/// Chirp from a sender to this host and print the estimates.
 #[derive(Debug, Args)]
 pub(crate) struct RcvArgs {
     #[command(flatten)]

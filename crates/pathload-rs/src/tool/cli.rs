@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::params::{DEFAULT_MAX_FLEETS, DEFAULT_MAX_SECONDS, STREAM_DURATION_NS};
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use mgrp_tool::cli::{PeerArgs, SndArgs};
+use clap::{Args, Parser, ValueEnum};
+use mgrp_tool::cli::{PeerArgs, Role};
 
 use crate::Mode;
 use crate::tool::TOOL;
@@ -31,16 +31,7 @@ use crate::tool::receiver::MeasureOptions;
 #[command(name = "pathload-rs", version, propagate_version = true)]
 pub(crate) struct Cli {
     #[command(subcommand)]
-    pub(crate) role: Role,
-}
-
-/// The two roles.
-#[derive(Debug, Subcommand)]
-pub(crate) enum Role {
-    /// Serve measurements: send the probes a receiver asks for.
-    Snd(SndArgs),
-    /// Measure the path from a sender to this host and print the range.
-    Rcv(RcvArgs),
+    pub(crate) role: Role<RcvArgs>,
 }
 
 /// Idle between streams.
@@ -52,7 +43,7 @@ pub(crate) enum ModeArg {
     Fast,
 }
 
-/// Arguments of `rcv`.
+/// Measure the path from a sender to this host and print the range.
 #[derive(Debug, Args)]
 pub(crate) struct RcvArgs {
     #[command(flatten)]

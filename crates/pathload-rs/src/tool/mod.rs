@@ -18,7 +18,7 @@ pub use receiver::{MeasureOptions, Measurement, Progress, measure};
 use std::ffi::OsString;
 
 use clap::Parser;
-use mgrp_tool::{exit, sys};
+use mgrp_tool::exit;
 
 use crate::StopReason;
 
@@ -52,10 +52,5 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = cli::Cli::parse_from(args);
-    sys::catch_interrupts();
-    match cli.role {
-        cli::Role::Snd(args) => args.run(TOOL),
-        cli::Role::Rcv(args) => rcv::run(&args),
-    }
+    cli::Cli::parse_from(args).role.run(TOOL, rcv::run)
 }

@@ -35,9 +35,9 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
     });
     let m = match measured {
         Ok(m) => m,
-        Err(e) => return e.report("pathload-rs"),
+        Err(e) => return e.report(super::TOOL),
     };
-    mgrp_tool::exit::warn_unstamped("pathload-rs", m.unstamped);
+    mgrp_tool::exit::warn_unstamped(super::TOOL, m.unstamped);
     let o = &m.outcome;
     // Printed when the adjustment moved the range by at least the printed precision.
     let show_unadjusted = opts.session.transport == Transport::Mgrp

@@ -47,3 +47,31 @@ pub fn warn_unstamped(tool: &str, n: u64) {
         );
     }
 }
+
+/// How a receiver's run ended besides what it measured, the same for every tool:
+/// the sender's trouble, if any, and the probes the kernel did not stamp.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ending {
+    /// Set when the sender went away mid-run.
+    pub peer_gone: Option<String>,
+    /// Set when the sender could not send what was asked (its log says why).
+    pub sender_failed: Option<String>,
+    /// Probes stamped on reading, without a kernel stamp.
+    pub unstamped: u64,
+}
+
+impl Ending {
+    /// Whether the sender stayed and sent everything asked.
+    pub fn clean(&self) -> bool {
+        self.peer_gone.is_none() && self.sender_failed.is_none()
+    }
+
+    /// The exit status of `rcv`: [`of_run`] of this end and `measured`.
+    pub fn exit_code(&self, measured: i32) -> i32 {
+        of_run(
+            self.peer_gone.is_some(),
+            self.sender_failed.is_some(),
+            measured,
+        )
+    }
+}

@@ -123,7 +123,7 @@ fn a_measurement_runs_and_a_second_receiver_hears_busy() {
     assert!(streams > 0, "no stream was asked for");
     assert!(m.outcome.probe_bytes > 0);
     assert_eq!(m.outcome.rider_bytes, 0);
-    assert!(m.peer_gone.is_none(), "{m:?}");
+    assert!(m.end.peer_gone.is_none(), "{m:?}");
     let e = busy.expect_err("a receiver while another measures is turned away");
     assert!(
         matches!(&e, MeasureError::Refused(m) if m.starts_with(BUSY)),

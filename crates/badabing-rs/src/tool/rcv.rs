@@ -81,7 +81,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
             "{}",
             json!({"event": "result", "estimate": e, "windows": m.windows,
                 "sampled_s": m.sampled.as_secs_f64(), "elapsed_s": m.elapsed.as_secs_f64(),
-                "peer_gone": m.peer_gone, "sender_failed": m.sender_failed})
+                "peer_gone": m.end.peer_gone, "sender_failed": m.end.sender_failed})
         );
     } else {
         mgrp_rt::outln!("Result: {}", line(e, slot_ms));
@@ -97,10 +97,10 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
             e.packets_lost,
             e.rider_bytes as f64 / 1e6
         );
-        if let Some(why) = m.peer_gone.as_ref().or(m.sender_failed.as_ref()) {
+        if let Some(why) = m.end.peer_gone.as_ref().or(m.end.sender_failed.as_ref()) {
             mgrp_rt::outln!("Stopped: {why}");
         }
     }
-    mgrp_tool::exit::warn_unstamped(TOOL, m.unstamped);
+    mgrp_tool::exit::warn_unstamped(TOOL, m.end.unstamped);
     m.exit_code()
 }

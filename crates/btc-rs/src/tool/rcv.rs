@@ -28,7 +28,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
                 "squeezed": m.squeeze, "squeezed_skipped": m.squeeze_skipped,
                 "probe_bytes": m.probe_bytes, "rider_bytes": m.rider_bytes,
                 "elapsed_s": m.elapsed.as_secs_f64(),
-                "peer_gone": m.peer_gone, "sender_failed": m.sender_failed})
+                "peer_gone": m.end.peer_gone, "sender_failed": m.end.sender_failed})
         );
     } else {
         print_text(&m);
@@ -38,10 +38,10 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
     {
         eprintln!("{TOOL}: cannot draw {}: {e:#}", path.display());
     }
-    if let Some(g) = &m.peer_gone {
+    if let Some(g) = &m.end.peer_gone {
         eprintln!("{TOOL}: the sender went away: {g}");
     }
-    if let Some(f) = &m.sender_failed {
+    if let Some(f) = &m.end.sender_failed {
         eprintln!("{TOOL}: the sender could not send: {f}");
     }
     m.exit_code()

@@ -5,7 +5,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mgrp_tool::control::{Batch, Run, Tag};
-use mgrp_tool::{BatchError, MeasureError, Session, SessionOptions, exit};
+use mgrp_tool::{
+    BatchError, MeasureError, Session, SessionOptions,
+    exit::{self, Ending},
+};
 
 use crate::capacity::{self, Arrived, Capacity, CapacityConfig};
 use crate::squeezed::{self, Kind, Squeeze, SqueezeConfig};
@@ -67,10 +70,8 @@ pub struct Measurement {
     pub rtt: Duration,
     /// How long it ran.
     pub elapsed: Duration,
-    /// Set when the sender went away mid-run.
-    pub peer_gone: Option<String>,
-    /// Set when the sender could not send a batch.
-    pub sender_failed: Option<String>,
+    /// How the run ended: the sender's trouble, the probes the kernel did not stamp.
+    pub end: Ending,
 }
 
 impl Measurement {
@@ -81,11 +82,7 @@ impl Measurement {
         } else {
             0
         };
-        exit::of_run(
-            self.peer_gone.is_some(),
-            self.sender_failed.is_some(),
-            measured,
-        )
+        self.end.exit_code(measured)
     }
 }
 
@@ -113,14 +110,13 @@ pub fn measure(opts: &MeasureOptions, stop: &AtomicBool) -> Result<Measurement, 
         rider_bytes: 0,
         rtt: session.rtt(),
         elapsed: Duration::ZERO,
-        peer_gone: None,
-        sender_failed: None,
+        end: Ending::default(),
     };
     let result = run_phases(opts, stop, &mut session, &mut m);
     match result {
         Ok(()) => {}
-        Err(BatchError::Gone(g)) => m.peer_gone = Some(g),
-        Err(BatchError::SenderFailed(f)) => m.sender_failed = Some(f),
+        Err(BatchError::Gone(g)) => m.end.peer_gone = Some(g),
+        Err(BatchError::SenderFailed(f)) => m.end.sender_failed = Some(f),
     }
     m.elapsed = started.elapsed();
     session.close();

@@ -39,7 +39,7 @@ impl MethodRun for Badabing {
                 e.rider_bytes = b.rider_bytes;
                 e.streams = m.windows;
                 let slot = opts.config.slot_ns as f64 * 1e-9;
-                if let Some(o) = cut_short(&mut e, m.peer_gone.as_ref(), m.sender_failed.as_ref()) {
+                if let Some(o) = cut_short(&mut e, &m.end) {
                     o
                 } else if b.outcomes.total() > 0 {
                     e.converged = true;

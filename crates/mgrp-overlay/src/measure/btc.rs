@@ -31,7 +31,7 @@ impl MethodRun for Btc {
             Ok(m) => {
                 e.probe_bytes = m.probe_bytes;
                 e.rider_bytes = m.rider_bytes;
-                if let Some(o) = cut_short(&mut e, m.peer_gone.as_ref(), m.sender_failed.as_ref()) {
+                if let Some(o) = cut_short(&mut e, &m.end) {
                     o
                 } else if let Some(capacity_bps) = m.capacity_bps {
                     e.converged = true;

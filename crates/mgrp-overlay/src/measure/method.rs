@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use mgrp_tool::SessionOptions;
+use mgrp_tool::exit::Ending;
 use mgrp_views::estimate::{Estimate, RunOutcome};
 use pathload_rs::control::Transport;
 use pathload_rs::tool::MeasureError;
@@ -121,15 +122,11 @@ pub(crate) fn refused(e: &mut Estimate, err: MeasureError) -> RunOutcome {
 }
 
 /// The outcome of a run the neighbour cut short, with its error set in `e`.
-pub(crate) fn cut_short(
-    e: &mut Estimate,
-    gone: Option<&String>,
-    failed: Option<&String>,
-) -> Option<RunOutcome> {
-    if let Some(gone) = gone {
+pub(crate) fn cut_short(e: &mut Estimate, end: &Ending) -> Option<RunOutcome> {
+    if let Some(gone) = &end.peer_gone {
         e.error = Some(format!("the neighbour went away: {gone}"));
         Some(RunOutcome::PeerDown)
-    } else if let Some(failed) = failed {
+    } else if let Some(failed) = &end.sender_failed {
         e.error = Some(format!(
             "the neighbour's side failed (see its log): {failed}"
         ));
@@ -205,18 +202,16 @@ mod tests {
     #[test]
     fn a_neighbour_gone_outranks_its_failure() {
         let mut e = empty();
-        let gone = "reset".to_string();
-        let failed = "refused".to_string();
-        assert_eq!(
-            cut_short(&mut e, Some(&gone), Some(&failed)),
-            Some(RunOutcome::PeerDown)
-        );
+        let mut end = Ending {
+            peer_gone: Some("reset".into()),
+            sender_failed: Some("refused".into()),
+            unstamped: 0,
+        };
+        assert_eq!(cut_short(&mut e, &end), Some(RunOutcome::PeerDown));
         assert!(e.error.as_deref().unwrap().contains("went away"));
-        assert_eq!(
-            cut_short(&mut e, None, Some(&failed)),
-            Some(RunOutcome::SenderFailed)
-        );
-        assert_eq!(cut_short(&mut e, None, None), None);
+        end.peer_gone = None;
+        assert_eq!(cut_short(&mut e, &end), Some(RunOutcome::SenderFailed));
+        assert_eq!(cut_short(&mut e, &Ending::default()), None);
         assert_eq!(share(1, 4), 0.25);
         assert_eq!(share(1, 0), 0.0);
     }

@@ -65,7 +65,7 @@ impl MethodRun for Pathchirp {
                 e.rider_bytes = c.rider_bytes;
                 e.rider_share = share(c.riding_probe_bytes, c.probe_bytes);
                 e.streams = u32::try_from(c.chirps).unwrap_or(u32::MAX);
-                if let Some(o) = cut_short(&mut e, m.peer_gone.as_ref(), m.sender_failed.as_ref()) {
+                if let Some(o) = cut_short(&mut e, &m.end) {
                     o
                 } else if let Some(sm) = m.last {
                     e.converged = true;

@@ -73,7 +73,7 @@ impl MethodRun for Pathload {
                     .and_then(|v| v.as_str().map(str::to_string));
                 e.fleets = o.fleets;
                 e.streams = o.streams;
-                if let Some(o) = cut_short(&mut e, m.peer_gone.as_ref(), m.sender_failed.as_ref()) {
+                if let Some(o) = cut_short(&mut e, &m.end) {
                     o
                 } else {
                     let outcome = outcome_of(o);

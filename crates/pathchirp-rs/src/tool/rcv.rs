@@ -117,7 +117,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
         Err(e) => return e.report(TOOL),
     };
     summary(&m, json, mgrp);
-    mgrp_tool::exit::warn_unstamped(TOOL, m.unstamped);
+    mgrp_tool::exit::warn_unstamped(TOOL, m.end.unstamped);
     if let Some(path) = &args.plot {
         if let Err(e) = plot::draw(path, &m, mgrp) {
             eprintln!("{TOOL}: {e:#}");
@@ -139,8 +139,8 @@ fn summary(m: &Measurement, json: bool, mgrp: bool) {
             "{}",
             json!({"event": "result", "last": m.last, "counts": c, "range_bps": m.range,
                 "first_estimate_s": m.first_estimate, "elapsed_s": m.elapsed.as_secs_f64(),
-                "probe_bytes_per_minute": per_minute, "peer_gone": m.peer_gone,
-                "sender_failed": m.sender_failed})
+                "probe_bytes_per_minute": per_minute, "peer_gone": m.end.peer_gone,
+                "sender_failed": m.end.sender_failed})
         );
         return;
     }
@@ -174,7 +174,7 @@ fn summary(m: &Measurement, json: bool, mgrp: bool) {
         per_minute / 1e6,
         c.rider_bytes as f64 / 1e6
     );
-    if let Some(why) = m.peer_gone.as_ref().or(m.sender_failed.as_ref()) {
+    if let Some(why) = m.end.peer_gone.as_ref().or(m.end.sender_failed.as_ref()) {
         mgrp_rt::outln!("Stopped: {why}");
     }
 }

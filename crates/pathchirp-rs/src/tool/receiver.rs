@@ -6,7 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mgrp_tool::control::{Batch, Run, Tag, Transport};
-use mgrp_tool::{BatchError, MeasureError, Session, SessionOptions, exit};
+use mgrp_tool::{
+    BatchError, MeasureError, Session, SessionOptions,
+    exit::{self, Ending},
+};
 use serde::Serialize;
 
 use crate::tool::{CHIRP_KIND, TOOL};
@@ -85,12 +88,8 @@ pub struct Measurement {
     pub elapsed: Duration,
     /// The round trip to the sender.
     pub rtt: Duration,
-    /// Set when the sender went away mid-run.
-    pub peer_gone: Option<String>,
-    /// Set when the sender could not send a chirp.
-    pub sender_failed: Option<String>,
-    /// Probes stamped on reading, without a kernel stamp.
-    pub unstamped: u64,
+    /// How the run ended: the sender's trouble, the probes the kernel did not stamp.
+    pub end: Ending,
 }
 
 impl Measurement {
@@ -101,11 +100,7 @@ impl Measurement {
         } else {
             0
         };
-        exit::of_run(
-            self.peer_gone.is_some(),
-            self.sender_failed.is_some(),
-            measured,
-        )
+        self.end.exit_code(measured)
     }
 }
 
@@ -225,8 +220,10 @@ pub fn measure(
         first_estimate,
         elapsed,
         rtt,
-        peer_gone: gone,
-        sender_failed,
-        unstamped,
+        end: Ending {
+            peer_gone: gone,
+            sender_failed,
+            unstamped,
+        },
     })
 }

@@ -37,7 +37,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
         Ok(m) => m,
         Err(e) => return e.report(super::TOOL),
     };
-    mgrp_tool::exit::warn_unstamped(super::TOOL, m.unstamped);
+    mgrp_tool::exit::warn_unstamped(super::TOOL, m.end.unstamped);
     let o = &m.outcome;
     // Printed when the adjustment moved the range by at least the printed precision.
     let show_unadjusted = opts.session.transport == Transport::Mgrp

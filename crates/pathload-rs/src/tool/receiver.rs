@@ -12,7 +12,7 @@ use crate::{
     TrainResult,
 };
 use mgrp_tool::control::{Batch, Tag, Transport};
-use mgrp_tool::{BatchError, Exchange, MeasureError, Session, SessionOptions, exit};
+use mgrp_tool::{BatchError, Exchange, MeasureError, Session, SessionOptions, exit::Ending};
 
 use crate::tool::{TOOL, kind};
 
@@ -91,26 +91,21 @@ pub struct Measurement {
     pub elapsed: Duration,
     /// The round trip to the sender.
     pub rtt: Duration,
-    /// Set when the sender went away mid-run (the run then stopped there).
-    pub peer_gone: Option<String>,
-    /// Set when the sender, still there, could not send a train or stream it was
-    /// asked for (its mgrpd refused it, or its limits): the run stopped there, and the
-    /// fix lies on the sending host.
-    pub sender_failed: Option<String>,
-    /// Probes that came without a kernel receive stamp and were stamped on reading.
-    pub unstamped: u64,
+    /// How the run ended: the sender's trouble, the probes the kernel did not stamp.
+    pub end: Ending,
 }
 
 impl Measurement {
     /// Whether it gave an estimate.
     pub fn converged(&self) -> bool {
-        self.peer_gone.is_none() && self.sender_failed.is_none() && self.outcome.reason.converged()
+        self.end.clean() && self.outcome.reason.converged()
     }
 
     /// Why the run stopped before its estimator did, in words, if it did.
     pub fn interruption(&self) -> Option<String> {
-        self.peer_gone.clone().or_else(|| {
-            self.sender_failed
+        self.end.peer_gone.clone().or_else(|| {
+            self.end
+                .sender_failed
                 .as_ref()
                 .map(|f| format!("the sender failed: {f}"))
         })
@@ -119,11 +114,7 @@ impl Measurement {
     /// The tool's exit status for it (0 for an estimate).
     pub fn exit_code(&self) -> i32 {
         let measured = super::exit_for_reason(self.outcome.reason);
-        exit::of_run(
-            self.peer_gone.is_some(),
-            self.sender_failed.is_some(),
-            measured,
-        )
+        self.end.exit_code(measured)
     }
 }
 
@@ -241,9 +232,11 @@ fn run_measurement(
         outcome,
         elapsed,
         rtt,
-        peer_gone: gone,
-        sender_failed,
-        unstamped,
+        end: Ending {
+            peer_gone: gone,
+            sender_failed,
+            unstamped,
+        },
     }
 }
 

@@ -31,6 +31,8 @@ pub mod exit;
 pub mod kind;
 pub mod netlink;
 pub mod params;
+#[cfg(feature = "plot")]
+pub mod plot;
 pub mod server;
 pub mod session;
 pub mod sockdiag;

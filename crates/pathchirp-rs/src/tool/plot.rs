@@ -2,15 +2,13 @@
 
 use std::path::Path;
 
-use anyhow::Context;
+use mgrp_tool::plot::{self, Frame};
 use plotters::prelude::*;
 
 use crate::tool::Measurement;
 
 /// Draws the run into `path`.
 pub(crate) fn draw(path: &Path, m: &Measurement, mgrp: bool) -> anyhow::Result<()> {
-    let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
-    root.fill(&WHITE)?;
     let end = m.series.last().map_or(1.0, |p| p.t).max(1.0);
     let top = m
         .series
@@ -26,55 +24,47 @@ pub(crate) fn draw(path: &Path, m: &Measurement, mgrp: bool) -> anyhow::Result<(
         ),
         None => "pathchirp-rs: no estimate".to_string(),
     };
-    let mut chart = ChartBuilder::on(&root)
-        .caption(caption, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0.0..end, 0.0..top)?;
-    chart
-        .configure_mesh()
-        .x_desc("time (s)")
-        .y_desc("available bandwidth (Mbit/s)")
-        .draw()?;
-    let grey = RGBColor(150, 150, 150);
-    chart
-        .draw_series(m.series.iter().filter_map(|p| {
-            p.chirp_bps
-                .map(|b| Circle::new((p.t, b / 1e6), 2, grey.filled()))
-        }))?
-        .label("per chirp")
-        .legend(move |(x, y)| Circle::new((x + 8, y), 3, grey.filled()));
-    let line = |f: fn(&crate::tool::Point) -> Option<f64>| -> Vec<(f64, f64)> {
-        m.series
-            .iter()
-            .filter_map(|p| f(p).map(|v| (p.t, v / 1e6)))
-            .collect()
+    let frame = Frame {
+        caption,
+        x: (0.0..end, "time (s)"),
+        y: (0.0..top, "available bandwidth (Mbit/s)"),
+        whole_x: None,
+        legend: SeriesLabelPosition::LowerRight,
     };
-    let blue = RGBColor(40, 90, 200);
-    chart
-        .draw_series(LineSeries::new(
-            line(|p| p.smoothed_bps),
-            blue.stroke_width(2),
-        ))?
-        .label("smoothed")
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], blue.stroke_width(2)));
-    if mgrp {
+    plot::draw(path, frame, |chart| {
+        let grey = RGBColor(150, 150, 150);
+        chart
+            .draw_series(m.series.iter().filter_map(|p| {
+                p.chirp_bps
+                    .map(|b| Circle::new((p.t, b / 1e6), 2, grey.filled()))
+            }))?
+            .label("per chirp")
+            .legend(move |(x, y)| Circle::new((x + 8, y), 3, grey.filled()));
+        let line = |f: fn(&crate::tool::Point) -> Option<f64>| -> Vec<(f64, f64)> {
+            m.series
+                .iter()
+                .filter_map(|p| f(p).map(|v| (p.t, v / 1e6)))
+                .collect()
+        };
+        let blue = RGBColor(40, 90, 200);
         chart
             .draw_series(LineSeries::new(
-                line(|p| p.adjusted_bps),
-                RED.stroke_width(2),
+                line(|p| p.smoothed_bps),
+                blue.stroke_width(2),
             ))?
-            .label("smoothed, less riders")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RED.stroke_width(2)));
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()?;
-    root.present()
-        .with_context(|| format!("cannot write the plot to {}", path.display()))?;
-    Ok(())
+            .label("smoothed")
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], blue.stroke_width(2))
+            });
+        if mgrp {
+            chart
+                .draw_series(LineSeries::new(
+                    line(|p| p.adjusted_bps),
+                    RED.stroke_width(2),
+                ))?
+                .label("smoothed, less riders")
+                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RED.stroke_width(2)));
+        }
+        Ok(())
+    })
 }

@@ -1,0 +1,62 @@
+//! The frame every tool's `--plot` draws in: a 900 × 540 SVG on white with a caption
+//! and labelled axes; the tool draws its series, and the legend and the file are
+//! finished here.
+
+use std::ops::Range;
+use std::path::Path;
+
+use anyhow::Context as _;
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
+
+/// The chart a tool draws its series on.
+pub type Chart<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// What the frame shows besides the tool's series.
+#[derive(Debug, Clone)]
+pub struct Frame<'a> {
+    /// The caption, the result in words.
+    pub caption: String,
+    /// The x axis: its range and its name.
+    pub x: (Range<f64>, &'a str),
+    /// The y axis: its range and its name.
+    pub y: (Range<f64>, &'a str),
+    /// Label the x axis at whole numbers only, about this many (a count axis).
+    pub whole_x: Option<usize>,
+    /// Where the legend goes.
+    pub legend: SeriesLabelPosition,
+}
+
+/// Draws `frame` into `path`, `series` on it, then the legend, and writes the file.
+pub fn draw(
+    path: &Path,
+    frame: Frame<'_>,
+    series: impl FnOnce(&mut Chart<'_, '_>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(frame.caption, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(56)
+        .build_cartesian_2d(frame.x.0, frame.y.0)?;
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(frame.x.1).y_desc(frame.y.1);
+    let whole = |x: &f64| format!("{x:.0}");
+    if let Some(n) = frame.whole_x {
+        mesh.x_labels(n).x_label_formatter(&whole);
+    }
+    mesh.draw()?;
+    series(&mut chart)?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(frame.legend)
+        .draw()?;
+    root.present()
+        .with_context(|| format!("cannot write the plot to {}", path.display()))?;
+    Ok(())
+}

@@ -146,7 +146,7 @@ fn the_guides_the_code_points_to_exist() {
     }
     // What --help and the crate docs name.
     for (file, guide) in [
-        ("crates/mgrpd/src/config.rs", "docs/mgrpd.md"),
+        ("crates/mgrpd/src/config/flags.rs", "docs/mgrpd.md"),
         ("crates/mgrpd/src/lib.rs", "docs/mgrpd.md"),
         ("crates/pathload-rs/src/tool/cli.rs", "docs/pathload-rs.md"),
         ("crates/pathload-rs/src/lib.rs", "docs/pathload-rs.md"),

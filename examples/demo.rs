@@ -156,7 +156,7 @@ fn one(exp: &Experiment, me: &std::path::Path) -> anyhow::Result<Outcome> {
         exp.label()
     );
     let mut progress = |p: &experiment::Progress<'_>| {
-        if p.second % 4 != 0 {
+        if !p.second.is_multiple_of(4) {
             return;
         }
         let link = p.last.map_or(String::new(), |s| {

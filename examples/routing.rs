@@ -159,7 +159,7 @@ impl Topology {
 
 /// Loss of bridge `b` in period `k` (0-based): the seed's Fig. 4.
 fn loss(b: usize, k: u32) -> f64 {
-    if (k % 2 == 0) == (b == 0) {
+    if k.is_multiple_of(2) == (b == 0) {
         HIGH_LOSS
     } else {
         LOW_LOSS

@@ -1,7 +1,9 @@
 //! The documentation's links and paths lead somewhere: every relative link in the
 //! README and the guides names a file of the repository (and, with `#anchor`, one of
 //! its headings), and every repository path written in backticks exists. The guides
-//! the code and `--help` point to exist too.
+//! the code and `--help` point to exist too, and the lists the guides keep by hand
+//! (fuzz targets, examples, the flags the example configuration names) match what is
+//! there.
 
 use std::path::{Path, PathBuf};
 
@@ -165,4 +167,105 @@ fn the_checks_find_what_is_broken() {
     assert_eq!(links(text), ["README.md", "#a-heading-with-punctuation"]);
     assert_eq!(anchors(text), ["a-heading-with-punctuation"]);
     assert_eq!(paths(text), ["crates/nowhere/file.rs"]);
+}
+
+/// The words in backticks of `text` that are plain names (`wire_packet`, not
+/// `-timeout=1` or a path).
+fn names_in_backticks(text: &str) -> std::collections::BTreeSet<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_fuzz_targets_listed_are_the_ones_there() {
+    let guide = std::fs::read_to_string(root().join("docs/development.md")).unwrap();
+    let from = guide
+        .find("(targets:")
+        .expect("development.md lists the fuzz targets");
+    let to = from
+        + guide[from..]
+            .find("`cargo fuzz list`")
+            .expect("the list's end");
+    let listed = names_in_backticks(&guide[from..to]);
+    let manifest = std::fs::read_to_string(root().join("fuzz/Cargo.toml")).unwrap();
+    let there: std::collections::BTreeSet<String> = manifest
+        .split("[[bin]]")
+        .skip(1)
+        .filter_map(|bin| {
+            let line = bin.lines().find(|l| l.trim_start().starts_with("name"))?;
+            Some(line.split('"').nth(1)?.to_owned())
+        })
+        .collect();
+    assert!(there.len() >= 10, "{there:?}");
+    assert_eq!(
+        listed, there,
+        "docs/development.md's fuzz targets against fuzz/Cargo.toml"
+    );
+}
+
+#[test]
+fn the_examples_listed_are_the_ones_there() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let row = readme
+        .lines()
+        .find(|l| l.starts_with("| `examples/`"))
+        .expect("the README's layout table has a row for examples/");
+    let listed = names_in_backticks(row);
+    for entry in std::fs::read_dir(root().join("examples"))
+        .unwrap()
+        .flatten()
+    {
+        let p = entry.path();
+        let Some(name) = p.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if p.extension().is_some_and(|e| e == "rs") && name != "demo" {
+            assert!(
+                listed.contains(name),
+                "examples/{name}.rs is not in the README's row: {row}"
+            );
+        }
+    }
+    for name in &listed {
+        assert!(
+            root().join("examples").join(format!("{name}.rs")).exists(),
+            "the README lists example `{name}`, which does not exist"
+        );
+    }
+}
+
+#[test]
+fn the_flags_the_example_configuration_names_exist() {
+    use clap::CommandFactory as _;
+    let mut cli = mgrpd::config::Cli::command();
+    cli.build();
+    let flags: Vec<String> = cli
+        .get_arguments()
+        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+        .collect();
+    let example = std::fs::read_to_string(root().join("crates/mgrpd/mgrpd.example.toml")).unwrap();
+    let mut named = 0;
+    for (i, line) in example.lines().enumerate() {
+        for (at, _) in line.match_indices("--") {
+            let flag: String = line[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            // `--no-KEY` stands for a family of flags.
+            let placeholder = flag.chars().any(|c| c.is_ascii_uppercase());
+            if flag.len() > 2 && !placeholder {
+                named += 1;
+                assert!(
+                    flags.contains(&flag),
+                    "mgrpd.example.toml line {}: {flag} is not a flag of mgrpd",
+                    i + 1
+                );
+            }
+        }
+    }
+    assert!(named >= 20, "only {named} flags named");
 }

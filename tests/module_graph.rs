@@ -377,10 +377,10 @@ fn find_cycle(g: &Graph) -> Option<Vec<String>> {
     }
     let mut marks = BTreeMap::new();
     for m in g.keys() {
-        if marks.get(m).copied().unwrap_or(Mark::New) == Mark::New {
-            if let Some(c) = visit(g, m, &mut marks, &mut Vec::new()) {
-                return Some(c);
-            }
+        if marks.get(m).copied().unwrap_or(Mark::New) == Mark::New
+            && let Some(c) = visit(g, m, &mut marks, &mut Vec::new())
+        {
+            return Some(c);
         }
     }
     None

@@ -210,10 +210,10 @@ impl<P: Copy + Eq + Hash> Reassembler<P> {
         if !remember || self.limits.remembered == 0 {
             return;
         }
-        if self.delivered.len() >= self.limits.remembered {
-            if let Some((_, old)) = self.delivered_order.pop_front() {
-                self.delivered.remove(&old);
-            }
+        if self.delivered.len() >= self.limits.remembered
+            && let Some((_, old)) = self.delivered_order.pop_front()
+        {
+            self.delivered.remove(&old);
         }
         self.delivered.insert(key);
         self.delivered_order.push_back((now, key));

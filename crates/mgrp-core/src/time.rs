@@ -85,29 +85,17 @@ pub(crate) fn duration_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Parses a duration as configuration files and flags write it: `10ms`, `150us`,
-/// `150µs`, `2s`, `500ns`, `1.5s` (at most an hour).
+/// Parses a duration as configuration files and flags write it, humantime's way:
+/// `10ms`, `150us`, `150µs`, `1.5s`, `5m`, `1h`, `1m 30s`, `500ns` (at most an hour).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration; write a number and a unit, e.g. 10ms"))?;
-    let scale = match unit.trim() {
-        "ns" => 1e-9,
-        "us" | "µs" => 1e-6,
-        "ms" => 1e-3,
-        "s" => 1.0,
-        _ => return Err(format!("{s:?} has no known unit; use ns, us, ms or s")),
-    };
-    let secs = value * scale;
-    if !secs.is_finite() || secs > 3600.0 {
-        return Err(format!("{s:?} is out of range"));
+    let d = humantime::parse_duration(s).map_err(|e| {
+        format!("{s:?} is not a duration ({e}); write a number and a unit, e.g. 10ms, 1.5s, 5m")
+    })?;
+    if d > Duration::from_secs(3600) {
+        return Err(format!("{s:?} is out of range: at most 1h"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
 #[cfg(test)]

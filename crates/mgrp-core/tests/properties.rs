@@ -133,7 +133,7 @@ impl OwnedPacket {
         } else {
             h.sender_time = WallTime::UNIX_EPOCH;
         }
-        self.trailer_len = if self.trailer_len % 2 == 0 {
+        self.trailer_len = if self.trailer_len.is_multiple_of(2) {
             0
         } else {
             V2_TRAILER_LEN

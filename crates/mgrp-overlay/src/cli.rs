@@ -34,9 +34,13 @@ struct Cli {
     /// Listen on this address instead of the file's `listen`.
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Option<SocketAddr>,
-    /// Least severe log level written: error, warn, info, debug or trace.
+    /// Least severe log level written: error, warn, info, debug or trace (RUST_LOG,
+    /// when set, overrides it with its directives).
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     log_level: tracing::Level,
+    /// How log lines look: `text`, or `json` (one object a line).
+    #[arg(long, value_name = "text|json", default_value = "text")]
+    log_format: mgrp_rt::logging::LogFormat,
 }
 
 /// The whole `mgrp-overlay` command: parses `args` (the first is the program name),
@@ -84,13 +88,10 @@ where
     if let Some(listen) = cli.listen {
         config.listen = listen;
     }
-    // A second subscriber (when embedded) is not an error worth stopping for.
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(cli.log_level)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
+    if let Err(e) = mgrp_rt::logging::init(cli.log_level, cli.log_format) {
+        eprintln!("mgrp-overlay: {e}");
+        return ExitCode::from(2);
+    }
     match crate::service::run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -247,13 +247,13 @@ fn check() -> anyhow::Result<()> {
                     let l = line.trim_end();
                     if let Some(k) = l.strip_prefix("event: ") {
                         kind = k.to_string();
-                    } else if let Some(d) = l.strip_prefix("data: ") {
-                        if let Ok(v) = serde_json::from_str::<Value>(d) {
-                            match kind.as_str() {
-                                "estimate" => seen.push(v),
-                                "btc" => btc.push(v),
-                                _ => {}
-                            }
+                    } else if let Some(d) = l.strip_prefix("data: ")
+                        && let Ok(v) = serde_json::from_str::<Value>(d)
+                    {
+                        match kind.as_str() {
+                            "estimate" => seen.push(v),
+                            "btc" => btc.push(v),
+                            _ => {}
                         }
                     }
                 }

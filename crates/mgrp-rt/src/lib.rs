@@ -14,10 +14,12 @@
 //! - [`settings`]: the checks configuration files share (names, durations, token
 //!   files).
 //! - [`sync`]: a mutex's guard even after a thread panicked holding it.
+//! - [`logging`]: the daemons' log lines (text or JSON, `RUST_LOG` honoured).
 //!
 //! Everything goes through nix but SCHED_FIFO, the one call it does not wrap.
 
 pub mod clock;
+pub mod logging;
 pub mod rx;
 pub mod secret;
 pub mod settings;

@@ -65,6 +65,30 @@ pub fn unique(tag: &str) -> String {
     format!("{tag}{}x{n}", std::process::id() % 100_000)
 }
 
+/// Whether a libtest test that needs root can run. When it cannot, says that `name`
+/// skipped and notes it in the file `MGRP_SKIPPED` names, if set (the README's test
+/// command sets it and counts these as skipped: libtest counts a test that returns
+/// early as passed).
+pub fn root_or_skip(name: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    eprintln!("{name}: skipped, needs root to create network namespaces");
+    if let Some(path) = std::env::var_os("MGRP_SKIPPED") {
+        use std::io::Write as _;
+        let noted = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            // One write of the whole line: tests skip from threads at once.
+            .and_then(|mut f| f.write_all(format!("{name}\n").as_bytes()));
+        if let Err(e) = noted {
+            eprintln!("{name}: cannot note the skip in MGRP_SKIPPED: {e}");
+        }
+    }
+    false
+}
+
 /// Whether this process may create namespaces (root).
 pub fn is_root() -> bool {
     // SAFETY: geteuid cannot fail.

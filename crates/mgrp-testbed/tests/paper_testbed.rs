@@ -11,8 +11,7 @@ use mgrp_testbed::traffic::{Steps, Web, tcp_source, udp_cbr, udp_steps, web};
 
 #[test]
 fn traffic_crosses_the_bottleneck_at_its_rate_and_is_counted_there() {
-    if !mgrp_testbed::is_root() {
-        eprintln!("traffic_crosses_the_bottleneck: skipped, needs root");
+    if !mgrp_testbed::root_or_skip("traffic_crosses_the_bottleneck") {
         return;
     }
     let tb = Testbed::new(Bottleneck::default()).expect("testbed");
@@ -49,8 +48,7 @@ fn traffic_crosses_the_bottleneck_at_its_rate_and_is_counted_there() {
 /// The link's accounting sees what the qdisc passed, sorted by sender.
 #[test]
 fn the_accounting_matches_the_queue_and_sorts_by_sender() {
-    if !mgrp_testbed::is_root() {
-        eprintln!("the_accounting_matches: skipped, needs root");
+    if !mgrp_testbed::root_or_skip("the_accounting_matches") {
         return;
     }
     let tb = Testbed::new(Bottleneck::default()).expect("testbed");
@@ -97,8 +95,7 @@ fn the_accounting_matches_the_queue_and_sorts_by_sender() {
 /// The delay line adds its round trip, and drops what it is told to.
 #[test]
 fn the_delay_line_delays_and_drops() {
-    if !mgrp_testbed::is_root() {
-        eprintln!("the_delay_line: skipped, needs root");
+    if !mgrp_testbed::root_or_skip("the_delay_line") {
         return;
     }
     let tb = Testbed::new(Bottleneck {
@@ -162,8 +159,7 @@ fn the_delay_line_delays_and_drops() {
 /// STEP cross traffic follows its steps on the link; web flows cross it too.
 #[test]
 fn step_and_web_cross_traffic_cross_the_bottleneck() {
-    if !mgrp_testbed::is_root() {
-        eprintln!("step_and_web: skipped, needs root");
+    if !mgrp_testbed::root_or_skip("step_and_web") {
         return;
     }
     let tb = Testbed::new(Bottleneck::default()).expect("testbed");

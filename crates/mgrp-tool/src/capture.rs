@@ -510,11 +510,6 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
 
     /// Whether this process may open packet sockets (CI runs as root).
-    fn may_capture() -> bool {
-        // SAFETY: geteuid has no preconditions.
-        unsafe { libc::geteuid() == 0 }
-    }
-
     #[test]
     fn the_filter_ends_in_its_two_returns_and_jumps_stay_inside() {
         for peer in [
@@ -539,8 +534,7 @@ mod tests {
     /// once, with the stamps in order.
     #[test]
     fn both_ends_of_a_loopback_flow_see_its_segments() {
-        if !may_capture() {
-            eprintln!("skipped: packet sockets need root");
+        if !mgrp_testbed::root_or_skip("both_ends_of_a_loopback_flow_see_its_segments") {
             return;
         }
         let lo: IpAddr = "127.0.0.1".parse().unwrap();

@@ -782,9 +782,7 @@ mod tests {
     /// control connections' own.
     #[test]
     fn a_stamps_query_brings_what_was_sent_since() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: packet sockets need root");
+        if !mgrp_testbed::root_or_skip("a_stamps_query_brings_what_was_sent_since") {
             return;
         }
         let server = Server::bind(ServeOptions {

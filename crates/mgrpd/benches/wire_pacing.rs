@@ -199,10 +199,10 @@ fn capture(fd: &OwnedFd, udp_port: Option<u16>, stop: &AtomicBool) -> Vec<Seen> 
             }
             _ => continue,
         };
-        if let Ok(p) = Packet::new_checked(payload) {
-            if p.kind() == Kind::Probe {
-                seen.push((p.transaction(), p.seq(), stamp));
-            }
+        if let Ok(p) = Packet::new_checked(payload)
+            && p.kind() == Kind::Probe
+        {
+            seen.push((p.transaction(), p.seq(), stamp));
         }
     }
     seen
@@ -272,12 +272,12 @@ fn figures(
                     }
                 }
             }
-            if let Some(d) = r.departures.get(usize::from(seq)) {
-                if d.departed.is_some() {
-                    offsets.push((t - d.stamp.as_nanos() as i64) as f64 / 1e3);
-                    if let Some(k) = d.kernel_queued {
-                        kernel.push((t - k.as_nanos() as i64) as f64 / 1e3);
-                    }
+            if let Some(d) = r.departures.get(usize::from(seq))
+                && d.departed.is_some()
+            {
+                offsets.push((t - d.stamp.as_nanos() as i64) as f64 / 1e3);
+                if let Some(k) = d.kernel_queued {
+                    kernel.push((t - k.as_nanos() as i64) as f64 / 1e3);
                 }
             }
         }

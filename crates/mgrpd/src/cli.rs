@@ -15,19 +15,6 @@ where
     use clap::Parser as _;
     use std::process::ExitCode;
 
-    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
-    if args.get(1).is_some_and(|a| a == "genkey") {
-        return match genkey() {
-            Ok(key) => {
-                mgrp_rt::outln!("{}", key.to_hex());
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("mgrpd: cannot read random bytes from /dev/urandom: {e}");
-                ExitCode::FAILURE
-            }
-        };
-    }
     let cli = match config::Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
@@ -39,6 +26,18 @@ where
             };
         }
     };
+    if let Some(config::Command::Genkey) = cli.command {
+        return match genkey() {
+            Ok(key) => {
+                mgrp_rt::outln!("{}", key.to_hex());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("mgrpd: cannot read random bytes from /dev/urandom: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let config = match Config::load(&cli) {
         Ok(c) => c,
         Err(e) => {
@@ -51,13 +50,10 @@ where
         mgrp_rt::outln!("{}", config.summary().trim_end());
         return ExitCode::SUCCESS;
     }
-    // A second subscriber (when embedded) is not an error worth stopping for.
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(config.log_level)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
+    if let Err(e) = mgrp_rt::logging::init(config.log_level, config.log_format) {
+        eprintln!("mgrpd: {e}");
+        return ExitCode::from(2);
+    }
     match service::run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

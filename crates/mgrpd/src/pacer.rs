@@ -72,10 +72,10 @@ fn endpoint_config(config: &Config) -> EndpointConfig {
 /// pacer runs SCHED_FIFO.
 fn prepare_pacer(config: &Config) -> bool {
     mgrp_rt::thread::set_timer_slack(1);
-    if let Some(cpu) = config.pacer_cpu {
-        if let Err(e) = mgrp_rt::thread::pin_to_cpu(cpu) {
-            warn!("cannot pin the pacer to CPU {cpu}: {e}; it runs unpinned");
-        }
+    if let Some(cpu) = config.pacer_cpu
+        && let Err(e) = mgrp_rt::thread::pin_to_cpu(cpu)
+    {
+        warn!("cannot pin the pacer to CPU {cpu}: {e}; it runs unpinned");
     }
     if !config.realtime {
         return false;

@@ -411,16 +411,15 @@ impl Routes {
                 .del(self.rule_message(v6))
                 .execute()
                 .await
+                && errno(&source) != Some(libc::ENOENT)
             {
-                if errno(&source) != Some(libc::ENOENT) {
-                    errors.push(RouteError {
-                        what: format!(
-                            "removing rule `not fwmark {:#x} lookup {}`",
-                            self.fwmark, self.table
-                        ),
-                        source,
-                    });
-                }
+                errors.push(RouteError {
+                    what: format!(
+                        "removing rule `not fwmark {:#x} lookup {}`",
+                        self.fwmark, self.table
+                    ),
+                    source,
+                });
             }
         }
         errors

@@ -242,14 +242,14 @@ impl TunReader {
         if let Some((p, n, bytes)) = metered {
             c.traffic.add(now, p, n, bytes);
         }
-        if !riders.is_empty() {
-            if let Err(batch) = self.queues.push_riders(RiderBatch { at: now, riders }) {
-                // The pacer is behind: these go as they came rather than wait or be
-                // lost.
-                for (peer, data) in batch.riders {
-                    bump(&c.riders_bypassed_pacer_busy);
-                    self.send_on(&mut tunnel, peer, &data);
-                }
+        if !riders.is_empty()
+            && let Err(batch) = self.queues.push_riders(RiderBatch { at: now, riders })
+        {
+            // The pacer is behind: these go as they came rather than wait or be
+            // lost.
+            for (peer, data) in batch.riders {
+                bump(&c.riders_bypassed_pacer_busy);
+                self.send_on(&mut tunnel, peer, &data);
             }
         }
         self.net.flush_tunnel(&mut tunnel);

@@ -13,8 +13,8 @@
 //!
 //! This test has its own `main` (no libtest harness) so that it can also be mgrpd: the
 //! daemons are this very binary started as `namespaces mgrpd ...`, so the test never
-//! runs a stale mgrpd build. It needs root, as CI has; without root it fails and says
-//! so. Arguments that are not flags filter the tests by name.
+//! runs a stale mgrpd build. It needs root, as CI has; without root it is
+//! ignored and says so. Arguments that are not flags filter the tests by name.
 
 mod common;
 

@@ -405,10 +405,10 @@ impl Endpoint {
     /// The route asked for with [`Action::RouteIn`] is in place (or could not be put
     /// in place): `peer`'s trains may run.
     pub fn handle_routed(&mut self, peer: IpAddr) {
-        if let Some(d) = self.dests.get_mut(&peer) {
-            if d.route == Route::Requested {
-                d.route = Route::In;
-            }
+        if let Some(d) = self.dests.get_mut(&peer)
+            && d.route == Route::Requested
+        {
+            d.route = Route::In;
         }
     }
 
@@ -593,12 +593,13 @@ impl Endpoint {
                 });
             }
             held += d.planner.queued_bytes();
-            if let Route::Leaving(at) = d.route {
-                if at <= now && d.trains == 0 {
-                    d.route = Route::Out;
-                    self.counters.routes_out += 1;
-                    self.actions.push_back(Action::RouteOut(*peer));
-                }
+            if let Route::Leaving(at) = d.route
+                && at <= now
+                && d.trains == 0
+            {
+                d.route = Route::Out;
+                self.counters.routes_out += 1;
+                self.actions.push_back(Action::RouteOut(*peer));
             }
         }
         self.held_bytes = held;

@@ -416,7 +416,7 @@ fn simulation_keeps_every_promise() {
 
 fn simulate(seed: u64) {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let on_demand = seed % 2 == 0;
+    let on_demand = seed.is_multiple_of(2);
     let mut e = endpoint(|c| {
         c.route_on_demand = on_demand;
         c.policy.hold_mode = if on_demand {
@@ -424,7 +424,7 @@ fn simulate(seed: u64) {
         } else {
             HoldMode::Always
         };
-        c.policy.packing = if seed % 3 == 0 {
+        c.policy.packing = if seed.is_multiple_of(3) {
             Packing::Multiple
         } else {
             Packing::OnePerProbe
@@ -506,33 +506,33 @@ fn simulate(seed: u64) {
             }
         }
         assert!(e.held_bytes() <= e.config().max_held_bytes);
-        if let Some(deadline) = e.poll_probe_deadline(now) {
-            if deadline <= now {
-                let (p, probe) = e.poll_probe(now).expect("due");
-                assert!(!on_demand || routed.contains(&p), "a train ran unrouted");
-                assert!(probe.deadline >= last_deadline, "probes out of order");
-                last_deadline = probe.deadline;
-                let want = sizes[&probe.transaction][usize::from(probe.seq)];
-                assert_eq!(probe.packet.len() + 20, usize::from(want), "probe size");
-                far.probes
-                    .push((now, p, probe.transaction, probe.seq, probe.packet.len()));
-                let pkt = Packet::new_checked(probe.packet.as_bytes()).unwrap();
-                assert_eq!(pkt.kind(), Kind::Probe);
-                far.mgrp(now, p, probe.packet.as_bytes());
-                // One probe in 50 fails to leave: its riders go unchanged instead.
-                let sent = rng.below(50) != 0;
-                if !sent {
-                    for r in &probe.riders {
-                        far.unchanged.push(rider_number(r));
-                    }
+        if let Some(deadline) = e.poll_probe_deadline(now)
+            && deadline <= now
+        {
+            let (p, probe) = e.poll_probe(now).expect("due");
+            assert!(!on_demand || routed.contains(&p), "a train ran unrouted");
+            assert!(probe.deadline >= last_deadline, "probes out of order");
+            last_deadline = probe.deadline;
+            let want = sizes[&probe.transaction][usize::from(probe.seq)];
+            assert_eq!(probe.packet.len() + 20, usize::from(want), "probe size");
+            far.probes
+                .push((now, p, probe.transaction, probe.seq, probe.packet.len()));
+            let pkt = Packet::new_checked(probe.packet.as_bytes()).unwrap();
+            assert_eq!(pkt.kind(), Kind::Probe);
+            far.mgrp(now, p, probe.packet.as_bytes());
+            // One probe in 50 fails to leave: its riders go unchanged instead.
+            let sent = rng.below(50) != 0;
+            if !sent {
+                for r in &probe.riders {
+                    far.unchanged.push(rider_number(r));
                 }
-                e.handle_probe_sent(
-                    now,
-                    probe.transaction,
-                    probe.seq,
-                    sent.then(|| (now, WallTime::from_nanos(now.as_nanos()))),
-                );
             }
+            e.handle_probe_sent(
+                now,
+                probe.transaction,
+                probe.seq,
+                sent.then(|| (now, WallTime::from_nanos(now.as_nanos()))),
+            );
         }
     }
     // Stop: everything held leaves, every train reports.

@@ -69,9 +69,9 @@ impl Kind {
 
     /// The type of the frame with display index `index`.
     pub const fn of(index: u64) -> Self {
-        if index % GOP == 0 {
+        if index.is_multiple_of(GOP) {
             Self::I
-        } else if index % ANCHOR_SPACING == 0 {
+        } else if index.is_multiple_of(ANCHOR_SPACING) {
             Self::P
         } else {
             Self::B
@@ -224,7 +224,7 @@ pub fn capture_offset_ns(index: u64) -> i64 {
 /// anchor brings the B frames before it; a B frame emits nothing (it waits for the
 /// anchor after it).
 pub fn emitted_at(index: u64) -> impl Iterator<Item = u64> {
-    let anchor = index % ANCHOR_SPACING == 0;
+    let anchor = index.is_multiple_of(ANCHOR_SPACING);
     let first_b = index.saturating_sub(ANCHOR_SPACING - 1);
     let bs = if anchor && index > 0 {
         first_b..index

@@ -329,10 +329,10 @@ async fn measure_now(State(app): State<App>, Path(name): Path<String>) -> Respon
 
 async fn stream(State(app): State<App>, Query(q): Query<HashMap<String, String>>) -> Response {
     let only = q.get("link").cloned();
-    if let Some(name) = &only {
-        if app.node.config().link(name).is_none() {
-            return no_link(name);
-        }
+    if let Some(name) = &only
+        && app.node.config().link(name).is_none()
+    {
+        return no_link(name);
     }
     let Some(slot) = Slot::take(&app.streams, MAX_STREAMS) else {
         return error(

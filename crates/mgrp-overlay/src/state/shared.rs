@@ -313,10 +313,10 @@ impl Shared {
             r.history.push_back(e.clone());
             self.store.as_ref().map(|_| r.clone())
         };
-        if let (Some(store), Some(r)) = (&self.store, saved) {
-            if let Err(err) = store.save(&e.link, &r) {
-                warn!("{}: cannot keep its history on disk: {err}", e.link);
-            }
+        if let (Some(store), Some(r)) = (&self.store, saved)
+            && let Err(err) = store.save(&e.link, &r)
+        {
+            warn!("{}: cannot keep its history on disk: {err}", e.link);
         }
         // Nobody listening is not an error.
         let from = self

@@ -10,6 +10,7 @@ use ipnet::IpNet;
 use mgrp_core::auth::Scheme;
 use mgrp_core::peers::Prefix;
 use mgrp_core::wire::Version;
+use mgrp_rt::logging::LogFormat;
 
 use super::settings::{
     EncapArg, HoldModeArg, PackingArg, Settings, auth_scheme, parse_duration, parse_encap,
@@ -33,7 +34,11 @@ use super::settings::{
         commented configuration file, and docs/mgrpd.md in the source repository for \
         the guide (peers, source addresses, keys, UDP and NATs, wire versions). `mgrpd genkey` prints a new key for --key-file."
 )]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
+    /// What to do instead of running the daemon.
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// Read settings from this TOML file (flags given as well override it).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -114,6 +119,10 @@ pub struct Cli {
     /// Log level: error, warn, info, debug or trace [default: info].
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
+    /// How log lines look: `text`, or `json` (one object a line); RUST_LOG, when set,
+    /// overrides the level with its directives [default: text].
+    #[arg(long, value_name = "text|json")]
+    pub log_format: Option<LogFormat>,
     /// Group owning the API socket, so its members may use mgrpd [default: root's].
     #[arg(long, value_name = "GROUP")]
     pub socket_group: Option<String>,
@@ -230,6 +239,7 @@ impl Cli {
             s.busy_poll_margin => (busy_poll_margin),
             s.late_threshold => (late_threshold),
             s.log_level => (log_level),
+            s.log_format => (log_format),
             s.key_file => Some(key_file),
             s.next_key_file => Some(next_key_file),
             s.auth => (auth),
@@ -261,6 +271,14 @@ impl Cli {
             s.source.clone_from(&self.sources);
         }
     }
+}
+
+/// What mgrpd does instead of running.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Print a new random key for --key-file (32 bytes as hex) and exit:
+    /// `mgrpd genkey > FILE && chmod 600 FILE`, then copy FILE to the peers.
+    Genkey,
 }
 
 fn parse_auth(s: &str) -> Result<Scheme, String> {

@@ -25,7 +25,7 @@ mod tests;
 
 pub use self::error::ConfigError;
 use self::error::bad;
-pub use self::flags::Cli;
+pub use self::flags::{Cli, Command};
 pub use self::peers::{Keys, NextHopDevice, PeerKey, RouteSources, Udp, UdpPeer};
 use self::settings::Settings;
 pub use self::settings::{
@@ -102,6 +102,8 @@ pub struct Config {
     pub super_packets: bool,
     /// Log level.
     pub log_level: tracing::Level,
+    /// How log lines look.
+    pub log_format: mgrp_rt::logging::LogFormat,
     /// Most probes in one train.
     pub max_probes_per_train: usize,
     /// Smallest gap between probes.
@@ -220,6 +222,7 @@ impl Config {
             kernel_departures: s.kernel_departures,
             super_packets: s.super_packets,
             log_level: s.log_level.parse().expect("checked"),
+            log_format: s.log_format,
             max_probes_per_train: l.max_probes_per_train,
             min_gap: l.min_gap,
             max_gap: l.max_gap,

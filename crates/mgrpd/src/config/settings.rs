@@ -13,6 +13,7 @@ pub use mgrp_core::parse_duration;
 use mgrp_core::peers::Prefix;
 use mgrp_core::planner::Policy;
 use mgrp_core::wire::Version;
+use mgrp_rt::logging::LogFormat;
 use serde::{Deserialize, Deserializer};
 
 /// The format version peers are sent unless told otherwise.
@@ -60,6 +61,8 @@ pub(crate) struct Settings {
     pub(crate) kernel_departures: bool,
     pub(crate) super_packets: bool,
     pub(crate) log_level: String,
+    #[serde(deserialize_with = "de_from_str")]
+    pub(crate) log_format: LogFormat,
     pub(crate) piggyback: PiggybackSettings,
     pub(crate) via: BTreeMap<IpAddr, IpAddr>,
     pub(crate) peers: Vec<PeerSettings>,
@@ -109,6 +112,7 @@ impl Default for Settings {
             kernel_departures: true,
             super_packets: true,
             log_level: "info".into(),
+            log_format: LogFormat::Text,
             piggyback: PiggybackSettings::default(),
             via: BTreeMap::new(),
             peers: Vec::new(),
@@ -295,6 +299,16 @@ pub(crate) fn auth_scheme(n: u8) -> Result<Scheme, String> {
 /// A wire version by its number.
 pub(crate) fn wire_version(n: u8) -> Result<Version, String> {
     Version::from_number(n).ok_or_else(|| format!("wire version {n}: use 1 or 2"))
+}
+
+fn de_from_str<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: std::str::FromStr<Err = String>,
+{
+    String::deserialize(d)?
+        .parse()
+        .map_err(serde::de::Error::custom)
 }
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {

@@ -52,14 +52,15 @@ impl Config {
             }
         ));
         line(format!(
-            "API socket {} (group: {}); metrics: {}; runs as: {}; state in {}; log level {}",
+            "API socket {} (group: {}); metrics: {}; runs as: {}; state in {}; log level {} ({}, RUST_LOG overrides)",
             self.socket.display(),
             self.socket_group.as_deref().unwrap_or("root's"),
             self.metrics
                 .map_or("off".to_owned(), |a| format!("http://{a}/metrics")),
             self.user.as_deref().unwrap_or("the user it starts as"),
             self.state_dir.display(),
-            self.log_level.as_str().to_ascii_lowercase()
+            self.log_level.as_str().to_ascii_lowercase(),
+            self.log_format
         ));
         line(format!(
             "MGRP packets: {} and wire version {} unless a peer says otherwise; IP protocol {}, UDP port {}; {}",
@@ -216,9 +217,9 @@ fn human(d: Duration) -> String {
     let ns = d.as_nanos();
     match ns {
         0 => "0s".to_owned(),
-        _ if ns % 1_000_000_000 == 0 => format!("{}s", ns / 1_000_000_000),
-        _ if ns % 1_000_000 == 0 => format!("{}ms", ns / 1_000_000),
-        _ if ns % 1_000 == 0 => format!("{}us", ns / 1_000),
+        _ if ns.is_multiple_of(1_000_000_000) => format!("{}s", ns / 1_000_000_000),
+        _ if ns.is_multiple_of(1_000_000) => format!("{}ms", ns / 1_000_000),
+        _ if ns.is_multiple_of(1_000) => format!("{}us", ns / 1_000),
         _ => format!("{ns}ns"),
     }
 }

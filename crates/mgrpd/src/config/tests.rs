@@ -19,6 +19,14 @@ fn durations() {
     assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
     assert!(parse_duration("10").unwrap_err().contains("unit"));
     assert!(parse_duration("ms").is_err());
+    // Minutes and hours, and spans written together, as operators write them.
+    assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+    assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+    assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
+    assert!(parse_duration("2h").unwrap_err().contains("at most 1h"));
+    // In a file too.
+    let c = Config::from_toml("[limits]\nmax-train-duration = \"1m\"").unwrap();
+    assert_eq!(c.max_train_duration, Duration::from_secs(60));
 }
 
 #[test]
@@ -505,4 +513,33 @@ fn the_summary_says_what_is_in_force_and_shows_no_key() {
         .summary();
     assert!(unkeyed.contains("not authenticated (no key)"), "{unkeyed}");
     assert!(!unkeyed.contains("key:"), "{unkeyed}");
+}
+
+#[test]
+fn genkey_is_a_command_of_its_own() {
+    use clap::CommandFactory as _;
+    let cli = Cli::try_parse_from(["mgrpd", "genkey"]).unwrap();
+    assert!(matches!(cli.command, Some(Command::Genkey)));
+    assert!(Cli::try_parse_from(["mgrpd"]).unwrap().command.is_none());
+    // It runs no daemon, so daemon flags beside it are refused, not ignored.
+    assert!(Cli::try_parse_from(["mgrpd", "--tun", "m1", "genkey"]).is_err());
+    let help = Cli::command().render_long_help().to_string();
+    assert!(help.contains("genkey"), "{help}");
+}
+
+#[test]
+fn log_lines_are_text_or_json() {
+    use mgrp_rt::logging::LogFormat;
+    assert_eq!(Config::from_toml("").unwrap().log_format, LogFormat::Text);
+    let c = Config::from_toml("log-format = \"json\"").unwrap();
+    assert_eq!(c.log_format, LogFormat::Json);
+    let e = Config::from_toml("log-format = \"xml\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("text or json"), "{e}");
+    let cli = Cli::parse_from(["mgrpd", "--log-format", "json"]);
+    assert_eq!(
+        Config::merge(Settings::default(), &cli).unwrap().log_format,
+        LogFormat::Json
+    );
 }

@@ -144,17 +144,18 @@ async fn lookup(
                 _ => {}
             }
         }
-        if usable && ip == Some(next_hop) {
-            if let Some(mac) = mac {
-                let mut ether = [0u8; 12];
-                ether[..6].copy_from_slice(&mac);
-                ether[6..].copy_from_slice(&own);
-                return Ok(Some(LinkPath {
-                    ifindex,
-                    mtu,
-                    ether: Some(ether),
-                }));
-            }
+        if usable
+            && ip == Some(next_hop)
+            && let Some(mac) = mac
+        {
+            let mut ether = [0u8; 12];
+            ether[..6].copy_from_slice(&mac);
+            ether[6..].copy_from_slice(&own);
+            return Ok(Some(LinkPath {
+                ifindex,
+                mtu,
+                ether: Some(ether),
+            }));
         }
     }
     Ok(None)

@@ -28,13 +28,10 @@ pub(crate) fn mgrpd() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_mgrpd"))
 }
 
-/// Whether the test can run (it needs root for namespaces); says so when not.
+/// Whether the test can run (it needs root for namespaces); says so when not, and
+/// notes the skip for the test command's count.
 pub(crate) fn root_or_skip(name: &str) -> bool {
-    if mgrp_testbed::is_root() {
-        return true;
-    }
-    eprintln!("{name}: skipped, needs root to create network namespaces");
-    false
+    mgrp_testbed::root_or_skip(name)
 }
 
 /// A file in the temporary directory (a key or a configuration), removed on drop.

@@ -118,10 +118,10 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
     };
     summary(&m, json, mgrp);
     mgrp_tool::exit::warn_unstamped(TOOL, m.end.unstamped);
-    if let Some(path) = &args.plot {
-        if let Err(e) = plot::draw(path, &m, mgrp) {
-            eprintln!("{TOOL}: {e:#}");
-        }
+    if let Some(path) = &args.plot
+        && let Err(e) = plot::draw(path, &m, mgrp)
+    {
+        eprintln!("{TOOL}: {e:#}");
     }
     m.exit_code()
 }

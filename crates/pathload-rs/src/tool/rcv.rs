@@ -49,10 +49,10 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
         show_unadjusted,
         m.interruption().as_deref(),
     );
-    if let Some(path) = &args.plot {
-        if let Err(e) = plot::draw(path, &out.fleets, o) {
-            eprintln!("pathload-rs: {e:#}");
-        }
+    if let Some(path) = &args.plot
+        && let Err(e) = plot::draw(path, &out.fleets, o)
+    {
+        eprintln!("pathload-rs: {e:#}");
     }
     m.exit_code()
 }

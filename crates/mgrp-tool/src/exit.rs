@@ -20,18 +20,6 @@ pub const INTERRUPTED: i32 = 130;
 /// Bad arguments (what clap exits with for a usage error).
 pub const USAGE: i32 = 2;
 
-/// The exit status of a receiver's run: the sender's trouble first (it went away,
-/// else it could not send), else `measured`, what the tool makes of its result.
-pub fn of_run(peer_gone: bool, sender_failed: bool, measured: i32) -> i32 {
-    if peer_gone {
-        PEER
-    } else if sender_failed {
-        SENDER
-    } else {
-        measured
-    }
-}
-
 /// Says on stderr that a bad option stops `tool`; returns [`USAGE`].
 pub fn bad_options(tool: &str, e: impl std::fmt::Display) -> i32 {
     eprintln!("{tool}: {e}");
@@ -66,12 +54,15 @@ impl Ending {
         self.peer_gone.is_none() && self.sender_failed.is_none()
     }
 
-    /// The exit status of `rcv`: [`of_run`] of this end and `measured`.
+    /// The exit status of `rcv`: the sender's trouble first (it went away, else it
+    /// could not send), else `measured`, what the tool makes of its result.
     pub fn exit_code(&self, measured: i32) -> i32 {
-        of_run(
-            self.peer_gone.is_some(),
-            self.sender_failed.is_some(),
-            measured,
-        )
+        if self.peer_gone.is_some() {
+            PEER
+        } else if self.sender_failed.is_some() {
+            SENDER
+        } else {
+            measured
+        }
     }
 }

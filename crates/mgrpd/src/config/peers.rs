@@ -88,10 +88,13 @@ pub(super) fn build(s: &Settings) -> Result<PeerTables, ConfigError> {
         if let Some(src) = p.source {
             t.sources.per_peer.push((p.prefix, src));
         }
-        if let EncapArg::Udp(port) = p.encap.unwrap_or(s.encap) {
+        if let EncapArg::Udp(_) = p.encap.unwrap_or(s.encap) {
             t.udp.peers.push(UdpPeer {
                 prefix: p.prefix,
-                port: port.filter(|_| p.encap.is_some()).unwrap_or(udp_port),
+                port: match p.encap {
+                    Some(EncapArg::Udp(Some(port))) => port,
+                    _ => udp_port,
+                },
                 endpoint: p.endpoint,
                 keepalive: p.keepalive,
                 roams: p.key_file.is_some() && p.single(),

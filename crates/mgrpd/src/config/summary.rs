@@ -212,14 +212,7 @@ fn encap(e: Encap) -> &'static str {
     }
 }
 
-/// A duration as the configuration file writes it.
+/// A duration as the configuration file can write it (`150us`, `1s 500ms`).
 fn human(d: Duration) -> String {
-    let ns = d.as_nanos();
-    match ns {
-        0 => "0s".to_owned(),
-        _ if ns.is_multiple_of(1_000_000_000) => format!("{}s", ns / 1_000_000_000),
-        _ if ns.is_multiple_of(1_000_000) => format!("{}ms", ns / 1_000_000),
-        _ if ns.is_multiple_of(1_000) => format!("{}us", ns / 1_000),
-        _ => format!("{ns}ns"),
-    }
+    humantime::format_duration(d).to_string()
 }

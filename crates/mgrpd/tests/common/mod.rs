@@ -30,9 +30,7 @@ pub(crate) fn mgrpd() -> &'static Path {
 
 /// Whether the test can run (it needs root for namespaces); says so when not, and
 /// notes the skip for the test command's count.
-pub(crate) fn root_or_skip(name: &str) -> bool {
-    mgrp_testbed::root_or_skip(name)
-}
+pub(crate) use mgrp_testbed::root_or_skip;
 
 /// A file in the temporary directory (a key or a configuration), removed on drop.
 pub(crate) struct TempFile(PathBuf);

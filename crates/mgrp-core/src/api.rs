@@ -445,6 +445,10 @@ pub struct DaemonCounters {
     /// kernel stamps are on (their trains' reports fall back to the daemon's stamps).
     #[serde(default)]
     pub probes_unstamped: u64,
+    /// Probes that left later than the late threshold after their deadline (the sum of
+    /// the trains' reports' `probes_late`).
+    #[serde(default)]
+    pub probes_late: u64,
     /// System calls that sent several continuations to a UDP peer at once (UDP
     /// segmentation offload).
     #[serde(default)]

@@ -134,9 +134,14 @@ fn promtool_accepts_the_shipped_config_and_rules_and_their_unit_tests_pass() {
     for (what, file) in [
         ("check config", "prometheus.yml"),
         ("check rules", "overlay-alerts.yml"),
-        // The alerts fire for a link that never had an estimate, a neighbour down
-        // and little bandwidth, and not before their time.
+        ("check rules", "mgrpd-alerts.yml"),
+        // The alerts fire for a link that never had an estimate, a neighbour down,
+        // little bandwidth, a destination without a path, flapping routes and a member
+        // down, and not before their time.
         ("test rules", "overlay-alerts.test.yml"),
+        // mgrpd's: bad tags, replays, late probes, dropped riders, and an
+        // unsynchronised clock only where a peer speaks wire version 2.
+        ("test rules", "mgrpd-alerts.test.yml"),
     ] {
         let out = Command::new(tool("promtool"))
             .args(what.split(' ').chain([file]))

@@ -75,3 +75,37 @@ mod tests {
         sleep_until(MonoTime::from_nanos(1));
     }
 }
+
+/// The host clock's discipline as the kernel keeps it (`adjtimex`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Discipline {
+    /// Whether a time service synchronises the clock (no `STA_UNSYNC`).
+    pub synchronized: bool,
+    /// The kernel's bound on the clock's error, in seconds (`maxerror`; grows by
+    /// 500 µs a second while nothing synchronises it, up to 16 s).
+    pub max_error_s: f64,
+}
+
+/// The host clock's discipline, read without changing anything (any user may); `None`
+/// if the kernel refuses.
+#[allow(unsafe_code)]
+pub fn discipline() -> Option<Discipline> {
+    // SAFETY: timex is plain data; zeroed, its `modes` is 0, which asks the kernel
+    // to read the clock's state into it and change nothing.
+    let mut t: libc::timex = unsafe { std::mem::zeroed() };
+    // SAFETY: `t` is a valid, writable timex for the call's duration.
+    let state = unsafe { libc::adjtimex(&mut t) };
+    (state >= 0).then(|| Discipline {
+        synchronized: t.status & libc::STA_UNSYNC == 0,
+        max_error_s: t.maxerror as f64 / 1e6,
+    })
+}
+
+#[cfg(test)]
+mod discipline_tests {
+    #[test]
+    fn the_kernel_answers_with_a_bounded_error() {
+        let d = super::discipline().expect("adjtimex reads for any user");
+        assert!((0.0..=16.5).contains(&d.max_error_s), "{d:?}");
+    }
+}

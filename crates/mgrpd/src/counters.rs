@@ -90,6 +90,7 @@ counters!(
     link_send_errors,
     tun_frames_dropped,
     probes_unstamped,
+    probes_late,
     keepalives_sent,
     keepalive_send_errors,
     keepalives_received,

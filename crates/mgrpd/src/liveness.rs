@@ -269,6 +269,9 @@ impl ErrorQueues {
             }
         }
         report.settle(stamps, late_threshold);
+        self.counters
+            .probes_late
+            .fetch_add(u64::from(report.probes_late), Ordering::Relaxed);
         if report.probes_unstamped > 0 {
             self.counters
                 .probes_unstamped

@@ -275,6 +275,7 @@ async fn serve(
         tokio::spawn(metrics::serve(
             exporter,
             daemon.stats(),
+            metrics::peers_of(config),
             daemon.life.clone(),
         ));
     }

@@ -117,6 +117,16 @@ pub(super) const RULES: &[Rule] = &[
 
 /// The rules on each `[[peers]]` table; a complaint is prefixed with the peer.
 pub(super) const PEER_RULES: &[PeerRule] = &[
+    |p, s| match &p.name {
+        Some(name) => {
+            mgrp_rt::settings::check_name("name", name).map_err(|e| e.0)?;
+            match s.peers.iter().filter(|q| q.name.as_ref() == Some(name)).count() {
+                1 => Ok(()),
+                _ => Err(format!("name {name:?} is given to more than one peer")),
+            }
+        }
+        None => Ok(()),
+    },
     |p, _| match p.next_key_file.is_some() && p.key_file.is_none() {
         true => Err("next-key-file is the second key of a rotation: give key-file too".into()),
         false => Ok(()),

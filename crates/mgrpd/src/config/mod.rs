@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use mgrp_core::auth::{Scheme, TRAILER_LEN};
-use mgrp_core::peers::Peers;
+use mgrp_core::peers::{Peers, Prefix};
 use mgrp_core::planner::{EncapTable, HoldMode, Packing, Policy};
 
 mod checks;
@@ -139,6 +139,8 @@ pub struct Config {
     pub max_destinations: usize,
     /// Next-hop devices, one per peer that has one.
     pub next_hops: Vec<NextHopDevice>,
+    /// The peers' names, where their tables give one (for metrics and logs).
+    pub peer_names: Vec<(Prefix, String)>,
 }
 
 impl Config {
@@ -253,6 +255,11 @@ impl Config {
             udp: t.udp,
             sources: t.sources,
             next_hops: t.next_hops,
+            peer_names: s
+                .peers
+                .iter()
+                .filter_map(|p| Some((p.prefix, p.name.clone()?)))
+                .collect(),
             routes: s.routes,
             via: s.via,
         })

@@ -219,6 +219,7 @@ impl Default for LimitsSettings {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(crate) struct PeerSettings {
     pub(crate) prefix: Prefix,
+    pub(crate) name: Option<String>,
     #[serde(default)]
     pub(crate) allowed_sources: Vec<Prefix>,
     pub(crate) key_file: Option<PathBuf>,

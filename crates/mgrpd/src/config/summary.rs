@@ -148,8 +148,13 @@ impl Config {
         line(format!("peers: {}", self.peers.peers().len()));
         for peer in self.peers.peers() {
             let ip = peer.prefix.addr();
+            let name = self
+                .peer_names
+                .iter()
+                .find(|(p, _)| *p == peer.prefix)
+                .map_or(String::new(), |(_, n)| format!(" ({n})"));
             let mut text = format!(
-                "  {}: {}, wire {}",
+                "  {}{name}: {}, wire {}",
                 peer.prefix,
                 encap(self.encap.for_peer(ip)),
                 self.encap.wire_for_peer(ip)

@@ -543,3 +543,31 @@ fn log_lines_are_text_or_json() {
         LogFormat::Json
     );
 }
+
+#[test]
+fn peers_may_be_named_once_each() {
+    let c = Config::from_toml(
+        "[[peers]]\nprefix = \"10.0.0.2/32\"\nname = \"berlin\"\n\
+         [[peers]]\nprefix = \"10.0.0.3/32\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.peer_names,
+        vec![("10.0.0.2/32".parse().unwrap(), "berlin".to_owned())]
+    );
+    assert!(c.summary().contains("10.0.0.2/32 (berlin): "), "{}", c.summary());
+    for (text, says) in [
+        (
+            "[[peers]]\nprefix = \"10.0.0.2/32\"\nname = \"a b\"\n",
+            "peer 10.0.0.2/32: name: \"a b\"",
+        ),
+        (
+            "[[peers]]\nprefix = \"10.0.0.2/32\"\nname = \"x\"\n\
+             [[peers]]\nprefix = \"10.0.0.3/32\"\nname = \"x\"\n",
+            "more than one peer",
+        ),
+    ] {
+        let e = Config::from_toml(text).unwrap_err().to_string();
+        assert!(e.contains(says), "{e}");
+    }
+}

@@ -3,7 +3,8 @@
 //! its headings), and every repository path written in backticks exists. The guides
 //! the code and `--help` point to exist too, and the lists the guides keep by hand
 //! (fuzz targets, examples, the flags the example configuration names) match what is
-//! there.
+//! there. Every flag the guides give one of the project's binaries is one of its
+//! flags, and the metric families the guides name are the ones served.
 
 use std::path::{Path, PathBuf};
 
@@ -268,4 +269,325 @@ fn the_flags_the_example_configuration_names_exist() {
         }
     }
     assert!(named >= 20, "only {named} flags named");
+}
+
+/// Every long flag of `cmd` and of its subcommands, `--help` and `--version` included.
+fn flags_of(mut cmd: clap::Command) -> std::collections::BTreeSet<String> {
+    cmd.build();
+    let mut out = std::collections::BTreeSet::new();
+    let mut todo = vec![cmd];
+    while let Some(c) = todo.pop() {
+        out.extend(
+            c.get_arguments()
+                .filter_map(|a| a.get_long().map(|l| format!("--{l}"))),
+        );
+        out.insert("--help".to_owned());
+        todo.extend(c.get_subcommands().cloned());
+    }
+    out
+}
+
+/// The project's binaries with their flags.
+fn binaries() -> Vec<(&'static str, std::collections::BTreeSet<String>)> {
+    use clap::CommandFactory as _;
+    let mut mgrpd = flags_of(mgrpd::config::Cli::command());
+    mgrpd.insert("--version".to_owned());
+    vec![
+        ("mgrpd", mgrpd),
+        ("pathload-rs", flags_of(pathload_rs::tool::command())),
+        ("pathchirp-rs", flags_of(pathchirp_rs::tool::command())),
+        ("badabing-rs", flags_of(badabing_rs::tool::command())),
+        ("btc-rs", flags_of(btc_rs::tool::command())),
+        ("mgrp-overlay", flags_of(mgrp_overlay::cli::command())),
+    ]
+}
+
+/// The command lines of a Markdown text with their line numbers: each inline code span
+/// and each line of a fenced block (a line ending in `\` joined with the next).
+fn command_lines(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    let mut pending: Option<(usize, String)> = None;
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            let (n, mut joined) = pending.take().unwrap_or((i + 1, String::new()));
+            joined.push_str(line.trim_end_matches('\\'));
+            joined.push(' ');
+            if line.ends_with('\\') {
+                pending = Some((n, joined));
+            } else {
+                out.push((n, joined));
+            }
+            continue;
+        }
+        out.extend(
+            line.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(|span| (i + 1, span.to_owned())),
+        );
+    }
+    out
+}
+
+/// The flags `line` gives each of the project's binaries it runs: the words from
+/// the binary's name to the end of its command (`|`, `&&`, `;`). After `cargo run -p
+/// NAME` or `--bin NAME`, the flags after `--` are the binary's (unless a bench or an
+/// example is what runs).
+fn flags_given<'a>(line: &'a str, names: &[&str]) -> Vec<(String, &'a str)> {
+    let mut out = Vec::new();
+    let mut current: Option<String> = None;
+    let mut after_dashes: Option<String> = None;
+    let mut previous = "";
+    for word in line.split_whitespace() {
+        let name = word.rsplit('/').next().unwrap_or(word);
+        if matches!(word, "|" | "&&" | ";" | "||" | "&") {
+            current = None;
+            after_dashes = None;
+        } else if names.contains(&name) {
+            if matches!(previous, "-p" | "--package" | "--bin" | "install") {
+                after_dashes = Some(name.to_owned());
+                current = None;
+            } else {
+                current = Some(name.to_owned());
+            }
+        } else if matches!(word, "--bench" | "--example" | "--test") {
+            // What follows `--` is the bench's or example's, not the binary's.
+            after_dashes = None;
+        } else if word == "--" {
+            if let Some(n) = after_dashes.take() {
+                current = Some(n);
+            }
+        } else if let Some(bin) = &current
+            && word.starts_with("--")
+            && word.len() > 2
+        {
+            let flag = word.split(['=', ',', ')', '`']).next().unwrap_or(word);
+            // `--no-KEY` and the like stand for a family of flags.
+            if !flag.chars().any(|c| c.is_ascii_uppercase()) {
+                out.push((bin.clone(), flag));
+            }
+        }
+        previous = word;
+    }
+    out
+}
+
+#[test]
+fn the_flags_the_guides_give_the_binaries_exist() {
+    let bins = binaries();
+    let names: Vec<&str> = bins.iter().map(|(n, _)| *n).collect();
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for doc in documents() {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        for (line, command) in command_lines(&text) {
+            for (bin, flag) in flags_given(&command, &names) {
+                checked += 1;
+                let flags = &bins.iter().find(|(n, _)| *n == bin).unwrap().1;
+                if !flags.contains(flag) {
+                    wrong.push(format!(
+                        "{}:{line}: {bin} has no {flag} ({command:?})",
+                        doc.strip_prefix(root()).unwrap().display()
+                    ));
+                }
+            }
+        }
+    }
+    // A flag written alone in a binary's guide (`--json`) is one of the project's
+    // binaries', unless the guide names it as a bench's or an example's.
+    let all: std::collections::BTreeSet<&String> = bins.iter().flat_map(|(_, f)| f).collect();
+    let not_a_binarys = [
+        ("mgrpd.md", "--bench"),
+        ("pathchirp-rs.md", "--runs"),
+        ("overlay.md", "--rate"),
+        ("overlay.md", "--burst"),
+        ("overlay.md", "--outage"),
+    ];
+    for guide in [
+        "mgrpd.md",
+        "pathload-rs.md",
+        "pathchirp-rs.md",
+        "badabing-rs.md",
+        "btc-rs.md",
+        "overlay.md",
+    ] {
+        let doc = root().join("docs").join(guide);
+        let text = std::fs::read_to_string(&doc).unwrap();
+        for (line, span) in command_lines(&text) {
+            let Some(flag) = span
+                .strip_prefix("--")
+                .map(|_| span.split([' ', '=']).next().unwrap_or(&span))
+            else {
+                continue;
+            };
+            if flag.len() > 2
+                && !flag.chars().any(|c| c.is_ascii_uppercase())
+                && !not_a_binarys.contains(&(guide, flag))
+            {
+                checked += 1;
+                if !all.contains(&flag.to_owned()) {
+                    wrong.push(format!(
+                        "{}:{line}: no binary has {flag}",
+                        doc.strip_prefix(root()).unwrap().display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert!(checked > 80, "only {checked} flags checked");
+}
+
+#[test]
+fn the_flag_check_reads_commands_as_a_shell_would() {
+    let names = ["mgrpd", "pathload-rs"];
+    assert_eq!(
+        flags_given(
+            "sudo ip netns exec a mgrpd --config x.toml --hold 5ms | grep --color x",
+            &names
+        ),
+        vec![
+            ("mgrpd".to_owned(), "--config"),
+            ("mgrpd".to_owned(), "--hold")
+        ]
+    );
+    assert_eq!(
+        flags_given(
+            "cargo run --release -p pathload-rs --features plot -- rcv --json --no-KEY",
+            &names
+        ),
+        vec![("pathload-rs".to_owned(), "--json")]
+    );
+    assert!(
+        flags_given(
+            "cargo bench -p pathload-rs --bench accuracy -- --runs 3",
+            &names
+        )
+        .is_empty()
+    );
+    let lines = command_lines("a `mgrpd --x`\n```\nmgrpd \\\n  --y\n```\n");
+    assert_eq!(
+        lines,
+        vec![(1, "mgrpd --x".to_owned()), (3, "mgrpd    --y ".to_owned())]
+    );
+}
+
+/// The metric families a source file registers (its code, not its tests): the string
+/// literals that begin with `prefix`.
+fn registered(path: &str, prefix: &str) -> std::collections::BTreeSet<String> {
+    let text = std::fs::read_to_string(root().join(path)).unwrap();
+    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    code.split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| {
+            w.starts_with(prefix)
+                && w.len() > prefix.len()
+                && w.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The families a guide's tables list (rows whose first cell is a family in
+/// backticks), `_total` taken off counters, outside its "Upgrading" section.
+fn tabled(guide: &str, prefix: &str) -> std::collections::BTreeSet<String> {
+    let text = std::fs::read_to_string(root().join(guide)).unwrap();
+    current_text(&text)
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .filter(|n| n.starts_with(prefix))
+        .map(|n| n.strip_suffix("_total").unwrap_or(n).to_owned())
+        .collect()
+}
+
+/// `text` without its "Upgrading" sections (which name families as they were).
+fn current_text(text: &str) -> String {
+    let mut out = String::new();
+    let mut skipping = None;
+    for line in text.lines() {
+        let level = line.chars().take_while(|c| *c == '#').count();
+        if level > 0 && line[level..].starts_with(' ') {
+            if skipping.is_some_and(|l| level <= l) {
+                skipping = None;
+            }
+            if line.contains("Upgrading") {
+                skipping = Some(level);
+            }
+        }
+        if skipping.is_none() {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[test]
+fn the_metric_families_the_guides_name_are_served_and_every_served_one_is_named() {
+    let sources = [
+        ("crates/mgrpd/src/metrics.rs", "mgrpd_", "docs/mgrpd.md"),
+        (
+            "crates/mgrp-overlay/src/api/metrics.rs",
+            "mgrp_overlay_",
+            "docs/overlay.md",
+        ),
+    ];
+    let mut served = std::collections::BTreeSet::new();
+    for (source, prefix, guide) in sources {
+        let families = registered(source, prefix);
+        assert!(families.len() > 30, "{source}: {families:?}");
+        let listed = tabled(guide, prefix);
+        let unlisted: Vec<_> = families.difference(&listed).collect();
+        let gone: Vec<_> = listed.difference(&families).collect();
+        assert!(unlisted.is_empty(), "{guide}'s table lacks {unlisted:?}");
+        assert!(
+            gone.is_empty(),
+            "{guide} lists {gone:?}, which {source} does not serve"
+        );
+        served.extend(families);
+    }
+    // Every family named anywhere (the guides, the README, the alert rules) is served;
+    // a name ending in `_` (`mgrpd_peer_traffic_*`) begins one.
+    let mut files = documents();
+    for rules in [
+        "mgrpd-alerts.yml",
+        "overlay-alerts.yml",
+        "mgrpd-alerts.test.yml",
+        "overlay-alerts.test.yml",
+    ] {
+        files.push(root().join("crates/mgrp-overlay/prometheus").join(rules));
+    }
+    let mut wrong = Vec::new();
+    let mut named = 0;
+    for file in files {
+        let text = current_text(&std::fs::read_to_string(&file).unwrap());
+        let words = text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+        for word in words.filter(|w| w.starts_with("mgrpd_") || w.starts_with("mgrp_overlay_")) {
+            named += 1;
+            let family = word.strip_suffix("_total").unwrap_or(word);
+            let ok = served.contains(family)
+                || (family.ends_with('_') && served.iter().any(|f| f.starts_with(family)));
+            if !ok {
+                wrong.push(format!(
+                    "{}: {word}",
+                    file.strip_prefix(root()).unwrap().display()
+                ));
+            }
+        }
+    }
+    wrong.dedup();
+    assert!(
+        wrong.is_empty(),
+        "named but not served:\n{}",
+        wrong.join("\n")
+    );
+    assert!(named > 100, "only {named} names read");
 }

@@ -43,6 +43,11 @@ struct Cli {
     log_format: mgrp_rt::logging::LogFormat,
 }
 
+/// The command line `mgrp-overlay` reads, with every flag (for the guides' checks).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
 /// The whole `mgrp-overlay` command: parses `args` (the first is the program name),
 /// checks or loads the configuration, and runs the node. Exit codes: 0 after a clean
 /// shutdown, 1 when the node could not start or failed, 2 for a bad configuration.

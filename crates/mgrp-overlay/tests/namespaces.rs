@@ -365,7 +365,7 @@ fn check() -> anyhow::Result<()> {
         "Prometheus has {stamp}, n2's runs ended at {ended:?}"
     );
     let delivered = wait_for(Duration::from_secs(30), || {
-        promql(r, "mgrpd_daemon_probes_delivered_total").filter(|v| *v > 0.0)
+        promql(r, "mgrpd_probes_delivered_total").filter(|v| *v > 0.0)
     })
     .with_context(|| format!("Prometheus never had n1's mgrpd counters:\n{}", prom.log()))?;
     let served = daemons[1].stats()?.daemon.probes_delivered as f64;
@@ -749,7 +749,7 @@ fn btc_from_runs_and_from_the_kernel() -> anyhow::Result<()> {
         metric(
             &metrics,
             "mgrp_overlay_btc_prediction_bytes_per_second",
-            &[("link", "abw"), ("method", "scaled-abw")]
+            &[("link", "abw"), ("predictor", "scaled-abw")]
         )
         .is_some_and(|v| v > 0.0),
         "no scaled-abw prediction in\n{metrics}"
@@ -801,7 +801,7 @@ fn btc_from_runs_and_from_the_kernel() -> anyhow::Result<()> {
         metric(
             &metrics,
             "mgrp_overlay_btc_prediction_bytes_per_second",
-            &[("link", "abw"), ("method", "kernel")]
+            &[("link", "abw"), ("predictor", "kernel")]
         )
         .is_some_and(|v| v > 0.0),
         "no kernel prediction in\n{metrics}"

@@ -41,7 +41,10 @@ pub(crate) enum Kind {
 }
 
 /// One series of a family: its label (if the family has one) and what it reads.
-type Series = (Option<(&'static str, &'static str)>, fn(&DaemonStats) -> u64);
+type Series = (
+    Option<(&'static str, &'static str)>,
+    fn(&DaemonStats) -> u64,
+);
 
 /// A family of the counters: its name (without `_total`), kind, help and series.
 pub(crate) struct FamilyDef {
@@ -80,43 +83,178 @@ fn trains_refused_other(s: &DaemonStats) -> u64 {
 
 /// Every family of the counters, in the order served.
 pub(crate) const FAMILIES: &[FamilyDef] = &[
-    family!("mgrpd_tun_packets_read", Counter, "Packets read from the TUN device", daemon.tun_packets_in),
-    family!("mgrpd_tun_packets_ignored", Counter, "Packets read from the TUN that were not application traffic (not IP, multicast or link-local housekeeping), dropped", daemon.tun_ignored),
-    family!("mgrpd_tun_frames_dropped", Counter, "Frames read from the TUN dropped whole as malformed (counted nowhere else)", daemon.tun_frames_dropped),
-    family!("mgrpd_tun_write_errors", Counter, "Riders whose write into the TUN failed", daemon.tun_write_errors),
-    family!("mgrpd_trains_accepted", Counter, "Probe trains submitted and accepted", daemon.trains_accepted),
+    family!(
+        "mgrpd_tun_packets_read",
+        Counter,
+        "Packets read from the TUN device",
+        daemon.tun_packets_in
+    ),
+    family!(
+        "mgrpd_tun_packets_ignored",
+        Counter,
+        "Packets read from the TUN that were not application traffic (not IP, multicast or link-local housekeeping), dropped",
+        daemon.tun_ignored
+    ),
+    family!(
+        "mgrpd_tun_frames_dropped",
+        Counter,
+        "Frames read from the TUN dropped whole as malformed (counted nowhere else)",
+        daemon.tun_frames_dropped
+    ),
+    family!(
+        "mgrpd_tun_write_errors",
+        Counter,
+        "Riders whose write into the TUN failed",
+        daemon.tun_write_errors
+    ),
+    family!(
+        "mgrpd_trains_accepted",
+        Counter,
+        "Probe trains submitted and accepted",
+        daemon.trains_accepted
+    ),
     family!("mgrpd_trains_refused", Counter, "Probe trains refused, by reason: not_peer (the destination is no peer), rate_limit (over the user's or the total rate), other (the request or the train out of bounds, the queue full)", "reason": [
         "not_peer" => |s: &DaemonStats| s.daemon.trains_refused_not_peer,
         "rate_limit" => |s: &DaemonStats| s.daemon.trains_refused_rate_limit,
         "other" => trains_refused_other,
     ]),
-    family!("mgrpd_trains_spin_capped", Counter, "Trains that spun the pacer for limits.max-train-spin and were paced by the timer alone for the rest", daemon.trains_spin_capped),
-    family!("mgrpd_probes_sent", Counter, "Probes handed to the network", daemon.probes_sent),
-    family!("mgrpd_probe_send_errors", Counter, "Probes whose send failed", daemon.probe_send_errors),
-    family!("mgrpd_probes_late", Counter, "Probes that left later than late-threshold after their deadline (each train's report counts its own)", daemon.probes_late),
-    family!("mgrpd_probes_unstamped", Counter, "Probes that left without a kernel queue stamp although kernel stamps are on", daemon.probes_unstamped),
-    family!("mgrpd_probes_received", Counter, "MGRP probes that passed the peer check, parsing and authentication", daemon.probes_received),
-    family!("mgrpd_probes_delivered", Counter, "Probes handed to the tools listening for them", daemon.probes_delivered),
-    family!("mgrpd_probes_unclaimed", Counter, "Probes that arrived for a port nobody listens on", daemon.probes_unclaimed),
-    family!("mgrpd_probes_dropped_slow_listener", Counter, "Probes dropped because their listener did not keep up", daemon.probes_dropped_slow_listener),
-    family!("mgrpd_continuations_sent", Counter, "Continuation packets sent (the ends of riders cut short by their hold time)", daemon.continuations_sent),
-    family!("mgrpd_continuation_send_errors", Counter, "Continuation packets whose send failed", daemon.continuation_send_errors),
-    family!("mgrpd_continuations_received", Counter, "Continuation packets that passed the peer check, parsing and authentication", daemon.continuations_received),
-    family!("mgrpd_unchanged_sent", Counter, "Riders sent on unchanged, outside any probe", daemon.unchanged_sent),
-    family!("mgrpd_unchanged_send_errors", Counter, "Unchanged riders whose send failed", daemon.unchanged_send_errors),
-    family!("mgrpd_riders_resent_after_failed_probe", Counter, "Riders with a chunk in a probe whose send failed, sent unchanged instead", daemon.riders_resent_after_failed_probe),
-    family!("mgrpd_riders_sent_direct", Counter, "Packets from the TUN sent on at once, with on-demand hold while no train was queued or in flight", daemon.riders_sent_direct),
+    family!(
+        "mgrpd_trains_spin_capped",
+        Counter,
+        "Trains that spun the pacer for limits.max-train-spin and were paced by the timer alone for the rest",
+        daemon.trains_spin_capped
+    ),
+    family!(
+        "mgrpd_probes_sent",
+        Counter,
+        "Probes handed to the network",
+        daemon.probes_sent
+    ),
+    family!(
+        "mgrpd_probe_send_errors",
+        Counter,
+        "Probes whose send failed",
+        daemon.probe_send_errors
+    ),
+    family!(
+        "mgrpd_probes_late",
+        Counter,
+        "Probes that left later than late-threshold after their deadline (each train's report counts its own)",
+        daemon.probes_late
+    ),
+    family!(
+        "mgrpd_probes_unstamped",
+        Counter,
+        "Probes that left without a kernel queue stamp although kernel stamps are on",
+        daemon.probes_unstamped
+    ),
+    family!(
+        "mgrpd_probes_received",
+        Counter,
+        "MGRP probes that passed the peer check, parsing and authentication",
+        daemon.probes_received
+    ),
+    family!(
+        "mgrpd_probes_delivered",
+        Counter,
+        "Probes handed to the tools listening for them",
+        daemon.probes_delivered
+    ),
+    family!(
+        "mgrpd_probes_unclaimed",
+        Counter,
+        "Probes that arrived for a port nobody listens on",
+        daemon.probes_unclaimed
+    ),
+    family!(
+        "mgrpd_probes_dropped_slow_listener",
+        Counter,
+        "Probes dropped because their listener did not keep up",
+        daemon.probes_dropped_slow_listener
+    ),
+    family!(
+        "mgrpd_continuations_sent",
+        Counter,
+        "Continuation packets sent (the ends of riders cut short by their hold time)",
+        daemon.continuations_sent
+    ),
+    family!(
+        "mgrpd_continuation_send_errors",
+        Counter,
+        "Continuation packets whose send failed",
+        daemon.continuation_send_errors
+    ),
+    family!(
+        "mgrpd_continuations_received",
+        Counter,
+        "Continuation packets that passed the peer check, parsing and authentication",
+        daemon.continuations_received
+    ),
+    family!(
+        "mgrpd_unchanged_sent",
+        Counter,
+        "Riders sent on unchanged, outside any probe",
+        daemon.unchanged_sent
+    ),
+    family!(
+        "mgrpd_unchanged_send_errors",
+        Counter,
+        "Unchanged riders whose send failed",
+        daemon.unchanged_send_errors
+    ),
+    family!(
+        "mgrpd_riders_resent_after_failed_probe",
+        Counter,
+        "Riders with a chunk in a probe whose send failed, sent unchanged instead",
+        daemon.riders_resent_after_failed_probe
+    ),
+    family!(
+        "mgrpd_riders_sent_direct",
+        Counter,
+        "Packets from the TUN sent on at once, with on-demand hold while no train was queued or in flight",
+        daemon.riders_sent_direct
+    ),
     family!("mgrpd_riders_bypassed", Counter, "Packets from the TUN sent on unchanged without entering a planner, by reason: peer_down (their peer unreachable), too_many_destinations (beyond limits.max-destinations), pacer_busy (the pacer's queue full)", "reason": [
         "peer_down" => |s: &DaemonStats| s.daemon.riders_bypassed_peer_down,
         "too_many_destinations" => |s: &DaemonStats| s.daemon.riders_bypassed_too_many_destinations,
         "pacer_busy" => |s: &DaemonStats| s.daemon.riders_bypassed_pacer_busy,
     ]),
-    family!("mgrpd_outputs_done_by_pacer", Counter, "Outputs (unchanged riders, continuations, reports) the pacer did itself because the dispatcher's queue was full", daemon.outputs_done_by_pacer),
-    family!("mgrpd_super_packets_sent", Counter, "TUN super-packets (offloaded TCP segments) sent whole through the link-layer socket", daemon.super_packets_sent),
-    family!("mgrpd_link_send_errors", Counter, "Super-packets the link-layer socket refused, split and sent through the raw socket instead", daemon.link_send_errors),
-    family!("mgrpd_segmented_sends", Counter, "System calls that sent several continuations to a UDP peer at once (UDP segmentation offload)", daemon.segmented_sends),
-    family!("mgrpd_segmented_datagrams", Counter, "Datagrams those segmented sends carried", daemon.segmented_datagrams),
-    family!("mgrpd_mgrp_packets_received", Counter, "MGRP packets received", daemon.mgrp_received),
+    family!(
+        "mgrpd_outputs_done_by_pacer",
+        Counter,
+        "Outputs (unchanged riders, continuations, reports) the pacer did itself because the dispatcher's queue was full",
+        daemon.outputs_done_by_pacer
+    ),
+    family!(
+        "mgrpd_super_packets_sent",
+        Counter,
+        "TUN super-packets (offloaded TCP segments) sent whole through the link-layer socket",
+        daemon.super_packets_sent
+    ),
+    family!(
+        "mgrpd_link_send_errors",
+        Counter,
+        "Super-packets the link-layer socket refused, split and sent through the raw socket instead",
+        daemon.link_send_errors
+    ),
+    family!(
+        "mgrpd_segmented_sends",
+        Counter,
+        "System calls that sent several continuations to a UDP peer at once (UDP segmentation offload)",
+        daemon.segmented_sends
+    ),
+    family!(
+        "mgrpd_segmented_datagrams",
+        Counter,
+        "Datagrams those segmented sends carried",
+        daemon.segmented_datagrams
+    ),
+    family!(
+        "mgrpd_mgrp_packets_received",
+        Counter,
+        "MGRP packets received",
+        daemon.mgrp_received
+    ),
     family!("mgrpd_mgrp_packets_refused", Counter, "MGRP packets refused, by reason: malformed, not_peer (the sender is no peer), unauthenticated (no tag from a peer with a key), bad_tag (another key, or altered), replayed (a counter seen already or too old), unexpected_auth (a tag from a peer without a key), reflected (sealed by this daemon and sent back to it), old_auth (tags of daemons before keys per direction)", "reason": [
         "malformed" => |s: &DaemonStats| s.daemon.mgrp_malformed,
         "not_peer" => |s: &DaemonStats| s.daemon.mgrp_not_peer,
@@ -134,29 +272,119 @@ pub(crate) const FAMILIES: &[FamilyDef] = &[
         "inner_mgrp" => |s: &DaemonStats| s.daemon.riders_refused_inner_mgrp,
         "special_destination" => |s: &DaemonStats| s.daemon.riders_refused_special_destination,
     ]),
-    family!("mgrpd_riders_delivered", Counter, "Riders written into this host through the TUN", daemon.riders_delivered),
-    family!("mgrpd_riders_delivered_bytes", Counter, "IP bytes of the riders written into this host through the TUN", daemon.rider_bytes_delivered),
-    family!("mgrpd_riders_relayed", Counter, "Of the riders delivered, those a member peer sent through this host to beyond it (its relay-to prefixes)", daemon.riders_relayed),
-    family!("mgrpd_peer_unreachable", Counter, "ICMP errors saying a peer takes no MGRP packets (its mgrpd gone)", daemon.peer_unreachable),
-    family!("mgrpd_peer_unreachable_reported", Counter, "Receives on a UDP socket that returned an ICMP error for an earlier send instead of a packet", daemon.peer_unreachable_reported),
-    family!("mgrpd_peer_endpoint_changes", Counter, "Times a roaming UDP peer was heard from a new endpoint and its packets went there from then on", daemon.peer_endpoint_changes),
-    family!("mgrpd_keepalives_sent", Counter, "Keepalives sent to UDP peers (to keep a NAT's mapping open)", daemon.keepalives_sent),
-    family!("mgrpd_keepalive_send_errors", Counter, "Keepalives that could not be sent", daemon.keepalive_send_errors),
-    family!("mgrpd_keepalives_received", Counter, "Keepalives that passed the peer check, parsing and authentication", daemon.keepalives_received),
-    family!("mgrpd_planner_riders_in", Counter, "Riders handed to the planners", planner.riders_in),
-    family!("mgrpd_planner_riders_in_bytes", Counter, "IP bytes of the riders handed to the planners", planner.rider_bytes_in),
-    family!("mgrpd_planner_riders_piggybacked", Counter, "Riders all of whose bytes left inside MGRP packets", planner.riders_piggybacked),
-    family!("mgrpd_planner_riders_finished_by_continuation", Counter, "Of the riders piggybacked, those whose last bytes left in continuation packets because their hold time ran out mid-train", planner.riders_finished_by_continuation),
-    family!("mgrpd_planner_riders_sent_unchanged", Counter, "Riders the planners released whole and unchanged", planner.riders_sent_unchanged),
+    family!(
+        "mgrpd_riders_delivered",
+        Counter,
+        "Riders written into this host through the TUN",
+        daemon.riders_delivered
+    ),
+    family!(
+        "mgrpd_riders_delivered_bytes",
+        Counter,
+        "IP bytes of the riders written into this host through the TUN",
+        daemon.rider_bytes_delivered
+    ),
+    family!(
+        "mgrpd_riders_relayed",
+        Counter,
+        "Of the riders delivered, those a member peer sent through this host to beyond it (its relay-to prefixes)",
+        daemon.riders_relayed
+    ),
+    family!(
+        "mgrpd_peer_unreachable",
+        Counter,
+        "ICMP errors saying a peer takes no MGRP packets (its mgrpd gone)",
+        daemon.peer_unreachable
+    ),
+    family!(
+        "mgrpd_peer_unreachable_reported",
+        Counter,
+        "Receives on a UDP socket that returned an ICMP error for an earlier send instead of a packet",
+        daemon.peer_unreachable_reported
+    ),
+    family!(
+        "mgrpd_peer_endpoint_changes",
+        Counter,
+        "Times a roaming UDP peer was heard from a new endpoint and its packets went there from then on",
+        daemon.peer_endpoint_changes
+    ),
+    family!(
+        "mgrpd_keepalives_sent",
+        Counter,
+        "Keepalives sent to UDP peers (to keep a NAT's mapping open)",
+        daemon.keepalives_sent
+    ),
+    family!(
+        "mgrpd_keepalive_send_errors",
+        Counter,
+        "Keepalives that could not be sent",
+        daemon.keepalive_send_errors
+    ),
+    family!(
+        "mgrpd_keepalives_received",
+        Counter,
+        "Keepalives that passed the peer check, parsing and authentication",
+        daemon.keepalives_received
+    ),
+    family!(
+        "mgrpd_planner_riders_in",
+        Counter,
+        "Riders handed to the planners",
+        planner.riders_in
+    ),
+    family!(
+        "mgrpd_planner_riders_in_bytes",
+        Counter,
+        "IP bytes of the riders handed to the planners",
+        planner.rider_bytes_in
+    ),
+    family!(
+        "mgrpd_planner_riders_piggybacked",
+        Counter,
+        "Riders all of whose bytes left inside MGRP packets",
+        planner.riders_piggybacked
+    ),
+    family!(
+        "mgrpd_planner_riders_finished_by_continuation",
+        Counter,
+        "Of the riders piggybacked, those whose last bytes left in continuation packets because their hold time ran out mid-train",
+        planner.riders_finished_by_continuation
+    ),
+    family!(
+        "mgrpd_planner_riders_sent_unchanged",
+        Counter,
+        "Riders the planners released whole and unchanged",
+        planner.riders_sent_unchanged
+    ),
     family!("mgrpd_planner_riders_dropped", Counter, "Riders the planners dropped, by reason: queue_full, too_large (larger than the path allows), empty", "reason": [
         "queue_full" => |s: &DaemonStats| s.planner.riders_dropped_queue_full,
         "too_large" => |s: &DaemonStats| s.planner.riders_dropped_too_large,
         "empty" => |s: &DaemonStats| s.planner.riders_dropped_empty,
     ]),
-    family!("mgrpd_planner_riders_held", Gauge, "Riders held now, waiting for a probe", planner.riders_held),
-    family!("mgrpd_planner_probes_planned", Counter, "Probes planned", planner.probes_planned),
-    family!("mgrpd_planner_probes_with_riders", Counter, "Probes planned with at least one rider chunk", planner.probes_with_riders),
-    family!("mgrpd_planner_continuations", Counter, "Continuation packets planned", planner.continuation_packets),
+    family!(
+        "mgrpd_planner_riders_held",
+        Gauge,
+        "Riders held now, waiting for a probe",
+        planner.riders_held
+    ),
+    family!(
+        "mgrpd_planner_probes_planned",
+        Counter,
+        "Probes planned",
+        planner.probes_planned
+    ),
+    family!(
+        "mgrpd_planner_probes_with_riders",
+        Counter,
+        "Probes planned with at least one rider chunk",
+        planner.probes_with_riders
+    ),
+    family!(
+        "mgrpd_planner_continuations",
+        Counter,
+        "Continuation packets planned",
+        planner.continuation_packets
+    ),
     family!("mgrpd_planner_rider_chunks_bytes", Counter, "Rider bytes planned, by carrier: probe or continuation", "carrier": [
         "probe" => |s: &DaemonStats| s.planner.rider_bytes_in_probes,
         "continuation" => |s: &DaemonStats| s.planner.rider_bytes_in_continuations,
@@ -169,34 +397,105 @@ pub(crate) const FAMILIES: &[FamilyDef] = &[
         "completed" => |s: &DaemonStats| s.planner.transactions_completed,
         "cancelled" => |s: &DaemonStats| s.planner.transactions_cancelled,
     ]),
-    family!("mgrpd_reassembly_chunks", Counter, "Rider chunks handed to reassembly", reassembly.chunks_in),
-    family!("mgrpd_reassembly_chunks_duplicate", Counter, "Chunks that repeated bytes already held (or of a rider already delivered)", reassembly.chunks_duplicate),
-    family!("mgrpd_reassembly_chunks_too_large", Counter, "Chunks refused because their rider alone exceeds a memory bound", reassembly.chunks_too_large),
-    family!("mgrpd_reassembly_riders_completed", Counter, "Riders reassembly completed", reassembly.riders_delivered),
-    family!("mgrpd_reassembly_riders_completed_bytes", Counter, "IP bytes of the riders reassembly completed", reassembly.rider_bytes_delivered),
+    family!(
+        "mgrpd_reassembly_chunks",
+        Counter,
+        "Rider chunks handed to reassembly",
+        reassembly.chunks_in
+    ),
+    family!(
+        "mgrpd_reassembly_chunks_duplicate",
+        Counter,
+        "Chunks that repeated bytes already held (or of a rider already delivered)",
+        reassembly.chunks_duplicate
+    ),
+    family!(
+        "mgrpd_reassembly_chunks_too_large",
+        Counter,
+        "Chunks refused because their rider alone exceeds a memory bound",
+        reassembly.chunks_too_large
+    ),
+    family!(
+        "mgrpd_reassembly_riders_completed",
+        Counter,
+        "Riders reassembly completed",
+        reassembly.riders_delivered
+    ),
+    family!(
+        "mgrpd_reassembly_riders_completed_bytes",
+        Counter,
+        "IP bytes of the riders reassembly completed",
+        reassembly.rider_bytes_delivered
+    ),
     family!("mgrpd_reassembly_riders_discarded", Counter, "Incomplete riders discarded, by reason: timed_out, peer_limit (the peer's memory bound), total_limit (the total memory bound), inconsistent (chunks that disagreed)", "reason": [
         "timed_out" => |s: &DaemonStats| s.reassembly.riders_timed_out,
         "peer_limit" => |s: &DaemonStats| s.reassembly.riders_evicted_peer_limit,
         "total_limit" => |s: &DaemonStats| s.reassembly.riders_evicted_total_limit,
         "inconsistent" => |s: &DaemonStats| s.reassembly.riders_inconsistent,
     ]),
-    family!("mgrpd_reassembly_riders_pending", Gauge, "Riders being reassembled now", reassembly.riders_pending),
-    family!("mgrpd_reassembly_pending_bytes", Gauge, "Bytes reserved now for the riders being reassembled", reassembly.bytes_pending),
+    family!(
+        "mgrpd_reassembly_riders_pending",
+        Gauge,
+        "Riders being reassembled now",
+        reassembly.riders_pending
+    ),
+    family!(
+        "mgrpd_reassembly_pending_bytes",
+        Gauge,
+        "Bytes reserved now for the riders being reassembled",
+        reassembly.bytes_pending
+    ),
 ];
 
 /// The families served beside [`FAMILIES`], with their help: the traffic to each
 /// peer, each configured peer, the clock and the build. (Their names, for the guide's
 /// test and the rename table.)
 pub(crate) const OTHER_FAMILIES: &[(&str, Kind, &str)] = &[
-    ("mgrpd_peer_traffic_packets", Kind::Counter, "Application packets routed into the tunnel for the peer"),
-    ("mgrpd_peer_traffic_bytes", Kind::Counter, "IP bytes of the application packets routed into the tunnel for the peer"),
-    ("mgrpd_peer_traffic_bytes_per_second", Kind::Gauge, "IP bytes per second routed into the tunnel for the peer, over the last 2 s"),
-    ("mgrpd_peer_held_riders", Kind::Gauge, "Riders held for the peer now, waiting for a probe"),
-    ("mgrpd_peer_held_bytes", Kind::Gauge, "IP bytes of the riders held for the peer now"),
-    ("mgrpd_peer_info", Kind::Gauge, "1 for each configured peer: its prefix, name (empty unless the file gives one), encapsulation (raw or udp), wire version and key (own, shared or none)"),
-    ("mgrpd_clock_synchronized", Kind::Gauge, "1 while the kernel says the host clock is synchronised (adjtimex without STA_UNSYNC), else 0; wire version 2 needs the peers' clocks within 2.1 s of each other"),
-    ("mgrpd_clock_maxerror_seconds", Kind::Gauge, "The kernel's bound on the host clock's error (adjtimex maxerror)"),
-    ("mgrpd_build_info", Kind::Gauge, "1, labelled with this mgrpd's version"),
+    (
+        "mgrpd_peer_traffic_packets",
+        Kind::Counter,
+        "Application packets routed into the tunnel for the peer",
+    ),
+    (
+        "mgrpd_peer_traffic_bytes",
+        Kind::Counter,
+        "IP bytes of the application packets routed into the tunnel for the peer",
+    ),
+    (
+        "mgrpd_peer_traffic_bytes_per_second",
+        Kind::Gauge,
+        "IP bytes per second routed into the tunnel for the peer, over the last 2 s",
+    ),
+    (
+        "mgrpd_peer_held_riders",
+        Kind::Gauge,
+        "Riders held for the peer now, waiting for a probe",
+    ),
+    (
+        "mgrpd_peer_held_bytes",
+        Kind::Gauge,
+        "IP bytes of the riders held for the peer now",
+    ),
+    (
+        "mgrpd_peer_info",
+        Kind::Gauge,
+        "1 for each configured peer: its prefix, name (empty unless the file gives one), encapsulation (raw or udp), wire version and key (own, shared or none)",
+    ),
+    (
+        "mgrpd_clock_synchronized",
+        Kind::Gauge,
+        "1 while the kernel says the host clock is synchronised (adjtimex without STA_UNSYNC), else 0; wire version 2 needs the peers' clocks within 2.1 s of each other",
+    ),
+    (
+        "mgrpd_clock_maxerror_seconds",
+        Kind::Gauge,
+        "The kernel's bound on the host clock's error (adjtimex maxerror)",
+    ),
+    (
+        "mgrpd_build_info",
+        Kind::Gauge,
+        "1, labelled with this mgrpd's version",
+    ),
 ];
 
 /// What the exporter knows of a configured peer.
@@ -311,7 +610,10 @@ pub(crate) fn render(
     let held = Family::<Labels, Gauge<i64>>::default();
     let held_bytes = Family::<Labels, Gauge<i64>>::default();
     for t in traffic {
-        let l = vec![("peer", t.peer.to_string()), ("name", name_of(peers, t.peer))];
+        let l = vec![
+            ("peer", t.peer.to_string()),
+            ("name", name_of(peers, t.peer)),
+        ];
         packets.get_or_create(&l).inc_by(t.packets);
         bytes.get_or_create(&l).inc_by(t.bytes);
         rate.get_or_create(&l).set(level(t.bytes_per_second));
@@ -559,7 +861,10 @@ mod tests {
                 && plain.contains("# TYPE mgrpd_tun_packets_read_total counter"),
             "{plain}"
         );
-        assert!(!plain.contains("# EOF") && !plain.contains("mgrpd_clock"), "{plain}");
+        assert!(
+            !plain.contains("# EOF") && !plain.contains("mgrpd_clock"),
+            "{plain}"
+        );
     }
 
     /// Every counter the API gives is served: set alone, each changes the exposition.
@@ -599,7 +904,11 @@ mod tests {
             assert!(f.help.len() > 10, "{}", f.name);
             for (label, _) in f.series {
                 if let Some((k, v)) = label {
-                    assert!(f.help.contains(k) || f.help.contains(v), "{}: {k}={v}", f.name);
+                    assert!(
+                        f.help.contains(k) || f.help.contains(v),
+                        "{}: {k}={v}",
+                        f.name
+                    );
                     assert!(f.help.contains(v), "{}: the help names no {v}", f.name);
                 }
             }

@@ -19,6 +19,12 @@ pub(crate) const TOOL: &str = "badabing-rs";
 /// The probe header's kind for a window of experiments (`mgrp_tool::kind`).
 pub const WINDOW_KIND: u8 = mgrp_tool::kind::BADABING_WINDOW;
 
+/// The command line `badabing-rs` reads, with every subcommand and flag (for help texts and
+/// the guides' checks).
+pub fn command() -> clap::Command {
+    <cli::Cli as clap::CommandFactory>::command()
+}
+
 /// Runs the tool with `args` (the program name first) and returns its exit code.
 /// Parse errors and `--help` print and exit the process, as a command-line tool does.
 pub fn main_with_args<I, T>(args: I) -> i32

@@ -24,6 +24,12 @@ pub const BUNCH_KIND: u8 = mgrp_tool::kind::BTC_BUNCH;
 /// The probe header's kind for a batch of squeezed pairs.
 pub const PAIRS_KIND: u8 = mgrp_tool::kind::BTC_PAIRS;
 
+/// The command line `btc-rs` reads, with every subcommand and flag (for help texts and
+/// the guides' checks).
+pub fn command() -> clap::Command {
+    <cli::Cli as clap::CommandFactory>::command()
+}
+
 /// Runs the tool with `args` (the program name first) and returns its exit code.
 /// Parse errors and `--help` print and exit the process, as a command-line tool does.
 pub fn main_with_args<I, T>(args: I) -> i32

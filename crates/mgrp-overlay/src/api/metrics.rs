@@ -32,6 +32,14 @@ struct InfoLabels {
     transport: String,
     method: String,
     from: String,
+    /// The neighbour's name, empty unless the link's table gives one.
+    neighbour: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    node: String,
+    version: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -64,6 +72,8 @@ struct OutcomeLabels {
 struct SourceLabels {
     node: String,
     link: String,
+    transport: String,
+    method: String,
     source: &'static str,
 }
 
@@ -71,8 +81,10 @@ struct SourceLabels {
 struct BtcLabels {
     node: String,
     link: String,
+    transport: String,
+    method: String,
     /// `kernel`, `scaled-abw` or `mathis`.
-    method: &'static str,
+    predictor: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -107,6 +119,7 @@ type GaugeF = Gauge<f64, AtomicU64>;
 /// the chosen one and its flows, switches by reason, and each member's heartbeats.
 fn register_routes(r: &mut Registry, node: &str, c: &mgrp_route::control::Control) {
     let Some(v) = c.view() else { return };
+    let now = mgrp_rt::clock::unix_now();
     let gauge = |r: &mut Registry, name: &str, help: &str| {
         let f = Family::<PathLabels, GaugeF>::default();
         r.register(name, help, f.clone());
@@ -140,8 +153,8 @@ fn register_routes(r: &mut Registry, node: &str, c: &mgrp_route::control::Contro
     );
     let since = Family::<DestinationLabels, GaugeF>::default();
     r.register(
-        "mgrp_overlay_route_since_switch_seconds",
-        "Seconds since the destination's last change of path",
+        "mgrp_overlay_route_last_switch_timestamp_seconds",
+        "Unix time of the destination's last change of path",
         since.clone(),
     );
     let up = Family::<MemberLabels, GaugeF>::default();
@@ -188,7 +201,7 @@ fn register_routes(r: &mut Registry, node: &str, c: &mgrp_route::control::Contro
                     node: node.to_string(),
                     destination: d.prefix.clone(),
                 })
-                .set(t);
+                .set(now - t);
         }
     }
     for ((destination, reason), n) in c.switch_counts() {
@@ -306,13 +319,13 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
     let btc = Family::<BtcLabels, GaugeF>::default();
     r.register(
         "mgrp_overlay_btc_bytes_per_second",
-        "What a bulk TCP transfer from the link's neighbour gets, by each method the measurements allow: kernel (a running network-limited flow's delivery rate), scaled-abw (available bandwidth scaled by the squeezed-pair class), mathis (Reno-like bound from loss and round trip); the middle of its range",
+        "What a bulk TCP transfer from the link's neighbour gets, by each predictor the measurements allow: kernel (a running network-limited flow's delivery rate), scaled-abw (available bandwidth scaled by the squeezed-pair class), mathis (Reno-like bound from loss and round trip); the middle of its range",
         btc.clone(),
     );
     let predicted = Family::<BtcLabels, GaugeF>::default();
     r.register(
         "mgrp_overlay_btc_prediction_bytes_per_second",
-        "The transfer-rate prediction to use for the link's neighbour, labelled with the method it comes from",
+        "The transfer-rate prediction to use for the link's neighbour, labelled with the predictor it comes from",
         predicted.clone(),
     );
     let capacity = Family::<LinkLabels, GaugeF>::default();
@@ -345,16 +358,29 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
         "The latest passive estimate of the path from the link's neighbour, by source: passive-tcp (its network-limited TCP flows' rate, from its kernel), passive-dispersion (back-to-back segments the path spread out: a bound from above), passive-trend (the rate separating steady streams with rising one-way delays from the others)",
         passive_rate.clone(),
     );
-    let passive_age = Family::<SourceLabels, GaugeF>::default();
+    let passive_stamp = Family::<SourceLabels, GaugeF>::default();
     r.register(
-        "mgrp_overlay_passive_age_seconds",
-        "Seconds since the neighbour's answer (passive-tcp) or the window (timing sources) the passive estimate comes from",
-        passive_age.clone(),
+        "mgrp_overlay_passive_timestamp_seconds",
+        "Unix time of the neighbour's answer (passive-tcp) or the end of the window (timing sources) the passive estimate comes from",
+        passive_stamp.clone(),
     );
+    let build = Family::<BuildLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_build_info",
+        "1, labelled with this overlay's version",
+        build.clone(),
+    );
+    let now = mgrp_rt::clock::unix_now();
     let node = s.config().name.clone();
     started
         .get_or_create(&NodeLabels { node: node.clone() })
         .set(s.started_at());
+    build
+        .get_or_create(&BuildLabels {
+            node: node.clone(),
+            version: env!("CARGO_PKG_VERSION"),
+        })
+        .set(1.0);
     let served = |r: &mut Registry, name: &str, help: &str| {
         let f = Family::<ServeLabels, Counter>::default();
         r.register(name, help, f.clone());
@@ -397,6 +423,13 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
             transport: v.transport.clone(),
             method: v.method.clone(),
             from: v.from.clone(),
+            neighbour: s
+                .config()
+                .links
+                .iter()
+                .find(|c| c.name == v.name)
+                .and_then(|c| c.neighbour.clone())
+                .unwrap_or_default(),
         })
         .set(1.0);
         let bound = |b| BoundLabels {
@@ -449,10 +482,12 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
             })
             .inc_by(v.runs.get(o));
         }
-        let by = |method| BtcLabels {
+        let by = |predictor| BtcLabels {
             node: node.clone(),
             link: v.name.clone(),
-            method,
+            transport: v.transport.clone(),
+            method: v.method.clone(),
+            predictor,
         };
         for x in &v.btc.values {
             btc.get_or_create(&by(x.method.name())).set(x.bps / 8.0);
@@ -468,6 +503,8 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
             let by = |source| SourceLabels {
                 node: node.clone(),
                 link: v.name.clone(),
+                transport: v.transport.clone(),
+                method: v.method.clone(),
                 source,
             };
             let tcp = p.last.as_ref().and_then(|t| t.bps);
@@ -486,7 +523,7 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
             ] {
                 if let (Some(bps), Some(age)) = (bps, age) {
                     passive_rate.get_or_create(&by(source)).set(bps / 8.0);
-                    passive_age.get_or_create(&by(source)).set(age);
+                    passive_stamp.get_or_create(&by(source)).set(now - age);
                 }
             }
         }

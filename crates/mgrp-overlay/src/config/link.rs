@@ -25,6 +25,8 @@ pub struct Link {
     pub name: String,
     /// The neighbour (its overlay's serving address).
     pub from: IpAddr,
+    /// The neighbour's name, if the file gives one (labels the link's metrics).
+    pub neighbour: Option<String>,
     /// The neighbour's control port for this transport.
     pub port: u16,
     /// How probes travel.
@@ -51,6 +53,7 @@ pub struct Link {
 pub(super) struct LinkFile {
     name: Option<String>,
     from: IpAddr,
+    neighbour: Option<String>,
     port: Option<u16>,
     transport: Option<Transport>,
     method: Option<Method>,
@@ -93,6 +96,20 @@ pub(super) fn check(
             paths.len() - 1
         });
         check_name(&format!("{key}: name"), &name)?;
+        if let Some(n) = &l.neighbour {
+            check_name(&format!("{key}: neighbour"), n)?;
+            if let Some(other) = links
+                .iter()
+                .find(|o: &&Link| o.from == l.from && o.neighbour.as_ref().is_some_and(|m| m != n))
+            {
+                return Err(invalid(format!(
+                    "{key}: neighbour {n:?}, but link {:?} from {} calls it {:?}; give one name per neighbour",
+                    other.name,
+                    l.from,
+                    other.neighbour.as_deref().unwrap_or_default()
+                )));
+            }
+        }
         if !names.insert(name.clone()) {
             return Err(invalid(format!("{key}: the name {name:?} is used twice")));
         }
@@ -161,6 +178,7 @@ pub(super) fn check(
         links.push(Link {
             name,
             from: l.from,
+            neighbour: l.neighbour,
             port: l.port.unwrap_or(match transport {
                 Transport::Mgrp => DEFAULT_MGRP_PORT,
                 Transport::Udp => DEFAULT_UDP_PORT,

@@ -457,6 +457,28 @@ mod tests {
     }
 
     #[test]
+    fn a_neighbour_has_one_name() {
+        let two = |a: &str, b: &str| {
+            Config::from_toml(
+                &format!(
+                    "[[link]]\nfrom = \"10.0.0.5\"\nneighbour = \"{a}\"\n\
+                     [[link]]\nfrom = \"10.0.0.5\"\ntransport = \"udp\"\nneighbour = \"{b}\"\n"
+                ),
+                None,
+            )
+        };
+        let c = two("m5", "m5").unwrap();
+        assert_eq!(c.links[1].neighbour.as_deref(), Some("m5"));
+        let e = two("m5", "m6").unwrap_err().to_string();
+        assert!(
+            e.contains("link 2: neighbour \"m6\"") && e.contains("\"m5\""),
+            "{e}"
+        );
+        let e = two("m 5", "m5").unwrap_err().to_string();
+        assert!(e.contains("link 1: neighbour"), "{e}");
+    }
+
+    #[test]
     fn the_btc_section_is_checked() {
         let base = "[[link]]\nfrom = \"10.0.0.1\"\nmethod = \"btc\"\n[btc]\n";
         let c = Config::from_toml(base, None).unwrap();

@@ -120,7 +120,12 @@ pub(super) const PEER_RULES: &[PeerRule] = &[
     |p, s| match &p.name {
         Some(name) => {
             mgrp_rt::settings::check_name("name", name).map_err(|e| e.0)?;
-            match s.peers.iter().filter(|q| q.name.as_ref() == Some(name)).count() {
+            match s
+                .peers
+                .iter()
+                .filter(|q| q.name.as_ref() == Some(name))
+                .count()
+            {
                 1 => Ok(()),
                 _ => Err(format!("name {name:?} is given to more than one peer")),
             }

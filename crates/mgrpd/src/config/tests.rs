@@ -555,7 +555,11 @@ fn peers_may_be_named_once_each() {
         c.peer_names,
         vec![("10.0.0.2/32".parse().unwrap(), "berlin".to_owned())]
     );
-    assert!(c.summary().contains("10.0.0.2/32 (berlin): "), "{}", c.summary());
+    assert!(
+        c.summary().contains("10.0.0.2/32 (berlin): "),
+        "{}",
+        c.summary()
+    );
     for (text, says) in [
         (
             "[[peers]]\nprefix = \"10.0.0.2/32\"\nname = \"a b\"\n",

@@ -20,6 +20,12 @@ pub(crate) const TOOL: &str = "pathchirp-rs";
 /// The probe header's kind for a chirp (`mgrp_tool::kind`).
 pub const CHIRP_KIND: u8 = mgrp_tool::kind::CHIRP;
 
+/// The command line `pathchirp-rs` reads, with every subcommand and flag (for help texts and
+/// the guides' checks).
+pub fn command() -> clap::Command {
+    <cli::Cli as clap::CommandFactory>::command()
+}
+
 /// Runs the tool with `args` (the program name first) and returns its exit code.
 /// Parse errors and `--help` print and exit the process, as a command-line tool does.
 pub fn main_with_args<I, T>(args: I) -> i32

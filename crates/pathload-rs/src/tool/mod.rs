@@ -44,6 +44,12 @@ pub(crate) fn exit_for_reason(r: StopReason) -> i32 {
     }
 }
 
+/// The command line `pathload-rs` reads, with every subcommand and flag (for help texts and
+/// the guides' checks).
+pub fn command() -> clap::Command {
+    <cli::Cli as clap::CommandFactory>::command()
+}
+
 /// Runs the tool with `args` (the program name first, as `std::env::args_os` gives
 /// them) and returns its exit code. Parse errors and `--help` print and exit the
 /// process, as a command-line tool does.

@@ -552,8 +552,8 @@ fn pathload_loop(
             e.push(Estimate {
                 started,
                 ended: since(realtime_ns()),
-                low: f("low_mbps"),
-                high: f("high_mbps"),
+                low: f("low_bps") / 1e6,
+                high: f("high_bps") / 1e6,
                 converged: result.is_some() && code == 0,
                 exit_code: code,
             });

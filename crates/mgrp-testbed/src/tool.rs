@@ -103,15 +103,149 @@ pub fn snd_rcv(
         "snd did not end cleanly: {}",
         sender.log()
     );
-    let lines = log
+    let lines: Vec<Value> = log
         .lines()
         .filter(|l| l.starts_with('{'))
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
+    check_schema(&lines).with_context(|| format!("rcv's JSON lines: {log}"))?;
     Ok(Rcv {
         log,
         lines,
         code: status.code().unwrap_or(-1),
         wall,
     })
+}
+
+/// An event of a tool's JSON lines: its name and its fields, each with whether it is
+/// always there.
+pub type DocumentedEvent = (String, Vec<(String, bool)>);
+
+/// The events of `tool`'s JSON lines as its guide (`docs/TOOL.md`, its "JSON lines"
+/// table) lists them: each event with its fields, and whether each is always there.
+pub fn documented_schema(tool: &str) -> anyhow::Result<Vec<DocumentedEvent>> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../docs")
+        .join(format!("{tool}.md"));
+    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    let section = text
+        .split("### JSON lines")
+        .nth(1)
+        .with_context(|| format!("{}: no \"JSON lines\" section", path.display()))?;
+    let mut events = Vec::new();
+    for row in section.lines().skip_while(|l| !l.starts_with('|')) {
+        let Some(row) = row.strip_prefix("| `") else {
+            if row.starts_with('|') {
+                continue;
+            }
+            break;
+        };
+        let mut cells = row.split(" | ");
+        let event = cells.next().unwrap_or("").split('`').next().unwrap_or("");
+        let fields = cells
+            .next()
+            .unwrap_or("")
+            .trim_end_matches(" |")
+            .split(", ")
+            .filter_map(|f| {
+                let always = !f.ends_with('?');
+                let name = f.trim_end_matches('?').trim_matches('`');
+                (!name.is_empty()).then(|| (name.to_owned(), always))
+            })
+            .collect();
+        events.push((event.to_owned(), fields));
+    }
+    ensure!(events.len() >= 3, "{}: only {events:?}", path.display());
+    Ok(events)
+}
+
+/// Checks JSON lines against their tool's guide: the schema version, the tool and an
+/// event the guide lists on every line, every field always there present, no field
+/// the guide does not list, and no unit but base units at any depth.
+pub fn check_schema(lines: &[Value]) -> anyhow::Result<()> {
+    let mut guides = std::collections::BTreeMap::new();
+    for line in lines {
+        ensure!(
+            line["schema"] == mgrp_tool::json::SCHEMA,
+            "no schema {}: {line}",
+            mgrp_tool::json::SCHEMA
+        );
+        let tool = line["tool"].as_str().context("no tool")?;
+        let event = line["event"].as_str().context("no event")?;
+        if !guides.contains_key(tool) {
+            guides.insert(tool.to_owned(), documented_schema(tool)?);
+        }
+        let (_, fields) = guides[tool]
+            .iter()
+            .find(|(e, _)| e == event)
+            .with_context(|| format!("{tool}'s guide lists no {event} event: {line}"))?;
+        let keys = line.as_object().context("not an object")?;
+        for (name, always) in fields {
+            ensure!(
+                !always || keys.contains_key(name),
+                "{tool} {event} line without {name}: {line}"
+            );
+        }
+        for key in keys.keys() {
+            ensure!(
+                ["schema", "tool", "event"].contains(&key.as_str())
+                    || fields.iter().any(|(n, _)| n == key),
+                "{tool}'s guide does not list {key} in {event} lines: {line}"
+            );
+        }
+        let odd = mgrp_tool::json::non_base_keys(line);
+        ensure!(odd.is_empty(), "{tool} {event}: not base units: {odd:?}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn line(tool: &str, event: &str, fields: Value) -> Value {
+        serde_json::from_str(&mgrp_tool::json::line(tool, event, fields)).unwrap()
+    }
+
+    #[test]
+    fn every_guide_has_its_table_with_errors_and_warnings() {
+        for tool in ["pathload-rs", "pathchirp-rs", "badabing-rs", "btc-rs"] {
+            let events = documented_schema(tool).unwrap();
+            for e in ["result", "error", "warning"] {
+                assert!(events.iter().any(|(n, _)| n == e), "{tool}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn lines_are_held_to_the_guide() {
+        let ok = line("btc-rs", "error", json!({"error": "x", "exit_status": 6}));
+        check_schema(&[ok]).unwrap();
+        for (bad, says) in [
+            (
+                line("btc-rs", "error", json!({"error": "x"})),
+                "without exit_status",
+            ),
+            (
+                line(
+                    "btc-rs",
+                    "error",
+                    json!({"error": "x", "exit_status": 6, "why": 1}),
+                ),
+                "does not list why",
+            ),
+            (line("btc-rs", "nonsense", json!({})), "no nonsense event"),
+            (json!({"tool": "btc-rs", "event": "error"}), "no schema"),
+        ] {
+            let e = check_schema(&[bad]).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+        }
+        let optional = line(
+            "pathchirp-rs",
+            "chirp",
+            json!({"t_s": 1.0, "id": 3, "probes": 20, "smoothed": null, "new_range_bps": null}),
+        );
+        check_schema(&[optional]).unwrap();
+    }
 }

@@ -34,6 +34,35 @@ impl From<TransportArg> for Transport {
     }
 }
 
+/// Parses `args` (the program's name first) as `tool`'s command line `C`. Help and
+/// the version are printed; a usage error is said on stderr as clap says it, and also
+/// as a JSON line when `--json` is among the arguments. `Err` holds the exit status.
+pub fn parse<C, I, T>(tool: &str, args: I) -> Result<C, i32>
+where
+    C: clap::Parser,
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    C::try_parse_from(&args).map_err(|e| {
+        let _ = e.print();
+        if !e.use_stderr() {
+            return 0;
+        }
+        if args.iter().skip(1).any(|a| a == "--json") {
+            crate::json::enable();
+            let message = e.render().to_string();
+            let first = message.lines().next().unwrap_or("");
+            crate::json::error(
+                tool,
+                crate::exit::USAGE,
+                first.trim_start_matches("error: "),
+            );
+        }
+        crate::exit::USAGE
+    })
+}
+
 /// A tool's two roles: `snd`, the same for every tool, and `rcv` with the tool's
 /// own arguments `R` (whose doc comment is `rcv`'s line in `--help`).
 #[derive(Debug, Subcommand)]

@@ -20,19 +20,28 @@ pub const INTERRUPTED: i32 = 130;
 /// Bad arguments (what clap exits with for a usage error).
 pub const USAGE: i32 = 2;
 
-/// Says on stderr that a bad option stops `tool`; returns [`USAGE`].
+/// Says on stderr (and with `--json` in a JSON line) that a bad option stops `tool`;
+/// returns [`USAGE`].
 pub fn bad_options(tool: &str, e: impl std::fmt::Display) -> i32 {
-    eprintln!("{tool}: {e}");
-    USAGE
+    fail(tool, USAGE, &e.to_string())
+}
+
+/// Says on stderr (and with `--json` in a JSON line) that `tool` fails with `status`
+/// because of `message`; returns `status`.
+pub fn fail(tool: &str, status: i32, message: &str) -> i32 {
+    eprintln!("{tool}: {message}");
+    crate::json::error(tool, status, message);
+    status
 }
 
 /// Warns on stderr that `n` probes came without a kernel receive stamp (nothing if
 /// none did): their arrival times are the tool's reading times, less exact.
 pub fn warn_unstamped(tool: &str, n: u64) {
     if n > 0 {
-        eprintln!(
-            "{tool}: warning: {n} probes came without a kernel receive stamp and were stamped on reading"
-        );
+        let message =
+            format!("{n} probes came without a kernel receive stamp and were stamped on reading");
+        eprintln!("{tool}: warning: {message}");
+        crate::json::warning(tool, &message, serde_json::json!({"probes_unstamped": n}));
     }
 }
 

@@ -28,6 +28,7 @@ pub mod cli;
 pub mod conn;
 pub mod control;
 pub mod exit;
+pub mod json;
 pub mod kind;
 pub mod netlink;
 pub mod params;

@@ -95,21 +95,14 @@ impl MeasureError {
         matches!(self, Self::Refused(m) if m.starts_with(crate::BUSY))
     }
 
-    /// Says why on standard error as `tool` and gives the receiver's exit status.
+    /// Says why on standard error as `tool` (and with `--json` in a JSON line) and
+    /// gives the receiver's exit status.
     pub fn report(&self, tool: &str) -> i32 {
+        use crate::exit::fail;
         match self {
-            Self::Unreachable(e) => {
-                eprintln!("{tool}: {e}");
-                crate::exit::PEER
-            }
-            Self::Refused(_) => {
-                eprintln!("{tool}: {self}");
-                crate::exit::SENDER
-            }
-            Self::Failed(e) => {
-                eprintln!("{tool}: {e:#}");
-                crate::exit::ERROR
-            }
+            Self::Unreachable(e) => fail(tool, crate::exit::PEER, &e.to_string()),
+            Self::Refused(_) => fail(tool, crate::exit::SENDER, &self.to_string()),
+            Self::Failed(e) => fail(tool, crate::exit::ERROR, &format!("{e:#}")),
         }
     }
 }

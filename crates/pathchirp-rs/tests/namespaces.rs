@@ -84,7 +84,8 @@ fn case(transport: &str, cross: Cross) -> anyhow::Result<()> {
         let mut tail: Vec<f64> = lines
             .iter()
             .filter(|v| {
-                v["event"] == "chirp" && v["t"].as_f64().is_some_and(|t| t > (SECONDS - 10) as f64)
+                v["event"] == "chirp"
+                    && v["t_s"].as_f64().is_some_and(|t| t > (SECONDS - 10) as f64)
             })
             .filter_map(|v| v["smoothed"][key].as_f64())
             .collect();

@@ -107,10 +107,10 @@ fn one(case: Case, mode: &str, rcv: &[String]) -> anyhow::Result<Row> {
     let r = &m.run.result;
     let range = if r["converged"] == true {
         Some((
-            f(r, "low_mbps")?,
-            f(r, "high_mbps")?,
-            f(r, "unadjusted_low_mbps")?,
-            f(r, "unadjusted_high_mbps")?,
+            (f(r, "low_bps")? / 1e6),
+            (f(r, "high_bps")? / 1e6),
+            (f(r, "unadjusted_low_bps")? / 1e6),
+            (f(r, "unadjusted_high_bps")? / 1e6),
         ))
     } else {
         None
@@ -119,9 +119,9 @@ fn one(case: Case, mode: &str, rcv: &[String]) -> anyhow::Result<Row> {
         code: m.run.code,
         truth: m.truth,
         range,
-        bound: r["lower_bound_mbps"].as_f64(),
-        omega: f(r, "omega_mbps")?,
-        seconds: f(r, "seconds")?,
+        bound: r["lower_bound_bps"].as_f64().map(|b| b / 1e6),
+        omega: (f(r, "omega_bps")? / 1e6),
+        seconds: f(r, "elapsed_s")?,
         fleets: f(r, "fleets")?,
         probe_bytes: f(r, "probe_bytes")?,
         riding: f(r, "riding_probe_bytes")?,

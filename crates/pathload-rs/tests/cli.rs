@@ -68,6 +68,64 @@ fn an_unreachable_sender_exits_6_and_says_what_to_do() {
     assert!(err.contains("pathload-rs snd"), "{err}");
 }
 
+/// With `--json`, a failure is a JSON line too (and still text on stderr): a usage
+/// error, and a sender that cannot be reached.
+#[test]
+fn with_json_failures_are_lines_too() {
+    let lines = |stdout: &[u8]| -> Vec<Value> {
+        String::from_utf8_lossy(stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+            .collect()
+    };
+    let out = Command::new(BIN)
+        .args(["rcv", "--json", "--max-time", "soon"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let l = lines(&out.stdout);
+    assert_eq!(l.len(), 1, "{l:?}");
+    assert_eq!(l[0]["event"], "error");
+    assert_eq!(l[0]["schema"], mgrp_tool::json::SCHEMA);
+    assert_eq!(l[0]["tool"], "pathload-rs");
+    assert_eq!(l[0]["exit_status"], 2);
+    assert!(l[0]["error"].as_str().unwrap().contains("soon"), "{l:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("soon"));
+    let (port, _) = ports();
+    let out = Command::new(BIN)
+        .args([
+            "rcv",
+            "--json",
+            "--sender",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(6));
+    let l = lines(&out.stdout);
+    mgrp_testbed::tool::check_schema(&l).unwrap();
+    let e = l
+        .iter()
+        .find(|v| v["event"] == "error")
+        .expect("an error line");
+    assert_eq!(e["exit_status"], 6);
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot reach the sender"),
+        "{e}"
+    );
+    // Without --json, stdout stays empty.
+    let out = Command::new(BIN)
+        .args(["rcv", "--max-time", "soon"])
+        .output()
+        .unwrap();
+    assert!(out.stdout.is_empty());
+}
+
 #[test]
 fn no_mgrpd_names_the_socket() {
     let (port, probe) = ports();
@@ -126,13 +184,19 @@ fn a_one_fleet_run_ends_by_itself_with_a_full_result() {
             "--probe-port",
             &probe.to_string(),
         ])
-        .args(["--max-fleets", "1", "--json", "--plot"])
+        .args(["--max-fleets", "1", "--json", "--verbose", "--plot"])
         .arg(&svg)
         .output()
         .unwrap();
     let status = snd.wait().unwrap();
     assert!(status.success(), "the sender ends after one measurement");
     let r = result_of(&out.stdout);
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // Every line as the guide lists it, in base units.
+    mgrp_testbed::tool::check_schema(&lines).unwrap();
     let code = out.status.code();
     match r["stop_reason"].as_str() {
         Some("fleet_limit") => assert_eq!(code, Some(3)),
@@ -144,22 +208,22 @@ fn a_one_fleet_run_ends_by_itself_with_a_full_result() {
     assert_eq!(r["converged"], false);
     assert!(r["no_estimate"].is_string(), "{r}");
     for key in [
-        "low_mbps",
-        "high_mbps",
-        "unadjusted_low_mbps",
-        "unadjusted_high_mbps",
+        "low_bps",
+        "high_bps",
+        "unadjusted_low_bps",
+        "unadjusted_high_bps",
     ] {
         assert!(r.get(key).is_none(), "{key} in {r}");
     }
     for key in [
-        "above_mbps",
-        "below_mbps",
-        "unadjusted_above_mbps",
-        "unadjusted_below_mbps",
+        "above_bps",
+        "below_bps",
+        "unadjusted_above_bps",
+        "unadjusted_below_bps",
     ] {
         assert!(r["bounds"][key].is_number(), "{key} in {r}");
     }
-    for key in ["seconds", "fleets", "probe_bytes", "rider_bytes"] {
+    for key in ["elapsed_s", "fleets", "probe_bytes", "rider_bytes"] {
         assert!(r[key].is_number(), "{key} in {r}");
     }
     assert_eq!(r["fleets"], 1);
@@ -250,6 +314,6 @@ fn an_interrupted_run_says_it_has_no_estimate() {
     let r = result_of(&out.stdout);
     assert_eq!(r["stop_reason"], "interrupted");
     assert_eq!(r["converged"], false);
-    assert!(r.get("low_mbps").is_none(), "{r}");
+    assert!(r.get("low_bps").is_none(), "{r}");
     fake.join().unwrap();
 }

@@ -61,7 +61,7 @@ fn check(case: Case) -> anyhow::Result<serde_json::Value> {
         "rcv took {:?}",
         m.run.wall
     );
-    let (lo, hi) = (f(r, "low_mbps")?, f(r, "high_mbps")?);
+    let (lo, hi) = ((f(r, "low_bps")? / 1e6), (f(r, "high_bps")? / 1e6));
     ensure!(lo > 0.0 && lo <= hi, "bad range {lo}-{hi}");
     ensure!(
         lo - BAND * m.truth <= m.truth && m.truth <= hi + BAND * m.truth,
@@ -93,15 +93,15 @@ fn check(case: Case) -> anyhow::Result<serde_json::Value> {
         );
     if rides {
         ensure!(f(r, "rider_bytes")? > 0.0, "no rider rode: {r}");
-        ensure!(f(r, "unadjusted_high_mbps")? >= f(r, "high_mbps")?);
-        ensure!(f(r, "unadjusted_low_mbps")? >= f(r, "low_mbps")?);
+        ensure!((f(r, "unadjusted_high_bps")? / 1e6) >= (f(r, "high_bps")? / 1e6));
+        ensure!((f(r, "unadjusted_low_bps")? / 1e6) >= (f(r, "low_bps")? / 1e6));
         ensure!(
             r["adjustment"] == "complete",
             "the riders' accounting was not complete: {r}"
         );
     } else if case.transport == "mgrp" {
         ensure!(
-            f(r, "unadjusted_low_mbps")? - f(r, "low_mbps")? < 0.05,
+            (f(r, "unadjusted_low_bps")? / 1e6) - (f(r, "low_bps")? / 1e6) < 0.05,
             "traffic outside the tunnel rode in the probes: {r}"
         );
     }
@@ -110,7 +110,8 @@ fn check(case: Case) -> anyhow::Result<serde_json::Value> {
         // truth and well below the unadjusted one (a run whose sender counted no
         // riders arriving during its streams read 15-26 % high and near unadjusted).
         let mid = (lo + hi) / 2.0;
-        let unadjusted = (f(r, "unadjusted_low_mbps")? + f(r, "unadjusted_high_mbps")?) / 2.0;
+        let unadjusted =
+            ((f(r, "unadjusted_low_bps")? / 1e6) + (f(r, "unadjusted_high_bps")? / 1e6)) / 2.0;
         ensure!(
             (mid - m.truth).abs() <= MIDPOINT_BAND * m.truth,
             "adjusted midpoint {mid:.2} Mbit/s is not within {:.0} % of the truth {:.2}: {r}",

@@ -1,6 +1,7 @@
 //! The `rcv` command: one measurement ([`super::receiver::measure`]) printed as text
 //! or JSON lines, with its exit code.
 
+use mgrp_tool::json::emit;
 use serde_json::json;
 
 use super::TOOL;
@@ -34,6 +35,9 @@ fn line(e: &Estimate, slot_ms: f64) -> String {
 
 /// The `rcv` command; returns the exit code.
 pub(crate) fn run(args: &RcvArgs) -> i32 {
+    if args.json {
+        mgrp_tool::json::enable();
+    }
     let opts = match args.options() {
         Ok(o) => o,
         Err(e) => return mgrp_tool::exit::bad_options(TOOL, e),
@@ -44,10 +48,11 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
     let measured = measure(&opts, mgrp_tool::sys::interrupt_flag(), &mut |p| match p {
         Progress::Started { rtt } => {
             if json {
-                mgrp_rt::outln!(
-                    "{}",
-                    json!({"event": "start", "sender": sender, "transport": opts.session.transport.to_string(),
-                        "rtt_ms": rtt.as_secs_f64() * 1e3, "config": opts.config})
+                emit(
+                    TOOL,
+                    "start",
+                    json!({"sender": sender, "transport": opts.session.transport.to_string(),
+                        "rtt_s": rtt.as_secs_f64(), "config": opts.config}),
                 );
             } else {
                 mgrp_rt::outln!(
@@ -62,9 +67,10 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
         }
         Progress::Report { at, estimate } => {
             if json {
-                mgrp_rt::outln!(
-                    "{}",
-                    json!({"event": "estimate", "t": at.as_secs_f64(), "estimate": estimate})
+                emit(
+                    TOOL,
+                    "estimate",
+                    json!({"t_s": at.as_secs_f64(), "estimate": estimate}),
                 );
             } else {
                 mgrp_rt::outln!("{:8.1} s  {}", at.as_secs_f64(), line(estimate, slot_ms));
@@ -77,11 +83,12 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
     };
     let e = &m.estimate;
     if json {
-        mgrp_rt::outln!(
-            "{}",
-            json!({"event": "result", "estimate": e, "windows": m.windows,
+        emit(
+            TOOL,
+            "result",
+            json!({"estimate": e, "windows": m.windows,
                 "sampled_s": m.sampled.as_secs_f64(), "elapsed_s": m.elapsed.as_secs_f64(),
-                "peer_gone": m.end.peer_gone, "sender_failed": m.end.sender_failed})
+                "peer_gone": m.end.peer_gone, "sender_failed": m.end.sender_failed}),
         );
     } else {
         mgrp_rt::outln!("Result: {}", line(e, slot_ms));

@@ -14,8 +14,6 @@ pub use receiver::{MeasureOptions, Measurement, measure};
 
 use std::ffi::OsString;
 
-use clap::Parser;
-
 /// The tool's name, in the sender's log and in messages.
 pub(crate) const TOOL: &str = "btc-rs";
 
@@ -37,5 +35,8 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    cli::Cli::parse_from(args).role.run(TOOL, rcv::run)
+    match mgrp_tool::cli::parse::<cli::Cli, _, _>(TOOL, args) {
+        Ok(cli) => cli.role.run(TOOL, rcv::run),
+        Err(status) => status,
+    }
 }

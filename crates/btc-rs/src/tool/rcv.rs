@@ -1,6 +1,7 @@
 //! The `rcv` command: one measurement ([`super::receiver::measure`]) printed as text
 //! or JSON lines, with its exit code.
 
+use mgrp_tool::json::emit;
 use serde_json::json;
 
 use super::TOOL;
@@ -10,6 +11,9 @@ use crate::squeezed;
 
 /// The `rcv` command; returns the exit code.
 pub(crate) fn run(args: &RcvArgs) -> i32 {
+    if args.json {
+        mgrp_tool::json::enable();
+    }
     let opts = match args.options() {
         Ok(o) => o,
         Err(e) => return mgrp_tool::exit::bad_options(TOOL, e),
@@ -19,16 +23,17 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
         Err(e) => return e.report(TOOL),
     };
     if args.json {
-        mgrp_rt::outln!(
-            "{}",
-            json!({"event": "result", "sender": opts.session.sender,
+        emit(
+            TOOL,
+            "result",
+            json!({"sender": opts.session.sender,
                 "transport": opts.session.transport.to_string(),
-                "rtt_ms": m.rtt.as_secs_f64() * 1e3,
+                "rtt_s": m.rtt.as_secs_f64(),
                 "capacity_bps": m.capacity_bps, "capacity": m.capacity,
                 "squeezed": m.squeeze, "squeezed_skipped": m.squeeze_skipped,
                 "probe_bytes": m.probe_bytes, "rider_bytes": m.rider_bytes,
                 "elapsed_s": m.elapsed.as_secs_f64(),
-                "peer_gone": m.end.peer_gone, "sender_failed": m.end.sender_failed})
+                "peer_gone": m.end.peer_gone, "sender_failed": m.end.sender_failed}),
         );
     } else {
         print_text(&m);

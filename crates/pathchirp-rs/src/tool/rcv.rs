@@ -2,6 +2,7 @@
 //! or JSON lines, with its exit code.
 
 use mgrp_tool::control::Transport;
+use mgrp_tool::json::emit;
 use serde_json::json;
 
 use super::cli::RcvArgs;
@@ -25,6 +26,9 @@ fn reason(d: Discard) -> &'static str {
 
 /// The `rcv` command; returns the exit code.
 pub(crate) fn run(args: &RcvArgs) -> i32 {
+    if args.json {
+        mgrp_tool::json::enable();
+    }
     let opts = match args.options() {
         Ok(o) => o,
         Err(e) => return mgrp_tool::exit::bad_options(TOOL, e),
@@ -35,10 +39,11 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
     let measured = measure(&opts, mgrp_tool::sys::interrupt_flag(), &mut |p| match p {
         Progress::Started { rtt, .. } => {
             if json {
-                mgrp_rt::outln!(
-                    "{}",
-                    json!({"event": "start", "sender": sender, "transport": opts.session.transport.to_string(),
-                        "rtt_ms": rtt.as_secs_f64() * 1e3, "config": opts.config})
+                emit(
+                    TOOL,
+                    "start",
+                    json!({"sender": sender, "transport": opts.session.transport.to_string(),
+                        "rtt_s": rtt.as_secs_f64(), "config": opts.config}),
                 );
             } else {
                 mgrp_rt::outln!(
@@ -56,7 +61,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
         Progress::Chirp { at, spec, report } => {
             let t = at.as_secs_f64();
             if json {
-                let mut v = json!({"event": "chirp", "t": t, "id": spec.id, "probes": spec.packets(),
+                let mut v = json!({"t_s": t, "id": spec.id, "probes": spec.packets(),
                     "smoothed": report.smoothed, "new_range_bps": report.new_range});
                 match &report.outcome {
                     Ok(e) => {
@@ -70,7 +75,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
                     }
                     Err(d) => v["discarded"] = json!(d),
                 }
-                mgrp_rt::outln!("{v}");
+                emit(TOOL, "chirp", v);
                 return;
             }
             if verbose {
@@ -135,12 +140,13 @@ fn summary(m: &Measurement, json: bool, mgrp: bool) {
         0.0
     };
     if json {
-        mgrp_rt::outln!(
-            "{}",
-            json!({"event": "result", "last": m.last, "counts": c, "range_bps": m.range,
+        emit(
+            TOOL,
+            "result",
+            json!({"last": m.last, "counts": c, "range_bps": m.range,
                 "first_estimate_s": m.first_estimate, "elapsed_s": m.elapsed.as_secs_f64(),
-                "probe_bytes_per_minute": per_minute, "peer_gone": m.end.peer_gone,
-                "sender_failed": m.end.sender_failed})
+                "probe_bytes_per_second": per_minute / 60.0, "peer_gone": m.end.peer_gone,
+                "sender_failed": m.end.sender_failed}),
         );
         return;
     }

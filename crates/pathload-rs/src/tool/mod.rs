@@ -17,7 +17,6 @@ pub use receiver::{MeasureOptions, Measurement, Progress, measure};
 
 use std::ffi::OsString;
 
-use clap::Parser;
 use mgrp_tool::exit;
 
 use crate::StopReason;
@@ -58,5 +57,8 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    cli::Cli::parse_from(args).role.run(TOOL, rcv::run)
+    match mgrp_tool::cli::parse::<cli::Cli, _, _>(TOOL, args) {
+        Ok(cli) => cli.role.run(TOOL, rcv::run),
+        Err(status) => status,
+    }
 }

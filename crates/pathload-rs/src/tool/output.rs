@@ -3,9 +3,12 @@
 
 use std::io::{IsTerminal, Write};
 
-use crate::search::Bounds;
+use crate::search::{Bound, Bounds};
 use crate::{Adjustment, Event, FleetReport, FleetVerdict, Outcome, StreamSpec};
-use serde_json::json;
+use mgrp_tool::json::{bps, emit};
+use serde_json::{Value, json};
+
+use super::TOOL;
 
 /// Where and how results are printed.
 #[derive(Debug)]
@@ -20,6 +23,25 @@ pub(crate) struct Output {
 fn range(lo: Option<f64>, hi: Option<f64>) -> String {
     let f = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
     format!("{} - {}", f(lo), f(hi))
+}
+
+/// The search's bounds as JSON, in bit/s.
+fn bounds_json(b: &Bounds) -> Value {
+    let one = |x: Option<Bound>| {
+        x.map_or(Value::Null, |x| {
+            json!({"rate_bps": bps(x.rate), "competing_bps": bps(x.competing),
+                "unaccounted_bps": bps(x.unaccounted)})
+        })
+    };
+    json!({"rmin": one(b.rmin), "rmax": one(b.rmax), "gmin": one(b.gmin), "gmax": one(b.gmax)})
+}
+
+/// A fleet's report as JSON, in bit/s.
+fn fleet_json(f: &FleetReport) -> Value {
+    json!({"fleet": f.fleet, "requested_rate_bps": bps(f.requested_rate),
+        "actual_rate_bps": bps(f.actual_rate), "competing_rate_bps": bps(f.competing_rate),
+        "verdict": f.verdict, "end": f.end, "streams": f.streams, "trends": f.trends,
+        "bounds": bounds_json(&f.bounds), "aim_bps": f.aim.map(bps)})
 }
 
 fn bounds_lines(b: &Bounds) -> (String, String) {
@@ -53,16 +75,23 @@ impl Output {
     }
 
     /// The run's header.
-    pub(crate) fn start(&mut self, sender: &str, transport: &str, mode: &str, rtt_ms: f64) {
+    pub(crate) fn start(&mut self, sender: &str, transport: &str, mode: &str, rtt_s: f64) {
         if self.json {
-            let v = json!({"event": "start", "sender": sender, "transport": transport,
-                "mode": mode, "rtt_ms": rtt_ms});
-            self.line(&v.to_string());
+            self.emit(
+                "start",
+                json!({"sender": sender, "transport": transport, "mode": mode, "rtt_s": rtt_s}),
+            );
         } else {
             self.line(&format!(
-                "Receiver: sender {sender}, transport {transport}, mode {mode}, RTT {rtt_ms:.2} ms"
+                "Receiver: sender {sender}, transport {transport}, mode {mode}, RTT {:.2} ms",
+                rtt_s * 1e3
             ));
         }
+    }
+
+    fn emit(&mut self, event: &str, fields: Value) {
+        self.clear_progress();
+        emit(TOOL, event, fields);
     }
 
     /// A stream is about to be asked for.
@@ -95,7 +124,10 @@ impl Output {
                 coalescence,
             } => {
                 if self.json && self.verbose {
-                    self.line(&serde_json::to_string(ev).unwrap_or_default());
+                    self.emit(
+                        "train",
+                        json!({"id": id, "adr_bps": adr.map(bps), "coalescence": coalescence}),
+                    );
                 } else if !self.json {
                     match adr {
                         Some(a) if self.verbose => self.line(&format!(
@@ -116,7 +148,11 @@ impl Output {
                 max_rate,
             } => {
                 if self.json {
-                    self.line(&serde_json::to_string(ev).unwrap_or_default());
+                    self.emit(
+                        "initial_rate",
+                        json!({"adr_bps": bps(*adr), "omega_bps": bps(*omega),
+                            "chi_bps": bps(*chi), "max_rate_bps": bps(*max_rate)}),
+                    );
                 } else {
                     self.line(&format!("ADR [Mbps] : {adr:.2}"));
                     self.line(&format!(
@@ -125,10 +161,17 @@ impl Output {
                 }
             }
             Event::Stream {
-                stream, analysis, ..
+                fleet,
+                stream,
+                analysis,
             } => {
                 if self.json && self.verbose {
-                    self.line(&serde_json::to_string(ev).unwrap_or_default());
+                    let mut v = serde_json::to_value(analysis).unwrap_or_default();
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("fleet".into(), json!(fleet));
+                        o.insert("stream".into(), json!(stream));
+                    }
+                    self.emit("stream", v);
                 } else if self.verbose {
                     let f = |v: Option<f64>| {
                         v.map_or_else(|| "  -  ".to_string(), |v| format!("{v:5.2}"))
@@ -147,11 +190,7 @@ impl Output {
             Event::Fleet(f) => {
                 self.fleets.push(f.clone());
                 if self.json {
-                    let mut v = serde_json::to_value(ev).unwrap_or_default();
-                    if let Some(o) = v.as_object_mut() {
-                        o.insert("event".into(), json!("fleet"));
-                    }
-                    self.line(&v.to_string());
+                    self.emit("fleet", fleet_json(f));
                 } else {
                     let verdict = match f.verdict {
                         FleetVerdict::Increasing => "INCREASING",
@@ -197,10 +236,9 @@ impl Output {
         let converged = o.reason.converged();
         if self.json {
             let mut v = json!({
-                "event": "result",
                 "converged": converged,
                 "stop_reason": o.reason,
-                "seconds": seconds,
+                "elapsed_s": seconds,
                 "fleets": o.fleets,
                 "streams": o.streams,
                 "streams_kernel_stamped": o.streams_kernel_stamped,
@@ -208,25 +246,25 @@ impl Output {
                 "rider_bytes": o.rider_bytes,
                 "riding_probe_bytes": o.riding_probe_bytes,
                 "adjustment": o.adjustment,
-                "unaccounted_mbps": o.unaccounted,
-                "adr_mbps": o.adr,
-                "omega_mbps": o.omega,
-                "chi_mbps": o.chi,
-                "error": note,
+                "unaccounted_bps": bps(o.unaccounted),
+                "adr_bps": o.adr.map(bps),
+                "omega_bps": bps(o.omega),
+                "chi_bps": bps(o.chi),
+                "stopped_early": note,
             });
             if let Some(obj) = v.as_object_mut() {
                 if converged {
-                    obj.insert("low_mbps".into(), json!(o.low));
-                    obj.insert("high_mbps".into(), json!(o.high));
-                    obj.insert("unadjusted_low_mbps".into(), json!(o.unadjusted_low));
-                    obj.insert("unadjusted_high_mbps".into(), json!(o.unadjusted_high));
+                    obj.insert("low_bps".into(), json!(bps(o.low)));
+                    obj.insert("high_bps".into(), json!(bps(o.high)));
+                    obj.insert("unadjusted_low_bps".into(), json!(bps(o.unadjusted_low)));
+                    obj.insert("unadjusted_high_bps".into(), json!(bps(o.unadjusted_high)));
                 } else {
                     if o.lower_bound {
                         // Not a range, but an answer: at least the highest rate.
-                        obj.insert("lower_bound_mbps".into(), json!(o.low));
+                        obj.insert("lower_bound_bps".into(), json!(bps(o.low)));
                         obj.insert(
-                            "unadjusted_lower_bound_mbps".into(),
-                            json!(o.unadjusted_low),
+                            "unadjusted_lower_bound_bps".into(),
+                            json!(bps(o.unadjusted_low)),
                         );
                     }
                     // No range that reads like an answer: what the search had seen.
@@ -234,15 +272,15 @@ impl Output {
                     obj.insert(
                         "bounds".into(),
                         json!({
-                            "above_mbps": o.low,
-                            "below_mbps": o.high,
-                            "unadjusted_above_mbps": o.unadjusted_low,
-                            "unadjusted_below_mbps": o.unadjusted_high,
+                            "above_bps": bps(o.low),
+                            "below_bps": bps(o.high),
+                            "unadjusted_above_bps": bps(o.unadjusted_low),
+                            "unadjusted_below_bps": bps(o.unadjusted_high),
                         }),
                     );
                 }
             }
-            self.line(&v.to_string());
+            self.emit("result", v);
             return;
         }
         self.line("");

@@ -17,6 +17,9 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
         Mode::Slow => "slow",
         Mode::Fast => "fast",
     };
+    if args.json {
+        mgrp_tool::json::enable();
+    }
     let mut out = Output::new(args.json, args.verbose);
     let sender = format!("{}:{}", opts.session.sender, opts.session.port);
     let measured = measure(&opts, sys::interrupt_flag(), &mut |p| match p {
@@ -24,7 +27,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
             &sender,
             &opts.session.transport.to_string(),
             mode,
-            rtt.as_secs_f64() * 1e3,
+            rtt.as_secs_f64(),
         ),
         Progress::Stream {
             spec,
@@ -52,7 +55,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
     if let Some(path) = &args.plot
         && let Err(e) = plot::draw(path, &out.fleets, o)
     {
-        eprintln!("pathload-rs: {e:#}");
+        eprintln!("{}: {e:#}", super::TOOL);
     }
     m.exit_code()
 }

@@ -56,24 +56,26 @@ const POISSON_CONTROL_PORT: u16 = 55012;
 const POISSON_SENDER_PORT: u16 = 55013;
 const POISSON_PROBE_PORT: u16 = 55011;
 
-#[derive(Debug, Clone)]
+/// The bench's options (`cargo bench -p badabing-rs --bench episodes -- --help`).
+#[derive(Debug, Clone, clap::Parser)]
 struct Opts {
+    /// Runs of each case.
+    #[arg(long, default_value_t = 2)]
     runs: usize,
+    /// Seconds each run lasts.
+    #[arg(long, default_value_t = 120)]
     seconds: u64,
+    /// The loss regimes.
+    #[arg(long, value_delimiter = ',', default_values = ["short", "medium", "long"], value_parser = ["short", "medium", "long"])]
     regimes: Vec<String>,
+    /// How probes travel.
+    #[arg(long, value_delimiter = ',', default_values = ["udp", "mgrp"], value_parser = ["udp", "mgrp"])]
     transports: Vec<String>,
+    /// The probability p (badabing-rs's default unless given).
+    #[arg(long)]
     p: Option<f64>,
-}
-
-fn opts() -> Opts {
-    let a = mgrp_testbed::harness::BenchArgs::from_env();
-    Opts {
-        runs: a.parse("--runs", 2),
-        seconds: a.parse("--seconds", 120),
-        regimes: a.list("--regimes", &["short", "medium", "long"]),
-        transports: a.list("--transports", &["udp", "mgrp"]),
-        p: a.value("--p").and_then(|v| v.parse().ok()),
-    }
+    #[command(flatten)]
+    cargo: mgrp_testbed::harness::CargoBench,
 }
 
 /// (burst length, mean time between burst starts).
@@ -296,7 +298,7 @@ fn main() -> ExitCode {
     if let Some(code) = bench_start("episodes", roles) {
         return code;
     }
-    let o = opts();
+    let o = <Opts as clap::Parser>::parse();
     println!(
         "| regime | transport | truth F | truth D (slots) | drops | badabing F (err) | badabing D (err) | 95 % CI F / D | lost probes | truth F / D with near-full | Poisson F (err) | Poisson D slots (err) |"
     );

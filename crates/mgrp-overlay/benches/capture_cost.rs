@@ -93,19 +93,28 @@ fn mean(v: impl Iterator<Item = f64>) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
+/// The bench's options.
+#[derive(Debug, clap::Parser)]
+struct Opts {
+    /// Periods of each condition (each with and without the captures).
+    #[arg(long, default_value_t = 5)]
+    periods: u64,
+    /// Seconds of each half period.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// List nothing and end (what test runners ask of a bench).
+    #[arg(long, hide = true)]
+    list: bool,
+    #[command(flatten)]
+    cargo: mgrp_testbed::harness::CargoBench,
+}
+
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    if args.iter().any(|a| a == "--list") {
+    let o = <Opts as clap::Parser>::parse();
+    if o.list {
         return Ok(());
     }
-    let arg = |name: &str, default: u64| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let (periods, seconds) = (arg("--periods", 5), arg("--seconds", 10));
+    let (periods, seconds) = (o.periods, o.seconds);
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         anyhow::bail!("capture_cost builds network namespaces: run it as root");

@@ -98,68 +98,47 @@ pub fn run(tests: &[Test]) -> ExitCode {
     }
 }
 
-/// A bench's `--flag value` options (anything else on the command line, such as
-/// cargo's `--bench`, is ignored); a value that does not parse leaves the default.
-#[derive(Debug, Clone)]
-pub struct BenchArgs(Vec<String>);
-
-impl BenchArgs {
-    /// The process's arguments.
-    pub fn from_env() -> Self {
-        Self(std::env::args().skip(1).collect())
-    }
-
-    /// The value after the last `flag`, if any.
-    pub fn value(&self, flag: &str) -> Option<&str> {
-        let i = self.0.iter().rposition(|a| a == flag)?;
-        self.0.get(i + 1).map(String::as_str)
-    }
-
-    /// `flag`'s value parsed, or `default`.
-    pub fn parse<T: std::str::FromStr>(&self, flag: &str, default: T) -> T {
-        self.value(flag)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    }
-
-    /// `flag`'s comma-separated list, or `default`.
-    pub fn list(&self, flag: &str, default: &[&str]) -> Vec<String> {
-        self.value(flag).map_or_else(
-            || default.iter().map(ToString::to_string).collect(),
-            |v| v.split(',').map(ToString::to_string).collect(),
-        )
-    }
+/// The flag cargo gives a bench it runs (`--bench`): every bench's clap command
+/// flattens this in, so cargo's flag is taken and anything else unknown is refused.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CargoBench {
+    /// Given by `cargo bench`.
+    #[arg(long, hide = true)]
+    pub bench: bool,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser as _;
+
+    #[derive(Debug, clap::Parser)]
+    struct Opts {
+        #[arg(long, default_value_t = 3)]
+        runs: u32,
+        #[arg(long, value_delimiter = ',', default_values = ["sender", "router"], value_parser = ["sender", "router"])]
+        shapers: Vec<String>,
+        #[command(flatten)]
+        cargo: CargoBench,
+    }
 
     #[test]
-    fn bench_flags_take_their_values_and_fall_back_to_defaults() {
-        let a = BenchArgs(
-            [
-                "--bench",
-                "--runs",
-                "5",
-                "--cross",
-                "quiet,cbr",
-                "--p",
-                "x",
-                "--runs",
-                "7",
-            ]
-            .map(String::from)
-            .to_vec(),
-        );
-        assert_eq!(a.parse("--runs", 1u32), 7);
-        assert_eq!(a.parse("--p", 0.3), 0.3);
-        assert_eq!(a.parse("--seconds", 40u64), 40);
-        assert_eq!(a.list("--cross", &["tcp"]), ["quiet", "cbr"]);
+    fn bench_flags_are_checked_not_ignored() {
+        let o =
+            Opts::try_parse_from(["b", "--bench", "--runs", "5", "--shapers", "router"]).unwrap();
         assert_eq!(
-            a.list("--shapers", &["sender", "router"]),
-            ["sender", "router"]
+            (o.runs, o.shapers.as_slice()),
+            (5, ["router".to_owned()].as_slice())
         );
-        assert_eq!(a.value("--cc"), None);
+        assert!(o.cargo.bench);
+        let o = Opts::try_parse_from(["b"]).unwrap();
+        assert_eq!(o.shapers, ["sender", "router"]);
+        for bad in [
+            &["b", "--runs", "x"][..],
+            &["b", "--shapers", "sender,nowhere"],
+            &["b", "--rnus", "3"],
+        ] {
+            assert!(Opts::try_parse_from(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -34,6 +34,55 @@ impl From<TransportArg> for Transport {
     }
 }
 
+/// A duration flag whose bare number is in seconds, as the tools always read it
+/// (`--duration 90`), that also takes humantime's units (`90s`, `1m 30s`, `2h`, `250ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Seconds(pub std::time::Duration);
+
+/// A duration flag whose bare number is in milliseconds (`--slot 5`), that also takes
+/// humantime's units (`5ms`, `1.5ms`, `500us`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Millis(pub std::time::Duration);
+
+/// `text` as a duration: a bare number in units of `unit` seconds, or humantime's.
+fn duration(text: &str, unit: f64, bare: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    if let Ok(x) = text.parse::<f64>() {
+        return std::time::Duration::try_from_secs_f64(x * unit).map_err(|_| {
+            format!("{text:?} is not a duration: give a number of {bare} at least 0, or a unit (90s, 1m 30s, 5ms)")
+        });
+    }
+    humantime::parse_duration(text).map_err(|e| {
+        format!("{text:?} is not a duration ({e}): give a number of {bare}, or a number and a unit (90s, 1m 30s, 5ms)")
+    })
+}
+
+impl std::str::FromStr for Seconds {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        duration(s, 1.0, "seconds").map(Self)
+    }
+}
+
+impl std::str::FromStr for Millis {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        duration(s, 1e-3, "milliseconds").map(Self)
+    }
+}
+
+impl std::fmt::Display for Seconds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+
+impl std::fmt::Display for Millis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+
 /// Parses `args` (the program's name first) as `tool`'s command line `C`. Help and
 /// the version are printed; a usage error is said on stderr as clap says it, and also
 /// as a JSON line when `--json` is among the arguments. `Err` holds the exit status.
@@ -196,5 +245,36 @@ impl PeerArgs {
             sender_is: format!("`{tool} snd` (port {})", self.port),
             tool: tool.to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_are_bare_numbers_in_their_unit_or_humane() {
+        let s = |t: &str| t.parse::<Seconds>().map(|x| x.0);
+        let m = |t: &str| t.parse::<Millis>().map(|x| x.0);
+        assert_eq!(s("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(s("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(s("1m 30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(s("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(m("5"), Ok(Duration::from_millis(5)));
+        assert_eq!(m("500us"), Ok(Duration::from_micros(500)));
+        assert_eq!(m("1s"), Ok(Duration::from_secs(1)));
+        for bad in ["-1", "soon", "5 parsecs", "NaN", ""] {
+            let e = s(bad).unwrap_err();
+            assert!(e.contains("not a duration"), "{bad}: {e}");
+        }
+        assert_eq!(Seconds(Duration::from_secs(600)).to_string(), "10m");
+        assert_eq!(Millis(Duration::from_millis(100)).to_string(), "100ms");
+        assert_eq!(
+            Millis(Duration::from_millis(100))
+                .to_string()
+                .parse::<Millis>(),
+            Ok(Millis(Duration::from_millis(100)))
+        );
     }
 }

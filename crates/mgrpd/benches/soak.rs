@@ -116,17 +116,26 @@ fn flood(c: &Netns, key: &Key, pps: u64, stop: Arc<AtomicBool>) -> std::thread::
     })
 }
 
+/// The bench's options.
+#[derive(Debug, clap::Parser)]
+struct Opts {
+    /// How long to soak, seconds.
+    #[arg(default_value_t = 600)]
+    seconds: u64,
+    /// Packets a second C floods B with.
+    #[arg(default_value_t = 5000)]
+    flood_pps: u64,
+    #[command(flatten)]
+    cargo: mgrp_testbed::harness::CargoBench,
+}
+
 fn main() {
     if !mgrp_testbed::is_root() {
         eprintln!("soak: needs root to create network namespaces");
         std::process::exit(1);
     }
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let seconds: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(600);
-    let pps: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5000);
+    let o = <Opts as clap::Parser>::parse();
+    let (seconds, pps) = (o.seconds, o.flood_pps);
 
     let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
     // C, a stranger on its own link to B.

@@ -32,31 +32,40 @@ use pathchirp_rs::Onset;
 const CROSS: f64 = 4.0;
 const OTHER_B: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 3);
 
-#[derive(Debug, Clone)]
+/// The bench's options (`cargo bench -p pathchirp-rs --bench accuracy -- --help`).
+#[derive(Debug, Clone, clap::Parser)]
 struct Opts {
+    /// Runs of each case.
+    #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Seconds each run lasts.
+    #[arg(long, default_value_t = 40)]
     seconds: u64,
+    /// Where the bottleneck's shaper is.
+    #[arg(long, value_delimiter = ',', default_values = ["sender", "router"], value_parser = ["sender", "router"])]
     shapers: Vec<String>,
+    /// How probes travel.
+    #[arg(long, value_delimiter = ',', default_values = ["udp", "mgrp"], value_parser = ["udp", "mgrp"])]
     transports: Vec<String>,
+    /// The cross traffic (4 Mbit/s).
+    #[arg(long, value_delimiter = ',', default_values = ["quiet", "cbr", "tcp"], value_parser = ["quiet", "cbr", "tcp"])]
     cross: Vec<String>,
+    /// Where pathChirp reads the final queue's onset.
+    #[arg(long, default_value = "tail", value_parser = onset)]
     onset: Onset,
+    /// The bottleneck's burst, bytes.
+    #[arg(long, default_value_t = 1540)]
     burst: u32,
+    #[command(flatten)]
+    cargo: mgrp_testbed::harness::CargoBench,
 }
 
-fn opts() -> Opts {
-    let a = mgrp_testbed::harness::BenchArgs::from_env();
-    Opts {
-        runs: a.parse("--runs", 3),
-        seconds: a.parse("--seconds", 40),
-        shapers: a.list("--shapers", &["sender", "router"]),
-        transports: a.list("--transports", &["udp", "mgrp"]),
-        cross: a.list("--cross", &["quiet", "cbr", "tcp"]),
-        onset: match a.value("--onset") {
-            Some("first-rise") => Onset::FirstRise,
-            Some("output") => Onset::Output,
-            _ => Onset::Tail,
-        },
-        burst: a.parse("--burst", 1540),
+fn onset(text: &str) -> Result<Onset, String> {
+    match text {
+        "tail" => Ok(Onset::Tail),
+        "output" => Ok(Onset::Output),
+        "first-rise" => Ok(Onset::FirstRise),
+        _ => Err(format!("{text:?}: tail, output or first-rise")),
     }
 }
 
@@ -190,7 +199,7 @@ fn main() -> ExitCode {
     if let Some(code) = bench_start("accuracy", roles) {
         return code;
     }
-    let o = opts();
+    let o = <Opts as clap::Parser>::parse();
     println!(
         "| shaper | transport | cross | truth | pathChirp median (error) | measured | first estimate | MB/min | rider share | pathload truth | pathload range | pathload MB (s) |"
     );

@@ -37,26 +37,29 @@ use mgrp_testbed::traffic::{Source, tcp_bulk};
 use mgrp_testbed::{ADDR_A, ADDR_B, TwoHostOptions, TwoHosts};
 use mgrp_tool::{ServeOptions, Server, SessionOptions, Transport};
 
-#[derive(Debug, Clone)]
+/// The bench's options (`cargo bench -p pathchirp-rs --bench friendliness -- --help`).
+#[derive(Debug, Clone, clap::Parser)]
 struct Opts {
+    /// The methods measured beside the flows (`none`: the flows alone).
+    #[arg(long, value_delimiter = ',', default_values = ["none", "pathload", "pathchirp", "badabing"], value_parser = ["none", "pathload", "pathchirp", "badabing"])]
     methods: Vec<String>,
+    /// How probes travel.
+    #[arg(long, value_delimiter = ',', default_values = ["udp", "mgrp"], value_parser = ["udp", "mgrp"])]
     transports: Vec<String>,
+    /// Repeats of each case.
+    #[arg(long, default_value_t = 3)]
     repeats: u32,
+    /// TCP flows sharing the path.
+    #[arg(long, default_value_t = 4)]
     flows: u16,
+    /// Seconds of each phase.
+    #[arg(long, default_value_t = 20)]
     phase: u64,
+    /// The flows' congestion control (the kernel's default unless given).
+    #[arg(long = "cc")]
     congestion: Option<String>,
-}
-
-fn opts() -> Opts {
-    let a = mgrp_testbed::harness::BenchArgs::from_env();
-    Opts {
-        methods: a.list("--methods", &["none", "pathload", "pathchirp", "badabing"]),
-        transports: a.list("--transports", &["udp", "mgrp"]),
-        repeats: a.parse("--repeats", 3),
-        flows: a.parse("--flows", 4),
-        phase: a.parse("--phase", 20),
-        congestion: a.value("--cc").map(ToString::to_string),
-    }
+    #[command(flatten)]
+    cargo: mgrp_testbed::harness::CargoBench,
 }
 
 /// What one measurement sent.
@@ -217,7 +220,7 @@ fn main() -> ExitCode {
     if let Some(code) = bench_start("friendliness", roles) {
         return code;
     }
-    let o = opts();
+    let o = <Opts as clap::Parser>::parse();
     println!(
         "| method | transport | TCP | TCP off (Mbit/s) | TCP on (Mbit/s) | time on (s) | probes (Mbit/s on) | riders / probe bytes | TCP lost (Mbit) | probe (Mbit) | lost per probe bit |"
     );

@@ -28,33 +28,35 @@ use mgrp_testbed::harness::{Role, bench_start};
 const MAX_TIME: u64 = 60;
 const CROSS: f64 = 4.0;
 
-#[derive(Debug, Clone)]
+/// The bench's options (`cargo bench -p pathload-rs --bench accuracy -- --help`).
+#[derive(Debug, Clone, clap::Parser)]
 struct Opts {
+    /// Runs of each case.
+    #[arg(long, default_value_t = 10)]
     runs: usize,
+    /// pathload-rs's modes.
+    #[arg(long, value_delimiter = ',', default_values = ["fast"], value_parser = ["fast", "slow"])]
     modes: Vec<String>,
+    /// Where the bottleneck's shaper is.
+    #[arg(long, value_delimiter = ',', default_values = ["sender", "router"], value_parser = ["sender", "router"])]
     shapers: Vec<String>,
+    /// How probes travel.
+    #[arg(long, value_delimiter = ',', default_values = ["udp", "mgrp"], value_parser = ["udp", "mgrp"])]
     transports: Vec<String>,
+    /// The cross traffic (4 Mbit/s).
+    #[arg(long, value_delimiter = ',', default_values = ["quiet", "cbr", "tcp"], value_parser = ["quiet", "cbr", "riding", "tcp", "bursty"])]
     cross: Vec<String>,
-    rcv: Vec<String>,
+    /// More flags for `pathload-rs rcv`, in one argument.
+    #[arg(long, allow_hyphen_values = true, value_name = "FLAGS")]
+    rcv: Option<String>,
+    /// The bottleneck's rate, Mbit/s.
+    #[arg(long, default_value_t = 10.0)]
     rate: f64,
+    /// The bottleneck's burst, bytes.
+    #[arg(long, default_value_t = 1540)]
     burst: u32,
-}
-
-fn opts() -> Opts {
-    let a = mgrp_testbed::harness::BenchArgs::from_env();
-    Opts {
-        runs: a.parse("--runs", 10),
-        modes: a.list("--modes", &["fast"]),
-        shapers: a.list("--shapers", &["sender", "router"]),
-        transports: a.list("--transports", &["udp", "mgrp"]),
-        cross: a.list("--cross", &["quiet", "cbr", "tcp"]),
-        rcv: a
-            .value("--rcv")
-            .map(|v| v.split_whitespace().map(ToString::to_string).collect())
-            .unwrap_or_default(),
-        rate: a.parse("--rate", 10.0),
-        burst: a.parse("--burst", 1540),
-    }
+    #[command(flatten)]
+    cargo: mgrp_testbed::harness::CargoBench,
 }
 
 /// One run: its exit status and, when it converged, its figures.
@@ -150,7 +152,12 @@ fn main() -> ExitCode {
     if let Some(code) = bench_start("accuracy", roles) {
         return code;
     }
-    let o = opts();
+    let o = <Opts as clap::Parser>::parse();
+    let rcv: Vec<String> = o
+        .rcv
+        .as_deref()
+        .map(|v| v.split_whitespace().map(ToString::to_string).collect())
+        .unwrap_or_default();
     println!(
         "shaper\ttransport\tmode\tcross\trun\texit\ttruth\tlow\thigh\tunadj_low\tunadj_high\terr%\tinside\tseconds\twall\tfleets\tprobe_MB\triding%\tkernel_stamped\tcross_mbps\tlower_bound"
     );
@@ -185,7 +192,7 @@ fn main() -> ExitCode {
                             shaper.name(),
                             cross.name()
                         );
-                        match one(case, mode, &o.rcv) {
+                        match one(case, mode, &rcv) {
                             Ok(r) => {
                                 let (lo, hi, ulo, uhi) =
                                     r.range.unwrap_or((f64::NAN, f64::NAN, f64::NAN, f64::NAN));

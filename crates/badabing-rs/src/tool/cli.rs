@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::{Args, Parser};
-use mgrp_tool::cli::{PeerArgs, Role};
+use mgrp_tool::cli::{Millis, PeerArgs, Role, Seconds};
 
 use crate::params;
 use crate::tool::TOOL;
@@ -38,15 +38,15 @@ pub(crate) struct Cli {
 pub(crate) struct RcvArgs {
     #[command(flatten)]
     pub(crate) peer: PeerArgs,
-    /// How long to measure, in seconds.
-    #[arg(long, short = 't', default_value_t = 60.0)]
-    pub(crate) duration: f64,
-    /// Print the estimates every this many seconds (0: only at the end).
-    #[arg(long, default_value_t = 10.0)]
-    pub(crate) report: f64,
-    /// Slot length Δ, ms.
-    #[arg(long, default_value_t = params::SLOT_NS as f64 / 1e6)]
-    pub(crate) slot: f64,
+    /// How long to measure (seconds, or 90s, 10m).
+    #[arg(long, short = 't', value_name = "DURATION", default_value_t = Seconds(Duration::from_secs(60)))]
+    pub(crate) duration: Seconds,
+    /// Print the estimates this often (seconds, or 30s, 1m; 0: only at the end).
+    #[arg(long, value_name = "DURATION", default_value_t = Seconds(Duration::from_secs(10)))]
+    pub(crate) report: Seconds,
+    /// Slot length Δ (milliseconds, or 5ms, 500us).
+    #[arg(long, value_name = "DURATION", default_value_t = Millis(Duration::from_nanos(params::SLOT_NS)))]
+    pub(crate) slot: Millis,
     /// Probability that an experiment starts in a slot, in (0, 1].
     #[arg(long, short = 'p', default_value_t = params::P)]
     pub(crate) p: f64,
@@ -63,9 +63,9 @@ pub(crate) struct RcvArgs {
     /// seen around losses.
     #[arg(long, default_value_t = params::ALPHA)]
     pub(crate) alpha: f64,
-    /// "Around losses": within this many ms of a lost probe.
-    #[arg(long, default_value_t = params::TAU_NS as f64 / 1e6)]
-    pub(crate) tau: f64,
+    /// "Around losses": within this long of a lost probe (milliseconds, or 50ms).
+    #[arg(long, value_name = "DURATION", default_value_t = Millis(Duration::from_nanos(params::TAU_NS)))]
+    pub(crate) tau: Millis,
     /// The slowest link rate on the path, Mbit/s: a slot must be longer than a probe
     /// takes there.
     #[arg(long, default_value_t = 1000.0)]
@@ -78,30 +78,20 @@ pub(crate) struct RcvArgs {
     pub(crate) json: bool,
 }
 
-fn ns(ms: f64, what: &str) -> Result<u64, ConfigError> {
-    if ms.is_finite() && ms > 0.0 {
-        Ok((ms * 1e6) as u64)
-    } else {
-        Err(ConfigError(format!(
-            "{what} {ms} must be a positive number of ms"
-        )))
+fn ns(d: Millis, what: &str) -> Result<u64, ConfigError> {
+    match u64::try_from(d.0.as_nanos()) {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(ConfigError(format!(
+            "{what} {d} must be longer than 0 (and shorter than centuries)"
+        ))),
     }
 }
 
 impl RcvArgs {
     /// The measurement these flags ask for, or what is wrong with them.
     pub(crate) fn options(&self) -> Result<MeasureOptions, ConfigError> {
-        if !(self.duration.is_finite() && self.duration > 0.0) {
-            return Err(ConfigError(format!(
-                "--duration {} must be a positive number of seconds",
-                self.duration
-            )));
-        }
-        if !(self.report.is_finite() && self.report >= 0.0) {
-            return Err(ConfigError(format!(
-                "--report {} must be 0 or a positive number of seconds",
-                self.report
-            )));
+        if self.duration.0.is_zero() {
+            return Err(ConfigError("--duration must be longer than 0".into()));
         }
         if !(self.line_rate.is_finite() && self.line_rate > 0.0) {
             return Err(ConfigError(format!(
@@ -131,8 +121,8 @@ impl RcvArgs {
             session: self.peer.options(TOOL),
             config,
             line_bps: self.line_rate * 1e6,
-            duration: Duration::from_secs_f64(self.duration),
-            report_every: (self.report > 0.0).then(|| Duration::from_secs_f64(self.report)),
+            duration: self.duration.0,
+            report_every: (!self.report.0.is_zero()).then_some(self.report.0),
         })
     }
 }

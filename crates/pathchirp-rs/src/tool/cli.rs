@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, ValueEnum};
-use mgrp_tool::cli::{PeerArgs, Role};
+use mgrp_tool::cli::{PeerArgs, Role, Seconds};
 
 use crate::analysis::{Onset, Params};
 use crate::params;
@@ -52,9 +52,9 @@ pub(crate) enum OnsetArg {
 pub(crate) struct RcvArgs {
     #[command(flatten)]
     pub(crate) peer: PeerArgs,
-    /// How long to measure, in seconds (pathChirp 2.3's -t).
-    #[arg(long, short = 't', default_value_t = 600.0)]
-    pub(crate) duration: f64,
+    /// How long to measure (seconds, or 10m, 1h 30m; pathChirp 2.3's -t).
+    #[arg(long, short = 't', value_name = "DURATION", default_value_t = Seconds(Duration::from_secs(600)))]
+    pub(crate) duration: Seconds,
     /// Lowest rate inside a chirp, Mbit/s (-l).
     #[arg(long, short = 'l', default_value_t = params::LOW_BPS / 1e6)]
     pub(crate) low: f64,
@@ -100,11 +100,8 @@ pub(crate) struct RcvArgs {
 impl RcvArgs {
     /// The measurement these flags ask for, or what is wrong with them.
     pub(crate) fn options(&self) -> Result<MeasureOptions, ConfigError> {
-        if !(self.duration.is_finite() && self.duration > 0.0) {
-            return Err(ConfigError(format!(
-                "--duration {} must be a positive number of seconds",
-                self.duration
-            )));
+        if self.duration.0.is_zero() {
+            return Err(ConfigError("--duration must be longer than 0".into()));
         }
         let config = Config {
             size: self.size,
@@ -129,7 +126,7 @@ impl RcvArgs {
         Ok(MeasureOptions {
             session: self.peer.options(TOOL),
             config,
-            duration: Duration::from_secs_f64(self.duration),
+            duration: self.duration.0,
         })
     }
 }

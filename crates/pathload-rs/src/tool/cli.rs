@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::params::{DEFAULT_MAX_FLEETS, DEFAULT_MAX_SECONDS, STREAM_DURATION_NS};
 use clap::{Args, Parser, ValueEnum};
-use mgrp_tool::cli::{PeerArgs, Role};
+use mgrp_tool::cli::{Millis, PeerArgs, Role, Seconds};
 
 use crate::Mode;
 use crate::tool::TOOL;
@@ -51,9 +51,10 @@ pub(crate) struct RcvArgs {
     /// Idle between streams.
     #[arg(long, value_enum, default_value_t = ModeArg::Slow)]
     pub(crate) mode: ModeArg,
-    /// Stop after this many seconds; without convergence there is no estimate (exit 3).
-    #[arg(long, default_value_t = DEFAULT_MAX_SECONDS)]
-    pub(crate) max_time: u64,
+    /// Stop after this long (seconds, or 90s, 2m); without convergence there is no
+    /// estimate (exit 3).
+    #[arg(long, value_name = "DURATION", default_value_t = Seconds(Duration::from_secs(DEFAULT_MAX_SECONDS)))]
+    pub(crate) max_time: Seconds,
     /// Stop after this many fleets; without convergence there is no estimate (exit 3).
     #[arg(long, default_value_t = DEFAULT_MAX_FLEETS)]
     pub(crate) max_fleets: u32,
@@ -64,11 +65,11 @@ pub(crate) struct RcvArgs {
     /// --stream-duration at each stream's rate, at least 100.
     #[arg(long, value_parser = clap::value_parser!(u32).range(40..=3000))]
     pub(crate) packets: Option<u32>,
-    /// How long each stream lasts unless --packets fixes its length, in ms. Longer
-    /// streams read a token-bucket shaper's rate rather than its burst, at the cost of
-    /// more probe bytes and longer runs.
-    #[arg(long, value_name = "MS", default_value_t = STREAM_DURATION_NS / 1_000_000, value_parser = clap::value_parser!(u64).range(5..=1000))]
-    pub(crate) stream_duration: u64,
+    /// How long each stream lasts unless --packets fixes its length (milliseconds, or
+    /// 100ms, 0.5s), 5 ms to 1 s. Longer streams read a token-bucket shaper's rate
+    /// rather than its burst, at the cost of more probe bytes and longer runs.
+    #[arg(long, value_name = "DURATION", default_value_t = Millis(Duration::from_nanos(STREAM_DURATION_NS)), value_parser = stream_duration)]
+    pub(crate) stream_duration: Millis,
     /// Send every stream of a fleet even when its verdict is already certain.
     #[arg(long)]
     pub(crate) full_fleets: bool,
@@ -89,6 +90,16 @@ pub(crate) struct RcvArgs {
     pub(crate) verbose: bool,
 }
 
+/// `--stream-duration`: 5 ms to 1 s.
+fn stream_duration(text: &str) -> Result<Millis, String> {
+    let d: Millis = text.parse()?;
+    if (Duration::from_millis(5)..=Duration::from_secs(1)).contains(&d.0) {
+        Ok(d)
+    } else {
+        Err(format!("{d} is not within 5ms to 1s"))
+    }
+}
+
 impl RcvArgs {
     /// The measurement these flags ask for.
     pub(crate) fn options(&self) -> MeasureOptions {
@@ -98,11 +109,11 @@ impl RcvArgs {
                 ModeArg::Slow => Mode::Slow,
                 ModeArg::Fast => Mode::Fast,
             },
-            max_time: Duration::from_secs(self.max_time),
+            max_time: self.max_time.0,
             max_fleets: self.max_fleets,
             resolution: self.resolution,
             packets: self.packets,
-            stream_duration: Duration::from_millis(self.stream_duration),
+            stream_duration: self.stream_duration.0,
             full_fleets: self.full_fleets,
             bisect: self.bisect,
         }

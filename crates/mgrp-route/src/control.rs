@@ -195,7 +195,7 @@ pub fn start(
             warn!("route control: cleanup: {e}");
         }
         anyhow::bail!(
-            "route control cannot install its routes: {e}; it needs CAP_NET_ADMIN, the ip and nft commands, and mgrpd running with the next-hop devices of [[routing.member]]"
+            "route control cannot install its routes: {e}; it needs CAP_NET_ADMIN, the nft command, and mgrpd running with the next-hop devices of [[routing.member]]"
         );
     }
     let echo = UdpSocket::bind(SocketAddr::new(

@@ -18,6 +18,7 @@
 
 pub mod control;
 pub mod model;
+mod netlink;
 pub mod policy;
 pub mod settings;
 pub mod tls;

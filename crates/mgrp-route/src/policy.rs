@@ -32,6 +32,7 @@ use std::process::Command;
 
 use mgrp_core::peers::Prefix;
 
+use crate::netlink::{self, Route, Rule};
 use crate::settings::Routing;
 
 /// The mask of the marks route control sets.
@@ -91,17 +92,26 @@ pub struct Policy {
     priority: u32,
     source: Option<std::net::Ipv4Addr>,
     tun: String,
-    installed_rules: Vec<Vec<String>>,
+    installed_rules: Vec<Rule>,
     installed_tables: Vec<u32>,
     nft_installed: bool,
 }
 
-/// A command that failed, in words.
+/// A command or netlink request that failed, in words.
 #[derive(Debug, thiserror::Error)]
 #[error("{command}: {why}")]
 pub struct PolicyError {
     command: String,
     why: String,
+}
+
+impl PolicyError {
+    fn netlink(what: impl std::fmt::Display, why: String) -> Self {
+        Self {
+            command: format!("netlink: {what}"),
+            why,
+        }
+    }
 }
 
 fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, PolicyError> {
@@ -176,60 +186,56 @@ impl Policy {
         }
     }
 
-    fn rule_args(&self, id: u32) -> Vec<String> {
-        vec![
-            "priority".into(),
-            self.priority.to_string(),
-            "fwmark".into(),
-            format!("{:#x}/{MARK_MASK:#x}", mark(id)),
-            "lookup".into(),
-            (self.table_base + id).to_string(),
-        ]
+    fn path_rule(&self, id: u32) -> Rule {
+        Rule {
+            priority: self.priority,
+            mark: mark(id),
+            mask: MARK_MASK,
+            table: self.table_base + id,
+        }
     }
 
-    fn heartbeat_rule_args(&self, member: usize) -> Vec<String> {
-        vec![
-            "priority".into(),
-            self.priority.to_string(),
-            "fwmark".into(),
-            format!("{:#x}/0xffffffff", heartbeat_mark(member)),
-            "lookup".into(),
-            (self.table_base + HEARTBEAT_TABLES + member as u32).to_string(),
-        ]
+    fn heartbeat_rule(&self, member: usize) -> Rule {
+        Rule {
+            priority: self.priority,
+            mark: heartbeat_mark(member),
+            mask: u32::MAX,
+            table: self.table_base + HEARTBEAT_TABLES + member as u32,
+        }
     }
 
     /// Every rule this plan installs.
-    fn all_rules(&self) -> Vec<Vec<String>> {
+    fn all_rules(&self) -> Vec<Rule> {
         self.paths
             .iter()
-            .map(|p| self.rule_args(p.id))
+            .map(|p| self.path_rule(p.id))
             .chain(
                 self.heartbeats
                     .iter()
-                    .map(|(i, _, _)| self.heartbeat_rule_args(*i)),
+                    .map(|(i, _, _)| self.heartbeat_rule(*i)),
             )
             .collect()
     }
 
-    /// Every route this plan installs: table, destination, device, with a source.
-    fn all_routes(&self) -> Vec<(u32, String, String, bool)> {
+    /// Every route this plan installs (IPv4 only: what is not is left out).
+    fn all_routes(&self) -> Vec<Route> {
         self.paths
             .iter()
-            .map(|p| {
-                (
-                    self.table_base + p.id,
-                    p.prefix.to_string(),
-                    p.device.clone(),
-                    true,
-                )
+            .filter_map(|p| {
+                Some(Route {
+                    table: self.table_base + p.id,
+                    destination: (netlink::v4(p.prefix.addr())?, p.prefix.len()),
+                    device: p.device.clone(),
+                    source: self.source,
+                })
             })
-            .chain(self.heartbeats.iter().map(|(i, a, d)| {
-                (
-                    self.table_base + HEARTBEAT_TABLES + *i as u32,
-                    a.to_string(),
-                    d.clone(),
-                    false,
-                )
+            .chain(self.heartbeats.iter().filter_map(|(i, a, d)| {
+                Some(Route {
+                    table: self.table_base + HEARTBEAT_TABLES + *i as u32,
+                    destination: (netlink::v4(*a)?, 32),
+                    device: d.clone(),
+                    source: None,
+                })
             }))
             .collect()
     }
@@ -239,21 +245,14 @@ impl Policy {
     /// way. On an error what was installed stays recorded, for [`Self::remove`].
     pub fn install(&mut self) -> Result<(), PolicyError> {
         self.clear_leftovers();
-        for (table, dst, device, with_source) in self.all_routes() {
-            let table = table.to_string();
-            let mut args = vec!["route", "replace", &dst, "dev", &device, "table", &table];
-            let src = self.source.filter(|_| with_source).map(|s| s.to_string());
-            if let Some(s) = &src {
-                args.extend(["src", s.as_str()]);
-            }
-            self.installed_tables
-                .push(table.parse().unwrap_or_default());
-            run("ip", &args, None)?;
+        for route in self.all_routes() {
+            self.installed_tables.push(route.table);
+            let what = format!("replacing {route}");
+            netlink::replace_route(route).map_err(|why| PolicyError::netlink(what, why))?;
         }
         for rule in self.all_rules() {
-            let mut args: Vec<&str> = vec!["rule", "add"];
-            args.extend(rule.iter().map(String::as_str));
-            run("ip", &args, None)?;
+            netlink::add_rule(rule)
+                .map_err(|why| PolicyError::netlink(format!("adding {rule}"), why))?;
             self.installed_rules.push(rule);
         }
         self.nft_installed = true;
@@ -263,12 +262,10 @@ impl Policy {
     fn clear_leftovers(&self) {
         let _ = run("nft", &["delete", "table", "ip", NFT_TABLE], None);
         for rule in self.all_rules() {
-            let mut args: Vec<&str> = vec!["rule", "del"];
-            args.extend(rule.iter().map(String::as_str));
-            while run("ip", &args, None).is_ok() {}
+            while netlink::del_rule(rule).is_ok() {}
         }
-        for (table, _, _, _) in self.all_routes() {
-            let _ = run("ip", &["route", "flush", "table", &table.to_string()], None);
+        for route in self.all_routes() {
+            let _ = netlink::flush_table(route.table);
         }
     }
 
@@ -298,18 +295,14 @@ impl Policy {
             errors.push(e.to_string());
         }
         for rule in std::mem::take(&mut self.installed_rules) {
-            let mut args: Vec<&str> = vec!["rule", "del"];
-            args.extend(rule.iter().map(String::as_str));
-            if let Err(e) = run("ip", &args, None) {
-                errors.push(e.to_string());
+            if let Err(why) = netlink::del_rule(rule) {
+                errors.push(PolicyError::netlink(format!("deleting {rule}"), why).to_string());
             }
         }
         for t in std::mem::take(&mut self.installed_tables) {
-            if let Err(e) = run("ip", &["route", "flush", "table", &t.to_string()], None) {
-                // A device that vanished took its routes with it.
-                if !e.why.contains("No such") && !e.why.is_empty() {
-                    errors.push(e.to_string());
-                }
+            // A device that vanished took its routes with it: nothing to flush is fine.
+            if let Err(why) = netlink::flush_table(t) {
+                errors.push(PolicyError::netlink(format!("flushing table {t}"), why).to_string());
             }
         }
         errors

@@ -132,7 +132,7 @@ fn squeeze(narrow: bool) -> anyhow::Result<(String, i64, Value)> {
     let class = s["class"].as_str().context("no class")?.to_owned();
     let score = s["score"].as_i64().context("no score")?;
     eprintln!(
-        "    narrow={narrow}: {class} score {score}, modes {} (bins of {} ns), squeezed {}, pairs {} lost {}",
+        "    narrow={narrow}: {class} score {score}, modes {} (bins of {} s), squeezed {}, pairs {} lost {}",
         s["modes"], s["bin_s"], s["squeezed"], s["pairs"], s["lost"]
     );
     // A standing queue drops some probes; half the pairs must come back whole.

@@ -378,6 +378,10 @@ pub struct DaemonCounters {
     pub trains_refused_not_peer: u64,
     /// Of `trains_rejected`, trains over their user's or the total rate limit.
     pub trains_refused_rate_limit: u64,
+    /// Of `trains_rejected`, trains refused for any other reason (a malformed or
+    /// oversized request, limits on the train itself, the queue full).
+    #[serde(default)]
+    pub trains_refused_other: u64,
     /// MGRP packets dropped unread because their sender is no peer.
     pub mgrp_not_peer: u64,
     /// Riders refused as not sound IP packets.

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use futures_util::TryStreamExt as _;
 use rtnetlink::packet_route::AddressFamily;
-use rtnetlink::packet_route::route::{RouteAttribute, RouteMessage, RouteScope};
+use rtnetlink::packet_route::route::{RouteAttribute, RouteMessage, RouteProtocol, RouteScope};
 use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
 use rtnetlink::{Handle, RouteMessageBuilder};
 
@@ -47,7 +47,7 @@ impl Rule {
 }
 
 /// A route of table `table`: `destination` (an address, or a prefix) into `device`,
-/// with a preferred source.
+/// with a preferred source; scope link and protocol boot, as `ip route replace` gives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Route {
     pub(crate) table: u32,
@@ -142,7 +142,8 @@ pub(crate) fn replace_route(route: Route) -> Result<(), String> {
             .destination_prefix(a, len)
             .output_interface(link.header.index)
             .table_id(route.table)
-            .scope(RouteScope::Link);
+            .scope(RouteScope::Link)
+            .protocol(RouteProtocol::Boot);
         if let Some(s) = route.source {
             b = b.pref_source(s);
         }

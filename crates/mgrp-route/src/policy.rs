@@ -245,6 +245,11 @@ impl Policy {
     /// way. On an error what was installed stays recorded, for [`Self::remove`].
     pub fn install(&mut self) -> Result<(), PolicyError> {
         self.clear_leftovers();
+        for (_, address, device) in self.heartbeats.iter().filter(|(_, a, _)| a.is_ipv6()) {
+            tracing::warn!(
+                "route control: heartbeats to {address} are not steered into {device}: route control is IPv4-only"
+            );
+        }
         for route in self.all_routes() {
             self.installed_tables.push(route.table);
             let what = format!("replacing {route}");

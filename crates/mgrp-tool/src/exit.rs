@@ -34,6 +34,13 @@ pub fn fail(tool: &str, status: i32, message: &str) -> i32 {
     status
 }
 
+/// Warns on stderr (and with `--json` in a `warning` line) that `message` went wrong
+/// beside the measurement (a plot that could not be drawn).
+pub fn warn(tool: &str, message: &str) {
+    eprintln!("{tool}: {message}");
+    crate::json::warning(tool, message, serde_json::json!({}));
+}
+
 /// Warns on stderr that `n` probes came without a kernel receive stamp (nothing if
 /// none did): their arrival times are the tool's reading times, less exact.
 pub fn warn_unstamped(tool: &str, n: u64) {

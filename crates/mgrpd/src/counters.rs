@@ -67,6 +67,7 @@ counters!(
     trains_rejected,
     trains_refused_not_peer,
     trains_refused_rate_limit,
+    trains_refused_other,
     mgrp_not_peer,
     riders_refused_malformed,
     riders_refused_foreign_source,

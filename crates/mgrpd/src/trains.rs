@@ -141,6 +141,7 @@ impl Trains {
             return Ok(());
         }
         bump(&self.counters.trains_rejected);
+        bump(&self.counters.trains_refused_other);
         Err(TrainRefusal::Invalid(format!(
             "train of {probes} probes exceeds the limit of {most} (limits.max-probes-per-train)"
         )))
@@ -164,6 +165,7 @@ impl Trains {
             .find(|(_, p)| p.gap < limits.min_gap)
         {
             bump(&self.counters.trains_rejected);
+            bump(&self.counters.trains_refused_other);
             return Err(TrainRefusal::Invalid(format!(
                 "probe {i} has a gap of {:?}, below the smallest allowed {:?} (limits.min-gap)",
                 p.gap, limits.min_gap
@@ -176,6 +178,7 @@ impl Trains {
             .find(|(_, p)| p.gap > limits.max_gap)
         {
             bump(&self.counters.trains_rejected);
+            bump(&self.counters.trains_refused_other);
             return Err(TrainRefusal::Invalid(format!(
                 "probe {i} has a gap of {:?}, above the largest allowed {:?} (limits.max-gap)",
                 p.gap, limits.max_gap
@@ -184,6 +187,7 @@ impl Trains {
         let total: Duration = tx.probes.iter().map(|p| p.gap).sum();
         if total > limits.max_train_duration {
             bump(&self.counters.trains_rejected);
+            bump(&self.counters.trains_refused_other);
             return Err(TrainRefusal::Invalid(format!(
                 "the train's gaps add up to {total:?}, more than {:?} (limits.max-train-duration)",
                 limits.max_train_duration
@@ -205,6 +209,7 @@ impl Trains {
         };
         if self.queues.push_control(control).is_err() {
             bump(&self.counters.trains_rejected);
+            bump(&self.counters.trains_refused_other);
             return Err(SubmitError::Busy(self.config.max_queued_trains).into());
         }
         let refused = match accepted.await {
@@ -217,6 +222,7 @@ impl Trains {
             Err(_) => SubmitError::ShuttingDown,
         };
         bump(&self.counters.trains_rejected);
+        bump(&self.counters.trains_refused_other);
         Err(refused.into())
     }
 

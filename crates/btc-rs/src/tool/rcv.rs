@@ -41,7 +41,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
     if let (Some(path), Some(s), Some(bps)) = (&args.plot, &m.squeeze, m.capacity_bps)
         && let Err(e) = crate::tool::plot::histograms(path, s, bps)
     {
-        eprintln!("{TOOL}: cannot draw {}: {e:#}", path.display());
+        mgrp_tool::exit::warn(TOOL, &format!("cannot draw {}: {e:#}", path.display()));
     }
     if let Some(g) = &m.end.peer_gone {
         eprintln!("{TOOL}: the sender went away: {g}");

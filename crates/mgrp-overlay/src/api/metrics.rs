@@ -370,7 +370,6 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
         "1, labelled with this overlay's version",
         build.clone(),
     );
-    let now = mgrp_rt::clock::unix_now();
     let node = s.config().name.clone();
     started
         .get_or_create(&NodeLabels { node: node.clone() })
@@ -507,23 +506,24 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
                 method: v.method.clone(),
                 source,
             };
-            let tcp = p.last.as_ref().and_then(|t| t.bps);
-            let (dispersion, trend) = p
-                .timing
-                .as_ref()
-                .map_or((None, None), |t| (t.dispersion_bps, t.trend_bps));
-            for (source, bps, age) in [
-                (crate::derive::passive::PASSIVE_TCP, tcp, p.age_s),
+            let tcp = p.last.as_ref().and_then(|t| Some((t.bps?, t.at)));
+            let timing = |f: fn(&mgrp_views::passive::PassiveTiming) -> Option<f64>| {
+                p.timing.as_ref().and_then(|t| Some((f(t)?, t.at)))
+            };
+            for (source, estimate) in [
+                (crate::derive::passive::PASSIVE_TCP, tcp),
                 (
                     crate::derive::timing::PASSIVE_DISPERSION,
-                    dispersion,
-                    p.timing_age_s,
+                    timing(|t| t.dispersion_bps),
                 ),
-                (crate::derive::timing::PASSIVE_TREND, trend, p.timing_age_s),
+                (
+                    crate::derive::timing::PASSIVE_TREND,
+                    timing(|t| t.trend_bps),
+                ),
             ] {
-                if let (Some(bps), Some(age)) = (bps, age) {
+                if let Some((bps, at)) = estimate {
                     passive_rate.get_or_create(&by(source)).set(bps / 8.0);
-                    passive_stamp.get_or_create(&by(source)).set(now - age);
+                    passive_stamp.get_or_create(&by(source)).set(at);
                 }
             }
         }

@@ -204,5 +204,16 @@ pub(super) fn check(
             active_always: l.active_always.unwrap_or(false),
         });
     }
+    // A name given on one link from a neighbour is the neighbour's on all of them.
+    let names: Vec<(IpAddr, String)> = links
+        .iter()
+        .filter_map(|l| Some((l.from, l.neighbour.clone()?)))
+        .collect();
+    for l in links.iter_mut().filter(|l| l.neighbour.is_none()) {
+        l.neighbour = names
+            .iter()
+            .find(|(a, _)| *a == l.from)
+            .map(|(_, n)| n.clone());
+    }
     Ok(links)
 }

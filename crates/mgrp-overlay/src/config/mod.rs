@@ -469,6 +469,16 @@ mod tests {
         };
         let c = two("m5", "m5").unwrap();
         assert_eq!(c.links[1].neighbour.as_deref(), Some("m5"));
+        // Named on one link, it is the neighbour's name on every link from it.
+        let c = Config::from_toml(
+            "[[link]]\nfrom = \"10.0.0.5\"\n\
+             [[link]]\nfrom = \"10.0.0.5\"\ntransport = \"udp\"\nneighbour = \"m5\"\n\
+             [[link]]\nfrom = \"10.0.0.6\"\n",
+            None,
+        )
+        .unwrap();
+        let names: Vec<_> = c.links.iter().map(|l| l.neighbour.as_deref()).collect();
+        assert_eq!(names, [Some("m5"), Some("m5"), None]);
         let e = two("m5", "m6").unwrap_err().to_string();
         assert!(
             e.contains("link 2: neighbour \"m6\"") && e.contains("\"m5\""),

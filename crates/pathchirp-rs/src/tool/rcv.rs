@@ -126,7 +126,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
     if let Some(path) = &args.plot
         && let Err(e) = plot::draw(path, &m, mgrp)
     {
-        eprintln!("{TOOL}: {e:#}");
+        mgrp_tool::exit::warn(TOOL, &format!("{e:#}"));
     }
     m.exit_code()
 }

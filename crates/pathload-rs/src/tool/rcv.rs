@@ -55,7 +55,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
     if let Some(path) = &args.plot
         && let Err(e) = plot::draw(path, &out.fleets, o)
     {
-        eprintln!("{}: {e:#}", super::TOOL);
+        mgrp_tool::exit::warn(super::TOOL, &format!("{e:#}"));
     }
     m.exit_code()
 }

@@ -1,7 +1,7 @@
 //! Route control's routes and rules through rtnetlink, as mgrpd installs its own: each
-//! request on a thread of its own with a one-thread runtime (route control's callers
-//! may be inside a tokio runtime already, where another cannot block), each answered
-//! before the next.
+//! batch of requests ([`run`]) on a thread of its own with a one-thread runtime (route
+//! control's callers may be inside a tokio runtime already, where another cannot
+//! block), each request answered before the next.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
@@ -72,8 +72,9 @@ impl fmt::Display for Route {
 }
 
 /// Runs `f` with a netlink handle on a thread of its own and waits for its answer;
-/// `Err` says why netlink could not be reached.
-fn with_handle<T, F, Fut>(f: F) -> Result<T, String>
+/// `Err` says why netlink could not be reached. One call serves a whole batch of
+/// requests (one thread, one runtime, one socket).
+pub(crate) fn run<T, F, Fut>(f: F) -> Result<T, String>
 where
     F: FnOnce(Handle) -> Fut + Send + 'static,
     Fut: Future<Output = T>,
@@ -106,54 +107,48 @@ fn words(e: &rtnetlink::Error) -> String {
 }
 
 /// Adds `rule`.
-pub(crate) fn add_rule(rule: Rule) -> Result<(), String> {
-    with_handle(move |h| async move {
-        let mut req = h.rule().add();
-        *req.message_mut() = rule.message();
-        req.execute().await.map_err(|e| words(&e))
-    })?
+pub(crate) async fn add_rule(h: &Handle, rule: Rule) -> Result<(), String> {
+    let mut req = h.rule().add();
+    *req.message_mut() = rule.message();
+    req.execute().await.map_err(|e| words(&e))
 }
 
 /// Deletes one rule like `rule`.
-pub(crate) fn del_rule(rule: Rule) -> Result<(), String> {
-    with_handle(move |h| async move {
-        h.rule()
-            .del(rule.message())
-            .execute()
-            .await
-            .map_err(|e| words(&e))
-    })?
+pub(crate) async fn del_rule(h: &Handle, rule: Rule) -> Result<(), String> {
+    h.rule()
+        .del(rule.message())
+        .execute()
+        .await
+        .map_err(|e| words(&e))
 }
 
 /// Adds `route`, or replaces the route there to its destination in its table.
-pub(crate) fn replace_route(route: Route) -> Result<(), String> {
-    with_handle(move |h| async move {
-        let link = h
-            .link()
-            .get()
-            .match_name(route.device.clone())
-            .execute()
-            .try_next()
-            .await
-            .map_err(|e| format!("no device {}: {}", route.device, words(&e)))?
-            .ok_or_else(|| format!("no device {}", route.device))?;
-        let (a, len) = route.destination;
-        let mut b = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(a, len)
-            .output_interface(link.header.index)
-            .table_id(route.table)
-            .scope(RouteScope::Link)
-            .protocol(RouteProtocol::Boot);
-        if let Some(s) = route.source {
-            b = b.pref_source(s);
-        }
-        h.route()
-            .add(b.build())
-            .replace()
-            .execute()
-            .await
-            .map_err(|e| words(&e))
-    })?
+pub(crate) async fn replace_route(h: &Handle, route: &Route) -> Result<(), String> {
+    let link = h
+        .link()
+        .get()
+        .match_name(route.device.clone())
+        .execute()
+        .try_next()
+        .await
+        .map_err(|e| format!("no device {}: {}", route.device, words(&e)))?
+        .ok_or_else(|| format!("no device {}", route.device))?;
+    let (a, len) = route.destination;
+    let mut b = RouteMessageBuilder::<Ipv4Addr>::new()
+        .destination_prefix(a, len)
+        .output_interface(link.header.index)
+        .table_id(route.table)
+        .scope(RouteScope::Link)
+        .protocol(RouteProtocol::Boot);
+    if let Some(s) = route.source {
+        b = b.pref_source(s);
+    }
+    h.route()
+        .add(b.build())
+        .replace()
+        .execute()
+        .await
+        .map_err(|e| words(&e))
 }
 
 fn table_of(m: &RouteMessage) -> u32 {
@@ -166,27 +161,19 @@ fn table_of(m: &RouteMessage) -> u32 {
         .unwrap_or_else(|| u32::from(m.header.table))
 }
 
-/// Deletes every IPv4 route of `table`; returns how many went.
-pub(crate) fn flush_table(table: u32) -> Result<usize, String> {
-    with_handle(move |h| async move {
-        let all: Vec<RouteMessage> = h
-            .route()
-            .get(
-                RouteMessageBuilder::<Ipv4Addr>::new()
-                    .table_id(table)
-                    .build(),
-            )
-            .execute()
-            .try_collect()
-            .await
-            .map_err(|e| words(&e))?;
-        let mut n = 0;
-        for m in all.into_iter().filter(|m| table_of(m) == table) {
-            h.route().del(m).execute().await.map_err(|e| words(&e))?;
-            n += 1;
-        }
-        Ok(n)
-    })?
+/// Deletes every IPv4 route of the tables `tables` (one dump for all of them).
+pub(crate) async fn flush_tables(h: &Handle, tables: &[u32]) -> Result<(), String> {
+    let all: Vec<RouteMessage> = h
+        .route()
+        .get(RouteMessageBuilder::<Ipv4Addr>::new().build())
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| words(&e))?;
+    for m in all.into_iter().filter(|m| tables.contains(&table_of(m))) {
+        h.route().del(m).execute().await.map_err(|e| words(&e))?;
+    }
+    Ok(())
 }
 
 /// `address` as a destination: IPv4 only (route control's limit).

@@ -250,15 +250,30 @@ impl Policy {
                 "route control: heartbeats to {address} are not steered into {device}: route control is IPv4-only"
             );
         }
-        for route in self.all_routes() {
-            self.installed_tables.push(route.table);
-            let what = format!("replacing {route}");
-            netlink::replace_route(route).map_err(|why| PolicyError::netlink(what, why))?;
-        }
-        for rule in self.all_rules() {
-            netlink::add_rule(rule)
-                .map_err(|why| PolicyError::netlink(format!("adding {rule}"), why))?;
-            self.installed_rules.push(rule);
+        let (routes, rules) = (self.all_routes(), self.all_rules());
+        // What was installed, and the first failure: all in one netlink session.
+        let (tables, installed, failed) = netlink::run(move |h| async move {
+            let mut tables = Vec::new();
+            let mut installed = Vec::new();
+            for route in routes {
+                tables.push(route.table);
+                if let Err(why) = netlink::replace_route(&h, &route).await {
+                    return (tables, installed, Some((format!("replacing {route}"), why)));
+                }
+            }
+            for rule in rules {
+                if let Err(why) = netlink::add_rule(&h, rule).await {
+                    return (tables, installed, Some((format!("adding {rule}"), why)));
+                }
+                installed.push(rule);
+            }
+            (tables, installed, None)
+        })
+        .map_err(|why| PolicyError::netlink("installing routes and rules", why))?;
+        self.installed_tables = tables;
+        self.installed_rules = installed;
+        if let Some((what, why)) = failed {
+            return Err(PolicyError::netlink(what, why));
         }
         self.nft_installed = true;
         self.steer(&Steering::default())
@@ -266,12 +281,14 @@ impl Policy {
 
     fn clear_leftovers(&self) {
         let _ = run("nft", &["delete", "table", "ip", NFT_TABLE], None);
-        for rule in self.all_rules() {
-            while netlink::del_rule(rule).is_ok() {}
-        }
-        for route in self.all_routes() {
-            let _ = netlink::flush_table(route.table);
-        }
+        let (rules, routes) = (self.all_rules(), self.all_routes());
+        let _ = netlink::run(move |h| async move {
+            for rule in rules {
+                while netlink::del_rule(&h, rule).await.is_ok() {}
+            }
+            let tables: Vec<u32> = routes.iter().map(|r| r.table).collect();
+            let _ = netlink::flush_tables(&h, &tables).await;
+        });
     }
 
     /// Replaces the steering table with `s`, atomically.
@@ -299,15 +316,30 @@ impl Policy {
         {
             errors.push(e.to_string());
         }
-        for rule in std::mem::take(&mut self.installed_rules) {
-            if let Err(why) = netlink::del_rule(rule) {
-                errors.push(PolicyError::netlink(format!("deleting {rule}"), why).to_string());
-            }
+        let rules = std::mem::take(&mut self.installed_rules);
+        let tables = std::mem::take(&mut self.installed_tables);
+        if rules.is_empty() && tables.is_empty() {
+            return errors;
         }
-        for t in std::mem::take(&mut self.installed_tables) {
+        let done = netlink::run(move |h| async move {
+            let mut errors = Vec::new();
+            for rule in rules {
+                if let Err(why) = netlink::del_rule(&h, rule).await {
+                    errors.push(PolicyError::netlink(format!("deleting {rule}"), why).to_string());
+                }
+            }
             // A device that vanished took its routes with it: nothing to flush is fine.
-            if let Err(why) = netlink::flush_table(t) {
-                errors.push(PolicyError::netlink(format!("flushing table {t}"), why).to_string());
+            if let Err(why) = netlink::flush_tables(&h, &tables).await {
+                errors.push(
+                    PolicyError::netlink(format!("flushing tables {tables:?}"), why).to_string(),
+                );
+            }
+            errors
+        });
+        match done {
+            Ok(e) => errors.extend(e),
+            Err(why) => {
+                errors.push(PolicyError::netlink("removing routes and rules", why).to_string());
             }
         }
         errors

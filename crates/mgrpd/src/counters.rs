@@ -64,7 +64,6 @@ counters!(
     probes_unclaimed,
     probes_dropped_slow_listener,
     trains_accepted,
-    trains_rejected,
     trains_refused_not_peer,
     trains_refused_rate_limit,
     trains_refused_other,
@@ -190,6 +189,10 @@ impl Stats {
         daemon.riders_bypassed_too_many_destinations =
             endpoint.riders_bypassed_too_many_destinations;
         daemon.outputs_done_by_pacer = self.queues.outputs_done_by_pacer.load(Ordering::Relaxed);
+        // Every refusal is counted by its reason; the total is their sum.
+        daemon.trains_rejected = daemon.trains_refused_not_peer
+            + daemon.trains_refused_rate_limit
+            + daemon.trains_refused_other;
         DaemonStats {
             daemon,
             planner,

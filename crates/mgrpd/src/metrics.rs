@@ -512,17 +512,13 @@ pub(crate) fn peers_of(config: &crate::config::Config) -> Arc<[PeerInfo]> {
             let ip = p.prefix.addr();
             PeerInfo {
                 prefix: p.prefix,
-                name: config
-                    .peer_names
-                    .iter()
-                    .find(|(q, _)| *q == p.prefix)
-                    .map(|(_, n)| n.clone()),
+                name: config.peer_name(p.prefix).map(str::to_owned),
                 encap: match config.encap.for_peer(ip) {
                     mgrp_core::planner::Encap::Raw => "raw",
                     mgrp_core::planner::Encap::Udp => "udp",
                 },
                 wire: config.encap.wire_for_peer(ip).number(),
-                key: if config.keys.per_peer.iter().any(|(q, _)| q.contains(ip)) {
+                key: if config.keys.own_key(ip) {
                     "own"
                 } else if config.keys.key_for(ip).is_some() {
                     "shared"

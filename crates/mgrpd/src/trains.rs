@@ -76,7 +76,6 @@ impl Trains {
         if self.config.peers.is_peer(peer) {
             return Ok(());
         }
-        bump(&self.counters.trains_rejected);
         bump(&self.counters.trains_refused_not_peer);
         Err(TrainRefusal::Invalid(format!(
             "{peer} is not a peer of this mgrpd: probes would go to a host that drops them; add it with --peer or a --route that covers it"
@@ -112,7 +111,6 @@ impl Trains {
             (_, Err(e)) => Some((e, "all users together".to_string(), "")),
         };
         if let Some((e, who, key)) = refused {
-            bump(&self.counters.trains_rejected);
             bump(&self.counters.trains_refused_rate_limit);
             let (what, wait) = match e {
                 OverBudget::Probes(w) => (format!("limits.probes-per-second{key}"), w),
@@ -140,7 +138,6 @@ impl Trains {
         if probes <= most as u64 {
             return Ok(());
         }
-        bump(&self.counters.trains_rejected);
         bump(&self.counters.trains_refused_other);
         Err(TrainRefusal::Invalid(format!(
             "train of {probes} probes exceeds the limit of {most} (limits.max-probes-per-train)"
@@ -164,7 +161,6 @@ impl Trains {
             .skip(1)
             .find(|(_, p)| p.gap < limits.min_gap)
         {
-            bump(&self.counters.trains_rejected);
             bump(&self.counters.trains_refused_other);
             return Err(TrainRefusal::Invalid(format!(
                 "probe {i} has a gap of {:?}, below the smallest allowed {:?} (limits.min-gap)",
@@ -177,7 +173,6 @@ impl Trains {
             .enumerate()
             .find(|(_, p)| p.gap > limits.max_gap)
         {
-            bump(&self.counters.trains_rejected);
             bump(&self.counters.trains_refused_other);
             return Err(TrainRefusal::Invalid(format!(
                 "probe {i} has a gap of {:?}, above the largest allowed {:?} (limits.max-gap)",
@@ -186,7 +181,6 @@ impl Trains {
         }
         let total: Duration = tx.probes.iter().map(|p| p.gap).sum();
         if total > limits.max_train_duration {
-            bump(&self.counters.trains_rejected);
             bump(&self.counters.trains_refused_other);
             return Err(TrainRefusal::Invalid(format!(
                 "the train's gaps add up to {total:?}, more than {:?} (limits.max-train-duration)",
@@ -208,7 +202,6 @@ impl Trains {
             report: done,
         };
         if self.queues.push_control(control).is_err() {
-            bump(&self.counters.trains_rejected);
             bump(&self.counters.trains_refused_other);
             return Err(SubmitError::Busy(self.config.max_queued_trains).into());
         }
@@ -221,7 +214,6 @@ impl Trains {
             // The pacer stopped before it took the train.
             Err(_) => SubmitError::ShuttingDown,
         };
-        bump(&self.counters.trains_rejected);
         bump(&self.counters.trains_refused_other);
         Err(refused.into())
     }

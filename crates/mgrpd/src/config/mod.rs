@@ -265,6 +265,14 @@ impl Config {
         })
     }
 
+    /// The name the `[[peers]]` table of `prefix` gives it, if any.
+    pub fn peer_name(&self, prefix: Prefix) -> Option<&str> {
+        self.peer_names
+            .iter()
+            .find(|(p, _)| *p == prefix)
+            .map(|(_, n)| n.as_str())
+    }
+
     /// The MGRP peer that carries traffic for `dst`.
     pub fn peer_of(&self, dst: IpAddr) -> IpAddr {
         self.via.get(&dst).copied().unwrap_or(dst)

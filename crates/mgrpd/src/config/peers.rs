@@ -290,6 +290,12 @@ impl Keys {
         self.default.is_some() || !self.per_peer.is_empty()
     }
 
+    /// Whether `ip` has a key of its own (a `[[peers]]` table's) rather than the
+    /// shared one.
+    pub fn own_key(&self, ip: IpAddr) -> bool {
+        self.per_peer.iter().any(|(p, _)| p.contains(ip))
+    }
+
     /// The key for packets to or from `ip`: its `[[peers]]` key (longest prefix), else
     /// the default one.
     pub fn key_for(&self, ip: IpAddr) -> Option<&PeerKey> {

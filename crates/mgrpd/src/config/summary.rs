@@ -149,10 +149,8 @@ impl Config {
         for peer in self.peers.peers() {
             let ip = peer.prefix.addr();
             let name = self
-                .peer_names
-                .iter()
-                .find(|(p, _)| *p == peer.prefix)
-                .map_or(String::new(), |(_, n)| format!(" ({n})"));
+                .peer_name(peer.prefix)
+                .map_or(String::new(), |n| format!(" ({n})"));
             let mut text = format!(
                 "  {}{name}: {}, wire {}",
                 peer.prefix,
@@ -174,9 +172,12 @@ impl Config {
                     write!(text, ", keepalive {}", human(k)).expect("a String takes any text");
                 }
             }
-            let own_key = self.keys.per_peer.iter().any(|(p, _)| p.contains(ip));
             if let Some(k) = self.keys.key_for(ip) {
-                let whose = if own_key { "its own" } else { "the shared one" };
+                let whose = if self.keys.own_key(ip) {
+                    "its own"
+                } else {
+                    "the shared one"
+                };
                 let next = if k.next.is_some() {
                     ", and a next key"
                 } else {

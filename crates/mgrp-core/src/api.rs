@@ -453,6 +453,10 @@ pub struct DaemonCounters {
     /// the trains' reports' `probes_late`).
     #[serde(default)]
     pub probes_late: u64,
+    /// Probes that fell due while another train's probe was being sent and left after
+    /// it (the sum of the trains' reports' `probes_displaced`).
+    #[serde(default)]
+    pub probes_displaced: u64,
     /// System calls that sent several continuations to a UDP peer at once (UDP
     /// segmentation offload).
     #[serde(default)]

@@ -173,6 +173,13 @@ pub struct TransactionReport {
     /// that mixed them within one train would read the difference as a gap.
     #[serde(default)]
     pub departure_clock: DepartureClock,
+    /// Probes that fell due while another train's probe (to another destination) was
+    /// being sent, and so left after it: their departures say when they left. A tool
+    /// reads rates from departures, not deadlines, so such a probe costs it nothing
+    /// but the exact gap it asked for; one that needs exact gaps drops the gaps around
+    /// it, as around a late probe.
+    #[serde(default)]
+    pub probes_displaced: u16,
 }
 
 impl TransactionReport {
@@ -194,6 +201,7 @@ impl TransactionReport {
             late_threshold_ns: 0,
             probes_unstamped: 0,
             departure_clock: DepartureClock::Daemon,
+            probes_displaced: 0,
         }
     }
 

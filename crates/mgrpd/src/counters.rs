@@ -188,6 +188,7 @@ impl Stats {
         // Counted by the endpoint, which decides it, and by the pacer.
         daemon.riders_bypassed_too_many_destinations =
             endpoint.riders_bypassed_too_many_destinations;
+        daemon.probes_displaced = endpoint.probes_displaced;
         daemon.outputs_done_by_pacer = self.queues.outputs_done_by_pacer.load(Ordering::Relaxed);
         // Every refusal is counted by its reason; the total is their sum.
         daemon.trains_rejected = daemon.trains_refused_not_peer

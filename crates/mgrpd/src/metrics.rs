@@ -135,6 +135,12 @@ pub(crate) const FAMILIES: &[FamilyDef] = &[
         daemon.probes_late
     ),
     family!(
+        "mgrpd_probes_displaced",
+        Counter,
+        "Probes that fell due while another train's probe was being sent and left right after it (each train's report counts its own)",
+        daemon.probes_displaced
+    ),
+    family!(
         "mgrpd_probes_unstamped",
         Counter,
         "Probes that left without a kernel queue stamp although kernel stamps are on",

@@ -61,6 +61,7 @@ fn endpoint_config(config: &Config) -> EndpointConfig {
     c.max_held_bytes = config.max_held_bytes;
     c.max_trains = config.max_queued_trains;
     c.max_trains_per_client = config.max_trains_per_client;
+    c.max_in_flight = config.max_trains_in_flight;
     // Rider ids differ between lives of the daemon, so the far side does not take a
     // restarted daemon's riders for ones it delivered already.
     c.rider_id_seed = std::collections::hash_map::RandomState::new()
@@ -120,7 +121,7 @@ pub(crate) fn run_pacer(s: &Dispatcher, life: &Lifecycle, prepared: impl FnOnce(
         timer,
         realtime,
         rested: std::cell::Cell::new(mgrp_rt::mono_now()),
-        spin: SpinBudget::default(),
+        spins: HashMap::with_capacity(s.config.max_trains_in_flight),
         flushed: false,
         last_publish: MonoTime::ZERO,
         last_held_publish: MonoTime::ZERO,
@@ -134,10 +135,9 @@ pub(crate) fn run_pacer(s: &Dispatcher, life: &Lifecycle, prepared: impl FnOnce(
     s.queues.outbox.signal();
 }
 
-/// How long the pacer spun for the train in flight.
+/// How long the pacer spun for one train in flight.
 #[derive(Debug, Default)]
 struct SpinBudget {
-    transaction: Option<u32>,
     spun: Duration,
     capped: bool,
 }
@@ -154,7 +154,8 @@ struct Pacer<'a> {
     realtime: bool,
     /// When the pacer last gave its CPU up (a sleep ended).
     rested: std::cell::Cell<MonoTime>,
-    spin: SpinBudget,
+    /// How long it spun for each train in flight that has sent a probe.
+    spins: HashMap<u32, SpinBudget>,
     flushed: bool,
     last_publish: MonoTime,
     last_held_publish: MonoTime,
@@ -168,11 +169,13 @@ impl Pacer<'_> {
     fn run(&mut self) {
         loop {
             let now = mgrp_rt::mono_now();
-            // With a train in flight its next probe is the deadline to keep.
+            // With trains in flight the next probe due is the deadline to keep.
             let until = self
                 .endpoint
-                .next_probe_deadline()
-                .map_or(MonoTime::from_nanos(u64::MAX), |d| self.wake_for(d));
+                .next_probe()
+                .map_or(MonoTime::from_nanos(u64::MAX), |(tx, d)| {
+                    self.wake_for(d, self.margin(tx))
+                });
             self.ingest(now, BATCHES_PER_INGEST, until);
             let stopping = self.life.is_stopping();
             if stopping && !self.flushed {
@@ -216,19 +219,19 @@ impl Pacer<'_> {
         }
     }
 
-    /// How long before a deadline the pacer stops sleeping and spins: the busy-poll
-    /// margin, or nothing once the train in flight has spun its limit.
-    fn margin(&self) -> Duration {
-        if self.spin.capped {
+    /// How long before a probe of train `transaction` is due the pacer stops sleeping
+    /// and spins: the busy-poll margin, or nothing once that train has spun its limit.
+    fn margin(&self, transaction: u32) -> Duration {
+        if self.spins.get(&transaction).is_some_and(|s| s.capped) {
             Duration::ZERO
         } else {
             self.s.config.busy_poll_margin
         }
     }
 
-    /// When to stop sleeping for a probe due at `deadline`.
-    fn wake_for(&self, deadline: MonoTime) -> MonoTime {
-        let margin = u64::try_from(self.margin().as_nanos()).unwrap_or(u64::MAX);
+    /// When to stop sleeping for a probe due at `deadline`, `margin` before it.
+    fn wake_for(&self, deadline: MonoTime, margin: Duration) -> MonoTime {
+        let margin = u64::try_from(margin.as_nanos()).unwrap_or(u64::MAX);
         MonoTime::from_nanos(deadline.as_nanos().saturating_sub(margin))
     }
 
@@ -331,6 +334,7 @@ impl Pacer<'_> {
                     self.output(Output::Transmit(peer, transmit));
                 }
                 Action::Report { report, .. } => {
+                    self.spins.remove(&report.transaction);
                     // A client that reads the counters on its report sees its train
                     // in them.
                     self.publish(now, true);
@@ -421,13 +425,16 @@ impl Pacer<'_> {
         }
     }
 
-    /// Sends the probe due at `deadline`: sleeps until a margin before it, builds it
-    /// from the riders held by then, spins to the deadline, stamps, seals and sends it.
-    /// Each train spins at most `limits.max-train-spin`; after that it is paced by the
-    /// timer alone.
+    /// Sends the probe due next, at `deadline`: sleeps until a margin before it, builds
+    /// it from the riders held by then, spins to the deadline, stamps, seals and sends
+    /// it. Each train spins at most `limits.max-train-spin`; after that it is paced by
+    /// the timer alone.
     fn send_probe(&mut self, deadline: MonoTime) {
         let s = self.s;
-        let margin = self.margin();
+        let margin = self
+            .endpoint
+            .next_probe()
+            .map_or(s.config.busy_poll_margin, |(tx, _)| self.margin(tx));
         // A real-time pacer sleeps in every gap that leaves it at least MIN_SLEEP
         // before the margin, and spins through shorter ones; even those it breaks
         // after MAX_SPIN_RUN. Under the normal scheduler spinning is worse than
@@ -438,7 +445,7 @@ impl Pacer<'_> {
             Duration::ZERO
         };
         let now = mgrp_rt::mono_now();
-        let wake = self.wake_for(deadline);
+        let wake = self.wake_for(deadline, margin);
         let short = deadline.saturating_since(now) < spin_below;
         if !short && !self.sleep_releasing(wake) {
             return;
@@ -455,16 +462,15 @@ impl Pacer<'_> {
         let Some((peer, mut probe)) = self.endpoint.poll_probe(now) else {
             return;
         };
-        if self.spin.transaction != Some(probe.transaction) {
-            self.spin = SpinBudget {
-                transaction: Some(probe.transaction),
-                ..SpinBudget::default()
-            };
-        }
+        // Another train's probe may have come first (one cancelled meanwhile): its
+        // own margin holds.
+        let margin = self.margin(probe.transaction);
         // Through a short gap it spins all the way: even a short timer sleep lets the
         // CPU go idle, and its wake-up can take far longer than the gap.
         let spin_from = if short { Duration::MAX } else { margin };
-        self.spin.spun += mgrp_rt::wait_until(&self.timer, probe.deadline, spin_from);
+        let spun = mgrp_rt::wait_until(&self.timer, probe.deadline, spin_from);
+        let spin = self.spins.entry(probe.transaction).or_default();
+        spin.spun += spun;
         let stamp = mgrp_rt::wall_now();
         probe.packet.set_sender_time(stamp);
         s.net.keyring.seal(peer, &mut probe.packet);
@@ -494,13 +500,17 @@ impl Pacer<'_> {
                 self.output(Output::Transmit(peer, Transmit::Unchanged(rider)));
             }
         }
-        if !self.spin.capped && self.spin.spun >= s.config.max_train_spin {
+        if let Some(spin) = self.spins.get_mut(&probe.transaction)
+            && !spin.capped
+            && spin.spun >= s.config.max_train_spin
+        {
             // Spinning holds a CPU, at real-time priority even: enough for one train.
-            self.spin.capped = true;
+            spin.capped = true;
+            let spun = spin.spun;
             s.counters
                 .trains_spin_capped
                 .fetch_add(1, Ordering::Relaxed);
-            self.output(Output::Bound(Bound::Spin(peer, self.spin.spun)));
+            self.output(Output::Bound(Bound::Spin(peer, spun)));
         }
         let now = mgrp_rt::mono_now();
         self.endpoint

@@ -19,16 +19,24 @@
 //! - [`Endpoint::poll_action`]: something to do now that is not a probe — send a rider
 //!   unchanged or a continuation, deliver a report, route a destination in or out;
 //! - [`Endpoint::poll_probe_deadline`]: when the next probe is due (starting the next
-//!   train in turn if none is in flight), so the pacer can sleep until just before;
+//!   trains in turn where a destination has none in flight), so the pacer can sleep
+//!   until just before;
 //! - [`Endpoint::poll_probe`]: that probe, built as late as possible so riders that
 //!   came meanwhile ride in it;
 //! - [`Endpoint::poll_timeout`]: when to call back at the latest.
 //!
-//! Trains run one at a time. Destinations take turns in address order, round robin;
-//! each destination's trains run in the order they came. With routes on demand a
-//! destination's trains wait until its route is in, and its route goes out once no
-//! train to it is queued or in flight for the hold time (riders held during the last
-//! train may still be waiting that long).
+//! Trains to different destinations run at the same time, up to
+//! [`EndpointConfig::max_in_flight`] of them: their probes make one schedule, the
+//! earliest deadline first. Two probes due closer together than one send takes cannot
+//! both leave on time: the later one leaves when the first is out, its departure stamp
+//! says when, and its train's report counts it in
+//! [`TransactionReport::probes_displaced`]. Trains to one destination run one at a
+//! time, in the order they came; when more destinations have trains than may be in
+//! flight, they start in address order, round robin. Riders are planned per
+//! destination, so a train's competing bytes are its own destination's traffic. With
+//! routes on demand a destination's trains wait until its route is in, and its route
+//! goes out once no train to it is queued or in flight for the hold time (riders held
+//! during the last train may still be waiting that long).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::IpAddr;
@@ -71,6 +79,8 @@ pub struct EndpointConfig {
     pub max_trains: usize,
     /// Most trains one client may have queued or in flight.
     pub max_trains_per_client: usize,
+    /// Most trains in flight at once, each to a destination of its own (at least 1).
+    pub max_in_flight: usize,
     /// How long an empty planner stays before it is retired.
     pub planner_idle: Duration,
     /// Start of the rider ids of every planner, mixed with its destination; should
@@ -91,6 +101,7 @@ impl EndpointConfig {
             max_held_bytes: 32 << 20,
             max_trains: 64,
             max_trains_per_client: 16,
+            max_in_flight: 16,
             planner_idle: Duration::from_secs(30),
             rider_id_seed: 0,
         }
@@ -159,6 +170,9 @@ pub struct EndpointCounters {
     pub routes_in: u64,
     /// Routes given back.
     pub routes_out: u64,
+    /// Probes that fell due while another train's probe was being sent, and so left
+    /// after it (see [`TransactionReport::probes_displaced`]).
+    pub probes_displaced: u64,
 }
 
 /// Where a destination's route stands (with routes on demand).
@@ -181,6 +195,18 @@ struct Dest {
     trains: usize,
     route: Route,
     last_used: MonoTime,
+    /// The next probe of its train in flight fell due while another train's probe was
+    /// being sent.
+    displaced: bool,
+}
+
+/// Who submitted a train queued or in flight, where it goes, and how many of its
+/// probes were displaced so far.
+#[derive(Debug, Clone, Copy)]
+struct Owner {
+    client: ClientId,
+    peer: IpAddr,
+    displaced: u16,
 }
 
 /// The sending side of a daemon; see the module documentation.
@@ -188,12 +214,13 @@ struct Dest {
 pub struct Endpoint {
     config: EndpointConfig,
     dests: BTreeMap<IpAddr, Dest>,
-    /// The destination whose train is in flight.
-    active: Option<IpAddr>,
-    /// The destination that had the last turn.
+    /// The destinations with a train in flight, at most `max_in_flight` (room for
+    /// them all is taken at the start).
+    active: Vec<IpAddr>,
+    /// The destination whose train started last.
     last_turn: Option<IpAddr>,
     /// Client and destination of every train queued or in flight.
-    owners: HashMap<u32, (ClientId, IpAddr)>,
+    owners: HashMap<u32, Owner>,
     next_id: u32,
     /// Rider bytes held over all planners.
     held_bytes: usize,
@@ -218,10 +245,14 @@ impl Endpoint {
             Path::ipv6(config.mtu)
         };
         Planner::new(config.policy.clone(), smallest)?;
+        let max_in_flight = config.max_in_flight.max(1);
         Ok(Self {
-            config,
+            config: EndpointConfig {
+                max_in_flight,
+                ..config
+            },
             dests: BTreeMap::new(),
-            active: None,
+            active: Vec::with_capacity(max_in_flight),
             last_turn: None,
             owners: HashMap::new(),
             next_id: 0,
@@ -307,6 +338,7 @@ impl Endpoint {
                     Route::In
                 },
                 last_used: now,
+                displaced: false,
             }
         })
     }
@@ -362,7 +394,7 @@ impl Endpoint {
             return Err(SubmitError::Busy(self.owners.len()));
         }
         // At most `max_trains` of them: counting is as cheap as keeping a count.
-        let mine = self.owners.values().filter(|(c, _)| *c == client).count();
+        let mine = self.owners.values().filter(|o| o.client == client).count();
         if mine >= self.config.max_trains_per_client {
             self.counters.trains_refused_busy += 1;
             return Err(SubmitError::ClientBusy(mine));
@@ -397,7 +429,14 @@ impl Endpoint {
             self.counters.routes_in += 1;
             self.actions.push_back(Action::RouteIn(peer));
         }
-        self.owners.insert(id, (client, peer));
+        self.owners.insert(
+            id,
+            Owner {
+                client,
+                peer,
+                displaced: 0,
+            },
+        );
         self.counters.trains_accepted += 1;
         Ok(id)
     }
@@ -415,7 +454,12 @@ impl Endpoint {
     /// Cancels `client`'s train `id`, queued or in flight; its report (saying so)
     /// follows as an action. Returns whether the train was found.
     pub fn handle_cancel(&mut self, now: MonoTime, client: ClientId, id: u32) -> bool {
-        let Some(&(owner, peer)) = self.owners.get(&id) else {
+        let Some(&Owner {
+            client: owner,
+            peer,
+            ..
+        }) = self.owners.get(&id)
+        else {
             return false;
         };
         if owner != client {
@@ -435,7 +479,7 @@ impl Endpoint {
         let mut ids: Vec<u32> = self
             .owners
             .iter()
-            .filter(|(_, (c, _))| *c == client)
+            .filter(|(_, o)| o.client == client)
             .map(|(id, _)| *id)
             .collect();
         ids.sort_unstable();
@@ -453,7 +497,9 @@ impl Endpoint {
     }
 
     /// Probe `seq` of train `transaction` left at `departed` with sender stamp
-    /// `stamp`, or could not be sent (`None`).
+    /// `stamp`, or could not be sent (`None`); `now` is when the send was over. Every
+    /// other train whose next probe fell due before `now` had to wait for this one: that
+    /// probe is displaced.
     pub fn handle_probe_sent(
         &mut self,
         now: MonoTime,
@@ -461,11 +507,26 @@ impl Endpoint {
         seq: u16,
         departed: Option<(MonoTime, WallTime)>,
     ) {
-        let Some(&(_, peer)) = self.owners.get(&transaction) else {
+        let Some(owner) = self.owners.get_mut(&transaction) else {
             return;
         };
+        let peer = owner.peer;
         if let Some(d) = self.dests.get_mut(&peer) {
+            if std::mem::take(&mut d.displaced) {
+                owner.displaced = owner.displaced.saturating_add(1);
+                self.counters.probes_displaced += 1;
+            }
             d.planner.handle_probe_sent(transaction, seq, departed);
+        }
+        for other in &self.active {
+            if *other == peer {
+                continue;
+            }
+            if let Some(d) = self.dests.get_mut(other)
+                && d.planner.next_deadline().is_some_and(|t| t < now)
+            {
+                d.displaced = true;
+            }
         }
         self.collect_reports(now, peer);
     }
@@ -481,7 +542,7 @@ impl Endpoint {
             }
             self.collect_reports(now, peer);
         }
-        self.active = None;
+        self.active.clear();
     }
 
     /// Moves `peer`'s finished trains' reports into the actions.
@@ -493,6 +554,8 @@ impl Endpoint {
         let mut reports = Vec::new();
         while let Some(r) = d.planner.poll_report() {
             d.trains = d.trains.saturating_sub(1);
+            // A mark for the train that ended is not the next one's.
+            d.displaced = false;
             reports.push(r);
         }
         if d.trains == 0 && d.route == Route::In && self.config.route_on_demand {
@@ -502,69 +565,109 @@ impl Endpoint {
                     .saturating_add(Duration::from_millis(1)),
             );
         }
-        if d.planner.next_deadline().is_none() && self.active == Some(peer) {
-            self.active = None;
+        if d.planner.next_deadline().is_none() {
+            self.active.retain(|p| *p != peer);
         }
-        for report in reports {
-            let Some((client, _)) = self.owners.remove(&report.transaction) else {
+        for mut report in reports {
+            let Some(owner) = self.owners.remove(&report.transaction) else {
                 continue;
             };
+            report.probes_displaced = owner.displaced;
             self.actions.push_back(Action::Report {
-                client,
+                client: owner.client,
                 peer,
                 report,
             });
         }
     }
 
-    /// When the next probe of the train in flight is due; starts nothing.
-    pub fn next_probe_deadline(&self) -> Option<MonoTime> {
+    /// The destination whose train in flight has the earliest next probe, and when
+    /// that probe is due (the first started wins a tie).
+    fn earliest(&self) -> Option<(IpAddr, MonoTime)> {
         self.active
-            .and_then(|p| self.dests.get(&p))
-            .and_then(|d| d.planner.next_deadline())
+            .iter()
+            .filter_map(|p| Some((*p, self.dests.get(p)?.planner.next_deadline()?)))
+            .min_by_key(|(_, t)| *t)
     }
 
-    /// When the next probe is due, if a train is in flight or one may start; starts
-    /// the next train in turn at `now` if none is in flight. Nothing is built yet.
+    /// Whether a destination's next train may start: one is queued and its route is in.
+    fn ready(d: &Dest) -> bool {
+        d.planner.has_transaction() && matches!(d.route, Route::In | Route::Leaving(_))
+    }
+
+    /// When the next probe of the trains in flight is due; starts nothing.
+    pub fn next_probe_deadline(&self) -> Option<MonoTime> {
+        self.earliest().map(|(_, t)| t)
+    }
+
+    /// The train whose probe is due next, and when: what
+    /// [`Self::next_probe_deadline`] gives, with the train's id (a driver that keeps
+    /// something per train, such as how long it spun, looks it up by this).
+    pub fn next_probe(&self) -> Option<(u32, MonoTime)> {
+        let (peer, deadline) = self.earliest()?;
+        let id = self.dests.get(&peer)?.planner.transaction_in_flight()?;
+        Some((id, deadline))
+    }
+
+    /// Trains in flight.
+    pub fn in_flight(&self) -> usize {
+        self.active.len()
+    }
+
+    /// When the next probe is due, if a train is in flight or one may start; first
+    /// starts at `now` the next train of every destination with none in flight, in
+    /// turn, while fewer than [`EndpointConfig::max_in_flight`] are. Nothing is built
+    /// yet.
     pub fn poll_probe_deadline(&mut self, now: MonoTime) -> Option<MonoTime> {
-        if let Some(peer) = self.active {
-            match self
-                .dests
-                .get(&peer)
-                .and_then(|d| d.planner.next_deadline())
-            {
-                Some(deadline) => return Some(deadline),
-                None => self.active = None,
-            }
+        let dests = &self.dests;
+        self.active.retain(|p| {
+            dests
+                .get(p)
+                .is_some_and(|d| d.planner.next_deadline().is_some())
+        });
+        if !self.shutting_down && self.active.len() < self.config.max_in_flight {
+            self.start_trains(now);
         }
-        if self.shutting_down {
-            return None;
-        }
-        let ready = |d: &Dest| {
-            d.planner.has_transaction() && matches!(d.route, Route::In | Route::Leaving(_))
-        };
-        let after = self.last_turn.map_or(Bound::Unbounded, Bound::Excluded);
-        let peer = self
-            .dests
-            .range((after, Bound::Unbounded))
-            .chain(self.dests.range(..))
-            .find(|(_, d)| ready(d))
-            .map(|(p, _)| *p)?;
-        self.last_turn = Some(peer);
-        let d = self.dests.get_mut(&peer)?;
-        d.last_used = now;
-        let deadline = d.planner.poll_start(now)?;
-        self.active = Some(peer);
-        Some(deadline)
+        self.next_probe_deadline()
     }
 
-    /// Builds the next probe of the train in flight, with the riders held at `now`.
-    /// Call it shortly before the deadline [`Self::poll_probe_deadline`] gave, send the
-    /// probe at that deadline, then report with [`Self::handle_probe_sent`].
+    /// Starts trains at `now`, one per ready destination with none in flight, from the
+    /// destination after the last that started, round robin, while there is room.
+    fn start_trains(&mut self, now: MonoTime) {
+        while self.active.len() < self.config.max_in_flight
+            // Every train queued or in flight is in flight: none to start.
+            && self.owners.len() > self.active.len()
+        {
+            let after = self.last_turn.map_or(Bound::Unbounded, Bound::Excluded);
+            let active = &self.active;
+            let Some(peer) = self
+                .dests
+                .range((after, Bound::Unbounded))
+                .chain(self.dests.range(..))
+                .find(|(p, d)| Self::ready(d) && !active.contains(p))
+                .map(|(p, _)| *p)
+            else {
+                return;
+            };
+            self.last_turn = Some(peer);
+            let Some(d) = self.dests.get_mut(&peer) else {
+                return;
+            };
+            d.last_used = now;
+            if d.planner.poll_start(now).is_none() {
+                return;
+            }
+            self.active.push(peer);
+        }
+    }
+
+    /// Builds the next probe of the trains in flight (the earliest due), with the
+    /// riders held at `now`. Call it shortly before the deadline
+    /// [`Self::poll_probe_deadline`] gave, send the probe at that deadline, then report
+    /// with [`Self::handle_probe_sent`].
     pub fn poll_probe(&mut self, now: MonoTime) -> Option<(IpAddr, ProbeToSend)> {
-        let peer = self.active?;
+        let (peer, _) = self.earliest()?;
         let d = self.dests.get_mut(&peer)?;
-        d.planner.next_deadline()?;
         let before = d.planner.queued_bytes();
         let probe = d.planner.poll_probe(now);
         let after = d.planner.queued_bytes();
@@ -613,12 +716,12 @@ impl Endpoint {
     /// used for [`EndpointConfig::planner_idle`]; their counters stay in the totals.
     fn retire_idle(&mut self, now: MonoTime) {
         let idle = self.config.planner_idle;
-        let active = self.active;
+        let active = &self.active;
         let gone: Vec<IpAddr> = self
             .dests
             .iter()
             .filter(|(peer, d)| {
-                Some(**peer) != active
+                !active.contains(peer)
                     && d.trains == 0
                     && d.planner.held_riders() == 0
                     && !d.planner.has_transaction()
@@ -648,25 +751,18 @@ impl Endpoint {
         }
         let mut t: Option<MonoTime> = None;
         let mut at = |x: MonoTime| t = Some(t.map_or(x, |t| t.min(x)));
-        if let Some(deadline) = self
-            .active
-            .and_then(|p| self.dests.get(&p))
-            .and_then(|d| d.planner.next_deadline())
-        {
+        if let Some(deadline) = self.next_probe_deadline() {
             at(deadline);
         }
-        for d in self.dests.values() {
+        let room = self.active.len() < self.config.max_in_flight;
+        for (peer, d) in &self.dests {
             if let Some(r) = d.planner.rider_timeout() {
                 at(r);
             }
             if let Route::Leaving(x) = d.route {
                 at(x);
             }
-            if self.active.is_none()
-                && !self.shutting_down
-                && d.planner.has_transaction()
-                && matches!(d.route, Route::In | Route::Leaving(_))
-            {
+            if room && !self.shutting_down && Self::ready(d) && !self.active.contains(peer) {
                 at(MonoTime::ZERO);
             }
         }

@@ -42,8 +42,31 @@ fn endpoint(f: impl FnOnce(&mut EndpointConfig)) -> Endpoint {
 
 /// Runs every train to the end at its deadlines, returning the order in which trains
 /// (by id) sent their probes and every action on the way.
-fn run(e: &mut Endpoint, mut now: MonoTime) -> (Vec<(IpAddr, u32)>, Vec<Action>) {
-    let mut order = Vec::new();
+fn run(e: &mut Endpoint, now: MonoTime) -> (Vec<(IpAddr, u32)>, Vec<Action>) {
+    let (sent, actions) = run_costed(e, now, Duration::ZERO);
+    let mut order: Vec<(IpAddr, u32)> = Vec::new();
+    for s in sent {
+        if order.last() != Some(&(s.peer, s.transaction)) {
+            order.push((s.peer, s.transaction));
+        }
+    }
+    (order, actions)
+}
+
+/// A probe as [`run_costed`] sent it.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    peer: IpAddr,
+    transaction: u32,
+    seq: u16,
+    deadline: MonoTime,
+    departed: MonoTime,
+}
+
+/// Runs every train to the end, each probe sent at its deadline or, when the driver is
+/// still busy with the one before, as soon as that is out: each send takes `cost`.
+fn run_costed(e: &mut Endpoint, mut now: MonoTime, cost: Duration) -> (Vec<Sent>, Vec<Action>) {
+    let mut sent = Vec::new();
     let mut actions = Vec::new();
     for _ in 0..100_000 {
         while let Some(a) = e.poll_action(now) {
@@ -56,24 +79,40 @@ fn run(e: &mut Endpoint, mut now: MonoTime) -> (Vec<(IpAddr, u32)>, Vec<Action>)
             Some(deadline) => {
                 now = now.max(deadline);
                 let (p, probe) = e.poll_probe(now).expect("a probe is due");
-                if order.last() != Some(&(p, probe.transaction)) {
-                    order.push((p, probe.transaction));
-                }
+                sent.push(Sent {
+                    peer: p,
+                    transaction: probe.transaction,
+                    seq: probe.seq,
+                    deadline: probe.deadline,
+                    departed: now,
+                });
+                let departed = now;
+                now = now.saturating_add(cost);
                 e.handle_probe_sent(
                     now,
                     probe.transaction,
                     probe.seq,
-                    Some((now, WallTime::from_nanos(now.as_nanos()))),
+                    Some((departed, WallTime::from_nanos(departed.as_nanos()))),
                 );
             }
             None => match e.poll_timeout() {
                 Some(t) if t > now => now = t,
                 Some(_) => {}
-                None => return (order, actions),
+                None => return (sent, actions),
             },
         }
     }
     panic!("the endpoint never settled");
+}
+
+fn report_of(actions: &[Action], id: u32) -> &TransactionReport {
+    actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Report { report, .. } if report.transaction == id => Some(report),
+            _ => None,
+        })
+        .expect("the train reported")
 }
 
 fn reports(actions: &[Action]) -> Vec<(ClientId, u32)> {
@@ -87,8 +126,8 @@ fn reports(actions: &[Action]) -> Vec<(ClientId, u32)> {
 }
 
 #[test]
-fn destinations_take_turns_and_each_keeps_its_order() {
-    let mut e = endpoint(|_| {});
+fn with_one_in_flight_destinations_take_turns_and_each_keeps_its_order() {
+    let mut e = endpoint(|c| c.max_in_flight = 1);
     let mut ids = BTreeMap::new();
     for i in 0..3 {
         for p in [peer(2), peer(3)] {
@@ -116,6 +155,163 @@ fn destinations_take_turns_and_each_keeps_its_order() {
     }
     assert_eq!(reports(&actions).len(), 6);
     assert_eq!(e.trains(), 0);
+}
+
+#[test]
+fn trains_to_different_destinations_interleave_earliest_deadline_first() {
+    let mut e = endpoint(|_| {});
+    let mut ids = BTreeMap::new();
+    for i in 0..3 {
+        for (p, gap) in [(peer(2), us(100)), (peer(3), us(170))] {
+            let id = e.handle_submit(ms(0), 1, p, train(10, 200, gap)).unwrap();
+            ids.insert(id, (p, i));
+        }
+    }
+    let (sent, actions) = run_costed(&mut e, ms(0), Duration::ZERO);
+    assert_eq!(sent.len(), 60);
+    // One schedule: probes leave in deadline order, each at its deadline.
+    for w in sent.windows(2) {
+        assert!(w[0].deadline <= w[1].deadline, "{w:?}");
+    }
+    assert!(sent.iter().all(|s| s.departed == s.deadline));
+    // Each destination's trains in the order they came, one at a time, each probe at
+    // its own gap after the one before.
+    for (p, gap) in [(peer(2), us(100)), (peer(3), us(170))] {
+        let mine: Vec<&Sent> = sent.iter().filter(|s| s.peer == p).collect();
+        let rounds: Vec<u32> = mine.iter().map(|s| ids[&s.transaction].1).collect();
+        let mut sorted = rounds.clone();
+        sorted.sort_unstable();
+        assert_eq!(rounds, sorted, "{p}: trains in the order they came");
+        for w in mine.windows(2) {
+            if w[0].transaction == w[1].transaction {
+                assert_eq!(w[1].seq, w[0].seq + 1);
+                assert_eq!(w[1].deadline.saturating_since(w[0].deadline), gap);
+            }
+        }
+    }
+    // Both first trains started at once, and ran side by side.
+    let first = |p: IpAddr| sent.iter().find(|s| s.peer == p).unwrap().deadline;
+    assert_eq!(first(peer(2)), ms(0).saturating_add(us(100)));
+    assert_eq!(first(peer(3)), ms(0).saturating_add(us(170)));
+    let r = reports(&actions);
+    assert_eq!(r.len(), 6);
+    for (_, id) in r {
+        assert_eq!(report_of(&actions, id).probes_displaced, 0);
+    }
+    assert_eq!(e.counters().probes_displaced, 0);
+    assert_eq!(e.trains(), 0);
+}
+
+#[test]
+fn a_probe_due_while_another_is_sent_is_displaced_and_counted() {
+    let mut e = endpoint(|_| {});
+    let a = e
+        .handle_submit(ms(0), 1, peer(2), train(8, 200, us(100)))
+        .unwrap();
+    let b = e
+        .handle_submit(ms(0), 2, peer(3), train(8, 200, us(100)))
+        .unwrap();
+    // Due at the same times; a send takes 5 µs.
+    let (sent, actions) = run_costed(&mut e, ms(0), us(5));
+    assert_eq!(sent.len(), 16);
+    let late = |id: u32| {
+        sent.iter()
+            .filter(|s| s.transaction == id && s.departed > s.deadline)
+            .count()
+    };
+    // The first started wins each tie; the other leaves 5 µs late every time.
+    assert_eq!(late(a), 0);
+    assert_eq!(late(b), 8);
+    assert_eq!(report_of(&actions, a).probes_displaced, 0);
+    assert_eq!(report_of(&actions, b).probes_displaced, 8);
+    assert_eq!(e.counters().probes_displaced, 8);
+
+    // Due 50 µs apart, a 5 µs send displaces nothing.
+    let mut e = endpoint(|_| {});
+    let a = e
+        .handle_submit(ms(0), 1, peer(2), train(8, 200, us(100)))
+        .unwrap();
+    let (_, _) = (a, ());
+    let mut later = train(8, 200, us(100));
+    later.probes[0].gap = us(150);
+    let b = e.handle_submit(ms(0), 2, peer(3), later).unwrap();
+    let (sent, actions) = run_costed(&mut e, ms(0), us(5));
+    assert!(sent.iter().all(|s| s.departed == s.deadline));
+    assert_eq!(report_of(&actions, a).probes_displaced, 0);
+    assert_eq!(report_of(&actions, b).probes_displaced, 0);
+    assert_eq!(e.counters().probes_displaced, 0);
+}
+
+#[test]
+fn no_more_trains_in_flight_than_allowed() {
+    let mut e = endpoint(|c| c.max_in_flight = 2);
+    for n in 2..7 {
+        e.handle_submit(ms(0), u64::from(n), peer(n), train(5, 200, us(100)))
+            .unwrap();
+    }
+    let mut now = ms(0);
+    let mut most = 0;
+    let mut done = 0;
+    while let Some(deadline) = e.poll_probe_deadline(now) {
+        most = most.max(e.in_flight());
+        now = now.max(deadline);
+        let (_, probe) = e.poll_probe(now).unwrap();
+        e.handle_probe_sent(
+            now,
+            probe.transaction,
+            probe.seq,
+            Some((now, WallTime::from_nanos(now.as_nanos()))),
+        );
+        while let Some(a) = e.poll_action(now) {
+            done += usize::from(matches!(a, Action::Report { .. }));
+        }
+    }
+    assert_eq!(most, 2);
+    assert_eq!(done, 5);
+}
+
+#[test]
+fn competing_bytes_are_the_trains_own_destinations_traffic() {
+    let mut e = endpoint(|c| c.policy.hold = Duration::from_millis(50));
+    let a = e
+        .handle_submit(ms(0), 1, peer(2), train(20, 1400, us(500)))
+        .unwrap();
+    let b = e
+        .handle_submit(ms(0), 2, peer(3), train(20, 1400, us(500)))
+        .unwrap();
+    let mut now = ms(0);
+    let mut riders = 0u64;
+    let mut actions = Vec::new();
+    while let Some(deadline) = e.poll_probe_deadline(now) {
+        now = now.max(deadline);
+        // Traffic to peer 2 only, between the probes of both trains.
+        if e.poll_probe(now).is_some_and(|(p, probe)| {
+            let seq = probe.seq;
+            let id = probe.transaction;
+            e.handle_probe_sent(
+                now,
+                id,
+                seq,
+                Some((now, WallTime::from_nanos(now.as_nanos()))),
+            );
+            p == peer(3)
+        }) {
+            e.handle_rider(now, peer(2), Bytes::from(vec![0x45; 300]))
+                .unwrap();
+            riders += 300;
+        }
+        while let Some(a) = e.poll_action(now) {
+            actions.push(a);
+        }
+    }
+    assert!(riders > 0);
+    assert!(report_of(&actions, a).competing_rider_bytes > 0);
+    assert!(report_of(&actions, a).competing_rider_bytes <= riders);
+    assert_eq!(
+        report_of(&actions, b).competing_rider_bytes,
+        0,
+        "another destination's traffic does not compete with this train"
+    );
 }
 
 #[test]
@@ -434,6 +630,7 @@ fn simulate(seed: u64) {
         c.max_destinations = if seed % 2 == 1 { 2 } else { 6 };
         c.max_held_bytes = if seed % 4 == 1 { 6 << 10 } else { 64 << 10 };
         c.planner_idle = Duration::from_millis(300);
+        c.max_in_flight = [1, 3, 16][(seed % 3) as usize];
     });
     let peers: Vec<IpAddr> = (2..10).map(peer).collect();
     let mut far = Far::default();
@@ -506,7 +703,9 @@ fn simulate(seed: u64) {
             }
         }
         assert!(e.held_bytes() <= e.config().max_held_bytes);
-        if let Some(deadline) = e.poll_probe_deadline(now)
+        let next = e.poll_probe_deadline(now);
+        assert!(e.in_flight() <= e.config().max_in_flight);
+        if let Some(deadline) = next
             && deadline <= now
         {
             let (p, probe) = e.poll_probe(now).expect("due");

@@ -713,6 +713,11 @@ impl Planner {
         self.active.as_ref().map(|a| a.next_deadline)
     }
 
+    /// The id of the train in flight, if one is.
+    pub fn transaction_in_flight(&self) -> Option<u32> {
+        self.active.as_ref().map(|a| a.tx.id)
+    }
+
     /// Starts the next queued train at `now` if none is in flight, and says when its
     /// next probe is due (for a train just started: `now` plus its first gap). Nothing
     /// is built yet, so a pacer can sleep until shortly before the deadline and only then
@@ -970,6 +975,7 @@ impl Planner {
             late_threshold_ns: 0,
             probes_unstamped: 0,
             departure_clock: crate::stats::DepartureClock::Daemon,
+            probes_displaced: 0,
         });
     }
 

@@ -80,6 +80,12 @@ pub(super) const RULES: &[Rule] = &[
         )),
         false => Ok(()),
     },
+    |s| match s.limits.max_trains_in_flight {
+        0 => Err(
+            "limits.max-trains-in-flight must be at least 1 (1 runs one train at a time)".into(),
+        ),
+        _ => Ok(()),
+    },
     |s| {
         match s.limits.max_destinations {
         0 => Err("limits.max-destinations must be at least 1 (it bounds the destinations riders wait for)".into()),

@@ -121,6 +121,8 @@ pub struct Config {
     pub max_queued_trains: usize,
     /// Most trains one API connection may have queued.
     pub max_trains_per_client: usize,
+    /// Most trains in flight at once, each to a destination of its own.
+    pub max_trains_in_flight: usize,
     /// Most probe listeners over all connections.
     pub max_listeners: usize,
     /// Longest API request line, in bytes.
@@ -233,6 +235,7 @@ impl Config {
             max_connections: l.max_connections,
             max_queued_trains: l.max_queued_trains,
             max_trains_per_client: l.max_trains_per_client,
+            max_trains_in_flight: l.max_trains_in_flight,
             max_listeners: l.max_listeners,
             max_request_bytes: l.max_request_bytes,
             per_user_rate: (

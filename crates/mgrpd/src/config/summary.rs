@@ -104,7 +104,7 @@ impl Config {
             yes(self.super_packets)
         ));
         line(format!(
-            "limits: trains of at most {} probes, gaps {} to {}, {} long, spinning {}; {} connections, {} trains queued ({} per connection), {} listeners, requests of {} bytes; per user {} probes/s and {} bytes/s, all users {} probes/s and {} bytes/s; reassembly {} bytes ({} per peer) for {}",
+            "limits: trains of at most {} probes, gaps {} to {}, {} long, spinning {}; {} connections, {} trains queued ({} per connection, {} in flight to different destinations), {} listeners, requests of {} bytes; per user {} probes/s and {} bytes/s, all users {} probes/s and {} bytes/s; reassembly {} bytes ({} per peer) for {}",
             self.max_probes_per_train,
             human(self.min_gap),
             human(self.max_gap),
@@ -113,6 +113,7 @@ impl Config {
             self.max_connections,
             self.max_queued_trains,
             self.max_trains_per_client,
+            self.max_trains_in_flight,
             self.max_listeners,
             self.max_request_bytes,
             self.per_user_rate.0,

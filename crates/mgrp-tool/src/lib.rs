@@ -40,6 +40,7 @@ pub mod sockdiag;
 pub mod sys;
 pub mod tcpinfo;
 pub mod transport;
+pub mod udp_pacer;
 
 pub use control::{Batch, ProbeSpec, Run, SentReport, Tag, Transport};
 pub use server::{BUSY, ServeEvent, ServeOptions, Server, serve_command};

@@ -33,9 +33,9 @@ const IDLE_LIMIT: Duration = Duration::from_secs(120);
 /// thread (and its shutdown) never waits on a receiver longer.
 const WRITE_LIMIT: Duration = Duration::from_secs(10);
 
-/// Longest a measurement may hold the sender: its receiver is then told so and the
-/// next one may measure (pathload's longest run is a minute; the continuous methods
-/// run for their time limit, a few minutes).
+/// Longest one measurement may last: its receiver is then told so and its place goes
+/// to the next (pathload's longest run is a minute; the continuous methods run for
+/// their time limit, a few minutes).
 pub const MAX_SESSION: Duration = Duration::from_secs(600);
 
 /// Packet captures for stamps queries at once, for every receiver together; each is an
@@ -123,8 +123,10 @@ pub enum ServeEvent {
     Warning(SocketAddr, String),
 }
 
-/// A sender listening for receivers; it serves one measurement at a time, the
-/// others wait their turn in the listen backlog.
+/// A sender listening for receivers; it serves several measurements at once, up to
+/// [`MAX_MEASUREMENTS`] in all and [`MAX_MEASUREMENTS_PER_HOST`] per receiving host,
+/// each paced on its own (over MGRP by mgrpd, which interleaves trains to different
+/// receivers; over UDP by the one pacing thread of this process).
 #[derive(Debug)]
 pub struct Server {
     listener: TcpListener,
@@ -175,20 +177,21 @@ impl Server {
         self.listener.local_addr()
     }
 
-    /// Serves measurements one after another until `stop` is set (one only, unless
-    /// `keep_serving`). Each connection is served by a thread of its own; one
-    /// measurement runs at a time, and a receiver that says hello while one runs is
-    /// told at once that this sender is busy (an error starting with [`BUSY`]) rather
-    /// than left waiting. A traffic query ([`Request::Traffic`]) is answered whatever
-    /// runs. A measurement in flight when `stop` is set ends at its next request, and
-    /// its receiver is told why.
+    /// Serves measurements until `stop` is set (until the first ends, unless
+    /// `keep_serving`). Each connection is served by a thread of its own; measurements
+    /// run side by side up to [`MAX_MEASUREMENTS`], [`MAX_MEASUREMENTS_PER_HOST`] of
+    /// them from one host, and a receiver that says hello beyond a limit is told at once
+    /// that this sender is busy and which limit says so (an error starting with
+    /// [`BUSY`]) rather than left waiting. A traffic query ([`Request::Traffic`]) is
+    /// answered whatever runs. A measurement in flight when `stop` is set ends at its
+    /// next request, and its receiver is told why.
     pub fn serve(
         &self,
         keep_serving: bool,
         stop: &AtomicBool,
         report: &mut dyn FnMut(ServeEvent),
     ) -> anyhow::Result<()> {
-        let slot = AtomicBool::new(false);
+        let slots = Slots::default();
         let measured = AtomicBool::new(false);
         // Connections open per requester.
         let open: Mutex<HashMap<IpAddr, usize>> = Mutex::new(HashMap::new());
@@ -247,10 +250,10 @@ impl Server {
                     }
                     *n += 1;
                 }
-                let (opts, done_tx, slot, measured, captures, budgets, open) = (
+                let (opts, done_tx, slots, measured, captures, budgets, open) = (
                     &self.opts,
                     done_tx.clone(),
-                    &slot,
+                    &slots,
                     &measured,
                     &self.captures,
                     &self.budgets,
@@ -263,7 +266,7 @@ impl Server {
                     let mut events = |ev: ServeEvent| {
                         let _ = done_tx.send(ev);
                     };
-                    let mut claimed = false;
+                    let mut claimed = None;
                     let done = serve_one(
                         opts,
                         captures,
@@ -271,12 +274,12 @@ impl Server {
                         stream,
                         peer,
                         stop,
-                        slot,
+                        slots,
                         &mut claimed,
                         &mut events,
                     );
-                    if claimed {
-                        slot.store(false, Ordering::SeqCst);
+                    if let Some(slot) = claimed {
+                        drop(slot);
                         measured.store(true, Ordering::Relaxed);
                         events(ServeEvent::Done(peer, done.map_err(|e| format!("{e:#}"))));
                     }
@@ -296,13 +299,78 @@ impl Server {
 /// How the error a busy sender answers with begins.
 pub const BUSY: &str = "busy";
 
-/// Connections served at once (one measurement, the rest traffic queries or
-/// receivers being told the sender is busy).
-const MAX_CONNECTIONS: usize = 16;
+/// Connections served at once: measurements, traffic queries and receivers being
+/// told the sender is busy.
+const MAX_CONNECTIONS: usize = 64;
 
-/// Connections one host may have open at once: its measurement and a few queries
-/// beside it, so no host can take every connection and keep the others out.
-pub const MAX_CONNECTIONS_PER_HOST: usize = 4;
+/// Connections one host may have open at once: its measurements and a few queries
+/// beside them, so no host can take every connection and keep the others out.
+pub const MAX_CONNECTIONS_PER_HOST: usize = 8;
+
+/// Measurements served at once, for every receiver together (a node measured by its
+/// neighbours with two continuous methods each and a pathload run now and then).
+pub const MAX_MEASUREMENTS: usize = 32;
+
+/// Measurements one host may have at once: one per method it measures this sender
+/// with, so one host cannot take every place.
+pub const MAX_MEASUREMENTS_PER_HOST: usize = 4;
+
+/// The measurements running, per receiving host.
+#[derive(Debug, Default)]
+struct Slots(Mutex<HashMap<IpAddr, usize>>);
+
+impl Slots {
+    /// A place for a measurement from `from`, or the refusal naming the limit that
+    /// says no.
+    fn claim(&self, from: IpAddr) -> Result<Slot<'_>, String> {
+        let mut running = mgrp_rt::lock(&self.0);
+        let all: usize = running.values().sum();
+        if all >= MAX_MEASUREMENTS {
+            return Err(format!(
+                "{BUSY}: this sender runs {all} measurements, the most it runs at once for all receivers together; try again when one is done"
+            ));
+        }
+        let mine = running.entry(from).or_insert(0);
+        if *mine >= MAX_MEASUREMENTS_PER_HOST {
+            return Err(format!(
+                "{BUSY}: {from} runs {mine} measurements from this sender, the most one host may at once; try again when one of them is done"
+            ));
+        }
+        *mine += 1;
+        Ok(Slot { slots: self, from })
+    }
+
+    /// A place for the measurement of a connection that has none yet in `claimed`.
+    fn claim_once<'s>(
+        &'s self,
+        claimed: &mut Option<Slot<'s>>,
+        from: IpAddr,
+    ) -> Result<(), String> {
+        if claimed.is_none() {
+            *claimed = Some(self.claim(from)?);
+        }
+        Ok(())
+    }
+}
+
+/// One measurement's place; given back when dropped.
+#[derive(Debug)]
+struct Slot<'a> {
+    slots: &'a Slots,
+    from: IpAddr,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut running = mgrp_rt::lock(&self.slots.0);
+        if let Some(n) = running.get_mut(&self.from) {
+            *n -= 1;
+            if *n == 0 {
+                running.remove(&self.from);
+            }
+        }
+    }
+}
 
 /// One counted connection of a requester's; uncounted when dropped.
 struct OpenConnection<'a> {
@@ -509,18 +577,18 @@ pub fn serve_command(opts: &ServeOptions, keep_serving: bool, verbose: bool) -> 
     })
 }
 
-/// Serves one connection: a measurement once it has claimed `slot` (then `claimed`
-/// is set; the batches sent are returned), or traffic queries.
+/// Serves one connection: a measurement once it has a place among `slots` (then it
+/// is in `claimed`; the batches sent are returned), or traffic queries.
 #[allow(clippy::too_many_arguments)]
-fn serve_one(
+fn serve_one<'s>(
     opts: &ServeOptions,
     captures: &Captures,
     budgets: &Mutex<Budgets>,
     stream: std::net::TcpStream,
     peer: SocketAddr,
     stop: &AtomicBool,
-    slot: &AtomicBool,
-    claimed: &mut bool,
+    slots: &'s Slots,
+    claimed: &mut Option<Slot<'s>>,
     report: &mut dyn FnMut(ServeEvent),
 ) -> anyhow::Result<u32> {
     if !first_bytes(&stream, stop)? {
@@ -575,35 +643,19 @@ fn serve_one(
                             opts.transport, opts.transport
                         ),
                     }
-                } else if !*claimed
-                    && slot
-                        .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-                        .is_err()
-                {
-                    let message = format!(
-                        "{BUSY}: another receiver is measuring from this sender; try again when it is done"
-                    );
+                } else if let Err(message) = slots.claim_once(claimed, peer.ip().to_canonical()) {
                     report(ServeEvent::Refused(peer, message.clone()));
                     conn.send(&Reply::Error { message })?;
                     return Ok(0);
                 } else {
-                    if !*claimed {
-                        *claimed = true;
+                    if claimed_at.is_none() {
                         claimed_at = Some(Instant::now());
                         conn.stream().set_read_timeout(Some(IDLE_LIMIT))?;
                         report(ServeEvent::Connected(peer, tool));
-                        if transport == Transport::Udp {
-                            // This thread paces the probes: at normal priority a
-                            // real-time thread on its CPU (mgrpd's pacer) delays them,
-                            // and the stretched gaps read as a falling rate.
-                            if let Err(e) = sys::make_realtime() {
-                                report(ServeEvent::Warning(
-                                    peer,
-                                    format!(
-                                        "probes paced without real-time priority ({e}); run as root or with CAP_SYS_NICE for steadier gaps"
-                                    ),
-                                ));
-                            }
+                        if transport == Transport::Udp
+                            && let Some(e) = crate::udp_pacer::udp_pacing_warning()
+                        {
+                            report(ServeEvent::Warning(peer, e));
                         }
                     }
                     // A dual-stack listener sees IPv4 receivers as IPv4-mapped IPv6.

@@ -22,21 +22,6 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::sys;
 
-/// Sleep until this close to a deadline, then spin (the pacing this machine measured
-/// best: timer wake-ups cost 20–50 µs, a 50 µs margin is too small).
-const SPIN_MARGIN_NS: i64 = 150_000;
-
-/// Longest the pacing thread spins without giving its CPU up, ns; a probe due after
-/// that waits [`BREATHER_NS`] more (as mgrpd's pacer does).
-const MAX_SPIN_RUN_NS: i64 = 2_000_000;
-
-/// How long that wait lasts, ns.
-const BREATHER_NS: i64 = 20_000;
-
-/// The first probe leaves this long after the stream is set up, so that probe 0 is
-/// paced like every other one.
-const LEAD_NS: i64 = 200_000;
-
 /// How often listener threads look at their stop flag.
 const POLL: Duration = Duration::from_millis(100);
 
@@ -76,14 +61,12 @@ fn udp_overhead(ip: IpAddr) -> u32 {
 /// The sending half.
 #[derive(Debug)]
 pub enum Sender {
-    /// Plain UDP, paced here.
+    /// Plain UDP, paced by this process's UDP pacing thread.
     Udp {
         /// The connected socket.
-        socket: Socket,
+        socket: Arc<Socket>,
         /// IP and UDP header bytes per probe.
         overhead: u32,
-        /// The probe being written.
-        buf: Vec<u8>,
     },
     /// Probe transactions through mgrpd.
     Mgrp {
@@ -127,9 +110,8 @@ impl Sender {
             .connect(&SockAddr::from(dst))
             .with_context(|| format!("cannot send UDP probes to {dst}"))?;
         Ok(Self::Udp {
-            socket,
+            socket: Arc::new(socket),
             overhead: udp_overhead(dst.ip()),
-            buf: vec![0; 65_536],
         })
     }
 
@@ -159,11 +141,9 @@ impl Sender {
     /// stamp. Returns when the last probe has left.
     pub fn send_unless(&mut self, b: &Batch, stop: &AtomicBool) -> anyhow::Result<SentReport> {
         match self {
-            Self::Udp {
-                socket,
-                overhead,
-                buf,
-            } => Ok(send_udp(socket, *overhead, buf, b, stop)),
+            Self::Udp { socket, overhead } => {
+                Ok(crate::udp_pacer::send(socket, *overhead, b, stop))
+            }
             Self::Mgrp {
                 client,
                 destination,
@@ -171,60 +151,6 @@ impl Sender {
                 piggyback,
             } => send_mgrp(client, *destination, *ports, *piggyback, b),
         }
-    }
-}
-
-fn send_udp(
-    socket: &Socket,
-    overhead: u32,
-    buf: &mut [u8],
-    b: &Batch,
-    stop: &AtomicBool,
-) -> SentReport {
-    let mut stamps = Vec::with_capacity(b.packets() as usize);
-    let mut deadline = sys::mono_now() + LEAD_NS;
-    // When the thread last gave its CPU up: a real-time thread spinning through a
-    // whole batch of short gaps starves what the kernel runs on its CPU.
-    let mut rested = sys::mono_now();
-    for (seq, p) in (0u32..).zip(b.probes()) {
-        if stop.load(Ordering::Relaxed) {
-            stamps.resize(b.packets() as usize, None);
-            break;
-        }
-        let gap = i64::try_from(p.gap_ns).unwrap_or(i64::MAX / 4);
-        deadline += gap;
-        let now = sys::mono_now();
-        if deadline - now > SPIN_MARGIN_NS {
-            sys::sleep_until(deadline - SPIN_MARGIN_NS);
-            rested = sys::mono_now();
-        } else if now - rested > MAX_SPIN_RUN_NS {
-            sys::sleep_until(now + BREATHER_NS);
-            rested = sys::mono_now();
-        }
-        let mut now = sys::mono_now();
-        while now < deadline {
-            std::hint::spin_loop();
-            now = sys::mono_now();
-        }
-        // Later than half a gap (the thread was kept from running): the rest keeps
-        // its gaps from here. Catching up would send a burst, which queues on the
-        // path and reads as a rate above the available bandwidth; the long gap
-        // instead shows in the stamps, which the estimators judge by.
-        if now - deadline > gap / 2 {
-            deadline = now;
-        }
-        let payload = (p.size.saturating_sub(overhead) as usize).clamp(PROBE_HEADER_LEN, buf.len());
-        let stamp = sys::wall_now();
-        header(b.tag, seq, stamp).emit(buf);
-        // A probe the kernel refuses (a full queue) has no departure stamp; the
-        // receiver counts it lost.
-        stamps.push(socket.send(&buf[..payload]).is_ok().then_some(stamp));
-    }
-    SentReport {
-        tag: b.tag,
-        sent: b.packets(),
-        sender_stamps: stamps,
-        ..SentReport::default()
     }
 }
 

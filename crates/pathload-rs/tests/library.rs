@@ -1,6 +1,7 @@
 //! pathload-rs as a library, over plain UDP on loopback (no root, no mgrpd): a
-//! measurement runs against a `Server` and reports its bytes; a second receiver
-//! while one measures is told the sender is busy, while a traffic query is answered;
+//! measurement runs against a `Server` and reports its bytes; another runs beside
+//! others of its host, and one over the host's limit is told the sender is busy and
+//! why, while a traffic query is answered;
 //! a stop flag ends both sides; an unreachable sender is an error of its own.
 
 use std::io::{BufRead, BufReader, Write};
@@ -57,12 +58,29 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
+/// A receiver that has said hello: it holds one of its host's measurement places.
+fn hold(port: u16) -> std::net::TcpStream {
+    let mut holder = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    writeln!(
+        holder,
+        r#"{{"msg":"hello","version":{},"transport":"udp","probe_port":{},"piggyback":false}}"#,
+        pathload_rs::control::CONTROL_VERSION,
+        free_udp_port()
+    )
+    .unwrap();
+    let mut hello = String::new();
+    BufReader::new(&holder).read_line(&mut hello).unwrap();
+    assert!(hello.contains(r#""msg":"hello""#), "{hello}");
+    holder
+}
+
 #[test]
-fn a_measurement_runs_and_a_second_receiver_hears_busy() {
+fn measurements_run_side_by_side_until_the_host_limit_says_busy() {
+    let per_host = mgrp_tool::server::MAX_MEASUREMENTS_PER_HOST;
     let server = server();
     let port = server.local_addr().unwrap().port();
     let stop = AtomicBool::new(false);
-    let (measured, busy, events) = std::thread::scope(|s| {
+    let (measured, beside, busy, events) = std::thread::scope(|s| {
         let serving = s.spawn(|| {
             let mut events = Vec::new();
             server
@@ -83,23 +101,20 @@ fn a_measurement_runs_and_a_second_receiver_hears_busy() {
                 Progress::Event(_) => {}
             },
         );
-        // A receiver that has said hello holds the sender; the next one is turned
-        // away at once instead of waiting.
-        let mut holder = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        writeln!(
-            holder,
-            r#"{{"msg":"hello","version":{},"transport":"udp","probe_port":{},"piggyback":false}}"#,
-            pathload_rs::control::CONTROL_VERSION,
-            free_udp_port()
-        )
-        .unwrap();
-        let mut hello = String::new();
-        BufReader::new(&holder).read_line(&mut hello).unwrap();
-        assert!(hello.contains(r#""msg":"hello""#), "{hello}");
+        // Receivers that have said hello hold all but one of this host's places: a
+        // measurement still runs beside them.
+        let mut holders: Vec<_> = (1..per_host).map(|_| hold(port)).collect();
         // A silent connection holds nothing.
         let _silent = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        // A traffic query is answered while the holder measures (here: that there
-        // is no mgrpd to ask).
+        let beside = measure(
+            &options(port, Duration::from_secs(2)),
+            &AtomicBool::new(false),
+            &mut |_| {},
+        );
+        // With every place of the host held, the next one is turned away at once,
+        // told which limit says so, while a traffic query is answered (here: that
+        // there is no mgrpd to ask).
+        holders.push(hold(port));
         let q = sender_traffic("127.0.0.1", port, None).expect_err("no mgrpd");
         assert!(q.to_string().contains("no traffic figures"), "{q}");
         let asked = Instant::now();
@@ -113,9 +128,9 @@ fn a_measurement_runs_and_a_second_receiver_hears_busy() {
             "{:?}",
             asked.elapsed()
         );
-        drop(holder);
+        drop(holders);
         stop.store(true, Ordering::Relaxed);
-        ((m, started, streams), busy, serving.join().unwrap())
+        ((m, started, streams), beside, busy, serving.join().unwrap())
     });
     let (m, started, streams) = measured;
     let m = m.unwrap();
@@ -124,9 +139,11 @@ fn a_measurement_runs_and_a_second_receiver_hears_busy() {
     assert!(m.outcome.probe_bytes > 0);
     assert_eq!(m.outcome.rider_bytes, 0);
     assert!(m.end.peer_gone.is_none(), "{m:?}");
-    let e = busy.expect_err("a receiver while another measures is turned away");
+    let beside = beside.expect("a measurement beside others of its host runs");
+    assert!(beside.outcome.probe_bytes > 0);
+    let e = busy.expect_err("a receiver over its host's limit is turned away");
     assert!(
-        matches!(&e, MeasureError::Refused(m) if m.starts_with(BUSY)),
+        matches!(&e, MeasureError::Refused(m) if m.starts_with(BUSY) && m.contains("the most one host may")),
         "{e:?}"
     );
     assert!(
@@ -139,10 +156,12 @@ fn a_measurement_runs_and_a_second_receiver_hears_busy() {
             .any(|e| matches!(e, ServeEvent::Refused(_, m) if m.starts_with(BUSY))),
         "{events:?}"
     );
-    assert!(
+    assert_eq!(
         events
             .iter()
-            .any(|e| matches!(e, ServeEvent::Done(_, Ok(n)) if *n > 0)),
+            .filter(|e| matches!(e, ServeEvent::Done(_, Ok(n)) if *n > 0))
+            .count(),
+        2,
         "{events:?}"
     );
 }

@@ -9,9 +9,10 @@
 //! application traffic to ride (`ride-min-bps`) and, once a flow from node 0 runs,
 //! measures with it riding; killing node 0's overlay shows on node 1's links from it
 //! as a neighbour down with back-off, until it is back. A second test measures one
-//! path by pathChirp and by badabing; a third serves a transfer-rate prediction from
-//! pathload, btc and badabing runs, then from the kernel of a bulk flow's sender; a
-//! fourth lets a bulk flow's passive estimates stand in for a link's runs.
+//! path by pathChirp and by badabing, side by side; a third serves a transfer-rate
+//! prediction from pathload, btc and badabing runs, then from the kernel of a bulk
+//! flow's sender; a fourth lets a bulk flow's passive estimates stand in for a link's
+//! runs; a fifth has two receivers measure one sender at once by different methods.
 //!
 //! Own `main` (no libtest harness): the daemons and overlays are this binary,
 //! started as `namespaces mgrpd ...` and `namespaces overlay ...`, so they are never
@@ -505,12 +506,6 @@ fn check() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Two hosts around the router, each behind a 10 Mbit/s tbf; node 1 measures the
-/// path from node 0 over MGRP by pathChirp and by badabing, each its own link with its
-/// own schedule. Both links answer in the JSON API with their method and their metric
-/// (pathChirp's estimate within a wide band of the truth; badabing's loss episodes on
-/// a quiet path: none), `/metrics` serves each in base units with its method label,
-/// and the two never ran at once (one measurement per path).
 /// Two hosts around the router, each with a 10 Mbit/s downlink and an mgrpd.
 fn two_hosts_at_10mbit() -> anyhow::Result<(Star, Vec<mgrp_testbed::Daemon>)> {
     let star = Star::new(&[
@@ -571,6 +566,12 @@ fn logs_of(overlays: &[Process], tag: &str) -> String {
         .collect()
 }
 
+/// Two hosts around the router, each behind a 10 Mbit/s tbf; node 1 measures the
+/// path from node 0 over MGRP by pathChirp and by badabing, each its own link with its
+/// own schedule. Both links answer in the JSON API with their method, their class
+/// (background) and their metric (pathChirp's estimate within a wide band of the
+/// truth; badabing's loss episodes on a quiet path: none), `/metrics` serves each in
+/// base units with its method label, and the two ran side by side (both background).
 fn two_methods_on_one_path() -> anyhow::Result<()> {
     let (star, daemons) = two_hosts_at_10mbit()?;
     let (r, addrs) = (&star.router, star.addrs.clone());
@@ -582,7 +583,8 @@ fn two_methods_on_one_path() -> anyhow::Result<()> {
         &[("chirp", "pathchirp", 2, 12), ("loss", "badabing", 2, 6)],
     )?;
     let logs = || logs_of(&overlays, "m");
-    // Each link answered at least twice, so the two have taken turns.
+    // Each link answered at least twice; both methods are background, so they ran
+    // side by side rather than in turns.
     let all = wait_for(Duration::from_secs(150), || {
         let l = links(r, addrs[1]).ok()?;
         (l.len() == 2
@@ -666,16 +668,19 @@ fn two_methods_on_one_path() -> anyhow::Result<()> {
             }
         }
     }
-    spans.sort_by(|x, y| x.0.total_cmp(&y.0));
-    for w in spans.windows(2) {
-        ensure!(
-            w[1].0 >= w[0].1 - 0.05,
-            "{} ran from {:.2} while {} ran until {:.2}",
-            w[1].2,
-            w[1].0,
-            w[0].2,
-            w[0].1
-        );
+    let beside = spans.iter().any(|(a0, b0, n0)| {
+        spans
+            .iter()
+            .any(|(a1, b1, n1)| n0 != n1 && a1 < b0 && a0 < b1)
+    });
+    ensure!(
+        beside,
+        "pathChirp and badabing never ran at once, though both are background: {spans:?}"
+    );
+    let (_, body) = http(r, addrs[1], "GET", "/v1/links")?;
+    let v: Value = serde_json::from_str(&body)?;
+    for l in v["links"].as_array().cloned().unwrap_or_default() {
+        ensure!(l["class"] == "background", "{l}");
     }
     drop(overlays);
     drop(daemons);
@@ -1047,6 +1052,114 @@ fn sse_for(ns: &Netns, addr: Ipv4Addr, time: Duration) -> anyhow::Result<String>
     Ok(out)
 }
 
+/// Three hosts at 10 Mbit/s, mgrpd on each; host 0 runs the sender every tool and the
+/// overlay's `[serve]` run, over MGRP; host 1 measures it by pathChirp and host 2 by
+/// badabing, at the same time. Both are served (no `busy`), both get estimates
+/// (pathChirp's within a wide band of the truth, badabing's of a quiet path: no loss
+/// episode), and the sender had both measurements at once.
+fn two_receivers_measure_one_sender_at_once() -> anyhow::Result<()> {
+    use mgrp_tool::{ServeEvent, ServeOptions, Server};
+    use pathload_rs::control::Transport;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let star = Star::new(&[
+        Some(("10mbit".to_string(), "1540".to_string())),
+        Some(("10mbit".to_string(), "1540".to_string())),
+        Some(("10mbit".to_string(), "1540".to_string())),
+    ])?;
+    let daemons = star.daemons(&std::env::current_exe()?, &["mgrpd"], &[])?;
+    let sender = star.addrs[0];
+    let stop = Arc::new(AtomicBool::new(false));
+    let events: Arc<Mutex<Vec<ServeEvent>>> = Arc::default();
+    let opts = ServeOptions {
+        bind: Some(sender.into()),
+        socket: daemons[0].socket.clone(),
+        name: "two-receivers".into(),
+        ..ServeOptions::new(Transport::Mgrp)
+    };
+    let serving = {
+        let (stop, events) = (Arc::clone(&stop), Arc::clone(&events));
+        star.hosts[0].spawn("sender", move || {
+            let server = Server::bind(opts)?;
+            server.serve(true, &stop, &mut |e| mgrp_rt::lock(&events).push(e))
+        })?
+    };
+    // The server listens once it is bound; give it the moment.
+    std::thread::sleep(Duration::from_millis(300));
+    let time = Duration::from_secs(20);
+    let chirp = {
+        let socket = daemons[1].socket.clone();
+        star.hosts[1].spawn("pathchirp", move || {
+            let mut o =
+                pathchirp_rs::tool::MeasureOptions::new(sender.to_string(), Transport::Mgrp, time);
+            o.session.socket = socket;
+            pathchirp_rs::tool::measure(&o, &AtomicBool::new(false), &mut |_| {})
+                .map_err(|e| anyhow::anyhow!("pathChirp: {e}"))
+        })?
+    };
+    let loss = {
+        let socket = daemons[2].socket.clone();
+        star.hosts[2].spawn("badabing", move || {
+            let mut o =
+                badabing_rs::tool::MeasureOptions::new(sender.to_string(), Transport::Mgrp, time);
+            o.session.socket = socket;
+            badabing_rs::tool::measure(&o, &AtomicBool::new(false), &mut |_| {})
+                .map_err(|e| anyhow::anyhow!("badabing: {e}"))
+        })?
+    };
+    let chirp = chirp
+        .join()
+        .map_err(|_| anyhow::anyhow!("pathChirp panicked"));
+    let loss = loss
+        .join()
+        .map_err(|_| anyhow::anyhow!("badabing panicked"));
+    stop.store(true, Ordering::Relaxed);
+    let served = serving
+        .join()
+        .map_err(|_| anyhow::anyhow!("the sender panicked"))?;
+    let events = mgrp_rt::lock(&events).clone();
+    let (chirp, loss) = (chirp??, loss??);
+    served?;
+    let truth = ip_level_truth(10.0, 1028, &[]);
+    let bps = chirp
+        .last
+        .as_ref()
+        .map(|s| s.adjusted_bps / 1e6)
+        .with_context(|| format!("pathChirp gave no estimate: {:?}", chirp.counts))?;
+    eprintln!(
+        "    pathChirp {bps:.2} Mbit/s (truth {truth:.2}); badabing {} slots, frequency {}",
+        loss.estimate.slots, loss.estimate.frequency
+    );
+    ensure!(
+        (bps / truth - 1.0).abs() <= 0.3,
+        "pathChirp read {bps:.2} Mbit/s beside badabing, truth {truth:.2}"
+    );
+    ensure!(
+        loss.estimate.slots > 100 && loss.estimate.frequency == 0.0,
+        "badabing on a quiet path: {:?}",
+        loss.estimate
+    );
+    ensure!(
+        !events.iter().any(|e| matches!(e, ServeEvent::Refused(..))),
+        "a receiver was refused: {events:?}"
+    );
+    // Both measurements were connected before either ended.
+    let first_done = events
+        .iter()
+        .position(|e| matches!(e, ServeEvent::Done(..)))
+        .context("no measurement ended")?;
+    let connected = events[..first_done]
+        .iter()
+        .filter(|e| matches!(e, ServeEvent::Connected(..)))
+        .count();
+    ensure!(
+        connected == 2,
+        "the sender did not serve both at once: {events:?}"
+    );
+    drop(daemons);
+    Ok(())
+}
+
 fn main() -> ExitCode {
     if let Some(code) = embed::embedded() {
         return code;
@@ -1059,5 +1172,9 @@ fn main() -> ExitCode {
             btc_from_runs_and_from_the_kernel,
         ),
         ("passive_when_traffic_runs", passive_when_traffic_runs),
+        (
+            "two_receivers_measure_one_sender_at_once",
+            two_receivers_measure_one_sender_at_once,
+        ),
     ])
 }

@@ -23,7 +23,8 @@ pub enum LinkState {
     Waiting,
     /// Due, waiting for application traffic to ride in its probes.
     AwaitingTraffic,
-    /// Due, waiting for a free slot.
+    /// Due, waiting for its path or for a place among the exclusive runs into the
+    /// node (see [`LinkView::waiting_for`]).
     Ready,
     /// A run is in flight.
     Running,
@@ -45,6 +46,11 @@ pub struct LinkView {
     pub method: String,
     /// Seconds between runs.
     pub interval_s: f64,
+    /// How its runs share the path with the other links': `exclusive` (it loads the
+    /// path: it runs alone on it) or `background` (it is light: it runs beside
+    /// anything but an exclusive run on its path).
+    #[serde(default)]
+    pub class: Class,
     /// Application traffic (bit/s) the link waits for before a run, if set.
     pub ride_min_bps: Option<u64>,
     /// The traffic the neighbour last reported routing to this node, bit/s (links
@@ -54,6 +60,9 @@ pub struct LinkView {
     pub state: LinkState,
     /// Seconds until the next run is due (waiting, backing off, awaiting traffic).
     pub next_run_in_s: Option<f64>,
+    /// Why a due link (`ready`) does not run yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<WaitingFor>,
     /// Failed runs in a row.
     pub failures: u32,
     /// Whether the last failure was the neighbour being down.
@@ -78,6 +87,35 @@ pub struct LinkView {
     /// For a link a passive estimate may stand in for: what the applications' TCP
     /// flows from the neighbour last said, and how often it stood in.
     pub passive: Option<PassiveView>,
+}
+
+/// How a link's runs share its path (pScheduler's scheduling classes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    /// It loads the path: no other run starts on it meanwhile, and it counts toward
+    /// the node's `max-running`.
+    #[default]
+    Exclusive,
+    /// It is light: it runs beside the others, holding nothing.
+    Background,
+}
+
+/// Why a due link does not run yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum WaitingFor {
+    /// An exclusive run of another link holds its path.
+    Path {
+        /// That link's name.
+        link: String,
+    },
+    /// It is exclusive, and as many exclusive runs as the node's `max-running` are in
+    /// flight.
+    Node {
+        /// The node's `max-running`.
+        max_running: usize,
+    },
 }
 
 /// A link's passive side.

@@ -289,7 +289,13 @@ function stateLine(link) {
   let s;
   switch (link.state) {
     case "running": s = "measuring now"; break;
-    case "ready": s = "due, waiting for a free slot"; break;
+    case "ready": {
+      const w = link.waiting_for;
+      if (w && w.reason === "path") s = "due, waiting for " + w.link + "'s run, which has its path to itself";
+      else if (w && w.reason === "node") s = "due, waiting: " + w.max_running + " exclusive runs into this node are in flight, the most max-running allows";
+      else s = "due, starting";
+      break;
+    }
     case "waiting": s = "next run in " + next + " (every " + duration(link.interval_s) + ")"; break;
     case "awaiting_traffic":
       s = "due, waiting up to " + next + " for " + rate(link.ride_min_bps) + " of traffic to ride (now " + rate(link.traffic_bps || 0) + ")";

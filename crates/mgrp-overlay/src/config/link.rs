@@ -197,6 +197,7 @@ pub(super) fn check(
                 passive: passive
                     && !l.active_always.unwrap_or(false)
                     && method.gives() == Gives::AvailableBandwidth,
+                class: method.class(),
             },
             probe_port,
             probe_address: l.probe_address,

@@ -45,7 +45,8 @@ pub struct Config {
     pub tls: Option<tls::ServerTls>,
     /// mgrpd's API socket.
     pub socket: PathBuf,
-    /// Measurements into this node that may run at once.
+    /// Exclusive runs into this node that may be in flight at once (background runs
+    /// are not counted).
     pub max_running: usize,
     /// Estimates kept per link.
     pub history: usize,
@@ -345,7 +346,7 @@ impl Config {
         let max_running = f.max_running.unwrap_or(1);
         if !(1..=16).contains(&max_running) {
             return Err(invalid(format!(
-                "max-running: {max_running}; use 1 to 16 (paths into a node share its downlink)"
+                "max-running: {max_running}; use 1 to 16 exclusive runs into this node at once (paths into a node share its downlink)"
             )));
         }
         let history = f.history.unwrap_or(1000);

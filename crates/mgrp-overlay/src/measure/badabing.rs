@@ -2,7 +2,7 @@
 
 use mgrp_views::estimate::{Estimate, Loss, RunOutcome};
 
-use super::method::{Gives, MethodRun, Run, cut_short, refused};
+use super::method::{Class, Gives, MethodRun, Run, cut_short, refused};
 
 /// badabing.
 #[derive(Debug)]
@@ -15,6 +15,11 @@ impl MethodRun for Badabing {
 
     fn gives(&self) -> Gives {
         Gives::LossEpisodes
+    }
+
+    // Its probes are a small share of the path's capacity.
+    fn class(&self) -> Class {
+        Class::Background
     }
 
     fn run(&self, run: &Run<'_>) -> (Estimate, RunOutcome) {

@@ -4,7 +4,7 @@
 
 use mgrp_views::estimate::{Estimate, RunOutcome, Shape};
 
-use super::method::{Gives, MethodRun, Run, cut_short, refused};
+use super::method::{Class, Gives, MethodRun, Run, cut_short, refused};
 
 /// btc-rs's capacity and squeezed pairs.
 #[derive(Debug)]
@@ -17,6 +17,11 @@ impl MethodRun for Btc {
 
     fn gives(&self) -> Gives {
         Gives::PathShape
+    }
+
+    // Its bunches fill the path for as long as they run.
+    fn class(&self) -> Class {
+        Class::Exclusive
     }
 
     fn run(&self, run: &Run<'_>) -> (Estimate, RunOutcome) {

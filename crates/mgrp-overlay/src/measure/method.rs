@@ -14,6 +14,7 @@ use mgrp_views::estimate::{Estimate, RunOutcome};
 use pathload_rs::control::Transport;
 use pathload_rs::tool::MeasureError;
 
+pub use super::schedule::Class;
 use super::schedule::RunEnd;
 
 /// What a method's estimates give, for what is built on them: the transfer-rate
@@ -38,6 +39,10 @@ pub trait MethodRun: Send + Sync + std::fmt::Debug {
 
     /// What its estimates give.
     fn gives(&self) -> Gives;
+
+    /// How its runs share a path with other methods' (see [`Class`]): exclusive if
+    /// it loads the path, background if it is light.
+    fn class(&self) -> Class;
 
     /// Whether a link left unnamed is named after it too (`FROM-TRANSPORT-METHOD`);
     /// pathload's links are `FROM-TRANSPORT`, as they were before there were others.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use mgrp_views::estimate::{Estimate, RunOutcome};
 
-use super::method::{Gives, MethodRun, Run, cut_short, refused, share};
+use super::method::{Class, Gives, MethodRun, Run, cut_short, refused, share};
 
 /// How often a continuous method's estimate goes out on the event stream while its
 /// run goes on.
@@ -23,6 +23,11 @@ impl MethodRun for Pathchirp {
 
     fn gives(&self) -> Gives {
         Gives::AvailableBandwidth
+    }
+
+    // A chirp's probes are a small share of the path's capacity.
+    fn class(&self) -> Class {
+        Class::Background
     }
 
     fn run(&self, run: &Run<'_>) -> (Estimate, RunOutcome) {

@@ -5,7 +5,7 @@
 use mgrp_views::estimate::{Estimate, RunOutcome};
 use pathload_rs::tool::{MeasureOptions, measure};
 
-use super::method::{Gives, MethodRun, Run, cut_short, refused, share};
+use super::method::{Class, Gives, MethodRun, Run, cut_short, refused, share};
 
 /// pathload in one mode.
 #[derive(Debug)]
@@ -33,6 +33,11 @@ impl MethodRun for Pathload {
 
     fn gives(&self) -> Gives {
         Gives::AvailableBandwidth
+    }
+
+    // Its fleets fill the path up to the rate they test.
+    fn class(&self) -> Class {
+        Class::Exclusive
     }
 
     fn in_default_names(&self) -> bool {

@@ -42,6 +42,11 @@ impl Method {
         self.0.gives()
     }
 
+    /// How its runs share a path.
+    pub fn class(self) -> super::schedule::Class {
+        self.0.class()
+    }
+
     /// Whether a link left unnamed is named after it.
     pub fn in_default_names(self) -> bool {
         self.0.in_default_names()

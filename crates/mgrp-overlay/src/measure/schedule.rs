@@ -1,11 +1,16 @@
 //! When each link is measured: the overlay's scheduler, with no I/O and no clock.
 //!
-//! Links are measured in turn: each one every `interval`, with jitter so that nodes
-//! started together drift apart, never two measurements on one link at once, never
-//! two on one path (links of different methods from the same neighbour share the
-//! path, and one method's probes would disturb the other's: they take turns), and at
-//! most `max_running` measurements into this node at once (paths into a node share
-//! its downlink, so by default one at a time). A failed run backs off, doubling up
+//! Each link is measured every `interval`, with jitter so that nodes started together
+//! drift apart, and never twice at once. Links share by class, as pScheduler's tasks
+//! do ([`Class`]): a method that loads the path it measures (pathload's fleets, btc's
+//! bunches) is *exclusive* on it: no other run starts on its path while it runs
+//! (links of different methods from the same neighbour share the path), and at most
+//! `max_running` exclusive runs go into this node at once (paths into a node share
+//! its downlink, so by default one). Light methods (pathChirp, badabing) are
+//! *background*: they run beside each other and beside exclusive runs on other paths,
+//! and hold nothing, so an exclusive link never waits for them, and a continuous
+//! method holds its path against no one. [`Scheduler::waiting_for`] says why a due
+//! link waits. A failed run backs off, doubling up
 //! to a limit; a neighbour that is down backs off the same way and says so. "Measure
 //! now" puts a link first in line. A link may also be set to wait for application
 //! traffic to ride (`ride_min_bps`): when it falls due it waits, up to `ride_max_wait`,
@@ -48,6 +53,30 @@ pub struct Timing {
     pub path: usize,
     /// Whether a fresh passive estimate of its path may stand in for a due run.
     pub passive: bool,
+    /// How it shares its path.
+    pub class: Class,
+}
+
+/// How a link's runs share its path with the other links' (pScheduler's scheduling
+/// classes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Class {
+    /// It loads the path: it runs alone on it, and counts toward `max_running`.
+    #[default]
+    Exclusive,
+    /// It is light: it runs beside other background runs, and beside exclusive runs
+    /// on other paths.
+    Background,
+}
+
+/// Why a due link does not run yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// An exclusive run (this link's) holds its path.
+    Exclusive(LinkIndex),
+    /// It is exclusive, and as many exclusive runs as `max_running` allows are in
+    /// flight into this node.
+    Node,
 }
 
 impl Default for Timing {
@@ -61,6 +90,7 @@ impl Default for Timing {
             ride_min_bps: None,
             ride_max_wait: None,
             passive: false,
+            class: Class::Exclusive,
         }
     }
 }
@@ -220,30 +250,15 @@ impl Scheduler {
             .collect()
     }
 
-    /// The link to start now, if any: urgent ones first, then the one due longest.
-    /// It is `Running` from here until [`Self::handle_done`].
+    /// The link to start now, if any: urgent ones first, then the one due longest,
+    /// among those [`Self::waiting_for`] holds back for nothing. It is `Running` from
+    /// here until [`Self::handle_done`].
     pub fn poll_start(&mut self, now: MonoTime) -> Option<LinkIndex> {
         self.advance(now);
-        let running = self
-            .links
-            .iter()
-            .filter(|l| matches!(l.state, LinkState::Running { .. }))
-            .count();
-        if running >= self.max_running {
-            return None;
-        }
-        let busy_path = |path: usize| {
-            self.links
-                .iter()
-                .any(|l| l.timing.path == path && matches!(l.state, LinkState::Running { .. }))
-        };
-        let next = self
-            .links
-            .iter()
-            .enumerate()
-            .filter_map(|(i, l)| match l.state {
-                LinkState::Ready { since } if !busy_path(l.timing.path) => {
-                    Some((!l.urgent, since, i))
+        let next = (0..self.links.len())
+            .filter_map(|i| match self.links[i].state {
+                LinkState::Ready { since } if self.waiting_for(i).is_none() => {
+                    Some((!self.links[i].urgent, since, i))
                 }
                 _ => None,
             })
@@ -253,6 +268,26 @@ impl Scheduler {
         link.urgent = false;
         link.state = LinkState::Running { since: now };
         Some(next)
+    }
+
+    /// Why link `i`, due, does not run yet; `None` when nothing holds it back (or it
+    /// is not due). Any link waits for an exclusive run on its path; an exclusive link
+    /// also waits for a place among `max_running`. Nothing waits for a background run.
+    pub fn waiting_for(&self, i: LinkIndex) -> Option<Wait> {
+        let l = self.links.get(i)?;
+        if !matches!(l.state, LinkState::Ready { .. }) {
+            return None;
+        }
+        let exclusive_run = |o: &Link| {
+            o.timing.class == Class::Exclusive && matches!(o.state, LinkState::Running { .. })
+        };
+        if let Some(j) = (0..self.links.len()).find(|&j| {
+            j != i && self.links[j].timing.path == l.timing.path && exclusive_run(&self.links[j])
+        }) {
+            return Some(Wait::Exclusive(j));
+        }
+        let exclusive = self.links.iter().filter(|o| exclusive_run(o)).count();
+        (l.timing.class == Class::Exclusive && exclusive >= self.max_running).then_some(Wait::Node)
     }
 
     /// Link `i`'s run ended at `now`.
@@ -438,6 +473,14 @@ mod tests {
             ride_max_wait: None,
             path: 0,
             passive: false,
+            class: Class::Exclusive,
+        }
+    }
+
+    fn background(interval: u64, path: usize) -> Timing {
+        Timing {
+            class: Class::Background,
+            ..on_path(interval, path)
         }
     }
 
@@ -667,6 +710,73 @@ mod tests {
         assert_eq!(sch.poll_timeout(), Some(s(60)));
         assert_eq!(sch.poll_start(s(59)), None);
         assert_eq!(sch.poll_start(s(60)), Some(0));
+    }
+
+    #[test]
+    fn an_exclusive_link_waits_for_another_on_its_path_but_not_for_a_background_one() {
+        // Path 0: two exclusive links and a background one; path 1: a background link.
+        // Room for two exclusive runs into the node.
+        let mut sch = Scheduler::new(
+            vec![
+                on_path(10, 0),
+                on_path(10, 0),
+                background(10, 0),
+                background(10, 1),
+            ],
+            2,
+            s(0),
+            Duration::ZERO,
+            3,
+        );
+        // The first exclusive link starts, and the background link of the other path;
+        // the rest of path 0 waits for the exclusive run.
+        let mut started = Vec::new();
+        while let Some(i) = sch.poll_start(s(0)) {
+            started.push(i);
+        }
+        assert_eq!(started, [0, 3]);
+        assert_eq!(sch.waiting_for(1), Some(Wait::Exclusive(0)));
+        assert_eq!(sch.waiting_for(2), Some(Wait::Exclusive(0)));
+        assert_eq!(sch.waiting_for(0), None, "running, not waiting");
+        // It ends: the other exclusive link, due as long, goes next and holds the path.
+        sch.handle_done(0, s(1), &RunEnd::Estimate);
+        assert_eq!(sch.poll_start(s(1)), Some(1));
+        assert_eq!(sch.poll_start(s(1)), None);
+        assert_eq!(sch.waiting_for(2), Some(Wait::Exclusive(1)));
+        // Then the background link of path 0 runs, continuously.
+        sch.handle_done(1, s(2), &RunEnd::Estimate);
+        assert_eq!(sch.poll_start(s(2)), Some(2));
+        // It holds nothing: both exclusive links, due while it runs, run beside it in
+        // turn.
+        assert_eq!(sch.poll_start(s(11)), Some(0));
+        assert_eq!(sch.waiting_for(1), None, "not due yet");
+        sch.handle_done(0, s(11), &RunEnd::Estimate);
+        assert_eq!(sch.poll_start(s(12)), Some(1));
+        assert!(matches!(sch.state(2), Some(LinkState::Running { .. })));
+    }
+
+    #[test]
+    fn exclusive_runs_into_the_node_are_bounded_and_background_ones_are_not() {
+        let links = vec![
+            on_path(10, 0),
+            on_path(10, 1),
+            background(10, 2),
+            background(10, 3),
+            background(10, 4),
+        ];
+        let mut sch = Scheduler::new(links, 1, s(0), Duration::ZERO, 9);
+        let mut started = Vec::new();
+        while let Some(i) = sch.poll_start(s(0)) {
+            started.push(i);
+        }
+        started.sort_unstable();
+        assert_eq!(
+            started.len(),
+            4,
+            "one exclusive, every background: {started:?}"
+        );
+        let waiting = if started.contains(&0) { 1 } else { 0 };
+        assert_eq!(sch.waiting_for(waiting), Some(Wait::Node));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use mgrp_rt::{lock, unix_now};
 use mgrp_views::estimate::Estimate;
-use mgrp_views::link::{LinkState as RunState, LinkView, PassiveView};
+use mgrp_views::link::{LinkState as RunState, LinkView, PassiveView, WaitingFor};
 use mgrp_views::prediction::Prediction;
 use serde::Serialize;
 use tokio::sync::broadcast;
@@ -22,7 +22,7 @@ use crate::derive::passive::{PASSIVE_TCP, PassiveTcp};
 use crate::derive::prediction::KernelView;
 use crate::derive::timing::PassiveTiming;
 use crate::measure::method::share;
-use crate::measure::schedule::{LinkState, NowRefused, Scheduler};
+use crate::measure::schedule::{Class, LinkState, NowRefused, Scheduler, Wait};
 
 /// New estimates a slow subscriber may fall behind by before it misses some.
 pub(crate) const STREAM_BACKLOG: usize = 1024;
@@ -155,6 +155,18 @@ impl Shared {
         let now_wall = unix_now();
         let sched = lock(&self.sched);
         let traffic = sched.traffic(i);
+        let waiting_for = sched.waiting_for(i).map(|w| match w {
+            Wait::Exclusive(j) => WaitingFor::Path {
+                link: self
+                    .config
+                    .links
+                    .get(j)
+                    .map_or_else(String::new, |l| l.name.clone()),
+            },
+            Wait::Node => WaitingFor::Node {
+                max_running: self.config.max_running,
+            },
+        });
         let (state, next, failures, peer_down) = match sched.state(i)?.clone() {
             LinkState::Waiting { due } => (RunState::Waiting, Some(due), 0, false),
             LinkState::AwaitingTraffic { until, .. } => {
@@ -187,10 +199,15 @@ impl Shared {
             transport: link.transport.to_string(),
             method: link.method.name().into(),
             interval_s: link.timing.interval.as_secs_f64(),
+            class: match link.timing.class {
+                Class::Exclusive => mgrp_views::link::Class::Exclusive,
+                Class::Background => mgrp_views::link::Class::Background,
+            },
             ride_min_bps: link.timing.ride_min_bps,
             traffic_bps: link.timing.ride_min_bps.and(traffic),
             state,
             next_run_in_s: next.map(|t| t.saturating_since(now_mono).as_secs_f64()),
+            waiting_for,
             failures,
             peer_down,
             last_error: r.last_error.clone(),

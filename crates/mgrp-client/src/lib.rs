@@ -49,6 +49,20 @@
 //! Tools that do not use tokio take the [`blocking`] module's `Client`, which has the
 //! same methods without `async`.
 //!
+//! # Trains beside other trains
+//!
+//! mgrpd runs trains to different destinations at the same time (up to its
+//! `limits.max-trains-in-flight`), their probes in one schedule, the earliest due
+//! first; trains to one destination run one at a time, in the order they came. So a
+//! tool's probe may leave a little after its deadline because another tool's probe to
+//! another host fell due at nearly the same instant: it leaves as soon as that one is
+//! out. Read the gaps from the report's departures
+//! ([`TransactionReport::departure_times`]), never from the gaps asked for; the report
+//! counts such probes in `probes_displaced` (and all probes that left later than the
+//! daemon's threshold in `probes_late`), and a tool that needs exact gaps drops the
+//! gaps around them. `competing_rider_bytes` counts only traffic to the train's own
+//! destination, whatever runs beside it.
+//!
 //! Every call talks to the daemon over its Unix socket (JSON lines, see
 //! [`mgrp_core::api`]). Each call carries an id that its answer echoes, so one
 //! [`Client`] may have several calls in flight (several trains, say, from tasks of

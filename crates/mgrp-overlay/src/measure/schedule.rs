@@ -122,7 +122,8 @@ pub enum LinkState {
         /// When it runs whatever the traffic.
         until: MonoTime,
     },
-    /// Due, waiting for a free slot.
+    /// Due, waiting for its path or for a place among the exclusive runs (see
+    /// [`Scheduler::waiting_for`]).
     Ready {
         /// Since when.
         since: MonoTime,

@@ -33,6 +33,11 @@ pub fn wall_now() -> WallTime {
     WallTime::from_nanos(now(ClockId::CLOCK_REALTIME))
 }
 
+/// The CPU time the calling thread has used.
+pub fn thread_cpu_time() -> std::time::Duration {
+    std::time::Duration::from_nanos(now(ClockId::CLOCK_THREAD_CPUTIME_ID))
+}
+
 /// Now, on the realtime clock, in Unix seconds (what the overlay's API and the
 /// experiments' records show).
 pub fn unix_now() -> f64 {

@@ -329,6 +329,8 @@ pub struct Star {
     pub outside: Vec<Ipv4Addr>,
     /// The router.
     pub router: Netns,
+    /// Each host's end of its veth, in order (where its traffic leaves).
+    pub devs: Vec<String>,
 }
 
 /// The address of a [`Star`]'s router.
@@ -348,6 +350,7 @@ impl Star {
         let mut hosts = Vec::new();
         let mut addrs = Vec::new();
         let mut outside = Vec::new();
+        let mut devs = Vec::new();
         for (i, downlink) in downlinks.iter().enumerate() {
             let host = Netns::new(&format!("mh{i}"))?;
             let addr = Ipv4Addr::new(10, 78, 0, u8::try_from(i + 1)?);
@@ -378,12 +381,14 @@ impl Star {
             hosts.push(host);
             addrs.push(addr);
             outside.push(second);
+            devs.push(dev);
         }
         Ok(Self {
             hosts,
             addrs,
             outside,
             router,
+            devs,
         })
     }
 

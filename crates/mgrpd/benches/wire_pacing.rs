@@ -6,10 +6,16 @@
 //! from the capture.
 //!
 //! Settings: quiet; a 4 Mbit/s TCP stream riding; a greedy TCP transfer through the
-//! tunnel, with `--hold-mode always` and with `--hold-mode on-demand`.
+//! tunnel, with `--hold-mode always` and with `--hold-mode on-demand`. With
+//! `--concurrent 1,4,16` instead: one sender and that many receivers on a star, quiet,
+//! each receiver's trains sent from a client of its own at the same time, so that
+//! many trains run at once on the sender's mgrpd (the gap of each train against its
+//! own nominal gap; the probes the reports counted displaced beside it), first all at
+//! one gap, then each receiver's trains at a gap of their own (5 % apart).
 //!
 //! Needs root. `cargo bench -p mgrpd --bench wire_pacing -- [--trains N] [--gap-us G]
-//! [--probes N] [--mgrpd PATH] [--pacer-cpu N] [--daemon-flags "FLAGS"] [--encap E] [--only TEXT]`
+//! [--probes N] [--mgrpd PATH] [--pacer-cpu N] [--daemon-flags "FLAGS"] [--encap E] [--only TEXT]
+//! [--concurrent N,N,...]`
 //! (`--mgrpd` measures another build of the daemon, for before/after figures;
 //! `--pacer-cpu` pins both daemons' pacers; `--encap udp[:PORT]` runs both daemons with
 //! UDP encapsulation and captures the probes inside it; `--only` runs the settings whose name contains TEXT). Prints one line per
@@ -223,8 +229,10 @@ struct Figures {
     kernel_p99: f64,
     kernel_max: f64,
     kernel_stamped: usize,
-    /// Probes the reports counted late.
+    /// Probes the reports counted late, and displaced (another train's probe was
+    /// being sent when they fell due).
     late: usize,
+    displaced: usize,
     /// Gaps over 500 µs on the wire that the reports show too (time lost before the
     /// send, in user space), and those they do not (lost inside the send).
     stalls_reported: usize,
@@ -233,26 +241,28 @@ struct Figures {
     sent: usize,
 }
 
+/// `gap` gives each transaction's nominal gap.
 fn figures(
     seen: &[Seen],
     reports: &[mgrp_core::stats::TransactionReport],
-    gap: Duration,
+    gap: &dyn Fn(u32) -> Duration,
 ) -> Figures {
     let mut by_tx: BTreeMap<u32, BTreeMap<u16, i64>> = BTreeMap::new();
     for &(tx, seq, t) in seen {
         by_tx.entry(tx).or_default().insert(seq, t);
     }
-    let nominal = gap.as_nanos() as f64;
     let mut errors = Vec::new();
     let mut offsets = Vec::new();
     let mut kernel = Vec::new();
     let mut late = 0;
+    let mut displaced = 0;
     let mut sent = 0;
     let (mut stalls_reported, mut stalls_in_send) = (0, 0);
     for r in reports {
         let Some(stamps) = by_tx.get(&r.transaction) else {
             continue;
         };
+        let nominal = gap(r.transaction).as_nanos() as f64;
         let reported = |seq: u16| {
             r.departures
                 .get(usize::from(seq))
@@ -283,6 +293,7 @@ fn figures(
         }
         sent += r.departures.iter().filter(|d| d.departed.is_some()).count();
         late += usize::from(r.probes_late);
+        displaced += usize::from(r.probes_displaced);
     }
     let mut kernel_abs: Vec<f64> = kernel.iter().map(|o| o.abs()).collect();
     kernel_abs.sort_by(f64::total_cmp);
@@ -305,6 +316,7 @@ fn figures(
         kernel_max: kernel_abs.last().copied().unwrap_or(f64::NAN),
         kernel_stamped: kernel.len(),
         late,
+        displaced,
         stalls_reported,
         stalls_in_send,
         captured: seen.len(),
@@ -380,9 +392,13 @@ fn setting(run: &Run<'_>, name: &str, hold: &str, traffic: Traffic) {
     std::thread::sleep(Duration::from_millis(200));
     stop.store(true, Ordering::Relaxed);
     let seen = capturer.join().expect("capture thread");
-    let f = figures(&seen, &reports, gap);
+    let f = figures(&seen, &reports, &|_| gap);
+    print_figures(name, &f, mbps);
+}
+
+fn print_figures(name: &str, f: &Figures, mbps: Option<f64>) {
     println!(
-        "{name:<30} gap error p50 {:5.2} µs p99 {:6.1} µs max {:6.0} µs, >500 µs: {:2} ({} before the send, {} in it) | reported−wire p50 {:4.1} µs |p99| {:5.1} µs max {:6.0} µs | kernel−wire p50 {:4.1} µs |p99| {:5.1} µs max {:6.0} µs ({} stamped) | {} late | {} gaps, {}/{} probes captured{}",
+        "{name:<30} gap error p50 {:5.2} µs p99 {:6.1} µs max {:6.0} µs, >500 µs: {:2} ({} before the send, {} in it) | reported−wire p50 {:4.1} µs |p99| {:5.1} µs max {:6.0} µs | kernel−wire p50 {:4.1} µs |p99| {:5.1} µs max {:6.0} µs ({} stamped) | {} late, {} displaced | {} gaps, {}/{} probes captured{}",
         f.err_p50,
         f.err_p99,
         f.err_max,
@@ -397,11 +413,93 @@ fn setting(run: &Run<'_>, name: &str, hold: &str, traffic: Traffic) {
         f.kernel_max,
         f.kernel_stamped,
         f.late,
+        f.displaced,
         f.gaps,
         f.captured,
         f.sent,
         mbps.map_or(String::new(), |m| format!(", TCP {m:.0} Mbit/s"))
     );
+}
+
+/// One sender and `n` receivers on a star, quiet: `trains` trains to each receiver,
+/// every receiver's from a client of its own, all at once; with `spread`, receiver
+/// `i`'s trains (from 0) at `gap × (1 + i / 20)` rather than all at `gap`.
+fn concurrent(run: &Run<'_>, n: usize, spread: bool) {
+    let Run {
+        mgrpd,
+        extra,
+        udp_port,
+        trains,
+        probes,
+        gap,
+    } = *run;
+    let star = mgrp_testbed::Star::new(&vec![None; n + 1]).expect("topology");
+    // Room for every train at once in the rate limits (one user sends them all).
+    let conf = std::env::temp_dir().join(format!("{}.toml", mgrp_testbed::unique("wp")));
+    std::fs::write(
+        &conf,
+        "[limits]\nprobes-per-second-per-user = 1000000.0\nprobe-bytes-per-second-per-user = 1000000000.0\nprobes-per-second = 1000000.0\nprobe-bytes-per-second = 1000000000.0\n",
+    )
+    .expect("configuration");
+    let conf_arg = conf.display().to_string();
+    let mut args = vec!["--config", conf_arg.as_str(), "--log-level", "warn"];
+    args.extend(extra.iter().map(String::as_str));
+    let daemons = star
+        .daemons(mgrpd, &[], &args)
+        .expect("mgrpd on every host");
+    let _ = std::fs::remove_file(&conf);
+    let dev = star.devs[0].clone();
+    let fd = star.hosts[0]
+        .run(|| capture_socket(&dev, udp_port))
+        .expect("thread in the sender")
+        .expect("AF_PACKET socket");
+    let stop = Arc::new(AtomicBool::new(false));
+    let capturer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || capture(&fd, udp_port, &stop))
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let gap_of = |i: usize| {
+        if spread {
+            gap.mul_f64(1.0 + i as f64 / 20.0)
+        } else {
+            gap
+        }
+    };
+    let reports: Vec<(Duration, mgrp_core::stats::TransactionReport)> = std::thread::scope(|s| {
+        let senders: Vec<_> = star.addrs[1..]
+            .iter()
+            .enumerate()
+            .map(|(i, to)| {
+                let sender = &daemons[0];
+                let gap = gap_of(i);
+                s.spawn(move || {
+                    let api = sender.api().expect("API of the sender");
+                    let mut mine = Vec::new();
+                    for _ in 0..trains {
+                        let r = api
+                            .send_train(uniform_train(IpAddr::V4(*to), probes, 300, gap))
+                            .expect("report");
+                        mine.push((gap, r));
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        senders
+            .into_iter()
+            .flat_map(|t| t.join().expect("a sending thread"))
+            .collect()
+    });
+    let gaps: BTreeMap<u32, Duration> = reports.iter().map(|(g, r)| (r.transaction, *g)).collect();
+    let reports: Vec<_> = reports.into_iter().map(|(_, r)| r).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    let seen = capturer.join().expect("capture thread");
+    let f = figures(&seen, &reports, &|tx| gaps.get(&tx).copied().unwrap_or(gap));
+    let how = if spread { "gaps apart" } else { "one gap" };
+    print_figures(&format!("{n} trains at once, {how}"), &f, None);
 }
 
 fn main() {
@@ -441,12 +539,34 @@ fn main() {
         )
     });
     let only = value("--only");
+    let concurrent_counts: Option<Vec<usize>> = value("--concurrent").map(|v| {
+        v.split(',')
+            .map(|n| n.trim().parse().expect("--concurrent N,N,..."))
+            .collect()
+    });
     println!(
         "wire pacing: {trains} trains x {probes} probes of 300 B at {gap_us} µs, mgrpd {} {}, load {}",
         mgrpd.display(),
         extra.join(" "),
         load()
     );
+    if let Some(counts) = concurrent_counts {
+        let run = Run {
+            mgrpd: &mgrpd,
+            extra: &extra,
+            udp_port,
+            trains,
+            probes,
+            gap,
+        };
+        for spread in [false, true] {
+            for &n in &counts {
+                concurrent(&run, n, spread);
+            }
+        }
+        println!("load after {}", load());
+        return;
+    }
     for (name, hold, traffic) in [
         ("quiet, on-demand", "on-demand", Traffic::Quiet),
         ("4 Mbit/s TCP riding, always", "always", Traffic::Stream),

@@ -32,7 +32,11 @@
 //! says when, and its train's report counts it in
 //! [`TransactionReport::probes_displaced`]. Trains to one destination run one at a
 //! time, in the order they came; when more destinations have trains than may be in
-//! flight, they start in address order, round robin. Riders are planned per
+//! flight, they start in address order, round robin. A train starts at least two send
+//! times after the one before, and its first probe at least two send times from the
+//! next probe of every train in flight (the endpoint learns how long a send takes from
+//! [`Endpoint::handle_probe_sent`]): trains at equal gaps, submitted together or one
+//! just after another's probe left, would otherwise collide at every probe. Riders are planned per
 //! destination, so a train's competing bytes are its own destination's traffic. With
 //! routes on demand a destination's trains wait until its route is in, and its route
 //! goes out once no train to it is queued or in flight for the hold time (riders held
@@ -232,7 +236,15 @@ pub struct Endpoint {
     /// Rider ids used by retired planners, added to every new planner's first id so a
     /// destination's new planner never reuses an id its far side remembers.
     id_offset: u32,
+    /// How long a send takes, nanoseconds: a moving average of the time from a probe's
+    /// departure to the driver's report of it.
+    send_ns: u64,
+    /// When the last train started.
+    last_start: MonoTime,
 }
+
+/// Longest the start of a train is put off to keep it apart from the one before.
+const MAX_START_SPACING: Duration = Duration::from_micros(100);
 
 impl Endpoint {
     /// An endpoint with no destinations yet. Fails if the policy or MTU cannot work.
@@ -263,6 +275,8 @@ impl Endpoint {
             shutting_down: false,
             last_sweep: MonoTime::ZERO,
             id_offset: 0,
+            send_ns: 0,
+            last_start: MonoTime::ZERO,
         })
     }
 
@@ -511,6 +525,16 @@ impl Endpoint {
             return;
         };
         let peer = owner.peer;
+        if let Some((left, _)) = departed {
+            let took = u64::try_from(now.saturating_since(left).as_nanos()).unwrap_or(u64::MAX);
+            // The first send as it was, then one eighth of each new one: a stall now
+            // and then moves it little.
+            self.send_ns = if self.send_ns == 0 {
+                took
+            } else {
+                (self.send_ns.saturating_mul(7).saturating_add(took)) / 8
+            };
+        }
         if let Some(d) = self.dests.get_mut(&peer) {
             if std::mem::take(&mut d.displaced) {
                 owner.displaced = owner.displaced.saturating_add(1);
@@ -631,9 +655,64 @@ impl Endpoint {
         self.next_probe_deadline()
     }
 
-    /// Starts trains at `now`, one per ready destination with none in flight, from the
-    /// destination after the last that started, round robin, while there is room.
+    /// The earliest time from `first` on for a new train's first probe such that
+    /// neither it nor the second (`second_gap` after it) falls within `spacing` of the
+    /// next probe of a train in flight. A train at the same gap as one in flight keeps
+    /// the phase it starts with, so one started just after the other's probe left
+    /// would fall due while the other's next probe is being sent, every time.
+    fn clear_of_trains_in_flight(
+        &self,
+        mut first: MonoTime,
+        second_gap: Option<Duration>,
+        spacing: Duration,
+    ) -> MonoTime {
+        if spacing.is_zero() {
+            return first;
+        }
+        let offsets = [Some(Duration::ZERO), second_gap];
+        // Each step moves the first probe forward past one probe of one train, so
+        // twice as many steps as trains in flight settle it.
+        for _ in 0..=2 * self.active.len() {
+            let clash = self.active.iter().find_map(|p| {
+                let t = self.dests.get(p)?.planner.next_deadline()?;
+                offsets.iter().flatten().find_map(|&off| {
+                    let mine = first.saturating_add(off);
+                    let apart = if t > mine {
+                        t.saturating_since(mine)
+                    } else {
+                        mine.saturating_since(t)
+                    };
+                    // Moved so that this probe of the new train leaves `spacing`
+                    // after the other's.
+                    (apart < spacing).then(|| {
+                        MonoTime::from_nanos(
+                            t.saturating_add(spacing)
+                                .as_nanos()
+                                .saturating_sub(u64::try_from(off.as_nanos()).unwrap_or(0)),
+                        )
+                    })
+                })
+            });
+            match clash {
+                Some(later) if later > first => first = later,
+                _ => break,
+            }
+        }
+        first
+    }
+
+    /// How long a send takes, as the driver's reports showed (a moving average).
+    pub fn send_time(&self) -> Duration {
+        Duration::from_nanos(self.send_ns)
+    }
+
+    /// Starts trains, one per ready destination with none in flight, from the
+    /// destination after the last that started, round robin, while there is room: at
+    /// `now`, or two send times after the train that started last if that is later,
+    /// put off further while its first probe would fall within two send times of
+    /// another train's next probe.
     fn start_trains(&mut self, now: MonoTime) {
+        let spacing = Duration::from_nanos(self.send_ns.saturating_mul(2)).min(MAX_START_SPACING);
         while self.active.len() < self.config.max_in_flight
             // Every train queued or in flight is in flight: none to start.
             && self.owners.len() > self.active.len()
@@ -654,9 +733,26 @@ impl Endpoint {
                 return;
             };
             d.last_used = now;
-            if d.planner.poll_start(now).is_none() {
+            let earliest = now.max(self.last_start.saturating_add(spacing));
+            let (first_gap, second_gap) = d.planner.next_gaps().unwrap_or_default();
+            let first = self.clear_of_trains_in_flight(
+                earliest.saturating_add(first_gap),
+                second_gap,
+                spacing,
+            );
+            let at = MonoTime::from_nanos(
+                first
+                    .as_nanos()
+                    .saturating_sub(u64::try_from(first_gap.as_nanos()).unwrap_or(u64::MAX))
+                    .max(earliest.as_nanos()),
+            );
+            let Some(d) = self.dests.get_mut(&peer) else {
+                return;
+            };
+            if d.planner.poll_start(at).is_none() {
                 return;
             }
+            self.last_start = at;
             self.active.push(peer);
         }
     }

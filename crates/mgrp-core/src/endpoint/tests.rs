@@ -243,6 +243,75 @@ fn a_probe_due_while_another_is_sent_is_displaced_and_counted() {
 }
 
 #[test]
+fn trains_submitted_together_start_two_send_times_apart_and_keep_apart() {
+    let mut e = endpoint(|_| {});
+    // A first train teaches the endpoint that a send takes 5 µs.
+    e.handle_submit(ms(0), 1, peer(9), train(40, 200, us(100)))
+        .unwrap();
+    run_costed(&mut e, ms(0), us(5));
+    assert_eq!(e.send_time(), us(5));
+    // Four trains at equal gaps, submitted at once.
+    let ids: Vec<u32> = (2..6)
+        .map(|n| {
+            e.handle_submit(ms(10), 1, peer(n), train(20, 200, us(100)))
+                .unwrap()
+        })
+        .collect();
+    let (sent, actions) = run_costed(&mut e, ms(10), us(5));
+    let firsts: Vec<MonoTime> = ids
+        .iter()
+        .map(|id| sent.iter().find(|s| s.transaction == *id).unwrap().deadline)
+        .collect();
+    for w in firsts.windows(2) {
+        assert_eq!(w[1].saturating_since(w[0]), us(10), "{firsts:?}");
+    }
+    assert!(
+        sent.iter().all(|s| s.departed == s.deadline),
+        "none left late"
+    );
+    for id in ids {
+        assert_eq!(report_of(&actions, id).probes_displaced, 0);
+    }
+}
+
+#[test]
+fn a_train_started_just_after_anothers_probe_keeps_clear_of_its_phase() {
+    let mut e = endpoint(|_| {});
+    let a = e
+        .handle_submit(ms(0), 1, peer(2), train(40, 200, us(100)))
+        .unwrap();
+    // Five of A's probes, a send taking 5 µs.
+    let mut now = ms(0);
+    let mut left = now;
+    for _ in 0..5 {
+        now = now.max(e.poll_probe_deadline(now).unwrap());
+        let (_, p) = e.poll_probe(now).unwrap();
+        left = now;
+        now = now.saturating_add(us(5));
+        e.handle_probe_sent(
+            now,
+            p.transaction,
+            p.seq,
+            Some((left, WallTime::from_nanos(left.as_nanos()))),
+        );
+    }
+    // B, at A's gap, comes 2 µs after A's last probe left: started then, each of its
+    // probes would fall due while A's is being sent.
+    let mut b_train = train(30, 200, us(100));
+    b_train.probes[0].gap = Duration::ZERO;
+    let b = e.handle_submit(now, 2, peer(3), b_train).unwrap();
+    let (sent, actions) = run_costed(&mut e, left.saturating_add(us(2)), us(5));
+    let b_sent: Vec<&Sent> = sent.iter().filter(|s| s.transaction == b).collect();
+    assert_eq!(b_sent.len(), 30);
+    assert!(
+        b_sent.iter().all(|s| s.departed == s.deadline),
+        "B left late: {b_sent:?}"
+    );
+    assert_eq!(report_of(&actions, b).probes_displaced, 0);
+    assert_eq!(report_of(&actions, a).probes_displaced, 0);
+}
+
+#[test]
 fn no_more_trains_in_flight_than_allowed() {
     let mut e = endpoint(|c| c.max_in_flight = 2);
     for n in 2..7 {

@@ -713,6 +713,17 @@ impl Planner {
         self.active.as_ref().map(|a| a.next_deadline)
     }
 
+    /// The gaps before the first and the second probe of the train that starts next
+    /// (the second `None` for a train of one probe), if one is queued and none is in
+    /// flight.
+    pub fn next_gaps(&self) -> Option<(Duration, Option<Duration>)> {
+        if self.active.is_some() {
+            return None;
+        }
+        let probes = &self.pending.front()?.1.probes;
+        Some((probes.first()?.gap, probes.get(1).map(|p| p.gap)))
+    }
+
     /// The id of the train in flight, if one is.
     pub fn transaction_in_flight(&self) -> Option<u32> {
         self.active.as_ref().map(|a| a.tx.id)

@@ -19,6 +19,7 @@
 
 #[path = "../tests/embed/mod.rs"]
 mod embed;
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -33,6 +34,7 @@ use mgrp_testbed::Star;
 use mgrp_testbed::http::request_in;
 use mgrp_testbed::traffic::{ip_level_truth, udp_cbr};
 use serde_json::Value;
+use support::{quantile, usage};
 
 /// Each host's downlink, Mbit/s.
 const DOWNLINKS: [f64; 4] = [10.0, 6.0, 15.0, 8.0];
@@ -42,8 +44,6 @@ const API_PORT: u16 = 7700;
 const PROBE_BYTES: u32 = 228;
 /// IP bytes of the application flow's datagrams.
 const FLOW_PACKET: u32 = 1000;
-/// Clock ticks per second of `/proc/PID/stat` (the kernel's fixed USER_HZ).
-const USER_HZ: f64 = 100.0;
 
 #[derive(Debug, Parser)]
 #[command(about = "Four mgrp-overlay nodes in a full mesh: rates, ages, accuracy, cost")]
@@ -76,31 +76,6 @@ fn node_config(i: usize, addrs: &[std::net::Ipv4Addr], socket: &Path, args: &Arg
         ));
     }
     c
-}
-
-/// CPU seconds (user + system) and resident memory (KiB) of process `pid`.
-fn usage(pid: u32) -> Option<(f64, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name, which may hold spaces, in parentheses.
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())?;
-    Some((ticks as f64 / USER_HZ, rss))
-}
-
-fn quantile(v: &mut [f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let i = ((v.len() - 1) as f64 * q).round() as usize;
-    v[i]
 }
 
 /// One link's figures at the end.

@@ -1,0 +1,356 @@
+//! Bench of one node measured by many neighbours at once: a hub and up to eight
+//! neighbours around a router, each neighbour's downlink a `tbf` of its own rate (the
+//! bottleneck of the path from the hub), every neighbour's overlay measuring the path
+//! from the hub by pathChirp and badabing continuously and by pathload every two
+//! minutes, all served by the hub's one sender through the hub's one mgrpd. Prints
+//! per link and method: estimates per minute, the longest stretch without an estimate,
+//! the error against the shaped truth (pathChirp, pathload) or the loss-episode
+//! frequency it read on a path with no cross traffic (badabing); and CPU and memory
+//! of the hub's overlay and mgrpd and of the neighbours'. `--only METHOD` with
+//! `--neighbours 1` measures one link by one method alone: the figures to hold the
+//! others against (`--only` again adds a method).
+//!
+//! Root only (network namespaces):
+//!
+//! ```sh
+//! cargo run --release -p mgrp-overlay --example fanout -- --neighbours 8 --minutes 10
+//! cargo run --release -p mgrp-overlay --example fanout -- --neighbours 1 --only pathchirp --minutes 4
+//! ```
+//!
+//! The daemons and overlays are this binary, started as `fanout mgrpd ...` and
+//! `fanout overlay ...`.
+
+#[path = "../tests/embed/mod.rs"]
+mod embed;
+mod support;
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::ensure;
+use clap::Parser;
+use embed::TempDir;
+use mgrp_testbed::Star;
+use mgrp_testbed::http::request_in;
+use mgrp_testbed::traffic::ip_level_truth;
+use serde_json::Value;
+use support::{quantile, usage};
+
+/// Each neighbour's downlink, Mbit/s, in order.
+const DOWNLINKS: [f64; 8] = [6.0, 8.0, 10.0, 12.0, 6.0, 8.0, 10.0, 12.0];
+/// Where each overlay's API listens, on its host's address.
+const API_PORT: u16 = 7700;
+
+/// A method measured on every link: link name, method, interval and time limit
+/// (seconds), and the IP size of its probes the truth is computed for.
+struct Method {
+    link: &'static str,
+    method: &'static str,
+    interval: u32,
+    time_limit: u32,
+    probe_bytes: u32,
+}
+
+const METHODS: [Method; 3] = [
+    Method {
+        link: "chirp",
+        method: "pathchirp",
+        interval: 10,
+        time_limit: 20,
+        probe_bytes: 1028,
+    },
+    Method {
+        link: "loss",
+        method: "badabing",
+        interval: 10,
+        time_limit: 20,
+        probe_bytes: 0,
+    },
+    Method {
+        link: "abw",
+        method: "pathload-fast",
+        interval: 120,
+        time_limit: 60,
+        probe_bytes: 228,
+    },
+];
+
+#[derive(Debug, Parser)]
+#[command(about = "One mgrp-overlay node measured by many neighbours at once, against each alone")]
+struct Args {
+    /// Neighbours measuring the hub, 1 to 8.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u8).range(1..=8))]
+    neighbours: u8,
+    /// Length of the run, minutes.
+    #[arg(long, default_value_t = 10.0)]
+    minutes: f64,
+    /// Measure by these methods only (pathchirp, badabing, pathload-fast; repeatable).
+    #[arg(long, value_parser = ["pathchirp", "badabing", "pathload-fast"])]
+    only: Vec<String>,
+}
+
+fn methods(args: &Args) -> Vec<&'static Method> {
+    METHODS
+        .iter()
+        .filter(|m| args.only.is_empty() || args.only.iter().any(|o| o == m.method))
+        .collect()
+}
+
+fn hub_config(addr: std::net::Ipv4Addr, socket: &std::path::Path) -> String {
+    // Every neighbour's badabing alone sends several hundred MB an hour.
+    format!(
+        "name = \"hub\"\nlisten = \"{addr}:{API_PORT}\"\nsocket = \"{}\"\nhistory = 10000\n[serve]\nmax-mb-per-hour = 100000\n",
+        socket.display()
+    )
+}
+
+fn neighbour_config(
+    i: usize,
+    addr: std::net::Ipv4Addr,
+    hub: std::net::Ipv4Addr,
+    socket: &std::path::Path,
+    methods: &[&Method],
+) -> String {
+    let mut c = format!(
+        "name = \"n{i}\"\nlisten = \"{addr}:{API_PORT}\"\nsocket = \"{}\"\nhistory = 10000\n",
+        socket.display()
+    );
+    for m in methods {
+        c.push_str(&format!(
+            "[[link]]\nname = \"{}\"\nfrom = \"{hub}\"\nneighbour = \"hub\"\nmethod = \"{}\"\ninterval = \"{}s\"\ntime-limit = \"{}s\"\nbackoff = \"2s\"\nmax-backoff = \"20s\"\n",
+            m.link, m.method, m.interval, m.time_limit
+        ));
+    }
+    c
+}
+
+/// One link's figures at the end.
+#[derive(Debug, Default)]
+struct Figures {
+    runs: u64,
+    estimates: u64,
+    /// Longest time without an estimate, from the first one to the end, s.
+    longest_gap: f64,
+    /// Errors against the truth, % (bandwidth), or loss-episode frequencies, % of
+    /// slots (badabing).
+    values: Vec<f64>,
+    probe_bytes: u64,
+}
+
+fn bench(args: &Args) -> anyhow::Result<()> {
+    ensure!(args.minutes > 0.0, "--minutes must be above 0");
+    let n = usize::from(args.neighbours);
+    let methods = methods(args);
+    let mut downlinks = vec![None];
+    downlinks.extend(
+        DOWNLINKS[..n]
+            .iter()
+            .map(|r| Some((format!("{r}mbit"), "1540".to_string()))),
+    );
+    let star = Star::new(&downlinks)?;
+    let (r, addrs) = (&star.router, star.addrs.clone());
+    let me = std::env::current_exe()?;
+    // Riders wait at most 1 ms (hosts that serve badabing links, see its guide).
+    let daemons = star.daemons(&me, &["mgrpd"], &["--hold", "1ms"])?;
+    let dir = TempDir::new("mgrp-fanout")?;
+    let mut overlays = Vec::new();
+    for (i, ns) in star.hosts.iter().enumerate() {
+        let text = if i == 0 {
+            hub_config(addrs[0], &daemons[0].socket)
+        } else {
+            neighbour_config(i, addrs[i], addrs[0], &daemons[i].socket, &methods)
+        };
+        let p = dir.0.join(format!("n{i}.toml"));
+        std::fs::write(&p, text)?;
+        overlays.push(embed::overlay(ns, &p, "warn")?);
+    }
+    let pids: Vec<(usize, bool, u32)> = overlays
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| Some((i, true, p.pid()?)))
+        .chain(
+            daemons
+                .iter()
+                .enumerate()
+                .filter_map(|(i, d)| Some((i, false, d.process.pid()?))),
+        )
+        .collect();
+    let cpu_start: Vec<f64> = pids
+        .iter()
+        .map(|(_, _, p)| usage(*p).map_or(0.0, |u| u.0))
+        .collect();
+    let mut rss_peak = vec![0u64; pids.len()];
+    let started = Instant::now();
+    let start_unix = mgrp_rt::unix_now();
+    let total = Duration::from_secs_f64(args.minutes * 60.0);
+    eprintln!(
+        "fanout: {n} neighbours measuring the hub by {:?}, downlinks {:?} Mbit/s, {} min",
+        methods.iter().map(|m| m.method).collect::<Vec<_>>(),
+        &DOWNLINKS[..n],
+        args.minutes
+    );
+    while started.elapsed() < total {
+        for (k, (_, _, pid)) in pids.iter().enumerate() {
+            if let Some((_, rss)) = usage(*pid) {
+                rss_peak[k] = rss_peak[k].max(rss);
+            }
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let end_unix = mgrp_rt::unix_now();
+    let cpu: Vec<f64> = pids
+        .iter()
+        .zip(&cpu_start)
+        .map(|((_, _, p), c0)| usage(*p).map_or(f64::NAN, |u| (u.0 - c0) / elapsed * 100.0))
+        .collect();
+
+    let mut figures: BTreeMap<(usize, &str), Figures> = BTreeMap::new();
+    for (i, a) in addrs.iter().enumerate().skip(1) {
+        for m in &methods {
+            let (status, body) = request_in(
+                r,
+                &format!("{a}:{API_PORT}"),
+                "GET",
+                &format!("/v1/links/{}/history?limit=10000", m.link),
+            )?;
+            ensure!(status == 200, "n{i} {}: {status} {body}", m.link);
+            let h: Value = serde_json::from_str(&body)?;
+            let f = figures.entry((i, m.method)).or_default();
+            let truth = ip_level_truth(DOWNLINKS[i - 1], m.probe_bytes.max(1), &[]);
+            let mut last = None::<f64>;
+            for e in h["estimates"].as_array().into_iter().flatten() {
+                let Some(end) = e["ended_at"].as_f64() else {
+                    continue;
+                };
+                f.runs += 1;
+                f.probe_bytes += e["probe_bytes"].as_u64().unwrap_or(0);
+                if e["outcome"] != "estimate" {
+                    continue;
+                }
+                f.estimates += 1;
+                if let Some(l) = last {
+                    f.longest_gap = f.longest_gap.max(end - l);
+                }
+                last = Some(end);
+                if m.method == "badabing" {
+                    if let Some(freq) = e["loss"]["episode_frequency"].as_f64() {
+                        f.values.push(freq * 100.0);
+                    }
+                } else if let (Some(lo), Some(hi)) = (e["low_bps"].as_f64(), e["high_bps"].as_f64())
+                {
+                    f.values
+                        .push(((lo + hi) / 2.0 / 1e6 - truth) / truth * 100.0);
+                }
+            }
+            if let Some(l) = last {
+                f.longest_gap = f.longest_gap.max(end_unix - l);
+            } else {
+                f.longest_gap = end_unix - start_unix;
+            }
+        }
+    }
+    drop(overlays);
+    drop(daemons);
+
+    let minutes = elapsed / 60.0;
+    mgrp_rt::outln!(
+        "\n## One node measured by {n} neighbours by {}: {minutes:.1} min, load {}\n",
+        methods
+            .iter()
+            .map(|m| m.method)
+            .collect::<Vec<_>>()
+            .join(", "),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    mgrp_rt::outln!(
+        "| link | method | cycle s | runs | estimates/min | longest without s | median error % (episode frequency % for badabing) | median \\|error\\| % | p90 \\|error\\| % | probe MB/h |"
+    );
+    mgrp_rt::outln!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut per_method: BTreeMap<&str, (f64, Vec<f64>, f64)> = BTreeMap::new();
+    for ((i, method), f) in &mut figures {
+        let m = methods
+            .iter()
+            .find(|m| m.method == *method)
+            .expect("measured");
+        let cycle = f64::from(m.interval + m.time_limit);
+        let mut abs: Vec<f64> = f.values.iter().map(|v| v.abs()).collect();
+        mgrp_rt::outln!(
+            "| hub → n{i} ({} Mbit/s) | {method} | {cycle:.0} | {} | {:.2} | {:.0} | {:+.1} | {:.1} | {:.1} | {:.1} |",
+            DOWNLINKS[i - 1],
+            f.runs,
+            f.estimates as f64 / minutes,
+            f.longest_gap,
+            quantile(&mut f.values.clone(), 0.5),
+            quantile(&mut abs.clone(), 0.5),
+            quantile(&mut abs, 0.9),
+            f.probe_bytes as f64 / 1e6 / (elapsed / 3600.0),
+        );
+        let e = per_method.entry(method).or_default();
+        e.0 += f.estimates as f64 / minutes;
+        e.1.extend(f.values.iter().map(|v| v.abs()));
+        e.2 = e.2.max(f.longest_gap / cycle);
+    }
+    mgrp_rt::outln!(
+        "\n| method | estimates/min per link | median \\|error\\| % (frequency % for badabing) | longest without an estimate, cycles |\n|---|---|---|---|"
+    );
+    for (method, (rate, mut values, worst)) in per_method {
+        mgrp_rt::outln!(
+            "| {method} | {:.2} | {:.1} | {worst:.1} |",
+            rate / n as f64,
+            quantile(&mut values, 0.5)
+        );
+    }
+    mgrp_rt::outln!("\n| process | CPU % | peak RSS MB |\n|---|---|---|");
+    let mut neighbours = (0.0, 0.0, 0u64, 0u64, 0usize);
+    for (k, (i, overlay, _)) in pids.iter().enumerate() {
+        if *i == 0 {
+            let name = if *overlay { "hub overlay" } else { "hub mgrpd" };
+            mgrp_rt::outln!(
+                "| {name} | {:.1} | {:.1} |",
+                cpu[k],
+                rss_peak[k] as f64 / 1024.0
+            );
+        } else if *overlay {
+            neighbours.0 += cpu[k];
+            neighbours.2 = neighbours.2.max(rss_peak[k]);
+            neighbours.4 += 1;
+        } else {
+            neighbours.1 += cpu[k];
+            neighbours.3 = neighbours.3.max(rss_peak[k]);
+        }
+    }
+    let count = neighbours.4.max(1) as f64;
+    mgrp_rt::outln!(
+        "| neighbour overlay (mean) | {:.1} | {:.1} |\n| neighbour mgrpd (mean) | {:.1} | {:.1} |",
+        neighbours.0 / count,
+        neighbours.2 as f64 / 1024.0,
+        neighbours.1 / count,
+        neighbours.3 as f64 / 1024.0
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    if let Some(code) = embed::embedded() {
+        return code;
+    }
+    let args = Args::parse();
+    if !mgrp_testbed::is_root() {
+        eprintln!("fanout: needs root to create network namespaces");
+        return ExitCode::FAILURE;
+    }
+    match bench(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fanout: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -59,7 +59,7 @@
 //! out. Read the gaps from the report's departures
 //! ([`TransactionReport::departure_times`]), never from the gaps asked for; the report
 //! counts such probes in `probes_displaced` (and all probes that left later than the
-//! daemon's threshold in `probes_late`), and a tool that needs exact gaps drops the
+//! daemon's threshold in `probes_late`); a tool that needs exact gaps may drop the
 //! gaps around them. `competing_rider_bytes` counts only traffic to the train's own
 //! destination, whatever runs beside it.
 //!

@@ -111,8 +111,8 @@ pub enum ServeEvent {
     Connected(SocketAddr, String),
     /// Its measurement ended after this many batches, or with this error.
     Done(SocketAddr, Result<u32, String>),
-    /// A receiver was turned away (busy with another, shutting down), with the
-    /// message it got.
+    /// A receiver was turned away (over a limit, shutting down), with the message it
+    /// got.
     Refused(SocketAddr, String),
     /// A request of a receiver's failed here (mgrpd refused a train, a probe socket
     /// could not be opened): the receiver got the message, and the fix lies on this
@@ -828,6 +828,42 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
 
     use super::*;
+
+    #[test]
+    fn measurement_places_are_bounded_per_host_and_in_all_and_given_back() {
+        let slots = Slots::default();
+        let host = |n: u8| IpAddr::from([10, 0, n / 200, n % 200 + 1]);
+        let mut held: Vec<Slot<'_>> = (0..MAX_MEASUREMENTS_PER_HOST)
+            .map(|_| slots.claim(host(0)).unwrap())
+            .collect();
+        let e = slots.claim(host(0)).unwrap_err();
+        assert!(
+            e.starts_with(BUSY) && e.contains("the most one host may"),
+            "{e}"
+        );
+        // Other hosts fill the rest, two places each.
+        let mut n = 2;
+        while held.len() < MAX_MEASUREMENTS {
+            held.push(slots.claim(host(n / 2)).unwrap());
+            n += 1;
+        }
+        let e = slots.claim(host(99)).unwrap_err();
+        assert!(
+            e.starts_with(BUSY) && e.contains("for all receivers together"),
+            "{e}"
+        );
+        // A place given back is taken again, by any host.
+        held.swap_remove(0);
+        let again = slots.claim(host(99)).unwrap();
+        drop((held, again));
+        assert!(mgrp_rt::lock(&slots.0).is_empty(), "every place given back");
+        // A connection claims once, however many hellos it says.
+        let mut claimed = None;
+        for _ in 0..3 {
+            slots.claim_once(&mut claimed, host(0)).unwrap();
+        }
+        assert_eq!(mgrp_rt::lock(&slots.0).get(&host(0)), Some(&1));
+    }
 
     /// Loopback, as root: the first stamps query starts the sender's capture, the
     /// next one brings the segments of a flow sent in between, and none of the

@@ -76,9 +76,9 @@ impl SessionOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum MeasureError {
     /// The sender answered before any probe with an error: it is there, but will not
-    /// or cannot serve this measurement now (busy with another receiver when the
-    /// message starts with [`crate::BUSY`]; its mgrpd or its probe socket
-    /// otherwise).
+    /// or cannot serve this measurement now (at its limit of measurements, in all or
+    /// from this host, when the message starts with [`crate::BUSY`]; its mgrpd or its
+    /// probe socket otherwise).
     #[error("the sender refused: {0}")]
     Refused(String),
     /// The sender could not be reached.

@@ -33,8 +33,9 @@ const BREATHER_NS: i64 = 20_000;
 /// 0 is paced like every other one.
 const LEAD_NS: i64 = 200_000;
 
-/// How often a caller waiting for its batch looks at its stop flag.
-const POLL: Duration = Duration::from_millis(100);
+/// How often a caller waiting for its batch looks at its stop flag (a stopped batch
+/// sends on until then: 5 ms of probes).
+const POLL: Duration = Duration::from_millis(5);
 
 /// A batch for the pacing thread, and where its report goes.
 struct Job {
@@ -240,9 +241,14 @@ fn run(rx: &mpsc::Receiver<Job>) {
         }
         .emit(&mut buf);
         // A probe the kernel refuses (a full queue) has no departure stamp; the
-        // receiver counts it lost.
-        job.stamps
-            .push(job.socket.send(&buf[..payload]).is_ok().then_some(stamp));
+        // receiver counts it lost. Never waited for: one receiver's full queue must not
+        // hold up every other batch.
+        job.stamps.push(
+            job.socket
+                .send_with_flags(&buf[..payload], libc::MSG_DONTWAIT)
+                .is_ok()
+                .then_some(stamp),
+        );
         job.next += 1;
         if job.next == job.probes.len() {
             jobs.swap_remove(i).report();
@@ -250,5 +256,104 @@ fn run(rx: &mpsc::Receiver<Job>) {
             let next_gap = i64::try_from(job.probes[job.next].gap_ns).unwrap_or(i64::MAX / 4);
             job.deadline = base + next_gap;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{SocketAddr, UdpSocket};
+
+    use super::*;
+    use crate::transport::Sender;
+
+    fn receiver() -> (UdpSocket, SocketAddr) {
+        let r = UdpSocket::bind("127.0.0.1:0").unwrap();
+        r.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let a = r.local_addr().unwrap();
+        (r, a)
+    }
+
+    fn tag(stream: u32) -> Tag {
+        Tag {
+            kind: 1,
+            fleet: 0,
+            stream,
+        }
+    }
+
+    /// Two batches to two receivers at once, on loopback: both leave whole through
+    /// the one thread, each with a stamp per probe in order, and each receiver gets
+    /// its own batch only.
+    #[test]
+    fn batches_to_two_receivers_leave_side_by_side() {
+        let (ra, a) = receiver();
+        let (rb, b) = receiver();
+        let batches = [
+            Batch::even(tag(1), 200, 200, 300_000, 0),
+            Batch::even(tag(2), 150, 300, 410_000, 0),
+        ];
+        let reports: Vec<SentReport> = std::thread::scope(|s| {
+            let sends: Vec<_> = [a, b]
+                .into_iter()
+                .zip(&batches)
+                .map(|(to, batch)| {
+                    s.spawn(move || {
+                        let mut sender = Sender::udp(to, 0).unwrap();
+                        sender.send(batch).unwrap()
+                    })
+                })
+                .collect();
+            sends.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        for ((r, batch), rx) in reports.iter().zip(&batches).zip([&ra, &rb]) {
+            assert_eq!(r.tag, batch.tag);
+            let stamps: Vec<i64> = r.sender_stamps.iter().map(|s| s.unwrap()).collect();
+            assert_eq!(stamps.len(), batch.packets() as usize);
+            assert!(stamps.windows(2).all(|w| w[1] > w[0]), "stamps in order");
+            // The whole batch took about its length: it ran beside the other, not
+            // after it.
+            let span = (stamps[stamps.len() - 1] - stamps[0]) as u64;
+            assert!(
+                span < 2 * batch.duration_ns(),
+                "{span} ns for {}",
+                batch.duration_ns()
+            );
+            let mut buf = [0u8; 2048];
+            let mut got = 0;
+            while let Ok(n) = rx.recv(&mut buf) {
+                let h = ProbeHeader::parse(&buf[..n]).unwrap();
+                assert_eq!(h.tag, batch.tag, "a probe of the other batch");
+                got += 1;
+            }
+            assert_eq!(got, batch.packets());
+        }
+        let (first, second) = (&reports[0].sender_stamps, &reports[1].sender_stamps);
+        let (a0, a1) = (first[0].unwrap(), first[first.len() - 1].unwrap());
+        let (b0, b1) = (second[0].unwrap(), second[second.len() - 1].unwrap());
+        assert!(
+            a0 < b1 && b0 < a1,
+            "the two batches ran one after the other"
+        );
+    }
+
+    /// A batch whose caller stops ends early: the probes not sent have no stamp.
+    #[test]
+    fn a_stopped_batch_ends_early_without_stamps_for_the_rest() {
+        let (_r, to) = receiver();
+        let mut sender = Sender::udp(to, 0).unwrap();
+        let stop = AtomicBool::new(false);
+        // 60 s of probes.
+        let batch = Batch::even(tag(3), 600, 100, 100_000_000, 0);
+        let report = std::thread::scope(|s| {
+            let t = s.spawn(|| sender.send_unless(&batch, &stop).unwrap());
+            std::thread::sleep(Duration::from_millis(300));
+            stop.store(true, Ordering::Relaxed);
+            t.join().unwrap()
+        });
+        assert_eq!(report.sender_stamps.len(), 600);
+        let sent = report.sender_stamps.iter().filter(|s| s.is_some()).count();
+        assert!((1..600).contains(&sent), "{sent} sent");
+        assert!(report.sender_stamps[sent..].iter().all(Option::is_none));
     }
 }

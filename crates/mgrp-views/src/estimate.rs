@@ -174,7 +174,8 @@ pub enum RunOutcome {
     /// The neighbour is up but could not send what was asked for (its mgrpd refused a
     /// train, a limit there).
     SenderFailed,
-    /// The neighbour was serving another receiver.
+    /// The neighbour's sender was at one of its limits (measurements in all, or from
+    /// this host).
     Busy,
     /// The neighbour could not be reached or went away mid-run.
     PeerDown,
@@ -237,7 +238,9 @@ impl RunOutcome {
             Self::SenderFailed => {
                 "the neighbour is up but its side failed (its mgrpd refused a train); its log says why"
             }
-            Self::Busy => "the neighbour was serving another receiver; tried again shortly",
+            Self::Busy => {
+                "the neighbour's sender ran as many measurements as its limits allow; tried again shortly"
+            }
             Self::PeerDown => {
                 "the neighbour's overlay could not be reached or went away; check that it runs and serves this transport"
             }

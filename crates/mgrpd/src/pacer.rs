@@ -448,7 +448,9 @@ impl Pacer<'_> {
     }
 
     /// Sleeps until `wake`, taking in input and releasing riders whose wait is over on
-    /// the way. Returns false on shutdown.
+    /// the way. Returns true once `wake` is reached; false on shutdown, or when a train
+    /// came that may start now (the caller plans again: its first probe may fall due
+    /// before `wake`).
     fn sleep_releasing(&mut self, wake: MonoTime) -> bool {
         loop {
             if self.life.is_stopping() {
@@ -459,6 +461,9 @@ impl Pacer<'_> {
                 return true;
             }
             self.ingest(now, BATCHES_PER_INGEST, wake);
+            if self.endpoint.may_start_train() {
+                return false;
+            }
             self.pump(now);
             self.publish(now, false);
             // The train in flight's next probe is not due before `wake`; riders may
@@ -511,6 +516,11 @@ impl Pacer<'_> {
         // Riders that came during the wait ride too.
         let now = mgrp_rt::mono_now();
         self.ingest(now, BATCHES_BEFORE_PROBE, deadline);
+        // A cancel taken in meanwhile may have ended the train that was due: the next
+        // probe is then another's, perhaps far off, and is planned afresh.
+        if self.endpoint.next_probe_deadline() != Some(deadline) {
+            return;
+        }
         let Some((peer, mut probe)) = self.endpoint.poll_probe(now) else {
             return;
         };

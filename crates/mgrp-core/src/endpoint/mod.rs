@@ -199,9 +199,9 @@ struct Dest {
     trains: usize,
     route: Route,
     last_used: MonoTime,
-    /// The next probe of its train in flight fell due while another train's probe was
+    /// The train in flight whose next probe fell due while another train's probe was
     /// being sent.
-    displaced: bool,
+    displaced: Option<u32>,
 }
 
 /// Who submitted a train queued or in flight, where it goes, and how many of its
@@ -352,7 +352,7 @@ impl Endpoint {
                     Route::In
                 },
                 last_used: now,
-                displaced: false,
+                displaced: None,
             }
         })
     }
@@ -512,8 +512,9 @@ impl Endpoint {
 
     /// Probe `seq` of train `transaction` left at `departed` with sender stamp
     /// `stamp`, or could not be sent (`None`); `now` is when the send was over. Every
-    /// other train whose next probe fell due before `now` had to wait for this one: that
-    /// probe is displaced.
+    /// other train whose next probe fell due while this one was being sent (from
+    /// `departed` to `now`) had to wait for it: that probe is displaced. (One that fell
+    /// due before `departed` was late already, for the driver's own reasons.)
     pub fn handle_probe_sent(
         &mut self,
         now: MonoTime,
@@ -536,20 +537,24 @@ impl Endpoint {
             };
         }
         if let Some(d) = self.dests.get_mut(&peer) {
-            if std::mem::take(&mut d.displaced) {
+            if d.displaced.take() == Some(transaction) {
                 owner.displaced = owner.displaced.saturating_add(1);
                 self.counters.probes_displaced += 1;
             }
             d.planner.handle_probe_sent(transaction, seq, departed);
         }
-        for other in &self.active {
-            if *other == peer {
-                continue;
-            }
-            if let Some(d) = self.dests.get_mut(other)
-                && d.planner.next_deadline().is_some_and(|t| t < now)
-            {
-                d.displaced = true;
+        if let Some((left, _)) = departed {
+            for other in &self.active {
+                if *other == peer {
+                    continue;
+                }
+                if let Some(d) = self.dests.get_mut(other)
+                    && d.planner
+                        .next_deadline()
+                        .is_some_and(|t| left <= t && t < now)
+                {
+                    d.displaced = d.planner.transaction_in_flight();
+                }
             }
         }
         self.collect_reports(now, peer);
@@ -578,8 +583,6 @@ impl Endpoint {
         let mut reports = Vec::new();
         while let Some(r) = d.planner.poll_report() {
             d.trains = d.trains.saturating_sub(1);
-            // A mark for the train that ended is not the next one's.
-            d.displaced = false;
             reports.push(r);
         }
         if d.trains == 0 && d.route == Route::In && self.config.route_on_demand {
@@ -636,6 +639,18 @@ impl Endpoint {
     /// Trains in flight.
     pub fn in_flight(&self) -> usize {
         self.active.len()
+    }
+
+    /// Whether a train may start now: one is queued for a destination with none in
+    /// flight, its route is in, and there is room for it.
+    pub fn may_start_train(&self) -> bool {
+        !self.shutting_down
+            && self.active.len() < self.config.max_in_flight
+            && self.owners.len() > self.active.len()
+            && self
+                .dests
+                .iter()
+                .any(|(p, d)| Self::ready(d) && !self.active.contains(p))
     }
 
     /// When the next probe is due, if a train is in flight or one may start; first

@@ -78,7 +78,7 @@ pub(super) fn check(
 ) -> Result<Vec<Link>, ConfigError> {
     let mut links = Vec::with_capacity(files.len());
     let mut names = HashSet::new();
-    // Links from one neighbour share a path and take turns.
+    // Links from one neighbour share a path (how they share it is their class).
     let mut paths: Vec<IpAddr> = Vec::new();
     for (i, l) in files.into_iter().enumerate() {
         let key = format!("link {}", i + 1);

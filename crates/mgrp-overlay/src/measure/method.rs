@@ -177,7 +177,10 @@ mod tests {
                 RunOutcome::PeerDown,
             ),
             (
-                MeasureError::Refused(format!("{}: another receiver", mgrp_tool::BUSY)),
+                MeasureError::Refused(format!(
+                    "{}: this sender runs 32 measurements, the most it runs at once",
+                    mgrp_tool::BUSY
+                )),
                 RunOutcome::Busy,
             ),
             (

@@ -232,7 +232,8 @@ pub struct PeerArgs {
 }
 
 impl PeerArgs {
-    /// The session these flags ask for, by `tool`.
+    /// The session these flags ask for, by `tool` (not exclusive: a tool whose
+    /// measurement loads the path sets that).
     pub fn options(&self, tool: &str) -> SessionOptions {
         SessionOptions {
             sender: self.sender.clone(),
@@ -244,6 +245,7 @@ impl PeerArgs {
             piggyback: !self.no_piggyback,
             sender_is: format!("`{tool} snd` (port {})", self.port),
             tool: tool.to_string(),
+            exclusive: false,
         }
     }
 }

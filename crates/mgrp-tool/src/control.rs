@@ -235,6 +235,11 @@ pub enum Request {
         /// The receiving tool, for the sender's log.
         #[serde(default)]
         tool: String,
+        /// Whether the measurement loads what it measures (pathload's fleets, btc's
+        /// bunches): a sender runs one such at a time, beside any number of light
+        /// ones.
+        #[serde(default)]
+        exclusive: bool,
     },
     /// Echoes the cookie of the probe the sender sent to the address the hello named
     /// (after a [`Reply::Prove`]).

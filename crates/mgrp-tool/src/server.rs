@@ -315,15 +315,33 @@ pub const MAX_MEASUREMENTS: usize = 32;
 /// with, so one host cannot take every place.
 pub const MAX_MEASUREMENTS_PER_HOST: usize = 4;
 
-/// The measurements running, per receiving host.
+/// Exclusive measurements (those that load what they measure: pathload, btc) served
+/// at once: their probes would disturb each other's pacing and each other's reading.
+pub const MAX_EXCLUSIVE: usize = 1;
+
+/// The measurements running, per receiving host, and how many are exclusive.
 #[derive(Debug, Default)]
-struct Slots(Mutex<HashMap<IpAddr, usize>>);
+struct Running {
+    per_host: HashMap<IpAddr, usize>,
+    exclusive: usize,
+}
+
+/// The measurements running.
+#[derive(Debug, Default)]
+struct Slots(Mutex<Running>);
 
 impl Slots {
-    /// A place for a measurement from `from`, or the refusal naming the limit that
-    /// says no.
-    fn claim(&self, from: IpAddr) -> Result<Slot<'_>, String> {
-        let mut running = mgrp_rt::lock(&self.0);
+    /// A place for a measurement from `from` (exclusive or not), or the refusal naming
+    /// the limit that says no.
+    fn claim(&self, from: IpAddr, exclusive: bool) -> Result<Slot<'_>, String> {
+        let mut guard = mgrp_rt::lock(&self.0);
+        let r = &mut *guard;
+        if exclusive && r.exclusive >= MAX_EXCLUSIVE {
+            return Err(format!(
+                "{BUSY}: this sender runs a measurement that loads its path (pathload, btc) already, and runs one such at a time; try again when it is done"
+            ));
+        }
+        let running = &mut r.per_host;
         let all: usize = running.values().sum();
         if all >= MAX_MEASUREMENTS {
             return Err(format!(
@@ -337,7 +355,14 @@ impl Slots {
             ));
         }
         *mine += 1;
-        Ok(Slot { slots: self, from })
+        if exclusive {
+            r.exclusive += 1;
+        }
+        Ok(Slot {
+            slots: self,
+            from,
+            exclusive,
+        })
     }
 
     /// A place for the measurement of a connection that has none yet in `claimed`.
@@ -345,9 +370,10 @@ impl Slots {
         &'s self,
         claimed: &mut Option<Slot<'s>>,
         from: IpAddr,
+        exclusive: bool,
     ) -> Result<(), String> {
         if claimed.is_none() {
-            *claimed = Some(self.claim(from)?);
+            *claimed = Some(self.claim(from, exclusive)?);
         }
         Ok(())
     }
@@ -358,15 +384,19 @@ impl Slots {
 struct Slot<'a> {
     slots: &'a Slots,
     from: IpAddr,
+    exclusive: bool,
 }
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        let mut running = mgrp_rt::lock(&self.slots.0);
-        if let Some(n) = running.get_mut(&self.from) {
+        let mut r = mgrp_rt::lock(&self.slots.0);
+        if self.exclusive {
+            r.exclusive = r.exclusive.saturating_sub(1);
+        }
+        if let Some(n) = r.per_host.get_mut(&self.from) {
             *n -= 1;
             if *n == 0 {
-                running.remove(&self.from);
+                r.per_host.remove(&self.from);
             }
         }
     }
@@ -629,6 +659,7 @@ fn serve_one<'s>(
                 probe_port,
                 piggyback,
                 tool,
+                exclusive,
             } => {
                 if version != CONTROL_VERSION {
                     Reply::Error {
@@ -643,7 +674,7 @@ fn serve_one<'s>(
                             opts.transport, opts.transport
                         ),
                     }
-                } else if let Err(message) = slots.claim_once(claimed, peer.ip().to_canonical()) {
+                } else if let Err(message) = slots.claim_once(claimed, peer.ip().to_canonical(), exclusive) {
                     report(ServeEvent::Refused(peer, message.clone()));
                     conn.send(&Reply::Error { message })?;
                     return Ok(0);
@@ -834,9 +865,9 @@ mod tests {
         let slots = Slots::default();
         let host = |n: u8| IpAddr::from([10, 0, n / 200, n % 200 + 1]);
         let mut held: Vec<Slot<'_>> = (0..MAX_MEASUREMENTS_PER_HOST)
-            .map(|_| slots.claim(host(0)).unwrap())
+            .map(|_| slots.claim(host(0), false).unwrap())
             .collect();
-        let e = slots.claim(host(0)).unwrap_err();
+        let e = slots.claim(host(0), false).unwrap_err();
         assert!(
             e.starts_with(BUSY) && e.contains("the most one host may"),
             "{e}"
@@ -844,25 +875,40 @@ mod tests {
         // Other hosts fill the rest, two places each.
         let mut n = 2;
         while held.len() < MAX_MEASUREMENTS {
-            held.push(slots.claim(host(n / 2)).unwrap());
+            held.push(slots.claim(host(n / 2), false).unwrap());
             n += 1;
         }
-        let e = slots.claim(host(99)).unwrap_err();
+        let e = slots.claim(host(99), false).unwrap_err();
         assert!(
             e.starts_with(BUSY) && e.contains("for all receivers together"),
             "{e}"
         );
         // A place given back is taken again, by any host.
         held.swap_remove(0);
-        let again = slots.claim(host(99)).unwrap();
+        let again = slots.claim(host(99), false).unwrap();
         drop((held, again));
-        assert!(mgrp_rt::lock(&slots.0).is_empty(), "every place given back");
+        assert!(
+            mgrp_rt::lock(&slots.0).per_host.is_empty(),
+            "every place given back"
+        );
         // A connection claims once, however many hellos it says.
         let mut claimed = None;
         for _ in 0..3 {
-            slots.claim_once(&mut claimed, host(0)).unwrap();
+            slots.claim_once(&mut claimed, host(0), true).unwrap();
         }
-        assert_eq!(mgrp_rt::lock(&slots.0).get(&host(0)), Some(&1));
+        assert_eq!(mgrp_rt::lock(&slots.0).per_host.get(&host(0)), Some(&1));
+        // One exclusive measurement at a time, beside any light ones, from any host.
+        let e = slots.claim(host(5), true).unwrap_err();
+        assert!(
+            e.starts_with(BUSY) && e.contains("one such at a time"),
+            "{e}"
+        );
+        let light = slots.claim(host(5), false).unwrap();
+        drop(claimed);
+        let next = slots.claim(host(5), true).unwrap();
+        assert_eq!(mgrp_rt::lock(&slots.0).exclusive, 1);
+        drop((light, next));
+        assert_eq!(mgrp_rt::lock(&slots.0).exclusive, 0);
     }
 
     /// Loopback, as root: the first stamps query starts the sender's capture, the

@@ -52,6 +52,10 @@ pub struct SessionOptions {
     pub sender_is: String,
     /// The receiving tool, named in the sender's log.
     pub tool: String,
+    /// Whether the measurement loads what it measures (pathload's fleets, btc's
+    /// bunches): the sender then runs it alone among such measurements, and answers
+    /// `busy` while another runs.
+    pub exclusive: bool,
 }
 
 impl SessionOptions {
@@ -68,6 +72,7 @@ impl SessionOptions {
             piggyback: true,
             sender_is: format!("`{tool} snd`"),
             tool,
+            exclusive: false,
         }
     }
 }
@@ -334,6 +339,7 @@ impl Session {
             probe_port: opts.probe_port,
             piggyback: opts.piggyback,
             tool: opts.tool.clone(),
+            exclusive: opts.exclusive,
         })?;
         let mut proved = false;
         let max_size = loop {

@@ -146,6 +146,7 @@ fn hello(address: Option<IpAddr>) -> Request {
         probe_port: PROBE_PORT,
         piggyback: false,
         tool: "an outsider".into(),
+        exclusive: false,
     }
 }
 

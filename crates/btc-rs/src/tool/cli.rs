@@ -119,7 +119,11 @@ impl RcvArgs {
             )?;
         }
         Ok(MeasureOptions {
-            session: self.peer.options(TOOL),
+            session: mgrp_tool::SessionOptions {
+                // Its probes load the path it measures.
+                exclusive: true,
+                ..self.peer.options(TOOL)
+            },
             capacity,
             capacity_bps: self.capacity.map(|c| c * 1e6),
             pairs: self.pairs,

@@ -40,7 +40,11 @@ impl MeasureOptions {
     /// The tool's defaults for measuring from `sender` over `transport`.
     pub fn new(sender: impl Into<String>, transport: mgrp_tool::Transport) -> Self {
         Self {
-            session: SessionOptions::new(sender, transport, TOOL),
+            session: SessionOptions {
+                // Its probes load the path it measures.
+                exclusive: true,
+                ..SessionOptions::new(sender, transport, TOOL)
+            },
             capacity: CapacityConfig::default(),
             capacity_bps: None,
             pairs: 1000,

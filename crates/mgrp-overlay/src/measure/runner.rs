@@ -81,6 +81,7 @@ fn session(s: &Shared, link: &Link) -> SessionOptions {
             "the neighbour's mgrp-overlay, serving {} measurements on port {} ([serve] in its configuration)",
             link.transport, link.port
         ),
+        exclusive: link.method.class() == super::schedule::Class::Exclusive,
         ..SessionOptions::new(
             link.from.to_string(),
             link.transport,

@@ -104,7 +104,11 @@ impl RcvArgs {
     /// The measurement these flags ask for.
     pub(crate) fn options(&self) -> MeasureOptions {
         MeasureOptions {
-            session: self.peer.options(TOOL),
+            session: mgrp_tool::SessionOptions {
+                // Its probes load the path it measures.
+                exclusive: true,
+                ..self.peer.options(TOOL)
+            },
             mode: match self.mode {
                 ModeArg::Slow => Mode::Slow,
                 ModeArg::Fast => Mode::Fast,

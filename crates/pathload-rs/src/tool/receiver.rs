@@ -45,7 +45,11 @@ impl MeasureOptions {
     /// The tool's defaults for a measurement from `sender` over `transport`.
     pub fn new(sender: impl Into<String>, transport: Transport) -> Self {
         Self {
-            session: SessionOptions::new(sender, transport, TOOL),
+            session: SessionOptions {
+                // Its probes load the path it measures.
+                exclusive: true,
+                ..SessionOptions::new(sender, transport, TOOL)
+            },
             mode: Mode::Slow,
             max_time: Duration::from_secs(DEFAULT_MAX_SECONDS),
             max_fleets: DEFAULT_MAX_FLEETS,

@@ -338,19 +338,5 @@ fn bench(args: &Args) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    if let Some(code) = embed::embedded() {
-        return code;
-    }
-    let args = Args::parse();
-    if !mgrp_testbed::is_root() {
-        eprintln!("fanout: needs root to create network namespaces");
-        return ExitCode::FAILURE;
-    }
-    match bench(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("fanout: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    support::main_of::<Args>("fanout", bench)
 }

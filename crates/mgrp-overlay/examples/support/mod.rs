@@ -1,4 +1,30 @@
-//! What the overlay's benches share: a process's CPU and memory, quantiles.
+//! What the overlay's benches share: their entry, a process's CPU and memory,
+//! quantiles.
+
+use std::process::ExitCode;
+
+/// A bench's `main`: the embedded daemon or overlay when started as one, else the
+/// bench itself, as root, its error on stderr.
+pub(crate) fn main_of<A: clap::Parser>(
+    name: &str,
+    bench: fn(&A) -> anyhow::Result<()>,
+) -> ExitCode {
+    if let Some(code) = super::embed::embedded() {
+        return code;
+    }
+    let args = A::parse();
+    if !mgrp_testbed::is_root() {
+        eprintln!("{name}: needs root to create network namespaces");
+        return ExitCode::FAILURE;
+    }
+    match bench(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 /// Clock ticks per second of `/proc/PID/stat` (the kernel's fixed USER_HZ).
 const USER_HZ: f64 = 100.0;

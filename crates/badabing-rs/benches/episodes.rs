@@ -156,6 +156,7 @@ fn poisson(
                 stream: id,
             },
             runs,
+            lead_ns: 0,
         };
         id += 1;
         let x = s.exchange(&batch).map_err(|e| anyhow::anyhow!("{e:?}"))?;

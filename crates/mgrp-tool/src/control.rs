@@ -104,6 +104,17 @@ pub struct Batch {
     pub tag: Tag,
     /// The probes, as runs.
     pub runs: Vec<Run>,
+    /// Quiet time before the first probe, ns, from when the batch's turn comes: over
+    /// MGRP when mgrpd starts its train, which is right after the last probe of the
+    /// train before it to the same receiver (any tool's); over UDP when the sender
+    /// takes it up. A tool that needs the path to be quiet when its batch starts asks
+    /// for it here (at most [`MAX_GAP_NS`]); 0, the default, sends at once.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lead_ns: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// One probe of a [`Batch`], as [`Batch::probes`] lists them.
@@ -139,7 +150,11 @@ impl Batch {
                 ride: false,
             });
         }
-        Self { tag, runs }
+        Self {
+            tag,
+            runs,
+            lead_ns: 0,
+        }
     }
 
     /// Probes in it.
@@ -169,7 +184,8 @@ impl Batch {
             })
     }
 
-    /// Time from the first probe's departure to the last one's, ns.
+    /// Time from the first probe's departure to the last one's, ns (the lead not
+    /// counted).
     pub fn duration_ns(&self) -> u64 {
         self.probes().fold(0u64, |d, p| d.saturating_add(p.gap_ns))
     }
@@ -204,6 +220,13 @@ impl Batch {
             return Some(format!(
                 "refused: a gap of {} ms between probes (at most {} ms)",
                 r.gap_ns / 1_000_000,
+                MAX_GAP_NS / 1_000_000
+            ));
+        }
+        if self.lead_ns > MAX_GAP_NS {
+            return Some(format!(
+                "refused: a lead of {} ms before the first probe (at most {} ms)",
+                self.lead_ns / 1_000_000,
                 MAX_GAP_NS / 1_000_000
             ));
         }
@@ -534,8 +557,32 @@ mod tests {
         assert!(b.refusal(200).unwrap().contains("300 bytes"));
         let long = Batch::even(tag, 2, 300, MAX_GAP_NS + 1, 0);
         assert!(long.refusal(1500).unwrap().contains("at most 1000 ms"));
-        let none = Batch { tag, runs: vec![] };
+        let none = Batch {
+            tag,
+            runs: vec![],
+            lead_ns: 0,
+        };
         assert!(none.refusal(1500).unwrap().contains("0 probes"));
+        let led = Batch {
+            lead_ns: 20_000_000,
+            ..b.clone()
+        };
+        assert_eq!(led.refusal(1500), None);
+        assert_eq!(
+            led.duration_ns(),
+            4000,
+            "the lead is not the batch's duration"
+        );
+        let too_long = Batch {
+            lead_ns: MAX_GAP_NS + 1,
+            ..b
+        };
+        assert!(
+            too_long
+                .refusal(1500)
+                .unwrap()
+                .contains("lead of 1000 ms before the first probe (at most 1000 ms)")
+        );
     }
 
     #[test]
@@ -547,7 +594,30 @@ mod tests {
         let Request::Probes(b) = r else {
             panic!("{r:?}")
         };
-        assert_eq!((b.tag.fleet, b.packets()), (1, 100));
+        assert_eq!((b.tag.fleet, b.packets(), b.lead_ns), (1, 100, 0));
+        let led: Request = serde_json::from_str(
+            r#"{"msg":"probes","tag":{"kind":1,"fleet":1,"stream":0},"runs":[{"count":2,"size":228,"gap_ns":1000,"ride":true}],"lead_ns":20000000}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            led,
+            Request::Probes(Batch {
+                lead_ns: 20_000_000,
+                ..
+            })
+        ));
+        assert!(
+            !serde_json::to_string(&Request::Probes(Batch::even(
+                Tag::default(),
+                2,
+                228,
+                1000,
+                0
+            )))
+            .unwrap()
+            .contains("lead_ns"),
+            "a batch without a lead is the line it always was"
+        );
         let line = serde_json::to_string(&Request::Bye).unwrap();
         assert_eq!(line, r#"{"msg":"bye"}"#);
         let h: Request = serde_json::from_str(

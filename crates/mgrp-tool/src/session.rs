@@ -439,7 +439,7 @@ impl Session {
     fn exchange_inner(&mut self, batch: &Batch) -> anyhow::Result<Exchange> {
         // Anything still queued belongs to earlier batches.
         while self.rx.try_recv().is_ok() {}
-        let duration = Duration::from_nanos(batch.duration_ns());
+        let duration = Duration::from_nanos(batch.duration_ns().saturating_add(batch.lead_ns));
         self.conn
             .stream()
             .set_read_timeout(Some(duration + self.rtt + REPLY_SLACK))?;

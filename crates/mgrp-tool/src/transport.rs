@@ -174,7 +174,12 @@ fn send_mgrp(
     let mut sizes = Vec::with_capacity(b.packets() as usize);
     for (i, p) in b.probes().enumerate() {
         let size = u16::try_from(p.size).context("probe size over 65535")?;
-        let gap = if i == 0 { 0 } else { p.gap_ns.max(min_gap) };
+        // mgrpd holds a train's first probe its first gap after the train starts.
+        let gap = if i == 0 {
+            b.lead_ns
+        } else {
+            p.gap_ns.max(min_gap)
+        };
         let mut probe = Probe::new(size)
             .gap(Duration::from_nanos(gap))
             .header(head.to_vec());

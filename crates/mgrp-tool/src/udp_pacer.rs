@@ -114,7 +114,11 @@ pub(crate) fn send(
     b: &Batch,
     stop: &AtomicBool,
 ) -> SentReport {
-    let probes: Vec<ProbeSpec> = b.probes().collect();
+    let mut probes: Vec<ProbeSpec> = b.probes().collect();
+    // The pacer starts a batch its first probe's gap after taking it up.
+    if let Some(first) = probes.first_mut() {
+        first.gap_ns = b.lead_ns;
+    }
     let unsent = |probes: &[ProbeSpec]| SentReport {
         tag: b.tag,
         sent: b.packets(),
@@ -335,6 +339,27 @@ mod tests {
             a0 < b1 && b0 < a1,
             "the two batches ran one after the other"
         );
+    }
+
+    /// A batch's lead holds its first probe back: the send takes at least the lead.
+    #[test]
+    fn a_lead_holds_the_first_probe_back() {
+        let (r, to) = receiver();
+        let mut sender = Sender::udp(to, 0).unwrap();
+        let batch = Batch {
+            lead_ns: 80_000_000,
+            ..Batch::even(tag(4), 3, 100, 1_000_000, 0)
+        };
+        let started = std::time::Instant::now();
+        let report = sender.send(&batch).unwrap();
+        assert!(
+            started.elapsed() >= Duration::from_millis(82),
+            "the last probe left {:?} after the send began, before the lead and gaps",
+            started.elapsed()
+        );
+        assert!(report.sender_stamps.iter().all(Option::is_some));
+        let mut buf = [0u8; 2048];
+        assert!(r.recv(&mut buf).is_ok(), "the probes arrive");
     }
 
     /// A batch whose caller stops ends early: the probes not sent have no stamp.

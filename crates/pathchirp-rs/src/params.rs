@@ -23,6 +23,16 @@ pub const HIGH_BPS: f64 = 200e6;
 /// Highest rate the range may grow to, bit/s (pathChirp 2.3: `MAX_HIGH_RATE`).
 pub const MAX_HIGH_BPS: f64 = 1500e6;
 
+/// Quiet time before each chirp, ns (this project: 20 ms). pathChirp 2.3 ran alone and
+/// left at least a chirp's duration idle between chirps; through a sender that serves
+/// other methods, a chirp to a receiver starts right after the last probe of the
+/// train before it to that receiver, while that train's last probes and its sender's
+/// report (a few KB of departure stamps, sent 1–3 ms after the train) are still queued
+/// at the narrow link: 7 KB take 9 ms to drain at 6 Mbit/s, and a chirp they run into
+/// reads a queue its own rate did not build. 20 ms covers that on paths of a few Mbit/s
+/// and up, and costs the receiver's other methods 20 ms of their turn per chirp.
+pub const LEAD_NS: u64 = 20_000_000;
+
 /// Average probing rate, IP bit/s. pathChirp 2.3's `-a 0.3` Mbit/s counted payload
 /// bytes (0.31 Mbit/s at the IP level, 2.3 MB a minute); this project probes at
 /// 0.25 Mbit/s of IP bytes (1.9 MB a minute) so that continuous monitoring stays

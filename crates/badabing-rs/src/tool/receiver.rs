@@ -118,7 +118,11 @@ fn batch(w: &Window) -> Batch {
             });
         }
     }
-    Batch { tag, runs }
+    Batch {
+        tag,
+        runs,
+        lead_ns: 0,
+    }
 }
 
 /// Probes from the sender `opts` names for `opts.duration`, or until `stop` is set.

@@ -160,6 +160,7 @@ fn run_phases(
                     gap_ns: 0,
                     ride: true,
                 }],
+                lead_ns: 0,
             };
             let x = exchange(session, &batch, m)?;
             bunches.push(
@@ -226,6 +227,7 @@ fn run_phases(
                 stream: u32::try_from(n).unwrap_or(u32::MAX),
             },
             runs,
+            lead_ns: 0,
         };
         let x = exchange(session, &batch, m)?;
         let mut at: Vec<Option<i64>> = vec![None; chunk.len() * 2];

@@ -13,7 +13,7 @@ use mgrp_tool::{
 use serde::Serialize;
 
 use crate::tool::{CHIRP_KIND, TOOL};
-use crate::{ChirpResult, ChirpSpec, Config, Counts, Estimator, Report, Smoothed};
+use crate::{ChirpResult, ChirpSpec, Config, Counts, Estimator, Report, Smoothed, params};
 
 /// What one measurement needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,7 +105,7 @@ impl Measurement {
 }
 
 /// The batch that sends `spec`: one run per probe (each gap differs), riders allowed
-/// in every probe.
+/// in every probe, after [`params::LEAD_NS`] of quiet.
 fn batch(spec: &ChirpSpec) -> Batch {
     let tag = Tag {
         kind: CHIRP_KIND,
@@ -121,7 +121,11 @@ fn batch(spec: &ChirpSpec) -> Batch {
             ride: true,
         })
         .collect();
-    Batch { tag, runs }
+    Batch {
+        tag,
+        runs,
+        lead_ns: params::LEAD_NS,
+    }
 }
 
 /// Chirps from the sender `opts` names for `opts.duration`, or until `stop` is set.

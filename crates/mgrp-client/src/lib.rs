@@ -61,7 +61,11 @@
 //! counts such probes in `probes_displaced` (and all probes that left later than the
 //! daemon's threshold in `probes_late`); a tool that needs exact gaps may drop the
 //! gaps around them. `competing_rider_bytes` counts only traffic to the train's own
-//! destination, whatever runs beside it.
+//! destination, whatever runs beside it. A train to a destination starts right after
+//! the last probe of the train before it to that destination, whoever sent that one,
+//! while its probes (and any traffic it set off, a tool's report say) may still be
+//! queued at the narrow link: a tool that needs a quiet path gives its first probe a
+//! gap, which the daemon keeps from the train's start.
 //!
 //! Every call talks to the daemon over its Unix socket (JSON lines, see
 //! [`mgrp_core::api`]). Each call carries an id that its answer echoes, so one
@@ -188,8 +192,9 @@ impl Probe {
         }
     }
 
-    /// The gap between the previous probe's departure and this one's. Gaps are kept
-    /// against an absolute timeline, so errors do not add up.
+    /// The gap between the previous probe's departure and this one's (for the first
+    /// probe: between the train's start and its departure). Gaps are kept against an
+    /// absolute timeline, so errors do not add up.
     #[must_use]
     pub fn gap(mut self, gap: Duration) -> Self {
         self.gap = gap;

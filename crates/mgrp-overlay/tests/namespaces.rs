@@ -572,9 +572,10 @@ fn logs_of(overlays: &[Process], tag: &str) -> String {
 /// (background) and their metric (pathChirp's estimate, below the path's capacity;
 /// badabing's loss episodes on a quiet path: none), `/metrics` serves each in base
 /// units with its method label, and the two ran side by side (both background). What
-/// running side by side costs pathChirp's accuracy is the fan-out bench's figure (its
-/// trains wait behind badabing's one-second windows to the same host), not a band
-/// here.
+/// running side by side costs pathChirp's accuracy is the fan-out bench's figure, not a
+/// band here: a 12-s run ends before a second range's 11 chirps are in (the range
+/// first adapts after about 14 chirps, 8 s), so its estimate is read from chirps of
+/// 10 to 200 Mbit/s on a 10 Mbit/s path and spreads wide.
 fn two_methods_on_one_path() -> anyhow::Result<()> {
     let (star, daemons) = two_hosts_at_10mbit()?;
     let (r, addrs) = (&star.router, star.addrs.clone());

@@ -122,7 +122,7 @@ fn is_zero(v: &u64) -> bool {
 pub struct ProbeSpec {
     /// IP bytes.
     pub size: u32,
-    /// Gap before it, ns (0 for the first).
+    /// Gap before it, ns (for the first: the batch's lead, from its start).
     pub gap_ns: u64,
     /// Whether riders may ride in it.
     pub ride: bool,
@@ -178,7 +178,7 @@ impl Batch {
             .enumerate()
             .map(|(i, mut p)| {
                 if i == 0 {
-                    p.gap_ns = 0;
+                    p.gap_ns = self.lead_ns;
                 }
                 p
             })
@@ -187,7 +187,9 @@ impl Batch {
     /// Time from the first probe's departure to the last one's, ns (the lead not
     /// counted).
     pub fn duration_ns(&self) -> u64 {
-        self.probes().fold(0u64, |d, p| d.saturating_add(p.gap_ns))
+        self.probes()
+            .skip(1)
+            .fold(0u64, |d, p| d.saturating_add(p.gap_ns))
     }
 
     /// IP bytes of all its probes.
@@ -568,6 +570,7 @@ mod tests {
             ..b.clone()
         };
         assert_eq!(led.refusal(1500), None);
+        assert_eq!(led.probes().next().map(|p| p.gap_ns), Some(20_000_000));
         assert_eq!(
             led.duration_ns(),
             4000,

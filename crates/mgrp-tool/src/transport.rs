@@ -174,9 +174,10 @@ fn send_mgrp(
     let mut sizes = Vec::with_capacity(b.packets() as usize);
     for (i, p) in b.probes().enumerate() {
         let size = u16::try_from(p.size).context("probe size over 65535")?;
-        // mgrpd holds a train's first probe its first gap after the train starts.
+        // The first probe's gap is the batch's lead, which mgrpd keeps from the
+        // train's start.
         let gap = if i == 0 {
-            b.lead_ns
+            p.gap_ns
         } else {
             p.gap_ns.max(min_gap)
         };

@@ -114,11 +114,7 @@ pub(crate) fn send(
     b: &Batch,
     stop: &AtomicBool,
 ) -> SentReport {
-    let mut probes: Vec<ProbeSpec> = b.probes().collect();
-    // The pacer starts a batch its first probe's gap after taking it up.
-    if let Some(first) = probes.first_mut() {
-        first.gap_ns = b.lead_ns;
-    }
+    let probes: Vec<ProbeSpec> = b.probes().collect();
     let unsent = |probes: &[ProbeSpec]| SentReport {
         tag: b.tag,
         sent: b.packets(),

@@ -47,9 +47,9 @@ proptest! {
         prop_assert_eq!(probes.len() as u32, n);
         prop_assert_eq!(b.packets(), n);
         prop_assert_eq!(probes.iter().map(|p| u64::from(p.size)).sum::<u64>(), b.bytes());
-        prop_assert_eq!(probes.iter().map(|p| p.gap_ns).sum::<u64>(), b.duration_ns());
+        prop_assert_eq!(probes.iter().skip(1).map(|p| p.gap_ns).sum::<u64>(), b.duration_ns());
         if let Some(first) = probes.first() {
-            prop_assert_eq!(first.gap_ns, 0);
+            prop_assert_eq!(first.gap_ns, lead_ns);
         }
         let refused = b.refusal(1500);
         let over = probes.iter().any(|p| p.size > 1500) || probes.iter().skip(1).any(|p| p.gap_ns > 1_000_000_000);

@@ -11,6 +11,8 @@
 //! - A measurement cannot hold the sender past its session limit.
 //! - A sender told which hosts it serves turns the others away, and a requester gets
 //!   no more probe bytes an hour than its budget.
+//! - A batch that asks the sender to hold it longer than any gap may last (its lead)
+//!   is refused, and nothing of it is sent.
 //!
 //! Its own `main` (no libtest harness): it needs root, as CI has; without root each
 //! test is ignored and says so. Arguments that are not flags filter the tests by name.
@@ -480,6 +482,40 @@ fn a_receiver_that_stops_reading_is_let_go() -> anyhow::Result<()> {
     Ok(())
 }
 
+fn a_lead_longer_than_a_gap_is_refused() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let c = Counter::start(&star.hosts[1])?;
+    let _serving = Serving::start(&star, ServeOptions::new(Transport::Udp))?;
+    let mut conn = connect(&star)?;
+    conn.send(&hello(None))?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Hello { .. }) => {}
+        other => bail!("the hello was answered {other:?}"),
+    }
+    let batch = |lead_ns| {
+        Request::Probes(Batch {
+            lead_ns,
+            ..Batch::even(Tag::default(), 3, 200, 1_000_000, 0)
+        })
+    };
+    conn.send(&batch(mgrp_tool::control::MAX_GAP_NS + 1))?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Error { message }) => ensure!(message.contains("lead"), "{message}"),
+        other => bail!("a lead over the longest gap was answered {other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    ensure!(c.counts().0 == 0, "a refused batch sent {:?}", c.counts());
+    // The same batch with a lead within bounds is sent, and counted.
+    conn.send(&batch(10_000_000))?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Sent(r)) => ensure!(r.sent == 3, "{r:?}"),
+        other => bail!("a batch with a short lead was answered {other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    ensure!(c.counts().0 == 3, "the batch arrived as {:?}", c.counts());
+    Ok(())
+}
+
 fn a_requester_over_its_hourly_budget_is_refused() -> anyhow::Result<()> {
     let star = Star::new(&[None, None, None])?;
     let _c = Counter::start(&star.hosts[1])?;
@@ -521,6 +557,10 @@ const TESTS: &[Test] = &[
     (
         "a_requester_over_its_hourly_budget_is_refused",
         a_requester_over_its_hourly_budget_is_refused,
+    ),
+    (
+        "a_lead_longer_than_a_gap_is_refused",
+        a_lead_longer_than_a_gap_is_refused,
     ),
     (
         "reflection_to_a_third_host_is_refused",

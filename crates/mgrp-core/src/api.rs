@@ -485,6 +485,35 @@ pub struct DaemonCounters {
     /// peer's daemon gone) instead of a packet; the receiver goes on.
     #[serde(default)]
     pub peer_unreachable_reported: u64,
+    /// ICMP errors saying a peer takes no MGRP that quote no MGRP packet the daemon
+    /// sent there in the last 10 s (forged, or quoting too little to tell): they mark
+    /// no peer down.
+    #[serde(default)]
+    pub icmp_errors_unproven: u64,
+    /// Errors the daemon's sockets reported, by reason (`mgrpd_socket_errors_total`),
+    /// each survived: every ICMP error about an MGRP packet it sent, once, as its
+    /// error queue gave it, and the receives that failed for another reason a network
+    /// or a short host can cause. This one: port or protocol unreachable.
+    #[serde(default)]
+    pub socket_errors_refused: u64,
+    /// No route; host or network unreachable or down; time exceeded.
+    #[serde(default)]
+    pub socket_errors_unreachable: u64,
+    /// A firewall's refusal: administratively prohibited, failed policy, reject route.
+    #[serde(default)]
+    pub socket_errors_prohibited: u64,
+    /// Packet too big for the path.
+    #[serde(default)]
+    pub socket_errors_too_big: u64,
+    /// A parameter problem, a failed source route, a host isolated.
+    #[serde(default)]
+    pub socket_errors_protocol: u64,
+    /// This host ran short of buffers or memory.
+    #[serde(default)]
+    pub socket_errors_resources: u64,
+    /// Any other error a network or the kernel reported.
+    #[serde(default)]
+    pub socket_errors_other: u64,
 }
 
 /// Everything the daemon counts.

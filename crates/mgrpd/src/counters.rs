@@ -97,7 +97,92 @@ counters!(
     peer_endpoint_changes,
     riders_relayed,
     peer_unreachable_reported,
+    icmp_errors_unproven,
+    socket_errors_refused,
+    socket_errors_unreachable,
+    socket_errors_prohibited,
+    socket_errors_too_big,
+    socket_errors_protocol,
+    socket_errors_resources,
+    socket_errors_other,
 );
+
+/// Why a socket call failed, as counted (`mgrpd_socket_errors_total{reason}`): what
+/// an ICMP error from the path says (each reported once, by its error number), or what
+/// the host itself lacked. Every reason is survived: a network can send any of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SocketError {
+    /// Port or protocol unreachable: nothing takes MGRP there (a peer's daemon gone).
+    Refused,
+    /// No route, host or network unreachable or down, time exceeded.
+    Unreachable,
+    /// A firewall's refusal: administratively prohibited, failed policy, reject
+    /// route (`EACCES`, `EPERM`).
+    Prohibited,
+    /// Packet too big for the path (`EMSGSIZE`).
+    TooBig,
+    /// A parameter problem, a failed source route or a host isolated (`EPROTO`,
+    /// `EOPNOTSUPP`, `ENONET`).
+    Protocol,
+    /// This host ran short of buffers or memory.
+    Resources,
+    /// Anything else a network or the kernel may report.
+    Other,
+}
+
+impl SocketError {
+    /// The reason of error number `errno`; `None` for the errors only a bug in this
+    /// program makes (a closed or wrong descriptor, a bad address or argument), which
+    /// a thread does not survive.
+    pub(crate) fn of(errno: i32) -> Option<Self> {
+        Some(match errno {
+            libc::EBADF | libc::EFAULT | libc::EINVAL | libc::ENOTSOCK => return None,
+            libc::ECONNREFUSED | libc::ENOPROTOOPT => Self::Refused,
+            libc::ENETUNREACH | libc::EHOSTUNREACH | libc::EHOSTDOWN | libc::ENETDOWN => {
+                Self::Unreachable
+            }
+            libc::EACCES | libc::EPERM => Self::Prohibited,
+            libc::EMSGSIZE => Self::TooBig,
+            libc::EPROTO | libc::EOPNOTSUPP | libc::ENONET => Self::Protocol,
+            libc::ENOBUFS | libc::ENOMEM => Self::Resources,
+            _ => Self::Other,
+        })
+    }
+
+    /// The reason of a failed call's error; `None` for a programming error (an error
+    /// without an error number is one: the code made it).
+    pub(crate) fn of_io(e: &std::io::Error) -> Option<Self> {
+        e.raw_os_error().and_then(Self::of)
+    }
+
+    /// Its label in the metrics.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Refused => "refused",
+            Self::Unreachable => "unreachable",
+            Self::Prohibited => "prohibited",
+            Self::TooBig => "too_big",
+            Self::Protocol => "protocol",
+            Self::Resources => "resources",
+            Self::Other => "other",
+        }
+    }
+}
+
+impl Counters {
+    /// Counts one socket error of reason `r`.
+    pub(crate) fn socket_error(&self, r: SocketError) {
+        bump(match r {
+            SocketError::Refused => &self.socket_errors_refused,
+            SocketError::Unreachable => &self.socket_errors_unreachable,
+            SocketError::Prohibited => &self.socket_errors_prohibited,
+            SocketError::TooBig => &self.socket_errors_too_big,
+            SocketError::Protocol => &self.socket_errors_protocol,
+            SocketError::Resources => &self.socket_errors_resources,
+            SocketError::Other => &self.socket_errors_other,
+        });
+    }
+}
 
 /// Adds one to a counter.
 pub(crate) fn bump(c: &AtomicU64) {

@@ -10,8 +10,9 @@
 //! The modules, from the bottom up (each imports only from those above it in this
 //! list; the workspace's `tests/module_graph.rs` keeps it so, file by file too):
 //!
-//! - [`config`], [`sys`], [`lifecycle`]: the configuration, every raw system call,
-//!   the shutdown signal.
+//! - [`config`], [`sent`], [`sys`], [`lifecycle`]: the configuration, what was sent
+//!   lately (for telling an ICMP error about it from a forged one), every raw system
+//!   call, the shutdown signal.
 //! - [`exchange`]: what the threads hand each other — the pacer's queues, requests,
 //!   outputs, route events — and [`counters`], which read them.
 //! - [`endpoints`], [`keyring`]: where UDP peers are, and the keys, counter and
@@ -53,6 +54,7 @@ pub mod pacer;
 pub mod privileges;
 pub mod receiver;
 pub mod routes;
+pub mod sent;
 pub mod server;
 pub mod service;
 pub mod sys;

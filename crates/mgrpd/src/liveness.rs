@@ -12,7 +12,7 @@ use mgrp_core::stats::TransactionReport;
 use mgrp_core::{MonoTime, WallTime};
 use tracing::{debug, warn};
 
-use crate::counters::{Counters, LimitedLog, bump};
+use crate::counters::{Counters, LimitedLog, SocketError, bump};
 use crate::lifecycle::Lifecycle;
 use crate::net::{Net, tx_id};
 use crate::sys;
@@ -38,6 +38,8 @@ pub(crate) struct PeerHealth {
     down: Mutex<HashMap<IpAddr, MonoTime>>,
     /// Whether `down` may hold a peer (changed only with its lock held).
     any_down: AtomicBool,
+    /// ICMP errors and failed reads of the error queues, at a limited rate.
+    log: LimitedLog,
 }
 
 impl PeerHealth {
@@ -156,20 +158,26 @@ impl ErrorQueues {
             for (fd, _) in fds.iter().zip(ready).filter(|(_, r)| *r) {
                 match self.drain(*fd, v6) {
                     Ok(()) => {}
-                    // A pending ICMP error (or a full error queue) is what this
-                    // thread watches for, not a reason to stop watching.
-                    Err(e)
-                        if crate::net::is_reported_icmp_error(&e)
-                            || e.raw_os_error() == Some(libc::ENOBUFS) =>
-                    {
+                    // A pending ICMP error is what this thread watches for, not a
+                    // reason to stop watching (it is counted as read off the queue).
+                    Err(e) if crate::net::is_reported_icmp_error(&e) => {
                         debug!("reading an MGRP socket's error queue: {e}");
                     }
-                    Err(e) => {
-                        warn!(
-                            "reading the MGRP sockets' error queues failed: {e}; peer liveness is no longer watched"
-                        );
-                        return;
-                    }
+                    // Nor is anything else a network or a short host can cause.
+                    Err(e) => match SocketError::of_io(&e) {
+                        Some(reason) => {
+                            self.counters.socket_error(reason);
+                            self.health.log.warn(format_args!(
+                                "reading an MGRP socket's error queue failed: {e}; going on"
+                            ));
+                        }
+                        None => {
+                            warn!(
+                                "reading the MGRP sockets' error queues failed: {e}; peer liveness is no longer watched"
+                            );
+                            return;
+                        }
+                    },
                 }
             }
             // Every probe puts a stamp on the queue: waking for each would cost a
@@ -191,7 +199,7 @@ impl ErrorQueues {
     fn drain_into(&self, kept: &mut Kept, fd: BorrowedFd<'_>, v6: bool) -> std::io::Result<()> {
         while let Some(e) = sys::next_error(fd)? {
             match e {
-                sys::QueuedError::Icmp(e) => self.icmp_error(e, v6),
+                sys::QueuedError::Icmp(e) => self.icmp_error(&e, v6),
                 sys::QueuedError::Departed { id, at, point } => kept.insert(id, at, point),
                 sys::QueuedError::Other => {}
             }
@@ -199,7 +207,22 @@ impl ErrorQueues {
         Ok(())
     }
 
-    fn icmp_error(&self, e: sys::IcmpError, v6: bool) {
+    /// Counts an ICMP error about a packet sent to a peer, and marks the peer down
+    /// when it says nothing there takes MGRP and it quotes a packet this daemon sent
+    /// there lately: anyone may forge an error, only a host on the path sees what it
+    /// would have to quote.
+    fn icmp_error(&self, e: &sys::IcmpError, v6: bool) {
+        let reason = SocketError::of(e.errno).unwrap_or(SocketError::Other);
+        self.counters.socket_error(reason);
+        let to = std::net::SocketAddr::new(e.destination, e.port);
+        self.health.log.warn(format_args!(
+            "ICMP{} type {} code {} about an MGRP packet to {to} ({}: {})",
+            if v6 { "v6" } else { "" },
+            e.icmp_type,
+            e.icmp_code,
+            reason.label(),
+            std::io::Error::from_raw_os_error(e.errno)
+        ));
         let unreachable = if v6 {
             e.icmp_type == 1 || (e.icmp_type == 4 && e.icmp_code == 1)
         } else {
@@ -208,13 +231,16 @@ impl ErrorQueues {
         if !unreachable {
             return;
         }
+        if !self.net.sent_recently(to, e.quoted()) {
+            bump(&self.counters.icmp_errors_unproven);
+            return;
+        }
         bump(&self.counters.peer_unreachable);
         // Over UDP the error names the peer's endpoint, which may be a NAT's.
         let peer = if e.port == 0 {
             e.destination
         } else {
-            let at = std::net::SocketAddr::new(e.destination, e.port);
-            self.net.endpoints().peer_at(at).unwrap_or(e.destination)
+            self.net.endpoints().peer_at(to).unwrap_or(e.destination)
         };
         let until = mgrp_rt::mono_now().saturating_add(PEER_DOWN_BACKOFF);
         if self.health.mark_down(peer, until) {

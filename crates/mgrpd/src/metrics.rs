@@ -291,7 +291,7 @@ pub(crate) const FAMILIES: &[FamilyDef] = &[
     family!(
         "mgrpd_peer_unreachable",
         Counter,
-        "ICMP errors saying a peer takes no MGRP packets (its mgrpd gone)",
+        "ICMP errors saying a peer takes no MGRP packets (its mgrpd gone) that quote a packet sent there in the last 10 s: the peer counts as down for a while",
         daemon.peer_unreachable
     ),
     family!(
@@ -300,6 +300,21 @@ pub(crate) const FAMILIES: &[FamilyDef] = &[
         "Receives on a UDP socket that returned an ICMP error for an earlier send instead of a packet",
         daemon.peer_unreachable_reported
     ),
+    family!(
+        "mgrpd_icmp_errors_unproven",
+        Counter,
+        "ICMP errors saying a peer takes no MGRP that quote no MGRP packet sent there in the last 10 s (forged, or quoting too little): they mark no peer down",
+        daemon.icmp_errors_unproven
+    ),
+    family!("mgrpd_socket_errors", Counter, "Errors the MGRP sockets reported, each survived, by reason: refused (port or protocol unreachable), unreachable (no route, host or network unreachable, time exceeded), prohibited (a firewall's refusal), too_big (packet too big), protocol (parameter problem, source route failed, host isolated), resources (buffers or memory short here), other", "reason": [
+        "refused" => |s: &DaemonStats| s.daemon.socket_errors_refused,
+        "unreachable" => |s: &DaemonStats| s.daemon.socket_errors_unreachable,
+        "prohibited" => |s: &DaemonStats| s.daemon.socket_errors_prohibited,
+        "too_big" => |s: &DaemonStats| s.daemon.socket_errors_too_big,
+        "protocol" => |s: &DaemonStats| s.daemon.socket_errors_protocol,
+        "resources" => |s: &DaemonStats| s.daemon.socket_errors_resources,
+        "other" => |s: &DaemonStats| s.daemon.socket_errors_other,
+    ]),
     family!(
         "mgrpd_peer_endpoint_changes",
         Counter,
@@ -707,8 +722,12 @@ pub(crate) async fn serve(
         let (mut conn, peer) = tokio::select! {
             c = listener.accept() => match c {
                 Ok(c) => c,
+                // Out of descriptors or buffers, or a connection aborted before it
+                // was taken: all pass; a pause keeps a full descriptor table from
+                // turning this loop into a spin.
                 Err(e) => {
                     debug!("metrics: accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     continue;
                 }
             },

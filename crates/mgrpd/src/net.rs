@@ -21,6 +21,7 @@ use crate::config::Config;
 use crate::counters::{Counters, bump};
 use crate::endpoints::Endpoints;
 use crate::keyring::Keyring;
+use crate::sent::SentLog;
 use crate::sys;
 
 /// Where a receiver writes riders.
@@ -156,6 +157,9 @@ pub(crate) struct Net {
     /// Set once the kernel has refused a segmented UDP send: batches go one datagram
     /// at a time from then on.
     no_udp_segmentation: std::sync::atomic::AtomicBool,
+    /// What MGRP packets went where lately, for telling an ICMP error about one of
+    /// them from a forged one.
+    sent: SentLog,
 }
 
 /// The transmit-stamp id of probe `seq` of train `transaction`: unique among the
@@ -223,6 +227,7 @@ impl Net {
             endpoints,
             tunnel_ids: AtomicU32::new(initial_tunnel_id()),
             no_udp_segmentation: std::sync::atomic::AtomicBool::new(false),
+            sent: SentLog::default(),
         })
     }
 
@@ -243,6 +248,7 @@ impl Net {
             endpoints,
             tunnel_ids: AtomicU32::new(initial_tunnel_id()),
             no_udp_segmentation: std::sync::atomic::AtomicBool::new(false),
+            sent: SentLog::default(),
         };
         (net, source)
     }
@@ -326,6 +332,20 @@ impl Net {
         Ok((socket, at.into()))
     }
 
+    /// Notes that `packet` is about to leave for `to`, so an ICMP error quoting it is
+    /// known for one about this daemon's packet.
+    fn note_sent(&self, to: &SockAddr, packet: &[u8]) {
+        if let Some(to) = to.as_socket() {
+            self.sent.note(to, packet);
+        }
+    }
+
+    /// Whether an ICMP error about a packet sent to `to` that quotes `quoted` is
+    /// about an MGRP packet this daemon sent there lately.
+    pub(crate) fn sent_recently(&self, to: std::net::SocketAddr, quoted: &[u8]) -> bool {
+        self.sent.sent_recently(to, quoted)
+    }
+
     /// Sends probe `seq` of train `transaction` (on the pacer thread).
     pub(crate) fn send_probe(
         &self,
@@ -339,6 +359,7 @@ impl Net {
         }
         if self.endpoints.is_udp(peer) {
             let (socket, at) = self.udp_target(peer)?;
+            self.note_sent(&at, packet);
             return send_again_if_reported(|| {
                 if self.kernel_stamps {
                     sys::send_with_tx_id(socket, packet, &at, tx_id(transaction, seq), true)
@@ -349,6 +370,7 @@ impl Net {
         }
         let socket = &self.family(peer)?.probe;
         let dst = sys::raw_dest(peer);
+        self.note_sent(&dst, packet);
         send_again_if_reported(|| {
             if self.kernel_stamps {
                 sys::send_with_tx_id(socket, packet, &dst, tx_id(transaction, seq), false)
@@ -363,11 +385,14 @@ impl Net {
         match &self.io {
             Io::Kernel { .. } if self.endpoints.is_udp(peer) => {
                 let (socket, at) = self.udp_target(peer)?;
+                self.note_sent(&at, packet);
                 send_again_if_reported(|| socket.send_to(packet, &at))
             }
             Io::Kernel { .. } => {
                 let socket = &self.family(peer)?.mgrp;
-                send_again_if_reported(|| socket.send_to(packet, &sys::raw_dest(peer)))
+                let dst = sys::raw_dest(peer);
+                self.note_sent(&dst, packet);
+                send_again_if_reported(|| socket.send_to(packet, &dst))
             }
             Io::Loopback(sink) => {
                 let looped = Looped {
@@ -436,7 +461,11 @@ impl Net {
 
 /// Whether a send or receive failed only because an ICMP error for an earlier send
 /// was pending on the socket: with `IP_RECVERR` (which the liveness threads need) a
-/// socket reports it once, on its next call, whatever that call is about.
+/// socket reports it once, on its next call, whatever that call is about. Every error
+/// number the kernel makes of an ICMP or ICMPv6 error is here: a firewall's
+/// "administratively prohibited" is `EACCES` (ICMPv6 destination unreachable codes 1,
+/// 5, 6), a failed source route `EOPNOTSUPP`, a host isolated `ENONET`. Some of them a
+/// send can also make itself (no route: `ENETUNREACH`), which costs it a few tries.
 pub(crate) fn is_reported_icmp_error(e: &std::io::Error) -> bool {
     matches!(
         e.raw_os_error(),
@@ -448,6 +477,9 @@ pub(crate) fn is_reported_icmp_error(e: &std::io::Error) -> bool {
                 | libc::EHOSTDOWN
                 | libc::EPROTO
                 | libc::EMSGSIZE
+                | libc::EACCES
+                | libc::EOPNOTSUPP
+                | libc::ENONET
         )
     )
 }
@@ -611,6 +643,9 @@ impl Net {
             && !self.no_udp_segmentation.load(Ordering::Relaxed)
         {
             let (socket, at) = self.udp_target(peer)?;
+            for datagram in buf.chunks(segment.max(1)) {
+                self.note_sent(&at, datagram);
+            }
             match send_again_if_reported(|| sys::send_segmented(socket, buf, &at, segment as u16)) {
                 Ok(_) => {
                     bump(&self.counters.segmented_sends);

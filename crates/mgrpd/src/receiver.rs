@@ -20,7 +20,7 @@ use socket2::Socket;
 use tracing::{debug, info};
 
 use crate::config::Config;
-use crate::counters::{Counters, LimitedLog, ReassemblySlots, bump};
+use crate::counters::{Counters, LimitedLog, ReassemblySlots, SocketError, bump};
 use crate::endpoints::Endpoints;
 use crate::keyring::{Keyring, Refusal as AuthRefusal, Verdict};
 use crate::lifecycle::Lifecycle;
@@ -52,6 +52,11 @@ impl std::fmt::Debug for WriteBatch {
 
 /// Riders written together at most.
 const WRITE_BATCH: usize = 64;
+
+/// How long a receiver pauses after a receive failed for a reason other than an ICMP
+/// error (buffers short, say), so that an error that comes again at once costs a
+/// core nothing.
+const ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl WriteBatch {
     fn new(on: bool) -> Self {
@@ -123,6 +128,8 @@ pub(crate) struct Receiver {
     refused_log: LimitedLog,
     not_peer_log: LimitedLog,
     auth_log: LimitedLog,
+    /// Receives that failed for a reason other than an ICMP error.
+    error_log: LimitedLog,
 }
 
 impl Receiver {
@@ -151,6 +158,7 @@ impl Receiver {
             refused_log: LimitedLog::default(),
             not_peer_log: LimitedLog::default(),
             auth_log: LimitedLog::default(),
+            error_log: LimitedLog::default(),
         }
     }
 
@@ -186,18 +194,31 @@ impl Receiver {
                     }
                     continue;
                 }
-                // An ICMP error for something this host sent (a peer's daemon gone:
-                // port unreachable) is reported on the next receive of a UDP socket;
-                // it says nothing of what arrives, and the liveness thread reads the
-                // error itself.
+                // An ICMP error for something this host sent (a peer's daemon gone,
+                // a firewall's refusal: anything a network may send, forged or not)
+                // is reported on the next receive of a UDP socket; it says nothing of
+                // what arrives, and the liveness thread reads and counts the error
+                // itself from the error queue.
                 Err(e) if crate::net::is_reported_icmp_error(&e) => {
                     bump(&self.counters.peer_unreachable_reported);
                     continue;
                 }
-                Err(e) => {
-                    life.fatal(format!("receiving MGRP packets failed: {e}"));
-                    return;
-                }
+                // Whatever else a network or a short host can make a receive fail
+                // with is counted and survived; only a programming error stops.
+                Err(e) => match SocketError::of_io(&e) {
+                    Some(reason) => {
+                        self.counters.socket_error(reason);
+                        self.error_log
+                            .warn(format_args!("receiving MGRP packets failed: {e}; going on"));
+                        // What the host lacks may take a moment to come back.
+                        std::thread::sleep(ERROR_PAUSE);
+                        continue;
+                    }
+                    None => {
+                        life.fatal(format!("receiving MGRP packets failed: {e}"));
+                        return;
+                    }
+                },
             };
             let data = &buf[..r.len];
             let stamp = r.stamp.unwrap_or_else(mgrp_rt::wall_now);

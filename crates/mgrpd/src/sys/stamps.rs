@@ -18,6 +18,8 @@ use socket2::{SockAddr, Socket};
 use mgrp_rt::clock::wall_time;
 use mgrp_rt::wait::poll_timeout;
 
+use crate::sent::FINGERPRINT_BYTES;
+
 /// An ICMP error about a packet a socket sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IcmpError {
@@ -29,6 +31,20 @@ pub struct IcmpError {
     pub icmp_type: u8,
     /// ICMP code.
     pub icmp_code: u8,
+    /// The error number the kernel made of it (`ee_errno`).
+    pub errno: i32,
+    /// The start of the packet it quotes (from the MGRP header on), as far as it
+    /// quotes it, up to [`FINGERPRINT_BYTES`].
+    pub quoted: [u8; FINGERPRINT_BYTES],
+    /// How many bytes of `quoted` it quoted.
+    pub quoted_len: usize,
+}
+
+impl IcmpError {
+    /// The bytes it quotes of the packet that drew it.
+    pub fn quoted(&self) -> &[u8] {
+        &self.quoted[..self.quoted_len]
+    }
 }
 
 /// What a socket's error queue held.
@@ -157,17 +173,23 @@ pub fn wait_errors(fds: &[BorrowedFd<'_>], timeout: Duration) -> Vec<bool> {
 /// empty.
 pub fn next_error(fd: BorrowedFd<'_>) -> io::Result<Option<QueuedError>> {
     let mut data = [0u8; 256];
+    // An ICMP error on a socket that asks for packet info and receive stamps (the
+    // UDP sockets) comes with those of the packet that carried it too: without room
+    // for them the kernel cuts the control messages short and the error is lost.
     let mut cmsgs = nix::cmsg_space!(
         libc::sock_extended_err,
         libc::sockaddr_in6,
-        [libc::timespec; 3]
+        [libc::timespec; 3],
+        libc::in6_pktinfo,
+        libc::in_pktinfo,
+        libc::timespec
     );
     let mut icmp = None;
     let mut stamp = None;
     let mut stamp_id = None;
     let mut extended = |ee: &libc::sock_extended_err| match ee.ee_origin {
         libc::SO_EE_ORIGIN_ICMP | libc::SO_EE_ORIGIN_ICMP6 => {
-            icmp = Some((ee.ee_type, ee.ee_code));
+            icmp = Some((ee.ee_type, ee.ee_code, ee.ee_errno as i32));
         }
         // `ee_info` says which stamp it is.
         libc::SO_EE_ORIGIN_TIMESTAMPING => {
@@ -196,18 +218,27 @@ pub fn next_error(fd: BorrowedFd<'_>) -> io::Result<Option<QueuedError>> {
             _ => {}
         },
     )?;
-    let Some((_, to)) = got else {
+    let Some((len, to)) = got else {
         return Ok(None);
     };
     let (destination, port) = (to.ip(), to.port());
     Ok(Some(match (icmp, stamp_id, stamp) {
-        // The address is the destination of the packet that drew the error.
-        (Some((icmp_type, icmp_code)), _, _) => QueuedError::Icmp(IcmpError {
-            destination,
-            port,
-            icmp_type,
-            icmp_code,
-        }),
+        // The address is the destination of the packet that drew the error; the data
+        // read is what the error quotes of that packet past its IP (and UDP) header.
+        (Some((icmp_type, icmp_code, errno)), _, _) => {
+            let quoted_len = len.min(FINGERPRINT_BYTES).min(data.len());
+            let mut quoted = [0; FINGERPRINT_BYTES];
+            quoted[..quoted_len].copy_from_slice(&data[..quoted_len]);
+            QueuedError::Icmp(IcmpError {
+                destination,
+                port,
+                icmp_type,
+                icmp_code,
+                errno,
+                quoted,
+                quoted_len,
+            })
+        }
         (None, Some((id, point)), Some(at)) if at != WallTime::UNIX_EPOCH => {
             QueuedError::Departed { id, at, point }
         }

@@ -20,8 +20,9 @@ use crate::control::{
 use anyhow::Context;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::budget::Budgets;
+use crate::budget::{Budgets, Limits, Over};
 use crate::conn::Conn;
+use crate::requester::Requester;
 use crate::sys;
 use crate::transport::Sender;
 use mgrp_core::peers::Prefix;
@@ -41,6 +42,11 @@ pub const MAX_SESSION: Duration = Duration::from_secs(600);
 /// Packet captures for stamps queries at once, for every receiver together; each is an
 /// AF_PACKET socket with a ring of its own.
 pub const MAX_CAPTURES: usize = 16;
+
+/// Packet captures one requester may have at once: one per address it asks from (a
+/// host with a second address, or a prefix's hosts), so that no requester takes
+/// every capture.
+pub const MAX_CAPTURES_PER_REQUESTER: usize = 2;
 
 /// Largest probe a connection's path carries: its TCP segment size plus the IP and
 /// TCP headers with timestamps (pathload 1.3.2 reads TCP_MAXSEG), at most
@@ -78,6 +84,20 @@ pub struct ServeOptions {
     pub allow: Vec<Prefix>,
     /// Probe bytes each requester may have per hour ([`DEFAULT_BYTES_PER_HOUR`]).
     pub max_bytes_per_hour: u64,
+    /// Probe bits per second each requester may have, averaged over
+    /// `probe_rate_window` ([`DEFAULT_PROBE_BPS`]).
+    pub max_probe_bps: u64,
+    /// The window a requester's probe rate is averaged over ([`PROBE_RATE_WINDOW`]).
+    pub probe_rate_window: Duration,
+    /// How many leading bits of an IPv6 address make one requester
+    /// ([`DEFAULT_IPV6_PREFIX`]): every limit counts a requester, not an address.
+    pub ipv6_prefix: u8,
+    /// How long a connection may last before it claims a measurement
+    /// ([`UNCLAIMED_LIFETIME`]).
+    pub unclaimed_lifetime: Duration,
+    /// How long the measurement holding the exclusive place may go without a batch
+    /// before it loses it ([`EXCLUSIVE_IDLE`]).
+    pub exclusive_idle: Duration,
 }
 
 /// Probe bytes a requester may have per hour unless configured otherwise: 100 MB, a
@@ -85,6 +105,37 @@ pub struct ServeOptions {
 /// spare; a path of 1 Gbit/s needs about 90 MB for one run, so a sender measured over
 /// such paths raises it.
 pub const DEFAULT_BYTES_PER_HOUR: u64 = 100_000_000;
+
+/// Probe bits per second a requester may have unless configured otherwise, averaged
+/// over [`PROBE_RATE_WINDOW`]: 300 Mbit/s, 375 MB in any 10 s. A pathload run over a
+/// 1 Gbit/s path draws about 90 MB in all (fleets of 12 streams of at most 1000
+/// probes of 1500 bytes, 18 MB a fleet at 1 Gbit/s, sent in a fraction of a second in
+/// its fast mode), so it fits four times over in a window, beside the light methods
+/// (pathChirp's 0.25 Mbit/s, badabing's less); what it stops is a requester drawing
+/// probes at line rate for longer than a measurement ever does.
+pub const DEFAULT_PROBE_BPS: u64 = 300_000_000;
+
+/// The window a requester's probe rate is averaged over (iperf3's
+/// `--server-bitrate-limit` averages over 5 s by default; a pathload fleet is
+/// bursty, so twice that).
+pub const PROBE_RATE_WINDOW: Duration = Duration::from_secs(10);
+
+/// The IPv6 prefix length that makes one requester: a /64 is what one site or one
+/// host gets, and every address in it is that host's for the asking.
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
+/// How long a connection may last before it claims a measurement: a receiver says
+/// hello after five pings (a few round trips), and a query is one request and its
+/// answer, so 30 s is ample on any path, and a host that opens connections and only
+/// pings on them gives each back within that.
+pub const UNCLAIMED_LIFETIME: Duration = Duration::from_secs(30);
+
+/// How long the measurement holding the exclusive place (pathload, btc) may go
+/// without asking for a batch before the place goes to the next: pathload idles at
+/// most 9 stream durations between streams (a stream lasts 40 ms, longer only at
+/// rates below a few hundred kbit/s) and btc's runs take a few seconds, so 30 s
+/// without a batch is a receiver that holds the place and measures nothing.
+pub const EXCLUSIVE_IDLE: Duration = Duration::from_secs(30);
 
 impl ServeOptions {
     /// The tool's defaults for serving over `transport`.
@@ -100,6 +151,11 @@ impl ServeOptions {
             max_session: MAX_SESSION,
             allow: Vec::new(),
             max_bytes_per_hour: DEFAULT_BYTES_PER_HOUR,
+            max_probe_bps: DEFAULT_PROBE_BPS,
+            probe_rate_window: PROBE_RATE_WINDOW,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+            unclaimed_lifetime: UNCLAIMED_LIFETIME,
+            exclusive_idle: EXCLUSIVE_IDLE,
         }
     }
 }
@@ -133,11 +189,12 @@ pub struct Server {
     opts: ServeOptions,
     captures: Captures,
     budgets: Mutex<Budgets>,
+    accept_errors: std::sync::atomic::AtomicU64,
 }
 
-/// The captures of segments sent to receivers that asked for stamps, each with when
-/// it was last asked.
-type Captures = Mutex<HashMap<IpAddr, (Capture, Instant)>>;
+/// The captures of segments sent to receivers that asked for stamps, by address, each
+/// with when it was last asked and the requester that asked.
+type Captures = Mutex<HashMap<IpAddr, (Capture, Instant, Requester)>>;
 
 /// How often a waiting server looks at its stop flag.
 const ACCEPT_POLL: Duration = Duration::from_millis(50);
@@ -166,10 +223,20 @@ impl Server {
         s.set_nonblocking(true)?;
         Ok(Self {
             listener: s.into(),
-            budgets: Mutex::new(Budgets::new(opts.max_bytes_per_hour)),
+            budgets: Mutex::new(Budgets::new(Limits {
+                bytes_per_hour: opts.max_bytes_per_hour,
+                bits_per_second: opts.max_probe_bps,
+                rate_window: opts.probe_rate_window,
+            })),
             opts,
             captures: Mutex::new(HashMap::new()),
+            accept_errors: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// Accept errors waited out so far.
+    pub fn accept_errors(&self) -> u64 {
+        self.accept_errors.load(Ordering::Relaxed)
     }
 
     /// The address it listens on.
@@ -180,11 +247,14 @@ impl Server {
     /// Serves measurements until `stop` is set (until the first ends, unless
     /// `keep_serving`). Each connection is served by a thread of its own; measurements
     /// run side by side up to [`MAX_MEASUREMENTS`], [`MAX_MEASUREMENTS_PER_HOST`] of
-    /// them from one host, and a receiver that says hello beyond a limit is told at once
-    /// that this sender is busy and which limit says so (an error starting with
-    /// [`BUSY`]) rather than left waiting. A traffic query ([`Request::Traffic`]) is
-    /// answered whatever runs. A measurement in flight when `stop` is set ends at its
-    /// next request, and its receiver is told why.
+    /// them from one requester, and a receiver that says hello beyond a limit is told
+    /// at once that this sender is busy and which limit says so (an error starting
+    /// with [`BUSY`]) rather than left waiting. A traffic query ([`Request::Traffic`])
+    /// is answered whatever runs. A connection this sender will not serve (outside
+    /// `allow`, over a connection limit) is told why without a byte of it read here:
+    /// nothing a client sends holds up the others. When `stop` is set every
+    /// connection ends within a second: a measurement in flight ends at once, and its
+    /// receiver is told why.
     pub fn serve(
         &self,
         keep_serving: bool,
@@ -194,7 +264,11 @@ impl Server {
         let slots = Slots::default();
         let measured = AtomicBool::new(false);
         // Connections open per requester.
-        let open: Mutex<HashMap<IpAddr, usize>> = Mutex::new(HashMap::new());
+        let open: Mutex<HashMap<Requester, usize>> = Mutex::new(HashMap::new());
+        let live: Live = Mutex::new(HashMap::new());
+        let mut refused = Refused::default();
+        let mut backoff = Duration::ZERO;
+        let mut next_id = 0u64;
         std::thread::scope(|scope| {
             let (done_tx, done_rx) = std::sync::mpsc::channel();
             let mut conns: Vec<std::thread::ScopedJoinHandle<'_, ()>> = Vec::new();
@@ -203,66 +277,73 @@ impl Server {
                     report(ev);
                 }
                 conns.retain(|t| !t.is_finished());
+                refused.drain();
                 if stop.load(Ordering::Relaxed)
                     || (!keep_serving && measured.load(Ordering::Relaxed))
                 {
                     break Ok(());
                 }
                 let (stream, peer) = match self.listener.accept() {
-                    Ok(x) => x,
+                    Ok(x) => {
+                        backoff = Duration::ZERO;
+                        x
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                         std::thread::sleep(ACCEPT_POLL);
                         continue;
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => break Err(e.into()),
+                    Err(e) if accept_error_is_fatal(&e) => break Err(e.into()),
+                    // Out of descriptors or buffers, a connection reset while queued, a
+                    // firewall's veto: they pass, so wait a little and go on.
+                    Err(_) => {
+                        self.accept_errors.fetch_add(1, Ordering::Relaxed);
+                        backoff = (backoff * 2).clamp(ACCEPT_BACKOFF.0, ACCEPT_BACKOFF.1);
+                        std::thread::sleep(backoff);
+                        continue;
+                    }
                 };
-                stream.set_nonblocking(false)?;
                 let from = peer.ip().to_canonical();
-                if !self.opts.allow.is_empty() && !self.opts.allow.iter().any(|p| p.contains(from))
+                let key = Requester::of(from, self.opts.ipv6_prefix);
+                let counted = if !self.opts.allow.is_empty()
+                    && !self.opts.allow.iter().any(|p| p.contains(from))
                 {
-                    let message = format!(
+                    Err(format!(
                         "refused: this sender serves only the hosts it was told to (--allow); {from} is not one of them"
-                    );
-                    turn_away(stream, &message);
-                    report(ServeEvent::Refused(peer, message));
-                    continue;
-                }
-                if conns.len() >= MAX_CONNECTIONS {
-                    let message = format!(
+                    ))
+                } else if conns.len() >= MAX_CONNECTIONS {
+                    Err(format!(
                         "{BUSY}: this sender serves {MAX_CONNECTIONS} connections already; try again later"
-                    );
-                    turn_away(stream, &message);
-                    report(ServeEvent::Refused(peer, message));
-                    continue;
-                }
-                {
-                    let mut open = mgrp_rt::lock(&open);
-                    let n = open.entry(from).or_insert(0);
-                    if *n >= MAX_CONNECTIONS_PER_HOST {
-                        let message = format!(
-                            "{BUSY}: {from} has {MAX_CONNECTIONS_PER_HOST} connections open to this sender already; close one first"
-                        );
-                        drop(open);
-                        turn_away(stream, &message);
+                    ))
+                } else {
+                    OpenConnection::count(&open, key)
+                };
+                let counted = match counted {
+                    Ok(c) => c,
+                    Err(message) => {
+                        refused.add(stream, &message);
                         report(ServeEvent::Refused(peer, message));
                         continue;
                     }
-                    *n += 1;
+                };
+                if stream.set_nonblocking(false).is_err() {
+                    continue;
                 }
-                let (opts, done_tx, slots, measured, captures, budgets, open) = (
+                let Ok(registered) = Registered::new(&live, next_id, &stream) else {
+                    continue;
+                };
+                next_id += 1;
+                let (opts, done_tx, slots, measured, captures, budgets) = (
                     &self.opts,
                     done_tx.clone(),
                     &slots,
                     &measured,
                     &self.captures,
                     &self.budgets,
-                    &open,
                 );
-                // Counted from here: a thread that cannot start gives it back.
-                let counted = OpenConnection { open, from };
                 conns.push(scope.spawn(move || {
                     let _counted = counted;
+                    let _registered = registered;
                     let mut events = |ev: ServeEvent| {
                         let _ = done_tx.send(ev);
                     };
@@ -272,7 +353,7 @@ impl Server {
                         captures,
                         budgets,
                         stream,
-                        peer,
+                        (peer, key),
                         stop,
                         slots,
                         &mut claimed,
@@ -285,6 +366,7 @@ impl Server {
                     }
                 }));
             };
+            end_connections(&live, &conns);
             for t in conns {
                 let _ = t.join();
             }
@@ -293,6 +375,129 @@ impl Server {
             }
             result
         })
+    }
+}
+
+/// How long the accept loop waits after an accept error: twice as long after each in
+/// a row, between these bounds.
+const ACCEPT_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(10), Duration::from_millis(100));
+
+/// Whether an accept error says the listening socket itself is broken (nothing to wait
+/// out); every other error passes.
+fn accept_error_is_fatal(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EBADF | libc::EFAULT | libc::EINVAL | libc::ENOTSOCK | libc::EOPNOTSUPP)
+    )
+}
+
+/// The connections being served, by number, so that a stop can end them.
+type Live = Mutex<HashMap<u64, std::net::TcpStream>>;
+
+/// One connection among the [`Live`] ones; gone from them when dropped.
+struct Registered<'a> {
+    live: &'a Live,
+    id: u64,
+}
+
+impl<'a> Registered<'a> {
+    fn new(live: &'a Live, id: u64, stream: &std::net::TcpStream) -> std::io::Result<Self> {
+        mgrp_rt::lock(live).insert(id, stream.try_clone()?);
+        Ok(Self { live, id })
+    }
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        mgrp_rt::lock(self.live).remove(&self.id);
+    }
+}
+
+/// How long connections have to end by themselves once serving stops (a reader
+/// blocked on its socket sees the end of its input at once; a writer waits for its
+/// receiver) before their sockets are shut both ways.
+const STOP_GRACE: Duration = Duration::from_millis(500);
+
+/// Ends every live connection: their input first (a thread waiting for a request wakes
+/// and tells its receiver the sender stops), then, after [`STOP_GRACE`], their output
+/// too (a thread waiting on a receiver that does not read gives up).
+fn end_connections(live: &Live, conns: &[std::thread::ScopedJoinHandle<'_, ()>]) {
+    for s in mgrp_rt::lock(live).values() {
+        let _ = s.shutdown(std::net::Shutdown::Read);
+    }
+    let until = Instant::now() + STOP_GRACE;
+    while Instant::now() < until && conns.iter().any(|t| !t.is_finished()) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for s in mgrp_rt::lock(live).values() {
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Refused connections lingering at most (the rest are closed at once).
+const MAX_REFUSED: usize = 64;
+
+/// How long a refused connection lingers after its refusal was written, its input read
+/// and thrown away, so that closing it does not reset the connection before the
+/// client has read why.
+const REFUSED_LINGER: Duration = Duration::from_secs(1);
+
+/// Bytes read of a refused connection at most.
+const REFUSED_READ: usize = 4096;
+
+/// Connections told they are refused, closing: each with when it goes and what was
+/// read of it. Only the accept loop touches them, and never waits on one.
+#[derive(Debug, Default)]
+struct Refused(Vec<(std::net::TcpStream, Instant, usize)>);
+
+impl Refused {
+    /// Writes `message` to `stream` as the answer to whatever it asks, without
+    /// reading it or waiting, and closes its output.
+    fn add(&mut self, stream: std::net::TcpStream, message: &str) {
+        use std::io::Write;
+        if stream.set_nonblocking(true).is_err() {
+            return;
+        }
+        let Ok(mut line) = serde_json::to_vec(&Reply::Error {
+            message: message.to_string(),
+        }) else {
+            return;
+        };
+        line.push(b'\n');
+        // A new connection's send buffer takes a line at once; a refusal that does
+        // not fit is not sent.
+        let _ = (&stream).write(&line);
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        if self.0.len() < MAX_REFUSED {
+            self.0.push((stream, Instant::now() + REFUSED_LINGER, 0));
+        }
+    }
+
+    /// Reads what the refused connections sent, without waiting; closes those that
+    /// closed, sent [`REFUSED_READ`] or lingered [`REFUSED_LINGER`].
+    fn drain(&mut self) {
+        use std::io::Read;
+        let now = Instant::now();
+        let mut buf = [0u8; 1024];
+        self.0.retain_mut(|(stream, until, read)| {
+            if now >= *until {
+                return false;
+            }
+            loop {
+                match stream.read(&mut buf) {
+                    Ok(0) => return false,
+                    Ok(n) => {
+                        *read += n;
+                        if *read >= REFUSED_READ {
+                            return false;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return e.kind() == std::io::ErrorKind::WouldBlock,
+                }
+            }
+        });
     }
 }
 
@@ -319,10 +524,10 @@ pub const MAX_MEASUREMENTS_PER_HOST: usize = 4;
 /// at once: their probes would disturb each other's pacing and each other's reading.
 pub const MAX_EXCLUSIVE: usize = 1;
 
-/// The measurements running, per receiving host, and how many are exclusive.
+/// The measurements running, per requester, and how many are exclusive.
 #[derive(Debug, Default)]
 struct Running {
-    per_host: HashMap<IpAddr, usize>,
+    per_host: HashMap<Requester, usize>,
     exclusive: usize,
 }
 
@@ -333,7 +538,7 @@ struct Slots(Mutex<Running>);
 impl Slots {
     /// A place for a measurement from `from` (exclusive or not), or the refusal naming
     /// the limit that says no.
-    fn claim(&self, from: IpAddr, exclusive: bool) -> Result<Slot<'_>, String> {
+    fn claim(&self, from: Requester, exclusive: bool) -> Result<Slot<'_>, String> {
         let mut guard = mgrp_rt::lock(&self.0);
         let r = &mut *guard;
         if exclusive && r.exclusive >= MAX_EXCLUSIVE {
@@ -369,7 +574,7 @@ impl Slots {
     fn claim_once<'s>(
         &'s self,
         claimed: &mut Option<Slot<'s>>,
-        from: IpAddr,
+        from: Requester,
         exclusive: bool,
     ) -> Result<(), String> {
         if claimed.is_none() {
@@ -383,7 +588,7 @@ impl Slots {
 #[derive(Debug)]
 struct Slot<'a> {
     slots: &'a Slots,
-    from: IpAddr,
+    from: Requester,
     exclusive: bool,
 }
 
@@ -404,8 +609,23 @@ impl Drop for Slot<'_> {
 
 /// One counted connection of a requester's; uncounted when dropped.
 struct OpenConnection<'a> {
-    open: &'a Mutex<HashMap<IpAddr, usize>>,
-    from: IpAddr,
+    open: &'a Mutex<HashMap<Requester, usize>>,
+    from: Requester,
+}
+
+impl<'a> OpenConnection<'a> {
+    /// Counts a connection of `from`'s, or says why not (it has its share open).
+    fn count(open: &'a Mutex<HashMap<Requester, usize>>, from: Requester) -> Result<Self, String> {
+        let mut open_now = mgrp_rt::lock(open);
+        let n = open_now.entry(from).or_insert(0);
+        if *n >= MAX_CONNECTIONS_PER_HOST {
+            return Err(format!(
+                "{BUSY}: {from} has {MAX_CONNECTIONS_PER_HOST} connections open to this sender already; close one first"
+            ));
+        }
+        *n += 1;
+        Ok(Self { open, from })
+    }
 }
 
 impl Drop for OpenConnection<'_> {
@@ -422,19 +642,6 @@ impl Drop for OpenConnection<'_> {
 
 /// How long a new connection may take to say what it wants.
 const FIRST_REQUEST: Duration = Duration::from_secs(5);
-
-/// Answers a receiver's first request with `message` and closes the connection.
-fn turn_away(stream: std::net::TcpStream, message: &str) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let Ok(mut conn) = Conn::new(stream) else {
-        return;
-    };
-    if let Ok(Some(_)) = conn.recv::<Request>() {
-        let _ = conn.send(&Reply::Error {
-            message: message.to_string(),
-        });
-    }
-}
 
 /// Waits for a new connection's first bytes, up to [`FIRST_REQUEST`], looking at
 /// `stop` as it waits; false if they did not come or the sender stops.
@@ -510,14 +717,22 @@ fn tcp(to: IpAddr, control_port: Option<u16>) -> Reply {
     }
 }
 
-/// The kernel's stamps of the segments this host sent to `to` after cursor `after`
-/// (the newest [`MAX_STAMPS`] of them), leaving out those from `control_port`; the capture starts at the first request
-/// for `to`, and captures no one asked for in [`STAMPS_IDLE_S`] seconds stop.
-fn stamps(captures: &Captures, to: IpAddr, after: u64, control_port: Option<u16>) -> Reply {
+/// The kernel's stamps of the segments this host sent to `to` (of requester `who`)
+/// after cursor `after` (the newest [`MAX_STAMPS`] of them), leaving out those from
+/// `control_port`; the capture starts at the first request for `to`, at most
+/// [`MAX_CAPTURES`] in all and [`MAX_CAPTURES_PER_REQUESTER`] per requester, and
+/// captures no one asked for in [`STAMPS_IDLE_S`] seconds stop.
+fn stamps(
+    captures: &Captures,
+    (to, who): (IpAddr, Requester),
+    after: u64,
+    control_port: Option<u16>,
+) -> Reply {
     let mut caps = mgrp_rt::lock(captures);
     let now = Instant::now();
-    caps.retain(|_, (_, asked)| now.duration_since(*asked).as_secs() < STAMPS_IDLE_S);
+    caps.retain(|_, (_, asked, _)| now.duration_since(*asked).as_secs() < STAMPS_IDLE_S);
     let full = caps.len() >= MAX_CAPTURES;
+    let mine = caps.values().filter(|(_, _, w)| *w == who).count();
     let cap = match caps.entry(to) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
         std::collections::hash_map::Entry::Vacant(_) if full => {
@@ -527,8 +742,15 @@ fn stamps(captures: &Captures, to: IpAddr, after: u64, control_port: Option<u16>
                 ),
             };
         }
+        std::collections::hash_map::Entry::Vacant(_) if mine >= MAX_CAPTURES_PER_REQUESTER => {
+            return Reply::Error {
+                message: format!(
+                    "refused: this sender captures for {mine} addresses of {who} already, the most one requester may have; ask again once one has stopped asking ({STAMPS_IDLE_S} s)"
+                ),
+            };
+        }
         std::collections::hash_map::Entry::Vacant(e) => match Capture::start(to, Direction::To) {
-            Ok(c) => e.insert((c, now)),
+            Ok(c) => e.insert((c, now, who)),
             Err(err) => {
                 return Reply::Error {
                     message: format!("no packet stamps: {err}"),
@@ -607,26 +829,62 @@ pub fn serve_command(opts: &ServeOptions, keep_serving: bool, verbose: bool) -> 
     })
 }
 
+/// What ends a connection that is still talking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// It claimed no measurement within its lifetime.
+    Unclaimed,
+    /// Its measurement reached the session limit.
+    Session,
+    /// Its exclusive measurement asked for no batch for too long.
+    ExclusiveIdle,
+}
+
+impl Ending {
+    /// What its receiver is told.
+    fn message(self, opts: &ServeOptions) -> String {
+        match self {
+            Self::Unclaimed => format!(
+                "refused: a connection that starts no measurement lasts at most {} s on this sender; open another to ask more",
+                opts.unclaimed_lifetime.as_secs()
+            ),
+            Self::Session => format!(
+                "the measurement reached this sender's session limit ({} s); start a new one",
+                opts.max_session.as_secs()
+            ),
+            Self::ExclusiveIdle => format!(
+                "refused: the measurement asked for no probes in {} s and gave up its place (one measurement that loads the path runs at a time, and others wait for it); start a new one",
+                opts.exclusive_idle.as_secs()
+            ),
+        }
+    }
+}
+
 /// Serves one connection: a measurement once it has a place among `slots` (then it
-/// is in `claimed`; the batches sent are returned), or traffic queries.
+/// is in `claimed`; the batches sent are returned), or traffic queries. It lasts at
+/// most [`ServeOptions::unclaimed_lifetime`] without a measurement, then at most
+/// [`ServeOptions::max_session`], and an exclusive measurement that asks for no
+/// batch for [`ServeOptions::exclusive_idle`] ends there: however it trickles its
+/// requests.
 #[allow(clippy::too_many_arguments)]
 fn serve_one<'s>(
     opts: &ServeOptions,
     captures: &Captures,
     budgets: &Mutex<Budgets>,
     stream: std::net::TcpStream,
-    peer: SocketAddr,
+    (peer, key): (SocketAddr, Requester),
     stop: &AtomicBool,
     slots: &'s Slots,
     claimed: &mut Option<Slot<'s>>,
     report: &mut dyn FnMut(ServeEvent),
 ) -> anyhow::Result<u32> {
+    let accepted = Instant::now();
     if !first_bytes(&stream, stop)? {
         return Ok(0);
     }
-    stream.set_read_timeout(Some(FIRST_REQUEST))?;
     stream.set_write_timeout(Some(WRITE_LIMIT))?;
     let mut conn = Conn::new(stream)?;
+    conn.set_read_timeout(Some(FIRST_REQUEST))?;
     let mut sender: Option<Sender> = None;
     let mut max = MAX_PROBE_IP_BYTES;
     let mut batches = 0;
@@ -635,22 +893,53 @@ fn serve_one<'s>(
     let mut proof: Option<u64> = None;
     let mut proofs = 0u32;
     let mut claimed_at: Option<Instant> = None;
-    while let Some(req) = conn.recv::<Request>()? {
-        if stop.load(Ordering::Relaxed) {
-            conn.send(&Reply::Error {
-                message: "the sender is shutting down".into(),
-            })?;
-            break;
+    // When the measurement last had a batch sent (or began).
+    let mut last_batch = accepted;
+    // A traffic query right after a batch is not metered: pathChirp asks what rode in
+    // each chirp.
+    let mut after_batch = false;
+    let shutting_down = |conn: &mut Conn| {
+        let _ = conn.send(&Reply::Error {
+            message: "the sender is shutting down".into(),
+        });
+    };
+    loop {
+        let (deadline, ending) = match claimed_at {
+            None => (accepted + opts.unclaimed_lifetime, Ending::Unclaimed),
+            Some(at) => {
+                let session = (at + opts.max_session, Ending::Session);
+                let idle = (last_batch + opts.exclusive_idle, Ending::ExclusiveIdle);
+                if claimed.as_ref().is_some_and(|s| s.exclusive) && idle.0 < session.0 {
+                    idle
+                } else {
+                    session
+                }
+            }
+        };
+        if Instant::now() < deadline {
+            conn.set_deadline(Some(deadline));
         }
-        if claimed_at.is_some_and(|t| t.elapsed() >= opts.max_session) {
-            let message = format!(
-                "the measurement reached this sender's session limit ({} s); start a new one",
-                opts.max_session.as_secs()
-            );
-            report(ServeEvent::Refused(peer, message.clone()));
-            conn.send(&Reply::Error { message })?;
-            break;
-        }
+        let received = if Instant::now() < deadline {
+            conn.recv::<Request>()
+        } else {
+            Err(anyhow::anyhow!("time is up"))
+        };
+        let req = match received {
+            _ if stop.load(Ordering::Relaxed) => {
+                shutting_down(&mut conn);
+                break;
+            }
+            Ok(Some(req)) if Instant::now() < deadline => req,
+            Ok(None) => break,
+            Ok(Some(_)) | Err(_) if Instant::now() >= deadline => {
+                let message = ending.message(opts);
+                report(ServeEvent::Refused(peer, message.clone()));
+                let _ = conn.send(&Reply::Error { message });
+                break;
+            }
+            Ok(Some(req)) => req,
+            Err(e) => return Err(e),
+        };
         let reply = match req {
             Request::Hello {
                 version,
@@ -674,14 +963,15 @@ fn serve_one<'s>(
                             opts.transport, opts.transport
                         ),
                     }
-                } else if let Err(message) = slots.claim_once(claimed, peer.ip().to_canonical(), exclusive) {
+                } else if let Err(message) = slots.claim_once(claimed, key, exclusive) {
                     report(ServeEvent::Refused(peer, message.clone()));
                     conn.send(&Reply::Error { message })?;
                     return Ok(0);
                 } else {
                     if claimed_at.is_none() {
                         claimed_at = Some(Instant::now());
-                        conn.stream().set_read_timeout(Some(IDLE_LIMIT))?;
+                        last_batch = Instant::now();
+                        conn.set_read_timeout(Some(IDLE_LIMIT))?;
                         report(ServeEvent::Connected(peer, tool));
                         if transport == Transport::Udp
                             && let Some(e) = crate::udp_pacer::udp_pacing_warning()
@@ -720,7 +1010,7 @@ fn serve_one<'s>(
                             conn.send(&Reply::Error { message })?;
                             return Ok(batches);
                         }
-                        Ok(mut s) => match spend(budgets, peer, u64::from(PROOF_PROBE_BYTES)) {
+                        Ok(mut s) => match spend(budgets, key, u64::from(PROOF_PROBE_BYTES)) {
                             Err(refusal) => refusal,
                             Ok(()) => {
                                 proofs += 1;
@@ -766,34 +1056,50 @@ fn serve_one<'s>(
             Request::Probes(_) if proof.is_some() => Reply::Error {
                 message: "refused: prove the probe address first (echo the cookie of the probe sent there)".into(),
             },
+            // Nothing is spent or counted for it.
+            Request::Probes(_) if sender.is_none() => Reply::Error {
+                message: "refused: a batch is sent only within a measurement; say hello first".into(),
+            },
             Request::Ping => Reply::Pong,
-            Request::Traffic { address } => match own_address(peer, address) {
-                Ok(a) => traffic(opts, a),
-                Err(r) => r,
-            },
-            Request::Tcp { address } => match own_address(peer, address) {
-                Ok(a) => tcp(a, conn.stream().local_addr().ok().map(|a| a.port())),
-                Err(r) => r,
-            },
-            Request::Stamps { address, after } => match own_address(peer, address) {
-                Ok(a) => stamps(
-                    captures,
-                    a,
-                    after,
-                    conn.stream().local_addr().ok().map(|a| a.port()),
-                ),
-                Err(r) => r,
-            },
+            Request::Traffic { address } => {
+                let free = std::mem::take(&mut after_batch);
+                match own_address(peer, address).and_then(|a| meter(budgets, key, free).map(|()| a)) {
+                    Ok(a) => traffic(opts, a),
+                    Err(r) => r,
+                }
+            }
+            Request::Tcp { address } => {
+                match own_address(peer, address).and_then(|a| meter(budgets, key, false).map(|()| a)) {
+                    Ok(a) => tcp(a, conn.stream().local_addr().ok().map(|a| a.port())),
+                    Err(r) => r,
+                }
+            }
+            Request::Stamps { address, after } => {
+                match own_address(peer, address).and_then(|a| meter(budgets, key, false).map(|()| a)) {
+                    Ok(a) => stamps(
+                        captures,
+                        (a, key),
+                        after,
+                        conn.stream().local_addr().ok().map(|a| a.port()),
+                    ),
+                    Err(r) => r,
+                }
+            }
             Request::Probes(batch) => {
                 batches += 1;
-                // A batch refused for its shape costs nothing of the budget.
-                match batch.refusal(max) {
+                // A batch refused for its shape or a limit costs nothing.
+                let reply = match batch.refusal(max) {
                     Some(why) => Reply::Error { message: why },
-                    None => match spend(budgets, peer, batch.bytes()) {
+                    None => match spend(budgets, key, batch.bytes()) {
                         Ok(()) => send(&mut sender, &batch, max, stop),
                         Err(refusal) => refusal,
                     },
+                };
+                if matches!(reply, Reply::Sent(_)) {
+                    last_batch = Instant::now();
+                    after_batch = true;
                 }
+                reply
             }
             Request::Bye => break,
         };
@@ -811,18 +1117,53 @@ fn serve_one<'s>(
     Ok(batches)
 }
 
-/// Takes `bytes` of `peer`'s hourly budget, or says why not.
-fn spend(budgets: &Mutex<Budgets>, peer: SocketAddr, bytes: u64) -> Result<(), Reply> {
+/// Takes `bytes` of `who`'s hourly budget and probe rate, or says why not.
+fn spend(budgets: &Mutex<Budgets>, who: Requester, bytes: u64) -> Result<(), Reply> {
     let mut b = mgrp_rt::lock(budgets);
-    b.take(peer.ip().to_canonical(), Instant::now(), bytes)
-        .map_err(|o| Reply::Error {
-            message: format!(
-                "refused: over this sender's budget for {}: {:.2} MB of {:.2} MB an hour sent, {:.2} MB asked; try again in {} s",
-                peer.ip().to_canonical(),
+    b.take(who, Instant::now(), bytes).map_err(|over| {
+        let message = match over {
+            Over::Budget(o) => format!(
+                "refused: over this sender's budget for {who}: {:.2} MB of {:.2} MB an hour sent, {:.2} MB asked; try again in {} s",
                 o.spent as f64 / 1e6,
                 o.limit as f64 / 1e6,
                 bytes as f64 / 1e6,
                 o.retry_after.as_secs()
+            ),
+            Over::Rate(o) => {
+                let rate = format!(
+                    "refused: over this sender's probe rate for {who}: at most {:.1} Mbit/s averaged over {} s",
+                    o.bits_per_second as f64 / 1e6,
+                    o.window.as_secs_f64()
+                );
+                match o.retry_after {
+                    Some(t) => format!(
+                        "{rate}, and {:.2} MB asked does not fit now; try again in {:.1} s",
+                        bytes as f64 / 1e6,
+                        t.as_secs_f64()
+                    ),
+                    None => format!(
+                        "{rate}: {:.2} MB asked at once is more than that window holds; ask for smaller batches",
+                        bytes as f64 / 1e6
+                    ),
+                }
+            }
+        };
+        Reply::Error { message }
+    })
+}
+
+/// Takes one of `who`'s questions (unless `free`), or says when it may ask again.
+fn meter(budgets: &Mutex<Budgets>, who: Requester, free: bool) -> Result<(), Reply> {
+    if free {
+        return Ok(());
+    }
+    mgrp_rt::lock(budgets)
+        .ask(who, Instant::now())
+        .map_err(|wait| Reply::Error {
+            message: format!(
+                "refused: over this sender's query rate for {who}: at most {} queries a second (tcp, stamps, traffic); try again in {:.1} s",
+                crate::budget::QUERIES_PER_SECOND,
+                wait.as_secs_f64().max(0.1)
             ),
         })
 }
@@ -863,7 +1204,7 @@ mod tests {
     #[test]
     fn measurement_places_are_bounded_per_host_and_in_all_and_given_back() {
         let slots = Slots::default();
-        let host = |n: u8| IpAddr::from([10, 0, n / 200, n % 200 + 1]);
+        let host = |n: u8| Requester::of(IpAddr::from([10, 0, n / 200, n % 200 + 1]), 64);
         let mut held: Vec<Slot<'_>> = (0..MAX_MEASUREMENTS_PER_HOST)
             .map(|_| slots.claim(host(0), false).unwrap())
             .collect();
@@ -909,6 +1250,20 @@ mod tests {
         assert_eq!(mgrp_rt::lock(&slots.0).exclusive, 1);
         drop((light, next));
         assert_eq!(mgrp_rt::lock(&slots.0).exclusive, 0);
+    }
+
+    #[test]
+    fn measurement_places_count_an_ipv6_slash_64_as_one_host() {
+        let slots = Slots::default();
+        let in_64 = |n: u16| Requester::of(IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, n]), 64);
+        let _held: Vec<Slot<'_>> = (1..=MAX_MEASUREMENTS_PER_HOST as u16)
+            .map(|n| slots.claim(in_64(n), false).unwrap())
+            .collect();
+        let e = slots.claim(in_64(999), false).unwrap_err();
+        assert!(e.contains("the most one host may"), "{e}");
+        // Another /64 is another host.
+        let other = Requester::of(IpAddr::from([0x2001, 0xdb8, 0, 2, 0, 0, 0, 1]), 64);
+        assert!(slots.claim(other, false).is_ok());
     }
 
     /// Loopback, as root: the first stamps query starts the sender's capture, the

@@ -68,6 +68,26 @@ impl Serving {
     }
 }
 
+impl Serving {
+    /// Stops serving and says how long the server took to end, failing past `bound`.
+    fn stop_within(&mut self, bound: Duration) -> anyhow::Result<Duration> {
+        let t = Instant::now();
+        self.stop.store(true, Ordering::Relaxed);
+        let thread = self.thread.take().context("stopped twice")?;
+        while !thread.is_finished() {
+            ensure!(
+                t.elapsed() < bound,
+                "the sender still served {bound:?} after it was told to stop"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the sender panicked"))??;
+        Ok(t.elapsed())
+    }
+}
+
 impl Drop for Serving {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -549,7 +569,456 @@ fn a_requester_over_its_hourly_budget_is_refused() -> anyhow::Result<()> {
     }
 }
 
+/// Connections of a host that trickle one byte at a time, without ever ending a line,
+/// until the guard is dropped.
+struct Trickle {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Trickle {
+    fn start(ns: &mgrp_testbed::Netns, to: SocketAddr, connections: usize) -> anyhow::Result<Self> {
+        let streams: Vec<TcpStream> = ns.run(|| {
+            (0..connections)
+                .map(|_| TcpStream::connect_timeout(&to, Duration::from_secs(5)))
+                .collect::<std::io::Result<_>>()
+        })??;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut streams = streams;
+            while !flag.load(Ordering::Relaxed) {
+                for s in &mut streams {
+                    let _ = std::io::Write::write_all(s, b"{");
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Trickle {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A host the sender refuses (outside `--allow`) that trickles a byte at a time on
+/// several connections holds up no one: the allowed host is answered at once, and the
+/// sender stops when told, with the trickles still going and the allowed host's
+/// measurement open.
+fn a_refused_host_trickling_bytes_holds_up_no_one() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let mut serving = Serving::start(
+        &star,
+        ServeOptions {
+            allow: vec![format!("{}/32", star.addrs[2]).parse()?],
+            ..ServeOptions::new(Transport::Udp)
+        },
+    )?;
+    let a = SocketAddr::new(IpAddr::V4(star.addrs[0]), CONTROL);
+    let _trickle = Trickle::start(&star.hosts[1], a, 6)?;
+    std::thread::sleep(Duration::from_millis(500));
+    let asked = Instant::now();
+    let stream = star.hosts[2].run(|| TcpStream::connect_timeout(&a, Duration::from_secs(5)))??;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut allowed = Conn::new(stream)?;
+    allowed.send(&hello(None))?;
+    match allowed.recv::<Reply>() {
+        Ok(Some(Reply::Hello { .. })) => {}
+        Ok(other) => bail!(
+            "the allowed host was answered {} after {:?} while a refused host trickled",
+            brief(&other),
+            asked.elapsed()
+        ),
+        Err(e) => bail!(
+            "the allowed host got no answer ({e:#}) after {:?} while a refused host trickled",
+            asked.elapsed()
+        ),
+    }
+    let answered = asked.elapsed();
+    eprintln!("    the allowed host was answered in {answered:?}");
+    ensure!(
+        answered < Duration::from_secs(2),
+        "the allowed host waited {answered:?} for its answer while a refused host trickled"
+    );
+    // The refused host was told why, without a line of its own read.
+    let mut refused = connect(&star)?;
+    match refused.recv::<Reply>()? {
+        Some(Reply::Error { message }) => ensure!(message.contains("--allow"), "{message}"),
+        other => bail!("the refused host was answered {}", brief(&other)),
+    }
+    let took = serving.stop_within(Duration::from_secs(5))?;
+    eprintln!("    stopped in {took:?}");
+    ensure!(
+        took < Duration::from_secs(2),
+        "the sender took {took:?} to stop while a refused host trickled"
+    );
+    drop(allowed);
+    Ok(())
+}
+
+/// A batch asked for before any hello is refused, saying so, and costs nothing of the
+/// requester's budget: the same batch after the hello is sent, where the budget has
+/// room for one such batch and no more.
+fn a_batch_before_hello_is_refused_and_costs_nothing() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let c = Counter::start(&star.hosts[1])?;
+    let _serving = Serving::start(
+        &star,
+        ServeOptions {
+            max_bytes_per_hour: 200_000,
+            ..ServeOptions::new(Transport::Udp)
+        },
+    )?;
+    let batch = || Request::Probes(Batch::even(Tag::default(), 100, 1500, 100_000, 0));
+    let mut conn = connect(&star)?;
+    conn.send(&batch())?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Error { message }) => ensure!(message.contains("hello"), "{message}"),
+        other => bail!("a batch before the hello was answered {}", brief(&other)),
+    }
+    conn.send(&hello(None))?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Hello { .. }) => {}
+        other => bail!("the hello was answered {}", brief(&other)),
+    }
+    ensure!(
+        c.counts().0 == 0,
+        "probes before the hello: {:?}",
+        c.counts()
+    );
+    conn.send(&batch())?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Sent(r)) => ensure!(r.sent == 100, "{r:?}"),
+        other => bail!("the batch after the hello was answered {}", brief(&other)),
+    }
+    Ok(())
+}
+
+/// A requester that asks for probes faster than the sender's rate limit (averaged over
+/// its window) is refused, told what it exceeded and when to try again, and served
+/// again then.
+fn a_requester_over_its_probe_rate_is_refused() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let _c = Counter::start(&star.hosts[1])?;
+    let _serving = Serving::start(
+        &star,
+        ServeOptions {
+            // 2 MB in any second.
+            max_probe_bps: 16_000_000,
+            probe_rate_window: Duration::from_secs(1),
+            ..ServeOptions::new(Transport::Udp)
+        },
+    )?;
+    let mut conn = connect(&star)?;
+    conn.send(&hello(None))?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Hello { .. }) => {}
+        other => bail!("the hello was answered {}", brief(&other)),
+    }
+    // 1.5 MB at once fits; the next 1.5 MB right after does not.
+    let batch = || Request::Probes(Batch::even(Tag::default(), 1000, 1500, 0, 0));
+    conn.send(&batch())?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Sent(r)) => ensure!(r.sent == 1000, "{r:?}"),
+        other => bail!("the first batch was answered {}", brief(&other)),
+    }
+    conn.send(&batch())?;
+    let message = match conn.recv::<Reply>()? {
+        Some(Reply::Error { message }) => message,
+        other => bail!("a batch over the probe rate was answered {}", brief(&other)),
+    };
+    eprintln!("    answered: {message}");
+    ensure!(
+        message.contains("probe rate") && message.contains("try again in"),
+        "{message}"
+    );
+    // Once the rate has room again, it is served.
+    std::thread::sleep(Duration::from_millis(1500));
+    conn.send(&batch())?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Sent(r)) => ensure!(r.sent == 1000, "{r:?}"),
+        other => bail!(
+            "a batch once the rate had room was answered {}",
+            brief(&other)
+        ),
+    }
+    Ok(())
+}
+
+/// A requester that asks questions (`tcp`, `stamps`, `traffic`) as fast as it can is
+/// refused beyond the sender's query rate, told so, and answered again a little later.
+fn a_requester_over_its_query_rate_is_refused() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let _serving = Serving::start(&star, ServeOptions::new(Transport::Udp))?;
+    let mut conn = connect(&star)?;
+    let mut answered = 0;
+    let refusal = loop {
+        ensure!(answered < 200, "{answered} queries in a row answered");
+        conn.send(&Request::Tcp { address: None })?;
+        match conn.recv::<Reply>()? {
+            Some(Reply::Tcp { .. }) => answered += 1,
+            Some(Reply::Error { message }) => break message,
+            other => bail!("a query was answered {}", brief(&other)),
+        }
+    };
+    eprintln!("    {answered} answered, then: {refusal}");
+    ensure!(
+        refusal.contains("queries") && refusal.contains("try again in"),
+        "{refusal}"
+    );
+    ensure!(
+        answered >= 5,
+        "only {answered} queries answered before a refusal"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    conn.send(&Request::Tcp { address: None })?;
+    match conn.recv::<Reply>()? {
+        Some(Reply::Tcp { .. }) => Ok(()),
+        other => bail!("a query a while later was answered {}", brief(&other)),
+    }
+}
+
+/// A connection that never claims a measurement, pinging all the while, is closed
+/// once its lifetime is over.
+fn a_connection_that_claims_nothing_ends() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let _serving = Serving::start(
+        &star,
+        ServeOptions {
+            unclaimed_lifetime: Duration::from_secs(2),
+            ..ServeOptions::new(Transport::Udp)
+        },
+    )?;
+    let mut conn = connect(&star)?;
+    let opened = Instant::now();
+    let ended = loop {
+        ensure!(
+            opened.elapsed() < Duration::from_secs(15),
+            "pings kept an unclaimed connection 15 s against a 2 s lifetime"
+        );
+        if conn.send(&Request::Ping).is_err() {
+            break "the connection closed".to_string();
+        }
+        match conn.recv::<Reply>() {
+            Ok(Some(Reply::Pong)) => std::thread::sleep(Duration::from_millis(250)),
+            Ok(Some(Reply::Error { message })) => break message,
+            Ok(None) => break "the connection closed".to_string(),
+            Ok(other) => bail!("a ping was answered {}", brief(&other)),
+            Err(e) => break format!("{e:#}"),
+        }
+    };
+    eprintln!("    ended after {:?}: {ended}", opened.elapsed());
+    ensure!(
+        opened.elapsed() >= Duration::from_millis(1500),
+        "ended too soon ({:?}): {ended}",
+        opened.elapsed()
+    );
+    Ok(())
+}
+
+/// The receiver holding the one exclusive place that asks for no batch loses the
+/// place after the sender's idle limit, and the next exclusive receiver, told `busy`
+/// meanwhile, gets it.
+fn an_idle_exclusive_measurement_gives_its_place_up() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let _serving = Serving::start(
+        &star,
+        ServeOptions {
+            exclusive_idle: Duration::from_secs(2),
+            ..ServeOptions::new(Transport::Udp)
+        },
+    )?;
+    let exclusive = || {
+        let Request::Hello {
+            version,
+            transport,
+            address,
+            probe_port,
+            piggyback,
+            tool,
+            ..
+        } = hello(None)
+        else {
+            unreachable!()
+        };
+        Request::Hello {
+            version,
+            transport,
+            address,
+            probe_port,
+            piggyback,
+            tool,
+            exclusive: true,
+        }
+    };
+    let mut holder = connect(&star)?;
+    holder.send(&exclusive())?;
+    match holder.recv::<Reply>()? {
+        Some(Reply::Hello { .. }) => {}
+        other => bail!("the first exclusive hello was answered {}", brief(&other)),
+    }
+    let held = Instant::now();
+    let a = SocketAddr::new(IpAddr::V4(star.addrs[0]), CONTROL);
+    let mut busy = 0;
+    loop {
+        ensure!(
+            held.elapsed() < Duration::from_secs(15),
+            "an idle holder kept the exclusive place 15 s against a 2 s idle limit"
+        );
+        let stream =
+            star.hosts[2].run(|| TcpStream::connect_timeout(&a, Duration::from_secs(5)))??;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut next = Conn::new(stream)?;
+        next.send(&exclusive())?;
+        match next.recv::<Reply>()? {
+            Some(Reply::Hello { .. }) => break,
+            Some(Reply::Error { message }) if message.starts_with(mgrp_tool::BUSY) => {
+                busy += 1;
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            other => bail!("the next exclusive hello was answered {}", brief(&other)),
+        }
+    }
+    eprintln!("    the place went on after {:?}", held.elapsed());
+    ensure!(busy > 0, "the place was never held");
+    ensure!(
+        held.elapsed() >= Duration::from_millis(1500),
+        "the place went on before the holder was idle for its limit"
+    );
+    Ok(())
+}
+
+/// Accept errors (here EMFILE: the sender's descriptors all taken) are waited out and
+/// counted; the sender goes on and serves the connection once it can take it.
+fn the_sender_waits_out_accept_errors() -> anyhow::Result<()> {
+    let ns = mgrp_testbed::Netns::new("accept")?;
+    let server = ns.run(|| {
+        Server::bind(ServeOptions {
+            port: 0,
+            bind: Some("127.0.0.1".parse().unwrap()),
+            ..ServeOptions::new(Transport::Udp)
+        })
+    })??;
+    let addr = server.local_addr()?;
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        let served = scope.spawn(|| server.serve(true, &stop, &mut |_| {}));
+        // The client's socket is made first: with the descriptors all taken it only
+        // connects, and the sender's accept finds none for its end.
+        let client =
+            ns.run(|| socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None))??;
+        {
+            let _limit = FdLimit::lower()?;
+            let mut held = Vec::new();
+            while let Ok(f) = std::fs::File::open("/dev/null") {
+                held.push(f);
+            }
+            client.connect_timeout(&addr.into(), Duration::from_secs(5))?;
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let client: TcpStream = client.into();
+        client.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut conn = Conn::new(client)?;
+        conn.send(&hello(None))?;
+        let r = conn.recv::<Reply>();
+        stop.store(true, Ordering::Relaxed);
+        let ended = served
+            .join()
+            .map_err(|_| anyhow::anyhow!("the sender panicked"))?;
+        ended.context("the sender stopped serving")?;
+        match r {
+            Ok(Some(Reply::Hello { .. })) => {}
+            Ok(other) => bail!(
+                "the hello after the accept errors was answered {}",
+                brief(&other)
+            ),
+            Err(e) => bail!("the hello after the accept errors got no answer: {e:#}"),
+        }
+        let errors = server.accept_errors();
+        eprintln!("    {errors} accept errors waited out");
+        ensure!(errors > 0, "no accept error was seen");
+        Ok(())
+    })
+}
+
+/// The soft limit on descriptors lowered to a few above those open; restored when
+/// dropped.
+struct FdLimit(libc::rlimit);
+
+impl FdLimit {
+    fn lower() -> anyhow::Result<Self> {
+        let mut old = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit/setrlimit with valid pointers.
+        ensure!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut old) } == 0);
+        let open = std::fs::read_dir("/proc/self/fd")?.count() as u64;
+        let low = libc::rlimit {
+            rlim_cur: open + 8,
+            rlim_max: old.rlim_max,
+        };
+        // SAFETY: as above.
+        ensure!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) } == 0);
+        Ok(Self(old))
+    }
+}
+
+impl Drop for FdLimit {
+    fn drop(&mut self) {
+        // SAFETY: restores the limit read before.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &self.0) };
+    }
+}
+
+/// A reply as a test's message says it: its first 200 characters.
+fn brief(reply: &Option<Reply>) -> String {
+    let s = format!("{reply:?}");
+    if s.chars().count() > 200 {
+        format!("{}...", s.chars().take(200).collect::<String>())
+    } else {
+        s
+    }
+}
+
 const TESTS: &[Test] = &[
+    (
+        "a_refused_host_trickling_bytes_holds_up_no_one",
+        a_refused_host_trickling_bytes_holds_up_no_one,
+    ),
+    (
+        "a_batch_before_hello_is_refused_and_costs_nothing",
+        a_batch_before_hello_is_refused_and_costs_nothing,
+    ),
+    (
+        "a_requester_over_its_probe_rate_is_refused",
+        a_requester_over_its_probe_rate_is_refused,
+    ),
+    (
+        "a_requester_over_its_query_rate_is_refused",
+        a_requester_over_its_query_rate_is_refused,
+    ),
+    (
+        "a_connection_that_claims_nothing_ends",
+        a_connection_that_claims_nothing_ends,
+    ),
+    (
+        "an_idle_exclusive_measurement_gives_its_place_up",
+        an_idle_exclusive_measurement_gives_its_place_up,
+    ),
+    (
+        "the_sender_waits_out_accept_errors",
+        the_sender_waits_out_accept_errors,
+    ),
     (
         "a_host_outside_the_allow_list_is_turned_away",
         a_host_outside_the_allow_list_is_turned_away,

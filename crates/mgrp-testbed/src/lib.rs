@@ -554,17 +554,20 @@ pub struct Daemon {
     pub tun: String,
 }
 
-/// Where the daemons the tests start keep their state (replay windows), each in a
-/// file named after its TUN: never the host's own `/var/lib/mgrp`.
-pub fn daemon_state_dir() -> PathBuf {
-    std::env::temp_dir().join("mgrp-test-state")
+/// Where the daemons the tests start keep their state (replay windows): a directory
+/// of each daemon's own, named after its TUN, never the host's own `/var/lib/mgrp`.
+/// A daemon that finds no directory takes it for a first start; one that finds the
+/// directory without its file takes its state for lost (and refuses every peer's
+/// packets for a few seconds).
+pub fn daemon_state_dir(tun: &str) -> PathBuf {
+    std::env::temp_dir().join("mgrp-test-state").join(tun)
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
         // Stopped first: a daemon saves its state as it stops.
         self.process.stop();
-        let _ = std::fs::remove_file(daemon_state_dir().join(format!("{}.replay", self.tun)));
+        let _ = std::fs::remove_dir_all(daemon_state_dir(&self.tun));
     }
 }
 
@@ -607,7 +610,7 @@ impl Daemon {
             "--socket".into(),
             socket.display().to_string(),
             "--state-dir".into(),
-            daemon_state_dir().display().to_string(),
+            daemon_state_dir(&tun).display().to_string(),
         ]);
         all.extend(args.iter().map(ToString::to_string));
         let mut process = Process::spawn(ns, program, &all)?;

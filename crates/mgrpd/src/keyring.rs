@@ -16,6 +16,22 @@
 //!
 //! Keys are swapped whole on SIGHUP; the counter and the windows are written to
 //! `state-dir` every few seconds and at shutdown, and read at start.
+//!
+//! Replay windows hold across a crash as well as a clean stop. A sealed packet's
+//! counter follows its sender's clock: its high 32 bits are at least the second it
+//! was sealed in (`max(last + 1, second << 32)`), so a counter says when its packet
+//! was sealed however long its sender has run, while within a second counters still
+//! count packets (the window takes packets reordered by up to 1,984 places, and a
+//! peer's window of the second before is kept for those reordered across a second's
+//! turn). A
+//! receiver never takes a counter above the *bound* it last wrote to its state file
+//! (its own clock plus [`ACCEPT_AHEAD`], moved on as packets come; a counter beyond
+//! it is written first). After a clean stop the file says so and each peer's window
+//! resumes at its highest counter; after anything else (a kill, a crash, power lost,
+//! the file gone or unreadable) every counter up to the bound, or up to the clock plus
+//! [`ACCEPT_AHEAD`] when no bound survives, is refused from every peer: nothing taken
+//! before can be taken again, and a live peer's packets clear that floor within
+//! [`ACCEPT_AHEAD`] of the last save.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -33,9 +49,29 @@ use crate::endpoints::Endpoints;
 use crate::routes::SourcePlan;
 use crate::sys;
 
-/// Added to the saved counter at start: more packets than a daemon sends between two
-/// saves, so none of the last ones before a crash is sent again with its counter.
-const COUNTER_MARGIN: u64 = 1 << 32;
+/// Bits of a counter below its second.
+const SECOND_BITS: u32 = 32;
+
+/// Added to the saved counter at start: more than the seconds between two saves and
+/// the one after, so none of the last counters before a crash is sealed again even
+/// if the clock went back.
+const COUNTER_MARGIN: u64 = 4 << SECOND_BITS;
+
+/// The lowest counter of the second wall-clock time `ns` falls in.
+fn second_counter(ns: u64) -> u64 {
+    (ns / 1_000_000_000) << SECOND_BITS
+}
+
+/// How far past this host's clock the bound of counters it takes is written ahead:
+/// the clocks' allowed disagreement (wire version 2 needs them within ±2.1 s), the
+/// time between two saves (2 s), and a margin. A peer's counter beyond the bound
+/// (a clock further ahead, or a sender just restarted with [`COUNTER_MARGIN`]) has the
+/// bound written on before it is taken. After an unclean stop the floor is at most
+/// this far ahead of the last save, so a live peer is refused for no longer.
+const ACCEPT_AHEAD: u64 = 5 << SECOND_BITS;
+
+/// Longest pause between attempts to save after a failed one.
+const SAVE_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Own addresses remembered per peer at most; beyond, they are looked up each time.
 /// Only peers this daemon sends to are remembered.
@@ -90,13 +126,20 @@ pub(crate) struct Keyring {
     /// The counter of the next sealed packet.
     counter: AtomicU64,
     /// One per peer, by peer address.
-    windows: Mutex<HashMap<IpAddr, ReplayWindow>>,
+    windows: Mutex<HashMap<IpAddr, PeerWindow>>,
     /// This daemon's address as each peer knows it, for the peers it sends to.
     identities: RwLock<HashMap<IpAddr, IpAddr>>,
     /// Refused packets looked at again this second: (second, count).
     diagnoses: Mutex<(u64, u32)>,
-    /// Whether the state file can be written.
+    /// Whether the state directory could be made at all.
     saving: AtomicBool,
+    /// Counters above this are written as the bound before one is taken.
+    bound: AtomicU64,
+    /// Counters at or below this are refused from every peer (after an unclean
+    /// stop); 0 when none are.
+    floor: u64,
+    /// One save at a time, and when the next may be tried after a failed one.
+    saver: Mutex<SaveState>,
     /// Looks those addresses up, on any thread.
     sources: sys::SourceFinder,
     /// Where the counter and the windows are saved, if keys are in use.
@@ -112,15 +155,26 @@ impl Keyring {
             .keys
             .enabled()
             .then(|| config.state_dir.join(format!("{}.replay", config.tun)));
-        let saved = state.as_deref().map(load).unwrap_or_default();
-        let clock = mgrp_rt::wall_now().as_nanos();
+        let (saved, found) = state
+            .as_deref()
+            .map_or((Saved::default(), Found::FirstStart), load);
+        // The next second's first counter: above any this host sealed by its clock.
+        let clock = second_counter(mgrp_rt::wall_now().as_nanos()) + (1 << SECOND_BITS);
         let counter = saved
             .counter
             .map_or(clock, |c| clock.max(c.saturating_add(COUNTER_MARGIN)));
+        let floor = floor_after(found, &saved, clock);
+        if floor > 0 {
+            warn!(
+                "{}: every peer's packets sealed before {:.1} s from now are refused as possible replays (a live peer's next ones are taken after that)",
+                found.why(),
+                floor.saturating_sub(clock) as f64 / 1e9
+            );
+        }
         let windows = saved
             .tops
             .into_iter()
-            .map(|(peer, top)| (peer, ReplayWindow::resumed(top)))
+            .map(|(peer, top)| (peer, PeerWindow::resumed(top.max(floor))))
             .collect();
         let sources = sys::SourceFinder::new(config.fwmark);
         let keyring = Self {
@@ -135,6 +189,9 @@ impl Keyring {
             identities: RwLock::default(),
             diagnoses: Mutex::default(),
             saving: AtomicBool::new(true),
+            bound: AtomicU64::new(0),
+            floor,
+            saver: Mutex::default(),
             sources,
             state,
             dirty: AtomicBool::new(false),
@@ -180,7 +237,14 @@ impl Keyring {
                 to: peer,
             }),
         };
-        let counter = self.counter.fetch_add(1, Ordering::Relaxed);
+        let now = second_counter(mgrp_rt::wall_now().as_nanos());
+        let counter = match self
+            .counter
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                Some(next_counter(c, now))
+            }) {
+            Ok(c) | Err(c) => next_counter(c, now),
+        };
         self.dirty.store(true, Ordering::Relaxed);
         // The planner reserves the trailer whenever keys are configured.
         let _ = auth::seal(&key.key, binding, packet, counter);
@@ -211,8 +275,20 @@ impl Keyring {
             return Verdict::Refused(why);
         };
         drop(current);
+        if counter > self.bound.load(Ordering::Relaxed) {
+            // Written on before it is taken, so a crash cannot take it again.
+            self.save_bound(counter);
+        }
         let mut windows = mgrp_rt::lock(&self.windows);
-        let verdict = match windows.entry(from).or_default().check(counter) {
+        let floor = self.floor;
+        let window = windows.entry(from).or_insert_with(|| {
+            if floor > 0 {
+                PeerWindow::resumed(floor)
+            } else {
+                PeerWindow::default()
+            }
+        });
+        let verdict = match window.check(counter) {
             Freshness::Newest => Verdict::Authentic { newest: true },
             Freshness::Late => Verdict::Authentic { newest: false },
             Freshness::Replayed => return Verdict::Refused(Refusal::Replayed),
@@ -368,19 +444,57 @@ impl Keyring {
         self.save();
     }
 
-    /// Writes the counter and the windows to the state file, if anything changed.
+    /// Writes the counter, the bound and the windows to the state file, if anything
+    /// changed.
     pub(crate) fn save(&self) {
-        let Some(path) = &self.state else {
-            return;
-        };
-        if !self.saving.load(Ordering::Relaxed) || !self.dirty.swap(false, Ordering::Relaxed) {
-            return;
+        if self.dirty.swap(false, Ordering::Relaxed) && !self.write_state(false, 0) {
+            self.dirty.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// Writes the state as a clean stop leaves it: the next start resumes each
+    /// peer's window where it is, with no floor.
+    pub(crate) fn save_at_stop(&self) {
+        self.write_state(true, 0);
+    }
+
+    /// Writes a bound above `counter` before it is taken (on a receiver, when a
+    /// counter passed the bound written last).
+    fn save_bound(&self, counter: u64) {
+        self.write_state(false, counter);
+    }
+
+    /// Writes the state file: the counter, a bound of the counters taken above
+    /// both `at_least` and the clock plus [`ACCEPT_AHEAD`], each window's top, and
+    /// whether this is a clean stop. Returns whether it was written. A failed write
+    /// is tried again at the next call after a pause that doubles up to
+    /// [`SAVE_RETRY_MAX`] (a full disk, say, frees up), and said each time.
+    fn write_state(&self, clean: bool, at_least: u64) -> bool {
+        let Some(path) = &self.state else {
+            return true;
+        };
+        if !self.saving.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut saver = mgrp_rt::lock(&self.saver);
+        if !clean && at_least > 0 && at_least <= self.bound.load(Ordering::Relaxed) {
+            // Another thread wrote a bound high enough while this one waited.
+            return true;
+        }
+        let now_mono = std::time::Instant::now();
+        if saver.retry_at.is_some_and(|t| now_mono < t) && !clean {
+            return false;
+        }
+        let now = second_counter(mgrp_rt::wall_now().as_nanos());
+        let bound = now
+            .max(at_least)
+            .saturating_add(ACCEPT_AHEAD)
+            .max(self.bound.load(Ordering::Relaxed));
         let mut text = String::from(
-            "# mgrpd's packet counter and its peers' replay windows (the highest counter seen), kept across restarts\n",
+            "# mgrpd's packet counter, the bound of the counters it takes, and its peers' replay windows (the highest counter seen), kept across restarts\n",
         );
         text.push_str(&format!(
-            "counter {}\n",
+            "counter {}\nbound {bound}\n",
             self.counter.load(Ordering::Relaxed)
         ));
         for (peer, w) in mgrp_rt::lock(&self.windows).iter() {
@@ -388,13 +502,31 @@ impl Keyring {
                 text.push_str(&format!("peer {peer} {top}\n"));
             }
         }
-        if let Err(e) = write_private(path, &text) {
-            // Said once: the directory will not become writable by itself.
-            self.saving.store(false, Ordering::Relaxed);
-            warn!(
-                "cannot save the replay windows to {}: {e}; they are not saved from now on, so after a restart packets recorded on the way could be taken once more (give a writable --state-dir, then restart)",
-                path.display()
-            );
+        if clean {
+            text.push_str("clean\n");
+        }
+        text.push_str("end\n");
+        match write_private(path, &text) {
+            Ok(()) => {
+                self.bound.store(bound, Ordering::Relaxed);
+                if saver.retry_at.take().is_some() {
+                    info!("the replay windows are saved to {} again", path.display());
+                }
+                saver.pause = std::time::Duration::ZERO;
+                true
+            }
+            Err(e) => {
+                saver.pause = (saver.pause * 2)
+                    .max(std::time::Duration::from_secs(2))
+                    .min(SAVE_RETRY_MAX);
+                saver.retry_at = Some(now_mono + saver.pause);
+                warn!(
+                    "cannot save the replay windows to {}: {e}; trying again in {:?} (until then, packets taken above the last bound saved could be taken again after a crash)",
+                    path.display(),
+                    saver.pause
+                );
+                false
+            }
         }
     }
 
@@ -475,68 +607,193 @@ fn diagnosed(
     Refusal::BadTag
 }
 
+/// The counter of the packet sealed after one with counter `last`, in the second
+/// whose first counter is `now` ([`second_counter`]): one more, or that second's
+/// first when that is higher, so a counter says when its packet was sealed however
+/// many came before it.
+fn next_counter(last: u64, now: u64) -> u64 {
+    last.saturating_add(1).max(now)
+}
+
+/// A peer's replay window, and the one of the second before its newest counter's,
+/// kept for packets reordered across the turn of a second (whose counters jump).
+#[derive(Debug, Clone, Default)]
+struct PeerWindow {
+    current: ReplayWindow,
+    before: Option<ReplayWindow>,
+}
+
+impl PeerWindow {
+    /// A window that refuses every counter up to `top`.
+    fn resumed(top: u64) -> Self {
+        Self {
+            current: ReplayWindow::resumed(top),
+            before: None,
+        }
+    }
+
+    fn top(&self) -> Option<u64> {
+        self.current.top()
+    }
+
+    /// How fresh `counter` is; a new one is remembered.
+    fn check(&mut self, counter: u64) -> Freshness {
+        let second = |c: u64| c >> SECOND_BITS;
+        match self.current.top() {
+            Some(top) if second(counter) > second(top) => {
+                // A new second: the old one's window stays for its late packets.
+                self.before = Some(self.current.clone());
+                self.current.check(counter)
+            }
+            Some(top) if second(counter) < second(top) => match &mut self.before {
+                Some(b) if b.top().is_some_and(|t| second(t) == second(counter)) => {
+                    match b.check(counter) {
+                        Freshness::Replayed => Freshness::Replayed,
+                        _ => Freshness::Late,
+                    }
+                }
+                _ => Freshness::Replayed,
+            },
+            _ => self.current.check(counter),
+        }
+    }
+}
+
 /// What the state file held.
 #[derive(Debug, Default)]
 struct Saved {
     counter: Option<u64>,
+    /// The bound of the counters taken, as last written.
+    bound: Option<u64>,
     tops: Vec<(IpAddr, u64)>,
+    /// Whether the daemon that wrote it stopped cleanly.
+    clean: bool,
 }
 
-/// Reads the state file; a missing one is a first start, a bad one is said and
-/// ignored.
-fn load(path: &Path) -> Saved {
+/// What the start found of the state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// No state directory yet: nothing was ever taken here.
+    FirstStart,
+    /// The state of a clean stop.
+    Clean,
+    /// The state of a daemon that did not stop cleanly (killed, crashed, power
+    /// lost), or of an mgrpd before bounds.
+    Unclean,
+    /// The directory is there but the file is not, or cannot be read or parsed.
+    Lost,
+}
+
+impl Found {
+    fn why(self) -> &'static str {
+        match self {
+            Self::FirstStart | Self::Clean => "",
+            Self::Unclean => "mgrpd did not stop cleanly last time",
+            Self::Lost => "the saved replay windows are missing or unreadable",
+        }
+    }
+}
+
+/// State kept by the saver.
+#[derive(Debug, Default)]
+struct SaveState {
+    /// When a save may be tried again after a failed one.
+    retry_at: Option<std::time::Instant>,
+    /// The pause after the last failed save.
+    pause: std::time::Duration,
+}
+
+/// The counters refused from every peer after a start that found `found` and
+/// `saved`, at `clock`: none after a clean stop or on a first start; after an unclean
+/// stop every counter up to the bound written (or, from a daemon that wrote none, up
+/// to the highest of its tops and `clock` plus [`ACCEPT_AHEAD`]); with the state lost,
+/// every counter up to `clock` plus [`ACCEPT_AHEAD`] (what any bound written before was
+/// below, while this host's clock has not gone back).
+fn floor_after(found: Found, saved: &Saved, clock: u64) -> u64 {
+    let ahead = clock.saturating_add(ACCEPT_AHEAD);
+    match found {
+        Found::FirstStart | Found::Clean => 0,
+        Found::Unclean => saved
+            .bound
+            .unwrap_or_else(|| saved.tops.iter().map(|(_, t)| *t).fold(ahead, u64::max)),
+        Found::Lost => ahead,
+    }
+}
+
+/// Reads the state file and says what was found: a missing file in a directory that
+/// does not exist yet is a first start; a missing, unreadable or bad one in an
+/// existing directory is state lost.
+fn load(path: &Path) -> (Saved, Found) {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                && !path.parent().is_some_and(Path::exists) =>
+        {
             info!(
-                "no saved replay windows at {} (a first start): each peer's first packet is taken as its newest",
-                path.display()
+                "no state directory for the replay windows yet (a first start): each peer's first packet is taken as its newest"
             );
-            return Saved::default();
+            return (Saved::default(), Found::FirstStart);
         }
         Err(e) => {
             warn!(
-                "cannot read the saved replay windows at {}: {e}; starting without them",
+                "cannot read the saved replay windows at {}: {e}",
                 path.display()
             );
-            return Saved::default();
+            return (Saved::default(), Found::Lost);
         }
     };
     match parse_state(&text) {
         Ok(s) => {
             info!(
-                "replay windows of {} peers read from {}",
+                "replay windows of {} peers read from {}{}",
                 s.tops.len(),
-                path.display()
+                path.display(),
+                if s.clean { "" } else { " (not a clean stop)" }
             );
-            s
+            let found = if s.clean {
+                Found::Clean
+            } else {
+                Found::Unclean
+            };
+            (s, found)
         }
         Err(line) => {
             warn!(
-                "{} line {line} is not `counter N` or `peer ADDR N`; starting without the saved replay windows",
+                "{} line {line} is not `counter N`, `bound N`, `peer ADDR N`, `clean` or the last line `end` (cut short?)",
                 path.display()
             );
-            Saved::default()
+            (Saved::default(), Found::Lost)
         }
     }
 }
 
-/// Parses the state file's text; `Err(line number)` at the first bad line.
+/// Parses the state file's text; `Err(line number)` at the first bad line. Its
+/// last line is `end`: a file cut short anywhere (a number cut to fewer digits
+/// included) is refused whole, so it can never lower a floor.
 fn parse_state(text: &str) -> Result<Saved, usize> {
     let mut saved = Saved::default();
+    let mut ended = false;
+    let lines = text.lines().count();
     for (i, line) in text.lines().enumerate() {
         let words: Vec<&str> = line.split_whitespace().collect();
+        if ended {
+            return Err(i + 1);
+        }
         match words.as_slice() {
+            ["end"] => ended = true,
             [] => {}
             [w, ..] if w.starts_with('#') => {}
             ["counter", n] => saved.counter = Some(n.parse().map_err(|_| i + 1)?),
+            ["bound", n] => saved.bound = Some(n.parse().map_err(|_| i + 1)?),
             ["peer", a, n] => saved
                 .tops
                 .push((a.parse().map_err(|_| i + 1)?, n.parse().map_err(|_| i + 1)?)),
+            ["clean"] => saved.clean = true,
             _ => return Err(i + 1),
         }
     }
-    Ok(saved)
+    if ended { Ok(saved) } else { Err(lines + 1) }
 }
 
 /// Writes `text` to `path` through a temporary file only the owner may read, so a
@@ -553,7 +810,12 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
         .open(&tmp)?;
     f.write_all(text.as_bytes())?;
     f.sync_data()?;
-    std::fs::rename(&tmp, path)
+    std::fs::rename(&tmp, path)?;
+    // The rename itself outlives a power cut only once the directory is on disk.
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -562,8 +824,11 @@ mod tests {
 
     #[test]
     fn the_state_file_reads_back_and_bad_lines_are_named() {
-        let s = parse_state("# c\ncounter 42\n\npeer 10.0.0.2 7\npeer 2001:db8::1 9\n").unwrap();
-        assert_eq!(s.counter, Some(42));
+        let s = parse_state(
+            "# c\ncounter 42\nbound 99\n\npeer 10.0.0.2 7\npeer 2001:db8::1 9\nclean\nend\n",
+        )
+        .unwrap();
+        assert_eq!((s.counter, s.bound, s.clean), (Some(42), Some(99), true));
         assert_eq!(
             s.tops,
             vec![
@@ -571,8 +836,118 @@ mod tests {
                 ("2001:db8::1".parse().unwrap(), 9)
             ]
         );
-        assert_eq!(parse_state("counter 1\npeer x 2\n").unwrap_err(), 2);
-        assert_eq!(parse_state("counter\n").unwrap_err(), 1);
-        assert_eq!(parse_state("peer 10.0.0.1 -3\n").unwrap_err(), 1);
+        assert_eq!(parse_state("counter 1\npeer x 2\nend\n").unwrap_err(), 2);
+        assert_eq!(parse_state("counter\nend\n").unwrap_err(), 1);
+        assert_eq!(parse_state("peer 10.0.0.1 -3\nend\n").unwrap_err(), 1);
+        assert_eq!(parse_state("end\ncounter 1\n").unwrap_err(), 2);
+    }
+
+    /// A file cut short anywhere is refused, so a number cut to fewer digits never
+    /// lowers the floor, and a clean stop's file without its end is not clean.
+    #[test]
+    fn a_state_file_cut_short_is_refused_whole() {
+        let whole = "counter 1700000000000000000\nbound 1700000005000000000\npeer 10.0.0.2 1700000001000000000\nclean\nend\n";
+        assert!(parse_state(whole).is_ok());
+        for cut in 0..whole.len() - 1 {
+            assert!(parse_state(&whole[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn the_floor_after_each_kind_of_start() {
+        let clock = second_counter(1_000 * 1_000_000_000);
+        let saved = Saved {
+            counter: Some(5),
+            bound: Some(clock - (3 << SECOND_BITS)),
+            tops: vec![("10.0.0.2".parse().unwrap(), clock - (4 << SECOND_BITS))],
+            clean: false,
+        };
+        assert_eq!(floor_after(Found::FirstStart, &Saved::default(), clock), 0);
+        assert_eq!(floor_after(Found::Clean, &saved, clock), 0);
+        // Killed: every counter up to the bound it wrote.
+        assert_eq!(
+            floor_after(Found::Unclean, &saved, clock),
+            clock - (3 << SECOND_BITS)
+        );
+        // State lost, or a file without a bound: the clock plus the lead.
+        assert_eq!(
+            floor_after(Found::Lost, &saved, clock),
+            clock + ACCEPT_AHEAD
+        );
+        let no_bound = Saved {
+            bound: None,
+            ..saved
+        };
+        assert_eq!(
+            floor_after(Found::Unclean, &no_bound, clock),
+            clock + ACCEPT_AHEAD
+        );
+    }
+
+    /// A sender's counters follow its clock however long it has run and however
+    /// many packets it sealed, so the floor a receiver sets after a crash (the bound
+    /// it wrote: its clock then plus the lead) is passed by a live peer's next
+    /// packets once the lead has passed, whether the peer started a minute or a week
+    /// ago; counters that counted packets from the start fell days behind.
+    #[test]
+    fn a_peer_running_for_days_clears_the_floor_after_a_crash() {
+        let s = 1_000_000_000u64;
+        let start = 1_700_000_000 * s;
+        for running in [60u64, 7 * 24 * 3600] {
+            // The peer seals bursts of 1,000 packets (a train) every 10 s of its run.
+            let (mut counter, mut counted) = (second_counter(start), second_counter(start));
+            let mut t = start;
+            while t < start + running * s {
+                for _ in 0..1_000 {
+                    counter = next_counter(counter, second_counter(t));
+                    counted += 1;
+                }
+                t += 10 * s;
+            }
+            assert!(
+                counter >= second_counter(t - 10 * s),
+                "the counter keeps up with the clock"
+            );
+            // The receiver crashes right after the last train; its bound was its
+            // clock plus the lead.
+            let crash = second_counter(t);
+            let bound = crash + ACCEPT_AHEAD;
+            let saved = Saved {
+                bound: Some(bound),
+                ..Saved::default()
+            };
+            let floor = floor_after(Found::Unclean, &saved, crash);
+            let mut w = PeerWindow::resumed(floor);
+            // Everything sealed before the crash is refused.
+            assert_eq!(w.check(counter), Freshness::Replayed);
+            // The peer's next packet once the lead has passed is taken.
+            let later = second_counter(t + 6 * s);
+            assert_eq!(w.check(next_counter(counter, later)), Freshness::Newest);
+            // Counting packets from its start instead fell far below the floor.
+            assert!(counted + 1 < floor);
+        }
+    }
+
+    /// Packets reordered across the turn of a second (whose counters jump by up to
+    /// 2³²) are taken once each; two seconds back they are refused.
+    #[test]
+    fn packets_reordered_across_a_second_are_taken_once() {
+        let t = second_counter(1_700_000_000 * 1_000_000_000);
+        let next = t + (1 << SECOND_BITS);
+        let mut w = PeerWindow::default();
+        assert_eq!(w.check(t + 1), Freshness::Newest);
+        assert_eq!(w.check(t + 2), Freshness::Newest);
+        assert_eq!(w.check(next), Freshness::Newest);
+        // Sealed before the turn, arrived after it.
+        assert_eq!(w.check(t + 3), Freshness::Late);
+        assert_eq!(w.check(t + 3), Freshness::Replayed);
+        assert_eq!(w.check(t + 2), Freshness::Replayed);
+        assert_eq!(w.check(next + 1), Freshness::Newest);
+        assert_eq!(w.check(next), Freshness::Replayed);
+        // Two seconds on, the first second's counters are refused.
+        let after = next + (1 << SECOND_BITS);
+        assert_eq!(w.check(after), Freshness::Newest);
+        assert_eq!(w.check(t + 4), Freshness::Replayed);
+        assert_eq!(w.check(next + 2), Freshness::Late);
     }
 }

@@ -331,7 +331,7 @@ async fn serve(
     // Clients get the answers to what they had in flight (the reports of trains cut
     // short by the shutdown) before the socket goes.
     let _ = server.await;
-    keyring.save();
+    keyring.save_at_stop();
     let stats = daemon.stats().get();
     info!(
         "stopped: riders in {}, piggybacked {}, unchanged {}, dropped {}, held {}; probes sent {}",

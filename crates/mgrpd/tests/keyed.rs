@@ -294,6 +294,101 @@ fn a_restarted_daemon_does_not_take_a_packet_again() {
     drop(b);
 }
 
+/// What becomes of B's state file after it was killed.
+#[derive(Debug, Clone, Copy)]
+enum AfterKill {
+    /// Left as the killed daemon wrote it last.
+    Kept,
+    /// Deleted.
+    Deleted,
+    /// Cut to half its length.
+    Truncated,
+}
+
+/// A probe B took right before it was killed (SIGKILL: no save at stop), sent to it
+/// again once it restarted, is refused as a replay, whether B finds its state file as
+/// the killed daemon left it (saved up to 2 s before the train), deleted or cut
+/// short; B says at warning level that it refuses older packets, and A's trains are
+/// taken again once its clock has passed B's floor (a few seconds). Before the
+/// bound, a daemon killed half a second after a train took that train's last
+/// packet again.
+#[test]
+fn a_killed_daemon_does_not_take_a_packet_again() {
+    let _serial = serial();
+    if !root_or_skip("windows_across_a_kill") {
+        return;
+    }
+    let key = TempFile::key(&Key::from_bytes([0x6f; 32]));
+    for after in [AfterKill::Kept, AfterKill::Deleted, AfterKill::Truncated] {
+        let case = format!("{after:?}");
+        let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+        let route_b = format!("{ADDR_B}/32");
+        let route_a = format!("{ADDR_A}/32");
+        let a = Daemon::start(
+            &net.a,
+            mgrpd(),
+            &["--route", &route_b, "--key-file", &key.arg()],
+        )
+        .expect("mgrpd on A");
+        let args_b = ["--route", route_a.as_str(), "--key-file", &key.arg()];
+        let mut b = Daemon::start(&net.b, mgrpd(), &args_b).expect("mgrpd on B");
+        // B has saved once before the train (at start), and maybe again since.
+        std::thread::sleep(Duration::from_millis(2500));
+        let tap = tap(&net.b, false);
+        train(&a, ADDR_B);
+        let mut last = None;
+        while let Some(p) = next_probe(&tap, ADDR_A, false) {
+            last = Some(p);
+            if Packet::new_checked(&last.as_ref().unwrap()[..]).is_ok_and(|p| p.last_in_train()) {
+                break;
+            }
+        }
+        let probe = last.unwrap_or_else(|| panic!("{case}: no probe of A's seen at B"));
+        let s = wait_for(&b, |s| s.daemon.probes_received >= 20);
+        assert_eq!(s.daemon.probes_received, 20, "{case}: {s:#?}");
+        b.process.signal(libc::SIGKILL);
+        assert!(b.process.wait(Duration::from_secs(5)).is_some(), "{case}");
+        let tun = b.tun.clone();
+        let file = mgrp_testbed::daemon_state_dir(&tun).join(format!("{tun}.replay"));
+        match after {
+            AfterKill::Kept => {}
+            AfterKill::Deleted => std::fs::remove_file(&file).unwrap(),
+            AfterKill::Truncated => {
+                let text = std::fs::read(&file).unwrap();
+                std::fs::write(&file, &text[..text.len() / 2]).unwrap();
+            }
+        }
+        let b2 = Daemon::restart(&net.b, mgrpd(), &tun, &args_b).expect("mgrpd on B again");
+        assert!(
+            b2.process.log().contains("are refused as possible replays"),
+            "{case}: {}",
+            b2.process.log()
+        );
+        send_from(&net.a, false, 0, ADDR_B, &probe);
+        let s = wait_for(&b2, |s| s.daemon.mgrp_replayed > 0);
+        assert_eq!(
+            (s.daemon.mgrp_replayed, s.daemon.probes_received),
+            (1, 0),
+            "{case}: {s:#?}"
+        );
+        // A's trains are taken again once its clock has passed B's floor.
+        let start = Instant::now();
+        let mut taken = 0;
+        while taken == 0 && start.elapsed() < Duration::from_secs(20) {
+            train(&a, ADDR_B);
+            std::thread::sleep(Duration::from_millis(500));
+            taken = b2.stats().unwrap().daemon.probes_received;
+        }
+        assert!(
+            taken > 0,
+            "{case}: no train of A's taken within 20 s of B's restart: {:#?}",
+            b2.stats().unwrap().daemon
+        );
+        drop(b2);
+        drop(b);
+    }
+}
+
 /// Writes a daemon configuration: a route to `peer`, the key in `key`, and the
 /// next key of a rotation in `next` if given.
 fn keyed_config(file: &TempFile, peer: Ipv4Addr, key: &TempFile, next: Option<&TempFile>) {

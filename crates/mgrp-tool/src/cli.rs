@@ -9,7 +9,9 @@ use clap::{Args, Subcommand, ValueEnum};
 use crate::control::{
     DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, DEFAULT_SENDER_PROBE_PORT, Transport,
 };
-use crate::server::{DEFAULT_BYTES_PER_HOUR, ServeOptions};
+use crate::server::{
+    DEFAULT_BYTES_PER_HOUR, DEFAULT_IPV6_PREFIX, DEFAULT_PROBE_BPS, PROBE_RATE_WINDOW, ServeOptions,
+};
 use crate::session::SessionOptions;
 use mgrp_core::peers::Prefix;
 
@@ -167,6 +169,16 @@ pub struct SndArgs {
     /// path takes about 1.3 MB, on a 1 Gbit/s path about 90 MB).
     #[arg(long, value_name = "MB", default_value_t = DEFAULT_BYTES_PER_HOUR as f64 / 1e6)]
     pub max_mb_per_hour: f64,
+    /// Probe megabits per second each receiver may have, averaged over 10 s (a
+    /// pathload run over a 1 Gbit/s path draws about 90 MB in all, well within it).
+    #[arg(long, value_name = "MBIT/S", default_value_t = DEFAULT_PROBE_BPS as f64 / 1e6)]
+    pub max_probe_mbps: f64,
+    /// How many leading bits of an IPv6 address make one receiver for every limit
+    /// (connections, measurements, budgets, captures, queries); IPv4 receivers are
+    /// their address.
+    #[arg(long, value_name = "LEN", default_value_t = DEFAULT_IPV6_PREFIX,
+          value_parser = clap::value_parser!(u8).range(1..=128))]
+    pub ipv6_prefix: u8,
     /// Log refused requests.
     #[arg(short, long)]
     pub verbose: bool,
@@ -198,6 +210,9 @@ impl SndArgs {
             name: name.to_string(),
             allow: self.allow.clone(),
             max_bytes_per_hour: (self.max_mb_per_hour.max(0.0) * 1e6) as u64,
+            max_probe_bps: (self.max_probe_mbps.max(0.0) * 1e6) as u64,
+            probe_rate_window: PROBE_RATE_WINDOW,
+            ipv6_prefix: self.ipv6_prefix,
             ..ServeOptions::new(self.transport.into())
         }
     }
@@ -254,6 +269,27 @@ impl PeerArgs {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[derive(Debug, clap::Parser)]
+    struct Snd {
+        #[command(flatten)]
+        args: SndArgs,
+    }
+
+    #[test]
+    fn snd_flags_set_the_rate_and_the_ipv6_prefix() {
+        use clap::Parser;
+        let o = Snd::parse_from(["t"]).args.options("t snd");
+        assert_eq!(o.max_probe_bps, DEFAULT_PROBE_BPS);
+        assert_eq!(o.probe_rate_window, PROBE_RATE_WINDOW);
+        assert_eq!(o.ipv6_prefix, 64);
+        let o = Snd::parse_from(["t", "--max-probe-mbps", "950", "--ipv6-prefix", "48"])
+            .args
+            .options("t snd");
+        assert_eq!((o.max_probe_bps, o.ipv6_prefix), (950_000_000, 48));
+        assert!(Snd::try_parse_from(["t", "--ipv6-prefix", "129"]).is_err());
+        assert!(Snd::try_parse_from(["t", "--ipv6-prefix", "0"]).is_err());
+    }
 
     #[test]
     fn durations_are_bare_numbers_in_their_unit_or_humane() {

@@ -1266,6 +1266,50 @@ mod tests {
         assert!(slots.claim(other, false).is_ok());
     }
 
+    #[test]
+    fn connections_count_an_ipv6_slash_64_as_one_host() {
+        let open = Mutex::new(HashMap::new());
+        let in_64 = |n: u16| Requester::of(IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, n]), 64);
+        let held: Vec<OpenConnection<'_>> = (1..=MAX_CONNECTIONS_PER_HOST as u16)
+            .map(|n| OpenConnection::count(&open, in_64(n)).unwrap())
+            .collect();
+        let e = OpenConnection::count(&open, in_64(999)).err().unwrap();
+        assert!(
+            e.starts_with(BUSY) && e.contains("2001:db8:0:1::/64 has 8 connections"),
+            "{e}"
+        );
+        // An IPv4 host, mapped or not, is one requester of its own.
+        let v4 = IpAddr::from([192, 0, 2, 1]);
+        let mapped = IpAddr::V6(std::net::Ipv4Addr::new(192, 0, 2, 1).to_ipv6_mapped());
+        let a = OpenConnection::count(&open, Requester::of(v4, 64)).unwrap();
+        let b = OpenConnection::count(&open, Requester::of(mapped, 64)).unwrap();
+        assert_eq!(mgrp_rt::lock(&open).get(&Requester::of(v4, 64)), Some(&2));
+        drop((held, a, b));
+        assert!(
+            mgrp_rt::lock(&open).is_empty(),
+            "every connection uncounted"
+        );
+    }
+
+    #[test]
+    fn accept_errors_pass_unless_the_listener_is_broken() {
+        let os = std::io::Error::from_raw_os_error;
+        for transient in [
+            libc::EMFILE,
+            libc::ENFILE,
+            libc::ENOBUFS,
+            libc::ENOMEM,
+            libc::ECONNABORTED,
+            libc::EPERM,
+            libc::EPROTO,
+        ] {
+            assert!(!accept_error_is_fatal(&os(transient)), "{transient}");
+        }
+        for fatal in [libc::EBADF, libc::EINVAL, libc::ENOTSOCK] {
+            assert!(accept_error_is_fatal(&os(fatal)), "{fatal}");
+        }
+    }
+
     /// Loopback, as root: the first stamps query starts the sender's capture, the
     /// next one brings the segments of a flow sent in between, and none of the
     /// control connections' own.

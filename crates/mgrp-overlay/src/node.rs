@@ -55,6 +55,9 @@ impl Node {
                     max_bytes_per_hour: config.serve_bytes_per_hour,
                     ..ServeOptions::new(transport)
                 };
+                if let Some(warning) = opts.open_to_all() {
+                    warn!("serving {transport}: {warning} ([serve] allow)");
+                }
                 Server::bind(opts).with_context(|| {
                     format!("cannot serve {transport} measurements on port {port}")
                 })

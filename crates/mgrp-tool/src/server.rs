@@ -158,6 +158,22 @@ impl ServeOptions {
             exclusive_idle: EXCLUSIVE_IDLE,
         }
     }
+
+    /// What to warn of at start when no allow-list bounds who may measure: a node's
+    /// links name the paths into it, so its own configuration cannot know who
+    /// measures it, and without `allow` any host that reaches the port may.
+    pub fn open_to_all(&self) -> Option<String> {
+        self.allow.is_empty().then(|| {
+            format!(
+                "any host that reaches control port {} may measure this host ({} MB of probes an hour and {} Mbit/s over {} s to each requester, an IPv4 address or an IPv6 /{}): name the hosts that measure it with an allow-list to serve only them",
+                self.port,
+                self.max_bytes_per_hour / 1_000_000,
+                self.max_probe_bps / 1_000_000,
+                self.probe_rate_window.as_secs(),
+                self.ipv6_prefix
+            )
+        })
+    }
 }
 
 /// What a serving sender reports.
@@ -801,6 +817,9 @@ fn cookie() -> u64 {
 pub fn serve_command(opts: &ServeOptions, keep_serving: bool, verbose: bool) -> anyhow::Result<()> {
     let server = Server::bind(opts.clone())?;
     let name = opts.name.split(' ').next().unwrap_or("sender").to_string();
+    if let Some(warning) = opts.open_to_all() {
+        eprintln!("{name}: warning: {warning} (--allow PREFIX)");
+    }
     eprintln!(
         "{name}: sender waiting on {} ({} probes)",
         server.local_addr()?,
@@ -1200,6 +1219,20 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
 
     use super::*;
+
+    /// A sender without an allow-list says at start that any host may measure it,
+    /// and with what limits; with one it says nothing.
+    #[test]
+    fn serving_everyone_is_said_out_loud() {
+        let mut opts = ServeOptions::new(Transport::Udp);
+        let warning = opts.open_to_all().expect("a warning without an allow-list");
+        assert!(
+            warning.contains("any host") && warning.contains("/64"),
+            "{warning}"
+        );
+        opts.allow = vec!["10.0.0.0/8".parse().unwrap()];
+        assert_eq!(opts.open_to_all(), None);
+    }
 
     #[test]
     fn measurement_places_are_bounded_per_host_and_in_all_and_given_back() {

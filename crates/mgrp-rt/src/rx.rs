@@ -21,14 +21,36 @@ pub fn enable_rx_timestamps<F: AsFd>(s: &F) -> io::Result<()> {
 /// `None` for the stamp if the kernel gave none. A read timeout set on the socket
 /// surfaces as `WouldBlock`.
 pub fn recv_stamped<F: AsRawFd>(s: &F, buf: &mut [u8]) -> io::Result<(usize, Option<WallTime>)> {
+    recv_stamped_from(s, buf).map(|(n, stamp, _)| (n, stamp))
+}
+
+/// [`recv_stamped`], and the address the datagram came from (when the socket has
+/// one: an IP socket's sender).
+pub fn recv_stamped_from<F: AsRawFd>(
+    s: &F,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<WallTime>, Option<std::net::SocketAddr>)> {
     let mut iov = [io::IoSliceMut::new(buf)];
     let mut cmsgs = nix::cmsg_space!(TimeSpec);
-    let msg = recvmsg::<()>(s.as_raw_fd(), &mut iov, Some(&mut cmsgs), MsgFlags::empty())?;
+    let msg = recvmsg::<nix::sys::socket::SockaddrStorage>(
+        s.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsgs),
+        MsgFlags::empty(),
+    )?;
     let stamp = msg.cmsgs()?.find_map(|c| match c {
         ControlMessageOwned::ScmTimestampns(ts) => Some(wall_time(&ts)),
         _ => None,
     });
-    Ok((msg.bytes, stamp))
+    let from = msg.address.and_then(|a| {
+        a.as_sockaddr_in()
+            .map(|v4| std::net::SocketAddr::from(std::net::SocketAddrV4::from(*v4)))
+            .or_else(|| {
+                a.as_sockaddr_in6()
+                    .map(|v6| std::net::SocketAddr::from(std::net::SocketAddrV6::from(*v6)))
+            })
+    });
+    Ok((msg.bytes, stamp, from))
 }
 
 #[cfg(test)]
@@ -48,8 +70,9 @@ mod tests {
         let before = wall_now();
         tx.send_to(b"stamped", rx.local_addr().unwrap()).unwrap();
         let mut buf = [0u8; 64];
-        let (n, stamp) = recv_stamped(&rx, &mut buf).unwrap();
+        let (n, stamp, from) = recv_stamped_from(&rx, &mut buf).unwrap();
         assert_eq!(&buf[..n], b"stamped");
+        assert_eq!(from, Some(tx.local_addr().unwrap()));
         let stamp = stamp.expect("the kernel stamps what it receives");
         assert!(stamp >= before && stamp <= wall_now());
         // Nothing waiting: the read timeout ends the call.

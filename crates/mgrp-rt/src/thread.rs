@@ -43,3 +43,16 @@ pub fn lock_memory() -> io::Result<()> {
     mlockall(MlockAllFlags::MCL_CURRENT | MlockAllFlags::MCL_FUTURE)?;
     Ok(())
 }
+
+/// Raises this process's limit of open descriptors (`RLIMIT_NOFILE`) to its hard
+/// limit; returns the limit in force after. A server whose clients may hold many
+/// connections runs out of descriptors at the soft limit (often 1024) long before
+/// the system would.
+pub fn raise_descriptor_limit() -> io::Result<u64> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
+    }
+    Ok(soft.max(hard))
+}

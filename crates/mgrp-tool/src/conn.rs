@@ -16,7 +16,16 @@ pub struct Conn {
     reader: BufReader<Timed>,
     writer: TcpStream,
     line: Vec<u8>,
+    /// How long the peer may leave a backlog of unread answers (see
+    /// [`Conn::set_answer_limit`]), and since when it has.
+    answer_limit: Option<Duration>,
+    backlog_since: Option<Instant>,
 }
+
+/// Bytes of answers a peer may leave unread before [`Conn::set_answer_limit`]'s
+/// clock runs: more than the largest answer (the report of a 10,000-probe batch),
+/// less than the socket buffers a peer that does not read fills.
+const ANSWER_BACKLOG: usize = 1024 * 1024;
 
 /// The read side: each read waits at most the read timeout, and never past the
 /// deadline, if one is set.
@@ -58,7 +67,19 @@ impl Conn {
             }),
             writer,
             line: Vec::with_capacity(4096),
+            answer_limit: None,
+            backlog_since: None,
         })
+    }
+
+    /// Ends sending with an error once the peer has left over [`ANSWER_BACKLOG`]
+    /// bytes unread for `limit`, however the kernel trickles them out meanwhile: a
+    /// peer that asks and never reads would otherwise keep this end writing a few
+    /// bytes at a time for as long as its kernel makes room for them, which no
+    /// write timeout sees (each write makes some progress).
+    pub fn set_answer_limit(&mut self, limit: Option<Duration>) {
+        self.answer_limit = limit;
+        self.backlog_since = None;
     }
 
     /// How long one read may wait (`None`: for ever); the deadline, if set, still
@@ -86,6 +107,19 @@ impl Conn {
 
     /// Sends one message in one write.
     pub fn send(&mut self, msg: &impl Serialize) -> anyhow::Result<()> {
+        if let Some(limit) = self.answer_limit {
+            let backlog = crate::sys::unacknowledged_bytes(&self.writer).unwrap_or(0);
+            if backlog <= ANSWER_BACKLOG {
+                self.backlog_since = None;
+            } else {
+                let since = *self.backlog_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= limit {
+                    bail!(
+                        "control connection lost: the peer has left {backlog} bytes of answers unread for over {limit:?}"
+                    );
+                }
+            }
+        }
         let mut buf = serde_json::to_vec(msg)?;
         buf.push(b'\n');
         self.writer

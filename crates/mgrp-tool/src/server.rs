@@ -522,7 +522,7 @@ pub const BUSY: &str = "busy";
 
 /// Connections served at once: measurements, traffic queries and receivers being
 /// told the sender is busy.
-const MAX_CONNECTIONS: usize = 64;
+pub const MAX_CONNECTIONS: usize = 64;
 
 /// Connections one host may have open at once: its measurements and a few queries
 /// beside them, so no host can take every connection and keep the others out.
@@ -800,6 +800,34 @@ fn own_address(peer: SocketAddr, address: Option<IpAddr>) -> Result<IpAddr, Repl
     }
 }
 
+/// Why an address proof may not go to `ip`, if it may not: a proof is a probe to a
+/// host that has not shown it wants one, so it goes only to one unicast host that is
+/// not this one (never to a group, a broadcast, loopback, a link-local address that
+/// names no link, or an address of this host's own: the sender would probe itself).
+fn unprovable(ip: IpAddr) -> Option<&'static str> {
+    let special = match ip {
+        IpAddr::V4(a) => {
+            (a.is_unspecified() || a.is_loopback() || a.is_multicast() || a.is_broadcast())
+                .then_some("not one unicast host")
+                .or_else(|| a.is_link_local().then_some("link-local"))
+        }
+        IpAddr::V6(a) => (a.is_unspecified() || a.is_loopback() || a.is_multicast())
+            .then_some("not one unicast host")
+            .or_else(|| a.is_unicast_link_local().then_some("link-local")),
+    };
+    special.or_else(|| {
+        let own = nix::ifaddrs::getifaddrs().ok()?.any(|i| {
+            i.address.is_some_and(|a| {
+                a.as_sockaddr_in()
+                    .map(|v4| IpAddr::V4(v4.ip()))
+                    .or_else(|| a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+                    == Some(ip)
+            })
+        });
+        own.then_some("an address of this sender's own")
+    })
+}
+
 /// A cookie for a proof probe, from the kernel's random source.
 fn cookie() -> u64 {
     let mut b = [0u8; 8];
@@ -904,6 +932,7 @@ fn serve_one<'s>(
     stream.set_write_timeout(Some(WRITE_LIMIT))?;
     let mut conn = Conn::new(stream)?;
     conn.set_read_timeout(Some(FIRST_REQUEST))?;
+    conn.set_answer_limit(Some(WRITE_LIMIT));
     let mut sender: Option<Sender> = None;
     let mut max = MAX_PROBE_IP_BYTES;
     let mut batches = 0;
@@ -1002,6 +1031,16 @@ fn serve_one<'s>(
                     let own = peer.ip().to_canonical();
                     let ip = address.map_or(own, |a| a.to_canonical());
                     let dst = SocketAddr::new(ip, probe_port);
+                    if ip != own
+                        && let Some(why) = unprovable(ip)
+                    {
+                        let message = format!(
+                            "refused: no address proof goes to {ip} ({why}); name an address of the asking host that this sender can reach"
+                        );
+                        report(ServeEvent::Refused(peer, message.clone()));
+                        conn.send(&Reply::Error { message })?;
+                        return Ok(batches);
+                    }
                     let made = match transport {
                         Transport::Udp => Sender::udp(dst, opts.probe_port),
                         Transport::Mgrp => Sender::mgrp(
@@ -1222,6 +1261,27 @@ mod tests {
 
     /// A sender without an allow-list says at start that any host may measure it,
     /// and with what limits; with one it says nothing.
+    /// Proofs go to one unicast host other than this one.
+    #[test]
+    fn proofs_go_to_no_group_no_loopback_and_not_to_this_host() {
+        for bad in [
+            "224.0.0.1",
+            "255.255.255.255",
+            "127.0.0.2",
+            "0.0.0.0",
+            "169.254.1.1",
+            "ff02::1",
+            "::1",
+            "fe80::1",
+        ] {
+            assert!(unprovable(bad.parse().unwrap()).is_some(), "{bad}");
+        }
+        // This host's own addresses (loopback's is one it always has).
+        assert!(unprovable("127.0.0.1".parse().unwrap()).is_some());
+        assert_eq!(unprovable("192.0.2.77".parse().unwrap()), None);
+        assert_eq!(unprovable("2001:db8::77".parse().unwrap()), None);
+    }
+
     #[test]
     fn serving_everyone_is_said_out_loud() {
         let mut opts = ServeOptions::new(Transport::Udp);

@@ -1,6 +1,7 @@
 //! The tool's clocks, sleeps, real-time priority and stamped receives, as the
 //! nanosecond integers its code counts in (the workspace's `mgrp_rt` does the work),
-//! and the interrupt flag: the tool's only `unsafe` block, the signal handler.
+//! the interrupt flag (an `unsafe` block: the signal handler), and how much a TCP
+//! socket still has to send (another: the `SIOCOUTQ` ioctl).
 
 #![allow(unsafe_code)]
 
@@ -52,12 +53,27 @@ pub fn enable_rx_timestamps(s: &Socket) -> io::Result<()> {
     mgrp_rt::rx::enable_rx_timestamps(s)
 }
 
-/// Receives one datagram into `buf`: its length and the kernel's receive stamp
-/// (realtime ns), or `None` for the stamp if the kernel gave none. A read timeout set
-/// on the socket surfaces as `WouldBlock`.
-pub fn recv_stamped(s: &Socket, buf: &mut [u8]) -> io::Result<(usize, Option<i64>)> {
-    let (n, stamp) = mgrp_rt::rx::recv_stamped(s, buf)?;
-    Ok((n, stamp.map(|t| ns(t.as_nanos()))))
+/// Receives one datagram into `buf`: its length, the kernel's receive stamp
+/// (realtime ns), or `None` for the stamp if the kernel gave none, and where it came
+/// from. A read timeout set on the socket surfaces as `WouldBlock`.
+pub fn recv_stamped(
+    s: &Socket,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<i64>, Option<std::net::SocketAddr>)> {
+    let (n, stamp, from) = mgrp_rt::rx::recv_stamped_from(s, buf)?;
+    Ok((n, stamp.map(|t| ns(t.as_nanos())), from))
+}
+
+/// Bytes `s` holds that its peer has not acknowledged yet (sent or not): what a
+/// peer that does not read leaves behind.
+pub fn unacknowledged_bytes(s: &std::net::TcpStream) -> io::Result<usize> {
+    use std::os::fd::AsRawFd as _;
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int through a valid pointer.
+    if unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &raw mut n) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(n).unwrap_or(0))
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);

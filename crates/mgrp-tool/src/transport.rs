@@ -222,6 +222,11 @@ fn send_mgrp(
     })
 }
 
+/// Probes a listener holds for its session at most: a whole batch of the largest
+/// kind (10,000 probes) fits; beyond, arrivals are dropped and counted, so a flood
+/// at the probe port costs this process no memory.
+pub const MAX_QUEUED_PROBES: usize = 16_384;
+
 /// The receiving half: a thread that hands every probe it gets to a channel.
 #[derive(Debug)]
 pub struct Listener {
@@ -229,6 +234,11 @@ pub struct Listener {
     thread: Option<JoinHandle<()>>,
     /// Probes that arrived without a kernel stamp (stamped in user space instead).
     pub unstamped: Arc<AtomicU64>,
+    /// Datagrams at the UDP probe port from an address other than the sender's,
+    /// dropped: only the sender's probes count as arrivals.
+    pub foreign: Arc<AtomicU64>,
+    /// Probes dropped because [`MAX_QUEUED_PROBES`] were waiting.
+    pub overflowed: Arc<AtomicU64>,
 }
 
 impl Listener {
@@ -240,21 +250,28 @@ impl Listener {
         peer: IpAddr,
         socket: &PathBuf,
     ) -> anyhow::Result<(Self, mpsc::Receiver<Seen>)> {
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(MAX_QUEUED_PROBES);
         let stop = Arc::new(AtomicBool::new(false));
         let unstamped = Arc::new(AtomicU64::new(0));
+        let foreign = Arc::new(AtomicU64::new(0));
+        let overflowed = Arc::new(AtomicU64::new(0));
         let thread = match transport {
             Transport::Udp => {
                 let s = udp_listen_socket(peer, port)?;
-                let (stop, unstamped) = (stop.clone(), unstamped.clone());
-                std::thread::spawn(move || udp_listen(&s, &tx, &stop, &unstamped))
+                let counts = UdpCounts {
+                    unstamped: unstamped.clone(),
+                    foreign: foreign.clone(),
+                    overflowed: overflowed.clone(),
+                };
+                let stop = stop.clone();
+                std::thread::spawn(move || udp_listen(&s, peer, &tx, &stop, &counts))
             }
             Transport::Mgrp => {
                 let client = Client::connect(socket)?;
                 let mut probes = client
                     .listen(port)
                     .with_context(|| format!("mgrpd would not deliver probes for port {port}"))?;
-                let stop = stop.clone();
+                let (stop, overflowed) = (stop.clone(), overflowed.clone());
                 std::thread::spawn(move || {
                     let _client = client;
                     while !stop.load(Ordering::Relaxed) {
@@ -271,8 +288,12 @@ impl Listener {
                                         received_ns: p.receive_time.as_nanos() as i64,
                                     },
                                 };
-                                if tx.send(seen).is_err() {
-                                    return;
+                                match tx.try_send(seen) {
+                                    Ok(()) => {}
+                                    Err(mpsc::TrySendError::Full(_)) => {
+                                        overflowed.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    Err(mpsc::TrySendError::Disconnected(_)) => return,
                                 }
                             }
                             Ok(None) => {}
@@ -290,6 +311,8 @@ impl Listener {
                 stop,
                 thread: Some(thread),
                 unstamped,
+                foreign,
+                overflowed,
             },
             rx,
         ))
@@ -321,16 +344,37 @@ fn udp_listen_socket(peer: IpAddr, port: u16) -> anyhow::Result<Socket> {
     Ok(s)
 }
 
-fn udp_listen(s: &Socket, tx: &mpsc::Sender<Seen>, stop: &AtomicBool, unstamped: &AtomicU64) {
+/// What a UDP listener counts.
+struct UdpCounts {
+    unstamped: Arc<AtomicU64>,
+    foreign: Arc<AtomicU64>,
+    overflowed: Arc<AtomicU64>,
+}
+
+/// Takes the probes arriving at `s` from `sender` until `stop`; datagrams from any
+/// other address are dropped (an off-path host could otherwise skew an estimate or
+/// answer a proof), and no error a network can cause ends the thread.
+fn udp_listen(
+    s: &Socket,
+    sender: IpAddr,
+    tx: &mpsc::SyncSender<Seen>,
+    stop: &AtomicBool,
+    counts: &UdpCounts,
+) {
     let mut buf = vec![0u8; 65_536];
+    let sender = sender.to_canonical();
     while !stop.load(Ordering::Relaxed) {
         match sys::recv_stamped(s, &mut buf) {
-            Ok((n, stamp)) => {
+            Ok((n, stamp, from)) => {
+                if from.map(|f| f.ip().to_canonical()) != Some(sender) {
+                    counts.foreign.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 let Some(h) = ProbeHeader::parse(&buf[..n]) else {
                     continue;
                 };
                 let received_ns = stamp.unwrap_or_else(|| {
-                    unstamped.fetch_add(1, Ordering::Relaxed);
+                    counts.unstamped.fetch_add(1, Ordering::Relaxed);
                     sys::wall_now()
                 });
                 let seen = Seen {
@@ -341,15 +385,27 @@ fn udp_listen(s: &Socket, tx: &mpsc::Sender<Seen>, stop: &AtomicBool, unstamped:
                         received_ns,
                     },
                 };
-                if tx.send(seen).is_err() {
-                    return;
+                match tx.try_send(seen) {
+                    Ok(()) => {}
+                    Err(mpsc::TrySendError::Full(_)) => {
+                        counts.overflowed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(mpsc::TrySendError::Disconnected(_)) => return,
                 }
             }
             Err(e) if sys::nothing_yet(&e) => {}
-            Err(e) => {
+            // Only a broken socket ends the listener; what the host or a network
+            // makes a receive fail with (buffers short, say) is waited out.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EBADF | libc::EFAULT | libc::EINVAL | libc::ENOTSOCK)
+                ) =>
+            {
                 eprintln!("UDP probe socket failed: {e}");
                 return;
             }
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
         }
     }
 }
@@ -361,6 +417,40 @@ mod tests {
     /// Two senders on one host share the probe port (two overlay nodes, or a `snd`
     /// beside an overlay): the second is not refused with "address in use", which
     /// turned a neighbour's measurement into a refusal whenever two overlapped.
+    /// Only the sender's datagrams count as arrivals: the same probe from another
+    /// address is dropped and counted.
+    #[test]
+    fn probes_from_anyone_but_the_sender_are_dropped() {
+        let port = {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            s.local_addr().unwrap().port()
+        };
+        let sender = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let (listener, rx) =
+            Listener::start(Transport::Udp, port, sender, &PathBuf::new()).unwrap();
+        let mut probe = vec![0u8; PROBE_HEADER_LEN];
+        let tag = Tag::default();
+        ProbeHeader {
+            tag,
+            seq: 7,
+            sent_ns: 1,
+        }
+        .emit(&mut probe);
+        let from = |a: [u8; 4]| std::net::UdpSocket::bind((Ipv4Addr::from(a), 0)).unwrap();
+        from([127, 0, 0, 2])
+            .send_to(&probe, (Ipv4Addr::LOCALHOST, port))
+            .unwrap();
+        from([127, 0, 0, 1])
+            .send_to(&probe, (Ipv4Addr::LOCALHOST, port))
+            .unwrap();
+        let seen = rx
+            .recv_timeout(Duration::from_secs(2))
+            .expect("the sender's probe");
+        assert_eq!(seen.arrival.seq, 7);
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+        assert_eq!(listener.foreign.load(Ordering::Relaxed), 1);
+    }
+
     #[test]
     fn two_udp_senders_share_the_probe_port() {
         let port = {

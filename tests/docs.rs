@@ -591,3 +591,103 @@ fn the_metric_families_the_guides_name_are_served_and_every_served_one_is_named(
     );
     assert!(named > 100, "only {named} names read");
 }
+
+/// `docs/threat-model.md` gives each bound as the code has it: every sentence below,
+/// built from the constants, is in the page (its whitespace aside), so changing a
+/// limit without the page fails here.
+#[test]
+fn the_threat_model_gives_the_limits_the_code_has() {
+    use mgrp_overlay::api::{conns, tls};
+    use mgrp_tool::budget;
+    use mgrp_tool::server as snd;
+    let text = std::fs::read_to_string(root().join("docs/threat-model.md")).unwrap();
+    let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let page = flat(&text);
+    let thousands = |n: usize| {
+        let s = n.to_string();
+        let (head, tail) = s.split_at(s.len() % 3);
+        let groups: Vec<&str> = tail
+            .as_bytes()
+            .chunks(3)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect();
+        if head.is_empty() {
+            groups.join(",")
+        } else {
+            format!("{head},{}", groups.join(","))
+        }
+    };
+    let sentences = [
+        format!(
+            "at most {} packet captures in all, {} per requester",
+            snd::MAX_CAPTURES,
+            snd::MAX_CAPTURES_PER_REQUESTER
+        ),
+        format!(
+            "at most {} questions a second per requester ({} at once)",
+            budget::QUERIES_PER_SECOND,
+            budget::QUERY_BURST
+        ),
+        format!("an IPv6 /{} (`--ipv6-prefix`)", snd::DEFAULT_IPV6_PREFIX),
+        format!(
+            "{} MB) of probes per requester over a sliding hour (minute buckets, {} requesters remembered)",
+            snd::DEFAULT_BYTES_PER_HOUR / 1_000_000,
+            thousands(budget::MAX_REQUESTERS)
+        ),
+        format!(
+            "`--max-probe-mbps` ({} Mbit/s) averaged over {} s",
+            snd::DEFAULT_PROBE_BPS / 1_000_000,
+            snd::PROBE_RATE_WINDOW.as_secs()
+        ),
+        format!(
+            "{} measurements at once, {} per requester, one exclusive",
+            snd::MAX_MEASUREMENTS,
+            snd::MAX_MEASUREMENTS_PER_HOST
+        ),
+        format!(
+            "{} connections at once, {} per requester",
+            snd::MAX_CONNECTIONS,
+            snd::MAX_CONNECTIONS_PER_HOST
+        ),
+        format!(
+            "claims no measurement lasts at most {} s",
+            snd::UNCLAIMED_LIFETIME.as_secs()
+        ),
+        format!(
+            "a measurement holds the sender at most {} minutes",
+            snd::MAX_SESSION.as_secs() / 60
+        ),
+        format!(
+            "gives its place up after {} s without a batch",
+            snd::EXCLUSIVE_IDLE.as_secs()
+        ),
+        format!(
+            "{} connections at once in all and {} from one network",
+            conns::MAX_CONNECTIONS,
+            conns::MAX_CONNECTIONS_PER_NETWORK
+        ),
+        format!(
+            "A client has {} s to send a request's headers",
+            conns::HEADER_READ_TIMEOUT.as_secs()
+        ),
+        format!(
+            "({} at once, {} from one host, {} s each)",
+            tls::MAX_HANDSHAKES,
+            tls::MAX_HANDSHAKES_PER_HOST,
+            tls::HANDSHAKE_TIMEOUT.as_secs()
+        ),
+        format!(
+            "quotes the first {} bytes of an MGRP packet this daemon sent there within {} s",
+            mgrpd::sent::FINGERPRINT_BYTES,
+            mgrpd::sent::RECENT.as_secs()
+        ),
+    ];
+    let missing: Vec<&String> = sentences
+        .iter()
+        .filter(|s| !page.contains(s.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/threat-model.md does not say (or no longer says) what the code has: {missing:#?}"
+    );
+}

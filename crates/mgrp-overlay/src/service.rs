@@ -28,6 +28,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     for w in config.warnings() {
         tracing::warn!("{w}");
     }
+    // The API's connections and the measurement senders' share one table.
+    match mgrp_rt::thread::raise_descriptor_limit() {
+        Ok(n) if n < 4096 => tracing::warn!(
+            "at most {n} open descriptors: the API and the measurement senders may run short under many connections (raise LimitNOFILE or `ulimit -Hn`)"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot raise the limit of open descriptors: {e}"),
+    }
     let (name, links, tls) = (config.name.clone(), config.links.len(), config.tls.clone());
     let node = Node::start(config)?;
     let (stopping, shutdown) = watch::channel(false);

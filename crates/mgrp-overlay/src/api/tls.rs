@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc};
 
+use crate::api::conns::{ConnLimits, serve_connections};
+
 pub use crate::config::tls::ServerTls;
 
 /// How long a client may take over its handshake.
@@ -146,23 +148,26 @@ impl axum::serve::Listener for TlsListener {
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves: over TLS with `tls`, else in
-/// clear HTTP.
+/// clear HTTP, with the connection bounds of [`ConnLimits::default`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     tls: Option<&ServerTls>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with(listener, app, tls, ConnLimits::default(), shutdown).await
+}
+
+/// [`serve`] under other connection bounds.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    tls: Option<&ServerTls>,
+    limits: ConnLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     match tls {
-        None => {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
-        Some(t) => {
-            axum::serve(TlsListener::new(listener, t)?, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
+        None => serve_connections(listener, app, limits, shutdown).await,
+        Some(t) => serve_connections(TlsListener::new(listener, t)?, app, limits, shutdown).await,
     }
 }

@@ -56,6 +56,11 @@ pub struct Api {
 
 impl Api {
     pub fn start(config: Config) -> Self {
+        Self::start_with(config, mgrp_overlay::api::conns::ConnLimits::default())
+    }
+
+    /// [`Self::start`] with other connection bounds.
+    pub fn start_with(config: Config, limits: mgrp_overlay::api::conns::ConnLimits) -> Self {
         let tls = config.tls.clone();
         let node = Node::start(config).unwrap();
         let (stop, shutdown) = watch::channel(false);
@@ -71,9 +76,15 @@ impl Api {
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
                 let mut shutdown = shutdown;
-                mgrp_overlay::api::tls::serve(listener, app, tls.as_ref(), async move {
-                    let _ = shutdown.wait_for(|s| *s).await;
-                })
+                mgrp_overlay::api::tls::serve_with(
+                    listener,
+                    app,
+                    tls.as_ref(),
+                    limits,
+                    async move {
+                        let _ = shutdown.wait_for(|s| *s).await;
+                    },
+                )
                 .await
                 .unwrap();
             });

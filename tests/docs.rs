@@ -671,10 +671,19 @@ fn the_threat_model_gives_the_limits_the_code_has() {
             conns::HEADER_READ_TIMEOUT.as_secs()
         ),
         format!(
-            "({} at once, {} from one host, {} s each)",
+            "({} at once, {} from one network, {} s each)",
             tls::MAX_HANDSHAKES,
             tls::MAX_HANDSHAKES_PER_HOST,
             tls::HANDSHAKE_TIMEOUT.as_secs()
+        ),
+        format!(
+            "bounded to {} a second, {} from one address",
+            mgrpd::endpoints::TRIALS_PER_SECOND,
+            mgrpd::endpoints::TRIALS_PER_SOURCE_PER_SECOND
+        ),
+        format!(
+            "at most {} probes wait for it",
+            thousands(mgrp_tool::transport::MAX_QUEUED_PROBES)
         ),
         format!(
             "quotes the first {} bytes of an MGRP packet this daemon sent there within {} s",

@@ -490,6 +490,12 @@ pub struct DaemonCounters {
     /// no peer down.
     #[serde(default)]
     pub icmp_errors_unproven: u64,
+    /// UDP datagrams from an endpoint no peer is known at, dropped unopened because
+    /// the second's trials against the roaming peers' keys were spent (64 a second,
+    /// 4 from one address): a flood of them costs the receiver no tag checks. Also
+    /// counted in `mgrp_not_peer`.
+    #[serde(default)]
+    pub trials_refused: u64,
     /// Errors the daemon's sockets reported, by reason (`mgrpd_socket_errors_total`),
     /// each survived: every ICMP error about an MGRP packet it sent, once, as its
     /// error queue gave it, and the receives that failed for another reason a network

@@ -262,9 +262,19 @@ struct Received {
 /// against anyone else's datagrams).
 const MAX_SENDERS: usize = 1024;
 
-/// Senders (address and port) one host may hold at once: a pinger that restarts on a
-/// new port takes its host's oldest, so one host cannot fill the table.
+/// Senders (address and port) one network (an IPv4 address, an IPv6 /64) may hold at
+/// once: a pinger that restarts on a new port takes its network's oldest, so one host
+/// cannot fill the table, whatever addresses of its /64 it sends from.
 const MAX_PER_HOST: usize = 8;
+
+/// Whether `a` and `b` are one network for [`MAX_PER_HOST`].
+fn same_network(a: std::net::IpAddr, b: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    match (a.to_canonical(), b.to_canonical()) {
+        (IpAddr::V6(a), IpAddr::V6(b)) => u128::from(a) >> 64 == u128::from(b) >> 64,
+        (a, b) => a == b,
+    }
+}
 
 /// A sender silent this long is forgotten once the table is full, s.
 const FORGET_AFTER_S: f64 = 60.0;
@@ -277,7 +287,7 @@ impl Echo {
             let mine: Vec<(std::net::SocketAddr, f64)> = self
                 .received
                 .iter()
-                .filter(|(a, _)| a.ip() == from.ip())
+                .filter(|(a, _)| same_network(a.ip(), from.ip()))
                 .map(|(a, r)| (*a, r.last))
                 .collect();
             if mine.len() >= MAX_PER_HOST
@@ -457,6 +467,16 @@ mod tests {
             assert!(e.answer(from, 1, 0.0).is_some());
         }
         assert_eq!(e.senders(), MAX_PER_HOST);
+        // So does one IPv6 /64 from every address it has.
+        let mut v6 = Echo::default();
+        for host in 1..=1024u128 {
+            let a = std::net::Ipv6Addr::from((0x2001_0db8_0000_0001u128 << 64) | host);
+            assert!(
+                v6.answer(std::net::SocketAddr::from((a, 7701)), 1, 0.0)
+                    .is_some()
+            );
+        }
+        assert_eq!(v6.senders(), MAX_PER_HOST);
         // A member is still answered.
         let member = std::net::SocketAddr::from(([10, 0, 0, 1], 7701));
         assert!(e.answer(member, 1, 0.0).is_some());

@@ -830,14 +830,7 @@ fn unprovable(ip: IpAddr) -> Option<&'static str> {
 
 /// A cookie for a proof probe, from the kernel's random source.
 fn cookie() -> u64 {
-    let mut b = [0u8; 8];
-    // SAFETY: the buffer is valid for its length; getrandom writes at most that.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != 8 {
-        // Never the case on Linux for 8 bytes; the clock still makes a guess costly.
-        return sys::wall_now() as u64 ^ u64::from(std::process::id()).rotate_left(32);
-    }
-    u64::from_ne_bytes(b)
+    sys::random_u64()
 }
 
 /// A tool's `snd` command: serves one measurement, or every one with

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::conn::Conn;
 use crate::control::{
     Batch, CONTROL_VERSION, DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, PROOF_KIND, Reply, Request,
-    SentReport, TcpFlow, Transport,
+    SentReport, Tag, TcpFlow, Transport,
 };
 use crate::transport::{Arrival, Listener, Seen};
 use anyhow::{anyhow, bail};
@@ -297,6 +297,11 @@ pub struct Session {
     max_size: u32,
     started: Instant,
     address: Option<IpAddr>,
+    /// Mixed into the fleet and stream of every batch's tag on the wire (and taken
+    /// out of the report again), so a host that spoofs the sender's address must
+    /// also guess 64 random bits to have a probe of its own counted; the sender only
+    /// echoes tags, so it needs to know nothing of it.
+    tag_mask: u64,
 }
 
 /// The sender closed the control connection before the run began.
@@ -373,7 +378,18 @@ impl Session {
             max_size,
             started,
             address: opts.address,
+            tag_mask: crate::sys::random_u64(),
         })
+    }
+
+    /// `tag` as it travels in this session: its fleet and stream mixed with the
+    /// session's mask (the same call takes the mask out again).
+    fn masked(&self, tag: Tag) -> Tag {
+        Tag {
+            fleet: tag.fleet ^ (self.tag_mask >> 32) as u32,
+            stream: tag.stream ^ self.tag_mask as u32,
+            ..tag
+        }
     }
 
     /// What the sender's mgrpd routes to this receiver now (over the last two
@@ -437,6 +453,11 @@ impl Session {
     }
 
     fn exchange_inner(&mut self, batch: &Batch) -> anyhow::Result<Exchange> {
+        let asked = batch;
+        let batch = &Batch {
+            tag: self.masked(asked.tag),
+            ..asked.clone()
+        };
         // Anything still queued belongs to earlier batches.
         while self.rx.try_recv().is_ok() {}
         let duration = Duration::from_nanos(batch.duration_ns().saturating_add(batch.lead_ns));
@@ -475,7 +496,10 @@ impl Session {
             }
         }
         Ok(Exchange {
-            report,
+            report: SentReport {
+                tag: asked.tag,
+                ..report
+            },
             arrivals,
             replied,
         })

@@ -1,7 +1,8 @@
 //! The tool's clocks, sleeps, real-time priority and stamped receives, as the
 //! nanosecond integers its code counts in (the workspace's `mgrp_rt` does the work),
-//! the interrupt flag (an `unsafe` block: the signal handler), and how much a TCP
-//! socket still has to send (another: the `SIOCOUTQ` ioctl).
+//! the interrupt flag (an `unsafe` block: the signal handler), how much a TCP
+//! socket still has to send (another: the `SIOCOUTQ` ioctl), and random bits (a
+//! third: `getrandom`).
 
 #![allow(unsafe_code)]
 
@@ -74,6 +75,18 @@ pub fn unacknowledged_bytes(s: &std::net::TcpStream) -> io::Result<usize> {
         return Err(io::Error::last_os_error());
     }
     Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// 64 bits from the kernel's random source (the clock and the process id, mixed,
+/// should it ever fail, which it does not on Linux for 8 bytes).
+pub fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: the buffer is valid for its length; getrandom writes at most that.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != 8 {
+        return wall_now() as u64 ^ u64::from(std::process::id()).rotate_left(32);
+    }
+    u64::from_ne_bytes(b)
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);

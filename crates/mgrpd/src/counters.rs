@@ -98,6 +98,7 @@ counters!(
     riders_relayed,
     peer_unreachable_reported,
     icmp_errors_unproven,
+    trials_refused,
     socket_errors_refused,
     socket_errors_unreachable,
     socket_errors_prohibited,

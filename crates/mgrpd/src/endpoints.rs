@@ -10,16 +10,74 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use mgrp_core::planner::Encap;
 use mgrp_core::wire::Packet;
 
 use crate::config::Config;
 
+/// Datagrams from an endpoint no peer is known at that are tried against every
+/// roaming peer's keys, per second at most, in all: each costs a tag check per
+/// roaming peer (and key, and address of this host's), so a flood of them could
+/// otherwise take the receiver whole and the known peers' packets with it. Beyond,
+/// such a datagram is dropped unopened (`trials_refused`).
+pub const TRIALS_PER_SECOND: u32 = 64;
+
+/// The same, per source address: one host cannot take the whole second's share.
+pub const TRIALS_PER_SOURCE_PER_SECOND: u32 = 4;
+
+/// Source addresses counted per second at most; beyond, new ones share the global
+/// bound only.
+const MAX_TRIAL_SOURCES: usize = 4096;
+
+/// Why a datagram names no peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unknown {
+    /// Its endpoint is no peer's and no roaming peer's key opens it.
+    NoPeer,
+    /// Its endpoint is no peer's, and this second's trials were spent.
+    OverTrials,
+}
+
+/// This second's trials: (second, in all, per source).
+#[derive(Debug, Default)]
+struct Trials {
+    second: u64,
+    all: u32,
+    per: HashMap<IpAddr, u32>,
+}
+
+impl Trials {
+    /// Whether one more datagram from `from` may be tried in second `now`.
+    fn take(&mut self, now: u64, from: IpAddr) -> bool {
+        if self.second != now {
+            self.second = now;
+            self.all = 0;
+            self.per.clear();
+        }
+        if self.all >= TRIALS_PER_SECOND {
+            return false;
+        }
+        let full = self.per.len() >= MAX_TRIAL_SOURCES;
+        match self.per.get_mut(&from) {
+            Some(n) if *n >= TRIALS_PER_SOURCE_PER_SECOND => return false,
+            Some(n) => *n += 1,
+            None if full => {}
+            None => {
+                self.per.insert(from, 1);
+            }
+        }
+        self.all += 1;
+        true
+    }
+}
+
 /// The endpoints of the UDP peers.
 #[derive(Debug)]
 pub(crate) struct Endpoints {
+    /// Datagrams tried against the roaming peers' keys this second.
+    trials: Mutex<Trials>,
     config: Arc<Config>,
     /// Endpoints learned from authenticated packets, by peer.
     learned: RwLock<HashMap<IpAddr, SocketAddr>>,
@@ -45,6 +103,7 @@ impl Endpoints {
             config,
             learned: RwLock::default(),
             roaming,
+            trials: Mutex::default(),
         }
     }
 
@@ -64,18 +123,18 @@ impl Endpoints {
 
     /// The peer a datagram from `from` comes from: the peer last heard from there
     /// or configured there, else the peer whose own address it is, else the roaming
-    /// peer `sealed_by` says `payload` is sealed by (parsed only then). `None`: no
-    /// peer.
+    /// peer `sealed_by` says `payload` is sealed by (parsed only then, and tried only
+    /// within [`TRIALS_PER_SECOND`] and [`TRIALS_PER_SOURCE_PER_SECOND`]).
     pub(crate) fn identify(
         &self,
         from: SocketAddr,
         payload: &[u8],
         sealed_by: impl Fn(IpAddr, &Packet<&[u8]>) -> bool,
-    ) -> Option<IpAddr> {
+    ) -> Result<IpAddr, Unknown> {
         {
             let learned = self.learned.read().unwrap_or_else(PoisonError::into_inner);
             if let Some((peer, _)) = learned.iter().find(|(_, at)| **at == from) {
-                return Some(*peer);
+                return Ok(*peer);
             }
         }
         if let Some(p) = self
@@ -85,20 +144,25 @@ impl Endpoints {
             .iter()
             .find(|p| p.endpoint == Some(from))
         {
-            return Some(p.prefix.addr());
+            return Ok(p.prefix.addr());
         }
         let ip = from.ip();
         if self.config.peers.is_peer(ip) && self.is_udp(ip) {
-            return Some(ip);
+            return Ok(ip);
         }
         if self.roaming.is_empty() {
-            return None;
+            return Err(Unknown::NoPeer);
         }
-        let packet = Packet::new_checked(payload).ok()?;
+        let packet = Packet::new_checked(payload).map_err(|_| Unknown::NoPeer)?;
+        let second = mgrp_rt::mono_now().as_nanos() / 1_000_000_000;
+        if !mgrp_rt::lock(&self.trials).take(second, ip.to_canonical()) {
+            return Err(Unknown::OverTrials);
+        }
         self.roaming
             .iter()
             .copied()
             .find(|peer| sealed_by(*peer, &packet))
+            .ok_or(Unknown::NoPeer)
     }
 
     /// The peer whose packets go to `at`, for an ICMP error about one of them.
@@ -131,5 +195,27 @@ impl Endpoints {
         let mut learned = self.learned.write().unwrap_or_else(PoisonError::into_inner);
         learned.insert(peer, from);
         Some(before)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trials_are_bounded_per_source_and_in_all_each_second() {
+        let mut t = Trials::default();
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        for _ in 0..TRIALS_PER_SOURCE_PER_SECOND {
+            assert!(t.take(1, a));
+        }
+        assert!(!t.take(1, a), "one source's share of the second is spent");
+        let mut others = 0;
+        while t.take(1, IpAddr::from([198, 51, 100, (others % 250) as u8 + 1])) {
+            others += 1;
+        }
+        assert_eq!(others + TRIALS_PER_SOURCE_PER_SECOND, TRIALS_PER_SECOND);
+        // The next second starts afresh.
+        assert!(t.take(2, a));
     }
 }

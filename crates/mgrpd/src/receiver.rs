@@ -21,7 +21,7 @@ use tracing::{debug, info};
 
 use crate::config::Config;
 use crate::counters::{Counters, LimitedLog, ReassemblySlots, SocketError, bump};
-use crate::endpoints::Endpoints;
+use crate::endpoints::{Endpoints, Unknown};
 use crate::keyring::{Keyring, Refusal as AuthRefusal, Verdict};
 use crate::lifecycle::Lifecycle;
 use crate::listeners::Listeners;
@@ -356,13 +356,21 @@ impl Receiver {
             .endpoints
             .identify(at, payload, |peer, p| keyring.opens_as(peer, to, p))
         {
-            Some(peer) => self.handle_mgrp(peer, Some(at), to, payload, ip_len, stamp),
-            None => {
+            Ok(peer) => self.handle_mgrp(peer, Some(at), to, payload, ip_len, stamp),
+            Err(unknown) => {
                 let c = &self.counters;
                 bump(&c.mgrp_received);
                 bump(&c.mgrp_not_peer);
+                if unknown == Unknown::OverTrials {
+                    bump(&c.trials_refused);
+                }
                 self.not_peer_log.warn(format_args!(
-                    "dropped an MGRP datagram from {at}, which is no peer's endpoint and carries no roaming peer's key"
+                    "dropped an MGRP datagram from {at}, which is no peer's endpoint and {}",
+                    if unknown == Unknown::OverTrials {
+                        "came beyond the datagrams tried against the roaming peers' keys this second"
+                    } else {
+                        "carries no roaming peer's key"
+                    }
                 ));
             }
         }

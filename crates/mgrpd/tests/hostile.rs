@@ -21,6 +21,9 @@ use common::{mgrpd, root_or_skip, serial, wait_for};
 
 const UDP_PORT: u16 = 4253;
 
+/// The mark mgrpd gives its own packets by default (`fwmark`).
+const MGRPD_FWMARK: u32 = 0x4d47;
+
 /// The internet checksum of `bytes`.
 fn checksum(bytes: &[u8]) -> u16 {
     let mut sum: u32 = 0;
@@ -278,4 +281,100 @@ fn icmp_errors_from_the_path_stop_no_thread() {
             after.daemon
         );
     }
+}
+
+/// B knows 100 roaming peers (each with a key of its own) besides A, whose endpoint
+/// is configured. A flood of datagrams that parse as
+/// MGRP but come from an endpoint no peer is at (a second address of A's host) would
+/// each be tried against every roaming peer's keys; while it runs, A's trains to B
+/// arrive whole, and B says it dropped most of the flood unopened. Without a bound
+/// on those trials, each junk datagram cost B hundreds of tag checks.
+#[test]
+fn a_flood_of_unknown_datagrams_costs_no_peer_its_train() {
+    use mgrp_core::auth::Key;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let _serial = serial();
+    if !root_or_skip("a_flood_of_unknown_datagrams_costs_no_peer_its_train") {
+        return;
+    }
+    let key = common::TempFile::key(&Key::from_bytes([0x71; 32]));
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let a_config = common::TempFile::config(&format!(
+        "routes = [\"{ADDR_B}/32\"]\nencap = \"udp\"\n\n[[peers]]\nprefix = \"{ADDR_B}/32\"\nkey-file = \"{}\"\nendpoint = \"{ADDR_B}:{UDP_PORT}\"\n",
+        key.arg()
+    ));
+    let mut b_text = format!(
+        "routes = [\"{ADDR_A}/32\"]\nencap = \"udp\"\n\n[[peers]]\nprefix = \"{ADDR_A}/32\"\nkey-file = \"{}\"\nendpoint = \"{ADDR_A}:{UDP_PORT}\"\n",
+        key.arg()
+    );
+    let roaming_keys: Vec<common::TempFile> = (0..100u8)
+        .map(|i| common::TempFile::key(&Key::from_bytes([i; 32])))
+        .collect();
+    for (i, k) in roaming_keys.iter().enumerate() {
+        b_text.push_str(&format!(
+            "\n[[peers]]\nprefix = \"10.99.{}.{}/32\"\nkey-file = \"{}\"\n",
+            i / 10,
+            i % 10 + 1,
+            k.arg()
+        ));
+    }
+    let b_config = common::TempFile::config(&b_text);
+    let a = Daemon::start(&net.a, mgrpd(), &["--config", &a_config.arg()]).expect("mgrpd on A");
+    let b = Daemon::start(&net.b, mgrpd(), &["--config", &b_config.arg()]).expect("mgrpd on B");
+    // A sealed packet of A's, as B sees it: junk that parses as MGRP and carries a
+    // trailer, so B would try it against every roaming peer's key.
+    let datagram = capture_datagram(&net.b, false, || train(&a, IpAddr::V4(ADDR_B)));
+    let mut junk = datagram[8..].to_vec();
+    let n = junk.len();
+    junk[n - 1] ^= 0xff;
+    net.a
+        .ip(&["addr", "add", "10.77.0.9/24", "dev", &net.veth_a])
+        .expect("a second address on A's host");
+    let before = b.quiescent_stats().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    // Marked as mgrpd marks its own packets, so that they go straight to B rather
+    // than into A's tunnel (as a stranger's would from a host of its own).
+    let s = net
+        .a
+        .run(|| {
+            let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+            s.set_mark(MGRPD_FWMARK)?;
+            s.bind(&SocketAddr::from(([10, 77, 0, 9], 0)).into())?;
+            std::io::Result::Ok(std::net::UdpSocket::from(s))
+        })
+        .unwrap()
+        .unwrap();
+    let flood = {
+        let (stop, sent) = (stop.clone(), sent.clone());
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(20) {
+                if s.send_to(&junk, (ADDR_B, UDP_PORT)).is_ok() {
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    for _ in 0..5 {
+        train(&a, IpAddr::V4(ADDR_B));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    flood.join().unwrap();
+    let after = b.quiescent_stats().unwrap();
+    let d = &after.daemon;
+    assert_eq!(
+        d.probes_received - before.daemon.probes_received,
+        100,
+        "A's trains beside a flood of {} datagrams: {d:#?}",
+        sent.load(Ordering::Relaxed)
+    );
+    assert!(
+        d.trials_refused > 0 && d.mgrp_not_peer > d.trials_refused / 2,
+        "{} datagrams sent: {d:#?}",
+        sent.load(Ordering::Relaxed)
+    );
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::api::conns::{ConnLimits, serve_connections};
+use mgrp_tool::requester::Requester;
 
 pub use crate::config::tls::ServerTls;
 
@@ -22,8 +23,9 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Handshakes in progress at most; further connections wait to be accepted.
 pub const MAX_HANDSHAKES: usize = 64;
 
-/// Handshakes in progress from one address at most; its further connections are
-/// closed at once, so one host cannot take every handshake slot.
+/// Handshakes in progress from one network (an IPv4 address, an IPv6 /64) at most;
+/// its further connections are closed at once, so one host cannot take every
+/// handshake slot.
 pub const MAX_HANDSHAKES_PER_HOST: usize = 8;
 
 /// A listener for `axum::serve` that hands out TLS streams: connections are taken
@@ -45,7 +47,7 @@ impl TlsListener {
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.clone());
         let (tx, ready) = mpsc::channel(MAX_HANDSHAKES);
         let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
-        let per_host: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>> = Arc::default();
+        let per_host: Arc<std::sync::Mutex<HashMap<Requester, usize>>> = Arc::default();
         tokio::spawn(async move {
             loop {
                 // Ends with the server (its listener dropped), even while idle.
@@ -97,14 +99,18 @@ impl TlsListener {
     }
 }
 
-/// One handshake under way from a host; given back when dropped.
+/// One handshake under way from a network; given back when dropped.
 struct HostSlot {
-    hosts: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
-    host: IpAddr,
+    hosts: Arc<std::sync::Mutex<HashMap<Requester, usize>>>,
+    host: Requester,
 }
 
 impl HostSlot {
-    fn take(hosts: &Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>, host: IpAddr) -> Option<Self> {
+    fn take(
+        hosts: &Arc<std::sync::Mutex<HashMap<Requester, usize>>>,
+        from: IpAddr,
+    ) -> Option<Self> {
+        let host = Requester::of(from, 64);
         let mut h = mgrp_rt::lock(hosts);
         let n = h.entry(host).or_insert(0);
         if *n >= MAX_HANDSHAKES_PER_HOST {

@@ -53,6 +53,8 @@ impl Node {
                     piggyback: config.serve_piggyback,
                     allow: config.serve_allow.clone(),
                     max_bytes_per_hour: config.serve_bytes_per_hour,
+                    max_probe_bps: config.serve_probe_bps,
+                    ipv6_prefix: config.serve_ipv6_prefix,
                     ..ServeOptions::new(transport)
                 };
                 if let Some(warning) = opts.open_to_all() {

@@ -16,40 +16,109 @@ pub struct Conn {
     reader: BufReader<Timed>,
     writer: TcpStream,
     line: Vec<u8>,
-    /// How long the peer may leave a backlog of unread answers (see
-    /// [`Conn::set_answer_limit`]), and since when it has.
-    answer_limit: Option<Duration>,
-    backlog_since: Option<Instant>,
 }
 
-/// Bytes of answers a peer may leave unread before [`Conn::set_answer_limit`]'s
-/// clock runs: more than the largest answer (the report of a 10,000-probe batch),
-/// less than the socket buffers a peer that does not read fills.
-const ANSWER_BACKLOG: usize = 1024 * 1024;
+/// Bytes of answers a peer may leave unacknowledged before
+/// [`Conn::set_answer_limit`]'s clock runs, on a kernel that does not say what window
+/// the peer advertises. A receiver asks and reads in turn: by the time its next
+/// request comes, or soon after an answer while it waits for the next, its kernel has
+/// acknowledged the answer before, however large.
+const ANSWER_BACKLOG: usize = 64 * 1024;
 
 /// The read side: each read waits at most the read timeout, and never past the
-/// deadline, if one is set.
+/// deadline, if one is set; with an answer limit it also ends, with an error, once
+/// the peer has left a backlog of answers unread for that long.
 #[derive(Debug)]
 struct Timed {
     stream: TcpStream,
     timeout: Option<Duration>,
     deadline: Option<Instant>,
+    /// How long the peer may leave a backlog of answers unread, and since when it has.
+    answer_limit: Option<Duration>,
+    backlog_since: Option<Instant>,
+}
+
+/// How often a read that waits looks at the backlog of answers.
+const BACKLOG_CHECK: Duration = Duration::from_secs(1);
+
+impl Timed {
+    /// Whether the peer leaves answers unread now: some are unacknowledged while its
+    /// advertised window is below one segment (its kernel holds what came unread and
+    /// opens the window a few bytes at a time at most), or, where the kernel does not
+    /// say the window, over [`ANSWER_BACKLOG`] bytes are unacknowledged.
+    fn backlogged(&self) -> bool {
+        let unacked = crate::sys::unacknowledged_bytes(&self.stream).unwrap_or(0);
+        match crate::sys::peer_window(&self.stream) {
+            Ok(Some((window, mss))) => unacked > 0 && window < mss.max(536),
+            _ => unacked > ANSWER_BACKLOG,
+        }
+    }
+
+    /// An error once the peer has left answers unread ([`Timed::backlogged`]) for the
+    /// answer limit, at every look.
+    fn check_backlog(&mut self) -> std::io::Result<()> {
+        let Some(limit) = self.answer_limit else {
+            return Ok(());
+        };
+        if !self.backlogged() {
+            self.backlog_since = None;
+            return Ok(());
+        }
+        let since = *self.backlog_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= limit {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the peer has left its answers unread for over {limit:?}"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Read for Timed {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if let Some(d) = self.deadline {
-            let left = d.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+        if self.deadline.is_none() && self.answer_limit.is_none() {
+            return self.stream.read(buf);
+        }
+        let started = Instant::now();
+        loop {
+            // What is left of the read timeout and of the deadline.
+            let mut left = self.timeout.map(|t| t.saturating_sub(started.elapsed()));
+            if let Some(d) = self.deadline {
+                let to_deadline = d.saturating_duration_since(Instant::now());
+                if to_deadline.is_zero() {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the connection's time is up",
+                    ));
+                }
+                left = Some(left.map_or(to_deadline, |l| l.min(to_deadline)));
+            }
+            if left.is_some_and(|l| l.is_zero()) {
                 return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "the connection's time is up",
+                    std::io::ErrorKind::WouldBlock,
+                    "no message within the read timeout",
                 ));
             }
-            self.stream
-                .set_read_timeout(Some(self.timeout.map_or(left, |t| t.min(left))))?;
+            let slice = match (left, self.answer_limit) {
+                (Some(l), Some(_)) => Some(l.min(BACKLOG_CHECK)),
+                (None, Some(_)) => Some(BACKLOG_CHECK),
+                (l, None) => l,
+            };
+            self.stream.set_read_timeout(slice)?;
+            match self.stream.read(buf) {
+                Err(e)
+                    if self.answer_limit.is_some()
+                        && matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) =>
+                {
+                    self.check_backlog()?;
+                }
+                r => return r,
+            }
         }
-        self.stream.read(buf)
     }
 }
 
@@ -64,22 +133,24 @@ impl Conn {
                 stream,
                 timeout,
                 deadline: None,
+                answer_limit: None,
+                backlog_since: None,
             }),
             writer,
             line: Vec::with_capacity(4096),
-            answer_limit: None,
-            backlog_since: None,
         })
     }
 
-    /// Ends sending with an error once the peer has left over [`ANSWER_BACKLOG`]
-    /// bytes unread for `limit`, however the kernel trickles them out meanwhile: a
-    /// peer that asks and never reads would otherwise keep this end writing a few
-    /// bytes at a time for as long as its kernel makes room for them, which no
-    /// write timeout sees (each write makes some progress).
+    /// Ends sending and receiving with an error once the peer has left its answers
+    /// unread for `limit` (answers unacknowledged while its window is shut). A peer
+    /// that asks and never reads would otherwise hold this end: its kernel makes room
+    /// for a few bytes at a time as it compacts its queue, so each write makes some
+    /// progress and no write timeout fires, and once the answers are out this end
+    /// waits for the next request with them still unread.
     pub fn set_answer_limit(&mut self, limit: Option<Duration>) {
-        self.answer_limit = limit;
-        self.backlog_since = None;
+        let r = self.reader.get_mut();
+        r.answer_limit = limit;
+        r.backlog_since = None;
     }
 
     /// How long one read may wait (`None`: for ever); the deadline, if set, still
@@ -107,19 +178,10 @@ impl Conn {
 
     /// Sends one message in one write.
     pub fn send(&mut self, msg: &impl Serialize) -> anyhow::Result<()> {
-        if let Some(limit) = self.answer_limit {
-            let backlog = crate::sys::unacknowledged_bytes(&self.writer).unwrap_or(0);
-            if backlog <= ANSWER_BACKLOG {
-                self.backlog_since = None;
-            } else {
-                let since = *self.backlog_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= limit {
-                    bail!(
-                        "control connection lost: the peer has left {backlog} bytes of answers unread for over {limit:?}"
-                    );
-                }
-            }
-        }
+        self.reader
+            .get_mut()
+            .check_backlog()
+            .context("control connection lost")?;
         let mut buf = serde_json::to_vec(msg)?;
         buf.push(b'\n');
         self.writer

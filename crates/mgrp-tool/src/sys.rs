@@ -1,8 +1,8 @@
 //! The tool's clocks, sleeps, real-time priority and stamped receives, as the
 //! nanosecond integers its code counts in (the workspace's `mgrp_rt` does the work),
 //! the interrupt flag (an `unsafe` block: the signal handler), how much a TCP
-//! socket still has to send (another: the `SIOCOUTQ` ioctl), and random bits (a
-//! third: `getrandom`).
+//! socket still has to send and what its peer's window is (others: the `SIOCOUTQ`
+//! ioctl and `TCP_INFO`), and random bits (a last: `getrandom`).
 
 #![allow(unsafe_code)]
 
@@ -87,6 +87,30 @@ pub fn random_u64() -> u64 {
         return wall_now() as u64 ^ u64::from(std::process::id()).rotate_left(32);
     }
     u64::from_ne_bytes(b)
+}
+
+/// The receive window `s`'s peer advertises now and the segment size it sends with,
+/// bytes (`tcpi_snd_wnd`, Linux 6.2 and later, and `tcpi_snd_mss`); `None` from a
+/// kernel that does not say.
+pub fn peer_window(s: &std::net::TcpStream) -> io::Result<Option<(u32, u32)>> {
+    use std::os::fd::AsRawFd as _;
+    let mut info = [0u8; 256];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: TCP_INFO writes at most `len` bytes into the buffer and says how many.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &raw mut len,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let b = &info[..(len as usize).min(info.len())];
+    Ok(crate::netlink::u32_at(b, 228).zip(crate::netlink::u32_at(b, 16)))
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);

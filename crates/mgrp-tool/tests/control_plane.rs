@@ -423,7 +423,15 @@ fn a_receiver_that_stops_reading_is_let_go() -> anyhow::Result<()> {
     let star = Star::new(&[None, None, None])?;
     let _serving = Serving::start(&star, ServeOptions::new(Transport::Udp))?;
     let a = SocketAddr::new(IpAddr::V4(star.addrs[0]), CONTROL);
-    let stream = star.hosts[1].run(|| TcpStream::connect_timeout(&a, Duration::from_secs(5)))??;
+    // A receive buffer of its own, small and fixed: with the kernel's autotuning (up
+    // to net.ipv4.tcp_rmem's 32 MB on some hosts) the hog's kernel could take in every
+    // answer, and the sender would only see a receiver that stopped asking.
+    let stream = star.hosts[1].run(|| -> std::io::Result<TcpStream> {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        s.set_recv_buffer_size(16 * 1024)?;
+        s.connect_timeout(&a.into(), Duration::from_secs(5))?;
+        Ok(s.into())
+    })??;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     // Long enough that only a sender that stopped reading stops these writes.
     stream.set_write_timeout(Some(Duration::from_secs(3)))?;

@@ -61,6 +61,10 @@ pub struct Config {
     pub serve_allow: Vec<mgrp_core::peers::Prefix>,
     /// Probe bytes each of them may have per hour.
     pub serve_bytes_per_hour: u64,
+    /// The probe rate each of them may have, averaged over 10 s, bit/s.
+    pub serve_probe_bps: u64,
+    /// How many bits of an IPv6 address make one requester for every limit.
+    pub serve_ipv6_prefix: u8,
     /// The links into this node.
     pub links: Vec<Link>,
     /// How the transfer-rate (BTC) prediction is made.
@@ -117,6 +121,8 @@ struct ServeFile {
     piggyback: Option<bool>,
     allow: Option<Vec<String>>,
     max_mb_per_hour: Option<f64>,
+    max_probe_mbps: Option<f64>,
+    ipv6_prefix: Option<u8>,
 }
 
 impl std::fmt::Debug for Config {
@@ -393,6 +399,27 @@ impl Config {
             )));
         }
         let serve_bytes_per_hour = (mb * 1e6) as u64;
+        let mbps = f
+            .serve
+            .max_probe_mbps
+            .unwrap_or(mgrp_tool::server::DEFAULT_PROBE_BPS as f64 / 1e6);
+        if !(mbps.is_finite() && mbps > 0.0 && mbps <= 1e6) {
+            return Err(invalid(format!(
+                "serve.max-probe-mbps: {mbps}; use a rate in Mbit/s above 0 ({} by default)",
+                mgrp_tool::server::DEFAULT_PROBE_BPS / 1_000_000
+            )));
+        }
+        let serve_probe_bps = (mbps * 1e6) as u64;
+        let serve_ipv6_prefix = f
+            .serve
+            .ipv6_prefix
+            .unwrap_or(mgrp_tool::server::DEFAULT_IPV6_PREFIX);
+        if !(1..=128).contains(&serve_ipv6_prefix) {
+            return Err(invalid(format!(
+                "serve.ipv6-prefix: {serve_ipv6_prefix}; use a prefix length from 1 to 128 ({} by default: a /64 is one requester)",
+                mgrp_tool::server::DEFAULT_IPV6_PREFIX
+            )));
+        }
         if mgrp_port == udp_port && serve.len() == 2 {
             return Err(invalid(format!(
                 "serve: mgrp-port and udp-port are both {mgrp_port}; each transport needs its own"
@@ -423,6 +450,8 @@ impl Config {
             serve_piggyback: f.serve.piggyback.unwrap_or(true),
             serve_allow,
             serve_bytes_per_hour,
+            serve_probe_bps,
+            serve_ipv6_prefix,
             links,
             prediction: f.btc.check()?,
             passive,
@@ -532,11 +561,23 @@ mod tests {
         assert_eq!(c.serve_allow.len(), 2);
         assert!(c.serve_allow[1].contains("10.1.2.3".parse().unwrap()));
         assert_eq!(c.serve_bytes_per_hour, 2_000_000_000);
+        let c = Config::from_toml(
+            "name = \"a\"\n[serve]\nmax-probe-mbps = 1000\nipv6-prefix = 56\n",
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (c.serve_probe_bps, c.serve_ipv6_prefix),
+            (1_000_000_000, 56)
+        );
         assert!(c.summary().contains("10.0.0.5/32"), "{}", c.summary());
         for (bad, says) in [
             ("allow = [\"ten\"]", "serve.allow"),
             ("max-mb-per-hour = 0", "serve.max-mb-per-hour"),
             ("max-mb-per-hour = -1", "serve.max-mb-per-hour"),
+            ("max-probe-mbps = 0", "serve.max-probe-mbps"),
+            ("ipv6-prefix = 0", "serve.ipv6-prefix"),
+            ("ipv6-prefix = 129", "serve.ipv6-prefix"),
         ] {
             let e = Config::from_toml(&format!("name = \"a\"\n[serve]\n{bad}\n"), None)
                 .unwrap_err()

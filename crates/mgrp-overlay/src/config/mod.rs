@@ -561,16 +561,16 @@ mod tests {
         assert_eq!(c.serve_allow.len(), 2);
         assert!(c.serve_allow[1].contains("10.1.2.3".parse().unwrap()));
         assert_eq!(c.serve_bytes_per_hour, 2_000_000_000);
-        let c = Config::from_toml(
+        assert!(c.summary().contains("10.0.0.5/32"), "{}", c.summary());
+        let rated = Config::from_toml(
             "name = \"a\"\n[serve]\nmax-probe-mbps = 1000\nipv6-prefix = 56\n",
             None,
         )
         .unwrap();
         assert_eq!(
-            (c.serve_probe_bps, c.serve_ipv6_prefix),
+            (rated.serve_probe_bps, rated.serve_ipv6_prefix),
             (1_000_000_000, 56)
         );
-        assert!(c.summary().contains("10.0.0.5/32"), "{}", c.summary());
         for (bad, says) in [
             ("allow = [\"ten\"]", "serve.allow"),
             ("max-mb-per-hour = 0", "serve.max-mb-per-hour"),

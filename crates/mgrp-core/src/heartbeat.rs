@@ -14,6 +14,8 @@
 
 use std::collections::VecDeque;
 
+use crate::requester::Requester;
+
 /// A heartbeat's first bytes.
 pub const MAGIC: &[u8; 4] = b"MGRH";
 /// A ping's length.
@@ -267,15 +269,6 @@ const MAX_SENDERS: usize = 1024;
 /// cannot fill the table, whatever addresses of its /64 it sends from.
 const MAX_PER_HOST: usize = 8;
 
-/// Whether `a` and `b` are one network for [`MAX_PER_HOST`].
-fn same_network(a: std::net::IpAddr, b: std::net::IpAddr) -> bool {
-    use std::net::IpAddr;
-    match (a.to_canonical(), b.to_canonical()) {
-        (IpAddr::V6(a), IpAddr::V6(b)) => u128::from(a) >> 64 == u128::from(b) >> 64,
-        (a, b) => a == b,
-    }
-}
-
 /// A sender silent this long is forgotten once the table is full, s.
 const FORGET_AFTER_S: f64 = 60.0;
 
@@ -287,7 +280,7 @@ impl Echo {
             let mine: Vec<(std::net::SocketAddr, f64)> = self
                 .received
                 .iter()
-                .filter(|(a, _)| same_network(a.ip(), from.ip()))
+                .filter(|(a, _)| Requester::of(a.ip(), 64) == Requester::of(from.ip(), 64))
                 .map(|(a, r)| (*a, r.last))
                 .collect();
             if mine.len() >= MAX_PER_HOST

@@ -19,6 +19,7 @@
 //! - [`auth`]: keyed tags and replay protection in the packet trailer.
 //! - [`peers`]: which hosts MGRP packets are taken from, and which riders may be
 //!   written into this host.
+//! - [`requester`]: who a host counts its limits for (an IPv4 address, an IPv6 /64).
 //! - [`ratelimit`]: token buckets for the probes and bytes users may submit.
 //! - [`traffic`]: how much application traffic goes to each peer, and how fast.
 //! - [`exposition`]: metrics in the format a Prometheus scraper asks for.
@@ -44,6 +45,7 @@ pub mod peers;
 pub mod planner;
 pub mod ratelimit;
 pub mod reassembly;
+pub mod requester;
 pub mod schedule;
 pub mod segment;
 pub mod stats;

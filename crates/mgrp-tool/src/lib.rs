@@ -19,7 +19,7 @@
 //! - [`capture`]: the kernel's stamps of the application's own TCP segments to or
 //!   from a peer, headers only; a sender hands a receiver those it sent to it
 //!   ([`sender_stamps`]), for passive packet timing.
-//! - [`requester`]: who a sender counts its limits for (an IPv4 address, an IPv6
+//! - [`requester`] (`mgrp_core`'s, here for the tools): who a sender counts its limits for (an IPv4 address, an IPv6
 //!   /64); [`budget`]: what each may take.
 //! - [`cli`], [`exit`], [`sys`]: the flags, exit codes, clocks and interrupt flag
 //!   every tool's command line uses; [`kind`]: the probe kinds, one table.
@@ -36,7 +36,7 @@ pub mod netlink;
 pub mod params;
 #[cfg(feature = "plot")]
 pub mod plot;
-pub mod requester;
+pub use mgrp_core::requester;
 pub mod server;
 pub mod session;
 pub mod sockdiag;

@@ -13,6 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use mgrp_core::planner::Encap;
+use mgrp_core::requester::Requester;
 use mgrp_core::wire::Packet;
 
 use crate::config::Config;
@@ -24,10 +25,11 @@ use crate::config::Config;
 /// such a datagram is dropped unopened (`trials_refused`).
 pub const TRIALS_PER_SECOND: u32 = 64;
 
-/// The same, per source address: one host cannot take the whole second's share.
+/// The same, per source (an IPv4 address, an IPv6 /64): one host cannot take the
+/// whole second's share.
 pub const TRIALS_PER_SOURCE_PER_SECOND: u32 = 4;
 
-/// Source addresses counted per second at most; beyond, new ones share the global
+/// Sources counted per second at most; beyond, new ones share the global
 /// bound only.
 const MAX_TRIAL_SOURCES: usize = 4096;
 
@@ -45,12 +47,13 @@ pub(crate) enum Unknown {
 struct Trials {
     second: u64,
     all: u32,
-    per: HashMap<IpAddr, u32>,
+    per: HashMap<Requester, u32>,
 }
 
 impl Trials {
     /// Whether one more datagram from `from` may be tried in second `now`.
     fn take(&mut self, now: u64, from: IpAddr) -> bool {
+        let from = Requester::of(from, 64);
         if self.second != now {
             self.second = now;
             self.all = 0;
@@ -155,7 +158,7 @@ impl Endpoints {
         }
         let packet = Packet::new_checked(payload).map_err(|_| Unknown::NoPeer)?;
         let second = mgrp_rt::mono_now().as_nanos() / 1_000_000_000;
-        if !mgrp_rt::lock(&self.trials).take(second, ip.to_canonical()) {
+        if !mgrp_rt::lock(&self.trials).take(second, ip) {
             return Err(Unknown::OverTrials);
         }
         self.roaming

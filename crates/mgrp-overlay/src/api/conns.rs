@@ -15,7 +15,7 @@ use std::time::Duration;
 use axum::serve::Listener;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use mgrp_tool::requester::Requester;
+use mgrp_core::requester::Requester;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
@@ -54,25 +54,32 @@ impl Default for ConnLimits {
     }
 }
 
-/// The connections open, in all and per network.
+/// What is open, in all and per network: connections here, TLS handshakes in
+/// `tls`.
 #[derive(Debug, Default)]
-struct Open {
+pub(crate) struct Open {
     all: usize,
     per: HashMap<Requester, usize>,
 }
 
-/// One open connection's place; given back when dropped.
-struct Place {
+/// One open thing's place; given back when dropped.
+pub(crate) struct Place {
     open: Arc<Mutex<Open>>,
     who: Requester,
 }
 
 impl Place {
-    fn take(open: &Arc<Mutex<Open>>, limits: &ConnLimits, from: IpAddr) -> Option<Self> {
+    /// A place for one more from `from`, unless `in_all` are open or `per_network`
+    /// from its network.
+    pub(crate) fn take(
+        open: &Arc<Mutex<Open>>,
+        (in_all, per_network): (usize, usize),
+        from: IpAddr,
+    ) -> Option<Self> {
         let who = Requester::of(from, 64);
         let mut o = mgrp_rt::lock(open);
         let mine = o.per.get(&who).copied().unwrap_or(0);
-        if o.all >= limits.max_connections || mine >= limits.max_per_network {
+        if o.all >= in_all || mine >= per_network {
             return None;
         }
         o.all += 1;
@@ -120,7 +127,8 @@ where
             a = listener.accept() => a,
             () = &mut shutdown => break,
         };
-        let Some(place) = Place::take(&open, &limits, peer.ip()) else {
+        let bounds = (limits.max_connections, limits.max_per_network);
+        let Some(place) = Place::take(&open, bounds, peer.ip()) else {
             tracing::debug!(
                 "API connection from {peer} closed: {} open in all, or {} from its network, the most allowed",
                 limits.max_connections,
@@ -171,22 +179,18 @@ mod tests {
     #[test]
     fn places_are_bounded_per_network_and_in_all_and_given_back() {
         let open = Arc::new(Mutex::new(Open::default()));
-        let limits = ConnLimits {
-            max_connections: 5,
-            max_per_network: 2,
-            ..ConnLimits::default()
-        };
+        let limits = (5, 2);
         // Two addresses of one /64 are one network.
-        let a = Place::take(&open, &limits, ip("2001:db8::1")).unwrap();
-        let b = Place::take(&open, &limits, ip("2001:db8::2")).unwrap();
-        assert!(Place::take(&open, &limits, ip("2001:db8::3")).is_none());
+        let a = Place::take(&open, limits, ip("2001:db8::1")).unwrap();
+        let b = Place::take(&open, limits, ip("2001:db8::2")).unwrap();
+        assert!(Place::take(&open, limits, ip("2001:db8::3")).is_none());
         drop(a);
-        let a = Place::take(&open, &limits, ip("2001:db8::3")).unwrap();
+        let a = Place::take(&open, limits, ip("2001:db8::3")).unwrap();
         // In all: five, whatever the networks.
         let more: Vec<Place> = (1..=3)
-            .map(|i| Place::take(&open, &limits, ip(&format!("192.0.2.{i}"))).unwrap())
+            .map(|i| Place::take(&open, limits, ip(&format!("192.0.2.{i}"))).unwrap())
             .collect();
-        assert!(Place::take(&open, &limits, ip("192.0.2.9")).is_none());
+        assert!(Place::take(&open, limits, ip("192.0.2.9")).is_none());
         drop((a, b, more));
         let o = mgrp_rt::lock(&open);
         assert_eq!((o.all, o.per.len()), (0, 0));

@@ -5,15 +5,13 @@
 //! their own, each bounded in time, their number bounded in all and per host, so a
 //! client that stalls in one holds up no other.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::api::conns::{ConnLimits, serve_connections};
-use mgrp_tool::requester::Requester;
+use crate::api::conns::{ConnLimits, Open, Place, serve_connections};
 
 pub use crate::config::tls::ServerTls;
 
@@ -47,7 +45,7 @@ impl TlsListener {
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.clone());
         let (tx, ready) = mpsc::channel(MAX_HANDSHAKES);
         let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
-        let per_host: Arc<std::sync::Mutex<HashMap<Requester, usize>>> = Arc::default();
+        let per_host: Arc<std::sync::Mutex<Open>> = Arc::default();
         tokio::spawn(async move {
             loop {
                 // Ends with the server (its listener dropped), even while idle.
@@ -69,7 +67,9 @@ impl TlsListener {
                         continue;
                     }
                 };
-                let Some(slot) = HostSlot::take(&per_host, peer.ip()) else {
+                let Some(slot) =
+                    Place::take(&per_host, (usize::MAX, MAX_HANDSHAKES_PER_HOST), peer.ip())
+                else {
                     tracing::debug!(
                         "{} has {MAX_HANDSHAKES_PER_HOST} TLS handshakes under way: connection closed",
                         peer.ip()
@@ -96,43 +96,6 @@ impl TlsListener {
             }
         });
         Ok(Self { local, ready })
-    }
-}
-
-/// One handshake under way from a network; given back when dropped.
-struct HostSlot {
-    hosts: Arc<std::sync::Mutex<HashMap<Requester, usize>>>,
-    host: Requester,
-}
-
-impl HostSlot {
-    fn take(
-        hosts: &Arc<std::sync::Mutex<HashMap<Requester, usize>>>,
-        from: IpAddr,
-    ) -> Option<Self> {
-        let host = Requester::of(from, 64);
-        let mut h = mgrp_rt::lock(hosts);
-        let n = h.entry(host).or_insert(0);
-        if *n >= MAX_HANDSHAKES_PER_HOST {
-            return None;
-        }
-        *n += 1;
-        Some(Self {
-            hosts: hosts.clone(),
-            host,
-        })
-    }
-}
-
-impl Drop for HostSlot {
-    fn drop(&mut self) {
-        let mut h = mgrp_rt::lock(&self.hosts);
-        if let Some(n) = h.get_mut(&self.host) {
-            *n -= 1;
-            if *n == 0 {
-                h.remove(&self.host);
-            }
-        }
     }
 }
 

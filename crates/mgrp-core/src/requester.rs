@@ -1,6 +1,8 @@
-//! Who a sender counts its limits for: a requester is an IPv4 address, or an IPv6
+//! Who a host counts its limits for: a requester is an IPv4 address, or an IPv6
 //! prefix (a /64 by default), since one host or site holds every address of its
-//! prefix and could otherwise take a fresh share of every limit from each.
+//! prefix and could otherwise take a fresh share of every limit from each. The tools'
+//! senders, the overlay's API and route control's echo, and mgrpd's trials of unknown
+//! datagrams all count so.
 
 use std::net::{IpAddr, Ipv6Addr};
 

@@ -112,6 +112,18 @@ pub fn sh(args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The ports every test namespace keeps out of the ephemeral range: the tools'
+/// receiver probe, control and sender probe ports.
+pub fn reserved_ports() -> String {
+    use mgrp_tool::control::{DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, DEFAULT_SENDER_PROBE_PORT};
+    let ports = [
+        DEFAULT_PROBE_PORT,
+        DEFAULT_CONTROL_PORT,
+        DEFAULT_SENDER_PROBE_PORT,
+    ];
+    ports.map(|p| p.to_string()).join(",")
+}
+
 /// A network namespace, deleted on drop.
 #[derive(Debug)]
 pub struct Netns {
@@ -125,6 +137,16 @@ impl Netns {
         sh(&["ip", "netns", "add", &name])?;
         let ns = Self { name };
         ns.ip(&["link", "set", "lo", "up"])?;
+        // The tools' default ports lie in Linux's ephemeral range: any socket
+        // bound to port 0 in the namespace (a cross-traffic source) may be given one of
+        // them by chance and a sender's probe port is then taken. Reserved, as the
+        // tools' documentation asks of a host, no socket is given them unasked.
+        ns.exec(&[
+            "sysctl",
+            "-q",
+            "-w",
+            &format!("net.ipv4.ip_local_reserved_ports={}", reserved_ports()),
+        ])?;
         Ok(ns)
     }
 

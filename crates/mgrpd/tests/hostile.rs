@@ -289,6 +289,16 @@ fn icmp_errors_from_the_path_stop_no_thread() {
 /// each be tried against every roaming peer's keys; while it runs, A's trains to B
 /// arrive whole, and B says it dropped most of the flood unopened. Without a bound
 /// on those trials, each junk datagram cost B hundreds of tag checks.
+///
+/// The flood comes at a fixed rate, `FLOOD_PER_SECOND`: a daemon that reads slower
+/// than any flood drops probes at its socket whatever it does with what it reads,
+/// so an unpaced flood measures only which of two threads is faster. Measured in
+/// debug builds on a 2-vCPU host, B read about 9,000 of these datagrams a second
+/// with every one tried against every key, and about 100,000 with the bound.
+/// The flood's rate, datagrams a second: well above what B reads when it tries each
+/// against every key, well below what it reads with the trials bounded.
+const FLOOD_PER_SECOND: u64 = 30_000;
+
 #[test]
 fn a_flood_of_unknown_datagrams_costs_no_peer_its_train() {
     use mgrp_core::auth::Key;
@@ -349,11 +359,18 @@ fn a_flood_of_unknown_datagrams_costs_no_peer_its_train() {
     let flood = {
         let (stop, sent) = (stop.clone(), sent.clone());
         std::thread::spawn(move || {
+            // A burst each millisecond, small beside B's socket buffer.
+            const PER_MS: u64 = FLOOD_PER_SECOND / 1000;
             let started = Instant::now();
+            let mut due = started;
             while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(20) {
-                if s.send_to(&junk, (ADDR_B, UDP_PORT)).is_ok() {
-                    sent.fetch_add(1, Ordering::Relaxed);
+                for _ in 0..PER_MS {
+                    if s.send_to(&junk, (ADDR_B, UDP_PORT)).is_ok() {
+                        sent.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
+                due += Duration::from_millis(1);
+                std::thread::sleep(due.saturating_duration_since(Instant::now()));
             }
         })
     };

@@ -700,3 +700,87 @@ fn the_threat_model_gives_the_limits_the_code_has() {
         "docs/threat-model.md does not say (or no longer says) what the code has: {missing:#?}"
     );
 }
+
+/// One row of `scripts/test-timings`: a tier's command, the machine it was timed on,
+/// and its build and test seconds.
+#[derive(Debug, PartialEq)]
+struct Timing {
+    tier: String,
+    command: String,
+    machine: String,
+    build_s: u64,
+    tests_s: u64,
+}
+
+/// The rows of a timings file: tab-separated `tier, command, machine, build_s,
+/// tests_s`; `#` starts a comment line.
+fn timings(text: &str) -> Result<Vec<Timing>, String> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').map(str::trim).collect();
+            let [tier, command, machine, build, tests] = f[..] else {
+                return Err(format!("not five tab-separated fields: {l:?}"));
+            };
+            let secs = |v: &str| v.parse::<u64>().map_err(|e| format!("{v:?} in {l:?}: {e}"));
+            Ok(Timing {
+                tier: tier.into(),
+                command: command.into(),
+                machine: machine.into(),
+                build_s: secs(build)?,
+                tests_s: secs(tests)?,
+            })
+        })
+        .collect()
+}
+
+/// What the README says of a timing: whole minutes, at least one.
+fn said_of(t: &Timing) -> String {
+    let min = |s: u64| ((s + 30) / 60).max(1);
+    format!(
+        "`{}`: about {} min of build, then {} min of tests",
+        t.command,
+        min(t.build_s),
+        min(t.tests_s)
+    )
+}
+
+#[test]
+fn the_readme_gives_the_measured_test_times() {
+    let text = std::fs::read_to_string(root().join("scripts/test-timings")).unwrap();
+    let rows = timings(&text).unwrap();
+    let tiers: Vec<&str> = rows.iter().map(|t| t.tier.as_str()).collect();
+    assert_eq!(
+        tiers,
+        ["fast", "full"],
+        "scripts/test-timings: one row per tier"
+    );
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let readme = readme.split_whitespace().collect::<Vec<_>>().join(" ");
+    for t in &rows {
+        assert!(
+            readme.contains(&said_of(t)),
+            "the README does not say {:?} (measured on {}: scripts/test-timings)",
+            said_of(t),
+            t.machine
+        );
+    }
+    // The fast tier is what a newcomer waits for: the issue that made it asks for at
+    // most 3 minutes of tests after the build on a 2-vCPU machine.
+    assert!(
+        rows[0].tests_s <= 180,
+        "the fast tier takes {} s",
+        rows[0].tests_s
+    );
+}
+
+#[test]
+fn the_timings_check_reads_what_it_should() {
+    let rows = timings("# c\nfast\tscripts/test\t2 vCPU\t130\t50\n").unwrap();
+    assert_eq!(
+        said_of(&rows[0]),
+        "`scripts/test`: about 2 min of build, then 1 min of tests"
+    );
+    assert!(timings("fast\tscripts/test\t130\t50\n").is_err());
+    assert!(timings("fast\tscripts/test\tm\tsoon\t50\n").is_err());
+}

@@ -484,7 +484,7 @@ impl Bed {
                 &dir.0,
                 &format!("overlay-{name}.toml"),
                 &format!(
-                    "name = \"{name}\"\nlisten = \"{a}:7700\"\nsocket = \"{}\"\n[serve]\ntransports = []\n{r}",
+                    "name = \"{name}\"\nlisten = \"{a}:7700\"\nopen-api = true\nsocket = \"{}\"\n[serve]\ntransports = []\n{r}",
                     daemons[overlays.len()].socket.display()
                 ),
             )?;

@@ -68,7 +68,7 @@ where
         }
     };
     if let Some(path) = &cli.check_config {
-        return match Config::load(path) {
+        return match Config::load(path).and_then(|c| c.check_exposure().map(|()| c)) {
             Ok(c) => {
                 for w in c.warnings() {
                     eprintln!("mgrp-overlay: warning: {w}");
@@ -92,6 +92,10 @@ where
     };
     if let Some(listen) = cli.listen {
         config.listen = listen;
+    }
+    if let Err(e) = config.check_exposure() {
+        eprintln!("mgrp-overlay: {}: {e}", cli.config.display());
+        return ExitCode::from(2);
     }
     if let Err(e) = mgrp_rt::logging::init(cli.log_level, cli.log_format) {
         eprintln!("mgrp-overlay: {e}");

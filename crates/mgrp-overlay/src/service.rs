@@ -21,6 +21,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
+    config.check_exposure()?;
     let listen = config.listen;
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| {
         format!("cannot listen on {listen}; is another mgrp-overlay running? choose another with --listen")

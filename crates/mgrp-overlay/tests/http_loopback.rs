@@ -236,9 +236,9 @@ fn check_config_accepts_the_example_and_names_mistakes() {
     assert!(String::from_utf8_lossy(&help.stdout).contains("--check-config"));
 }
 
-/// `--check-config` prints a summary an operator reads, never the token, warns of an
-/// API open to other hosts without one (or with one but without TLS), and a closed
-/// pipe ends it quietly.
+/// `--check-config` prints a summary an operator reads, never the token, refuses an
+/// API open to other hosts without one unless `open-api` says it is meant (and warns
+/// then, or with a token but without TLS), and a closed pipe ends it quietly.
 #[test]
 fn check_config_summarises_without_secrets_and_survives_a_closed_pipe() {
     use std::io::Read as _;
@@ -278,14 +278,36 @@ fn check_config_summarises_without_secrets_and_survives_a_closed_pipe() {
     assert!(stderr.contains("in clear HTTP"), "{stderr}");
     assert_eq!(stderr.matches("warning").count(), 1, "{stderr}");
 
+    // Beyond loopback without a token: refused, by the check and at start (also
+    // when --listen is what moves it), unless the file says it is meant.
     let open = dir.join("open.toml");
     std::fs::write(&open, "listen = \"0.0.0.0:7700\"\n").unwrap();
+    let local = dir.join("local.toml");
+    std::fs::write(&local, "listen = \"127.0.0.1:0\"\n").unwrap();
+    for args in [
+        vec!["--check-config", open.to_str().unwrap()],
+        vec!["--config", open.to_str().unwrap()],
+        vec!["--config", local.to_str().unwrap(), "--listen", "0.0.0.0:0"],
+    ] {
+        let out = std::process::Command::new(exe)
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("beyond loopback and there is no token-file")
+                && stderr.contains("open-api = true"),
+            "{args:?}: {stderr}"
+        );
+    }
+    std::fs::write(&open, "listen = \"0.0.0.0:7700\"\nopen-api = true\n").unwrap();
     let out = std::process::Command::new(exe)
         .args(["--check-config", open.to_str().unwrap()])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success());
+    assert!(out.status.success(), "{stderr}");
     assert!(
         stderr.contains("warning: the API listens on 0.0.0.0:7700 without a token"),
         "{stderr}"

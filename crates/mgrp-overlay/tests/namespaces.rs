@@ -147,7 +147,7 @@ fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 /// to node 1's address outside the tunnels).
 fn node_config(i: usize, addrs: &[Ipv4Addr], outside: &[Ipv4Addr], socket: &Path) -> String {
     let mut c = format!(
-        "name = \"n{i}\"\nlisten = \"{}:{API_PORT}\"\nsocket = \"{}\"\n",
+        "name = \"n{i}\"\nlisten = \"{}:{API_PORT}\"\nopen-api = true\nsocket = \"{}\"\n",
         addrs[i],
         socket.display()
     );
@@ -532,7 +532,7 @@ fn two_nodes(
     let confs: Vec<PathBuf> = (0..2)
         .map(|i| {
             let mut c = format!(
-                "name = \"{tag}{i}\"\nlisten = \"{}:{API_PORT}\"\nsocket = \"{}\"\n{extra}",
+                "name = \"{tag}{i}\"\nlisten = \"{}:{API_PORT}\"\nopen-api = true\nsocket = \"{}\"\n{extra}",
                 addrs[i],
                 daemons[i].socket.display()
             );

@@ -344,7 +344,7 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
             &dir.0,
             &format!("overlay-{name}.toml"),
             &format!(
-                "name = \"{name}\"\nlisten = \"{addr}:7700\"\nsocket = \"{}\"\n{top}[serve]\ntransports = []\n\
+                "name = \"{name}\"\nlisten = \"{addr}:7700\"\nopen-api = true\nsocket = \"{}\"\n{top}[serve]\ntransports = []\n\
                  [routing]\naddress = \"{addr}\"\ntun = \"{}\"\nheartbeat-interval = \"50ms\"\nloss-window = \"3s\"\n\
                  t-ch = \"{}s\"\npoll = \"500ms\"\n{routing}",
                 d.socket.display(),

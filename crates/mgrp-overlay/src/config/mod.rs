@@ -43,6 +43,9 @@ pub struct Config {
     pub token: Option<String>,
     /// When set, the API is served over TLS only (`tls-cert`, `tls-key`).
     pub tls: Option<tls::ServerTls>,
+    /// The operator means the API to answer anyone who reaches it: without a token,
+    /// an address beyond loopback is refused unless this is set (`open-api`).
+    pub open_api: bool,
     /// mgrpd's API socket.
     pub socket: PathBuf,
     /// Exclusive runs into this node that may be in flight at once (background runs
@@ -87,6 +90,7 @@ struct File {
     name: Option<String>,
     listen: Option<String>,
     token_file: Option<PathBuf>,
+    open_api: Option<bool>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     socket: Option<PathBuf>,
@@ -278,12 +282,25 @@ impl Config {
         out
     }
 
+    /// Whether the API may listen where it is told to: beyond loopback without a
+    /// token, anyone who reaches it could read the estimates and start measurements,
+    /// so that needs `open-api = true`. Checked after `--listen` has had its say.
+    pub fn check_exposure(&self) -> Result<(), ConfigError> {
+        if self.listen.ip().is_loopback() || self.token.is_some() || self.open_api {
+            return Ok(());
+        }
+        Err(invalid(format!(
+            "listen: {} is beyond loopback and there is no token-file: anyone who reaches it could read the estimates and start measurements; set token-file, listen on 127.0.0.1, or set open-api = true if an API open to everyone who reaches it is what you mean",
+            self.listen
+        )))
+    }
+
     /// Settings that work but are probably not what the operator wants.
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
         if !self.listen.ip().is_loopback() && self.token.is_none() {
             w.push(format!(
-                "the API listens on {} without a token: anyone who reaches it can read the estimates and start measurements (set token-file, or listen on 127.0.0.1)",
+                "the API listens on {} without a token (open-api): anyone who reaches it can read the estimates and start measurements",
                 self.listen
             ));
         }
@@ -437,6 +454,7 @@ impl Config {
             listen,
             token,
             tls,
+            open_api: f.open_api.unwrap_or(false),
             socket: f
                 .socket
                 .unwrap_or_else(|| PathBuf::from(mgrp_client::DEFAULT_SOCKET)),

@@ -1,7 +1,7 @@
 //! Keyed MGRP against an attacker who sees the daemons' packets: a packet sent back
 //! to its sender cuts no peer off, a reflected packet moves no roaming peer, a packet
-//! taken before a restart is not taken after it, and a key rotation under a running
-//! transfer loses nothing. The attacker's copies are read where the packets arrive
+//! taken before a restart or a kill is not taken after it (nor moves a roaming peer),
+//! and a key rotation under a running transfer loses nothing. The attacker's copies are read where the packets arrive
 //! (a raw socket beside the receiving daemon) and sent from wherever the attack
 //! needs. Real namespaces, veths, TUNs and daemons; they need root (CI runs as root)
 //! and say so and pass vacuously without it. One at a time: each starts real-time
@@ -383,6 +383,127 @@ fn a_killed_daemon_does_not_take_a_packet_again() {
             taken > 0,
             "{case}: no train of A's taken within 20 s of B's restart: {:#?}",
             b2.stats().unwrap().daemon
+        );
+        drop(b2);
+        drop(b);
+    }
+}
+
+/// The roaming variant: B knows A only by its key and learns A's endpoint from A's
+/// packets. B is killed right after a train of A's, and the attacker, on a third
+/// host, sends B the train's last packet from its own address once B is back,
+/// whatever became of B's state file. B refuses it as a replay and moves A's
+/// endpoint nowhere: A's next trains are taken from A's address once its clock has
+/// passed B's floor, B's trains go to A, and the attacker receives nothing. (Were
+/// the packet taken, B would have moved A to the attacker.) A sends no keepalives, so
+/// that the replay is the only packet B gets before A's next train.
+#[test]
+fn a_killed_daemon_moves_no_roaming_peer_for_a_replay() {
+    let _serial = serial();
+    if !root_or_skip("roaming_replay_across_a_kill") {
+        return;
+    }
+    let key = TempFile::key(&Key::from_bytes([0x7a; 32]));
+    for after in [AfterKill::Kept, AfterKill::Deleted, AfterKill::Truncated] {
+        let case = format!("{after:?}");
+        let star = Star::new(&[None, None, None]).expect("topology");
+        let (a_ip, b_ip, e_ip) = (star.addrs[0], star.addrs[1], star.addrs[2]);
+        let ca = TempFile::config(&format!(
+            "routes = [\"{b_ip}/32\"]\nencap = \"udp\"\n\n[[peers]]\nprefix = \"{b_ip}/32\"\nkey-file = \"{}\"\nendpoint = \"{b_ip}:{UDP_PORT}\"\n",
+            key.arg()
+        ));
+        let cb = TempFile::config(&format!(
+            "routes = [\"{a_ip}/32\"]\nencap = \"udp\"\n\n[[peers]]\nprefix = \"{a_ip}/32\"\nkey-file = \"{}\"\n",
+            key.arg()
+        ));
+        let cb_arg = cb.arg();
+        let args_b = ["--config", cb_arg.as_str()];
+        let a =
+            Daemon::start(&star.hosts[0], mgrpd(), &["--config", &ca.arg()]).expect("mgrpd on A");
+        let mut b = Daemon::start(&star.hosts[1], mgrpd(), &args_b).expect("mgrpd on B");
+        // B has saved once before the train (at start), and maybe again since.
+        std::thread::sleep(Duration::from_millis(2500));
+        let tap = tap(&star.hosts[1], true);
+        train(&a, b_ip);
+        let mut last = None;
+        while let Some(p) = next_probe(&tap, a_ip, true) {
+            last = Some(p);
+            if Packet::new_checked(&last.as_ref().unwrap()[..]).is_ok_and(|p| p.last_in_train()) {
+                break;
+            }
+        }
+        let probe = last.unwrap_or_else(|| panic!("{case}: no probe of A's seen at B"));
+        let s = wait_for(&b, |s| s.daemon.probes_received >= 20);
+        assert_eq!(
+            (s.daemon.probes_received, s.daemon.peer_endpoint_changes),
+            (20, 1),
+            "{case}: {s:#?}"
+        );
+        b.process.signal(libc::SIGKILL);
+        assert!(b.process.wait(Duration::from_secs(5)).is_some(), "{case}");
+        let tun = b.tun.clone();
+        let file = mgrp_testbed::daemon_state_dir(&tun).join(format!("{tun}.replay"));
+        match after {
+            AfterKill::Kept => {}
+            AfterKill::Deleted => std::fs::remove_file(&file).unwrap(),
+            AfterKill::Truncated => {
+                let text = std::fs::read(&file).unwrap();
+                std::fs::write(&file, &text[..text.len() / 2]).unwrap();
+            }
+        }
+        let b2 = Daemon::restart(&star.hosts[1], mgrpd(), &tun, &args_b).expect("mgrpd on B again");
+        let attacker = star.hosts[2]
+            .run(|| std::net::UdpSocket::bind((e_ip, 5555)))
+            .unwrap()
+            .unwrap();
+        attacker
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        attacker.send_to(&probe, (b_ip, UDP_PORT)).unwrap();
+        let s = wait_for(&b2, |s| s.daemon.mgrp_replayed > 0);
+        assert_eq!(
+            (
+                s.daemon.mgrp_replayed,
+                s.daemon.probes_received,
+                s.daemon.peer_endpoint_changes
+            ),
+            (1, 0, 0),
+            "{case}: {s:#?}"
+        );
+        // A's trains are taken again once its clock has passed B's floor, and A is
+        // found where it is.
+        let start = Instant::now();
+        let mut taken = 0;
+        while taken == 0 && start.elapsed() < Duration::from_secs(20) {
+            train(&a, b_ip);
+            std::thread::sleep(Duration::from_millis(500));
+            taken = b2.stats().unwrap().daemon.probes_received;
+        }
+        let s = b2.quiescent_stats().unwrap();
+        assert!(
+            taken > 0,
+            "{case}: no train of A's taken within 20 s: {s:#?}"
+        );
+        assert_eq!(s.daemon.peer_endpoint_changes, 1, "{case}: {s:#?}");
+        assert!(
+            !b2.process.log().contains(&format!("to {e_ip}:")),
+            "{case}: {}",
+            b2.process.log()
+        );
+        let before_a = a.quiescent_stats().unwrap().daemon;
+        train(&b2, a_ip);
+        let sa = wait_for(&a, |s| {
+            s.daemon.probes_received >= before_a.probes_received + 20
+        });
+        assert_eq!(
+            sa.daemon.probes_received - before_a.probes_received,
+            20,
+            "{case}: {sa:#?}"
+        );
+        let mut buf = [0u8; 2048];
+        assert!(
+            attacker.recv_from(&mut buf).is_err(),
+            "{case}: the attacker received a datagram"
         );
         drop(b2);
         drop(b);

@@ -89,6 +89,11 @@ fn runs_are_recorded_broadcast_and_survive_a_neighbour_going_away() {
         > before));
     assert_eq!(shared.measure_now("nope"), Err(NowError::NoSuchLink));
 
+    // A counted who measured it: one requester (B's address), however many runs.
+    let served = a.shared().served();
+    assert_eq!(served["udp"].requesters, 1, "{served:?}");
+    assert!(served["udp"].measurements >= 1, "{served:?}");
+
     // A goes away: the next run finds it down and the link backs off.
     a.stop();
     shared.measure_now("from-a").unwrap();

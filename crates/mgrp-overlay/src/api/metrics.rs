@@ -400,11 +400,18 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
         "mgrp_overlay_serve_failures",
         "Neighbours' requests that failed on this node (mgrpd refused a train, a socket could not be opened), by transport",
     );
+    let requesters = Family::<ServeLabels, GaugeF>::default();
+    r.register(
+        "mgrp_overlay_serve_requesters",
+        "Distinct requesters (an IPv4 address, an IPv6 prefix of [serve] ipv6-prefix) whose measurements this node's sender started since the node did, by transport; counting stops at 16384",
+        requesters.clone(),
+    );
     for (transport, t) in s.served() {
         let l = ServeLabels {
             node: node.clone(),
             transport,
         };
+        requesters.get_or_create(&l).set(t.requesters as f64);
         measurements.get_or_create(&l).inc_by(t.measurements);
         refusals.get_or_create(&l).inc_by(t.refusals);
         failures.get_or_create(&l).inc_by(t.failures);

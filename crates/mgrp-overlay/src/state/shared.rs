@@ -124,7 +124,15 @@ pub struct Served {
     pub refusals: u64,
     /// Requests that failed here.
     pub failures: u64,
+    /// Distinct requesters (an IPv4 address, an IPv6 prefix of `[serve]
+    /// ipv6-prefix`) whose measurements started since the node did, counted up to
+    /// [`COUNTED_REQUESTERS`].
+    pub requesters: u64,
 }
+
+/// Past this many distinct requesters a transport's count stops growing (its memory
+/// is bounded whoever connects); the count then says "at least".
+pub const COUNTED_REQUESTERS: usize = 16_384;
 
 impl Shared {
     /// The configuration in force.

@@ -662,6 +662,12 @@ fn the_threat_model_gives_the_limits_the_code_has() {
             snd::EXCLUSIVE_IDLE.as_secs()
         ),
         format!(
+            "wait in line for it ({} at most, each for as long as it asks again within {} s, the first given {} s to take it)",
+            snd::MAX_WAITING_EXCLUSIVE,
+            snd::WAITING_FORGOTTEN.as_secs(),
+            snd::EXCLUSIVE_TURN.as_secs()
+        ),
+        format!(
             "{} connections at once in all and {} from one network",
             conns::MAX_CONNECTIONS,
             conns::MAX_CONNECTIONS_PER_NETWORK

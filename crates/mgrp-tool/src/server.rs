@@ -540,11 +540,63 @@ pub const MAX_MEASUREMENTS_PER_HOST: usize = 4;
 /// at once: their probes would disturb each other's pacing and each other's reading.
 pub const MAX_EXCLUSIVE: usize = 1;
 
-/// The measurements running, per requester, and how many are exclusive.
+/// Receivers told `busy` for the exclusive place that wait their turn for it, at
+/// most: beyond, one is told busy without a place in line.
+pub const MAX_WAITING_EXCLUSIVE: usize = 64;
+
+/// A waiting receiver that has not asked again for this long has left the line.
+pub const WAITING_FORGOTTEN: Duration = Duration::from_secs(60);
+
+/// Once the exclusive place is free, the first in line has this long to ask again
+/// for it before the next one's turn comes.
+pub const EXCLUSIVE_TURN: Duration = Duration::from_secs(10);
+
+/// The measurements running, per requester, and how many are exclusive; the
+/// receivers waiting for the exclusive place, in the order they were first refused.
 #[derive(Debug, Default)]
 struct Running {
     per_host: HashMap<Requester, usize>,
     exclusive: usize,
+    /// Who waits, with when it last asked.
+    waiting: std::collections::VecDeque<(Requester, Instant)>,
+    /// Since when the first in line may take the free exclusive place.
+    turn_since: Option<Instant>,
+}
+
+impl Running {
+    /// Whether `from` may take the exclusive place at `now`, which is free: the line
+    /// is empty or `from` is first in it; the first in line whose turn has passed
+    /// gives it up to the next.
+    fn exclusive_turn(&mut self, from: Requester, now: Instant) -> bool {
+        loop {
+            let Some(&(first, _)) = self.waiting.front() else {
+                return true;
+            };
+            if first == from {
+                return true;
+            }
+            let since = *self.turn_since.get_or_insert(now);
+            if now.saturating_duration_since(since) < EXCLUSIVE_TURN {
+                return false;
+            }
+            self.waiting.pop_front();
+            self.turn_since = Some(now);
+        }
+    }
+
+    /// Puts `from` in line for the exclusive place (or notes that it asked again);
+    /// returns its place, counting from 1, or `None` when the line is full.
+    fn wait_in_line(&mut self, from: Requester, now: Instant) -> Option<usize> {
+        if let Some(i) = self.waiting.iter().position(|(w, _)| *w == from) {
+            self.waiting[i].1 = now;
+            return Some(i + 1);
+        }
+        if self.waiting.len() >= MAX_WAITING_EXCLUSIVE {
+            return None;
+        }
+        self.waiting.push_back((from, now));
+        Some(self.waiting.len())
+    }
 }
 
 /// The measurements running.
@@ -555,12 +607,38 @@ impl Slots {
     /// A place for a measurement from `from` (exclusive or not), or the refusal naming
     /// the limit that says no.
     fn claim(&self, from: Requester, exclusive: bool) -> Result<Slot<'_>, String> {
+        self.claim_at(from, exclusive, Instant::now())
+    }
+
+    /// [`Self::claim`] at `now`. Receivers refused the exclusive place wait for it in
+    /// line, first refused first served, each as long as it keeps asking.
+    fn claim_at(&self, from: Requester, exclusive: bool, now: Instant) -> Result<Slot<'_>, String> {
         let mut guard = mgrp_rt::lock(&self.0);
         let r = &mut *guard;
-        if exclusive && r.exclusive >= MAX_EXCLUSIVE {
-            return Err(format!(
-                "{BUSY}: this sender runs a measurement that loads its path (pathload, btc) already, and runs one such at a time; try again when it is done"
-            ));
+        if exclusive {
+            r.waiting
+                .retain(|(_, asked)| now.saturating_duration_since(*asked) < WAITING_FORGOTTEN);
+            if r.waiting.is_empty() {
+                r.turn_since = None;
+            }
+            let busy = r.exclusive >= MAX_EXCLUSIVE;
+            if busy || !r.exclusive_turn(from, now) {
+                let line = match r.wait_in_line(from, now) {
+                    Some(n) => format!(
+                        "it is number {n} in line for it (ask again within {} s to keep the place)",
+                        WAITING_FORGOTTEN.as_secs()
+                    ),
+                    None => format!("the line for it is full ({MAX_WAITING_EXCLUSIVE} receivers)"),
+                };
+                let what = if busy {
+                    "runs a measurement that loads its path (pathload, btc) already, and runs one such at a time"
+                } else {
+                    "keeps the place of a measurement that loads its path for a receiver that waited longer"
+                };
+                return Err(format!(
+                    "{BUSY}: this sender {what}; {line}; try again when it is done"
+                ));
+            }
         }
         let running = &mut r.per_host;
         let all: usize = running.values().sum();
@@ -578,6 +656,10 @@ impl Slots {
         *mine += 1;
         if exclusive {
             r.exclusive += 1;
+            if r.waiting.front().is_some_and(|(w, _)| *w == from) {
+                r.waiting.pop_front();
+            }
+            r.turn_since = None;
         }
         Ok(Slot {
             slots: self,
@@ -1336,6 +1418,63 @@ mod tests {
         assert_eq!(mgrp_rt::lock(&slots.0).exclusive, 1);
         drop((light, next));
         assert_eq!(mgrp_rt::lock(&slots.0).exclusive, 0);
+    }
+
+    #[test]
+    fn receivers_waiting_for_the_exclusive_place_get_it_in_turn() {
+        let slots = Slots::default();
+        let host = |n: u8| Requester::of(IpAddr::from([10, 0, 0, n]), 64);
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let a = slots.claim_at(host(1), true, at(0)).unwrap();
+        let e = slots.claim_at(host(2), true, at(1)).unwrap_err();
+        assert!(e.starts_with(BUSY) && e.contains("number 1 in line"), "{e}");
+        let e = slots.claim_at(host(3), true, at(2)).unwrap_err();
+        assert!(e.contains("number 2 in line"), "{e}");
+        // Asking again keeps one's place.
+        let e = slots.claim_at(host(2), true, at(3)).unwrap_err();
+        assert!(e.contains("number 1 in line"), "{e}");
+        // Light measurements pass the line.
+        let light = slots.claim_at(host(4), false, at(3)).unwrap();
+        drop((a, light));
+        // Free now: kept for the first in line, not taken by the second or a newcomer.
+        let e = slots.claim_at(host(3), true, at(4)).unwrap_err();
+        assert!(e.contains("for a receiver that waited longer"), "{e}");
+        let e = slots.claim_at(host(5), true, at(4)).unwrap_err();
+        assert!(e.contains("number 3 in line"), "{e}");
+        let b = slots.claim_at(host(2), true, at(5)).unwrap();
+        drop(b);
+        // The second's turn; it does not come back within it, so then the third's.
+        let e = slots.claim_at(host(5), true, at(6)).unwrap_err();
+        assert!(e.contains("number 2 in line"), "{e}");
+        let e = slots.claim_at(host(5), true, at(15)).unwrap_err();
+        assert!(e.contains("waited longer"), "{e}");
+        let c = slots
+            .claim_at(host(5), true, at(6) + EXCLUSIVE_TURN)
+            .unwrap();
+        drop(c);
+        assert!(mgrp_rt::lock(&slots.0).waiting.is_empty());
+        // One that stops asking leaves the line.
+        let a = slots.claim_at(host(1), true, at(100)).unwrap();
+        slots.claim_at(host(2), true, at(100)).unwrap_err();
+        let e = slots
+            .claim_at(host(3), true, at(100) + WAITING_FORGOTTEN)
+            .unwrap_err();
+        assert!(e.contains("number 1 in line"), "{e}");
+        drop(a);
+        // The line is bounded (the one above has left it by now).
+        let a = slots.claim_at(host(1), true, at(300)).unwrap();
+        for n in 0..MAX_WAITING_EXCLUSIVE {
+            let who = Requester::of(
+                IpAddr::from([10, 1, (n / 250) as u8, (n % 250) as u8 + 1]),
+                64,
+            );
+            slots.claim_at(who, true, at(300)).unwrap_err();
+        }
+        let e = slots.claim_at(host(9), true, at(300)).unwrap_err();
+        assert!(e.contains("the line for it is full"), "{e}");
+        assert_eq!(mgrp_rt::lock(&slots.0).waiting.len(), MAX_WAITING_EXCLUSIVE);
+        drop(a);
     }
 
     #[test]

@@ -1477,6 +1477,56 @@ mod tests {
         drop(a);
     }
 
+    proptest::proptest! {
+        /// Any sequence of claims (from a few hosts, exclusive or not, after any
+        /// pause) and places given back keeps every cap: places per host and in all,
+        /// one exclusive, the line's length; and a free exclusive place with nobody
+        /// in line goes to whoever asks within the other caps.
+        #[test]
+        fn measurement_places_keep_their_caps_whatever_is_asked(
+            ops in proptest::collection::vec((0u8..8, proptest::bool::ANY, 0u64..40_000, 0usize..64), 1..200)
+        ) {
+            let slots = Slots::default();
+            let t0 = Instant::now();
+            let mut t = Duration::ZERO;
+            let mut held: Vec<Slot<'_>> = Vec::new();
+            for (host, exclusive, pause_ms, give_back) in ops {
+                t += Duration::from_millis(pause_ms);
+                if give_back < held.len() && give_back % 3 == 0 {
+                    held.swap_remove(give_back);
+                    continue;
+                }
+                let who = Requester::of(IpAddr::from([10, 0, 0, host]), 64);
+                let free = {
+                    let r = mgrp_rt::lock(&slots.0);
+                    r.exclusive == 0
+                        && r.waiting.iter().all(|(_, asked)| {
+                            (t0 + t).saturating_duration_since(*asked) >= WAITING_FORGOTTEN
+                        })
+                        && r.per_host.values().sum::<usize>() < MAX_MEASUREMENTS
+                        && r.per_host.get(&who).copied().unwrap_or(0) < MAX_MEASUREMENTS_PER_HOST
+                };
+                match slots.claim_at(who, exclusive, t0 + t) {
+                    Ok(slot) => held.push(slot),
+                    Err(e) => {
+                        proptest::prop_assert!(e.starts_with(BUSY), "{}", e);
+                        proptest::prop_assert!(!(exclusive && free), "refused a free place: {}", e);
+                    }
+                }
+                let r = mgrp_rt::lock(&slots.0);
+                proptest::prop_assert!(r.exclusive <= MAX_EXCLUSIVE);
+                proptest::prop_assert_eq!(r.exclusive, held.iter().filter(|s| s.exclusive).count());
+                proptest::prop_assert_eq!(r.per_host.values().sum::<usize>(), held.len());
+                proptest::prop_assert!(held.len() <= MAX_MEASUREMENTS);
+                proptest::prop_assert!(r.per_host.values().all(|&n| (1..=MAX_MEASUREMENTS_PER_HOST).contains(&n)));
+                proptest::prop_assert!(r.waiting.len() <= MAX_WAITING_EXCLUSIVE);
+            }
+            drop(held);
+            let r = mgrp_rt::lock(&slots.0);
+            proptest::prop_assert!(r.per_host.is_empty() && r.exclusive == 0);
+        }
+    }
+
     #[test]
     fn measurement_places_count_an_ipv6_slash_64_as_one_host() {
         let slots = Slots::default();

@@ -354,6 +354,17 @@ fn a_to_b() -> auth::Binding {
     })
 }
 
+/// Waits for B's next second of trials. A datagram from an endpoint no peer is known
+/// at is tried against the roaming peers' keys at most
+/// `TRIALS_PER_SOURCE_PER_SECOND` times a second per source, and everything here
+/// comes from R's one outside address: A's moves and the forgeries alike. Each burst
+/// of forgeries (3 and 2 datagrams, within the bound) starts a second after the last
+/// trial, so that none of them is dropped unopened for the one before.
+fn next_trial_second() {
+    const { assert!(3 <= mgrpd::endpoints::TRIALS_PER_SOURCE_PER_SECOND) };
+    std::thread::sleep(Duration::from_secs(1));
+}
+
 /// When the NAT maps A to another port, B follows A after A's next authenticated
 /// packet and traffic to A resumes. Packets from a new endpoint that are not
 /// authentic (no trailer, another key, a replay of an old counter) move nothing.
@@ -386,6 +397,7 @@ fn a_peer_whose_nat_mapping_changes_is_followed_by_its_key_alone() {
     transfer_with_trains(&net.b, &net.a, A, 5312, &b, &a);
 
     // From a new endpoint on R: nothing authentic, so nothing moves.
+    next_trial_second();
     let before = b.quiescent_stats().unwrap().daemon;
     let sock = net
         .r
@@ -419,6 +431,7 @@ fn a_peer_whose_nat_mapping_changes_is_followed_by_its_key_alone() {
     // Last, since it moves A (whoever holds the key may) and its counter puts A's
     // own packets behind the replay window: a sealed packet whose riders claim a
     // source A may not speak for, or a destination that is not B. Both are refused.
+    next_trial_second();
     let before = b.quiescent_stats().unwrap().daemon;
     for (id, src, dst) in [
         (1, Ipv4Addr::new(10, 79, 9, 9), B),
@@ -441,5 +454,6 @@ fn a_peer_whose_nat_mapping_changes_is_followed_by_its_key_alone() {
         (1, 1, 0),
         "{after:#?}"
     );
+    assert_eq!(after.trials_refused, before.trials_refused, "{after:#?}");
     drop(a);
 }

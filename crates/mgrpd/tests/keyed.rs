@@ -305,6 +305,57 @@ enum AfterKill {
     Truncated,
 }
 
+/// The last probe of the train `from` sends next, as `tap` sees it where it arrives.
+fn last_probe_of_train(tap: &Socket, from: Ipv4Addr, udp: bool, case: &str) -> Vec<u8> {
+    let mut last = None;
+    while let Some(p) = next_probe(tap, from, udp) {
+        let end = Packet::new_checked(&p[..]).is_ok_and(|p| p.last_in_train());
+        last = Some(p);
+        if end {
+            break;
+        }
+    }
+    last.unwrap_or_else(|| panic!("{case}: no probe of {from}'s seen"))
+}
+
+/// Kills `daemon` with SIGKILL (no save at stop) and does `after` to its state file;
+/// returns its TUN's name, for the restart.
+fn kill_and_leave(daemon: &mut Daemon, after: AfterKill, case: &str) -> String {
+    daemon.process.signal(libc::SIGKILL);
+    assert!(
+        daemon.process.wait(Duration::from_secs(5)).is_some(),
+        "{case}"
+    );
+    let tun = daemon.tun.clone();
+    let file = mgrp_testbed::daemon_state_dir(&tun).join(format!("{tun}.replay"));
+    match after {
+        AfterKill::Kept => {}
+        AfterKill::Deleted => std::fs::remove_file(&file).unwrap(),
+        AfterKill::Truncated => {
+            let text = std::fs::read(&file).unwrap();
+            std::fs::write(&file, &text[..text.len() / 2]).unwrap();
+        }
+    }
+    tun
+}
+
+/// Sends `from`'s trains to `to` until `receiver` has taken one (its clock passed the
+/// restarted receiver's floor), for up to 20 s.
+fn train_until_taken(from: &Daemon, to: Ipv4Addr, receiver: &Daemon, case: &str) {
+    let start = Instant::now();
+    let mut taken = 0;
+    while taken == 0 && start.elapsed() < Duration::from_secs(20) {
+        train(from, to);
+        std::thread::sleep(Duration::from_millis(500));
+        taken = receiver.stats().unwrap().daemon.probes_received;
+    }
+    assert!(
+        taken > 0,
+        "{case}: no train taken within 20 s of the restart: {:#?}",
+        receiver.stats().unwrap().daemon
+    );
+}
+
 /// A probe B took right before it was killed (SIGKILL: no save at stop), sent to it
 /// again once it restarted, is refused as a replay, whether B finds its state file as
 /// the killed daemon left it (saved up to 2 s before the train), deleted or cut
@@ -336,28 +387,10 @@ fn a_killed_daemon_does_not_take_a_packet_again() {
         std::thread::sleep(Duration::from_millis(2500));
         let tap = tap(&net.b, false);
         train(&a, ADDR_B);
-        let mut last = None;
-        while let Some(p) = next_probe(&tap, ADDR_A, false) {
-            last = Some(p);
-            if Packet::new_checked(&last.as_ref().unwrap()[..]).is_ok_and(|p| p.last_in_train()) {
-                break;
-            }
-        }
-        let probe = last.unwrap_or_else(|| panic!("{case}: no probe of A's seen at B"));
+        let probe = last_probe_of_train(&tap, ADDR_A, false, &case);
         let s = wait_for(&b, |s| s.daemon.probes_received >= 20);
         assert_eq!(s.daemon.probes_received, 20, "{case}: {s:#?}");
-        b.process.signal(libc::SIGKILL);
-        assert!(b.process.wait(Duration::from_secs(5)).is_some(), "{case}");
-        let tun = b.tun.clone();
-        let file = mgrp_testbed::daemon_state_dir(&tun).join(format!("{tun}.replay"));
-        match after {
-            AfterKill::Kept => {}
-            AfterKill::Deleted => std::fs::remove_file(&file).unwrap(),
-            AfterKill::Truncated => {
-                let text = std::fs::read(&file).unwrap();
-                std::fs::write(&file, &text[..text.len() / 2]).unwrap();
-            }
-        }
+        let tun = kill_and_leave(&mut b, after, &case);
         let b2 = Daemon::restart(&net.b, mgrpd(), &tun, &args_b).expect("mgrpd on B again");
         assert!(
             b2.process.log().contains("are refused as possible replays"),
@@ -372,18 +405,7 @@ fn a_killed_daemon_does_not_take_a_packet_again() {
             "{case}: {s:#?}"
         );
         // A's trains are taken again once its clock has passed B's floor.
-        let start = Instant::now();
-        let mut taken = 0;
-        while taken == 0 && start.elapsed() < Duration::from_secs(20) {
-            train(&a, ADDR_B);
-            std::thread::sleep(Duration::from_millis(500));
-            taken = b2.stats().unwrap().daemon.probes_received;
-        }
-        assert!(
-            taken > 0,
-            "{case}: no train of A's taken within 20 s of B's restart: {:#?}",
-            b2.stats().unwrap().daemon
-        );
+        train_until_taken(&a, ADDR_B, &b2, &case);
         drop(b2);
         drop(b);
     }
@@ -425,32 +447,14 @@ fn a_killed_daemon_moves_no_roaming_peer_for_a_replay() {
         std::thread::sleep(Duration::from_millis(2500));
         let tap = tap(&star.hosts[1], true);
         train(&a, b_ip);
-        let mut last = None;
-        while let Some(p) = next_probe(&tap, a_ip, true) {
-            last = Some(p);
-            if Packet::new_checked(&last.as_ref().unwrap()[..]).is_ok_and(|p| p.last_in_train()) {
-                break;
-            }
-        }
-        let probe = last.unwrap_or_else(|| panic!("{case}: no probe of A's seen at B"));
+        let probe = last_probe_of_train(&tap, a_ip, true, &case);
         let s = wait_for(&b, |s| s.daemon.probes_received >= 20);
         assert_eq!(
             (s.daemon.probes_received, s.daemon.peer_endpoint_changes),
             (20, 1),
             "{case}: {s:#?}"
         );
-        b.process.signal(libc::SIGKILL);
-        assert!(b.process.wait(Duration::from_secs(5)).is_some(), "{case}");
-        let tun = b.tun.clone();
-        let file = mgrp_testbed::daemon_state_dir(&tun).join(format!("{tun}.replay"));
-        match after {
-            AfterKill::Kept => {}
-            AfterKill::Deleted => std::fs::remove_file(&file).unwrap(),
-            AfterKill::Truncated => {
-                let text = std::fs::read(&file).unwrap();
-                std::fs::write(&file, &text[..text.len() / 2]).unwrap();
-            }
-        }
+        let tun = kill_and_leave(&mut b, after, &case);
         let b2 = Daemon::restart(&star.hosts[1], mgrpd(), &tun, &args_b).expect("mgrpd on B again");
         let attacker = star.hosts[2]
             .run(|| std::net::UdpSocket::bind((e_ip, 5555)))
@@ -472,18 +476,8 @@ fn a_killed_daemon_moves_no_roaming_peer_for_a_replay() {
         );
         // A's trains are taken again once its clock has passed B's floor, and A is
         // found where it is.
-        let start = Instant::now();
-        let mut taken = 0;
-        while taken == 0 && start.elapsed() < Duration::from_secs(20) {
-            train(&a, b_ip);
-            std::thread::sleep(Duration::from_millis(500));
-            taken = b2.stats().unwrap().daemon.probes_received;
-        }
+        train_until_taken(&a, b_ip, &b2, &case);
         let s = b2.quiescent_stats().unwrap();
-        assert!(
-            taken > 0,
-            "{case}: no train of A's taken within 20 s: {s:#?}"
-        );
         assert_eq!(s.daemon.peer_endpoint_changes, 1, "{case}: {s:#?}");
         assert!(
             !b2.process.log().contains(&format!("to {e_ip}:")),

@@ -167,6 +167,51 @@ fn a_packet_sent_back_to_its_sender_cuts_no_peer_off() {
     }
 }
 
+/// The attacker's socket: a UDP port of its own on its host, from which it sends
+/// what it captured and where it would receive what a fooled daemon sent it.
+fn attacker_socket(ns: &Netns, ip: Ipv4Addr) -> std::net::UdpSocket {
+    let s = ns
+        .run(|| std::net::UdpSocket::bind((ip, 5555)))
+        .unwrap()
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    s
+}
+
+/// `b` still sends to `a` (at `a_ip`) and only there: never said it moved `a` to
+/// the attacker at `e_ip`, its next train reaches `a` whole, and the attacker
+/// receives nothing.
+fn reaches_only(
+    b: &Daemon,
+    a: &Daemon,
+    a_ip: Ipv4Addr,
+    attacker: &std::net::UdpSocket,
+    e_ip: Ipv4Addr,
+    case: &str,
+) {
+    assert!(
+        !b.process.log().contains(&format!("to {e_ip}:")),
+        "{case}: {}",
+        b.process.log()
+    );
+    let before = a.quiescent_stats().unwrap().daemon;
+    train(b, a_ip);
+    let sa = wait_for(a, |s| {
+        s.daemon.probes_received >= before.probes_received + 20
+    });
+    assert_eq!(
+        sa.daemon.probes_received - before.probes_received,
+        20,
+        "{case}: {sa:#?}"
+    );
+    let mut buf = [0u8; 2048];
+    assert!(
+        attacker.recv_from(&mut buf).is_err(),
+        "{case}: the attacker received a datagram"
+    );
+}
+
 /// B knows A only by A's key (a roaming peer). One of B's own probes to A, sent to
 /// B from the attacker's address, moves nothing: B keeps sending to A, A takes B's
 /// trains, and the attacker receives nothing, whichever daemon started first. (With
@@ -206,15 +251,8 @@ fn a_reflected_packet_moves_no_roaming_peer() {
         train(&b, a_ip);
         let probe = next_probe(&tap, b_ip, true)
             .unwrap_or_else(|| panic!("{case}: no probe of B's seen at A"));
-        let attacker = star.hosts[2]
-            .run(|| std::net::UdpSocket::bind((e_ip, 5555)))
-            .unwrap()
-            .unwrap();
-        attacker
-            .set_read_timeout(Some(Duration::from_millis(500)))
-            .unwrap();
+        let attacker = attacker_socket(&star.hosts[2], e_ip);
         let before = b.quiescent_stats().unwrap().daemon;
-        let before_a = a.quiescent_stats().unwrap().daemon;
         attacker.send_to(&probe, (b_ip, UDP_PORT)).unwrap();
         let s = wait_for(&b, |s| s.daemon.mgrp_not_peer > before.mgrp_not_peer);
         assert_eq!(
@@ -225,25 +263,7 @@ fn a_reflected_packet_moves_no_roaming_peer() {
             (1, 0),
             "{case}: {s:#?}"
         );
-        assert!(
-            !b.process.log().contains(&format!("to {e_ip}:")),
-            "{case}: {}",
-            b.process.log()
-        );
-        train(&b, a_ip);
-        let sa = wait_for(&a, |s| {
-            s.daemon.probes_received >= before_a.probes_received + 20
-        });
-        assert_eq!(
-            sa.daemon.probes_received - before_a.probes_received,
-            20,
-            "{case}: {sa:#?}"
-        );
-        let mut buf = [0u8; 2048];
-        assert!(
-            attacker.recv_from(&mut buf).is_err(),
-            "{case}: the attacker received a datagram"
-        );
+        reaches_only(&b, &a, a_ip, &attacker, e_ip, &case);
     }
 }
 
@@ -456,13 +476,7 @@ fn a_killed_daemon_moves_no_roaming_peer_for_a_replay() {
         );
         let tun = kill_and_leave(&mut b, after, &case);
         let b2 = Daemon::restart(&star.hosts[1], mgrpd(), &tun, &args_b).expect("mgrpd on B again");
-        let attacker = star.hosts[2]
-            .run(|| std::net::UdpSocket::bind((e_ip, 5555)))
-            .unwrap()
-            .unwrap();
-        attacker
-            .set_read_timeout(Some(Duration::from_millis(500)))
-            .unwrap();
+        let attacker = attacker_socket(&star.hosts[2], e_ip);
         attacker.send_to(&probe, (b_ip, UDP_PORT)).unwrap();
         let s = wait_for(&b2, |s| s.daemon.mgrp_replayed > 0);
         assert_eq!(
@@ -479,26 +493,7 @@ fn a_killed_daemon_moves_no_roaming_peer_for_a_replay() {
         train_until_taken(&a, b_ip, &b2, &case);
         let s = b2.quiescent_stats().unwrap();
         assert_eq!(s.daemon.peer_endpoint_changes, 1, "{case}: {s:#?}");
-        assert!(
-            !b2.process.log().contains(&format!("to {e_ip}:")),
-            "{case}: {}",
-            b2.process.log()
-        );
-        let before_a = a.quiescent_stats().unwrap().daemon;
-        train(&b2, a_ip);
-        let sa = wait_for(&a, |s| {
-            s.daemon.probes_received >= before_a.probes_received + 20
-        });
-        assert_eq!(
-            sa.daemon.probes_received - before_a.probes_received,
-            20,
-            "{case}: {sa:#?}"
-        );
-        let mut buf = [0u8; 2048];
-        assert!(
-            attacker.recv_from(&mut buf).is_err(),
-            "{case}: the attacker received a datagram"
-        );
+        reaches_only(&b2, &a, a_ip, &attacker, e_ip, &case);
         drop(b2);
         drop(b);
     }

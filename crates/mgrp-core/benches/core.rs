@@ -216,15 +216,15 @@ fn reassembly(c: &mut Criterion) {
 
 /// The cost the keyed tag adds to every MGRP packet, for the sizes pathload and the
 /// paper's trains use: sealing happens on the pacer's path right before each send.
-/// Version 2 binds the direction (48 bytes more hashed); version 1, the tag of
-/// daemons before it, bound nothing.
+/// Version 3 (the default) and 2 bind the direction (48 bytes more hashed); version
+/// 1, the tag of daemons before directions, bound nothing.
 fn auth(c: &mut Criterion) {
     use mgrp_core::auth::{Binding, Direction, Key, ReplayWindow, TRAILER_LEN, open, seal};
     let key = Key::from_bytes([7; 32]);
-    let direction = Binding::To(Direction {
+    let d = Direction {
         from: "10.0.0.1".parse().unwrap(),
         to: "10.0.0.2".parse().unwrap(),
-    });
+    };
     let mut g = c.benchmark_group("auth");
     for size in [228usize, 1000, 1500] {
         let len = size - 20;
@@ -237,7 +237,11 @@ fn auth(c: &mut Criterion) {
         };
         let mut buf = repr.emit_into(vec![0u8; len]).unwrap();
         g.throughput(Throughput::Bytes(len as u64));
-        for (name, binding) in [("", direction), (" (version 1)", Binding::None)] {
+        for (name, binding) in [
+            ("", Binding::Indexed(d)),
+            (" (version 2)", Binding::To(d)),
+            (" (version 1)", Binding::None),
+        ] {
             let mut counter = 0u64;
             g.bench_function(format!("seal {size}-byte probe{name}"), |b| {
                 b.iter(|| {

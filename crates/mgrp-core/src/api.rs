@@ -496,6 +496,13 @@ pub struct DaemonCounters {
     /// counted in `mgrp_not_peer`.
     #[serde(default)]
     pub trials_refused: u64,
+    /// Tags computed to check received MGRP packets (each a keyed hash over the
+    /// packet): about one per authentic packet, more only while a peer's key rotates
+    /// or a NAT in front of this host rewrites addresses. A packet whose key index
+    /// (`auth = 3`) names none of its peer's keys costs none, so forged packets show
+    /// here only when they copy a real index.
+    #[serde(default)]
+    pub tag_checks: u64,
     /// Errors the daemon's sockets reported, by reason (`mgrpd_socket_errors_total`),
     /// each survived: every ICMP error about an MGRP packet it sent, once, as its
     /// error queue gave it, and the receives that failed for another reason a network

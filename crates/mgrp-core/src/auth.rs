@@ -1,28 +1,43 @@
-//! Keyed authentication of MGRP packets: a counter and a tag in the trailer the wire
-//! format reserves, and a replay window over the counter.
+//! Keyed authentication of MGRP packets: a counter, a key index and a tag in the
+//! trailer the wire format reserves, and a replay window over the counter.
 //!
 //! With a key configured, every MGRP packet (probe or continuation) ends in a
-//! [`TRAILER_LEN`]-byte trailer: the sender's 64-bit counter, big-endian, then a
-//! 16-byte tag. The trailer takes the place of padding: a probe keeps its requested
-//! size, and a probe too small for header and trailer is refused by the planner.
+//! [`TRAILER_LEN`]-byte trailer. The trailer takes the place of padding: a probe keeps
+//! its requested size, and a probe too small for header and trailer is refused by the
+//! planner. Its layout depends on the [`Scheme`]:
 //!
-//! The tag ([`Scheme::V2`]) is the first 16 bytes of the keyed BLAKE3 hash of a
-//! label, the packet's [`Direction`] (the sealing daemon and the one it sealed for,
-//! each named by the address the other knows it by, 16 bytes each) and everything
-//! before the tag (header, chunk descriptors, tool header, rider bytes, padding,
-//! counter). The direction is not sent: the receiver knows who the packet comes from
-//! and who it is itself, and a packet sealed for another direction does not open. So
-//! a packet sent back to its sender, or passed to a third daemon under another
-//! peer's address, is refused even when every daemon holds the same key. The label
-//! and the fixed-length direction make the hashed message unambiguous; keying the
-//! hash with the shared key and the direction is a key per direction without
-//! storing one. [`Scheme::V1`] (the tag of the packet alone) is what daemons before
-//! keys per direction sent; it is kept for a stated transition only.
+//! | scheme | bytes 0–7 | bytes 8–11 | then |
+//! |---|---|---|---|
+//! | [`Scheme::V3`] | counter | key index | 12-byte tag |
+//! | [`Scheme::V2`], [`Scheme::V1`] | counter | 16-byte tag (from byte 8) | |
+//!
+//! The counter is the sender's 64-bit packet counter, big-endian. The *key index*
+//! ([`Key::index`], scheme 3) names the key that sealed the packet without giving it
+//! away: the first four bytes of the keyed BLAKE3 hash of a fixed label under that
+//! key. A receiver keeps its keys by index, so a packet from an endpoint it does not
+//! know costs one table lookup, and one tag check only when the index is one of its
+//! keys', where scheme 2 had it try every key it holds (as WireGuard's receiver index
+//! spares its receivers). The index is the same on every packet sealed with a key: an
+//! observer learns which packets share a key, not the key.
+//!
+//! The tag (schemes 2 and 3) is the keyed BLAKE3 hash of a label, the packet's
+//! [`Direction`] (the sealing daemon and the one it sealed for, each named by the
+//! address the other knows it by, 16 bytes each) and everything before the tag
+//! (header, chunk descriptors, tool header, rider bytes, padding, counter, index),
+//! cut to 16 bytes (scheme 2) or 12 (scheme 3: a forger's chance per packet is
+//! 2⁻⁹⁶, as with IPsec's 96-bit tags). The direction is not sent: the receiver knows
+//! who the packet comes from and who it is itself, and a packet sealed for another
+//! direction does not open. So a packet sent back to its sender, or passed to a third
+//! daemon under another peer's address, is refused even when every daemon holds the
+//! same key. The label and the fixed-length direction make the hashed message
+//! unambiguous; keying the hash with the shared key and the direction is a key per
+//! direction without storing one. [`Scheme::V1`] (the tag of the packet alone) is what
+//! daemons before keys per direction sent, and [`Scheme::V2`] what daemons before key
+//! indexes sent; both are kept for a stated transition only.
 //!
 //! The receiver checks the tag first, in constant time, and only then the counter
 //! against a sliding window of recently seen counters ([`ReplayWindow`], after RFC
-//! 6479), so a forged packet cannot move the window. Senders start their counter at
-//! their clock's nanoseconds, so a restarted sender is not taken for a replayer.
+//! 6479), so a forged packet cannot move the window.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -30,17 +45,33 @@ use std::str::FromStr;
 
 use crate::wire::Packet;
 
-/// Bytes of the authentication trailer: counter and tag.
+/// Bytes of the authentication trailer: counter, key index (scheme 3) and tag.
 pub const TRAILER_LEN: u16 = 24;
+
+/// Bytes of the key index in a [`Scheme::V3`] trailer.
+pub const INDEX_LEN: usize = 4;
 
 /// Bytes of a key.
 pub const KEY_LEN: usize = 32;
 
+/// Bytes of a scheme 1 or 2 tag.
 const TAG_LEN: usize = 16;
 
-/// A 32-byte secret key. Its `Debug` form never shows the bytes.
+/// Bytes of a scheme 3 tag.
+const TAG3_LEN: usize = 12;
+
+/// Bytes of the counter, at the trailer's start.
+const COUNTER_LEN: usize = 8;
+
+/// The label hashed under a key to make its index.
+const INDEX_LABEL: &[u8; 16] = b"mgrp key index 3";
+
+/// A 32-byte secret key and its index. Its `Debug` form never shows the bytes.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Key([u8; KEY_LEN]);
+pub struct Key {
+    bytes: [u8; KEY_LEN],
+    index: u32,
+}
 
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -61,12 +92,24 @@ pub enum KeyError {
 impl Key {
     /// A key of these bytes.
     pub fn from_bytes(bytes: [u8; KEY_LEN]) -> Self {
-        Self(bytes)
+        let h = blake3::keyed_hash(&bytes, INDEX_LABEL);
+        let mut index = [0u8; INDEX_LEN];
+        index.copy_from_slice(&h.as_bytes()[..INDEX_LEN]);
+        Self {
+            bytes,
+            index: u32::from_be_bytes(index),
+        }
     }
 
     /// The key as 64 hex digits.
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        self.bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The index a [`Scheme::V3`] trailer names this key by: made from the key, so
+    /// both ends know it without a word, and no help in guessing it.
+    pub fn index(&self) -> u32 {
+        self.index
     }
 }
 
@@ -84,7 +127,7 @@ impl FromStr for Key {
         };
         bytes
             .and_then(|b| <[u8; KEY_LEN]>::try_from(b).ok())
-            .map(Self)
+            .map(Self::from_bytes)
             .ok_or(KeyError::Format(t.len()))
     }
 }
@@ -153,23 +196,26 @@ impl Direction {
     }
 }
 
-/// How the tag is computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How the tag is computed, and what a daemon seals with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum Scheme {
     /// The packet alone (daemons before keys per direction): a packet opens in
     /// either direction, so a reflected one is believed.
     V1,
-    /// The packet and its [`Direction`].
-    #[default]
+    /// The packet and its [`Direction`], a 16-byte tag (daemons before key indexes).
     V2,
+    /// The packet and its [`Direction`], the key's index and a 12-byte tag.
+    #[default]
+    V3,
 }
 
 impl Scheme {
-    /// The scheme of this number (1 or 2).
+    /// The scheme of this number (1, 2 or 3).
     pub fn from_number(n: u8) -> Option<Self> {
         match n {
             1 => Some(Self::V1),
             2 => Some(Self::V2),
+            3 => Some(Self::V3),
             _ => None,
         }
     }
@@ -179,21 +225,44 @@ impl Scheme {
         match self {
             Self::V1 => 1,
             Self::V2 => 2,
+            Self::V3 => 3,
+        }
+    }
+
+    /// What a packet sealed under this scheme for `direction` is bound to.
+    pub fn binding(self, direction: Direction) -> Binding {
+        match self {
+            Self::V1 => Binding::None,
+            Self::V2 => Binding::To(direction),
+            Self::V3 => Binding::Indexed(direction),
         }
     }
 }
 
-/// What a tag binds the packet to: nothing more ([`Scheme::V1`]) or a direction.
+/// What a tag binds the packet to, which is also how its trailer is laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Binding {
     /// [`Scheme::V1`].
     None,
     /// [`Scheme::V2`] for this direction.
     To(Direction),
+    /// [`Scheme::V3`] for this direction: the trailer names the key by its index.
+    Indexed(Direction),
 }
 
-/// The label that starts every [`Scheme::V2`] hashed message.
+impl Binding {
+    /// Bytes of the tag at the trailer's end.
+    fn tag_len(self) -> usize {
+        match self {
+            Self::None | Self::To(_) => TAG_LEN,
+            Self::Indexed(_) => TAG3_LEN,
+        }
+    }
+}
+
+/// The labels that start every [`Scheme::V2`] and [`Scheme::V3`] hashed message.
 const LABEL: &[u8; 16] = b"mgrp tag 2 dir\0\0";
+const LABEL3: &[u8; 16] = b"mgrp tag 3 dir\0\0";
 
 fn address_bytes(a: IpAddr) -> [u8; 16] {
     match a {
@@ -202,21 +271,25 @@ fn address_bytes(a: IpAddr) -> [u8; 16] {
     }
 }
 
-fn tag(key: &Key, binding: Binding, covered: &[u8]) -> [u8; TAG_LEN] {
+/// The tag of `covered` (everything before the tag) under `key` and `binding`, as
+/// long as the binding's scheme cuts it.
+fn tag(key: &Key, binding: Binding, covered: &[u8]) -> ([u8; TAG_LEN], usize) {
+    let directed = |label: &[u8; 16], d: Direction| {
+        let mut h = blake3::Hasher::new_keyed(&key.bytes);
+        h.update(label);
+        h.update(&address_bytes(d.from));
+        h.update(&address_bytes(d.to));
+        h.update(covered);
+        h.finalize()
+    };
     let h = match binding {
-        Binding::None => blake3::keyed_hash(&key.0, covered),
-        Binding::To(d) => {
-            let mut h = blake3::Hasher::new_keyed(&key.0);
-            h.update(LABEL);
-            h.update(&address_bytes(d.from));
-            h.update(&address_bytes(d.to));
-            h.update(covered);
-            h.finalize()
-        }
+        Binding::None => blake3::keyed_hash(&key.bytes, covered),
+        Binding::To(d) => directed(LABEL, d),
+        Binding::Indexed(d) => directed(LABEL3, d),
     };
     let mut t = [0u8; TAG_LEN];
     t.copy_from_slice(&h.as_bytes()[..TAG_LEN]);
-    t
+    (t, binding.tag_len())
 }
 
 /// Whether a checked packet ends in an authentication trailer.
@@ -228,9 +301,20 @@ fn has_trailer<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<(), AuthError> {
     }
 }
 
-/// Writes `counter` and the tag binding `packet` to `binding` into its trailer, which
-/// is [`TRAILER_LEN`] bytes long. Call it after the last change to the packet (the
-/// sender stamp). Works on the view the caller has: nothing is parsed again.
+/// The key index a [`Scheme::V3`] trailer names, read without any check: a packet
+/// of another scheme, or a forgery, has some number there too.
+pub fn index_of<T: AsRef<[u8]>>(packet: &Packet<T>) -> Option<u32> {
+    has_trailer(packet).ok()?;
+    let t = packet.trailer();
+    let mut i = [0u8; INDEX_LEN];
+    i.copy_from_slice(&t[COUNTER_LEN..COUNTER_LEN + INDEX_LEN]);
+    Some(u32::from_be_bytes(i))
+}
+
+/// Writes `counter` (and, for [`Binding::Indexed`], `key`'s index) and the tag
+/// binding `packet` to `binding` into its trailer, which is [`TRAILER_LEN`] bytes
+/// long. Call it after the last change to the packet (the sender stamp). Works on
+/// the view the caller has: nothing is parsed again.
 pub fn seal<T: AsRef<[u8]> + AsMut<[u8]>>(
     key: &Key,
     binding: Binding,
@@ -241,35 +325,44 @@ pub fn seal<T: AsRef<[u8]> + AsMut<[u8]>>(
     let packet = packet.as_bytes_mut();
     let n = packet.len();
     let t0 = n - usize::from(TRAILER_LEN);
-    packet[t0..t0 + 8].copy_from_slice(&counter.to_be_bytes());
-    let t = tag(key, binding, &packet[..n - TAG_LEN]);
-    packet[n - TAG_LEN..].copy_from_slice(&t);
+    packet[t0..t0 + COUNTER_LEN].copy_from_slice(&counter.to_be_bytes());
+    if let Binding::Indexed(_) = binding {
+        packet[t0 + COUNTER_LEN..t0 + COUNTER_LEN + INDEX_LEN]
+            .copy_from_slice(&key.index.to_be_bytes());
+    }
+    let len = binding.tag_len();
+    let (t, _) = tag(key, binding, &packet[..n - len]);
+    packet[n - len..].copy_from_slice(&t[..len]);
     Ok(())
 }
 
 /// Checks the tag of `packet` against `binding` and returns its counter (still to be
-/// checked against a [`ReplayWindow`]). Works on the view the caller has: nothing is
-/// parsed again.
+/// checked against a [`ReplayWindow`]). A [`Binding::Indexed`] packet that names
+/// another key's index is refused without hashing anything. Works on the view the
+/// caller has: nothing is parsed again.
 pub fn open<T: AsRef<[u8]>>(
     key: &Key,
     binding: Binding,
     packet: &Packet<T>,
 ) -> Result<u64, AuthError> {
     has_trailer(packet)?;
+    if matches!(binding, Binding::Indexed(_)) && index_of(packet) != Some(key.index) {
+        return Err(AuthError::BadTag);
+    }
     let packet = packet.as_bytes();
     let n = packet.len();
-    let want = tag(key, binding, &packet[..n - TAG_LEN]);
+    let (want, len) = tag(key, binding, &packet[..n - binding.tag_len()]);
     // Constant time: every byte is compared whatever the first difference.
-    let diff = want
+    let diff = want[..len]
         .iter()
-        .zip(&packet[n - TAG_LEN..])
+        .zip(&packet[n - len..])
         .fold(0u8, |d, (a, b)| d | (a ^ b));
     if diff != 0 {
         return Err(AuthError::BadTag);
     }
     let t0 = n - usize::from(TRAILER_LEN);
-    let mut c = [0u8; 8];
-    c.copy_from_slice(&packet[t0..t0 + 8]);
+    let mut c = [0u8; COUNTER_LEN];
+    c.copy_from_slice(&packet[t0..t0 + COUNTER_LEN]);
     Ok(u64::from_be_bytes(c))
 }
 
@@ -462,6 +555,71 @@ mod tests {
         seal(&key(1), Binding::None, &mut q, 8).unwrap();
         assert_eq!(open(&key(1), Binding::None, &q), Ok(8));
         assert_eq!(open(&key(1), Binding::To(ab), &q), Err(AuthError::BadTag));
+    }
+
+    #[test]
+    fn scheme_3_names_its_key_and_opens_with_that_key_only() {
+        let ab = dir("10.0.0.1", "10.0.0.2");
+        let mut p = packet(TRAILER_LEN);
+        seal(&key(1), Binding::Indexed(ab), &mut p, 42).unwrap();
+        assert_eq!(index_of(&p), Some(key(1).index()));
+        assert_ne!(key(1).index(), key(2).index());
+        let t = p.trailer();
+        assert_eq!(&t[..8], &42u64.to_be_bytes());
+        assert_eq!(&t[8..12], &key(1).index().to_be_bytes());
+        assert_eq!(open(&key(1), Binding::Indexed(ab), &p), Ok(42));
+        // Another key, another direction, another scheme: none opens it.
+        assert_eq!(
+            open(&key(2), Binding::Indexed(ab), &p),
+            Err(AuthError::BadTag)
+        );
+        for b in [
+            Binding::Indexed(ab.reversed()),
+            Binding::To(ab),
+            Binding::None,
+        ] {
+            assert_eq!(open(&key(1), b, &p), Err(AuthError::BadTag), "{b:?}");
+        }
+        // Every byte is covered, the index's included.
+        for i in [0, 5, 150, 280, 283, 284, 287, 288, 299] {
+            let mut q = p.clone().into_inner();
+            q[i] ^= 0x10;
+            let opened =
+                Packet::new_checked(&q[..]).map(|v| open(&key(1), Binding::Indexed(ab), &v));
+            assert!(!matches!(opened, Ok(Ok(_))), "byte {i}");
+        }
+        // A scheme 2 packet does not open as scheme 3, whatever its bytes 8..12 say.
+        let mut q = packet(TRAILER_LEN);
+        seal(&key(1), Binding::To(ab), &mut q, 9).unwrap();
+        assert_eq!(
+            open(&key(1), Binding::Indexed(ab), &q),
+            Err(AuthError::BadTag)
+        );
+        assert_eq!(open(&key(1), Binding::To(ab), &q), Ok(9));
+        assert_eq!(index_of(&packet(0)), None);
+    }
+
+    #[test]
+    fn a_key_keeps_its_index_however_it_is_written() {
+        let k = key(0x5a);
+        assert_eq!(k.to_hex().parse::<Key>().unwrap().index(), k.index());
+        assert_eq!(k.to_hex().parse::<Key>().unwrap(), k);
+        // The index is no prefix of the key.
+        assert_ne!(k.index().to_be_bytes(), [0x5a; 4]);
+    }
+
+    #[test]
+    fn schemes_are_ordered_and_numbered() {
+        assert!(Scheme::V1 < Scheme::V2 && Scheme::V2 < Scheme::V3);
+        assert_eq!(Scheme::default(), Scheme::V3);
+        for n in 1..=3 {
+            assert_eq!(Scheme::from_number(n).unwrap().number(), n);
+        }
+        assert_eq!(Scheme::from_number(4), None);
+        let d = dir("10.0.0.1", "10.0.0.2");
+        assert_eq!(Scheme::V3.binding(d), Binding::Indexed(d));
+        assert_eq!(Scheme::V2.binding(d), Binding::To(d));
+        assert_eq!(Scheme::V1.binding(d), Binding::None);
     }
 
     #[test]

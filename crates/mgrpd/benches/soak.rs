@@ -67,7 +67,7 @@ fn flood(c: &Netns, key: &Key, pps: u64, stop: Arc<AtomicBool>) -> std::thread::
         let to_b = SockAddr::from(SocketAddr::new(IpAddr::V4(ADDR_B), 0));
         let wrong = Key::from_bytes([0x33; 32]);
         // As A seals for B.
-        let a_to_b = Binding::To(Direction {
+        let a_to_b = Binding::Indexed(Direction {
             from: IpAddr::V4(ADDR_A),
             to: IpAddr::V4(ADDR_B),
         });

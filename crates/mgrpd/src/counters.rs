@@ -99,6 +99,7 @@ counters!(
     peer_unreachable_reported,
     icmp_errors_unproven,
     trials_refused,
+    tag_checks,
     socket_errors_refused,
     socket_errors_unreachable,
     socket_errors_prohibited,

@@ -18,11 +18,12 @@ use mgrp_core::wire::Packet;
 
 use crate::config::Config;
 
-/// Datagrams from an endpoint no peer is known at that are tried against every
-/// roaming peer's keys, per second at most, in all: each costs a tag check per
-/// roaming peer (and key, and address of this host's), so a flood of them could
-/// otherwise take the receiver whole and the known peers' packets with it. Beyond,
-/// such a datagram is dropped unopened (`trials_refused`).
+/// Datagrams from an endpoint no peer is known at that are tried against roaming
+/// peers' keys, per second at most, in all. Under `auth = 3` only a datagram whose key
+/// index names a roaming peer's key is tried, with a tag check per address of this
+/// host's; under 2 or 1, each costs a check per roaming peer (and key, and address),
+/// so a flood of them could otherwise take the receiver whole and the known peers'
+/// packets with it. Beyond, such a datagram is dropped unopened (`trials_refused`).
 pub const TRIALS_PER_SECOND: u32 = 64;
 
 /// The same, per source (an IPv4 address, an IPv6 /64): one host cannot take the
@@ -126,18 +127,19 @@ impl Endpoints {
 
     /// The peer a datagram from `from` comes from: the peer last heard from there
     /// or configured there, else the peer whose own address it is, else the roaming
-    /// peer `sealed_by` says `payload` is sealed by (parsed only then, and tried only
-    /// within [`TRIALS_PER_SECOND`] and [`TRIALS_PER_SOURCE_PER_SECOND`]).
+    /// peer `roaming` finds `payload` sealed by (parsed only then), with the counter
+    /// its tag gave. `roaming` asks before each round of tag checks, and is let
+    /// within [`TRIALS_PER_SECOND`] and [`TRIALS_PER_SOURCE_PER_SECOND`].
     pub(crate) fn identify(
         &self,
         from: SocketAddr,
         payload: &[u8],
-        sealed_by: impl Fn(IpAddr, &Packet<&[u8]>) -> bool,
-    ) -> Result<IpAddr, Unknown> {
+        roaming: impl FnOnce(&Packet<&[u8]>, &mut dyn FnMut() -> bool) -> Option<(IpAddr, u64)>,
+    ) -> Result<(IpAddr, Option<u64>), Unknown> {
         {
             let learned = self.learned.read().unwrap_or_else(PoisonError::into_inner);
             if let Some((peer, _)) = learned.iter().find(|(_, at)| **at == from) {
-                return Ok(*peer);
+                return Ok((*peer, None));
             }
         }
         if let Some(p) = self
@@ -147,25 +149,28 @@ impl Endpoints {
             .iter()
             .find(|p| p.endpoint == Some(from))
         {
-            return Ok(p.prefix.addr());
+            return Ok((p.prefix.addr(), None));
         }
         let ip = from.ip();
         if self.config.peers.is_peer(ip) && self.is_udp(ip) {
-            return Ok(ip);
+            return Ok((ip, None));
         }
         if self.roaming.is_empty() {
             return Err(Unknown::NoPeer);
         }
         let packet = Packet::new_checked(payload).map_err(|_| Unknown::NoPeer)?;
         let second = mgrp_rt::mono_now().as_nanos() / 1_000_000_000;
-        if !mgrp_rt::lock(&self.trials).take(second, ip) {
-            return Err(Unknown::OverTrials);
+        let mut refused = false;
+        let mut may_try = || {
+            let ok = mgrp_rt::lock(&self.trials).take(second, ip);
+            refused |= !ok;
+            ok
+        };
+        match roaming(&packet, &mut may_try) {
+            Some((peer, counter)) => Ok((peer, Some(counter))),
+            None if refused => Err(Unknown::OverTrials),
+            None => Err(Unknown::NoPeer),
         }
-        self.roaming
-            .iter()
-            .copied()
-            .find(|peer| sealed_by(*peer, &packet))
-            .ok_or(Unknown::NoPeer)
     }
 
     /// The peer whose packets go to `at`, for an ICMP error about one of them.

@@ -118,7 +118,7 @@ impl ReceivePath {
         let (raw_rx, udp_rx) = (daemon.receiver(false, false), daemon.receiver(false, true));
         let keyring = |them: Config| {
             let them = Arc::new(them);
-            Keyring::new(them.clone(), Arc::new(Endpoints::new(them)))
+            Keyring::new(them.clone(), Arc::new(Endpoints::new(them)), Arc::default())
         };
         Self {
             daemon,
@@ -214,6 +214,7 @@ impl ReceivePath {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mgrp_core::auth::Scheme;
 
     fn taken(s: &DaemonStats) -> u64 {
         s.daemon.keepalives_received
@@ -278,6 +279,120 @@ mod tests {
         let s = path.stats();
         assert_eq!(s.daemon.peer_endpoint_changes, 1, "{s:#?}");
         assert!(s.receive_conserved(), "{s:#?}");
+    }
+
+    fn checks(path: &ReceivePath) -> u64 {
+        path.stats().daemon.tag_checks
+    }
+
+    /// This daemon, or every peer, set to tag scheme `scheme` as a reload would.
+    fn set_scheme(keyring: &Keyring, config: &Config, scheme: Scheme) {
+        keyring.reload(config.keys.clone(), scheme).unwrap();
+    }
+
+    /// With key indexes (scheme 3) an authentic packet costs one tag check, found by
+    /// address or, for a roaming peer, by the index alone (and is not opened again
+    /// once found); a datagram naming no key costs none and uses up no trial.
+    #[test]
+    fn a_packet_costs_one_tag_check_and_one_naming_no_key_none() {
+        let mut path = ReceivePath::new();
+        let mut p = keepalive();
+        path.sealed_by_peer(&mut p);
+        path.raw(RAW_PEER, p.as_bytes());
+        assert_eq!((taken(&path.stats()), checks(&path)), (1, 1));
+        // The next key of a rotation: the index picks it, the sending key is not
+        // tried. (A daemon of its own: the two peers' keyrings count alike.)
+        let mut rotating = ReceivePath::new();
+        let mut q = keepalive();
+        rotating.sealed_with_next_key(RAW_PEER, &mut q);
+        rotating.raw(RAW_PEER, q.as_bytes());
+        assert_eq!((taken(&rotating.stats()), checks(&rotating)), (1, 1));
+        // The roaming peer from an endpoint never seen: found by its key's index.
+        let at: SocketAddr = "203.0.113.7:40001".parse().unwrap();
+        let mut r = keepalive();
+        path.sealed_by(ROAMING_PEER, &mut r);
+        path.udp(at, r.as_bytes());
+        assert_eq!(path.endpoint(ROAMING_PEER), Some(at));
+        assert_eq!((taken(&path.stats()), checks(&path)), (2, 2));
+        // Junk from elsewhere: its index is no key's, so no tag is computed.
+        let stranger: SocketAddr = "198.51.100.9:5555".parse().unwrap();
+        let mut junk = keepalive();
+        path.sealed_by(ROAMING_PEER, &mut junk);
+        let mut junk = junk.into_inner();
+        let n = junk.len();
+        junk[n - 13] ^= 0x01; // the index's last byte
+        for _ in 0..1_000 {
+            path.udp(stranger, &junk);
+        }
+        let s = path.stats();
+        assert_eq!(checks(&path), 2, "{s:#?}");
+        assert_eq!(
+            (s.daemon.mgrp_not_peer, s.daemon.trials_refused),
+            (1_000, 0)
+        );
+        // A forgery that copies the roaming peer's index costs one check each,
+        // within the trials a source is given a second.
+        let mut forged = keepalive();
+        path.sealed_by(ROAMING_PEER, &mut forged);
+        let mut forged = forged.into_inner();
+        forged[n - 1] ^= 0x01;
+        for _ in 0..10 {
+            path.udp(stranger, &forged);
+        }
+        let s = path.stats();
+        let tried = 10 - s.daemon.trials_refused;
+        assert!(
+            tried <= u64::from(crate::endpoints::TRIALS_PER_SOURCE_PER_SECOND) * 2,
+            "{s:#?}"
+        );
+        assert_eq!(checks(&path), 2 + tried, "{s:#?}");
+        assert_eq!(path.endpoint(ROAMING_PEER), Some(at));
+        assert!(s.receive_conserved(), "{s:#?}");
+    }
+
+    /// Upgrading to key indexes: a daemon set to `auth = 2` takes scheme 3 packets
+    /// as well as its own, and finds a roaming peer of either by trying its keys; one
+    /// on `auth = 3` refuses scheme 2 as an older mgrpd's (said as such), and tries
+    /// no key on a scheme 2 packet from an unknown endpoint.
+    #[test]
+    fn old_and_new_schemes_meet_under_the_auth_rule() {
+        let configs = ReceivePath::configs();
+        let mut path = ReceivePath::new();
+        let me = &path.daemon.net().keyring;
+        set_scheme(me, &configs[0], Scheme::V2);
+        // Peers still on scheme 3, and then on 2: both taken.
+        let mut p = keepalive();
+        path.sealed_by_peer(&mut p);
+        path.raw(RAW_PEER, p.as_bytes());
+        for (i, c) in configs[1..4].iter().enumerate() {
+            set_scheme(&path.peers[i], c, Scheme::V2);
+        }
+        let mut q = keepalive();
+        path.sealed_by_peer(&mut q);
+        path.raw(RAW_PEER, q.as_bytes());
+        let at: SocketAddr = "203.0.113.7:40001".parse().unwrap();
+        let mut r = keepalive();
+        path.sealed_by(ROAMING_PEER, &mut r);
+        path.udp(at, r.as_bytes());
+        let s = path.stats();
+        assert_eq!((taken(&s), s.daemon.mgrp_old_auth), (3, 0), "{s:#?}");
+        assert_eq!(path.endpoint(ROAMING_PEER), Some(at));
+        // This daemon on 3: the peers' scheme 2 packets are an older mgrpd's.
+        let mut path = ReceivePath::new();
+        for (i, c) in configs[1..4].iter().enumerate() {
+            set_scheme(&path.peers[i], c, Scheme::V2);
+        }
+        let mut p = keepalive();
+        path.sealed_by_peer(&mut p);
+        path.raw(RAW_PEER, p.as_bytes());
+        let before = checks(&path);
+        let mut r = keepalive();
+        path.sealed_by(ROAMING_PEER, &mut r);
+        path.udp(at, r.as_bytes());
+        let s = path.stats();
+        assert_eq!((taken(&s), s.daemon.mgrp_old_auth), (0, 1), "{s:#?}");
+        assert_eq!((s.daemon.mgrp_not_peer, checks(&path)), (1, before));
+        assert_eq!(path.endpoint(ROAMING_PEER), None);
     }
 
     #[test]

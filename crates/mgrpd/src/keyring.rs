@@ -45,6 +45,7 @@ use mgrp_core::wire::Packet;
 use tracing::{info, warn};
 
 use crate::config::{Config, Keys, PeerKey};
+use crate::counters::Counters;
 use crate::endpoints::Endpoints;
 use crate::routes::SourcePlan;
 use crate::sys;
@@ -104,8 +105,9 @@ pub(crate) enum Refusal {
     BadTag,
     /// Opens as a packet this daemon sealed for the peer it claims to come from.
     Reflected,
-    /// Opens with the tag of daemons before directions, which `auth = 2` refuses.
-    OldScheme,
+    /// Opens with the tag of an older scheme than this daemon's `auth` takes (that of
+    /// daemons before key indexes, or before keys per direction).
+    OldScheme(Scheme),
     /// Its counter was seen, or is too old.
     Replayed,
 }
@@ -115,6 +117,37 @@ pub(crate) enum Refusal {
 struct Current {
     keys: Keys,
     scheme: Scheme,
+    /// The roaming peers by the index of each key they may seal with.
+    roaming: HashMap<u32, Vec<IpAddr>>,
+    /// Every roaming peer, tried one after the other on a packet of an older scheme.
+    roaming_all: Vec<IpAddr>,
+}
+
+impl Current {
+    fn new(config: &Config, keys: Keys, scheme: Scheme) -> Self {
+        let roaming_all: Vec<IpAddr> = config
+            .udp
+            .peers
+            .iter()
+            .filter(|p| p.roams)
+            .map(|p| p.prefix.addr())
+            .collect();
+        let mut roaming: HashMap<u32, Vec<IpAddr>> = HashMap::new();
+        for &peer in &roaming_all {
+            for k in keys.key_for(peer).into_iter().flat_map(PeerKey::accepted) {
+                let peers = roaming.entry(k.index()).or_default();
+                if !peers.contains(&peer) {
+                    peers.push(peer);
+                }
+            }
+        }
+        Self {
+            keys,
+            scheme,
+            roaming,
+            roaming_all,
+        }
+    }
 }
 
 /// The daemon's keys, counter and replay windows.
@@ -123,6 +156,8 @@ pub(crate) struct Keyring {
     config: Arc<Config>,
     endpoints: Arc<Endpoints>,
     current: RwLock<Current>,
+    /// Where the tag checks are counted.
+    counters: Arc<Counters>,
     /// The counter of the next sealed packet.
     counter: AtomicU64,
     /// One per peer, by peer address.
@@ -150,7 +185,11 @@ pub(crate) struct Keyring {
 
 impl Keyring {
     /// The keyring of `config`, its counter and windows read from the state file.
-    pub(crate) fn new(config: Arc<Config>, endpoints: Arc<Endpoints>) -> Self {
+    pub(crate) fn new(
+        config: Arc<Config>,
+        endpoints: Arc<Endpoints>,
+        counters: Arc<Counters>,
+    ) -> Self {
         let state = config
             .keys
             .enabled()
@@ -178,10 +217,8 @@ impl Keyring {
             .collect();
         let sources = sys::SourceFinder::new(config.fwmark);
         let keyring = Self {
-            current: RwLock::new(Current {
-                keys: config.keys.clone(),
-                scheme: config.auth,
-            }),
+            current: RwLock::new(Current::new(&config, config.keys.clone(), config.auth)),
+            counters,
             config,
             endpoints,
             counter: AtomicU64::new(counter),
@@ -230,13 +267,10 @@ impl Keyring {
         let Some(key) = current.keys.key_for(peer) else {
             return;
         };
-        let binding = match current.scheme {
-            Scheme::V1 => Binding::None,
-            Scheme::V2 => Binding::To(Direction {
-                from: self.identity(peer),
-                to: peer,
-            }),
-        };
+        let binding = current.scheme.binding(Direction {
+            from: self.identity(peer),
+            to: peer,
+        });
         let now = second_counter(mgrp_rt::wall_now().as_nanos());
         let counter = match self
             .counter
@@ -252,7 +286,15 @@ impl Keyring {
 
     /// Checks the trailer of a packet from peer `from`, sent to `to` (this host's
     /// address on it, where known), and its counter against the peer's window.
-    pub(crate) fn open(&self, from: IpAddr, to: Option<IpAddr>, packet: &Packet<&[u8]>) -> Verdict {
+    /// `opened`: the counter its tag was already checked for (a roaming peer's packet
+    /// found by [`Self::find_roaming`]), so that it is not opened twice.
+    pub(crate) fn open(
+        &self,
+        from: IpAddr,
+        to: Option<IpAddr>,
+        packet: &Packet<&[u8]>,
+        opened: Option<u64>,
+    ) -> Verdict {
         let has_trailer = packet.trailer().len() == usize::from(auth::TRAILER_LEN);
         let current = self.current();
         let Some(keys) = current.keys.key_for(from) else {
@@ -266,9 +308,12 @@ impl Keyring {
             return Verdict::Refused(Refusal::Unauthenticated);
         }
         let selves = self.selves(from, to);
-        let Some(counter) = opened(keys, &selves, from, current.scheme, packet) else {
+        let checks = &self.counters.tag_checks;
+        let counter =
+            opened.or_else(|| open_as(keys, &selves, from, current.scheme, packet, checks));
+        let Some(counter) = counter else {
             let why = if self.may_diagnose() {
-                diagnosed(keys, &selves, from, current.scheme, packet)
+                diagnosed(keys, &selves, from, current.scheme, packet, checks)
             } else {
                 Refusal::BadTag
             };
@@ -310,19 +355,40 @@ impl Keyring {
         d.1 <= DIAGNOSES_PER_SECOND
     }
 
-    /// Whether a packet sent to `to` opens as `peer`'s with one of its keys (the tag
-    /// alone; the window is left to [`Self::open`]).
-    pub(crate) fn opens_as(
+    /// The roaming peer that sealed a packet sent to `to` from an endpoint no peer is
+    /// known at, and its counter (the tag alone; the window is left to
+    /// [`Self::open`]). A scheme 3 packet names its key: the roaming peers holding a
+    /// key of that index are tried, and none when no one holds it, so a datagram
+    /// costs a table lookup and at most one check per address this host is known by.
+    /// Under `auth` 2 or 1 a packet is then tried against every roaming peer's keys, as
+    /// daemons before key indexes need. `may_try` is asked before each round of
+    /// checks (the bound on trials), and a refusal ends the search.
+    pub(crate) fn find_roaming(
         &self,
-        peer: IpAddr,
         to: Option<IpAddr>,
         packet: &Packet<&[u8]>,
-    ) -> bool {
+        may_try: &mut dyn FnMut() -> bool,
+    ) -> Option<(IpAddr, u64)> {
+        let index = auth::index_of(packet)?;
         let current = self.current();
-        current.keys.key_for(peer).is_some_and(|keys| {
+        let checks = &self.counters.tag_checks;
+        let opens = |peer: IpAddr| {
+            let keys = current.keys.key_for(peer)?;
             let selves = self.selves(peer, to);
-            opened(keys, &selves, peer, current.scheme, packet).is_some()
-        })
+            open_as(keys, &selves, peer, current.scheme, packet, checks).map(|c| (peer, c))
+        };
+        if let Some(peers) = current.roaming.get(&index) {
+            if !may_try() {
+                return None;
+            }
+            if let Some(found) = peers.iter().find_map(|&p| opens(p)) {
+                return Some(found);
+            }
+        }
+        if current.scheme > Scheme::V2 || current.roaming_all.is_empty() || !may_try() {
+            return None;
+        }
+        current.roaming_all.iter().find_map(|&p| opens(p))
     }
 
     /// The addresses `from` may know this daemon by: the one the packet came to, and
@@ -540,7 +606,7 @@ impl Keyring {
             );
         }
         let changed = current.keys != keys || current.scheme != scheme;
-        *current = Current { keys, scheme };
+        *current = Current::new(&self.config, keys, scheme);
         drop(current);
         if changed {
             info!(
@@ -566,42 +632,79 @@ impl std::ops::Deref for Selves {
     }
 }
 
+/// Opens `packet` with `key` under `binding`, counting the check in `checks` when a
+/// tag is computed: a scheme 3 packet that names another key's index costs none.
+fn check(
+    key: &auth::Key,
+    binding: Binding,
+    packet: &Packet<&[u8]>,
+    checks: &AtomicU64,
+) -> Option<u64> {
+    if matches!(binding, Binding::Indexed(_)) && auth::index_of(packet) != Some(key.index()) {
+        return None;
+    }
+    checks.fetch_add(1, Ordering::Relaxed);
+    auth::open(key, binding, packet).ok()
+}
+
+/// The schemes a daemon configured with `scheme` takes: its own and every later one
+/// (so a daemon set back to an older scheme while its peers are upgraded still takes
+/// what the upgraded ones send), newest first.
+fn taken(scheme: Scheme) -> impl Iterator<Item = Scheme> {
+    [Scheme::V3, Scheme::V2, Scheme::V1]
+        .into_iter()
+        .filter(move |s| *s >= scheme)
+}
+
 /// The counter of `packet` if it opens as sealed by `from` for one of `selves` with
-/// one of `keys` (or, under `Scheme::V1`, with a version 1 tag as well).
-fn opened(
+/// one of `keys`, under one of the schemes `scheme` takes.
+fn open_as(
     keys: &PeerKey,
     selves: &[IpAddr],
     from: IpAddr,
     scheme: Scheme,
     packet: &Packet<&[u8]>,
+    checks: &AtomicU64,
 ) -> Option<u64> {
-    let v1 = (scheme == Scheme::V1).then_some(Binding::None);
     keys.accepted().find_map(|k| {
-        selves
-            .iter()
-            .map(|&me| Binding::To(Direction { from, to: me }))
-            .chain(v1)
-            .find_map(|b| auth::open(k, b, packet).ok())
+        taken(scheme).find_map(|s| match s {
+            // Version 1 tags bind no direction: one check whoever this host is.
+            Scheme::V1 => check(k, Binding::None, packet, checks),
+            _ => selves
+                .iter()
+                .find_map(|&me| check(k, s.binding(Direction { from, to: me }), packet, checks)),
+        })
     })
 }
 
 /// What a packet that did not open is: one this daemon sealed for `from` (sent back
-/// to it), one with a version 1 tag (`auth = 2` refuses those), or a wrong one.
+/// to it), one with an older scheme's tag than `scheme` takes, or a wrong one.
 fn diagnosed(
     keys: &PeerKey,
     selves: &[IpAddr],
     from: IpAddr,
     scheme: Scheme,
     packet: &Packet<&[u8]>,
+    checks: &AtomicU64,
 ) -> Refusal {
-    let opens = |b: Binding| keys.accepted().any(|k| auth::open(k, b, packet).is_ok());
-    if scheme == Scheme::V2 && opens(Binding::None) {
-        return Refusal::OldScheme;
+    let opens = |b: Binding| {
+        keys.accepted()
+            .any(|k| check(k, b, packet, checks).is_some())
+    };
+    let older = [Scheme::V2, Scheme::V1].into_iter().filter(|s| *s < scheme);
+    if let Some(s) = older.into_iter().find(|s| match s {
+        Scheme::V1 => opens(Binding::None),
+        _ => selves
+            .iter()
+            .any(|&me| opens(s.binding(Direction { from, to: me }))),
+    }) {
+        return Refusal::OldScheme(s);
     }
-    if selves
-        .iter()
-        .any(|&me| opens(Binding::To(Direction { from: me, to: from })))
-    {
+    if taken(scheme).filter(|s| *s > Scheme::V1).any(|s| {
+        selves
+            .iter()
+            .any(|&me| opens(s.binding(Direction { from: me, to: from })))
+    }) {
         return Refusal::Reflected;
     }
     Refusal::BadTag

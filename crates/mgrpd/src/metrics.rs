@@ -312,6 +312,12 @@ pub(crate) const FAMILIES: &[FamilyDef] = &[
         "UDP datagrams from an endpoint no peer is known at, dropped unopened because the second's trials against the roaming peers' keys were spent (also counted as from no peer)",
         daemon.trials_refused
     ),
+    family!(
+        "mgrpd_tag_checks",
+        Counter,
+        "Tags computed to check received MGRP packets: about one per authentic packet; a packet whose key index names none of its peer's keys costs none",
+        daemon.tag_checks
+    ),
     family!("mgrpd_socket_errors", Counter, "Errors the MGRP sockets reported, each survived, by reason: refused (port or protocol unreachable), unreachable (no route, host or network unreachable, time exceeded), prohibited (a firewall's refusal), too_big (packet too big), protocol (parameter problem, source route failed, host isolated), resources (buffers or memory short here), other", "reason": [
         "refused" => |s: &DaemonStats| s.daemon.socket_errors_refused,
         "unreachable" => |s: &DaemonStats| s.daemon.socket_errors_unreachable,

@@ -221,7 +221,11 @@ impl Net {
         Ok(Self {
             io: Io::Kernel { tun, v4, v6 },
             kernel_stamps,
-            keyring: Arc::new(Keyring::new(config.clone(), endpoints.clone())),
+            keyring: Arc::new(Keyring::new(
+                config.clone(),
+                endpoints.clone(),
+                counters.clone(),
+            )),
             counters,
             config: config.clone(),
             endpoints,
@@ -242,7 +246,11 @@ impl Net {
         let net = Self {
             io: Io::Loopback(sink),
             kernel_stamps: false,
-            keyring: Arc::new(Keyring::new(config.clone(), endpoints.clone())),
+            keyring: Arc::new(Keyring::new(
+                config.clone(),
+                endpoints.clone(),
+                counters.clone(),
+            )),
             counters,
             config: config.clone(),
             endpoints,

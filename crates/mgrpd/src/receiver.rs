@@ -27,6 +27,7 @@ use crate::lifecycle::Lifecycle;
 use crate::listeners::Listeners;
 use crate::net::TunWriter;
 use crate::sys;
+use mgrp_core::auth::Scheme;
 
 /// Riders batched for one coalescing write into a TUN with offloads.
 struct WriteBatch {
@@ -278,9 +279,10 @@ impl Receiver {
         from: IpAddr,
         to: Option<IpAddr>,
         packet: &Packet<&[u8]>,
+        opened: Option<u64>,
     ) -> Option<bool> {
         let c = &self.counters;
-        let (counter, what) = match self.keyring.open(from, to, packet) {
+        let (counter, what) = match self.keyring.open(from, to, packet, opened) {
             Verdict::Plain => return Some(false),
             Verdict::Authentic { newest } => return Some(newest),
             Verdict::Refused(why) => match why {
@@ -297,9 +299,13 @@ impl Receiver {
                     &c.mgrp_reflected,
                     "a packet this host sealed for that peer, sent back to it (a reflection on the path)",
                 ),
-                AuthRefusal::OldScheme => (
+                AuthRefusal::OldScheme(Scheme::V1) => (
                     &c.mgrp_old_auth,
                     "a packet tagged the way mgrpd before keys per direction did (auth 1); upgrade that peer, or set auth = 1 here until every peer is upgraded",
+                ),
+                AuthRefusal::OldScheme(_) => (
+                    &c.mgrp_old_auth,
+                    "a packet tagged the way mgrpd before key indexes did (auth 2); upgrade that peer, or set auth = 2 here until every peer is upgraded",
                 ),
                 AuthRefusal::Unexpected => (
                     &c.mgrp_unexpected_auth,
@@ -352,11 +358,19 @@ impl Receiver {
         stamp: WallTime,
     ) {
         let keyring = &self.keyring;
-        match self
-            .endpoints
-            .identify(at, payload, |peer, p| keyring.opens_as(peer, to, p))
-        {
-            Ok(peer) => self.handle_mgrp(peer, Some(at), to, payload, ip_len, stamp),
+        match self.endpoints.identify(at, payload, |p, may_try| {
+            keyring.find_roaming(to, p, may_try)
+        }) {
+            Ok((peer, opened)) => {
+                let arrival = Arrival {
+                    from: peer,
+                    at: Some(at),
+                    to,
+                    ip_len,
+                    stamp,
+                };
+                self.take_mgrp(arrival, payload, opened);
+            }
             Err(unknown) => {
                 let c = &self.counters;
                 bump(&c.mgrp_received);
@@ -388,6 +402,26 @@ impl Receiver {
         ip_len: usize,
         stamp: WallTime,
     ) {
+        let arrival = Arrival {
+            from,
+            at,
+            to,
+            ip_len,
+            stamp,
+        };
+        self.take_mgrp(arrival, payload, None);
+    }
+
+    /// [`Self::handle_mgrp`], for a packet whose tag was already checked when
+    /// `opened` gives its counter.
+    fn take_mgrp(&mut self, arrival: Arrival, payload: &[u8], opened: Option<u64>) {
+        let Arrival {
+            from,
+            at,
+            to,
+            ip_len,
+            stamp,
+        } = arrival;
         let counters = self.counters.clone();
         let c = &*counters;
         bump(&c.mgrp_received);
@@ -409,7 +443,7 @@ impl Receiver {
             }
         };
         // Before anything of the packet is used.
-        let Some(newest) = self.authentic(from, to, &packet) else {
+        let Some(newest) = self.authentic(from, to, &packet, opened) else {
             return;
         };
         // Only an authentic packet of the peer's, newer than any before, moves a
@@ -521,6 +555,17 @@ fn refusal_words(from: IpAddr, refusal: Refusal, rider: Option<&Ip<'_>>) -> Stri
         Refusal::Malformed => "it is not a sound IP packet".to_string(),
         Refusal::NotPeer => format!("{from} is not a peer"),
     }
+}
+
+/// Where an MGRP packet came from and how: its peer, the UDP endpoint it came from
+/// (over UDP), the address it was sent to, its IP length and receive stamp.
+#[derive(Debug, Clone, Copy)]
+struct Arrival {
+    from: IpAddr,
+    at: Option<std::net::SocketAddr>,
+    to: Option<IpAddr>,
+    ip_len: usize,
+    stamp: WallTime,
 }
 
 #[cfg(test)]

@@ -380,7 +380,11 @@ fn warn_about_keys(config: &Config) {
         }
     } else if config.auth == mgrp_core::auth::Scheme::V1 {
         warn!(
-            "auth = 1: tags bind no direction, so a packet of this host's sent back to it, or one of another peer's under this peer's address, is believed (it can cut a peer off or move a roaming one); set auth = 2 once every peer runs an mgrpd that knows it"
+            "auth = 1: tags bind no direction, so a packet of this host's sent back to it, or one of another peer's under this peer's address, is believed (it can cut a peer off or move a roaming one); set auth = 3 once every peer runs an mgrpd that knows it"
+        );
+    } else if config.auth == mgrp_core::auth::Scheme::V2 {
+        warn!(
+            "auth = 2: packets name no key, so each datagram from an unknown endpoint is tried against every roaming peer's keys (bounded at 64 a second, so a flood can delay a roamed peer being found); set auth = 3 once every peer runs an mgrpd that knows it"
         );
     }
 }

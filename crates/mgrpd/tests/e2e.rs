@@ -922,7 +922,7 @@ fn sealed_continuation(
     };
     mgrp_core::auth::seal(
         key,
-        mgrp_core::auth::Binding::To(a_to_b),
+        mgrp_core::auth::Binding::Indexed(a_to_b),
         &mut packet,
         counter,
     )

@@ -284,11 +284,14 @@ fn icmp_errors_from_the_path_stop_no_thread() {
 }
 
 /// B knows 100 roaming peers (each with a key of its own) besides A, whose endpoint
-/// is configured. A flood of datagrams that parse as
-/// MGRP but come from an endpoint no peer is at (a second address of A's host) would
-/// each be tried against every roaming peer's keys; while it runs, A's trains to B
-/// arrive whole, and B says it dropped most of the flood unopened. Without a bound
-/// on those trials, each junk datagram cost B hundreds of tag checks.
+/// is configured. A flood of datagrams that parse as MGRP but come from an endpoint
+/// no peer is at (a second address of A's host): half name a key no one holds, half
+/// copy a roaming peer's key index (as a host that saw one of its packets could).
+/// While it runs, A's trains to B arrive whole. B computes no tag for the first half
+/// (the index is no key's), and for the second at most the second's bound of trials,
+/// dropping the rest unopened. Before key indexes, each junk datagram was tried
+/// against every roaming peer's keys: without the bound on trials, hundreds of tag
+/// checks each.
 ///
 /// The flood comes at a fixed rate, `FLOOD_PER_SECOND`: a daemon that reads slower
 /// than any flood drops probes at its socket whatever it does with what it reads,
@@ -338,6 +341,12 @@ fn a_flood_of_unknown_datagrams_costs_no_peer_its_train() {
     let mut junk = datagram[8..].to_vec();
     let n = junk.len();
     junk[n - 1] ^= 0xff;
+    // The trailer's key index (scheme 3) is at 12..16 bytes from its end: A's key's
+    // in this one (A has a key of its own, so it may roam too), made no key's in
+    // `junk`, a roaming peer's in `copied`.
+    let mut copied = junk.clone();
+    junk[n - 13] ^= 0x01;
+    copied[n - 16..n - 12].copy_from_slice(&Key::from_bytes([0; 32]).index().to_be_bytes());
     net.a
         .ip(&["addr", "add", "10.77.0.9/24", "dev", &net.veth_a])
         .expect("a second address on A's host");
@@ -356,6 +365,7 @@ fn a_flood_of_unknown_datagrams_costs_no_peer_its_train() {
         })
         .unwrap()
         .unwrap();
+    let flooding = Instant::now();
     let flood = {
         let (stop, sent) = (stop.clone(), sent.clone());
         std::thread::spawn(move || {
@@ -364,8 +374,9 @@ fn a_flood_of_unknown_datagrams_costs_no_peer_its_train() {
             let started = Instant::now();
             let mut due = started;
             while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(20) {
-                for _ in 0..PER_MS {
-                    if s.send_to(&junk, (ADDR_B, UDP_PORT)).is_ok() {
+                for i in 0..PER_MS {
+                    let forged = if i % 2 == 0 { &junk } else { &copied };
+                    if s.send_to(forged, (ADDR_B, UDP_PORT)).is_ok() {
                         sent.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -381,6 +392,7 @@ fn a_flood_of_unknown_datagrams_costs_no_peer_its_train() {
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
     flood.join().unwrap();
+    let seconds = flooding.elapsed().as_secs() + 2;
     let after = b.quiescent_stats().unwrap();
     let d = &after.daemon;
     assert_eq!(
@@ -390,8 +402,27 @@ fn a_flood_of_unknown_datagrams_costs_no_peer_its_train() {
         sent.load(Ordering::Relaxed)
     );
     assert!(
-        d.trials_refused > 0 && d.mgrp_not_peer > d.trials_refused / 2,
+        d.trials_refused > 0 && d.mgrp_not_peer > d.trials_refused,
         "{} datagrams sent: {d:#?}",
+        sent.load(Ordering::Relaxed)
+    );
+    // A's packets cost a check each; the flood, from one source, at most that
+    // source's trials in each second it touched (a span of t seconds touches at most
+    // ⌊t⌋ + 2), each checked for the two addresses B may be known by.
+    let from_a = d.mgrp_received
+        - before.daemon.mgrp_received
+        - (d.mgrp_not_peer - before.daemon.mgrp_not_peer);
+    let bound = from_a + 2 * u64::from(mgrpd::endpoints::TRIALS_PER_SOURCE_PER_SECOND) * seconds;
+    eprintln!(
+        "{} datagrams sent, {} tag checks (bound {bound}), {} trials refused",
+        sent.load(Ordering::Relaxed),
+        d.tag_checks - before.daemon.tag_checks,
+        d.trials_refused - before.daemon.trials_refused
+    );
+    assert!(
+        d.tag_checks - before.daemon.tag_checks <= bound,
+        "{} tag checks, bound {bound}, {} datagrams sent: {d:#?}",
+        d.tag_checks - before.daemon.tag_checks,
         sent.load(Ordering::Relaxed)
     );
 }

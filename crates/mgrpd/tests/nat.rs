@@ -348,7 +348,7 @@ fn sealed_keepalive(key: &Key, counter: u64) -> Vec<u8> {
 /// The direction of A's packets to B: each named by the address the other knows it
 /// by (A by its own address, which its riders leave from; B by its own).
 fn a_to_b() -> auth::Binding {
-    auth::Binding::To(auth::Direction {
+    auth::Binding::Indexed(auth::Direction {
         from: IpAddr::V4(A),
         to: IpAddr::V4(B),
     })

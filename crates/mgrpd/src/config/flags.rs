@@ -184,11 +184,12 @@ pub struct Cli {
     /// rotation (see the guide). SIGHUP re-reads every key file.
     #[arg(long, value_name = "FILE")]
     pub next_key_file: Option<PathBuf>,
-    /// How tags are computed: 2 binds each packet to its direction (who sealed it,
-    /// for whom), so a reflected packet is refused; 1 is what mgrpd before keys per
-    /// direction sent, for an upgrade only (a reflected packet is believed; mgrpd
-    /// warns) [default: 2].
-    #[arg(long, value_name = "1|2", value_parser = parse_auth)]
+    /// How tags are computed: 3 binds each packet to its direction (who sealed it,
+    /// for whom), so a reflected packet is refused, and names its key by an index, so
+    /// a packet costs one key lookup; 2 (no index) and 1 (no direction: a reflected
+    /// packet is believed) are what older mgrpd sent, for an upgrade only (mgrpd
+    /// takes its own scheme and every later one, and warns) [default: 3].
+    #[arg(long, value_name = "1|2|3", value_parser = parse_auth)]
     pub auth: Option<Scheme>,
     /// Where mgrpd keeps what must outlive a restart: its packet counter and its
     /// peers' replay windows, in TUN.replay [default: /var/lib/mgrp].
@@ -286,7 +287,7 @@ fn parse_auth(s: &str) -> Result<Scheme, String> {
         .parse::<u8>()
         .ok()
         .and_then(|n| auth_scheme(n).ok())
-        .ok_or_else(|| format!("auth {s:?}: use 2 (or 1 while peers are upgraded)"))
+        .ok_or_else(|| format!("auth {s:?}: use 3 (or 2 or 1 while peers are upgraded)"))
 }
 
 pub(super) fn parse_wire(s: &str) -> Result<Version, String> {

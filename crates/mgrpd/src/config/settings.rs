@@ -296,7 +296,8 @@ pub(crate) fn parse_encap(s: &str) -> Result<EncapArg, String> {
 
 /// A tag scheme by its number.
 pub(crate) fn auth_scheme(n: u8) -> Result<Scheme, String> {
-    Scheme::from_number(n).ok_or_else(|| format!("auth {n}: use 2 (or 1 while peers are upgraded)"))
+    Scheme::from_number(n)
+        .ok_or_else(|| format!("auth {n}: use 3 (or 2 or 1 while peers are upgraded)"))
 }
 
 /// A wire version by its number.

@@ -276,7 +276,7 @@ fn relaying_and_speaking_for_others_need_a_key() {
 #[test]
 fn tag_versions_and_the_state_directory() {
     let c = keyed("routes = [\"10.0.0.2/32\"]").unwrap();
-    assert_eq!(c.auth, Scheme::V2);
+    assert_eq!(c.auth, Scheme::V3);
     assert_eq!(c.state_dir, PathBuf::from("/var/lib/mgrp"));
     let c = keyed("auth = 1\nstate-dir = \"/tmp/s\"\nroutes = [\"10.0.0.2/32\"]").unwrap();
     assert_eq!((c.auth, c.state_dir), (Scheme::V1, PathBuf::from("/tmp/s")));

@@ -94,7 +94,7 @@
 //! | header + descriptors | `tool_header_len` | the tool's probe header, delivered to the receiving tool |
 //! | … | Σ `chunk_len` | chunk data, in descriptor order |
 //! | … | rest | padding, sent as zeros, not checked on receipt |
-//! | end − `trailer_len` | `trailer_len` | trailer: authentication data; with a key (`auth`) a 24-byte trailer holds the sender's packet counter and a keyed tag over everything before it, without one the trailer is absent |
+//! | end − `trailer_len` | `trailer_len` | trailer: authentication data; with a key (`auth`) a 24-byte trailer holds the sender's packet counter, the index of its key (tags version 3) and a keyed tag over everything before it, without one the trailer is absent |
 //!
 //! Parsing ([`Packet::new_checked`]) checks every length against the buffer and every
 //! descriptor for consistency once; after that no getter can panic, on any input.

@@ -280,8 +280,10 @@ fn tag_versions_and_the_state_directory() {
     assert_eq!(c.state_dir, PathBuf::from("/var/lib/mgrp"));
     let c = keyed("auth = 1\nstate-dir = \"/tmp/s\"\nroutes = [\"10.0.0.2/32\"]").unwrap();
     assert_eq!((c.auth, c.state_dir), (Scheme::V1, PathBuf::from("/tmp/s")));
-    let e = keyed("auth = 3").unwrap_err().to_string();
-    assert!(e.contains("use 2"), "{e}");
+    let c = keyed("auth = 2\nroutes = [\"10.0.0.2/32\"]").unwrap();
+    assert_eq!(c.auth, Scheme::V2);
+    let e = keyed("auth = 4").unwrap_err().to_string();
+    assert!(e.contains("use 3"), "{e}");
     let e = Config::from_toml("next-key-file = \"/nonexistent\"")
         .unwrap_err()
         .to_string();
@@ -498,7 +500,7 @@ fn the_summary_says_what_is_in_force_and_shows_no_key() {
     let text = c.summary();
     for says in [
         "wait up to 5ms while a train",
-        "authenticated (tags version 2)",
+        "authenticated (tags version 3)",
         "peers: 2\n",
         "\n  10.9.0.0/24: raw IP, wire 2, key: the shared one\n",
         "\n  10.0.6.1/32: raw IP, wire 2, key: the shared one, relays to 10.77.0.0/16\n",

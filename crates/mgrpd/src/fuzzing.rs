@@ -287,7 +287,7 @@ mod tests {
 
     /// This daemon, or every peer, set to tag scheme `scheme` as a reload would.
     fn set_scheme(keyring: &Keyring, config: &Config, scheme: Scheme) {
-        keyring.reload(config.keys.clone(), scheme).unwrap();
+        keyring.reload(config.keys.clone(), scheme, scheme).unwrap();
     }
 
     /// With key indexes (scheme 3) an authentic packet costs one tag check, found by
@@ -393,6 +393,67 @@ mod tests {
         assert_eq!((taken(&s), s.daemon.mgrp_old_auth), (0, 1), "{s:#?}");
         assert_eq!((s.daemon.mgrp_not_peer, checks(&path)), (1, before));
         assert_eq!(path.endpoint(ROAMING_PEER), None);
+    }
+
+    /// The guide's upgrade from tags version 2, step by step, the two daemons of a
+    /// pair switched one after the other: every packet either way is taken at every
+    /// moment. Steps: both on version 2 (a daemon upgraded with `auth = 2`), then
+    /// `auth = 3` with `auth-accept = 2`, then `auth = 3` alone.
+    #[test]
+    fn the_upgrade_from_version_2_refuses_nothing_at_any_step() {
+        let configs = ReceivePath::configs();
+        let mut path = ReceivePath::new();
+        let steps = [
+            (Scheme::V2, Scheme::V2),
+            (Scheme::V3, Scheme::V2),
+            (Scheme::V3, Scheme::V3),
+        ];
+        let mut sent = 0;
+        let me = |p: &ReceivePath, (seal, accept): (Scheme, Scheme)| {
+            p.daemon
+                .net()
+                .keyring
+                .reload(configs[0].keys.clone(), seal, accept)
+                .unwrap();
+        };
+        let peer = |p: &ReceivePath, (seal, accept): (Scheme, Scheme)| {
+            p.peers[0]
+                .reload(configs[1].keys.clone(), seal, accept)
+                .unwrap();
+        };
+        let mut exchange = |p: &mut ReceivePath| {
+            // The peer's packet to this daemon, and this daemon's to the peer (as it
+            // would open it: sealed by this daemon, opened by the peer's keyring).
+            let mut k = keepalive();
+            p.sealed_by_peer(&mut k);
+            p.raw(RAW_PEER, k.as_bytes());
+            sent += 1;
+            let mut back = keepalive();
+            p.sealed_by_me(RAW_PEER, &mut back);
+            let back = Packet::new_checked(back.as_bytes()).unwrap();
+            let verdict = p.peers[0].open(ME, Some(RAW_PEER), &back, None);
+            assert!(
+                matches!(verdict, crate::keyring::Verdict::Authentic { .. }),
+                "{verdict:?}"
+            );
+            let s = p.stats();
+            assert_eq!(taken(&s), sent, "{s:#?}");
+        };
+        me(&path, steps[0]);
+        peer(&path, steps[0]);
+        exchange(&mut path);
+        for step in &steps[1..] {
+            me(&path, *step);
+            exchange(&mut path);
+            peer(&path, *step);
+            exchange(&mut path);
+        }
+        // Once on version 3 alone, a packet of version 2 is refused as older.
+        peer(&path, steps[0]);
+        let mut old = keepalive();
+        path.sealed_by_peer(&mut old);
+        path.raw(RAW_PEER, old.as_bytes());
+        assert_eq!(path.stats().daemon.mgrp_old_auth, 1);
     }
 
     #[test]

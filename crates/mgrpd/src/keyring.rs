@@ -117,6 +117,8 @@ pub(crate) enum Refusal {
 struct Current {
     keys: Keys,
     scheme: Scheme,
+    /// The oldest scheme taken (at most `scheme`).
+    accept: Scheme,
     /// The roaming peers by the index of each key they may seal with.
     roaming: HashMap<u32, Vec<IpAddr>>,
     /// Every roaming peer, tried one after the other on a packet of an older scheme.
@@ -124,7 +126,7 @@ struct Current {
 }
 
 impl Current {
-    fn new(config: &Config, keys: Keys, scheme: Scheme) -> Self {
+    fn new(config: &Config, keys: Keys, scheme: Scheme, accept: Scheme) -> Self {
         let roaming_all: Vec<IpAddr> = config
             .udp
             .peers
@@ -144,6 +146,7 @@ impl Current {
         Self {
             keys,
             scheme,
+            accept: accept.min(scheme),
             roaming,
             roaming_all,
         }
@@ -217,7 +220,12 @@ impl Keyring {
             .collect();
         let sources = sys::SourceFinder::new(config.fwmark);
         let keyring = Self {
-            current: RwLock::new(Current::new(&config, config.keys.clone(), config.auth)),
+            current: RwLock::new(Current::new(
+                &config,
+                config.keys.clone(),
+                config.auth,
+                config.auth_accept,
+            )),
             counters,
             config,
             endpoints,
@@ -310,10 +318,10 @@ impl Keyring {
         let selves = self.selves(from, to);
         let checks = &self.counters.tag_checks;
         let counter =
-            opened.or_else(|| open_as(keys, &selves, from, current.scheme, packet, checks));
+            opened.or_else(|| open_as(keys, &selves, from, current.accept, packet, checks));
         let Some(counter) = counter else {
             let why = if self.may_diagnose() {
-                diagnosed(keys, &selves, from, current.scheme, packet, checks)
+                diagnosed(keys, &selves, from, current.accept, packet, checks)
             } else {
                 Refusal::BadTag
             };
@@ -375,7 +383,7 @@ impl Keyring {
         let opens = |peer: IpAddr| {
             let keys = current.keys.key_for(peer)?;
             let selves = self.selves(peer, to);
-            open_as(keys, &selves, peer, current.scheme, packet, checks).map(|c| (peer, c))
+            open_as(keys, &selves, peer, current.accept, packet, checks).map(|c| (peer, c))
         };
         if let Some(peers) = current.roaming.get(&index) {
             if !may_try() {
@@ -385,7 +393,7 @@ impl Keyring {
                 return Some(found);
             }
         }
-        if current.scheme > Scheme::V2 || current.roaming_all.is_empty() || !may_try() {
+        if current.accept > Scheme::V2 || current.roaming_all.is_empty() || !may_try() {
             return None;
         }
         current.roaming_all.iter().find_map(|&p| opens(p))
@@ -596,8 +604,9 @@ impl Keyring {
         }
     }
 
-    /// Takes the keys (and the tag scheme) of a configuration loaded again.
-    pub(crate) fn reload(&self, keys: Keys, scheme: Scheme) -> Result<(), String> {
+    /// Takes the keys (and the tag scheme, and the oldest one taken) of a
+    /// configuration loaded again.
+    pub(crate) fn reload(&self, keys: Keys, scheme: Scheme, accept: Scheme) -> Result<(), String> {
         let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
         if keys.enabled() != current.keys.enabled() {
             return Err(
@@ -605,13 +614,16 @@ impl Keyring {
                     .into(),
             );
         }
-        let changed = current.keys != keys || current.scheme != scheme;
-        *current = Current::new(&self.config, keys, scheme);
+        let changed = current.keys != keys
+            || current.scheme != scheme
+            || current.accept != accept.min(scheme);
+        *current = Current::new(&self.config, keys, scheme, accept);
         drop(current);
         if changed {
             info!(
-                "keys reloaded: packets are sealed with each peer's key-file and opened with it or its next-key-file; tags of version {}",
-                scheme.number()
+                "keys reloaded: packets are sealed with each peer's key-file and opened with it or its next-key-file; tags of version {}, taken from version {} on",
+                scheme.number(),
+                accept.min(scheme).number()
             );
         } else {
             info!("keys reloaded: nothing changed");
@@ -647,8 +659,8 @@ fn check(
     auth::open(key, binding, packet).ok()
 }
 
-/// The schemes a daemon configured with `scheme` takes: its own and every later one
-/// (so a daemon set back to an older scheme while its peers are upgraded still takes
+/// The schemes a daemon whose oldest taken is `scheme` takes: that one and every
+/// later one (so a daemon set back to an older scheme while its peers are upgraded still takes
 /// what the upgraded ones send), newest first.
 fn taken(scheme: Scheme) -> impl Iterator<Item = Scheme> {
     [Scheme::V3, Scheme::V2, Scheme::V1]

@@ -356,7 +356,7 @@ fn reload_keys(config: &Config, keyring: &crate::keyring::Keyring) {
     };
     match Config::load(cli) {
         Ok(new) => {
-            if let Err(e) = keyring.reload(new.keys, new.auth) {
+            if let Err(e) = keyring.reload(new.keys, new.auth, new.auth_accept) {
                 warn!("SIGHUP: keys not reloaded: {e}");
             }
         }
@@ -378,13 +378,13 @@ fn warn_about_keys(config: &Config) {
                 p.prefix
             );
         }
-    } else if config.auth == mgrp_core::auth::Scheme::V1 {
+    } else if config.auth_accept == mgrp_core::auth::Scheme::V1 {
         warn!(
-            "auth = 1: tags bind no direction, so a packet of this host's sent back to it, or one of another peer's under this peer's address, is believed (it can cut a peer off or move a roaming one); set auth = 3 once every peer runs an mgrpd that knows it"
+            "tags of version 1 are taken (auth or auth-accept = 1): they bind no direction, so a packet of this host's sent back to it, or one of another peer's under this peer's address, is believed (it can cut a peer off or move a roaming one); set auth = 3 without auth-accept once every peer seals with version 3"
         );
-    } else if config.auth == mgrp_core::auth::Scheme::V2 {
+    } else if config.auth_accept == mgrp_core::auth::Scheme::V2 {
         warn!(
-            "auth = 2: packets name no key, so each datagram from an unknown endpoint is tried against every roaming peer's keys (bounded at 64 a second, so a flood can delay a roamed peer being found); set auth = 3 once every peer runs an mgrpd that knows it"
+            "tags of version 2 are taken (auth or auth-accept = 2): they name no key, so each datagram from an unknown endpoint is tried against every roaming peer's keys (bounded at 64 a second, so a flood can delay a roamed peer being found); set auth = 3 without auth-accept once every peer seals with version 3"
         );
     }
 }

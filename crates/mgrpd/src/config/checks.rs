@@ -17,6 +17,15 @@ type PeerRule = fn(&PeerSettings, &Settings) -> Result<(), String>;
 
 /// The rules on the whole file, in the order their complaints are given.
 pub(super) const RULES: &[Rule] = &[
+    |s| match s.auth_accept {
+        Some(a) if a > s.auth => Err(format!(
+            "auth-accept = {} is above auth = {}: this daemon would refuse from its peers the very tags it sends; set auth-accept to {} or lower, or remove it",
+            a.number(),
+            s.auth.number(),
+            s.auth.number()
+        )),
+        _ => Ok(()),
+    },
     |s| match s.piggyback.max_train_fraction {
         f if (0.0..=1.0).contains(&f) => Ok(()),
         f => Err(format!(

@@ -191,6 +191,11 @@ pub struct Cli {
     /// takes its own scheme and every later one, and warns) [default: 3].
     #[arg(long, value_name = "1|2|3", value_parser = parse_auth)]
     pub auth: Option<Scheme>,
+    /// The oldest tags version taken, for the last step of an upgrade: with
+    /// `--auth 3 --auth-accept 2` a daemon seals with version 3 and still takes the
+    /// version 2 of peers not yet switched [default: the --auth version].
+    #[arg(long, value_name = "1|2|3", value_parser = parse_auth)]
+    pub auth_accept: Option<Scheme>,
     /// Where mgrpd keeps what must outlive a restart: its packet counter and its
     /// peers' replay windows, in TUN.replay [default: /var/lib/mgrp].
     #[arg(long, value_name = "DIR")]
@@ -244,6 +249,7 @@ impl Cli {
             s.key_file => Some(key_file),
             s.next_key_file => Some(next_key_file),
             s.auth => (auth),
+            s.auth_accept => Some(auth_accept),
             s.state_dir => (state_dir),
             s.encap => (encap),
             s.wire => (wire),

@@ -80,6 +80,8 @@ pub struct Config {
     pub keys: Keys,
     /// How their tags are computed.
     pub auth: Scheme,
+    /// The oldest tags version taken (at most `auth`).
+    pub auth_accept: Scheme,
     /// Where the packet counter and the peers' replay windows outlive a restart.
     pub state_dir: PathBuf,
     /// The command line this was loaded with, to load the keys again on SIGHUP.
@@ -217,6 +219,7 @@ impl Config {
                 && s.route_on_demand.unwrap_or(true),
             policy,
             auth: s.auth,
+            auth_accept: s.auth_accept.unwrap_or(s.auth),
             state_dir: s.state_dir.clone(),
             reload: None,
             pacer_cpu: s.pacer_cpu,

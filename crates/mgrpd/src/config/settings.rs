@@ -77,6 +77,8 @@ pub(crate) struct Settings {
     pub(crate) next_key_file: Option<PathBuf>,
     #[serde(deserialize_with = "de_auth")]
     pub(crate) auth: Scheme,
+    #[serde(deserialize_with = "de_opt_auth")]
+    pub(crate) auth_accept: Option<Scheme>,
     pub(crate) state_dir: PathBuf,
     #[serde(deserialize_with = "de_encap")]
     pub(crate) encap: EncapArg,
@@ -122,6 +124,7 @@ impl Default for Settings {
             key_file: None,
             next_key_file: None,
             auth: Scheme::default(),
+            auth_accept: None,
             state_dir: PathBuf::from("/var/lib/mgrp"),
             encap: EncapArg::Raw,
             wire: DEFAULT_WIRE,
@@ -333,6 +336,10 @@ fn de_opt_encap<'de, D: Deserializer<'de>>(d: D) -> Result<Option<EncapArg>, D::
 
 fn de_auth<'de, D: Deserializer<'de>>(d: D) -> Result<Scheme, D::Error> {
     auth_scheme(u8::deserialize(d)?).map_err(serde::de::Error::custom)
+}
+
+fn de_opt_auth<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Scheme>, D::Error> {
+    de_auth(d).map(Some)
 }
 
 fn de_wire<'de, D: Deserializer<'de>>(d: D) -> Result<Version, D::Error> {

@@ -284,6 +284,12 @@ fn tag_versions_and_the_state_directory() {
     assert_eq!(c.auth, Scheme::V2);
     let e = keyed("auth = 4").unwrap_err().to_string();
     assert!(e.contains("use 3"), "{e}");
+    // The oldest version taken: the --auth one unless said, never above it.
+    assert_eq!(c.auth_accept, Scheme::V2);
+    let c = keyed("auth-accept = 2\nroutes = [\"10.0.0.2/32\"]").unwrap();
+    assert_eq!((c.auth, c.auth_accept), (Scheme::V3, Scheme::V2));
+    let e = keyed("auth = 2\nauth-accept = 3").unwrap_err().to_string();
+    assert!(e.contains("auth-accept = 3 is above auth = 2"), "{e}");
     let e = Config::from_toml("next-key-file = \"/nonexistent\"")
         .unwrap_err()
         .to_string();

@@ -7,7 +7,8 @@
 //! sends the last record's datagram again (a replay).
 //!
 //! Nothing may panic; the receive counters always balance; a reflection is never
-//! taken and moves no roaming peer; a datagram taken once is not taken again.
+//! taken and moves no roaming peer; a datagram taken once is not taken again; and a
+//! datagram costs at most [`MAX_CHECKS`] tag checks, whatever it holds.
 //!
 //! Run it with a time and memory budget per input, so that amplifying or quadratic
 //! paths fail: `RUSTC_BOOTSTRAP=1 cargo fuzz run receive -- -timeout=1 -malloc_limit_mb=64`.
@@ -23,6 +24,11 @@ use mgrpd::fuzzing::{RAW_PEER, ROAMING_PEER, ReceivePath, UDP_ENDPOINT, UDP_PEER
 
 const STRANGER: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 77));
 const PEERS: [IpAddr; 3] = [RAW_PEER, UDP_PEER, ROAMING_PEER];
+
+/// Tag checks one datagram may cost: its peer's two keys of a rotation (the key
+/// index names one, but a forgery may name either) for each of the two addresses
+/// this daemon may be known by, and as many again to say why it was refused.
+const MAX_CHECKS: u64 = 2 * 2 * 2;
 
 /// Where a datagram may come from.
 fn endpoint(sel: u8) -> SocketAddr {
@@ -82,6 +88,10 @@ fuzz_target!(|data: &[u8]| {
         rest = tail;
         let before = path.stats();
         let roaming_before = path.endpoint(ROAMING_PEER);
+        let checked = |path: &ReceivePath| {
+            let c = path.stats().daemon.tag_checks - before.daemon.tag_checks;
+            assert!(c <= MAX_CHECKS, "one datagram cost {c} tag checks");
+        };
         let sent = match op % 6 {
             0 => {
                 let from = [RAW_PEER, UDP_PEER, ROAMING_PEER, STRANGER][usize::from(sel % 4)];
@@ -105,6 +115,7 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(taken(&after), taken(&before), "a reflection was taken");
                 assert_eq!(path.endpoint(ROAMING_PEER), roaming_before);
                 assert!(after.receive_conserved(), "{after:#?}");
+                checked(&path);
                 last = Some((via, p.into_inner(), false));
                 None
             }
@@ -117,6 +128,7 @@ fuzz_target!(|data: &[u8]| {
                         assert_eq!(taken(&after), taken(&before), "a replay was taken");
                     }
                     assert!(after.receive_conserved(), "{after:#?}");
+                    checked(&path);
                     last = Some((via, bytes, was_taken));
                 }
                 None
@@ -131,6 +143,7 @@ fuzz_target!(|data: &[u8]| {
             send(&mut path, via, &bytes);
             let after = path.stats();
             assert!(after.receive_conserved(), "{after:#?}");
+            checked(&path);
             let was_taken = taken(&after) > taken(&before);
             last = Some((via, bytes, was_taken));
         }

@@ -14,8 +14,8 @@ use std::time::Instant;
 use crate::capture::{Capture, Direction};
 use crate::control::{
     Batch, CONTROL_VERSION, DEFAULT_CONTROL_PORT, DEFAULT_SENDER_PROBE_PORT, MAX_PROBE_IP_BYTES,
-    MAX_STAMPS, MAX_TCP_FLOWS, MIN_PROBE_IP_BYTES, PROOF_KIND, PROOF_PROBE_BYTES, Reply, Request,
-    STAMPS_IDLE_S, Tag, TcpFlow, Transport,
+    MAX_STAMPS, MAX_TCP_FLOWS, MIN_PROBE_IP_BYTES, PROOF_PROBE_BYTES, Reply, Request,
+    STAMPS_IDLE_S, TcpFlow, Transport,
 };
 use anyhow::Context;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -26,6 +26,12 @@ use crate::requester::Requester;
 use crate::sys;
 use crate::transport::Sender;
 use mgrp_core::peers::Prefix;
+
+mod connection;
+#[doc(hidden)]
+pub mod fuzzing;
+
+use connection::{Connection, Host, Query, Step, proof_tag};
 
 /// A receiver that says nothing for this long is gone.
 const IDLE_LIMIT: Duration = Duration::from_secs(120);
@@ -1008,37 +1014,22 @@ fn serve_one<'s>(
     let mut conn = Conn::new(stream)?;
     conn.set_read_timeout(Some(FIRST_REQUEST))?;
     conn.set_answer_limit(Some(WRITE_LIMIT));
-    let mut sender: Option<Sender> = None;
-    let mut max = MAX_PROBE_IP_BYTES;
-    let mut batches = 0;
-    // The cookie of the proof probe sent to the address the hello named, until the
-    // receiver echoes it; one proof per connection.
-    let mut proof: Option<u64> = None;
-    let mut proofs = 0u32;
-    let mut claimed_at: Option<Instant> = None;
-    // When the measurement last had a batch sent (or began).
-    let mut last_batch = accepted;
-    // A traffic query right after a batch is not metered: pathChirp asks what rode in
-    // each chirp.
-    let mut after_batch = false;
-    let shutting_down = |conn: &mut Conn| {
-        let _ = conn.send(&Reply::Error {
-            message: "the sender is shutting down".into(),
-        });
+    let mut host = Serving {
+        opts,
+        captures,
+        budgets,
+        slots,
+        claimed,
+        key,
+        sender: None,
+        stop,
+        report,
+        max_size: max_size(&conn),
+        control_port: conn.stream().local_addr().ok().map(|a| a.port()),
     };
+    let mut connection = Connection::new(peer, accepted);
     loop {
-        let (deadline, ending) = match claimed_at {
-            None => (accepted + opts.unclaimed_lifetime, Ending::Unclaimed),
-            Some(at) => {
-                let session = (at + opts.max_session, Ending::Session);
-                let idle = (last_batch + opts.exclusive_idle, Ending::ExclusiveIdle);
-                if claimed.as_ref().is_some_and(|s| s.exclusive) && idle.0 < session.0 {
-                    idle
-                } else {
-                    session
-                }
-            }
-        };
+        let (deadline, ending) = connection.deadline(opts);
         if Instant::now() < deadline {
             conn.set_deadline(Some(deadline));
         }
@@ -1049,205 +1040,128 @@ fn serve_one<'s>(
         };
         let req = match received {
             _ if stop.load(Ordering::Relaxed) => {
-                shutting_down(&mut conn);
+                let _ = conn.send(&Reply::Error {
+                    message: "the sender is shutting down".into(),
+                });
                 break;
             }
             Ok(Some(req)) if Instant::now() < deadline => req,
             Ok(None) => break,
             Ok(Some(_)) | Err(_) if Instant::now() >= deadline => {
-                let message = ending.message(opts);
-                report(ServeEvent::Refused(peer, message.clone()));
-                let _ = conn.send(&Reply::Error { message });
+                let _ = conn.send(&connection.expired(ending, opts, &mut host));
                 break;
             }
             Ok(Some(req)) => req,
             Err(e) => return Err(e),
         };
-        let reply = match req {
-            Request::Hello {
-                version,
-                transport,
-                address,
-                probe_port,
-                piggyback,
-                tool,
-                exclusive,
-            } => {
-                if version != CONTROL_VERSION {
-                    Reply::Error {
-                        message: format!(
-                            "control protocol {version} not spoken here (this sender speaks {CONTROL_VERSION}); use the same version of the tools on both hosts"
-                        ),
-                    }
-                } else if transport != opts.transport {
-                    Reply::Error {
-                        message: format!(
-                            "this sender sends {} probes; run the receiver with --transport {}",
-                            opts.transport, opts.transport
-                        ),
-                    }
-                } else if let Err(message) = slots.claim_once(claimed, key, exclusive) {
-                    report(ServeEvent::Refused(peer, message.clone()));
-                    conn.send(&Reply::Error { message })?;
-                    return Ok(0);
-                } else {
-                    if claimed_at.is_none() {
-                        claimed_at = Some(Instant::now());
-                        last_batch = Instant::now();
-                        conn.set_read_timeout(Some(IDLE_LIMIT))?;
-                        report(ServeEvent::Connected(peer, tool));
-                        if transport == Transport::Udp
-                            && let Some(e) = crate::udp_pacer::udp_pacing_warning()
-                        {
-                            report(ServeEvent::Warning(peer, e));
-                        }
-                    }
-                    // A dual-stack listener sees IPv4 receivers as IPv4-mapped IPv6.
-                    let own = peer.ip().to_canonical();
-                    let ip = address.map_or(own, |a| a.to_canonical());
-                    let dst = SocketAddr::new(ip, probe_port);
-                    if ip != own
-                        && let Some(why) = unprovable(ip)
-                    {
-                        let message = format!(
-                            "refused: no address proof goes to {ip} ({why}); name an address of the asking host that this sender can reach"
-                        );
-                        report(ServeEvent::Refused(peer, message.clone()));
-                        conn.send(&Reply::Error { message })?;
-                        return Ok(batches);
-                    }
-                    let made = match transport {
-                        Transport::Udp => Sender::udp(dst, opts.probe_port),
-                        Transport::Mgrp => Sender::mgrp(
-                            &opts.socket,
-                            dst.ip(),
-                            (opts.probe_port, probe_port),
-                            piggyback && opts.piggyback,
-                        ),
-                    };
-                    sender = None;
-                    proof = None;
-                    match made {
-                        Ok(s) if ip == own => {
-                            sender = Some(s);
-                            max = max_size(&conn);
-                            hello(opts, max)
-                        }
-                        // Another address: a probe with a cookie goes there, and nothing
-                        // more until the receiver shows it got it.
-                        Ok(_) if proofs > 0 => {
-                            let message = format!(
-                                "refused: one address proof per connection ({ip} was not proven)"
-                            );
-                            report(ServeEvent::Refused(peer, message.clone()));
-                            conn.send(&Reply::Error { message })?;
-                            return Ok(batches);
-                        }
-                        Ok(mut s) => match spend(budgets, key, u64::from(PROOF_PROBE_BYTES)) {
-                            Err(refusal) => refusal,
-                            Ok(()) => {
-                                proofs += 1;
-                                let c = cookie();
-                                let tag = Tag {
-                                    kind: PROOF_KIND,
-                                    fleet: (c >> 32) as u32,
-                                    stream: c as u32,
-                                };
-                                match s.send(&Batch::even(tag, 1, PROOF_PROBE_BYTES, 0, 0)) {
-                                    Ok(_) => {
-                                        proof = Some(c);
-                                        sender = Some(s);
-                                        max = max_size(&conn);
-                                        Reply::Prove { address: ip }
-                                    }
-                                    Err(e) => Reply::Error {
-                                        message: format!(
-                                            "sending the address proof failed: {e:#}"
-                                        ),
-                                    },
-                                }
-                            }
-                        },
-                        Err(e) => Reply::Error {
-                            message: format!("{e:#}"),
-                        },
-                    }
+        let was_claimed = connection.claimed();
+        match connection.on_request(req, Instant::now(), opts, &mut host) {
+            Step::Answer(reply) => {
+                if !was_claimed && connection.claimed() {
+                    conn.set_read_timeout(Some(IDLE_LIMIT))?;
                 }
+                conn.send(&reply)?;
             }
-            Request::Proof { cookie } => match proof {
-                Some(c) if c == cookie && sender.is_some() => {
-                    proof = None;
-                    hello(opts, max)
-                }
-                _ => {
-                    let message = "refused: the address proof does not match the probe sent there".to_string();
-                    report(ServeEvent::Refused(peer, message.clone()));
-                    conn.send(&Reply::Error { message })?;
-                    return Ok(batches);
-                }
-            },
-            Request::Probes(_) if proof.is_some() => Reply::Error {
-                message: "refused: prove the probe address first (echo the cookie of the probe sent there)".into(),
-            },
-            // Nothing is spent or counted for it.
-            Request::Probes(_) if sender.is_none() => Reply::Error {
-                message: "refused: a batch is sent only within a measurement; say hello first".into(),
-            },
-            Request::Ping => Reply::Pong,
-            Request::Traffic { address } => {
-                let free = std::mem::take(&mut after_batch);
-                match own_address(peer, address).and_then(|a| meter(budgets, key, free).map(|()| a)) {
-                    Ok(a) => traffic(opts, a),
-                    Err(r) => r,
-                }
+            Step::Last(reply) => {
+                conn.send(&reply)?;
+                break;
             }
-            Request::Tcp { address } => {
-                match own_address(peer, address).and_then(|a| meter(budgets, key, false).map(|()| a)) {
-                    Ok(a) => tcp(a, conn.stream().local_addr().ok().map(|a| a.port())),
-                    Err(r) => r,
-                }
-            }
-            Request::Stamps { address, after } => {
-                match own_address(peer, address).and_then(|a| meter(budgets, key, false).map(|()| a)) {
-                    Ok(a) => stamps(
-                        captures,
-                        (a, key),
-                        after,
-                        conn.stream().local_addr().ok().map(|a| a.port()),
-                    ),
-                    Err(r) => r,
-                }
-            }
-            Request::Probes(batch) => {
-                batches += 1;
-                // A batch refused for its shape or a limit costs nothing.
-                let reply = match batch.refusal(max) {
-                    Some(why) => Reply::Error { message: why },
-                    None => match spend(budgets, key, batch.bytes()) {
-                        Ok(()) => send(&mut sender, &batch, max, stop),
-                        Err(refusal) => refusal,
-                    },
-                };
-                if matches!(reply, Reply::Sent(_)) {
-                    last_batch = Instant::now();
-                    after_batch = true;
-                }
-                reply
-            }
-            Request::Bye => break,
-        };
-        if let Reply::Error { message } = &reply {
-            // A refusal is the receiver's doing (a limit of this sender); any other
-            // error lies on this host.
-            report(if message.starts_with("refused:") {
-                ServeEvent::Refused(peer, message.clone())
-            } else {
-                ServeEvent::Failed(peer, message.clone())
-            });
+            Step::End => break,
         }
-        conn.send(&reply)?;
     }
-    Ok(batches)
+    Ok(connection.batches())
+}
+
+/// The sender around one connection: its places, budgets, captures and probe
+/// sender, for [`Connection`].
+struct Serving<'a, 's> {
+    opts: &'a ServeOptions,
+    captures: &'a Captures,
+    budgets: &'a Mutex<Budgets>,
+    slots: &'s Slots,
+    claimed: &'a mut Option<Slot<'s>>,
+    key: Requester,
+    sender: Option<Sender>,
+    stop: &'a AtomicBool,
+    report: &'a mut dyn FnMut(ServeEvent),
+    max_size: u32,
+    /// The control connection's own port, left out of what queries answer.
+    control_port: Option<u16>,
+}
+
+impl Host for Serving<'_, '_> {
+    fn claim(&mut self, exclusive: bool) -> Result<(), String> {
+        self.slots.claim_once(self.claimed, self.key, exclusive)
+    }
+
+    fn open_sender(
+        &mut self,
+        transport: Transport,
+        dst: SocketAddr,
+        piggyback: bool,
+    ) -> Result<(), String> {
+        let made = match transport {
+            Transport::Udp => Sender::udp(dst, self.opts.probe_port),
+            Transport::Mgrp => Sender::mgrp(
+                &self.opts.socket,
+                dst.ip(),
+                (self.opts.probe_port, dst.port()),
+                piggyback && self.opts.piggyback,
+            ),
+        };
+        self.sender = Some(made.map_err(|e| format!("{e:#}"))?);
+        Ok(())
+    }
+
+    fn close_sender(&mut self) {
+        self.sender = None;
+    }
+
+    fn send_proof(&mut self, cookie: u64) -> Result<(), String> {
+        let s = self.sender.as_mut().ok_or("no probe sender")?;
+        let batch = Batch::even(proof_tag(cookie), 1, PROOF_PROBE_BYTES, 0, 0);
+        s.send(&batch).map(|_| ()).map_err(|e| format!("{e:#}"))
+    }
+
+    fn spend(&mut self, bytes: u64) -> Result<(), Reply> {
+        spend(self.budgets, self.key, bytes)
+    }
+
+    fn meter(&mut self, free: bool) -> Result<(), Reply> {
+        meter(self.budgets, self.key, free)
+    }
+
+    fn send_batch(&mut self, batch: &Batch, max_size: u32) -> Reply {
+        send(&mut self.sender, batch, max_size, self.stop)
+    }
+
+    fn query(&mut self, query: Query, to: IpAddr) -> Reply {
+        match query {
+            Query::Traffic => traffic(self.opts, to),
+            Query::Tcp => tcp(to, self.control_port),
+            Query::Stamps(after) => stamps(self.captures, (to, self.key), after, self.control_port),
+        }
+    }
+
+    fn max_size(&self) -> u32 {
+        self.max_size
+    }
+
+    fn cookie(&mut self) -> u64 {
+        cookie()
+    }
+
+    fn unprovable(&self, ip: IpAddr) -> Option<&'static str> {
+        unprovable(ip)
+    }
+
+    fn udp_warning(&self) -> Option<String> {
+        crate::udp_pacer::udp_pacing_warning()
+    }
+
+    fn report(&mut self, event: ServeEvent) {
+        (self.report)(event);
+    }
 }
 
 /// Takes `bytes` of `who`'s hourly budget and probe rate, or says why not.

@@ -17,6 +17,12 @@ use crate::control::{
 use crate::transport::{Arrival, Listener, Seen};
 use anyhow::{anyhow, bail};
 
+#[doc(hidden)]
+pub mod fuzzing;
+mod steps;
+
+use steps::{Arrivals, Awaiting, Opened, Opening};
+
 /// How long to wait for the sender to answer beyond the time its probes take.
 const REPLY_SLACK: Duration = Duration::from_secs(10);
 
@@ -304,11 +310,6 @@ pub struct Session {
     tag_mask: u64,
 }
 
-/// The sender closed the control connection before the run began.
-fn closed() -> MeasureError {
-    MeasureError::Unreachable("the sender closed the connection".into())
-}
-
 impl Session {
     /// Connects, starts listening for probes, times the round trip and says hello.
     pub fn open(opts: &SessionOptions) -> Result<Self, MeasureError> {
@@ -324,18 +325,12 @@ impl Session {
             .map_err(anyhow::Error::from)?;
         let (listener, rx) =
             Listener::start(opts.transport, opts.probe_port, peer.ip(), &opts.socket)?;
-        let mut rtt = Duration::MAX;
+        let mut opening = Opening::new();
         for _ in 0..PINGS {
             let t = Instant::now();
             conn.send(&Request::Ping)?;
-            match conn.recv::<Reply>()? {
-                Some(Reply::Pong) => rtt = rtt.min(t.elapsed()),
-                Some(Reply::Error { message }) => return Err(MeasureError::Refused(message)),
-                Some(other) => {
-                    return Err(anyhow!("the sender answered a ping with {other:?}").into());
-                }
-                None => return Err(closed()),
-            }
+            let reply = conn.recv::<Reply>()?;
+            opening.pong(reply, t.elapsed())?;
         }
         conn.send(&Request::Hello {
             version: CONTROL_VERSION,
@@ -346,14 +341,10 @@ impl Session {
             tool: opts.tool.clone(),
             exclusive: opts.exclusive,
         })?;
-        let mut proved = false;
         let max_size = loop {
-            match conn.recv::<Reply>()? {
-                Some(Reply::Hello { max_size, .. }) => break max_size,
-                // The hello named an address this connection does not come from: the
-                // sender sent one probe there, whose cookie proves this end gets it.
-                Some(Reply::Prove { address }) if !proved => {
-                    proved = true;
+            match opening.hello_answer(conn.recv::<Reply>()?)? {
+                Opened::Ready(max_size) => break max_size,
+                Opened::Prove(address) => {
                     let cookie = proof_cookie(&rx, PROOF_WAIT).ok_or_else(|| {
                         MeasureError::Failed(anyhow!(
                             "the sender's proof probe to {address} port {} did not arrive within {} s: is that address this host's, and does it reach here?",
@@ -363,18 +354,13 @@ impl Session {
                     })?;
                     conn.send(&Request::Proof { cookie })?;
                 }
-                Some(Reply::Error { message }) => return Err(MeasureError::Refused(message)),
-                Some(other) => {
-                    return Err(anyhow!("unexpected answer from the sender: {other:?}").into());
-                }
-                None => return Err(closed()),
             }
         };
         Ok(Self {
             conn,
             listener,
             rx,
-            rtt,
+            rtt: opening.rtt(),
             max_size,
             started,
             address: opts.address,
@@ -460,37 +446,25 @@ impl Session {
         };
         // Anything still queued belongs to earlier batches.
         while self.rx.try_recv().is_ok() {}
-        let duration = Duration::from_nanos(batch.duration_ns().saturating_add(batch.lead_ns));
+        let now = Instant::now();
+        let awaiting = Awaiting::new(batch, now, self.rtt, REPLY_SLACK);
+        // However the sender trickles reports of other batches, the wait ends then.
         self.conn
-            .stream()
-            .set_read_timeout(Some(duration + self.rtt + REPLY_SLACK))?;
-        self.conn.send(&Request::Probes(batch.clone()))?;
-        let report = loop {
-            match self.conn.recv::<Reply>()? {
-                Some(Reply::Sent(r)) if r.tag == batch.tag => break r,
-                Some(Reply::Sent(_)) => {}
-                Some(Reply::Error { message }) => {
-                    return Err(BatchError::SenderFailed(message).into());
-                }
-                Some(other) => bail!("unexpected answer from the sender: {other:?}"),
-                None => bail!("the sender closed the connection"),
-            }
-        };
-        // A report is believed only as far as it matches what was asked.
-        if let Some(why) = report.mismatch(batch) {
-            return Err(BatchError::Gone(why).into());
-        }
+            .set_read_timeout(Some(awaiting.deadline().saturating_duration_since(now)))?;
+        self.conn.set_deadline(Some(awaiting.deadline()));
+        let report = self.report(&awaiting, batch);
+        self.conn.set_deadline(None);
+        let report = report?;
         let replied = Instant::now();
         let deadline = replied + DRAIN.max(self.rtt);
-        let mut arrivals = Vec::with_capacity(report.sent as usize);
-        while arrivals.len() < report.sent as usize {
+        let mut arrivals = Arrivals::new(batch.tag, &report);
+        while !arrivals.complete() {
             let now = Instant::now();
             if now >= deadline {
                 break;
             }
             match self.rx.recv_timeout(deadline - now) {
-                Ok(s) if s.tag == batch.tag => arrivals.push(s.arrival),
-                Ok(_) => {}
+                Ok(s) => arrivals.take(s),
                 Err(RecvTimeoutError::Timeout) => break,
                 Err(RecvTimeoutError::Disconnected) => bail!("the probe listener stopped"),
             }
@@ -500,9 +474,30 @@ impl Session {
                 tag: asked.tag,
                 ..report
             },
-            arrivals,
+            arrivals: arrivals.into_vec(),
             replied,
         })
+    }
+
+    /// Asks for `batch` and waits for its report.
+    fn report(&mut self, awaiting: &Awaiting<'_>, batch: &Batch) -> anyhow::Result<SentReport> {
+        self.conn.send(&Request::Probes(batch.clone()))?;
+        loop {
+            let reply = match self.conn.recv::<Reply>() {
+                Ok(reply) => reply,
+                Err(_) if Instant::now() >= awaiting.deadline() => {
+                    return Err(BatchError::Gone(format!(
+                        "the sender did not report the batch within {:.1} s",
+                        awaiting.allowed().as_secs_f64()
+                    ))
+                    .into());
+                }
+                Err(e) => return Err(e),
+            };
+            if let Some(report) = awaiting.answer(reply, Instant::now())? {
+                return Ok(report);
+            }
+        }
     }
 
     /// Ends the measurement: tells the sender, stops listening, and returns the count

@@ -1063,7 +1063,93 @@ const TESTS: &[Test] = &[
         "a_receiver_that_stops_reading_is_let_go",
         a_receiver_that_stops_reading_is_let_go,
     ),
+    (
+        "a_sender_trickling_other_reports_cannot_hold_a_receiver",
+        a_sender_trickling_other_reports_cannot_hold_a_receiver,
+    ),
 ];
+
+/// A sender that answers a batch only with reports of other batches, one every
+/// half second, forever: the receiver gives the batch up once its time, the round
+/// trip and the slack (10 s) have passed, rather than waiting for as long as the
+/// trickle goes on (each report came well within a read's timeout, so before the
+/// batch had a deadline of its own the receiver never returned).
+fn a_sender_trickling_other_reports_cannot_hold_a_receiver() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let listener = star.hosts[0].run(|| TcpListener::bind(("0.0.0.0", CONTROL)))??;
+    let fake = star.hosts[0].spawn("trickling sender", move || {
+        let (stream, _) = listener.accept()?;
+        let mut conn = Conn::new(stream)?;
+        let mut stream_no = 1000u32;
+        while !flag.load(Ordering::Relaxed) {
+            let Some(req) = conn.recv::<Request>()? else {
+                break;
+            };
+            match req {
+                Request::Ping => conn.send(&Reply::Pong)?,
+                Request::Hello { .. } => conn.send(&Reply::Hello {
+                    version: CONTROL_VERSION,
+                    max_size: 1500,
+                    sender: "trickling".into(),
+                })?,
+                Request::Probes(batch) => loop {
+                    stream_no += 1;
+                    let tag = Tag {
+                        stream: batch.tag.stream ^ stream_no,
+                        ..batch.tag
+                    };
+                    let report = mgrp_tool::control::SentReport {
+                        tag,
+                        sent: 1,
+                        sender_stamps: vec![Some(0)],
+                        competing_rider_bytes: 0,
+                        rider_bytes: 0,
+                        riding_probe_bytes: 0,
+                        kernel_stamps: false,
+                    };
+                    if flag.load(Ordering::Relaxed) || conn.send(&Reply::Sent(report)).is_err() {
+                        return Ok(());
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                },
+                _ => {}
+            }
+        }
+        Ok(())
+    })?;
+    let opts = SessionOptions::new(
+        star.addrs[0].to_string(),
+        Transport::Udp,
+        "control-plane test",
+    );
+    let opts = SessionOptions {
+        port: CONTROL,
+        ..opts
+    };
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let receiver = star.hosts[1].spawn("receiver", move || {
+        let mut session = Session::open(&opts).context("the session did not open")?;
+        let t = Instant::now();
+        let result = session.exchange(&Batch::even(Tag::default(), 1, 500, 0, 0));
+        let _ = done_tx.send((t.elapsed(), result.map(|_| ())));
+        Ok(())
+    })?;
+    let outcome = done_rx.recv_timeout(Duration::from_secs(40));
+    stop.store(true, Ordering::Relaxed);
+    let (took, result) = outcome.context("the receiver still waits after 40 s")?;
+    receiver
+        .join()
+        .map_err(|_| anyhow::anyhow!("the receiver panicked"))??;
+    let _ = fake.join();
+    ensure!(
+        result.is_err(),
+        "the batch was taken from reports of other batches"
+    );
+    eprintln!("    the receiver gave the batch up after {took:.1?}: {result:?}");
+    Ok(())
+}
 
 fn main() -> ExitCode {
     mgrp_testbed::harness::run(TESTS)

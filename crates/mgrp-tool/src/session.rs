@@ -86,12 +86,16 @@ impl SessionOptions {
 /// Why a measurement could not run at all.
 #[derive(Debug, thiserror::Error)]
 pub enum MeasureError {
-    /// The sender answered before any probe with an error: it is there, but will not
-    /// or cannot serve this measurement now (at its limit of measurements, in all or
-    /// from this host, when the message starts with [`crate::BUSY`]; its mgrpd or its
-    /// probe socket otherwise).
+    /// The sender answered before any probe with an error: it is there, but cannot
+    /// serve this measurement (its mgrpd or its probe socket failed, a limit of its
+    /// refused this requester, the versions differ).
     #[error("the sender refused: {0}")]
     Refused(String),
+    /// The sender serves others now: it is at its limit of measurements, in all or
+    /// from this host, or another measurement holds the exclusive place (its message
+    /// starts with [`crate::BUSY`]). Try again later.
+    #[error("the sender refused: {0}")]
+    Busy(String),
     /// The sender could not be reached.
     #[error("{0}")]
     Unreachable(String),
@@ -103,7 +107,21 @@ pub enum MeasureError {
 impl MeasureError {
     /// Whether the sender turned this receiver away because it serves another.
     pub fn is_busy(&self) -> bool {
-        matches!(self, Self::Refused(m) if m.starts_with(crate::BUSY))
+        matches!(self, Self::Busy(_))
+    }
+
+    /// The sender's refusal `message`: [`Self::Busy`] when it says it is busy (its
+    /// wire text starts with [`crate::BUSY`] and a colon), [`Self::Refused`]
+    /// otherwise.
+    pub fn refusal(message: String) -> Self {
+        if message
+            .strip_prefix(crate::BUSY)
+            .is_some_and(|rest| rest.starts_with(':'))
+        {
+            Self::Busy(message)
+        } else {
+            Self::Refused(message)
+        }
     }
 
     /// Says why on standard error as `tool` (and with `--json` in a JSON line) and
@@ -112,7 +130,7 @@ impl MeasureError {
         use crate::exit::fail;
         match self {
             Self::Unreachable(e) => fail(tool, crate::exit::PEER, &e.to_string()),
-            Self::Refused(_) => fail(tool, crate::exit::SENDER, &self.to_string()),
+            Self::Refused(_) | Self::Busy(_) => fail(tool, crate::exit::SENDER, &self.to_string()),
             Self::Failed(e) => fail(tool, crate::exit::ERROR, &format!("{e:#}")),
         }
     }

@@ -143,7 +143,7 @@ fn measurements_run_side_by_side_until_the_host_limit_says_busy() {
     assert!(beside.outcome.probe_bytes > 0);
     let e = busy.expect_err("a receiver over its host's limit is turned away");
     assert!(
-        matches!(&e, MeasureError::Refused(m) if m.starts_with(BUSY) && m.contains("the most one host may")),
+        matches!(&e, MeasureError::Busy(m) if m.starts_with(BUSY) && m.contains("the most one host may")),
         "{e:?}"
     );
     assert!(

@@ -105,19 +105,18 @@ impl Run<'_> {
 
 /// The outcome of a run that could not start, with its error set in `e`.
 pub(crate) fn refused(e: &mut Estimate, err: MeasureError) -> RunOutcome {
-    let busy = err.is_busy();
     match err {
         MeasureError::Unreachable(why) => {
             e.error = Some(why);
             RunOutcome::PeerDown
         }
+        MeasureError::Busy(why) => {
+            e.error = Some(format!("the sender refused: {why}"));
+            RunOutcome::Busy
+        }
         MeasureError::Refused(why) => {
             e.error = Some(format!("the sender refused: {why}"));
-            if busy {
-                RunOutcome::Busy
-            } else {
-                RunOutcome::SenderFailed
-            }
+            RunOutcome::SenderFailed
         }
         MeasureError::Failed(err) => {
             e.error = Some(format!("{err:#}"));
@@ -177,7 +176,7 @@ mod tests {
                 RunOutcome::PeerDown,
             ),
             (
-                MeasureError::Refused(format!(
+                MeasureError::refusal(format!(
                     "{}: this sender runs 32 measurements, the most it runs at once",
                     mgrp_tool::BUSY
                 )),

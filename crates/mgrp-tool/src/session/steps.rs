@@ -59,7 +59,7 @@ impl Opening {
                 self.rtt = self.rtt.min(took);
                 Ok(())
             }
-            Some(Reply::Error { message }) => Err(MeasureError::Refused(message)),
+            Some(Reply::Error { message }) => Err(MeasureError::refusal(message)),
             Some(other) => Err(anyhow::anyhow!("the sender answered a ping with {other:?}").into()),
             None => Err(closed()),
         }
@@ -75,7 +75,7 @@ impl Opening {
                 self.proved = true;
                 Ok(Opened::Prove(address))
             }
-            Some(Reply::Error { message }) => Err(MeasureError::Refused(message)),
+            Some(Reply::Error { message }) => Err(MeasureError::refusal(message)),
             Some(other) => {
                 Err(anyhow::anyhow!("unexpected answer from the sender: {other:?}").into())
             }
@@ -180,5 +180,40 @@ impl Arrivals {
     /// The probes that came, in the order they came.
     pub(crate) fn into_vec(self) -> Vec<Arrival> {
         self.got
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refusal is `Busy` exactly when the sender says it is busy, whatever the
+    /// answer refused (a ping or the hello); the text stays the sender's.
+    #[test]
+    fn a_busy_sender_is_told_apart_by_its_answer() {
+        let busy = format!("{}: this sender runs 32 measurements", crate::BUSY);
+        let error = |m: &str| {
+            Some(Reply::Error {
+                message: m.to_owned(),
+            })
+        };
+        let e = Opening::new().hello_answer(error(&busy)).unwrap_err();
+        assert!(matches!(&e, MeasureError::Busy(m) if *m == busy) && e.is_busy());
+        assert_eq!(e.to_string(), format!("the sender refused: {busy}"));
+        let e = Opening::new()
+            .pong(error(&busy), Duration::ZERO)
+            .unwrap_err();
+        assert!(e.is_busy());
+        for other in [
+            "refused: over this sender's budget",
+            "its mgrpd refused the train",
+            "busybox",
+        ] {
+            let e = Opening::new().hello_answer(error(other)).unwrap_err();
+            assert!(
+                matches!(e, MeasureError::Refused(_)) && !e.is_busy(),
+                "{other}"
+            );
+        }
     }
 }

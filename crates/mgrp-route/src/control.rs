@@ -372,12 +372,11 @@ fn exchange<T: DeserializeOwned>(
     token: Option<&str>,
 ) -> Result<T, String> {
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {api}\r\n{auth}Connection: close\r\n\r\n"
-    )
-    .and_then(|()| s.flush())
-    .map_err(|e| format!("{api}: {e}"))?;
+    // One write: the request leaves whole, not a piece per formatted part.
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {api}\r\n{auth}Connection: close\r\n\r\n");
+    s.write_all(request.as_bytes())
+        .and_then(|()| s.flush())
+        .map_err(|e| format!("{api}: {e}"))?;
     let mut body = Vec::new();
     // A TLS peer that closes without close_notify still gave its whole answer when
     // the body parses.

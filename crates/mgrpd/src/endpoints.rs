@@ -95,13 +95,7 @@ pub(crate) struct Endpoints {
 
 impl Endpoints {
     pub(crate) fn new(config: Arc<Config>) -> Self {
-        let roaming = config
-            .udp
-            .peers
-            .iter()
-            .filter(|p| p.roams)
-            .map(|p| p.prefix.addr())
-            .collect();
+        let roaming = config.udp.roaming();
         Self {
             any: config.encap.any_udp(),
             config,

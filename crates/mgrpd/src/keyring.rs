@@ -127,13 +127,7 @@ struct Current {
 
 impl Current {
     fn new(config: &Config, keys: Keys, scheme: Scheme, accept: Scheme) -> Self {
-        let roaming_all: Vec<IpAddr> = config
-            .udp
-            .peers
-            .iter()
-            .filter(|p| p.roams)
-            .map(|p| p.prefix.addr())
-            .collect();
+        let roaming_all = config.udp.roaming();
         let mut roaming: HashMap<u32, Vec<IpAddr>> = HashMap::new();
         for &peer in &roaming_all {
             for k in keys.key_for(peer).into_iter().flat_map(PeerKey::accepted) {
@@ -315,17 +309,13 @@ impl Keyring {
         if !has_trailer {
             return Verdict::Refused(Refusal::Unauthenticated);
         }
-        let selves = self.selves(from, to);
-        let checks = &self.counters.tag_checks;
-        let counter =
-            opened.or_else(|| open_as(keys, &selves, from, current.accept, packet, checks));
-        let Some(counter) = counter else {
-            let why = if self.may_diagnose() {
-                diagnosed(keys, &selves, from, current.accept, packet, checks)
-            } else {
-                Refusal::BadTag
-            };
-            return Verdict::Refused(why);
+        let counter = match opened {
+            // Its tag was checked when it was found.
+            Some(c) => c,
+            None => match self.check_tag(keys, current.accept, from, to, packet) {
+                Ok(c) => c,
+                Err(why) => return Verdict::Refused(why),
+            },
         };
         drop(current);
         if counter > self.bound.load(Ordering::Relaxed) {
@@ -348,6 +338,27 @@ impl Keyring {
         };
         self.dirty.store(true, Ordering::Relaxed);
         verdict
+    }
+
+    /// The counter of `packet` if its tag opens as `from`'s with `keys` under a scheme
+    /// from `accept` on, else what it was (a reflection, an older scheme, a wrong tag).
+    fn check_tag(
+        &self,
+        keys: &PeerKey,
+        accept: Scheme,
+        from: IpAddr,
+        to: Option<IpAddr>,
+        packet: &Packet<&[u8]>,
+    ) -> Result<u64, Refusal> {
+        let selves = self.selves(from, to);
+        let checks = &self.counters.tag_checks;
+        open_as(keys, &selves, from, accept, packet, checks).ok_or_else(|| {
+            if self.may_diagnose() {
+                diagnosed(keys, &selves, from, accept, packet, checks)
+            } else {
+                Refusal::BadTag
+            }
+        })
     }
 
     /// Whether one more refused packet may be looked at again to say what it was (a

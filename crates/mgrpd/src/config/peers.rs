@@ -237,6 +237,15 @@ pub struct UdpPeer {
 }
 
 impl Udp {
+    /// The peers that roam (one host with a key of its own), by their addresses.
+    pub fn roaming(&self) -> Vec<IpAddr> {
+        self.peers
+            .iter()
+            .filter(|p| p.roams)
+            .map(|p| p.prefix.addr())
+            .collect()
+    }
+
     /// The `[[peers]]` table of `peer`, if it has one that names UDP (longest prefix).
     pub fn peer(&self, peer: IpAddr) -> Option<&UdpPeer> {
         self.peers

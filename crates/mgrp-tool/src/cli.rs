@@ -1,8 +1,10 @@
 //! The command-line flags every tool shares: `snd`'s, and the receiver's flags that
 //! say where the sender is and how probes travel.
 
+use std::ffi::OsString;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 
 use clap::{Args, Subcommand, ValueEnum};
 
@@ -12,7 +14,9 @@ use crate::control::{
 use crate::server::{
     DEFAULT_BYTES_PER_HOUR, DEFAULT_IPV6_PREFIX, DEFAULT_PROBE_BPS, PROBE_RATE_WINDOW, ServeOptions,
 };
-use crate::session::SessionOptions;
+use crate::session::{MeasureError, SessionOptions};
+#[doc(no_inline)]
+pub use clap;
 use mgrp_core::peers::Prefix;
 
 /// Where mgrpd listens unless told otherwise.
@@ -92,9 +96,9 @@ pub fn parse<C, I, T>(tool: &str, args: I) -> Result<C, i32>
 where
     C: clap::Parser,
     I: IntoIterator<Item = T>,
-    T: Into<std::ffi::OsString> + Clone,
+    T: Into<OsString> + Clone,
 {
-    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     C::try_parse_from(&args).map_err(|e| {
         let _ = e.print();
         if !e.use_stderr() {
@@ -112,6 +116,117 @@ where
         }
         crate::exit::USAGE
     })
+}
+
+/// A tool's command line as its binary parses it: `snd`, the same for every tool, and
+/// the tool's own `rcv`. [`crate::tool!`] implements it for a tool's `clap` parser
+/// and gives the tool crate its `command()` and `main_with_args()`.
+pub trait Tool: clap::Parser {
+    /// The tool's name, in the sender's log and in messages.
+    const NAME: &'static str;
+    /// `rcv`'s arguments.
+    type Rcv: Args;
+    /// The role the command line chose.
+    fn role(self) -> Role<Self::Rcv>;
+    /// Whether `rcv`'s output is JSON lines (its errors are then JSON lines too).
+    fn json(args: &Self::Rcv) -> bool;
+    /// `rcv`: the measurement `args` ask for, run until done or `stop` is set and
+    /// printed; gives the exit status.
+    fn receive(args: &Self::Rcv, stop: &AtomicBool) -> Result<i32, RcvError>;
+}
+
+/// Why `rcv` measured nothing.
+#[derive(Debug)]
+pub enum RcvError {
+    /// The flags do not make a measurement: what is wrong with them.
+    Options(String),
+    /// The measurement could not start.
+    Measure(MeasureError),
+}
+
+impl RcvError {
+    /// Flags that do not make a measurement, for `map_err`.
+    pub fn options(e: impl std::fmt::Display) -> Self {
+        Self::Options(e.to_string())
+    }
+}
+
+impl From<MeasureError> for RcvError {
+    fn from(e: MeasureError) -> Self {
+        Self::Measure(e)
+    }
+}
+
+/// Runs `rcv` of the tool `C` with `args` and gives its exit status; bad flags and a
+/// measurement that could not start are said as the tool's, in JSON too if asked.
+fn receive<C: Tool>(args: &C::Rcv) -> i32 {
+    if C::json(args) {
+        crate::json::enable();
+    }
+    match C::receive(args, crate::sys::interrupt_flag()) {
+        Ok(status) => status,
+        Err(RcvError::Options(e)) => crate::exit::bad_options(C::NAME, e),
+        Err(RcvError::Measure(e)) => e.report(C::NAME),
+    }
+}
+
+/// The command line of the tool `C`, with every subcommand and flag.
+pub fn command<C: clap::CommandFactory>() -> clap::Command {
+    C::command()
+}
+
+/// Runs the tool `C` with `args` (the program name first) and returns its exit code.
+pub fn main<C: Tool>(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> i32 {
+    match parse::<C, _, _>(C::NAME, args) {
+        Ok(cli) => cli.role().run(C::NAME, receive::<C>),
+        Err(status) => status,
+    }
+}
+
+/// A tool crate's command line from its parts: `$cli`, the `clap` parser with its
+/// roles in a field `role: Role<$rcv>`; `$rcv`, `rcv`'s arguments with a flag `json`;
+/// and `$run`, `rcv` itself (`fn(&$rcv, &AtomicBool) -> Result<i32, RcvError>`).
+/// Implements [`Tool`] for `$cli` as `$name` and defines the crate's `command()`, the
+/// command line with every subcommand and flag, and `main_with_args()`, which runs the
+/// tool as its binary does.
+#[macro_export]
+macro_rules! tool {
+    ($name:expr, $cli:ty, $rcv:ty, $run:path) => {
+        impl $crate::cli::Tool for $cli {
+            const NAME: &'static str = $name;
+            type Rcv = $rcv;
+
+            fn role(self) -> $crate::cli::Role<$rcv> {
+                self.role
+            }
+
+            fn json(args: &$rcv) -> bool {
+                args.json
+            }
+
+            fn receive(
+                args: &$rcv,
+                stop: &::std::sync::atomic::AtomicBool,
+            ) -> ::std::result::Result<i32, $crate::cli::RcvError> {
+                $run(args, stop)
+            }
+        }
+
+        /// The command line this tool reads, with every subcommand and flag (for help
+        /// texts and the guides' checks).
+        pub fn command() -> $crate::cli::clap::Command {
+            $crate::cli::command::<$cli>()
+        }
+
+        /// Runs the tool with `args` (the program name first, as `std::env::args_os`
+        /// gives them) and returns its exit code. Parse errors and `--help` print and
+        /// exit the process, as a command-line tool does.
+        pub fn main_with_args(
+            args: impl IntoIterator<Item = impl Into<::std::ffi::OsString> + Clone>,
+        ) -> i32 {
+            $crate::cli::main::<$cli>(args)
+        }
+    };
 }
 
 /// A tool's two roles: `snd`, the same for every tool, and `rcv` with the tool's

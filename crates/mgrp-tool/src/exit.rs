@@ -70,6 +70,14 @@ impl Ending {
         self.peer_gone.is_none() && self.sender_failed.is_none()
     }
 
+    /// Takes in the sender's trouble that ended a run.
+    pub fn note(&mut self, e: crate::BatchError) {
+        match e {
+            crate::BatchError::Gone(g) => self.peer_gone = Some(g),
+            crate::BatchError::SenderFailed(f) => self.sender_failed = Some(f),
+        }
+    }
+
     /// The exit status of `rcv`: the sender's trouble first (it went away, else it
     /// could not send), else `measured`, what the tool makes of its result.
     pub fn exit_code(&self, measured: i32) -> i32 {

@@ -11,7 +11,8 @@
 //!   listener that hands the receiver each probe with both stamps.
 //! - [`server`]: the sender as a library ([`Server`]) and as every tool's `snd`.
 //! - [`session`]: the receiver's side, [`Session`]: connect, time the round trip,
-//!   then exchange batches one at a time.
+//!   then exchange batches one at a time; [`session::drive`] is the loop every
+//!   receiver runs, with what a tool measures as its [`session::Method`].
 //! - [`sockdiag`]: this host's TCP connections to a peer, with the kernel's `tcp_info`
 //!   ([`tcpinfo`] reads it), on [`netlink`], the walk over netlink messages and
 //!   attributes; a sender answers a receiver's question about the TCP flows it
@@ -22,7 +23,7 @@
 //! - [`requester`] (`mgrp_core`'s, here for the tools): who a sender counts its limits for (an IPv4 address, an IPv6
 //!   /64); [`budget`]: what each may take.
 //! - [`cli`], [`exit`], [`sys`]: the flags, exit codes, clocks and interrupt flag
-//!   every tool's command line uses; [`kind`]: the probe kinds, one table.
+//!   every tool's command line uses ([`cli::Tool`], made by [`tool!`]); [`kind`]: the probe kinds, one table.
 
 pub mod budget;
 pub mod capture;

@@ -17,9 +17,12 @@ use crate::control::{
 use crate::transport::{Arrival, Listener, Seen};
 use anyhow::{anyhow, bail};
 
+mod driver;
 #[doc(hidden)]
 pub mod fuzzing;
 mod steps;
+
+pub use driver::{Bounds, Driven, Halt, Method, Next, Probes, drive};
 
 use steps::{Arrivals, Awaiting, Opened, Opening};
 
@@ -433,6 +436,11 @@ impl Session {
     /// Largest probe the sender's path carries, IP bytes.
     pub fn max_size(&self) -> u32 {
         self.max_size
+    }
+
+    /// When the first connection attempt began.
+    pub fn started(&self) -> Instant {
+        self.started
     }
 
     /// Time since the first connection attempt.

@@ -2,12 +2,13 @@
 //! each one's stamps to the estimator. [`measure`] is a measurement as a library call;
 //! `rcv` prints one.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use mgrp_tool::control::{Batch, Run, Tag, Transport};
+use mgrp_tool::session::{Bounds, Method, Next, drive};
 use mgrp_tool::{
-    BatchError, MeasureError, Session, SessionOptions,
+    BatchError, Exchange, MeasureError, Session, SessionOptions,
     exit::{self, Ending},
 };
 
@@ -125,15 +126,74 @@ fn batch(w: &Window) -> Batch {
     }
 }
 
+/// badabing as a [`Method`]: a window of experiments a batch, each one's stamps to
+/// the estimator, the estimates reported every `report_every`.
+struct Windows<'a> {
+    est: Estimator,
+    opts: &'a MeasureOptions,
+    progress: &'a mut dyn FnMut(Progress<'_>),
+    started: Instant,
+    next_report: Option<Instant>,
+    windows: u32,
+    sampled: Duration,
+    /// The window being asked for.
+    window: Option<Window>,
+}
+
+impl Windows<'_> {
+    /// The time a window's slots cover.
+    fn window_time(&self) -> Duration {
+        let c = &self.opts.config;
+        Duration::from_nanos(u64::from(c.window_slots) * c.slot_ns)
+    }
+}
+
+impl Method for Windows<'_> {
+    fn next(&mut self) -> Result<Next, BatchError> {
+        let w = self.est.next_window();
+        if w.slots.is_empty() {
+            // No experiment started in this window (small p): its time passes unprobed.
+            self.sampled += self.window_time();
+            return Ok(Next::Wait(Instant::now() + self.window_time()));
+        }
+        let b = batch(&w);
+        self.window = Some(w);
+        Ok(Next::Ask(b))
+    }
+
+    fn answer(&mut self, _: &Batch, x: Exchange, _: &mut Session) -> Result<(), BatchError> {
+        let Some(w) = self.window.take() else {
+            return Ok(());
+        };
+        self.windows += 1;
+        self.sampled += self.window_time();
+        self.est.handle(&WindowResult {
+            id: w.id,
+            sender_stamps: x.report.sender_stamps,
+            arrivals: x.arrivals,
+            rider_bytes: x.report.rider_bytes,
+        });
+        if let Some(at) = self.next_report.filter(|&t| Instant::now() >= t) {
+            let e = self.est.estimate();
+            (self.progress)(Progress::Report {
+                at: self.started.elapsed(),
+                estimate: &e,
+            });
+            self.next_report = self.opts.report_every.map(|r| at + r);
+        }
+        Ok(())
+    }
+}
+
 /// Probes from the sender `opts` names for `opts.duration`, or until `stop` is set.
 pub fn measure(
     opts: &MeasureOptions,
     stop: &AtomicBool,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Measurement, MeasureError> {
-    let mut est =
+    let est =
         Estimator::new(opts.config, opts.line_bps).map_err(|e| MeasureError::Failed(e.into()))?;
-    let mut session = Session::open(&opts.session)?;
+    let session = Session::open(&opts.session)?;
     if opts.config.size > session.max_size() {
         return Err(MeasureError::Failed(anyhow::anyhow!(
             "probes of {} bytes are over the {} bytes the sender's path carries",
@@ -143,61 +203,24 @@ pub fn measure(
     }
     let rtt = session.rtt();
     progress(Progress::Started { rtt });
-    let started = Instant::now();
-    let mut next_report = opts.report_every.map(|r| started + r);
-    let (mut gone, mut sender_failed) = (None, None);
-    let (mut windows, mut sampled) = (0u32, Duration::ZERO);
-    while !stop.load(Ordering::Relaxed) && started.elapsed() < opts.duration {
-        let w = est.next_window();
-        if w.slots.is_empty() {
-            // No experiment started in this window (small p): its time passes unprobed.
-            std::thread::sleep(Duration::from_nanos(
-                u64::from(opts.config.window_slots) * opts.config.slot_ns,
-            ));
-            sampled +=
-                Duration::from_nanos(u64::from(opts.config.window_slots) * opts.config.slot_ns);
-            continue;
-        }
-        let x = match session.exchange(&batch(&w)) {
-            Ok(x) => x,
-            Err(BatchError::SenderFailed(f)) => {
-                sender_failed = Some(f);
-                break;
-            }
-            Err(BatchError::Gone(g)) => {
-                gone = Some(g);
-                break;
-            }
-        };
-        windows += 1;
-        sampled += Duration::from_nanos(u64::from(opts.config.window_slots) * opts.config.slot_ns);
-        est.handle(&WindowResult {
-            id: w.id,
-            sender_stamps: x.report.sender_stamps,
-            arrivals: x.arrivals,
-            rider_bytes: x.report.rider_bytes,
-        });
-        if let Some(at) = next_report.filter(|&t| Instant::now() >= t) {
-            let e = est.estimate();
-            progress(Progress::Report {
-                at: started.elapsed(),
-                estimate: &e,
-            });
-            next_report = opts.report_every.map(|r| at + r);
-        }
-    }
-    let elapsed = started.elapsed();
-    let unstamped = session.close();
+    let bounds = Bounds::new(stop, Some(opts.duration));
+    let mut method = Windows {
+        est,
+        opts,
+        progress,
+        started: bounds.started,
+        next_report: opts.report_every.map(|r| bounds.started + r),
+        windows: 0,
+        sampled: Duration::ZERO,
+        window: None,
+    };
+    let run = drive(session, &mut method, bounds);
     Ok(Measurement {
-        estimate: est.estimate(),
-        windows,
-        sampled,
-        elapsed,
+        estimate: method.est.estimate(),
+        windows: method.windows,
+        sampled: method.sampled,
+        elapsed: run.elapsed,
         rtt,
-        end: Ending {
-            peer_gone: gone,
-            sender_failed,
-            unstamped,
-        },
+        end: run.end,
     })
 }

@@ -1,6 +1,9 @@
 //! The `rcv` command: one measurement ([`super::receiver::measure`]) printed as text
 //! or JSON lines, with its exit code.
 
+use std::sync::atomic::AtomicBool;
+
+use mgrp_tool::cli::RcvError;
 use mgrp_tool::json::emit;
 use serde_json::json;
 
@@ -9,19 +12,10 @@ use super::cli::RcvArgs;
 use super::receiver::{Measurement, measure};
 use crate::squeezed;
 
-/// The `rcv` command; returns the exit code.
-pub(crate) fn run(args: &RcvArgs) -> i32 {
-    if args.json {
-        mgrp_tool::json::enable();
-    }
-    let opts = match args.options() {
-        Ok(o) => o,
-        Err(e) => return mgrp_tool::exit::bad_options(TOOL, e),
-    };
-    let m = match measure(&opts, mgrp_tool::sys::interrupt_flag()) {
-        Ok(m) => m,
-        Err(e) => return e.report(TOOL),
-    };
+/// The `rcv` command; gives the exit code.
+pub(crate) fn run(args: &RcvArgs, stop: &AtomicBool) -> Result<i32, RcvError> {
+    let opts = args.options().map_err(RcvError::options)?;
+    let m = measure(&opts, stop)?;
     if args.json {
         emit(
             TOOL,
@@ -49,7 +43,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
     if let Some(f) = &m.end.sender_failed {
         eprintln!("{TOOL}: the sender could not send: {f}");
     }
-    m.exit_code()
+    Ok(m.exit_code())
 }
 
 fn print_text(m: &Measurement) {

@@ -1,6 +1,9 @@
 //! The `rcv` command: one measurement ([`super::receiver::measure`]) printed as text
 //! or JSON lines, with its exit code.
 
+use std::sync::atomic::AtomicBool;
+
+use mgrp_tool::cli::RcvError;
 use mgrp_tool::control::Transport;
 use mgrp_tool::json::emit;
 use serde_json::json;
@@ -24,19 +27,13 @@ fn reason(d: Discard) -> &'static str {
     }
 }
 
-/// The `rcv` command; returns the exit code.
-pub(crate) fn run(args: &RcvArgs) -> i32 {
-    if args.json {
-        mgrp_tool::json::enable();
-    }
-    let opts = match args.options() {
-        Ok(o) => o,
-        Err(e) => return mgrp_tool::exit::bad_options(TOOL, e),
-    };
+/// The `rcv` command; gives the exit code.
+pub(crate) fn run(args: &RcvArgs, stop: &AtomicBool) -> Result<i32, RcvError> {
+    let opts = args.options().map_err(RcvError::options)?;
     let mgrp = opts.session.transport == Transport::Mgrp;
     let sender = format!("{}:{}", opts.session.sender, opts.session.port);
     let (json, verbose) = (args.json, args.verbose);
-    let measured = measure(&opts, mgrp_tool::sys::interrupt_flag(), &mut |p| match p {
+    let measured = measure(&opts, stop, &mut |p| match p {
         Progress::Started { rtt, .. } => {
             if json {
                 emit(
@@ -117,10 +114,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
             }
         }
     });
-    let m = match measured {
-        Ok(m) => m,
-        Err(e) => return e.report(TOOL),
-    };
+    let m = measured?;
     summary(&m, json, mgrp);
     mgrp_tool::exit::warn_unstamped(TOOL, m.end.unstamped);
     if let Some(path) = &args.plot
@@ -128,7 +122,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
     {
         mgrp_tool::exit::warn(TOOL, &format!("{e:#}"));
     }
-    m.exit_code()
+    Ok(m.exit_code())
 }
 
 fn summary(m: &Measurement, json: bool, mgrp: bool) {

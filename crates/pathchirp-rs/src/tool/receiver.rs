@@ -2,12 +2,13 @@
 //! pace, and hand each one's stamps to the estimator. [`measure`] is a measurement as
 //! a library call; `rcv` prints one.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use mgrp_tool::control::{Batch, Run, Tag, Transport};
+use mgrp_tool::session::{Bounds, Method, Next, drive};
 use mgrp_tool::{
-    BatchError, MeasureError, Session, SessionOptions,
+    BatchError, Exchange, MeasureError, Session, SessionOptions,
     exit::{self, Ending},
 };
 use serde::Serialize;
@@ -128,58 +129,45 @@ fn batch(spec: &ChirpSpec) -> Batch {
     }
 }
 
-/// Chirps from the sender `opts` names for `opts.duration`, or until `stop` is set.
-pub fn measure(
-    opts: &MeasureOptions,
-    stop: &AtomicBool,
-    progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<Measurement, MeasureError> {
-    let mut config = opts.config;
-    let mut est = Estimator::new(config).map_err(|e| MeasureError::Failed(e.into()))?;
-    let mut session = Session::open(&opts.session)?;
-    if config.size > session.max_size() {
-        config.size = session.max_size();
-        est = Estimator::new(config).map_err(|e| MeasureError::Failed(e.into()))?;
-    }
-    let rtt = session.rtt();
-    progress(Progress::Started {
-        rtt,
-        max_size: session.max_size(),
-    });
-    let started = Instant::now();
-    let mut series = Vec::new();
-    let mut first_estimate = None;
-    let (mut gone, mut sender_failed) = (None, None);
-    let mut next_at = Instant::now();
-    while !stop.load(Ordering::Relaxed) && started.elapsed() < opts.duration {
+/// pathChirp as a [`Method`]: a chirp a batch at the estimator's pace, each one's
+/// stamps (and over MGRP the sender's routed traffic) to the estimator, every chirp
+/// on the time series.
+struct Chirps<'a> {
+    est: Estimator,
+    opts: &'a MeasureOptions,
+    progress: &'a mut dyn FnMut(Progress<'_>),
+    started: Instant,
+    next_at: Instant,
+    series: Vec<Point>,
+    first_estimate: Option<f64>,
+    /// The chirp being asked for.
+    chirp: Option<ChirpSpec>,
+}
+
+impl Method for Chirps<'_> {
+    fn next(&mut self) -> Result<Next, BatchError> {
         let now = Instant::now();
-        if next_at > now {
-            // Short sleeps, so that a stop is seen.
-            std::thread::sleep((next_at - now).min(Duration::from_millis(100)));
-            continue;
+        if self.next_at > now {
+            return Ok(Next::Wait(self.next_at));
         }
-        let spec = est.next_chirp();
-        next_at = now + Duration::from_nanos(spec.period_ns);
-        let x = match session.exchange(&batch(&spec)) {
-            Ok(x) => x,
-            Err(BatchError::SenderFailed(f)) => {
-                sender_failed = Some(f);
-                break;
-            }
-            Err(BatchError::Gone(g)) => {
-                gone = Some(g);
-                break;
-            }
+        let spec = self.est.next_chirp();
+        self.next_at = now + Duration::from_nanos(spec.period_ns);
+        let b = batch(&spec);
+        self.chirp = Some(spec);
+        Ok(Next::Ask(b))
+    }
+
+    fn answer(&mut self, _: &Batch, x: Exchange, session: &mut Session) -> Result<(), BatchError> {
+        let Some(spec) = self.chirp.take() else {
+            return Ok(());
         };
         // Over MGRP with riders, what the sender routes to this host: the flow that
         // rode in the chirp's tail.
-        let routed_bps = if opts.session.transport == Transport::Mgrp && opts.session.piggyback {
+        let s = &self.opts.session;
+        let routed_bps = if s.transport == Transport::Mgrp && s.piggyback {
             match session.traffic() {
                 Ok(t) => Some(t.bytes_per_second as f64 * 8.0),
-                Err(BatchError::Gone(g)) => {
-                    gone = Some(g);
-                    break;
-                }
+                Err(BatchError::Gone(g)) => return Err(BatchError::Gone(g)),
                 // No mgrpd figures at the sender: the chirp's own count stands.
                 Err(BatchError::SenderFailed(_)) => None,
             }
@@ -197,37 +185,64 @@ pub fn measure(
             rider_bytes: x.report.rider_bytes,
             riding_probe_bytes: x.report.riding_probe_bytes,
         };
-        let report = est.handle(&result);
-        let at = started.elapsed();
-        if report.smoothed.is_some() && first_estimate.is_none() {
-            first_estimate = Some(at.as_secs_f64());
+        let report = self.est.handle(&result);
+        let at = self.started.elapsed();
+        if report.smoothed.is_some() && self.first_estimate.is_none() {
+            self.first_estimate = Some(at.as_secs_f64());
         }
-        series.push(Point {
+        self.series.push(Point {
             t: at.as_secs_f64(),
             chirp_bps: report.outcome.as_ref().ok().map(|e| e.bps),
             smoothed_bps: report.smoothed.map(|s| s.bps),
             adjusted_bps: report.smoothed.map(|s| s.adjusted_bps),
         });
-        progress(Progress::Chirp {
+        (self.progress)(Progress::Chirp {
             at,
             spec: &spec,
             report: &report,
         });
+        Ok(())
     }
-    let elapsed = started.elapsed();
-    let unstamped = session.close();
-    Ok(Measurement {
-        last: est.smoothed(),
-        series,
-        counts: est.counts(),
-        range: est.range(),
-        first_estimate,
-        elapsed,
+}
+
+/// Chirps from the sender `opts` names for `opts.duration`, or until `stop` is set.
+pub fn measure(
+    opts: &MeasureOptions,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Measurement, MeasureError> {
+    let mut config = opts.config;
+    let mut est = Estimator::new(config).map_err(|e| MeasureError::Failed(e.into()))?;
+    let session = Session::open(&opts.session)?;
+    if config.size > session.max_size() {
+        config.size = session.max_size();
+        est = Estimator::new(config).map_err(|e| MeasureError::Failed(e.into()))?;
+    }
+    let rtt = session.rtt();
+    progress(Progress::Started {
         rtt,
-        end: Ending {
-            peer_gone: gone,
-            sender_failed,
-            unstamped,
-        },
+        max_size: session.max_size(),
+    });
+    let bounds = Bounds::new(stop, Some(opts.duration));
+    let mut method = Chirps {
+        est,
+        opts,
+        progress,
+        started: bounds.started,
+        next_at: Instant::now(),
+        series: Vec::new(),
+        first_estimate: None,
+        chirp: None,
+    };
+    let run = drive(session, &mut method, bounds);
+    Ok(Measurement {
+        last: method.est.smoothed(),
+        series: method.series,
+        counts: method.est.counts(),
+        range: method.est.range(),
+        first_estimate: method.first_estimate,
+        elapsed: run.elapsed,
+        rtt,
+        end: run.end,
     })
 }

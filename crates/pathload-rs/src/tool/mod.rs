@@ -15,8 +15,6 @@ pub use mgrp_tool::{
 };
 pub use receiver::{MeasureOptions, Measurement, Progress, measure};
 
-use std::ffi::OsString;
-
 use mgrp_tool::exit;
 
 use crate::StopReason;
@@ -43,22 +41,4 @@ pub(crate) fn exit_for_reason(r: StopReason) -> i32 {
     }
 }
 
-/// The command line `pathload-rs` reads, with every subcommand and flag (for help texts and
-/// the guides' checks).
-pub fn command() -> clap::Command {
-    <cli::Cli as clap::CommandFactory>::command()
-}
-
-/// Runs the tool with `args` (the program name first, as `std::env::args_os` gives
-/// them) and returns its exit code. Parse errors and `--help` print and exit the
-/// process, as a command-line tool does.
-pub fn main_with_args<I, T>(args: I) -> i32
-where
-    I: IntoIterator<Item = T>,
-    T: Into<OsString> + Clone,
-{
-    match mgrp_tool::cli::parse::<cli::Cli, _, _>(TOOL, args) {
-        Ok(cli) => cli.role.run(TOOL, rcv::run),
-        Err(status) => status,
-    }
-}
+mgrp_tool::tool!(TOOL, cli::Cli, cli::RcvArgs, rcv::run);

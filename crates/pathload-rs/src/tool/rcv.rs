@@ -1,8 +1,10 @@
 //! The `rcv` command: one measurement ([`super::receiver::measure`]) printed as text
 //! or JSON lines, with its exit code.
 
+use std::sync::atomic::AtomicBool;
+
+use mgrp_tool::cli::RcvError;
 use mgrp_tool::control::Transport;
-use mgrp_tool::sys;
 
 use super::cli::RcvArgs;
 use super::output::Output;
@@ -11,18 +13,15 @@ use super::receiver::{Progress, measure};
 use crate::Mode;
 
 /// The `rcv` command: a measurement printed as text or JSON; returns the exit code.
-pub(crate) fn run(args: &RcvArgs) -> i32 {
+pub(crate) fn run(args: &RcvArgs, stop: &AtomicBool) -> Result<i32, RcvError> {
     let opts = args.options();
     let mode = match opts.mode {
         Mode::Slow => "slow",
         Mode::Fast => "fast",
     };
-    if args.json {
-        mgrp_tool::json::enable();
-    }
     let mut out = Output::new(args.json, args.verbose);
     let sender = format!("{}:{}", opts.session.sender, opts.session.port);
-    let measured = measure(&opts, sys::interrupt_flag(), &mut |p| match p {
+    let measured = measure(&opts, stop, &mut |p| match p {
         Progress::Started { rtt, .. } => out.start(
             &sender,
             &opts.session.transport.to_string(),
@@ -36,10 +35,7 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
         } => out.stream_start(spec, elapsed.as_secs_f64(), bounds),
         Progress::Event(ev) => out.event(ev),
     });
-    let m = match measured {
-        Ok(m) => m,
-        Err(e) => return e.report(super::TOOL),
-    };
+    let m = measured?;
     mgrp_tool::exit::warn_unstamped(super::TOOL, m.end.unstamped);
     let o = &m.outcome;
     // Printed when the adjustment moved the range by at least the printed precision.
@@ -57,5 +53,5 @@ pub(crate) fn run(args: &RcvArgs) -> i32 {
     {
         mgrp_tool::exit::warn(super::TOOL, &format!("{e:#}"));
     }
-    m.exit_code()
+    Ok(m.exit_code())
 }

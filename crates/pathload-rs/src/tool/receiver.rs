@@ -2,7 +2,7 @@
 //! a measurement as a library call (the Measurement Overlay uses it); `rcv` prints
 //! one.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use crate::params::{DEFAULT_MAX_FLEETS, DEFAULT_MAX_SECONDS, STREAM_DURATION_NS};
@@ -12,6 +12,7 @@ use crate::{
     TrainResult,
 };
 use mgrp_tool::control::{Batch, Tag, Transport};
+use mgrp_tool::session::{Bounds as RunBounds, Halt, Method, Next, drive};
 use mgrp_tool::{BatchError, Exchange, MeasureError, Session, SessionOptions, exit::Ending};
 
 use crate::tool::{TOOL, kind};
@@ -133,15 +134,93 @@ pub fn measure(
     Ok(run_measurement(opts, session, stop, progress))
 }
 
+/// pathload as a [`Method`]: the estimator's trains and streams as batches, a
+/// stream after the idle time that follows the previous one, its events to the
+/// progress report.
+struct Fleets<'a> {
+    est: Estimator,
+    progress: &'a mut dyn FnMut(Progress<'_>),
+    started: Instant,
+    rtt: Duration,
+    next_at: Instant,
+    /// The idle time after the stream being asked for.
+    idle: Duration,
+}
+
+impl Method for Fleets<'_> {
+    fn next(&mut self) -> Result<Next, BatchError> {
+        while let Some(ev) = self.est.poll_event() {
+            (self.progress)(Progress::Event(&ev));
+        }
+        Ok(match self.est.poll_action() {
+            Action::Done(_) => Next::Done,
+            Action::Train(t) => {
+                let tag = Tag {
+                    kind: kind::TRAIN,
+                    fleet: 0,
+                    stream: t.id,
+                };
+                Next::Ask(Batch::even(tag, t.packets, t.size, 0, 0))
+            }
+            // Idle after the previous stream; the request itself takes half a round
+            // trip to reach the sender.
+            Action::Stream(_) if self.next_at > Instant::now() => Next::Wait(self.next_at),
+            Action::Stream(s) => {
+                self.idle = Duration::from_nanos(s.idle_ns);
+                (self.progress)(Progress::Stream {
+                    spec: &s,
+                    elapsed: self.started.elapsed(),
+                    bounds: &self.est.bounds(),
+                });
+                let tag = Tag {
+                    kind: kind::STREAM,
+                    fleet: s.fleet,
+                    stream: s.stream,
+                };
+                Next::Ask(Batch::even(
+                    tag,
+                    s.packets,
+                    s.size,
+                    s.spacing_ns,
+                    s.rider_probes,
+                ))
+            }
+        })
+    }
+
+    fn answer(&mut self, batch: &Batch, x: Exchange, _: &mut Session) -> Result<(), BatchError> {
+        if batch.tag.kind == kind::TRAIN {
+            self.est.handle_train(&TrainResult {
+                id: batch.tag.stream,
+                sent: x.report.sent,
+                arrivals: x.arrivals,
+            });
+        } else {
+            self.next_at = (x.replied + self.idle)
+                .checked_sub(self.rtt)
+                .unwrap_or(x.replied);
+            self.est.handle_stream(&stream_result(x));
+        }
+        Ok(())
+    }
+
+    fn halt(&mut self, why: Halt) {
+        self.est.handle_stop(match why {
+            Halt::TimeLimit => StopReason::TimeLimit,
+            Halt::Interrupted | Halt::Sender => StopReason::Interrupted,
+        });
+    }
+}
+
 fn run_measurement(
     opts: &MeasureOptions,
-    mut session: Session,
+    session: Session,
     stop: &AtomicBool,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Measurement {
     let rtt = session.rtt();
     let max_size = session.max_size();
-    let mut est = Estimator::new(Config {
+    let est = Estimator::new(Config {
         mode: opts.mode,
         rtt_ns: u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX),
         omega_mbps: opts.resolution,
@@ -154,93 +233,32 @@ fn run_measurement(
         ..Config::default()
     });
     progress(Progress::Started { rtt, max_size });
-
-    let limit = opts.max_time;
-    let stopped = || stop.load(Ordering::Relaxed);
-    let mut next_at = Instant::now();
-    let mut gone: Option<String> = None;
-    let mut sender_failed: Option<String> = None;
-    let outcome: Outcome = loop {
-        while let Some(ev) = est.poll_event() {
-            progress(Progress::Event(&ev));
-        }
-        if stopped() {
-            est.handle_stop(StopReason::Interrupted);
-        } else if session.elapsed() >= limit {
-            est.handle_stop(StopReason::TimeLimit);
-        }
-        let step = match est.poll_action() {
-            Action::Done(o) => break o,
-            Action::Train(t) => {
-                let tag = Tag {
-                    kind: kind::TRAIN,
-                    fleet: 0,
-                    stream: t.id,
-                };
-                session
-                    .exchange(&Batch::even(tag, t.packets, t.size, 0, 0))
-                    .map(|x| {
-                        est.handle_train(&TrainResult {
-                            id: t.id,
-                            sent: x.report.sent,
-                            arrivals: x.arrivals,
-                        });
-                    })
-            }
-            Action::Stream(s) => {
-                // Idle after the previous stream; the request itself takes half a
-                // round trip to reach the sender.
-                let now = Instant::now();
-                if next_at > now {
-                    std::thread::sleep(next_at - now);
-                }
-                if stopped() || session.elapsed() >= limit {
-                    continue;
-                }
-                progress(Progress::Stream {
-                    spec: &s,
-                    elapsed: session.elapsed(),
-                    bounds: &est.bounds(),
-                });
-                let tag = Tag {
-                    kind: kind::STREAM,
-                    fleet: s.fleet,
-                    stream: s.stream,
-                };
-                let batch = Batch::even(tag, s.packets, s.size, s.spacing_ns, s.rider_probes);
-                session.exchange(&batch).map(|x| {
-                    let idle = Duration::from_nanos(s.idle_ns);
-                    next_at = (x.replied + idle).checked_sub(rtt).unwrap_or(x.replied);
-                    est.handle_stream(&stream_result(x));
-                })
-            }
-        };
-        match step {
-            Ok(()) => {}
-            Err(BatchError::SenderFailed(f)) => {
-                sender_failed = Some(f);
-                est.handle_stop(StopReason::Interrupted);
-            }
-            Err(BatchError::Gone(g)) => {
-                gone = Some(g);
-                est.handle_stop(StopReason::Interrupted);
-            }
-        }
+    let bounds = RunBounds {
+        stop,
+        started: session.started(),
+        limit: Some(opts.max_time),
     };
-    while let Some(ev) = est.poll_event() {
-        progress(Progress::Event(&ev));
+    let mut method = Fleets {
+        est,
+        progress,
+        started: bounds.started,
+        rtt,
+        next_at: Instant::now(),
+        idle: Duration::ZERO,
+    };
+    let run = drive(session, &mut method, bounds);
+    while let Some(ev) = method.est.poll_event() {
+        (method.progress)(Progress::Event(&ev));
     }
-    let elapsed = session.elapsed();
-    let unstamped = session.close();
+    // The driver ends when the estimator is done or after it has taken a stop.
+    let Action::Done(outcome) = method.est.poll_action() else {
+        unreachable!("the estimator runs on after a stop")
+    };
     Measurement {
         outcome,
-        elapsed,
+        elapsed: run.elapsed,
         rtt,
-        end: Ending {
-            peer_gone: gone,
-            sender_failed,
-            unstamped,
-        },
+        end: run.end,
     }
 }
 

@@ -76,16 +76,7 @@ impl Config {
         if self.packets == 0 {
             return bad("a probe needs at least 1 packet".into());
         }
-        if !(mgrp_tool::control::MIN_PROBE_IP_BYTES..=mgrp_tool::control::MAX_PROBE_IP_BYTES)
-            .contains(&self.size)
-        {
-            return bad(format!(
-                "probe size {} bytes must be within {}..={} (IP bytes)",
-                self.size,
-                mgrp_tool::control::MIN_PROBE_IP_BYTES,
-                mgrp_tool::control::MAX_PROBE_IP_BYTES
-            ));
-        }
+        mgrp_tool::params::probe_size(self.size)?;
         let probe = probe_time_ns(self.packets, self.size, line_bps);
         if self.slot_ns <= probe {
             return bad(format!(

@@ -98,6 +98,23 @@ pub fn emit(tool: &str, event: &str, fields: Value) {
     mgrp_rt::outln!("{}", line(tool, event, fields));
 }
 
+/// Prints `tool`'s `start` line: the sender, the transport, the round trip and the
+/// measurement's `config`.
+pub fn start(
+    tool: &str,
+    session: &crate::SessionOptions,
+    rtt: std::time::Duration,
+    config: impl serde::Serialize,
+) {
+    emit(
+        tool,
+        "start",
+        json!({"sender": format!("{}:{}", session.sender, session.port),
+            "transport": session.transport.to_string(),
+            "rtt_s": rtt.as_secs_f64(), "config": config}),
+    );
+}
+
 /// With `--json` on, prints that `tool` fails with `status` because of `message`.
 pub fn error(tool: &str, status: i32, message: &str) {
     if enabled() {

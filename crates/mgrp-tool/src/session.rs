@@ -492,7 +492,12 @@ impl Session {
             match self.rx.recv_timeout(deadline - now) {
                 Ok(s) => arrivals.take(s),
                 Err(RecvTimeoutError::Timeout) => break,
-                Err(RecvTimeoutError::Disconnected) => bail!("the probe listener stopped"),
+                Err(RecvTimeoutError::Disconnected) => bail!(
+                    "the probe listener stopped: {}",
+                    self.listener
+                        .failure()
+                        .unwrap_or_else(|| "no reason given".into())
+                ),
             }
         }
         Ok(Exchange {

@@ -7,9 +7,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -239,9 +239,20 @@ pub struct Listener {
     pub foreign: Arc<AtomicU64>,
     /// Probes dropped because [`MAX_QUEUED_PROBES`] were waiting.
     pub overflowed: Arc<AtomicU64>,
+    /// Why the listening thread ended, if it ended on its own (its channel is then
+    /// closed): the library prints nothing, the session says it.
+    failure: Arc<Mutex<Option<String>>>,
 }
 
 impl Listener {
+    /// Why the listening thread ended on its own, if it did.
+    pub fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Starts listening on `port` for probes of `transport` (through the mgrpd at
     /// `socket` for MGRP; for UDP on the address family of `peer`).
     pub fn start(
@@ -255,6 +266,7 @@ impl Listener {
         let unstamped = Arc::new(AtomicU64::new(0));
         let foreign = Arc::new(AtomicU64::new(0));
         let overflowed = Arc::new(AtomicU64::new(0));
+        let failure = Arc::new(Mutex::new(None));
         let thread = match transport {
             Transport::Udp => {
                 let s = udp_listen_socket(peer, port)?;
@@ -262,6 +274,7 @@ impl Listener {
                     unstamped: unstamped.clone(),
                     foreign: foreign.clone(),
                     overflowed: overflowed.clone(),
+                    failure: failure.clone(),
                 };
                 let stop = stop.clone();
                 std::thread::spawn(move || udp_listen(&s, peer, &tx, &stop, &counts))
@@ -272,6 +285,7 @@ impl Listener {
                     .listen(port)
                     .with_context(|| format!("mgrpd would not deliver probes for port {port}"))?;
                 let (stop, overflowed) = (stop.clone(), overflowed.clone());
+                let failure = failure.clone();
                 std::thread::spawn(move || {
                     let _client = client;
                     while !stop.load(Ordering::Relaxed) {
@@ -298,7 +312,7 @@ impl Listener {
                             }
                             Ok(None) => {}
                             Err(e) => {
-                                eprintln!("probe stream from mgrpd ended: {e}");
+                                fail(&failure, format!("probe stream from mgrpd ended: {e}"));
                                 return;
                             }
                         }
@@ -313,6 +327,7 @@ impl Listener {
                 unstamped,
                 foreign,
                 overflowed,
+                failure,
             },
             rx,
         ))
@@ -344,11 +359,19 @@ fn udp_listen_socket(peer: IpAddr, port: u16) -> anyhow::Result<Socket> {
     Ok(s)
 }
 
-/// What a UDP listener counts.
+/// What a UDP listener counts, and where it says why it ended.
 struct UdpCounts {
     unstamped: Arc<AtomicU64>,
     foreign: Arc<AtomicU64>,
     overflowed: Arc<AtomicU64>,
+    failure: Arc<Mutex<Option<String>>>,
+}
+
+/// Records why a listening thread ends.
+fn fail(failure: &Mutex<Option<String>>, why: String) {
+    *failure
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why);
 }
 
 /// Takes the probes arriving at `s` from `sender` until `stop`; datagrams from any
@@ -402,7 +425,7 @@ fn udp_listen(
                     Some(libc::EBADF | libc::EFAULT | libc::EINVAL | libc::ENOTSOCK)
                 ) =>
             {
-                eprintln!("UDP probe socket failed: {e}");
+                fail(&counts.failure, format!("UDP probe socket failed: {e}"));
                 return;
             }
             Err(_) => std::thread::sleep(Duration::from_millis(1)),

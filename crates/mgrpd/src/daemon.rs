@@ -67,14 +67,7 @@ impl Daemon {
         let config = Arc::new(config);
         let counters = Arc::new(Counters::default());
         let net = Net::open(&config, tun, counters.clone())?;
-        let mut daemon = Self::assemble(
-            config,
-            counters,
-            net,
-            Arc::default(),
-            Arc::default(),
-            events,
-        )?;
+        let mut daemon = Self::assemble(config, counters, net, events)?;
         if daemon.config.super_packets && daemon.config.tun_offload {
             let (tx, rx) = mpsc::unbounded_channel();
             match FastPath::new(tx, daemon.config.fwmark) {
@@ -113,14 +106,7 @@ impl Daemon {
         let config = Arc::new(config);
         let counters = Arc::new(Counters::default());
         let (net, looped) = Net::loopback(&config, counters.clone());
-        let mut daemon = Self::assemble(
-            config,
-            counters,
-            net,
-            Arc::default(),
-            Arc::default(),
-            events,
-        )?;
+        let mut daemon = Self::assemble(config, counters, net, events)?;
         daemon.looped = Some(looped);
         Ok(daemon)
     }
@@ -142,10 +128,10 @@ impl Daemon {
         config: Arc<Config>,
         counters: Arc<Counters>,
         net: Net,
-        listeners: Arc<Listeners>,
-        reassembly: Arc<ReassemblySlots>,
         events: mpsc::UnboundedSender<RouteEvent>,
     ) -> anyhow::Result<Self> {
+        let listeners = Arc::<Listeners>::default();
+        let reassembly = Arc::<ReassemblySlots>::default();
         let queues = Arc::new(
             Queues::new(&config)
                 .map_err(|e| anyhow::anyhow!("cannot create the pacer's eventfds: {e}"))?,

@@ -217,9 +217,19 @@ impl Net {
                     warn!("cannot enable kernel transmit stamps: {e}; reports carry the daemon's stamps only");
                 })
                 .is_ok();
+        Ok(Self::with_io(
+            Io::Kernel { tun, v4, v6 },
+            kernel_stamps,
+            config,
+            counters,
+        ))
+    }
+
+    /// The data path over `io`, with its keyring and endpoints.
+    fn with_io(io: Io, kernel_stamps: bool, config: &Arc<Config>, counters: Arc<Counters>) -> Self {
         let endpoints = Arc::new(Endpoints::new(config.clone()));
-        Ok(Self {
-            io: Io::Kernel { tun, v4, v6 },
+        Self {
+            io,
             kernel_stamps,
             keyring: Arc::new(Keyring::new(
                 config.clone(),
@@ -232,7 +242,7 @@ impl Net {
             tunnel_ids: AtomicU32::new(initial_tunnel_id()),
             no_udp_segmentation: std::sync::atomic::AtomicBool::new(false),
             sent: SentLog::default(),
-        })
+        }
     }
 
     /// A data path that loops back: what it sends comes out of the source returned
@@ -242,23 +252,10 @@ impl Net {
         counters: Arc<Counters>,
     ) -> (Self, LoopbackSource) {
         let (sink, source) = mpsc::channel();
-        let endpoints = Arc::new(Endpoints::new(config.clone()));
-        let net = Self {
-            io: Io::Loopback(sink),
-            kernel_stamps: false,
-            keyring: Arc::new(Keyring::new(
-                config.clone(),
-                endpoints.clone(),
-                counters.clone(),
-            )),
-            counters,
-            config: config.clone(),
-            endpoints,
-            tunnel_ids: AtomicU32::new(initial_tunnel_id()),
-            no_udp_segmentation: std::sync::atomic::AtomicBool::new(false),
-            sent: SentLog::default(),
-        };
-        (net, source)
+        (
+            Self::with_io(Io::Loopback(sink), false, config, counters),
+            source,
+        )
     }
 
     /// The TUN device, unless the data path loops back.

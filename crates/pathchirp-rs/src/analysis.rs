@@ -316,18 +316,16 @@ mod tests {
     #[test]
     fn a_bucket_credit_makes_the_first_rise_late_and_the_output_rate_corrects_it() {
         let s = chirp();
-        // 40 Mbit/s, credit of 1.5 probes (tbf's minimum burst on a 1500-byte MTU).
-        let r = through(&s, 40e6, 1540.0);
-        let first = analyse(
-            1028,
-            &s,
-            &r,
-            &Params {
+        let first_rise = |r: &[i64]| {
+            let p = Params {
                 onset: Onset::FirstRise,
                 ..Params::default()
-            },
-        )
-        .unwrap();
+            };
+            analyse(1028, &s, r, &p).unwrap()
+        };
+        // 40 Mbit/s, credit of 1.5 probes (tbf's minimum burst on a 1500-byte MTU).
+        let r = through(&s, 40e6, 1540.0);
+        let first = first_rise(&r);
         let ours = analyse(1028, &s, &r, &Params::default()).unwrap();
         assert!(first.queued_at_end && ours.queued_at_end);
         assert!(
@@ -338,16 +336,7 @@ mod tests {
         assert!(err.abs() < 0.1, "{err} {ours:?}");
         // With a one-probe bucket both agree within a spread step.
         let r = through(&s, 40e6, 1028.0);
-        let first = analyse(
-            1028,
-            &s,
-            &r,
-            &Params {
-                onset: Onset::FirstRise,
-                ..Params::default()
-            },
-        )
-        .unwrap();
+        let first = first_rise(&r);
         assert!(first.estimate_bps < 40e6 * 1.25, "{first:?}");
     }
 

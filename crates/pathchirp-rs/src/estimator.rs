@@ -87,16 +87,7 @@ impl Config {
                 self.avg_bps
             ));
         }
-        if !(mgrp_tool::control::MIN_PROBE_IP_BYTES..=mgrp_tool::control::MAX_PROBE_IP_BYTES)
-            .contains(&self.size)
-        {
-            return bad(format!(
-                "probe size {} bytes must be within {}..={} (IP bytes)",
-                self.size,
-                mgrp_tool::control::MIN_PROBE_IP_BYTES,
-                mgrp_tool::control::MAX_PROBE_IP_BYTES
-            ));
-        }
+        mgrp_tool::params::probe_size(self.size)?;
         if self.smooth == 0 {
             return bad("the estimate must average at least 1 chirp".into());
         }

@@ -36,12 +36,7 @@ pub(crate) fn run(args: &RcvArgs, stop: &AtomicBool) -> Result<i32, RcvError> {
     let measured = measure(&opts, stop, &mut |p| match p {
         Progress::Started { rtt, .. } => {
             if json {
-                emit(
-                    TOOL,
-                    "start",
-                    json!({"sender": sender, "transport": opts.session.transport.to_string(),
-                        "rtt_s": rtt.as_secs_f64(), "config": opts.config}),
-                );
+                mgrp_tool::json::start(TOOL, &opts.session, rtt, opts.config);
             } else {
                 mgrp_rt::outln!(
                     "Chirping from {sender} over {} (round trip {:.2} ms): {} to {} Mbit/s by {}, {} B probes, smoothed over {} chirps",

@@ -197,13 +197,7 @@ fn main() -> ExitCode {
         experiment::stop_on_signals();
         measure_all(&args).and_then(|()| analyse(&args.out))
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("btc: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    experiment::exit("btc", result)
 }
 
 fn json_path(out: &Path, name: &str) -> PathBuf {

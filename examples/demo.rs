@@ -57,18 +57,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    if let Some(code) = experiment::embedded_main() {
-        return code;
-    }
-    let args = Args::parse();
-    experiment::stop_on_signals();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("demo: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    experiment::main("demo", Args::parse, run)
 }
 
 fn preflight() -> anyhow::Result<PathBuf> {

@@ -62,13 +62,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     experiment::stop_on_signals();
-    match run_all(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("medianet: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    experiment::exit("medianet", run_all(&args))
 }
 
 fn run_all(args: &Args) -> anyhow::Result<()> {

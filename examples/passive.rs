@@ -135,18 +135,8 @@ struct Run {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let r = if args.analyse {
-        analyse(&args.out)
-    } else {
-        measure(&args).and_then(|()| analyse(&args.out))
-    };
-    match r {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("passive: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    let measured = if args.analyse { Ok(()) } else { measure(&args) };
+    mgrp_experiments::experiment::exit("passive", measured.and_then(|()| analyse(&args.out)))
 }
 
 fn load() -> String {

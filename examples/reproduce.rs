@@ -39,18 +39,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    if let Some(code) = experiment::embedded_main() {
-        return code;
-    }
-    let args = Args::parse();
-    experiment::stop_on_signals();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("reproduce: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    experiment::main("reproduce", Args::parse, run)
 }
 
 fn matrix(step: Duration) -> Vec<Experiment> {

@@ -1064,21 +1064,10 @@ fn analyse(out: &Path) -> anyhow::Result<()> {
 }
 
 fn main() -> std::process::ExitCode {
-    if let Some(code) = experiment::embedded_main() {
-        return code;
-    }
-    let args = Args::parse();
-    experiment::stop_on_signals();
-    let r = if args.analyse {
-        analyse(&args.out)
-    } else {
-        measure(&args).and_then(|()| analyse(&args.out))
-    };
-    match r {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("routing: {e:#}");
-            std::process::ExitCode::FAILURE
+    experiment::main("routing", Args::parse, |args| {
+        if !args.analyse {
+            measure(args)?;
         }
-    }
+        analyse(&args.out)
+    })
 }

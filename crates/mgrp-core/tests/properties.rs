@@ -86,14 +86,8 @@ fn packet_strategy() -> impl Strategy<Value = OwnedPacket> {
     let continuation =
         (any::<u64>(), prop::collection::vec(chunk_strategy(), 1..4)).prop_map(|(time, chunks)| {
             let header = Header {
-                kind: Kind::Continuation,
-                last_in_train: false,
-                src_port: 0,
-                dst_port: 0,
-                transaction: 0,
-                seq: 0,
-                train_len: 0,
                 sender_time: WallTime::from_nanos(time),
+                ..Header::continuation()
             };
             (header, Vec::new(), chunks)
         });

@@ -53,6 +53,33 @@ pub fn embedded_main() -> Option<std::process::ExitCode> {
     }
 }
 
+/// The `main` of an experiment program called `name`: runs as an embedded program
+/// when started as one ([`embedded_main`]), else parses its arguments with `parse`,
+/// lets SIGINT and SIGTERM end the run cleanly ([`stop_on_signals`]) and runs `run`.
+pub fn main<A>(
+    name: &str,
+    parse: impl FnOnce() -> A,
+    run: impl FnOnce(&A) -> anyhow::Result<()>,
+) -> std::process::ExitCode {
+    if let Some(code) = embedded_main() {
+        return code;
+    }
+    let args = parse();
+    stop_on_signals();
+    exit(name, run(&args))
+}
+
+/// The exit status of the program `name` for `result`, its error said on stderr.
+pub fn exit(name: &str, result: anyhow::Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {

@@ -33,14 +33,7 @@ fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
             Ok(0) => return true,
             // An answer (a 408, say) before the close.
             Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return false;
-            }
+            Err(e) if mgrp_rt::rx::nothing_yet(&e) => return false,
             Err(_) => return true,
         }
         if start.elapsed() > within {

@@ -8,7 +8,8 @@
 //! - [`wait`]: the timerfd armed with absolute deadlines, the eventfd one thread
 //!   signals and another sleeps on, and the pacing wait (sleep, then spin).
 //! - [`thread`]: real-time scheduling, timer slack, CPU pinning, memory locking.
-//! - [`rx`]: datagrams received with the kernel's receive stamp.
+//! - [`rx`]: datagrams received with the kernel's receive stamp, and which receive
+//!   errors only mean nothing came yet.
 //! - [`stdout`]: printing that survives a closed pipe ([`outln!`], [`out!`]).
 //! - [`secret`]: files holding keys and tokens, read only when only their owner may.
 //! - [`settings`]: the checks configuration files share (names, durations, token

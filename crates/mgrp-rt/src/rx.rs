@@ -53,6 +53,16 @@ pub fn recv_stamped_from<F: AsRawFd>(
     Ok((msg.bytes, stamp, from))
 }
 
+/// Whether a receive's (or a send's) error only says nothing came in time (a read
+/// timeout, a non-blocking socket with nothing ready, an interrupted call): the caller
+/// goes on waiting.
+pub fn nothing_yet(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use std::net::UdpSocket;

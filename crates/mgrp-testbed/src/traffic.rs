@@ -383,11 +383,7 @@ pub fn web(
                         let n = left.min(chunk.len() as u64) as usize;
                         match s.write(&chunk[..n]) {
                             Ok(w) => left -= w as u64,
-                            Err(e)
-                                if matches!(
-                                    e.kind(),
-                                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                                ) => {}
+                            Err(e) if mgrp_rt::rx::nothing_yet(&e) => {}
                             Err(_) => break,
                         }
                     }

@@ -107,13 +107,7 @@ impl Read for Timed {
             };
             self.stream.set_read_timeout(slice)?;
             match self.stream.read(buf) {
-                Err(e)
-                    if self.answer_limit.is_some()
-                        && matches!(
-                            e.kind(),
-                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                        ) =>
-                {
+                Err(e) if self.answer_limit.is_some() && crate::sys::nothing_yet(&e) => {
                     self.check_backlog()?;
                 }
                 r => return r,

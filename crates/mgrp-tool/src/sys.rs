@@ -25,14 +25,7 @@ fn ns(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// Whether a receive's error only says nothing came in time (a read timeout, an
-/// interrupted call): the caller goes on waiting.
-pub fn nothing_yet(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-    )
-}
+pub use mgrp_rt::rx::nothing_yet;
 
 /// Sleeps until the monotonic clock reads `deadline` ns (absolute, so a late wake-up
 /// does not push later deadlines).

@@ -247,10 +247,7 @@ pub struct Listener {
 impl Listener {
     /// Why the listening thread ended on its own, if it did.
     pub fn failure(&self) -> Option<String> {
-        self.failure
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        mgrp_rt::lock(&self.failure).clone()
     }
 
     /// Starts listening on `port` for probes of `transport` (through the mgrpd at

@@ -2,7 +2,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::net::Ipv4Addr;
 
 use super::*;
-use crate::planner::{HoldMode, Packing, ProbeSpec};
+use crate::planner::{HoldMode, Packing};
 use crate::reassembly::{ChunkOutcome, Limits, Reassembler};
 use crate::wire::{Kind, Packet};
 
@@ -19,19 +19,7 @@ fn peer(n: u8) -> IpAddr {
 }
 
 fn train(n: usize, size: u16, gap: Duration) -> Transaction {
-    Transaction {
-        id: 0,
-        src_port: 7,
-        dst_port: 9,
-        probes: (0..n)
-            .map(|_| ProbeSpec {
-                header: Bytes::from_static(b"hdr"),
-                size,
-                gap,
-                piggyback: true,
-            })
-            .collect(),
-    }
+    crate::planner::tests::train(0, n, size, gap)
 }
 
 fn endpoint(f: impl FnOnce(&mut EndpointConfig)) -> Endpoint {

@@ -1134,4 +1134,4 @@ fn plan_chunks(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

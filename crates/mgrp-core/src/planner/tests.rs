@@ -15,7 +15,8 @@ fn rider(len: usize, fill: u8) -> Bytes {
     Bytes::from(vec![fill; len])
 }
 
-fn train(id: u32, n: usize, size: u16, gap: Duration) -> Transaction {
+/// A train of `n` equal probes that allow riders (the endpoint's tests use it too).
+pub(crate) fn train(id: u32, n: usize, size: u16, gap: Duration) -> Transaction {
     Transaction {
         id,
         src_port: 7,

@@ -301,14 +301,7 @@ fn subscribe(
             match reader.read_line(&mut line) {
                 Ok(0) => break,
                 Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    continue;
-                }
+                Err(e) if mgrp_rt::rx::nothing_yet(&e) => continue,
                 Err(e) => return Err(e).context("the overlay's event stream"),
             }
             let l = line.trim_end();

@@ -139,13 +139,6 @@ fn main() -> std::process::ExitCode {
     mgrp_experiments::experiment::exit("passive", measured.and_then(|()| analyse(&args.out)))
 }
 
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
-
 /// The testbed: node 0 on host 0, node 1 on host 1 (behind the bottleneck), host 2
 /// sending the cross traffic.
 struct Bed {
@@ -321,7 +314,7 @@ fn sample(
     app_at: &dyn Fn(u64) -> App,
     passive_only: bool,
 ) -> anyhow::Result<Run> {
-    let load_before = load();
+    let load_before = mgrp_testbed::host::load();
     let shared = b.nodes[1].shared();
     let started = Instant::now();
     let mut flow: Option<(App, AppFlow)> = None;

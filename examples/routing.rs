@@ -660,13 +660,6 @@ struct Results {
     kill: Option<KillResult>,
 }
 
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
-
 /// iperf3 (CUBIC) from the client to the server for `seconds`, intervals of
 /// `interval` s; the receiver's bytes per interval (from `--get-server-output`).
 fn iperf(bed: &Bed, seconds: u32, interval: f64) -> anyhow::Result<(Process, Process, PathBuf)> {
@@ -739,7 +732,7 @@ fn heartbeats(bed: &Bed) -> (u64, u64) {
 }
 
 fn run_mode(topology: Topology, period_s: u32, mode: &Mode) -> anyhow::Result<ModeResult> {
-    let load_before = load();
+    let load_before = mgrp_testbed::host::load();
     let bed = Bed::new(topology, true)?;
     bed.ready()?;
     bed.set_period(0)?;
@@ -805,7 +798,7 @@ fn run_mode(topology: Topology, period_s: u32, mode: &Mode) -> anyhow::Result<Mo
         heartbeat_pings: pings,
         heartbeat_pongs: pongs,
         load_before,
-        load_after: load(),
+        load_after: mgrp_testbed::host::load(),
     })
 }
 
@@ -873,7 +866,7 @@ fn run_kill() -> anyhow::Result<KillResult> {
         recovered_s,
         reason,
         mbps,
-        load: load(),
+        load: mgrp_testbed::host::load(),
     })
 }
 

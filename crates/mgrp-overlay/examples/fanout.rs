@@ -384,12 +384,7 @@ fn bench(args: &Args) -> anyhow::Result<()> {
             .map(|m| m.method)
             .collect::<Vec<_>>()
             .join(", "),
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
+        mgrp_testbed::host::load_averages()
     );
     mgrp_rt::outln!(
         "| link | method | cycle s | runs | estimates/min | longest without s | median error % (episode frequency % for badabing) | median \\|error\\| % | p90 \\|error\\| % | median error unadjusted % | probe MB/h |"

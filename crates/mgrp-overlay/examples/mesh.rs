@@ -240,12 +240,7 @@ fn bench(args: &Args) -> anyhow::Result<()> {
     mgrp_rt::outln!(
         "\n## Measurement Overlay mesh: 4 nodes, 12 links, {minutes:.1} min, interval {}, load {}\n",
         args.interval,
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
+        mgrp_testbed::host::load_averages()
     );
     mgrp_rt::outln!(
         "| link | truth Mbit/s | runs | estimates/min | age p50 s | age p99 s | truth in range | within ±10 % | median error % | probe MB/h | rider share (flow half) |"

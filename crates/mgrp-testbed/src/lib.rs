@@ -23,6 +23,7 @@ pub mod accounting;
 pub mod delay;
 pub mod forge;
 pub mod harness;
+pub mod host;
 pub mod http;
 pub mod link;
 pub mod packages;

@@ -36,7 +36,7 @@ fn main() {
         let toml = format!("socket = \"{}\"\n[limits]\nmax-probes-per-train = 65535\nprobes-per-second-per-user = 1e9\nprobes-per-second = 1e9\nprobe-bytes-per-second-per-user = 1e12\nprobe-bytes-per-second = 1e12", path.display());
         let d = LoopbackDaemon::start(Config::from_toml(&toml).unwrap()).await.unwrap();
         let client = Client::connect(&path).await.unwrap();
-        println!("load before: {}", std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
+        println!("load before: {}", mgrp_testbed::host::load());
 
         // Receive rate: trains of 20,000 probes 4 µs and 2 µs apart (250,000 and
         // 500,000 probes/s offered); the first run warms up.
@@ -81,7 +81,7 @@ fn main() {
             lat.last().unwrap(),
             lat.len()
         );
-        println!("load after: {}", std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
+        println!("load after: {}", mgrp_testbed::host::load());
         d.stop().await;
     });
 }

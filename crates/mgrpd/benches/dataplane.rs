@@ -93,13 +93,6 @@ fn throughput_cpu(
     (mbps, used / (bytes as f64 * runs as f64 / 1e9))
 }
 
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
-
 /// With `--keyed`: a key file (mode 0600) both daemons authenticate with, removed at
 /// exit.
 fn key_file() -> Option<&'static str> {
@@ -237,7 +230,7 @@ fn pacing(a: &Daemon, gap: Duration, trains: usize) -> (f64, f64, f64, u32) {
 fn pacing_only() {
     println!(
         "load before: {}, encap {}",
-        load(),
+        mgrp_testbed::host::load(),
         encap().unwrap_or("raw")
     );
     let net = TwoHosts::new(&TwoHostOptions::default()).unwrap();
@@ -253,7 +246,7 @@ fn pacing_only() {
             );
         }
     }
-    println!("load after: {}", load());
+    println!("load after: {}", mgrp_testbed::host::load());
     if let Some(k) = key_file() {
         let _ = std::fs::remove_file(k);
     }
@@ -279,7 +272,7 @@ fn main() {
     };
     println!(
         "load before: {}, mgrpd {}, encap {}{}",
-        load(),
+        mgrp_testbed::host::load(),
         mgrpd().display(),
         encap().unwrap_or("raw"),
         if key_file().is_some() { ", keyed" } else { "" }
@@ -350,7 +343,7 @@ fn main() {
             );
         }
     }
-    println!("load after: {}", load());
+    println!("load after: {}", mgrp_testbed::host::load());
     if let Some(k) = key_file() {
         let _ = std::fs::remove_file(k);
     }

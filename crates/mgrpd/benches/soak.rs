@@ -245,12 +245,7 @@ fn main() {
     let sb = b.quiescent_stats().expect("B's counters");
     let _ = std::fs::remove_file(&key_path);
 
-    println!(
-        "soak of {seconds} s, load {}",
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .trim()
-    );
+    println!("soak of {seconds} s, load {}", mgrp_testbed::host::load());
     println!(
         "trains from A: {n_trains}; transfers: {transfers} of 100 MiB, {} bytes, all byte-exact: {all_intact}",
         transferred.load(Ordering::Relaxed)

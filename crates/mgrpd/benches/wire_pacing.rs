@@ -34,13 +34,6 @@ use mgrp_core::wire::{Kind, Packet};
 use mgrp_testbed::traffic::tcp_source;
 use mgrp_testbed::{ADDR_B, Daemon, TwoHostOptions, TwoHosts, uniform_train};
 
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
-
 /// One captured probe: transaction, sequence number, capture stamp (ns, realtime).
 type Seen = (u32, u16, i64);
 
@@ -548,7 +541,7 @@ fn main() {
         "wire pacing: {trains} trains x {probes} probes of 300 B at {gap_us} µs, mgrpd {} {}, load {}",
         mgrpd.display(),
         extra.join(" "),
-        load()
+        mgrp_testbed::host::load()
     );
     if let Some(counts) = concurrent_counts {
         let run = Run {
@@ -564,7 +557,7 @@ fn main() {
                 concurrent(&run, n, spread);
             }
         }
-        println!("load after {}", load());
+        println!("load after {}", mgrp_testbed::host::load());
         return;
     }
     for (name, hold, traffic) in [
@@ -585,5 +578,5 @@ fn main() {
             setting(&run, name, hold, traffic);
         }
     }
-    println!("load after {}", load());
+    println!("load after {}", mgrp_testbed::host::load());
 }

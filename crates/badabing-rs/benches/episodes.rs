@@ -43,13 +43,13 @@ use badabing_rs::tool::MeasureOptions;
 use mgrp_testbed::harness::{Role, bench_start};
 use mgrp_testbed::link::realtime_ns;
 use mgrp_testbed::qdisc::{QdiscLog, SlotTruth, slot_truth};
-use mgrp_testbed::tool::daemons_for;
+use mgrp_testbed::tool::serve_in;
+use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for};
 use mgrp_testbed::traffic::{Steps, udp_steps};
 use mgrp_testbed::{ADDR_A, TwoHostOptions, TwoHosts};
 use mgrp_tool::control::{Batch, Run, Tag};
-use mgrp_tool::{ServeOptions, Server, Session, SessionOptions, Transport};
+use mgrp_tool::{ServeOptions, Session, SessionOptions, Transport};
 
-const OTHER_B: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 3);
 const QUEUE_BYTES: u32 = 25_000;
 const BURST_MBPS: f64 = 50.0;
 const POISSON_CONTROL_PORT: u16 = 55012;
@@ -186,16 +186,6 @@ struct Figures {
     poisson: (f64, Option<f64>, usize),
 }
 
-fn serve(net: &TwoHosts, mut so: ServeOptions, stop: &Arc<AtomicBool>) -> anyhow::Result<()> {
-    let stop = stop.clone();
-    net.a.spawn("sender", move || {
-        so.name = "bench snd".into();
-        let server = Server::bind(so)?;
-        server.serve(true, &stop, &mut |_| {})
-    })?;
-    Ok(())
-}
-
 fn run(o: &Opts, name: &str, transport: &str, seed: u64) -> anyhow::Result<Figures> {
     let (on, period) = regime(name)?;
     let net = TwoHosts::new(&TwoHostOptions {
@@ -208,8 +198,7 @@ fn run(o: &Opts, name: &str, transport: &str, seed: u64) -> anyhow::Result<Figur
         "tc", "qdisc", "replace", "dev", &dev, "root", "tbf", "rate", "10mbit", "burst", "1540",
         "limit", &queue,
     ])?;
-    net.b
-        .ip(&["addr", "add", &format!("{OTHER_B}/24"), "dev", &net.veth_b])?;
+    add_other_b(&net)?;
     // Riders wait at most 1 ms for a probe, well below the 5 ms slot.
     let pair = daemons_for(&net, transport, &["--hold", "1ms"])?;
     let t = if transport == "mgrp" {
@@ -239,8 +228,8 @@ fn run(o: &Opts, name: &str, transport: &str, seed: u64) -> anyhow::Result<Figur
     if let Some((a, _)) = &socket {
         main.socket.clone_from(a);
     }
-    serve(&net, main, &stop)?;
-    serve(&net, second, &stop)?;
+    serve_in(&net.a, main, &stop)?;
+    serve_in(&net.a, second, &stop)?;
     std::thread::sleep(Duration::from_millis(500));
 
     let mut bo = MeasureOptions::new(ADDR_A.to_string(), t, Duration::from_secs(o.seconds));

@@ -14,22 +14,19 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use mgrp_testbed::tool::{daemons_for, snd_rcv};
+use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv};
 use mgrp_testbed::traffic::{Source, Steps, udp_steps};
 use mgrp_testbed::{TwoHostOptions, TwoHosts};
 
 const BIN: &str = env!("CARGO_BIN_EXE_badabing-rs");
 const SECONDS: u64 = 20;
-/// A second address of B outside the tunnel's routes.
-const OTHER_B: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 3);
 
 fn case(transport: &str, bursts: bool) -> anyhow::Result<()> {
     let net = TwoHosts::new(&TwoHostOptions {
         bottleneck: Some(("10mbit".into(), "1540".into())),
         router: true,
     })?;
-    net.b
-        .ip(&["addr", "add", &format!("{OTHER_B}/24"), "dev", &net.veth_b])?;
+    add_other_b(&net)?;
     // Riders wait at most 1 ms for a probe, well below the 5 ms slot.
     let pair = daemons_for(&net, transport, &["--hold", "1ms"])?;
     let source: Option<Source> = if bursts {

@@ -39,14 +39,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use mgrp_testbed::tool::{daemons_for, snd_rcv};
+use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv};
 use mgrp_testbed::traffic::{Source, tcp_bulk, udp_poisson};
 use mgrp_testbed::{Daemon, TwoHostOptions, TwoHosts};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_btc-rs");
-/// A second address of B outside the tunnel's routes.
-const OTHER_B: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 3);
 /// An address of the router, for traffic that ends there.
 const ROUTER: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 9, 1);
 
@@ -109,8 +107,7 @@ fn squeeze(narrow: bool) -> anyhow::Result<(String, i64, Value)> {
     })?;
     let router = net.router.as_ref().context("no router")?;
     let _source: Source = if narrow {
-        net.b
-            .ip(&["addr", "add", &format!("{OTHER_B}/24"), "dev", &net.veth_b])?;
+        add_other_b(&net)?;
         tcp_bulk(&net.a, &net.b, OTHER_B.into(), 9000, "cubic")?
     } else {
         router.ip(&["addr", "add", &format!("{ROUTER}/32"), "dev", "lo"])?;

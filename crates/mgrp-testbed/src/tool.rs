@@ -3,12 +3,40 @@
 //! what `rcv` printed.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use serde_json::Value;
 
-use crate::{ADDR_A, Daemon, Process, TwoHosts, daemon_pair};
+use crate::{ADDR_A, Daemon, Netns, Process, TwoHosts, daemon_pair};
+
+/// A second address of B, outside the tunnel's routes: traffic to it crosses the
+/// bottleneck beside the probes, as another host's traffic would.
+pub const OTHER_B: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 3);
+
+/// Gives B its [`OTHER_B`] address.
+pub fn add_other_b(net: &TwoHosts) -> anyhow::Result<()> {
+    net.b
+        .ip(&["addr", "add", &format!("{OTHER_B}/24"), "dev", &net.veth_b])?;
+    Ok(())
+}
+
+/// The workspace's sender (`snd`) as a thread in `ns`, serving receivers one after
+/// another with `so` (named "bench snd") until `stop` is set.
+pub fn serve_in(
+    ns: &Netns,
+    mut so: mgrp_tool::ServeOptions,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<std::thread::JoinHandle<anyhow::Result<()>>> {
+    let stop = stop.clone();
+    so.name = "bench snd".into();
+    ns.spawn("sender", move || {
+        let server = mgrp_tool::Server::bind(so)?;
+        server.serve(true, &stop, &mut |_| {})
+    })
+}
 
 /// The daemons `transport` needs: over `mgrp` one on each host (this program acting
 /// as mgrpd when started as `PROGRAM mgrpd …`, given `args`), none over `udp`.

@@ -23,14 +23,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use mgrp_testbed::harness::{Role, bench_start};
-use mgrp_testbed::tool::daemons_for;
+use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, serve_in};
 use mgrp_testbed::traffic::{Source, ip_level_truth, tcp_paced_source, udp_cbr};
 use mgrp_testbed::{ADDR_A, ADDR_B, TwoHostOptions, TwoHosts};
-use mgrp_tool::{ServeOptions, Server, SessionOptions, Transport};
+use mgrp_tool::{ServeOptions, SessionOptions, Transport};
 use pathchirp_rs::Onset;
 
 const CROSS: f64 = 4.0;
-const OTHER_B: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 3);
 
 /// The bench's options (`cargo bench -p pathchirp-rs --bench accuracy -- --help`).
 #[derive(Debug, Clone, clap::Parser)]
@@ -89,8 +88,7 @@ fn run(o: &Opts, shaper: &str, transport: &str, cross: &str) -> anyhow::Result<F
         bottleneck: Some(("10mbit".into(), o.burst.to_string())),
         router: shaper == "router",
     })?;
-    net.b
-        .ip(&["addr", "add", &format!("{OTHER_B}/24"), "dev", &net.veth_b])?;
+    add_other_b(&net)?;
     let pair = daemons_for(&net, transport, &["--hold-mode", "always"])?;
     let t = if transport == "mgrp" {
         Transport::Mgrp
@@ -118,18 +116,11 @@ fn run(o: &Opts, shaper: &str, transport: &str, cross: &str) -> anyhow::Result<F
     };
     std::thread::sleep(Duration::from_millis(500));
     let stop = Arc::new(AtomicBool::new(false));
-    let serving = {
-        let mut so = ServeOptions::new(t);
-        so.name = "bench snd".into();
-        if let Some((a, _)) = &pair {
-            so.socket.clone_from(&a.socket);
-        }
-        let stop = stop.clone();
-        net.a.spawn("sender", move || {
-            let server = Server::bind(so)?;
-            server.serve(true, &stop, &mut |_| {})
-        })?
-    };
+    let mut so = ServeOptions::new(t);
+    if let Some((a, _)) = &pair {
+        so.socket.clone_from(&a.socket);
+    }
+    let serving = serve_in(&net.a, so, &stop)?;
     std::thread::sleep(Duration::from_millis(300));
     let mut session = SessionOptions::new(ADDR_A.to_string(), t, "bench");
     if let Some((_, b)) = &pair {

@@ -32,10 +32,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use mgrp_testbed::harness::{Role, bench_start};
-use mgrp_testbed::tool::daemons_for;
+use mgrp_testbed::tool::{daemons_for, serve_in};
 use mgrp_testbed::traffic::{Source, tcp_bulk};
 use mgrp_testbed::{ADDR_A, ADDR_B, TwoHostOptions, TwoHosts};
-use mgrp_tool::{ServeOptions, Server, SessionOptions, Transport};
+use mgrp_tool::{ServeOptions, SessionOptions, Transport};
 
 /// The bench's options (`cargo bench -p pathchirp-rs --bench friendliness -- --help`).
 #[derive(Debug, Clone, clap::Parser)]
@@ -150,18 +150,11 @@ fn run(o: &Opts, method: &str, transport: &str) -> anyhow::Result<Figures> {
         Transport::Udp
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let serving = {
-        let mut so = ServeOptions::new(t);
-        so.name = "bench snd".into();
-        if let Some((a, _)) = &pair {
-            so.socket.clone_from(&a.socket);
-        }
-        let stop = stop.clone();
-        net.a.spawn("sender", move || {
-            let server = Server::bind(so)?;
-            server.serve(true, &stop, &mut |_| {})
-        })?
-    };
+    let mut so = ServeOptions::new(t);
+    if let Some((a, _)) = &pair {
+        so.socket.clone_from(&a.socket);
+    }
+    let serving = serve_in(&net.a, so, &stop)?;
     let congestion = match &o.congestion {
         Some(cc) => cc.clone(),
         None => net

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::ensure;
-use mgrp_testbed::tool::{daemons_for, snd_rcv};
+use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv};
 use mgrp_testbed::traffic::{Source, ip_level_truth, tcp_paced_source, udp_cbr};
 use mgrp_testbed::{ADDR_B, TwoHostOptions, TwoHosts};
 
@@ -26,8 +26,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_pathchirp-rs");
 const SECONDS: u64 = 30;
 /// The band around the truth: wide, for a behaviour test on a shared machine.
 const BAND: f64 = 0.3;
-/// A second address of B outside the tunnel's routes.
-const OTHER_B: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 3);
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Cross {
@@ -41,8 +39,7 @@ fn case(transport: &str, cross: Cross) -> anyhow::Result<()> {
         bottleneck: Some(("10mbit".into(), "1540".into())),
         router: true,
     })?;
-    net.b
-        .ip(&["addr", "add", &format!("{OTHER_B}/24"), "dev", &net.veth_b])?;
+    add_other_b(&net)?;
     let pair = daemons_for(&net, transport, &["--hold-mode", "always"])?;
     let (source, ip_size, payload): (Option<Source>, u32, u32) = match cross {
         Cross::Quiet => (None, 1490, 1462),

@@ -46,16 +46,7 @@ pub(crate) fn net(case: &Case) -> anyhow::Result<TwoHosts> {
     })
 }
 
-/// A second address of B, outside the tunnel's routes: traffic to it crosses the
-/// bottleneck beside the probes, as another host's traffic would.
-pub(crate) const OTHER_B: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 3);
-
-/// Gives B its [`OTHER_B`] address.
-pub(crate) fn add_other_b(net: &TwoHosts) -> anyhow::Result<()> {
-    net.b
-        .ip(&["addr", "add", &format!("{OTHER_B}/24"), "dev", &net.veth_b])?;
-    Ok(())
-}
+pub(crate) use mgrp_testbed::tool::{OTHER_B, add_other_b};
 
 /// One finished measurement.
 #[derive(Debug)]

@@ -460,7 +460,7 @@ impl ReplayWindow {
 mod tests {
     use super::*;
     use crate::WallTime;
-    use crate::wire::{Chunk, Header, Kind, Repr};
+    use crate::wire::{Chunk, Header, Repr};
 
     fn key(b: u8) -> Key {
         Key::from_bytes([b; KEY_LEN])
@@ -471,14 +471,8 @@ mod tests {
         let repr = Repr {
             version: crate::wire::Version::V1,
             header: Header {
-                kind: Kind::Probe,
-                last_in_train: false,
-                src_port: 1,
-                dst_port: 2,
-                transaction: 3,
-                seq: 4,
-                train_len: 5,
                 sender_time: WallTime::from_nanos(6),
+                ..Header::probe(1, 2, 3, 4, 5)
             },
             tool_header: &[9, 9],
             chunks: vec![Chunk {

@@ -991,6 +991,21 @@ pub struct Header {
 }
 
 impl Header {
+    /// The header of probe `seq` of a train of `train_len` (the last one says so), of
+    /// `transaction` between measurement ports `src_port` and `dst_port`; no stamp yet.
+    pub fn probe(src_port: u16, dst_port: u16, transaction: u32, seq: u16, train_len: u16) -> Self {
+        Self {
+            kind: Kind::Probe,
+            last_in_train: u32::from(seq) + 1 == u32::from(train_len),
+            src_port,
+            dst_port,
+            transaction,
+            seq,
+            train_len,
+            sender_time: WallTime::UNIX_EPOCH,
+        }
+    }
+
     /// The header of a keepalive: no probe fields, no stamp yet.
     pub fn keepalive() -> Self {
         Self {
@@ -1642,16 +1657,7 @@ mod tests {
         let tool = [0u8; 256];
         let mut r = Repr {
             version: Version::V2,
-            header: Header {
-                kind: Kind::Probe,
-                last_in_train: false,
-                src_port: 1,
-                dst_port: 2,
-                transaction: 3,
-                seq: 0,
-                train_len: 4096,
-                sender_time: WallTime::UNIX_EPOCH,
-            },
+            header: Header::probe(1, 2, 3, 0, 4096),
             tool_header: &tool[..8],
             chunks: vec![],
             trailer_len: 0,

@@ -840,16 +840,13 @@ impl Planner {
         }));
         let repr = Repr {
             version: wire,
-            header: Header {
-                kind: Kind::Probe,
-                last_in_train: seq + 1 == active.tx.probes.len(),
-                src_port: active.tx.src_port,
-                dst_port: active.tx.dst_port,
-                transaction: active.tx.id,
-                seq: seq16,
-                train_len: active.tx.probes.len() as u16,
-                sender_time: WallTime::UNIX_EPOCH,
-            },
+            header: Header::probe(
+                active.tx.src_port,
+                active.tx.dst_port,
+                active.tx.id,
+                seq16,
+                active.tx.probes.len() as u16,
+            ),
             tool_header: &spec.header,
             chunks,
             trailer_len: self.policy.trailer_len,

@@ -350,11 +350,17 @@ impl Keyring {
         to: Option<IpAddr>,
         packet: &Packet<&[u8]>,
     ) -> Result<u64, Refusal> {
-        let selves = self.selves(from, to);
-        let checks = &self.counters.tag_checks;
-        open_as(keys, &selves, from, accept, packet, checks).ok_or_else(|| {
+        let trial = Trial {
+            keys,
+            selves: &self.selves(from, to),
+            from,
+            scheme: accept,
+            packet,
+            checks: &self.counters.tag_checks,
+        };
+        trial.open().ok_or_else(|| {
             if self.may_diagnose() {
-                diagnosed(keys, &selves, from, accept, packet, checks)
+                trial.diagnose()
             } else {
                 Refusal::BadTag
             }
@@ -392,9 +398,15 @@ impl Keyring {
         let current = self.current();
         let checks = &self.counters.tag_checks;
         let opens = |peer: IpAddr| {
-            let keys = current.keys.key_for(peer)?;
-            let selves = self.selves(peer, to);
-            open_as(keys, &selves, peer, current.accept, packet, checks).map(|c| (peer, c))
+            let trial = Trial {
+                keys: current.keys.key_for(peer)?,
+                selves: &self.selves(peer, to),
+                from: peer,
+                scheme: current.accept,
+                packet,
+                checks,
+            };
+            trial.open().map(|c| (peer, c))
         };
         if let Some(peers) = current.roaming.get(&index) {
             if !may_try() {
@@ -679,58 +691,68 @@ fn taken(scheme: Scheme) -> impl Iterator<Item = Scheme> {
         .filter(move |s| *s >= scheme)
 }
 
-/// The counter of `packet` if it opens as sealed by `from` for one of `selves` with
-/// one of `keys`, under one of the schemes `scheme` takes.
-fn open_as(
-    keys: &PeerKey,
-    selves: &[IpAddr],
+/// A packet's tag tried as sealed by `from` for one of `selves` (the addresses this
+/// host is known by) with one of `keys`, under the schemes `scheme` takes; every tag
+/// computed is counted in `checks`.
+struct Trial<'a> {
+    keys: &'a PeerKey,
+    selves: &'a [IpAddr],
     from: IpAddr,
     scheme: Scheme,
-    packet: &Packet<&[u8]>,
-    checks: &AtomicU64,
-) -> Option<u64> {
-    keys.accepted().find_map(|k| {
-        taken(scheme).find_map(|s| match s {
-            // Version 1 tags bind no direction: one check whoever this host is.
-            Scheme::V1 => check(k, Binding::None, packet, checks),
-            _ => selves
-                .iter()
-                .find_map(|&me| check(k, s.binding(Direction { from, to: me }), packet, checks)),
-        })
-    })
+    packet: &'a Packet<&'a [u8]>,
+    checks: &'a AtomicU64,
 }
 
-/// What a packet that did not open is: one this daemon sealed for `from` (sent back
-/// to it), one with an older scheme's tag than `scheme` takes, or a wrong one.
-fn diagnosed(
-    keys: &PeerKey,
-    selves: &[IpAddr],
-    from: IpAddr,
-    scheme: Scheme,
-    packet: &Packet<&[u8]>,
-    checks: &AtomicU64,
-) -> Refusal {
-    let opens = |b: Binding| {
-        keys.accepted()
-            .any(|k| check(k, b, packet, checks).is_some())
-    };
-    let older = [Scheme::V2, Scheme::V1].into_iter().filter(|s| *s < scheme);
-    if let Some(s) = older.into_iter().find(|s| match s {
-        Scheme::V1 => opens(Binding::None),
-        _ => selves
-            .iter()
-            .any(|&me| opens(s.binding(Direction { from, to: me }))),
-    }) {
-        return Refusal::OldScheme(s);
+impl Trial<'_> {
+    /// The packet's counter, if it opens.
+    fn open(&self) -> Option<u64> {
+        let from = self.from;
+        self.keys.accepted().find_map(|k| {
+            taken(self.scheme).find_map(|s| match s {
+                // Version 1 tags bind no direction: one check whoever this host is.
+                Scheme::V1 => check(k, Binding::None, self.packet, self.checks),
+                _ => self.selves.iter().find_map(|&me| {
+                    check(
+                        k,
+                        s.binding(Direction { from, to: me }),
+                        self.packet,
+                        self.checks,
+                    )
+                }),
+            })
+        })
     }
-    if taken(scheme).filter(|s| *s > Scheme::V1).any(|s| {
-        selves
-            .iter()
-            .any(|&me| opens(s.binding(Direction { from: me, to: from })))
-    }) {
-        return Refusal::Reflected;
+
+    /// What a packet that did not open is: one this daemon sealed for `from` (sent
+    /// back to it), one with an older scheme's tag than `scheme` takes, or a wrong one.
+    fn diagnose(&self) -> Refusal {
+        let from = self.from;
+        let opens = |b: Binding| {
+            self.keys
+                .accepted()
+                .any(|k| check(k, b, self.packet, self.checks).is_some())
+        };
+        let older = [Scheme::V2, Scheme::V1]
+            .into_iter()
+            .filter(|s| *s < self.scheme);
+        if let Some(s) = older.into_iter().find(|s| match s {
+            Scheme::V1 => opens(Binding::None),
+            _ => self
+                .selves
+                .iter()
+                .any(|&me| opens(s.binding(Direction { from, to: me }))),
+        }) {
+            return Refusal::OldScheme(s);
+        }
+        if taken(self.scheme).filter(|s| *s > Scheme::V1).any(|s| {
+            self.selves
+                .iter()
+                .any(|&me| opens(s.binding(Direction { from: me, to: from })))
+        }) {
+            return Refusal::Reflected;
+        }
+        Refusal::BadTag
     }
-    Refusal::BadTag
 }
 
 /// The counter of the packet sealed after one with counter `last`, in the second

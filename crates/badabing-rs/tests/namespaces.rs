@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
+use mgrp_testbed::harness::Role;
 use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv};
 use mgrp_testbed::traffic::{Source, Steps, udp_steps};
 use mgrp_testbed::{TwoHostOptions, TwoHosts};
@@ -100,13 +101,13 @@ fn mgrp_bursts() -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    if let Some(code) = mgrp_testbed::harness::acting_as(&[("mgrpd", |a| mgrpd::main_with_args(a))])
-    {
-        return code;
-    }
-    mgrp_testbed::harness::run(&[
-        ("udp_quiet", udp_quiet),
-        ("udp_bursts", udp_bursts),
-        ("mgrp_bursts", mgrp_bursts),
-    ])
+    let mgrpd: Role = ("mgrpd", |a| mgrpd::main_with_args(a));
+    mgrp_testbed::harness::main(
+        &[mgrpd],
+        &[
+            ("udp_quiet", udp_quiet),
+            ("udp_bursts", udp_bursts),
+            ("mgrp_bursts", mgrp_bursts),
+        ],
+    )
 }

@@ -39,6 +39,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
+use mgrp_testbed::harness::Role;
 use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv};
 use mgrp_testbed::traffic::{Source, tcp_bulk, udp_poisson};
 use mgrp_testbed::{Daemon, TwoHostOptions, TwoHosts};
@@ -184,17 +185,17 @@ fn bad_input_is_refused() -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    if let Some(code) = mgrp_testbed::harness::acting_as(&[("mgrpd", |a| mgrpd::main_with_args(a))])
-    {
-        return code;
-    }
-    mgrp_testbed::harness::run(&[
-        ("bad_input_is_refused", bad_input_is_refused),
-        ("capacity_udp", capacity_udp),
-        ("capacity_mgrp", capacity_mgrp),
-        (
-            "squeezed_pairs_place_the_queue",
-            squeezed_pairs_place_the_queue,
-        ),
-    ])
+    let mgrpd: Role = ("mgrpd", |a| mgrpd::main_with_args(a));
+    mgrp_testbed::harness::main(
+        &[mgrpd],
+        &[
+            ("bad_input_is_refused", bad_input_is_refused),
+            ("capacity_udp", capacity_udp),
+            ("capacity_mgrp", capacity_mgrp),
+            (
+                "squeezed_pairs_place_the_queue",
+                squeezed_pairs_place_the_queue,
+            ),
+        ],
+    )
 }

@@ -41,6 +41,12 @@ pub fn bench_start(bench: &str, roles: &[Role]) -> Option<ExitCode> {
     None
 }
 
+/// The `main` of a namespace test binary: one of `roles` when started as it
+/// ([`acting_as`]), else the `tests` ([`run`]).
+pub fn main(roles: &[Role], tests: &[Test]) -> ExitCode {
+    acting_as(roles).unwrap_or_else(|| run(tests))
+}
+
 /// Runs the `tests` the command line chooses (arguments that are not flags filter by
 /// name) and reports as libtest does.
 pub fn run(tests: &[Test]) -> ExitCode {

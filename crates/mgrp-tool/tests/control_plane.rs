@@ -154,8 +154,14 @@ impl Drop for Counter {
 /// A control connection from B to A, speaking the protocol by hand as an attacker
 /// would.
 fn connect(star: &Star) -> anyhow::Result<Conn> {
+    connect_from(star, 1)
+}
+
+/// A control connection to the sender on host 0 from host `host`.
+fn connect_from(star: &Star, host: usize) -> anyhow::Result<Conn> {
     let a = SocketAddr::new(IpAddr::V4(star.addrs[0]), CONTROL);
-    let stream = star.hosts[1].run(|| TcpStream::connect_timeout(&a, Duration::from_secs(5)))??;
+    let stream =
+        star.hosts[host].run(|| TcpStream::connect_timeout(&a, Duration::from_secs(5)))??;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     Conn::new(stream)
 }
@@ -359,10 +365,7 @@ fn a_host_outside_the_allow_list_is_turned_away() -> anyhow::Result<()> {
         other => bail!("a host outside the allow list was answered {other:?}"),
     }
     // The allowed host is served.
-    let a = SocketAddr::new(IpAddr::V4(star.addrs[0]), CONTROL);
-    let stream = star.hosts[2].run(|| TcpStream::connect_timeout(&a, Duration::from_secs(5)))??;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut allowed = Conn::new(stream)?;
+    let mut allowed = connect_from(&star, 2)?;
     allowed.send(&hello(None))?;
     match allowed.recv::<Reply>()? {
         Some(Reply::Hello { .. }) => Ok(()),
@@ -392,10 +395,7 @@ fn one_host_cannot_take_every_connection() -> anyhow::Result<()> {
         ),
         other => bail!("a connection over the host's limit was answered {other:?}"),
     }
-    let a = SocketAddr::new(IpAddr::V4(star.addrs[0]), CONTROL);
-    let stream = star.hosts[2].run(|| TcpStream::connect_timeout(&a, Duration::from_secs(5)))??;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut other = Conn::new(stream)?;
+    let mut other = connect_from(&star, 2)?;
     other.send(&hello(None))?;
     match other.recv::<Reply>()? {
         Some(Reply::Hello { .. }) => {}
@@ -460,10 +460,7 @@ fn a_receiver_that_stops_reading_is_let_go() -> anyhow::Result<()> {
     // The host's other places, held by receivers that do read.
     let mut others = Vec::new();
     for _ in 1..mgrp_tool::server::MAX_MEASUREMENTS_PER_HOST {
-        let stream =
-            star.hosts[1].run(|| TcpStream::connect_timeout(&a, Duration::from_secs(5)))??;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let mut c = Conn::new(stream)?;
+        let mut c = connect_from(&star, 1)?;
         c.send(&hello(None))?;
         match c.recv::<Reply>()? {
             Some(Reply::Hello { .. }) => others.push(c),
@@ -473,10 +470,7 @@ fn a_receiver_that_stops_reading_is_let_go() -> anyhow::Result<()> {
     let held = Instant::now();
     let b_addr = star.addrs[1];
     let other = |what: &str| -> anyhow::Result<Reply> {
-        let stream =
-            star.hosts[1].run(|| TcpStream::connect_timeout(&a, Duration::from_secs(5)))??;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let mut c = Conn::new(stream)?;
+        let mut c = connect_from(&star, 1)?;
         c.send(&hello(None))?;
         c.recv::<Reply>()?
             .with_context(|| format!("{b_addr} got no answer {what}"))
@@ -635,9 +629,7 @@ fn a_refused_host_trickling_bytes_holds_up_no_one() -> anyhow::Result<()> {
     let _trickle = Trickle::start(&star.hosts[1], a, 6)?;
     std::thread::sleep(Duration::from_millis(500));
     let asked = Instant::now();
-    let stream = star.hosts[2].run(|| TcpStream::connect_timeout(&a, Duration::from_secs(5)))??;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut allowed = Conn::new(stream)?;
+    let mut allowed = connect_from(&star, 2)?;
     allowed.send(&hello(None))?;
     match allowed.recv::<Reply>() {
         Ok(Some(Reply::Hello { .. })) => {}
@@ -875,17 +867,13 @@ fn an_idle_exclusive_measurement_gives_its_place_up() -> anyhow::Result<()> {
         other => bail!("the first exclusive hello was answered {}", brief(&other)),
     }
     let held = Instant::now();
-    let a = SocketAddr::new(IpAddr::V4(star.addrs[0]), CONTROL);
     let mut busy = 0;
     loop {
         ensure!(
             held.elapsed() < Duration::from_secs(15),
             "an idle holder kept the exclusive place 15 s against a 2 s idle limit"
         );
-        let stream =
-            star.hosts[2].run(|| TcpStream::connect_timeout(&a, Duration::from_secs(5)))??;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let mut next = Conn::new(stream)?;
+        let mut next = connect_from(&star, 2)?;
         next.send(&exclusive())?;
         match next.recv::<Reply>()? {
             Some(Reply::Hello { .. }) => break,

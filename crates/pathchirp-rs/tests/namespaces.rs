@@ -18,6 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::ensure;
+use mgrp_testbed::harness::Role;
 use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv};
 use mgrp_testbed::traffic::{Source, ip_level_truth, tcp_paced_source, udp_cbr};
 use mgrp_testbed::{ADDR_B, TwoHostOptions, TwoHosts};
@@ -161,14 +162,14 @@ fn mgrp_tcp_riding() -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    if let Some(code) = mgrp_testbed::harness::acting_as(&[("mgrpd", |a| mgrpd::main_with_args(a))])
-    {
-        return code;
-    }
-    mgrp_testbed::harness::run(&[
-        ("udp_quiet", udp_quiet),
-        ("udp_cbr_cross", udp_cbr_cross),
-        ("mgrp_quiet", mgrp_quiet),
-        ("mgrp_tcp_riding", mgrp_tcp_riding),
-    ])
+    let mgrpd: Role = ("mgrpd", |a| mgrpd::main_with_args(a));
+    mgrp_testbed::harness::main(
+        &[mgrpd],
+        &[
+            ("udp_quiet", udp_quiet),
+            ("udp_cbr_cross", udp_cbr_cross),
+            ("mgrp_quiet", mgrp_quiet),
+            ("mgrp_tcp_riding", mgrp_tcp_riding),
+        ],
+    )
 }

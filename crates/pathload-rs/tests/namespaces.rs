@@ -137,7 +137,7 @@ macro_rules! cases {
     };
 }
 
-use mgrp_testbed::harness::Test;
+use mgrp_testbed::harness::{Role, Test};
 
 cases! {
     sender_udp_quiet: Sender, "udp", Cross::Quiet;
@@ -156,9 +156,6 @@ cases! {
 }
 
 fn main() -> ExitCode {
-    if let Some(code) = mgrp_testbed::harness::acting_as(&[("mgrpd", |a| mgrpd::main_with_args(a))])
-    {
-        return code;
-    }
-    mgrp_testbed::harness::run(TESTS)
+    let mgrpd: Role = ("mgrpd", |a| mgrpd::main_with_args(a));
+    mgrp_testbed::harness::main(&[mgrpd], TESTS)
 }

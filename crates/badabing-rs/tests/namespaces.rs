@@ -15,18 +15,14 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use mgrp_testbed::harness::Role;
-use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv};
+use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv, ten_mbit_path};
 use mgrp_testbed::traffic::{Source, Steps, udp_steps};
-use mgrp_testbed::{TwoHostOptions, TwoHosts};
 
 const BIN: &str = env!("CARGO_BIN_EXE_badabing-rs");
 const SECONDS: u64 = 20;
 
 fn case(transport: &str, bursts: bool) -> anyhow::Result<()> {
-    let net = TwoHosts::new(&TwoHostOptions {
-        bottleneck: Some(("10mbit".into(), "1540".into())),
-        router: true,
-    })?;
+    let net = ten_mbit_path(true)?;
     add_other_b(&net)?;
     // Riders wait at most 1 ms for a probe, well below the 5 ms slot.
     let pair = daemons_for(&net, transport, &["--hold", "1ms"])?;

@@ -40,9 +40,9 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use mgrp_testbed::harness::Role;
-use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv};
+use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv, ten_mbit_path};
 use mgrp_testbed::traffic::{Source, tcp_bulk, udp_poisson};
-use mgrp_testbed::{Daemon, TwoHostOptions, TwoHosts};
+use mgrp_testbed::{Daemon, TwoHosts};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_btc-rs");
@@ -68,10 +68,7 @@ fn measure(
 }
 
 fn capacity(transport: &str) -> anyhow::Result<()> {
-    let net = TwoHosts::new(&TwoHostOptions {
-        bottleneck: Some(("10mbit".into(), "1540".into())),
-        router: false,
-    })?;
+    let net = ten_mbit_path(false)?;
     let pair = daemons_for(&net, transport, &[])?;
     let r = measure(&net, pair.as_ref(), transport, &["--pairs", "0"])?;
     eprintln!("    {transport}: {}", r["capacity"]);
@@ -102,10 +99,7 @@ fn capacity_mgrp() -> anyhow::Result<()> {
 /// The squeezed pairs' score on a router path whose queue is at the narrow link
 /// (`narrow`) or at A's faster egress.
 fn squeeze(narrow: bool) -> anyhow::Result<(String, i64, Value)> {
-    let net = TwoHosts::new(&TwoHostOptions {
-        bottleneck: Some(("10mbit".into(), "1540".into())),
-        router: true,
-    })?;
+    let net = ten_mbit_path(true)?;
     let router = net.router.as_ref().context("no router")?;
     let _source: Source = if narrow {
         add_other_b(&net)?;

@@ -12,6 +12,16 @@ use serde_json::Value;
 
 use crate::{ADDR_A, Daemon, Netns, Process, TwoHosts, daemon_pair};
 
+/// The path the tools' namespace tests measure: A and B with a 10 Mbit/s tbf
+/// bottleneck of one packet's burst, on a router between them (`router`) or on A's
+/// egress.
+pub fn ten_mbit_path(router: bool) -> anyhow::Result<TwoHosts> {
+    TwoHosts::new(&crate::TwoHostOptions {
+        bottleneck: Some(("10mbit".into(), "1540".into())),
+        router,
+    })
+}
+
 /// A second address of B, outside the tunnel's routes: traffic to it crosses the
 /// bottleneck beside the probes, as another host's traffic would.
 pub const OTHER_B: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 3);

@@ -838,27 +838,11 @@ fn an_idle_exclusive_measurement_gives_its_place_up() -> anyhow::Result<()> {
         },
     )?;
     let exclusive = || {
-        let Request::Hello {
-            version,
-            transport,
-            address,
-            probe_port,
-            piggyback,
-            tool,
-            ..
-        } = hello(None)
-        else {
-            unreachable!()
-        };
-        Request::Hello {
-            version,
-            transport,
-            address,
-            probe_port,
-            piggyback,
-            tool,
-            exclusive: true,
+        let mut h = hello(None);
+        if let Request::Hello { exclusive, .. } = &mut h {
+            *exclusive = true;
         }
+        h
     };
     let mut holder = connect(&star)?;
     holder.send(&exclusive())?;

@@ -18,10 +18,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::ensure;
+use mgrp_testbed::ADDR_B;
 use mgrp_testbed::harness::Role;
-use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv};
+use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv, ten_mbit_path};
 use mgrp_testbed::traffic::{Source, ip_level_truth, tcp_paced_source, udp_cbr};
-use mgrp_testbed::{ADDR_B, TwoHostOptions, TwoHosts};
 
 const BIN: &str = env!("CARGO_BIN_EXE_pathchirp-rs");
 const SECONDS: u64 = 30;
@@ -36,10 +36,7 @@ enum Cross {
 }
 
 fn case(transport: &str, cross: Cross) -> anyhow::Result<()> {
-    let net = TwoHosts::new(&TwoHostOptions {
-        bottleneck: Some(("10mbit".into(), "1540".into())),
-        router: true,
-    })?;
+    let net = ten_mbit_path(true)?;
     add_other_b(&net)?;
     let pair = daemons_for(&net, transport, &["--hold-mode", "always"])?;
     let (source, ip_size, payload): (Option<Source>, u32, u32) = match cross {

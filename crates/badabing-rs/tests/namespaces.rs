@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use mgrp_testbed::harness::Role;
+use mgrp_testbed::harness::Test;
 use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv, ten_mbit_path};
 use mgrp_testbed::traffic::{Source, Steps, udp_steps};
 
@@ -96,14 +96,12 @@ fn mgrp_bursts() -> anyhow::Result<()> {
     case("mgrp", true)
 }
 
+const TESTS: &[Test] = &[
+    ("udp_quiet", udp_quiet),
+    ("udp_bursts", udp_bursts),
+    ("mgrp_bursts", mgrp_bursts),
+];
+
 fn main() -> ExitCode {
-    let mgrpd: Role = ("mgrpd", |a| mgrpd::main_with_args(a));
-    mgrp_testbed::harness::main(
-        &[mgrpd],
-        &[
-            ("udp_quiet", udp_quiet),
-            ("udp_bursts", udp_bursts),
-            ("mgrp_bursts", mgrp_bursts),
-        ],
-    )
+    mgrp_testbed::harness::main(&[("mgrpd", |a| mgrpd::main_with_args(a))], TESTS)
 }

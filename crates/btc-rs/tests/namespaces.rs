@@ -39,7 +39,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use mgrp_testbed::harness::Role;
+use mgrp_testbed::harness::Test;
 use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv, ten_mbit_path};
 use mgrp_testbed::traffic::{Source, tcp_bulk, udp_poisson};
 use mgrp_testbed::{Daemon, TwoHosts};
@@ -178,18 +178,16 @@ fn bad_input_is_refused() -> anyhow::Result<()> {
     Ok(())
 }
 
+const TESTS: &[Test] = &[
+    ("bad_input_is_refused", bad_input_is_refused),
+    ("capacity_udp", capacity_udp),
+    ("capacity_mgrp", capacity_mgrp),
+    (
+        "squeezed_pairs_place_the_queue",
+        squeezed_pairs_place_the_queue,
+    ),
+];
+
 fn main() -> ExitCode {
-    let mgrpd: Role = ("mgrpd", |a| mgrpd::main_with_args(a));
-    mgrp_testbed::harness::main(
-        &[mgrpd],
-        &[
-            ("bad_input_is_refused", bad_input_is_refused),
-            ("capacity_udp", capacity_udp),
-            ("capacity_mgrp", capacity_mgrp),
-            (
-                "squeezed_pairs_place_the_queue",
-                squeezed_pairs_place_the_queue,
-            ),
-        ],
-    )
+    mgrp_testbed::harness::main(&[("mgrpd", |a| mgrpd::main_with_args(a))], TESTS)
 }

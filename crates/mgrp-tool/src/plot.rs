@@ -28,6 +28,25 @@ pub struct Frame<'a> {
     pub legend: SeriesLabelPosition,
 }
 
+impl<'a> Frame<'a> {
+    /// A frame with `caption`, axes `x` and `y` (range and name) and the legend at
+    /// `legend`, labelled as plots usually are.
+    pub fn new(
+        caption: String,
+        x: (Range<f64>, &'a str),
+        y: (Range<f64>, &'a str),
+        legend: SeriesLabelPosition,
+    ) -> Self {
+        Self {
+            caption,
+            x,
+            y,
+            whole_x: None,
+            legend,
+        }
+    }
+}
+
 /// Draws `frame` into `path`, `series` on it, then the legend, and writes the file.
 pub fn draw(
     path: &Path,

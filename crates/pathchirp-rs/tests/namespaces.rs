@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::ensure;
 use mgrp_testbed::ADDR_B;
-use mgrp_testbed::harness::Role;
+use mgrp_testbed::harness::Test;
 use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv, ten_mbit_path};
 use mgrp_testbed::traffic::{Source, ip_level_truth, tcp_paced_source, udp_cbr};
 
@@ -158,15 +158,13 @@ fn mgrp_tcp_riding() -> anyhow::Result<()> {
     case("mgrp", Cross::TcpRiding)
 }
 
+const TESTS: &[Test] = &[
+    ("udp_quiet", udp_quiet),
+    ("udp_cbr_cross", udp_cbr_cross),
+    ("mgrp_quiet", mgrp_quiet),
+    ("mgrp_tcp_riding", mgrp_tcp_riding),
+];
+
 fn main() -> ExitCode {
-    let mgrpd: Role = ("mgrpd", |a| mgrpd::main_with_args(a));
-    mgrp_testbed::harness::main(
-        &[mgrpd],
-        &[
-            ("udp_quiet", udp_quiet),
-            ("udp_cbr_cross", udp_cbr_cross),
-            ("mgrp_quiet", mgrp_quiet),
-            ("mgrp_tcp_riding", mgrp_tcp_riding),
-        ],
-    )
+    mgrp_testbed::harness::main(&[("mgrpd", |a| mgrpd::main_with_args(a))], TESTS)
 }

@@ -137,7 +137,7 @@ macro_rules! cases {
     };
 }
 
-use mgrp_testbed::harness::{Role, Test};
+use mgrp_testbed::harness::Test;
 
 cases! {
     sender_udp_quiet: Sender, "udp", Cross::Quiet;
@@ -156,6 +156,5 @@ cases! {
 }
 
 fn main() -> ExitCode {
-    let mgrpd: Role = ("mgrpd", |a| mgrpd::main_with_args(a));
-    mgrp_testbed::harness::main(&[mgrpd], TESTS)
+    mgrp_testbed::harness::main(&[("mgrpd", |a| mgrpd::main_with_args(a))], TESTS)
 }

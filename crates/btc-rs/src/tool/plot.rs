@@ -24,13 +24,12 @@ pub fn histograms(path: &Path, s: &Squeeze, capacity_bps: f64) -> anyhow::Result
         s.class,
         s.score
     );
-    let frame = Frame {
+    let frame = Frame::new(
         caption,
-        x: (0.0..end, "received gap (µs)"),
-        y: (0.0..top, "share of pairs"),
-        whole_x: None,
-        legend: SeriesLabelPosition::UpperRight,
-    };
+        (0.0..end, "received gap (µs)"),
+        (0.0..top, "share of pairs"),
+        SeriesLabelPosition::UpperRight,
+    );
     plot::draw(path, frame, |chart| {
         let colours = [RGBColor(200, 60, 40), RGBColor(40, 90, 200)];
         let names = ["spaced by half of 500 B", "spaced by half of 1500 B"];

@@ -24,13 +24,12 @@ pub(crate) fn draw(path: &Path, m: &Measurement, mgrp: bool) -> anyhow::Result<(
         ),
         None => "pathchirp-rs: no estimate".to_string(),
     };
-    let frame = Frame {
+    let frame = Frame::new(
         caption,
-        x: (0.0..end, "time (s)"),
-        y: (0.0..top, "available bandwidth (Mbit/s)"),
-        whole_x: None,
-        legend: SeriesLabelPosition::LowerRight,
-    };
+        (0.0..end, "time (s)"),
+        (0.0..top, "available bandwidth (Mbit/s)"),
+        SeriesLabelPosition::LowerRight,
+    );
     plot::draw(path, frame, |chart| {
         let grey = RGBColor(150, 150, 150);
         chart

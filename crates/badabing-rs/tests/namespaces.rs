@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use mgrp_testbed::harness::Test;
-use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv, ten_mbit_path};
+use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv_for, ten_mbit_path};
 use mgrp_testbed::traffic::{Source, Steps, udp_steps};
 
 const BIN: &str = env!("CARGO_BIN_EXE_badabing-rs");
@@ -44,14 +44,13 @@ fn case(transport: &str, bursts: bool) -> anyhow::Result<()> {
     } else {
         None
     };
-    let seconds = SECONDS.to_string();
-    let rcv = snd_rcv(
+    let rcv = snd_rcv_for(
         &net,
         Path::new(BIN),
         transport,
         pair.as_ref(),
-        &["--report", "5", "--duration", &seconds],
-        Duration::from_secs(SECONDS + 30),
+        &["--report", "5"],
+        SECONDS,
     )?;
     drop(source);
     let log = &rcv.succeeded()?.log;

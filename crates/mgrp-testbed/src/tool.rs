@@ -100,6 +100,29 @@ impl Rcv {
     }
 }
 
+/// [`snd_rcv`] for a tool that measures for `--duration SECONDS`: `rcv` gets
+/// `rcv_args` and that flag, and 30 s beyond it to end.
+pub fn snd_rcv_for(
+    net: &TwoHosts,
+    bin: &Path,
+    transport: &str,
+    daemons: Option<&(Daemon, Daemon)>,
+    rcv_args: &[&str],
+    seconds: u64,
+) -> anyhow::Result<Rcv> {
+    let duration = seconds.to_string();
+    let mut args = rcv_args.to_vec();
+    args.extend(["--duration", &duration]);
+    snd_rcv(
+        net,
+        bin,
+        transport,
+        daemons,
+        &args,
+        Duration::from_secs(seconds + 30),
+    )
+}
+
 /// Runs `bin snd --transport T` on A and `bin rcv --sender A --transport T --json
 /// RCV_ARGS` on B, each with its host's daemon socket when `daemons` are given; waits
 /// up to `limit` for `rcv` and then for `snd`, which serves one measurement and must

@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::ensure;
 use mgrp_testbed::ADDR_B;
 use mgrp_testbed::harness::Test;
-use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv, ten_mbit_path};
+use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv_for, ten_mbit_path};
 use mgrp_testbed::traffic::{Source, ip_level_truth, tcp_paced_source, udp_cbr};
 
 const BIN: &str = env!("CARGO_BIN_EXE_pathchirp-rs");
@@ -57,15 +57,7 @@ fn case(transport: &str, cross: Cross) -> anyhow::Result<()> {
         source.as_ref().map_or(0, Source::bytes),
         std::time::Instant::now(),
     );
-    let seconds = SECONDS.to_string();
-    let rcv = snd_rcv(
-        &net,
-        Path::new(BIN),
-        transport,
-        pair.as_ref(),
-        &["--duration", &seconds],
-        Duration::from_secs(SECONDS + 30),
-    )?;
+    let rcv = snd_rcv_for(&net, Path::new(BIN), transport, pair.as_ref(), &[], SECONDS)?;
     let bytes = source.as_ref().map_or(0, Source::bytes) - before.0;
     let cross_mbps = bytes as f64 * 8.0 / before.1.elapsed().as_secs_f64() / 1e6;
     drop(source);

@@ -790,3 +790,30 @@ fn the_timings_check_reads_what_it_should() {
     assert!(timings("fast\tscripts/test\t130\t50\n").is_err());
     assert!(timings("fast\tscripts/test\tm\tsoon\t50\n").is_err());
 }
+
+#[test]
+fn the_overlay_guide_gives_the_senders_defaults() {
+    use mgrp_tool::server as snd;
+    let text = std::fs::read_to_string(root().join("docs/overlay.md")).unwrap();
+    let page = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    for said in [
+        format!(
+            "`max-mb-per-hour` bounds the probe bytes each gets, {} MB by default",
+            snd::DEFAULT_BYTES_PER_HOUR / 1_000_000
+        ),
+        format!(
+            "`max-probe-mbps` their rate, {} Mbit/s over {} s",
+            snd::DEFAULT_PROBE_BPS / 1_000_000,
+            snd::PROBE_RATE_WINDOW.as_secs()
+        ),
+        format!(
+            "`ipv6-prefix` makes an IPv6 /{} one requester",
+            snd::DEFAULT_IPV6_PREFIX
+        ),
+    ] {
+        assert!(
+            page.contains(&said),
+            "docs/overlay.md does not say {said:?}"
+        );
+    }
+}

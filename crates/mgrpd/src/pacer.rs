@@ -37,16 +37,16 @@ const BATCHES_PER_INGEST: usize = 32;
 const BATCHES_BEFORE_PROBE: usize = 4;
 /// The shortest sleep a real-time pacer takes in a gap: a gap that leaves less
 /// than this beyond the busy-poll margin is spun through.
-const MIN_SLEEP: Duration = Duration::from_micros(20);
+pub(crate) const MIN_SLEEP: Duration = Duration::from_micros(20);
 /// Longest a real-time pacer spins without giving its CPU up. Spinning through a
 /// whole stream at SCHED_FIFO starves everything bound to that CPU (softirqs among
 /// them: a riding TCP flow's pacing timer stopped for the stream, then left its
 /// packets in a burst after it), so a pacer that has spun this long sleeps
 /// [`BREATHER`] before its next probe, even if that probe then leaves late (its
 /// departure stamp says when it left).
-const MAX_SPIN_RUN: Duration = Duration::from_millis(2);
+pub(crate) const MAX_SPIN_RUN: Duration = Duration::from_millis(2);
 /// How long that sleep lasts.
-const BREATHER: Duration = Duration::from_micros(20);
+pub(crate) const BREATHER: Duration = Duration::from_micros(20);
 /// Most of its CPU a real-time pacer keeps over a [`DUTY_WINDOW`]. Many trains at once
 /// leave it no gap to sleep in, and the kernel stops a real-time thread that runs
 /// over 95 % of a second (`sched_rt_runtime_us`) for the rest of it: every probe due

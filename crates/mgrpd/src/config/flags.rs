@@ -27,7 +27,8 @@ use super::settings::{
     long_about = "MGRP daemon: piggybacks application packets in measurement probe trains.\n\n\
         Application traffic for the --route prefixes is routed into a TUN device; tools \
         submit probe trains over the Unix socket; mgrpd fills the probes' padding with the \
-        queued packets and sends the trains over raw IP with exact gaps. On the receiving \
+        queued packets and sends the trains with exact gaps, over raw IP (protocol 253) or, \
+        through NATs and firewalls, UDP (--encap). On the receiving \
         side it takes the packets out again, writes them back through its TUN, and hands \
         the probes with kernel timestamps to the tools listening for them.\n\n\
         Needs CAP_NET_ADMIN and CAP_NET_RAW (run as root). See mgrpd.example.toml for a \

@@ -583,3 +583,49 @@ fn peers_may_be_named_once_each() {
         assert!(e.contains(says), "{e}");
     }
 }
+
+/// The guide and the example configuration quote the pacer's numbers: the defaults
+/// of its settings and the constants behind how it spins.
+#[test]
+fn the_guide_and_the_example_quote_the_pacers_numbers() {
+    use crate::pacer::{BREATHER, MAX_SPIN_RUN, MIN_SLEEP};
+    let read = |p: &str| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(p);
+        let text = std::fs::read_to_string(&path).unwrap();
+        // One line of words, comments' markers left out.
+        text.lines()
+            .flat_map(|l| l.trim_start().trim_start_matches('#').split_whitespace())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let guide = read("../../docs/mgrpd.md");
+    let example = read("mgrpd.example.toml");
+    let s = Settings::default();
+    let us = |d: Duration| d.as_micros();
+    let ms = |d: Duration| d.as_millis();
+    for said in [
+        format!(
+            "`busy-poll-margin` ({} µs) before each probe",
+            us(s.busy_poll_margin)
+        ),
+        format!(
+            "too short for a sleep of {} µs before the margin",
+            us(MIN_SLEEP)
+        ),
+        format!("never spins longer than {} ms", ms(MAX_SPIN_RUN)),
+        format!("waits {} µs more and leaves late", us(BREATHER)),
+        format!("spins at most {} ms per train", ms(s.limits.max_train_spin)),
+    ] {
+        assert!(guide.contains(&said), "docs/mgrpd.md does not say {said:?}");
+    }
+    for said in [
+        format!("busy-poll-margin = \"{}us\"", us(s.busy_poll_margin)),
+        format!("shorter than that margin plus {} us", us(MIN_SLEEP)),
+        format!("max-train-spin = \"{}ms\"", ms(s.limits.max_train_spin)),
+    ] {
+        assert!(
+            example.contains(&said),
+            "mgrpd.example.toml does not say {said:?}"
+        );
+    }
+}

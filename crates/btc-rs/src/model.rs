@@ -10,7 +10,7 @@
 //! - what the kernel reports of a running connection is a measurement, not a model,
 //!   and is carried beside these by the tool that reads it.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::squeezed::PathClass;
 
@@ -69,27 +69,7 @@ pub fn mathis_bps(mss: u32, rtt_s: f64, p: f64) -> Option<f64> {
 }
 
 /// Where a prediction came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Basis {
-    /// The available-bandwidth range scaled by the squeezed-pair class.
-    ScaledAbw,
-    /// Mathis's bound from measured loss and round trip (Reno-like).
-    Mathis,
-    /// The kernel's delivery rate of a running, network-limited connection.
-    Kernel,
-}
-
-impl Basis {
-    /// Its name in JSON and in metric labels.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::ScaledAbw => "scaled-abw",
-            Self::Mathis => "mathis",
-            Self::Kernel => "kernel",
-        }
-    }
-}
+pub use mgrp_core::path::Basis;
 
 /// One prediction of a bulk transfer's rate, bit/s, with its basis.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

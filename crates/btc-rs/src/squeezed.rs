@@ -18,7 +18,7 @@
 //! around the sending rate"; this is our reading of it). A quiet path therefore
 //! scores 0, undecided: there is no queue to place.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::capacity::ConfigError;
 
@@ -164,16 +164,7 @@ pub struct PlannedPair {
 }
 
 /// Where the path's queues form, as the score reads the histograms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PathClass {
-    /// At the narrow link (the seed scaled pathload by 0.2 there).
-    TightLikeNarrow,
-    /// At a faster link elsewhere (the seed: 0.6).
-    TightUnlikeNarrow,
-    /// The score was 0.
-    Undecided,
-}
+pub use mgrp_core::path::PathClass;
 
 /// What the pairs say.
 #[derive(Debug, Clone, PartialEq, Serialize)]

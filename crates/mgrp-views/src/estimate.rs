@@ -83,7 +83,7 @@ pub struct Shape {
     pub capacity_bps: f64,
     /// `tight-like-narrow`, `tight-unlike-narrow` or `undecided`; `None` when the
     /// pairs could not be sent.
-    pub class: Option<btc_rs::squeezed::PathClass>,
+    pub class: Option<mgrp_core::path::PathClass>,
     /// The squeezed-pair score (positive: queues at the narrow link).
     pub score: Option<i32>,
     /// Share of each kind's pairs (500 and 1500-byte spacing) that arrived squeezed.

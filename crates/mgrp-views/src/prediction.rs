@@ -4,8 +4,7 @@
 
 use std::net::IpAddr;
 
-use btc_rs::model::Basis;
-use btc_rs::squeezed::PathClass;
+use mgrp_core::path::{Basis, PathClass};
 use serde::{Deserialize, Serialize};
 
 /// The prediction for the path from one neighbour, with every method's value.

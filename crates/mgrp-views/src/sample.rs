@@ -1,9 +1,8 @@
 //! Every view filled: for the JSON held in `tests/golden/`, and for tests of what
 //! reads the views (route control) to start from a real serialised answer.
 
-use btc_rs::model::Basis;
-use btc_rs::squeezed::PathClass;
 use mgrp_core::heartbeat::HopState;
+use mgrp_core::path::{Basis, PathClass};
 
 use crate::estimate::{Estimate, Loss, RunCounts, RunOutcome, Shape};
 use crate::link::{LinkState, LinkView, Links, PassiveView};

@@ -517,3 +517,37 @@ fn a_circle_is_found_and_named() {
     acyclic.get_mut("c.rs").unwrap().remove("a.rs");
     assert_eq!(find_cycle(&acyclic), None);
 }
+
+/// The crates of a crate's `[dependencies]` table (not its dev-dependencies).
+fn dependencies(krate: &str) -> BTreeSet<String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("crates")
+        .join(krate)
+        .join("Cargo.toml");
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let mut in_deps = false;
+    let mut deps = BTreeSet::new();
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_deps = line == "[dependencies]";
+        } else if in_deps && let Some((name, _)) = line.split_once('=') {
+            deps.insert(name.trim().trim_end_matches(".workspace").to_owned());
+        }
+    }
+    deps
+}
+
+/// What the API serves and route control stand on no measurement tool: the views'
+/// words for a path come from `mgrp-core`, so a member that only routes does not
+/// build the tools.
+#[test]
+fn the_views_and_route_control_depend_on_no_tool() {
+    let tools = ["pathload-rs", "pathchirp-rs", "badabing-rs", "btc-rs"];
+    for krate in ["mgrp-views", "mgrp-route"] {
+        let deps = dependencies(krate);
+        assert!(deps.contains("mgrp-core"), "{krate}: {deps:?}");
+        for t in tools {
+            assert!(!deps.contains(t), "{krate} depends on the tool {t}");
+        }
+    }
+}

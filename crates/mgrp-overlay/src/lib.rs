@@ -7,23 +7,20 @@
 //! repository's `docs/overlay.md`. What the API serves is `mgrp_views`; route control
 //! is `mgrp_route`.
 //!
-//! Rooms, by job:
+//! Rooms, by level: each imports only the rooms above it in this list (the
+//! workspace's `tests/module_graph.rs` holds it).
+//! - [`measure`]: when each link is measured (the schedule, no I/O and no clock), and
+//!   one file per method behind one trait, with their registry.
 //! - [`config`]: the TOML file, checked (its `check` module is what every section
-//!   shares).
-//! - [`measure`]: when each link is measured, one file per method behind one trait,
-//!   the runs, and the neighbours' measurements served.
-//! - [`derive`]: the transfer-rate prediction, passive estimates and packet timing.
+//!   shares); it names methods and schedules.
+//! - [`derive`]: the transfer-rate prediction, passive estimates and packet timing,
+//!   from runs and flows, no I/O.
 //! - [`state`]: what the threads and the API share; each link's history on disk.
+//! - [`threads`]: the node's threads that run the methods, serve the neighbours'
+//!   measurements, watch the traffic and poll the neighbours, writing into the state.
 //! - [`api`]: the HTTP API, `/metrics` and the status page.
 //! - [`node`]: the node wired — its threads started and stopped.
 //! - [`service`]: all of it on a runtime until a signal; [`cli`]: the command.
-//!
-//! No file imports in a circle (the workspace's `tests/module_graph.rs` holds it).
-//! The rooms are not layered as wholes: `config` reads `measure`'s method registry,
-//! `Gives` and schedule timing; `derive`'s pure modules read `config` and `Gives`;
-//! `state` reads `config`, `derive` and `measure`'s schedule; and the thread bodies
-//! in `measure` (runner, traffic, serve) and `derive` (the neighbours' poll) read
-//! `state`.
 
 pub mod api;
 pub mod cli;
@@ -33,3 +30,4 @@ pub mod measure;
 pub mod node;
 pub mod service;
 pub mod state;
+pub mod threads;

@@ -18,13 +18,13 @@ use tokio::sync::broadcast;
 use tracing::{info, warn};
 
 use crate::config::Config;
-use crate::derive::neighbours::watch_kernels;
-use crate::measure::runner::schedule;
 use crate::measure::schedule::Scheduler;
-use crate::measure::serve::serve;
-use crate::measure::traffic::watch_traffic;
 use crate::state::shared::{Event, STREAM_BACKLOG, Shared};
 use crate::state::store::{Record, Store};
+use crate::threads::neighbours::watch_kernels;
+use crate::threads::runner::schedule;
+use crate::threads::serve::serve;
+use crate::threads::traffic::watch_traffic;
 
 /// Links' first runs are spread over this much time after start.
 const FIRST_WITHIN: Duration = Duration::from_secs(5);

@@ -6,9 +6,7 @@
 //!   active runs while they flow (no I/O).
 //! - [`timing`]: passive dispersion and trend from the flows' segments stamped at
 //!   both ends (no I/O).
-//! - [`neighbours`]: the neighbours asked every poll, and what they say kept.
 
-pub mod neighbours;
 pub mod passive;
 pub mod prediction;
 pub mod timing;

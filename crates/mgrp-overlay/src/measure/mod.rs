@@ -1,11 +1,12 @@
-//! Measuring the links into this node, and serving the neighbours' measurements of
-//! the paths out of it.
+//! What measuring the links into this node is, without I/O of its own: when each
+//! link is measured and what each method does with a run.
 //!
 //! - [`schedule`]: when each link is measured, with no I/O and no clock.
 //! - [`method`]: what a method is ([`method::MethodRun`]); one file per method:
 //!   [`pathload`], [`pathchirp`], [`badabing`], [`btc`]; [`registry`] lists them.
-//! - [`runner`]: the scheduler's thread and each run; [`traffic`]: links waiting for
-//!   traffic to ride; [`serve`]: the neighbours' measurements served.
+//!
+//! Nothing here runs a thread or reads the node's state: the threads that drive the
+//! methods are in `crate::threads`.
 
 pub mod badabing;
 pub mod btc;
@@ -13,7 +14,4 @@ pub mod method;
 pub mod pathchirp;
 pub mod pathload;
 pub mod registry;
-pub mod runner;
 pub mod schedule;
-pub mod serve;
-pub mod traffic;

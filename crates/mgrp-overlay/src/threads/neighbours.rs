@@ -13,10 +13,10 @@ use mgrp_rt::{lock, unix_now};
 use mgrp_views::estimate::{Estimate, RunOutcome};
 use tracing::{debug, info, warn};
 
-use super::passive::{PASSIVE_TCP, PassiveTcp};
-use super::prediction::KernelView;
-use super::timing::PassiveTiming;
 use crate::config::Link;
+use crate::derive::passive::{PASSIVE_TCP, PassiveTcp};
+use crate::derive::prediction::KernelView;
+use crate::derive::timing::PassiveTiming;
 use crate::state::shared::{Event, PassiveEvent, Shared};
 
 /// Asks every neighbour, `every` so often, what its kernel says of its TCP flows to
@@ -46,7 +46,7 @@ pub(crate) fn watch_kernels(s: &Shared, every: Duration) {
                     prev.remove(&link.from);
                     let p = PassiveTcp {
                         note: Some(format!("the neighbour could not say: {e}")),
-                        ..super::passive::estimate(None, &[], unix_now())
+                        ..crate::derive::passive::estimate(None, &[], unix_now())
                     };
                     passive_now(s, link.from, p, every);
                     let mut kernel = lock(&s.kernel);
@@ -63,7 +63,7 @@ pub(crate) fn watch_kernels(s: &Shared, every: Duration) {
                 }
             };
             let has_rate = view.flows.iter().any(|f| f.sample.network_limited());
-            let p = super::passive::estimate(
+            let p = crate::derive::passive::estimate(
                 prev.get(&link.from).map(|(f, t)| (f.as_slice(), *t)),
                 &view.flows,
                 view.at,
@@ -131,7 +131,7 @@ fn time_packets(
     use mgrp_tool::capture::{Capture, Direction, RING};
     let no = |note: String| PassiveTiming {
         note: Some(note),
-        ..super::timing::analyse(&[], &[], &std::collections::HashSet::new(), at)
+        ..crate::derive::timing::analyse(&[], &[], &std::collections::HashSet::new(), at)
     };
     if let Some(why) = &st.cannot {
         return no(why.clone());
@@ -192,7 +192,7 @@ fn time_packets(
         .collect();
     let sent: Vec<_> = st.sent.iter().copied().collect();
     let got: Vec<_> = st.got.iter().copied().collect();
-    let mut t = super::timing::analyse(&sent, &got, &limited, at);
+    let mut t = crate::derive::timing::analyse(&sent, &got, &limited, at);
     if t.note.is_some() && note.is_some() {
         t.note = note;
     }

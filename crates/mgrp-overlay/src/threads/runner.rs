@@ -15,11 +15,11 @@ use mgrp_tool::SessionOptions;
 use mgrp_views::estimate::Estimate;
 use tracing::{debug, info, warn};
 
-use super::method::{Run, conclude};
-use super::schedule::RunEnd;
 use crate::config::Link;
-use crate::derive::neighbours::record_passive;
+use crate::measure::method::{Run, conclude};
+use crate::measure::schedule::RunEnd;
 use crate::state::shared::{Event, Shared};
+use crate::threads::neighbours::record_passive;
 
 /// The scheduler's thread looks at its stop flag at least this often.
 const TICK: Duration = Duration::from_millis(500);
@@ -81,7 +81,7 @@ fn session(s: &Shared, link: &Link) -> SessionOptions {
             "the neighbour's mgrp-overlay, serving {} measurements on port {} ([serve] in its configuration)",
             link.transport, link.port
         ),
-        exclusive: link.method.class() == super::schedule::Class::Exclusive,
+        exclusive: link.method.class() == crate::measure::schedule::Class::Exclusive,
         ..SessionOptions::new(
             link.from.to_string(),
             link.transport,

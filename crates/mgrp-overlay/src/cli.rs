@@ -15,10 +15,13 @@ use clap::Parser;
     version,
     about = "Measurement Overlay node: measures every link into this node continuously and serves the estimates",
     long_about = "Measurement Overlay node: measures the paths into this node from its neighbours \
-        continuously with pathload-rs, pathChirp or badabing over MGRP (or plain UDP) \
-        (available bandwidth, loss episodes), serves its neighbours' \
+        continuously with pathload-rs, pathChirp, badabing or btc-rs over MGRP (or plain \
+        UDP) (available bandwidth, loss episodes, the narrow link's capacity and where \
+        queues form), predicts the rate a bulk TCP transfer from each neighbour will get \
+        (the transfer-rate prediction, `btc` in the API), serves its neighbours' \
         measurements of the paths out of it, and serves the estimates over an HTTP API \
-        (JSON and server-sent events), to Prometheus (/metrics) and on a status page (/).\n\n\
+        (JSON and server-sent events), to Prometheus (/metrics) and on a status page (/). \
+        With [routing] it also moves flows onto the paths the measurements favour.\n\n\
         Run one per node, beside that node's mgrpd. See mgrp-overlay.example.toml for a \
         commented configuration file, and docs/overlay.md in the source repository for \
         the guide (API, metrics, scheduling)."

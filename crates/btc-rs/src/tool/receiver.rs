@@ -107,6 +107,11 @@ enum Phase {
     Done,
 }
 
+/// The pairs of the next batch, after the `done` pairs already answered.
+fn next_chunk(plan: &[PlannedPair], done: usize) -> &[PlannedPair] {
+    &plan[done..(done + PAIRS_PER_BATCH).min(plan.len())]
+}
+
 /// btc as a [`Method`]: the capacity bunches, then squeezed pairs at that capacity,
 /// a batch of [`PAIRS_PER_BATCH`] pairs at a time.
 struct Phases<'a> {
@@ -186,7 +191,7 @@ impl Method for Phases<'_> {
                 cfg, plan, kinds, ..
             } => {
                 let n = kinds.len() / PAIRS_PER_BATCH;
-                let chunk = &plan[kinds.len()..(kinds.len() + PAIRS_PER_BATCH).min(plan.len())];
+                let chunk = next_chunk(plan, kinds.len());
                 let mut runs = Vec::with_capacity(chunk.len() * 2);
                 for p in chunk {
                     for gap_ns in [p.before_ns, p.gap_ns] {
@@ -238,7 +243,7 @@ impl Method for Phases<'_> {
             Phase::Pairs {
                 plan, kinds, gaps, ..
             } => {
-                let chunk = &plan[kinds.len()..(kinds.len() + PAIRS_PER_BATCH).min(plan.len())];
+                let chunk = next_chunk(plan, kinds.len());
                 let mut at: Vec<Option<i64>> = vec![None; chunk.len() * 2];
                 for a in &x.arrivals {
                     if let Some(slot) = at.get_mut(a.seq as usize) {

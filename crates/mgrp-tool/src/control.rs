@@ -202,6 +202,13 @@ impl Batch {
 
     /// Why the sender would refuse it, in words; `None` if it is within the limits.
     pub fn refusal(&self, max_size: u32) -> Option<String> {
+        if !crate::kind::is_tools(self.tag.kind) {
+            return Some(format!(
+                "refused: probes of kind {} (a tool's kinds lie below {})",
+                self.tag.kind,
+                crate::kind::RESERVED
+            ));
+        }
         let n = self.packets();
         if n == 0 || n > MAX_BATCH_PROBES {
             return Some(format!(
@@ -565,6 +572,17 @@ mod tests {
             lead_ns: 0,
         };
         assert!(none.refusal(1500).unwrap().contains("0 probes"));
+        let proof = Batch::even(
+            Tag {
+                kind: PROOF_KIND,
+                ..tag
+            },
+            1,
+            300,
+            0,
+            0,
+        );
+        assert!(proof.refusal(1500).unwrap().contains("kind 255"));
         let led = Batch {
             lead_ns: 20_000_000,
             ..b.clone()

@@ -1,44 +1,57 @@
-//! The probe header's kind byte, one table for every tool: a receiver knows its own
-//! batches' probes from another tool's (or a proof probe) by it, so no two tools may
-//! share a value. A new tool takes the next free one here.
+//! The probe header's kind byte: which of a tool's batches a probe belongs to.
+//!
+//! A tool chooses its own kinds, below [`RESERVED`], with [`tool`]:
+//!
+//! ```
+//! /// A train of the example tool's.
+//! pub const TRAIN: u8 = mgrp_tool::kind::tool(0);
+//! ```
+//!
+//! Probes reach only the session that asked for them (its own probe port, and a tag
+//! mask of 64 random bits), so tools need not keep out of each other's kinds; a
+//! tool's kinds only tell its own batches apart. The kinds from [`RESERVED`] up are
+//! this crate's: [`PROOF`] now, and room for more. A sender refuses a batch of one.
 
-/// pathload-rs: a back-to-back train.
-pub const PATHLOAD_TRAIN: u8 = 0;
-/// pathload-rs: a stream at one rate.
-pub const PATHLOAD_STREAM: u8 = 1;
-/// pathchirp-rs: a chirp.
-pub const CHIRP: u8 = 2;
-/// badabing-rs: a window of experiments.
-pub const BADABING_WINDOW: u8 = 3;
-/// btc-rs: a capacity bunch.
-pub const BTC_BUNCH: u8 = 4;
-/// btc-rs: a batch of squeezed pairs.
-pub const BTC_PAIRS: u8 = 5;
+/// The first kind a tool may not use.
+pub const RESERVED: u8 = 0xF0;
+
 /// The one probe a sender sends to an address a receiver named as its own but did
-/// not connect from (`control::Request::Proof`); above every tool's.
+/// not connect from (`control::Request::Proof`).
 pub const PROOF: u8 = u8::MAX;
 
-/// Every kind with its owner, for the check that none is taken twice.
-pub const ALL: [(u8, &str); 7] = [
-    (PATHLOAD_TRAIN, "pathload-rs train"),
-    (PATHLOAD_STREAM, "pathload-rs stream"),
-    (CHIRP, "pathchirp-rs chirp"),
-    (BADABING_WINDOW, "badabing-rs window"),
-    (BTC_BUNCH, "btc-rs bunch"),
-    (BTC_PAIRS, "btc-rs pairs"),
-    (PROOF, "proof probe"),
-];
+/// `kind`, checked to be a tool's (below [`RESERVED`]). In a `const` the check is
+/// made when the tool is compiled.
+///
+/// # Panics
+///
+/// When `kind` is [`RESERVED`] or above.
+#[must_use]
+pub const fn tool(kind: u8) -> u8 {
+    assert!(kind < RESERVED, "kinds from 0xF0 up are mgrp-tool's own");
+    kind
+}
+
+/// Whether `kind` is one a tool may ask for.
+#[must_use]
+pub const fn is_tools(kind: u8) -> bool {
+    kind < RESERVED
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn no_two_tools_share_a_kind() {
-        for (i, (k, who)) in ALL.iter().enumerate() {
-            for (l, other) in &ALL[i + 1..] {
-                assert_ne!(k, l, "{who} and {other} share kind {k}");
-            }
-        }
+    fn the_proof_kind_is_reserved_and_a_tools_are_not() {
+        assert!(!is_tools(PROOF));
+        assert!(!is_tools(RESERVED));
+        assert!((0..RESERVED).all(is_tools));
+        assert_eq!(tool(RESERVED - 1), RESERVED - 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "mgrp-tool's own")]
+    fn a_reserved_kind_is_no_tools() {
+        let _ = tool(std::hint::black_box(PROOF));
     }
 }

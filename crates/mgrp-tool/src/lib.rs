@@ -23,7 +23,7 @@
 //! - [`requester`] (`mgrp_core`'s, here for the tools): who a sender counts its limits for (an IPv4 address, an IPv6
 //!   /64); [`budget`]: what each may take.
 //! - [`cli`], [`exit`], [`sys`]: the flags, exit codes, clocks and interrupt flag
-//!   every tool's command line uses ([`cli::Tool`], made by [`tool!`]); [`kind`]: the probe kinds, one table.
+//!   every tool's command line uses ([`cli::Tool`], made by [`tool!`]); [`kind`]: the probe kinds a tool chooses for itself.
 
 pub mod budget;
 pub mod capture;

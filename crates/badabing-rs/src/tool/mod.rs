@@ -13,6 +13,6 @@ pub use receiver::{MeasureOptions, Measurement, Progress, measure};
 pub(crate) const TOOL: &str = "badabing-rs";
 
 /// The probe header's kind for a window of experiments (`mgrp_tool::kind`).
-pub const WINDOW_KIND: u8 = mgrp_tool::kind::BADABING_WINDOW;
+pub const WINDOW_KIND: u8 = mgrp_tool::kind::tool(3);
 
 mgrp_tool::tool!(TOOL, cli::Cli, cli::RcvArgs, rcv::run);

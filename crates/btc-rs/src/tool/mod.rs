@@ -16,8 +16,8 @@ pub use receiver::{MeasureOptions, Measurement, measure};
 pub(crate) const TOOL: &str = "btc-rs";
 
 /// The probe header's kind for a capacity bunch (`mgrp_tool::kind`).
-pub const BUNCH_KIND: u8 = mgrp_tool::kind::BTC_BUNCH;
+pub const BUNCH_KIND: u8 = mgrp_tool::kind::tool(4);
 /// The probe header's kind for a batch of squeezed pairs.
-pub const PAIRS_KIND: u8 = mgrp_tool::kind::BTC_PAIRS;
+pub const PAIRS_KIND: u8 = mgrp_tool::kind::tool(5);
 
 mgrp_tool::tool!(TOOL, cli::Cli, cli::RcvArgs, rcv::run);

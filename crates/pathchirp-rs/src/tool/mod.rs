@@ -14,6 +14,6 @@ pub use receiver::{MeasureOptions, Measurement, Point, Progress, measure};
 pub(crate) const TOOL: &str = "pathchirp-rs";
 
 /// The probe header's kind for a chirp (`mgrp_tool::kind`).
-pub const CHIRP_KIND: u8 = mgrp_tool::kind::CHIRP;
+pub const CHIRP_KIND: u8 = mgrp_tool::kind::tool(2);
 
 mgrp_tool::tool!(TOOL, cli::Cli, cli::RcvArgs, rcv::run);

@@ -25,9 +25,9 @@ pub(crate) const TOOL: &str = "pathload-rs";
 /// pathload's two kinds of probe batch, in the probe header (`mgrp_tool::kind`).
 pub(crate) mod kind {
     /// A back-to-back train.
-    pub(crate) const TRAIN: u8 = mgrp_tool::kind::PATHLOAD_TRAIN;
+    pub(crate) const TRAIN: u8 = mgrp_tool::kind::tool(0);
     /// A stream at one rate.
-    pub(crate) const STREAM: u8 = mgrp_tool::kind::PATHLOAD_STREAM;
+    pub(crate) const STREAM: u8 = mgrp_tool::kind::tool(1);
 }
 
 /// The exit code for how a run ended.

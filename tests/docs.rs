@@ -689,7 +689,7 @@ fn the_threat_model_gives_the_limits_the_code_has() {
         ),
         format!(
             "at most {} probes wait for it",
-            thousands(mgrp_tool::transport::MAX_QUEUED_PROBES)
+            thousands(mgrp_tool::MAX_QUEUED_PROBES)
         ),
         format!(
             "quotes the first {} bytes of an MGRP packet this daemon sent there within {} s",

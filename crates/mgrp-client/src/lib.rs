@@ -74,6 +74,8 @@
 //! its answer is dropped when it comes. Each [`ProbeStream`] has a connection of its
 //! own.
 
+#![warn(missing_docs)]
+
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};

@@ -274,7 +274,7 @@ const FORGET_AFTER_S: f64 = 60.0;
 
 impl Echo {
     /// The pong for a ping `seq` from `from` at `now` (s); `None` when the table is
-    /// full of other senders heard from within [`FORGET_AFTER_S`].
+    /// full of other senders heard from within the last 60 s.
     pub fn answer(&mut self, from: std::net::SocketAddr, seq: u64, now: f64) -> Option<Vec<u8>> {
         if !self.received.contains_key(&from) {
             let mine: Vec<(std::net::SocketAddr, f64)> = self

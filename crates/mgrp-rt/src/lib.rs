@@ -2,8 +2,8 @@
 //! pacer, pathload-rs's sender and receiver, and the testbed's delay line all keep
 //! time and wait the same way.
 //!
-//! - [`clock`]: `CLOCK_MONOTONIC` as [`MonoTime`](mgrp_core::MonoTime) (deadlines),
-//!   `CLOCK_REALTIME` as [`WallTime`](mgrp_core::WallTime) (the clock of the kernel's
+//! - [`clock`]: `CLOCK_MONOTONIC` as [`MonoTime`] (deadlines),
+//!   `CLOCK_REALTIME` as [`WallTime`] (the clock of the kernel's
 //!   packet stamps), and sleeping until a monotonic deadline.
 //! - [`wait`]: the timerfd armed with absolute deadlines, the eventfd one thread
 //!   signals and another sleeps on, and the pacing wait (sleep, then spin).
@@ -18,6 +18,8 @@
 //! - [`logging`]: the daemons' log lines (text or JSON, `RUST_LOG` honoured).
 //!
 //! Everything goes through nix but SCHED_FIFO, the one call it does not wrap.
+
+#![warn(missing_docs)]
 
 pub mod clock;
 pub mod logging;

@@ -1,29 +1,38 @@
-//! What the workspace's measurement tools share (pathload-rs, pathChirp, badabing):
-//! how probes travel and how the two ends talk, so that a tool is a sans-IO estimator
-//! plus a small driver.
+//! What a measurement tool needs besides its estimator: how probes travel and how the
+//! two ends talk, the sender every tool shares, and the command line. The workspace's
+//! tools (pathload-rs, pathchirp-rs, badabing-rs, btc-rs) are built on it, and so can
+//! a tool outside it: `examples/owd-jitter` in the repository is one, in one file.
 //!
-//! - [`control`]: the tool-neutral control protocol. The receiver asks for a
-//!   [`Batch`] of probes (runs of equal probes with a gap before each: a pathload
-//!   stream, a chirp, a badabing experiment) and gets a [`SentReport`] with every
-//!   departure stamp and, over MGRP, the application bytes that rode.
-//! - [`transport`]: batches over MGRP (probe transactions through `mgrpd` with
-//!   `mgrp-client`) or over plain UDP paced against absolute deadlines, and the
-//!   listener that hands the receiver each probe with both stamps.
-//! - [`server`]: the sender as a library ([`Server`]) and as every tool's `snd`.
-//! - [`session`]: the receiver's side, [`Session`]: connect, time the round trip,
-//!   then exchange batches one at a time; [`session::drive`] is the loop every
-//!   receiver runs, with what a tool measures as its [`session::Method`].
+//! A tool is a sans-IO estimator plus three things from here:
+//!
+//! - its probe kinds, chosen with [`kind::tool`];
+//! - what it measures, a [`session::Method`]: which [`Batch`] to ask for next (runs of
+//!   equal probes with a gap before each: a pathload stream, a chirp, a train) and
+//!   what to make of the answer, an [`Exchange`] with every probe's send and receive
+//!   stamps ([`Arrival`]) and, over MGRP, the application bytes that rode;
+//!   [`session::drive`] runs it over a [`Session`] until it is done, the caller stops
+//!   it, or the sender goes away;
+//! - its command line: [`cli::Tool`] (or the [`tool!`] macro) gives it `snd`, the
+//!   shared sender ([`Server`]), and `rcv` with the tool's own flags and the shared
+//!   ones ([`cli::PeerArgs`]); [`exit`] and [`json`] print its results the way
+//!   the other tools do.
+//!
+//! The rest of the surface:
+//!
+//! - [`control`]: the control protocol the two ends speak, line by line ([`conn`]
+//!   frames it); [`params`]: probe sizes for a transport.
+//! - [`server`]: the sender as a library, with its limits per requester ([`budget`];
+//!   [`requester`], `mgrp_core`'s: an IPv4 address or an IPv6 /64).
 //! - [`sockdiag`]: this host's TCP connections to a peer, with the kernel's `tcp_info`
-//!   ([`tcpinfo`] reads it), on [`netlink`], the walk over netlink messages and
-//!   attributes; a sender answers a receiver's question about the TCP flows it
-//!   sends to it ([`sender_tcp`]).
-//! - [`capture`]: the kernel's stamps of the application's own TCP segments to or
-//!   from a peer, headers only; a sender hands a receiver those it sent to it
-//!   ([`sender_stamps`]), for passive packet timing.
-//! - [`requester`] (`mgrp_core`'s, here for the tools): who a sender counts its limits for (an IPv4 address, an IPv6
-//!   /64); [`budget`]: what each may take.
-//! - [`cli`], [`exit`], [`sys`]: the flags, exit codes, clocks and interrupt flag
-//!   every tool's command line uses ([`cli::Tool`], made by [`tool!`]); [`kind`]: the probe kinds a tool chooses for itself.
+//!   ([`tcpinfo`] reads it), on [`netlink`]; a receiver asks the sender about the TCP
+//!   flows it sends ([`sender_tcp`]).
+//! - [`capture`]: the kernel's stamps of the application's own TCP segments, headers
+//!   only; a receiver asks the sender for those it sent ([`sender_stamps`]).
+//!
+//! How batches travel (MGRP probe transactions through `mgrpd`, or plain UDP paced
+//! against absolute deadlines) and the clocks beneath are private.
+
+#![warn(missing_docs)]
 
 pub mod budget;
 pub mod capture;
@@ -41,10 +50,10 @@ pub use mgrp_core::requester;
 pub mod server;
 pub mod session;
 pub mod sockdiag;
-pub mod sys;
+mod sys;
 pub mod tcpinfo;
-pub mod transport;
-pub mod udp_pacer;
+mod transport;
+mod udp_pacer;
 
 pub use control::{Batch, ProbeSpec, Run, SentReport, Tag, Transport};
 pub use server::{BUSY, ServeEvent, ServeOptions, Server, serve_command};
@@ -52,4 +61,4 @@ pub use session::{
     BatchError, Exchange, MeasureError, SenderStamps, SenderTraffic, Session, SessionOptions,
     sender_stamps, sender_tcp, sender_traffic,
 };
-pub use transport::{Arrival, Seen};
+pub use transport::{Arrival, MAX_QUEUED_PROBES, Seen};

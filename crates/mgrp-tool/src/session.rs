@@ -454,6 +454,18 @@ impl Session {
         self.listener.unstamped.load(Ordering::Relaxed)
     }
 
+    /// Datagrams so far at the UDP probe port from an address other than the
+    /// sender's, dropped.
+    pub fn foreign(&self) -> u64 {
+        self.listener.foreign.load(Ordering::Relaxed)
+    }
+
+    /// Probes so far dropped because [`crate::MAX_QUEUED_PROBES`] were waiting to be
+    /// read.
+    pub fn overflowed(&self) -> u64 {
+        self.listener.overflowed.load(Ordering::Relaxed)
+    }
+
     /// Asks for one batch, waits for the sender's report, then drains the probes that
     /// belong to it.
     pub fn exchange(&mut self, batch: &Batch) -> Result<Exchange, BatchError> {

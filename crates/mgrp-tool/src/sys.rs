@@ -12,12 +12,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use socket2::Socket;
 
 /// Now on the realtime clock (the clock of the kernel's packet stamps), ns.
-pub fn wall_now() -> i64 {
+pub(crate) fn wall_now() -> i64 {
     ns(mgrp_rt::wall_now().as_nanos())
 }
 
 /// Now on the monotonic clock (for deadlines), ns.
-pub fn mono_now() -> i64 {
+pub(crate) fn mono_now() -> i64 {
     ns(mgrp_rt::mono_now().as_nanos())
 }
 
@@ -25,11 +25,11 @@ fn ns(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-pub use mgrp_rt::rx::nothing_yet;
+pub(crate) use mgrp_rt::rx::nothing_yet;
 
 /// Sleeps until the monotonic clock reads `deadline` ns (absolute, so a late wake-up
 /// does not push later deadlines).
-pub fn sleep_until(deadline: i64) {
+pub(crate) fn sleep_until(deadline: i64) {
     mgrp_rt::sleep_until(mgrp_rt::MonoTime::from_nanos(
         u64::try_from(deadline).unwrap_or(0),
     ));
@@ -37,20 +37,20 @@ pub fn sleep_until(deadline: i64) {
 
 /// Puts the calling thread under SCHED_FIFO and removes its timer slack. Returns the
 /// error when the first is not permitted (the slack is removed regardless).
-pub fn make_realtime() -> io::Result<()> {
+pub(crate) fn make_realtime() -> io::Result<()> {
     mgrp_rt::thread::set_timer_slack(1);
     mgrp_rt::thread::set_realtime(40)
 }
 
 /// Asks the kernel to stamp every datagram `s` receives (`SO_TIMESTAMPNS`).
-pub fn enable_rx_timestamps(s: &Socket) -> io::Result<()> {
+pub(crate) fn enable_rx_timestamps(s: &Socket) -> io::Result<()> {
     mgrp_rt::rx::enable_rx_timestamps(s)
 }
 
 /// Receives one datagram into `buf`: its length, the kernel's receive stamp
 /// (realtime ns), or `None` for the stamp if the kernel gave none, and where it came
 /// from. A read timeout set on the socket surfaces as `WouldBlock`.
-pub fn recv_stamped(
+pub(crate) fn recv_stamped(
     s: &Socket,
     buf: &mut [u8],
 ) -> io::Result<(usize, Option<i64>, Option<std::net::SocketAddr>)> {
@@ -60,7 +60,7 @@ pub fn recv_stamped(
 
 /// Bytes `s` holds that its peer has not acknowledged yet (sent or not): what a
 /// peer that does not read leaves behind.
-pub fn unacknowledged_bytes(s: &std::net::TcpStream) -> io::Result<usize> {
+pub(crate) fn unacknowledged_bytes(s: &std::net::TcpStream) -> io::Result<usize> {
     use std::os::fd::AsRawFd as _;
     let mut n: libc::c_int = 0;
     // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int through a valid pointer.
@@ -72,7 +72,7 @@ pub fn unacknowledged_bytes(s: &std::net::TcpStream) -> io::Result<usize> {
 
 /// 64 bits from the kernel's random source (the clock and the process id, mixed,
 /// should it ever fail, which it does not on Linux for 8 bytes).
-pub fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     let mut b = [0u8; 8];
     // SAFETY: the buffer is valid for its length; getrandom writes at most that.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
@@ -85,7 +85,7 @@ pub fn random_u64() -> u64 {
 /// The receive window `s`'s peer advertises now and the segment size it sends with,
 /// bytes (`tcpi_snd_wnd`, Linux 6.2 and later, and `tcpi_snd_mss`); `None` from a
 /// kernel that does not say.
-pub fn peer_window(s: &std::net::TcpStream) -> io::Result<Option<(u32, u32)>> {
+pub(crate) fn peer_window(s: &std::net::TcpStream) -> io::Result<Option<(u32, u32)>> {
     use std::os::fd::AsRawFd as _;
     let mut info = [0u8; 256];
     let mut len = info.len() as libc::socklen_t;
@@ -114,7 +114,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 /// Routes SIGINT and SIGTERM to the flag [`interrupt_flag`] gives, so a run can end
 /// with its best range instead of dying mid-stream.
-pub fn catch_interrupts() {
+pub(crate) fn catch_interrupts() {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: a zeroed sigaction with a handler that only stores to an atomic,
         // which is async-signal-safe.
@@ -128,6 +128,6 @@ pub fn catch_interrupts() {
 }
 
 /// The flag SIGINT and SIGTERM set, as the stop flag of the command's measurement.
-pub fn interrupt_flag() -> &'static AtomicBool {
+pub(crate) fn interrupt_flag() -> &'static AtomicBool {
     &INTERRUPTED
 }

@@ -60,7 +60,7 @@ fn udp_overhead(ip: IpAddr) -> u32 {
 
 /// The sending half.
 #[derive(Debug)]
-pub enum Sender {
+pub(crate) enum Sender {
     /// Plain UDP, paced by this process's UDP pacing thread.
     Udp {
         /// The connected socket.
@@ -83,7 +83,7 @@ pub enum Sender {
 
 impl Sender {
     /// A UDP sender from `src_port` to `dst`.
-    pub fn udp(dst: SocketAddr, src_port: u16) -> anyhow::Result<Self> {
+    pub(crate) fn udp(dst: SocketAddr, src_port: u16) -> anyhow::Result<Self> {
         let domain = if dst.is_ipv4() {
             Domain::IPV4
         } else {
@@ -116,7 +116,7 @@ impl Sender {
     }
 
     /// A sender through the mgrpd at `socket`.
-    pub fn mgrp(
+    pub(crate) fn mgrp(
         socket: &PathBuf,
         destination: IpAddr,
         ports: (u16, u16),
@@ -132,14 +132,18 @@ impl Sender {
     }
 
     /// Sends a batch; returns when the last probe has left.
-    pub fn send(&mut self, b: &Batch) -> anyhow::Result<SentReport> {
+    pub(crate) fn send(&mut self, b: &Batch) -> anyhow::Result<SentReport> {
         self.send_unless(b, &AtomicBool::new(false))
     }
 
     /// Sends a batch, stopping early once `stop` is set (over UDP; a train handed to
     /// mgrpd runs to its end, within mgrpd's own limits): the probes not sent have no
     /// stamp. Returns when the last probe has left.
-    pub fn send_unless(&mut self, b: &Batch, stop: &AtomicBool) -> anyhow::Result<SentReport> {
+    pub(crate) fn send_unless(
+        &mut self,
+        b: &Batch,
+        stop: &AtomicBool,
+    ) -> anyhow::Result<SentReport> {
         match self {
             Self::Udp { socket, overhead } => {
                 Ok(crate::udp_pacer::send(socket, *overhead, b, stop))
@@ -229,7 +233,7 @@ pub const MAX_QUEUED_PROBES: usize = 16_384;
 
 /// The receiving half: a thread that hands every probe it gets to a channel.
 #[derive(Debug)]
-pub struct Listener {
+pub(crate) struct Listener {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     /// Probes that arrived without a kernel stamp (stamped in user space instead).
@@ -246,13 +250,13 @@ pub struct Listener {
 
 impl Listener {
     /// Why the listening thread ended on its own, if it did.
-    pub fn failure(&self) -> Option<String> {
+    pub(crate) fn failure(&self) -> Option<String> {
         mgrp_rt::lock(&self.failure).clone()
     }
 
     /// Starts listening on `port` for probes of `transport` (through the mgrpd at
     /// `socket` for MGRP; for UDP on the address family of `peer`).
-    pub fn start(
+    pub(crate) fn start(
         transport: Transport,
         port: u16,
         peer: IpAddr,

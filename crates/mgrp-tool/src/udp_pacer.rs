@@ -101,7 +101,7 @@ fn pacer() -> &'static Pacer {
 
 /// Why UDP probes are paced less steadily than they could be, if they are (the pacing
 /// thread has no real-time priority); starts the thread.
-pub fn udp_pacing_warning() -> Option<String> {
+pub(crate) fn udp_pacing_warning() -> Option<String> {
     pacer().warning.clone()
 }
 

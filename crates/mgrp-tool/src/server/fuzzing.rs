@@ -3,7 +3,7 @@
 //! hosts two of which share a /64) open connections and send any request in any
 //! order (hello with any version, transport and address, proofs right and wrong,
 //! batches, queries, bye), hang up, and let time pass. The connections run
-//! [`Connection`] against the sender's real places ([`Slots`]), connection counts
+//! `Connection` against the sender's real places (`Slots`), connection counts
 //! and budgets; only the probe sender and the answers to queries are stand-ins.
 //!
 //! After every input: the places keep their caps and match the connections holding

@@ -18,7 +18,7 @@ use clap::Parser;
         continuously with pathload-rs, pathChirp, badabing or btc-rs over MGRP (or plain \
         UDP) (available bandwidth, loss episodes, the narrow link's capacity and where \
         queues form), predicts the rate a bulk TCP transfer from each neighbour will get \
-        (the transfer-rate prediction, `btc` in the API), serves its neighbours' \
+        (the transfer-rate prediction, `prediction` in the API), serves its neighbours' \
         measurements of the paths out of it, and serves the estimates over an HTTP API \
         (JSON and server-sent events), to Prometheus (/metrics) and on a status page (/). \
         With [routing] it also moves flows onto the paths the measurements favour.\n\n\

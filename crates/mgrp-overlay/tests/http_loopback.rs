@@ -39,7 +39,7 @@ fn the_api_serves_links_history_stream_metrics_and_page() {
     assert_eq!(links["links"][0]["transport"], "udp");
 
     // An event per run arrives on the stream (between `passive` events, one per poll
-    // of the neighbour, and `btc` ones).
+    // of the neighbour, and `prediction` ones).
     let start = Instant::now();
     let mut data = None;
     let (mut line, mut kind) = (String::new(), String::new());

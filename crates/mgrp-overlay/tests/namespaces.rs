@@ -235,7 +235,7 @@ fn check() -> anyhow::Result<()> {
         format!("GET /v1/stream HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n")
             .as_bytes(),
     )?;
-    // Three `estimate` events, and the `btc` events that follow runs.
+    // Three `estimate` events, and the `prediction` events that follow runs.
     let events = std::thread::spawn(move || {
         let (mut seen, mut btc) = (Vec::new(), Vec::new());
         let mut r = BufReader::new(stream);
@@ -253,7 +253,7 @@ fn check() -> anyhow::Result<()> {
                     {
                         match kind.as_str() {
                             "estimate" => seen.push(v),
-                            "btc" => btc.push(v),
+                            "prediction" => btc.push(v),
                             _ => {}
                         }
                     }
@@ -390,7 +390,7 @@ fn check() -> anyhow::Result<()> {
             && btc
                 .iter()
                 .all(|b| b["links"].is_array() && b["neighbour"].is_string()),
-        "btc events: {btc:?}"
+        "prediction events: {btc:?}"
     );
 
     // Node 2's link from node 0 waits for traffic to ride while there is none...
@@ -715,7 +715,7 @@ fn btc_from_runs_and_from_the_kernel() -> anyhow::Result<()> {
         (status == 200).then_some(())?;
         serde_json::from_str::<Value>(&body)
             .ok()
-            .map(|v| v["btc"].clone())
+            .map(|v| v["prediction"].clone())
     };
     // Every input there: the prediction is the scaled available bandwidth.
     let b = wait_for(Duration::from_secs(120), || {

@@ -414,11 +414,11 @@ pub fn hop_estimates(links: &Links, from: IpAddr, max_loss_age_s: f64) -> Hop {
     // nothing and below 10 Tbit/s.
     let rate = |v: f64| Some(v).filter(|r| *r > 0.0 && *r < MAX_RATE_BPS);
     for l in links.links.iter().filter(from_here) {
-        let inputs = &l.btc.inputs;
+        let inputs = &l.prediction.inputs;
         if hop.rate_bps.is_none() {
-            if let Some(b) = l.btc.prediction.as_ref().and_then(|p| rate(p.bps)) {
+            if let Some(b) = l.prediction.prediction.as_ref().and_then(|p| rate(p.bps)) {
                 hop.rate_bps = Some(b);
-                hop.rate_source = Some(RateSource::Btc);
+                hop.rate_source = Some(RateSource::Prediction);
             } else if let Some((lo, hi)) = inputs
                 .available
                 .as_ref()
@@ -777,9 +777,9 @@ mod tests {
     fn a_hops_estimates_come_from_the_receivers_links_from_its_sender() {
         let mut other = sample::link_view();
         other.from = "10.0.0.9:55002".into();
-        other.btc.prediction.as_mut().unwrap().bps = 1.0;
+        other.prediction.prediction.as_mut().unwrap().bps = 1.0;
         let mut mine = sample::link_view();
-        mine.btc.prediction = None;
+        mine.prediction.prediction = None;
         let links = served(&Links {
             node: "east0".into(),
             links: vec![other, mine],
@@ -799,11 +799,11 @@ mod tests {
         let h = hop_estimates(&served(&sample::links()), from, 30.0);
         assert_eq!(
             (h.rate_bps, h.rate_source),
-            (Some(5.5e6), Some(RateSource::Btc))
+            (Some(5.5e6), Some(RateSource::Prediction))
         );
         let mut bare = sample::link_view();
-        bare.btc.prediction = None;
-        bare.btc.inputs.available = None;
+        bare.prediction.prediction = None;
+        bare.prediction.inputs.available = None;
         let bare = served(&Links {
             node: "east0".into(),
             links: vec![bare],
@@ -818,9 +818,9 @@ mod tests {
     #[test]
     fn figures_beyond_what_a_path_can_be_are_not_believed() {
         let mut l = sample::link_view();
-        l.btc.prediction.as_mut().unwrap().bps = 1e15;
-        l.btc.inputs.available.as_mut().unwrap().low_bps = -1.0;
-        l.btc.inputs.loss.as_mut().unwrap().loss_rate = 1.5;
+        l.prediction.prediction.as_mut().unwrap().bps = 1e15;
+        l.prediction.inputs.available.as_mut().unwrap().low_bps = -1.0;
+        l.prediction.inputs.loss.as_mut().unwrap().loss_rate = 1.5;
         let links = served(&Links {
             node: "east0".into(),
             links: vec![l],

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::estimate::{Estimate, RunCounts};
 use crate::passive::{PassiveTcp, PassiveTiming};
-use crate::prediction::Prediction;
+use crate::prediction::LinkPrediction;
 
 /// `GET /v1/links`: the node and every link into it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,8 +80,10 @@ pub struct LinkView {
     /// IP bytes of those probes that carried application traffic.
     pub riding_probe_bytes: u64,
     /// What a bulk TCP transfer from the neighbour will get, by every method the
-    /// node's measurements of that neighbour allow (shared by its links).
-    pub btc: Prediction,
+    /// node's measurements of that neighbour allow (shared by its links). In the JSON
+    /// under `prediction`, and under its old key `btc` too until the next release.
+    #[serde(flatten)]
+    pub prediction: LinkPrediction,
     /// Whether the link runs even while a passive estimate is fresh.
     pub active_always: bool,
     /// For a link a passive estimate may stand in for: what the applications' TCP

@@ -20,6 +20,51 @@ pub struct Prediction {
     pub inputs: Inputs,
 }
 
+/// A link's [`Prediction`] as its JSON carries it: under the key `prediction`, and
+/// under `btc`, the key's name before it was given one name everywhere, as well, for
+/// the clients that read the old key (until the next release); read from either.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkPrediction(pub Prediction);
+
+impl std::ops::Deref for LinkPrediction {
+    type Target = Prediction;
+
+    fn deref(&self) -> &Prediction {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for LinkPrediction {
+    fn deref_mut(&mut self) -> &mut Prediction {
+        &mut self.0
+    }
+}
+
+impl Serialize for LinkPrediction {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("prediction", &self.0)?;
+        m.serialize_entry("btc", &self.0)?;
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for LinkPrediction {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Either {
+            prediction: Option<Prediction>,
+            btc: Option<Prediction>,
+        }
+        let e = Either::deserialize(d)?;
+        e.prediction
+            .or(e.btc)
+            .map(Self)
+            .ok_or_else(|| serde::de::Error::missing_field("prediction"))
+    }
+}
+
 /// One method's value, bit/s.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Predicted {

@@ -131,7 +131,7 @@ pub struct Hop {
     pub loss_source: Option<LossSource>,
     /// The rate it carries a TCP flow at, bit/s, and where it comes from.
     pub rate_bps: Option<f64>,
-    /// `btc`, `available` or `capacity`.
+    /// `prediction`, `available` or `capacity`.
     pub rate_source: Option<RateSource>,
 }
 
@@ -168,8 +168,10 @@ pub enum LossSource {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RateSource {
-    /// The receiver's transfer-rate prediction for the sender.
-    Btc,
+    /// The receiver's transfer-rate prediction for the sender (`btc` before it had
+    /// one name everywhere, still read).
+    #[serde(alias = "btc")]
+    Prediction,
     /// The receiver's latest available bandwidth from the sender.
     Available,
     /// The narrow link's capacity (btc-rs).

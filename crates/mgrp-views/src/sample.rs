@@ -8,7 +8,7 @@ use crate::estimate::{Estimate, Loss, RunCounts, RunOutcome, Shape};
 use crate::link::{LinkState, LinkView, Links, PassiveView};
 use crate::passive::{PassiveTcp, PassiveTiming};
 use crate::prediction::{
-    Available, Inputs, KernelInput, LossInput, Predicted, Prediction, ShapeInput,
+    Available, Inputs, KernelInput, LinkPrediction, LossInput, Predicted, Prediction, ShapeInput,
 };
 use crate::routes::{
     DestinationView, Hop, HopView, LossSource, MemberView, PathView, RateSource, Reason,
@@ -97,7 +97,7 @@ pub fn link_view() -> LinkView {
         runs,
         probe_bytes: 9_876_543,
         riding_probe_bytes: 876_543,
-        btc: Prediction {
+        prediction: LinkPrediction(Prediction {
             neighbour: "10.0.0.1".parse().unwrap(),
             prediction: Some(Predicted {
                 method: Basis::ScaledAbw,
@@ -148,7 +148,7 @@ pub fn link_view() -> LinkView {
                 }),
                 kernel_note: Some("one flow limited by the application".into()),
             },
-        },
+        }),
         active_always: false,
         passive: Some(PassiveView {
             source: "passive-tcp".into(),
@@ -332,6 +332,39 @@ mod tests {
         assert_eq!(
             serde_json::from_str::<RoutesView>(&text).unwrap(),
             routes_view()
+        );
+    }
+
+    #[test]
+    fn the_prediction_reads_from_its_old_key_too() {
+        let mut v = serde_json::to_value(link_view()).unwrap();
+        assert_eq!(v["prediction"], v["btc"], "both keys say the same");
+        let o = v.as_object_mut().unwrap();
+        // A member of the release before, which sent `btc` alone.
+        let p = o.remove("prediction").unwrap();
+        assert_eq!(
+            serde_json::from_value::<LinkView>(v.clone()).unwrap(),
+            link_view()
+        );
+        // One that sends only the new key.
+        let o = v.as_object_mut().unwrap();
+        o.remove("btc");
+        o.insert("prediction".into(), p);
+        assert_eq!(
+            serde_json::from_value::<LinkView>(v.clone()).unwrap(),
+            link_view()
+        );
+        v.as_object_mut().unwrap().remove("prediction");
+        let e = serde_json::from_value::<LinkView>(v).unwrap_err();
+        assert!(e.to_string().contains("prediction"), "{e}");
+        // A route's rate from the prediction, as the release before named it.
+        assert_eq!(
+            serde_json::from_str::<RateSource>(r#""btc""#).unwrap(),
+            RateSource::Prediction
+        );
+        assert_eq!(
+            serde_json::to_string(&RateSource::Prediction).unwrap(),
+            r#""prediction""#
         );
     }
 }

@@ -379,7 +379,7 @@ fn events(
                             Event::default().event("passive").json_data(&p).ok()?
                         }
                         crate::state::shared::Event::Prediction(b) => {
-                            Event::default().event("btc").json_data(&b).ok()?
+                            Event::default().event("prediction").json_data(&b).ok()?
                         }
                         crate::state::shared::Event::Route(r) => {
                             Event::default().event("route").json_data(&r).ok()?

@@ -495,10 +495,10 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
             method: v.method.clone(),
             predictor,
         };
-        for x in &v.btc.values {
+        for x in &v.prediction.values {
             btc.get_or_create(&by(x.method.name())).set(x.bps / 8.0);
         }
-        if let Some(p) = &v.btc.prediction {
+        if let Some(p) = &v.prediction.prediction {
             predicted
                 .get_or_create(&by(p.method.name()))
                 .set(p.bps / 8.0);

@@ -260,7 +260,7 @@ function describe(link) {
 function btcLine(panel, link) {
   const p = panel.querySelector(".btc");
   p.replaceChildren();
-  const b = link.btc;
+  const b = link.prediction;
   if (!b || !b.prediction) {
     p.textContent = "TCP transfer from there: no prediction yet"
       + (b && b.inputs.kernel_note ? " (kernel: " + b.inputs.kernel_note + ")" : "");

@@ -224,7 +224,7 @@ impl Shared {
             runs: r.runs,
             probe_bytes: r.probe_bytes,
             riding_probe_bytes: r.riding_probe_bytes,
-            btc: prediction,
+            prediction: mgrp_views::prediction::LinkPrediction(prediction),
             active_always: link.active_always,
             passive: link.timing.passive.then(|| PassiveView {
                 source: PASSIVE_TCP.into(),

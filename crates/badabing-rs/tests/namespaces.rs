@@ -11,12 +11,11 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use mgrp_testbed::harness::Test;
-use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv_for, ten_mbit_path};
-use mgrp_testbed::traffic::{Source, Steps, udp_steps};
+use mgrp_testbed::tool::{add_other_b, bursts_to_other_b, daemons_for, snd_rcv_for, ten_mbit_path};
+use mgrp_testbed::traffic::Source;
 
 const BIN: &str = env!("CARGO_BIN_EXE_badabing-rs");
 const SECONDS: u64 = 20;
@@ -27,20 +26,7 @@ fn case(transport: &str, bursts: bool) -> anyhow::Result<()> {
     // Riders wait at most 1 ms for a probe, well below the 5 ms slot.
     let pair = daemons_for(&net, transport, &["--hold", "1ms"])?;
     let source: Option<Source> = if bursts {
-        let mut mbps = vec![0.0; 10];
-        mbps[0] = 40.0;
-        let steps = Steps {
-            mbps,
-            step: Duration::from_millis(100),
-        };
-        Some(udp_steps(
-            &net.a,
-            &net.b,
-            OTHER_B.into(),
-            9000,
-            steps,
-            1490,
-        )?)
+        Some(bursts_to_other_b(&net)?)
     } else {
         None
     };

@@ -33,6 +33,19 @@ pub fn add_other_b(net: &TwoHosts) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// On/off UDP from A to [`OTHER_B`], across the bottleneck beside the probes: 40 Mbit/s
+/// for 100 ms every second. On [`ten_mbit_path`] it fills the 100 ms queue and drops
+/// for tens of ms each second, then the queue drains.
+pub fn bursts_to_other_b(net: &TwoHosts) -> anyhow::Result<crate::traffic::Source> {
+    let mut mbps = vec![0.0; 10];
+    mbps[0] = 40.0;
+    let steps = crate::traffic::Steps {
+        mbps,
+        step: Duration::from_millis(100),
+    };
+    crate::traffic::udp_steps(&net.a, &net.b, OTHER_B.into(), 9000, steps, 1490)
+}
+
 /// The workspace's sender (`snd`) as a thread in `ns`, serving receivers one after
 /// another with `so` (named "bench snd") until `stop` is set.
 pub fn serve_in(

@@ -16,8 +16,8 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use mgrp_testbed::ADDR_B;
 use mgrp_testbed::harness::Test;
-use mgrp_testbed::tool::{OTHER_B, add_other_b, daemons_for, snd_rcv, ten_mbit_path};
-use mgrp_testbed::traffic::{Steps, tcp_paced_source, udp_steps};
+use mgrp_testbed::tool::{add_other_b, bursts_to_other_b, daemons_for, snd_rcv, ten_mbit_path};
+use mgrp_testbed::traffic::tcp_paced_source;
 
 const BIN: &str = env!("CARGO_BIN_EXE_owd-jitter");
 
@@ -29,20 +29,7 @@ fn run(bursts: bool) -> anyhow::Result<(serde_json::Value, usize)> {
     let net = ten_mbit_path(true)?;
     add_other_b(&net)?;
     let source = if bursts {
-        let mut mbps = vec![0.0; 10];
-        mbps[0] = 40.0;
-        let steps = Steps {
-            mbps,
-            step: Duration::from_millis(100),
-        };
-        Some(udp_steps(
-            &net.a,
-            &net.b,
-            OTHER_B.into(),
-            9000,
-            steps,
-            1490,
-        )?)
+        Some(bursts_to_other_b(&net)?)
     } else {
         None
     };

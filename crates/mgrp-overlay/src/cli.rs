@@ -43,7 +43,7 @@ struct Cli {
     log_level: tracing::Level,
     /// How log lines look: `text`, or `json` (one object a line).
     #[arg(long, value_name = "text|json", default_value = "text")]
-    log_format: mgrp_rt::logging::LogFormat,
+    log_format: mgrp_service::logging::LogFormat,
 }
 
 /// The command line `mgrp-overlay` reads, with every flag (for the guides' checks).
@@ -100,7 +100,7 @@ where
         eprintln!("mgrp-overlay: {}: {e}", cli.config.display());
         return ExitCode::from(2);
     }
-    if let Err(e) = mgrp_rt::logging::init(cli.log_level, cli.log_format) {
+    if let Err(e) = mgrp_service::logging::init(cli.log_level, cli.log_format) {
         eprintln!("mgrp-overlay: {e}");
         return ExitCode::from(2);
     }

@@ -8,7 +8,7 @@ use mgrp_core::heartbeat;
 use mgrp_core::peers::Prefix;
 use serde::Deserialize;
 
-use mgrp_rt::settings::{Invalid, check_name, read_token_file};
+use mgrp_service::settings::{Invalid, check_name, read_token_file};
 
 use crate::model::Rule;
 
@@ -115,7 +115,7 @@ impl Routing {
             self.members.len(),
             self.destinations.len(),
             self.rule.eta,
-            mgrp_rt::settings::seconds(Duration::from_secs_f64(self.rule.t_ch_s)),
+            mgrp_service::settings::seconds(Duration::from_secs_f64(self.rule.t_ch_s)),
             self.heartbeats.interval_s * 1e3,
             self.heartbeat_port,
             self.heartbeats.down_after,
@@ -224,7 +224,7 @@ fn invalid(msg: String) -> Invalid {
 }
 
 fn duration(key: &str, v: Option<&String>, default: Duration) -> Result<Duration, Invalid> {
-    mgrp_rt::settings::duration(&format!("routing.{key}"), v, default)
+    mgrp_service::settings::duration(&format!("routing.{key}"), v, default)
 }
 
 impl RoutingFile {
@@ -464,7 +464,7 @@ impl RoutingFile {
 
 #[cfg(test)]
 mod tests {
-    use mgrp_rt::settings::Invalid;
+    use mgrp_service::settings::Invalid;
 
     use super::{Routing, RoutingFile};
 

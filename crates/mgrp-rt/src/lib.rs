@@ -11,21 +11,14 @@
 //! - [`rx`]: datagrams received with the kernel's receive stamp, and which receive
 //!   errors only mean nothing came yet.
 //! - [`stdout`]: printing that survives a closed pipe ([`outln!`], [`out!`]).
-//! - [`secret`]: files holding keys and tokens, read only when only their owner may.
-//! - [`settings`]: the checks configuration files share (names, durations, token
-//!   files).
 //! - [`sync`]: a mutex's guard even after a thread panicked holding it.
-//! - [`logging`]: the daemons' log lines (text or JSON, `RUST_LOG` honoured).
 //!
 //! Everything goes through nix but SCHED_FIFO, the one call it does not wrap.
 
 #![warn(missing_docs)]
 
 pub mod clock;
-pub mod logging;
 pub mod rx;
-pub mod secret;
-pub mod settings;
 pub mod stdout;
 pub mod sync;
 pub mod thread;

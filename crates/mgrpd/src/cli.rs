@@ -50,7 +50,7 @@ where
         mgrp_rt::outln!("{}", config.summary().trim_end());
         return ExitCode::SUCCESS;
     }
-    if let Err(e) = mgrp_rt::logging::init(config.log_level, config.log_format) {
+    if let Err(e) = mgrp_service::logging::init(config.log_level, config.log_format) {
         eprintln!("mgrpd: {e}");
         return ExitCode::from(2);
     }

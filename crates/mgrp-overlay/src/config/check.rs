@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use mgrp_rt::settings::Invalid;
+use mgrp_service::settings::Invalid;
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]

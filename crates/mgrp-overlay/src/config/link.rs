@@ -11,7 +11,7 @@ use super::check::{ConfigError, invalid};
 use crate::measure::method::Gives;
 use crate::measure::registry::Method;
 use crate::measure::schedule::Timing;
-use mgrp_rt::settings::{check_name, duration};
+use mgrp_service::settings::{check_name, duration};
 
 /// The control port a node serves (and a link asks its neighbour on) MGRP measurements on.
 pub const DEFAULT_MGRP_PORT: u16 = DEFAULT_CONTROL_PORT;

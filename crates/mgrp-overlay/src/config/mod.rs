@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use pathload_rs::control::{DEFAULT_PROBE_PORT, Transport};
 use serde::Deserialize;
 
-use mgrp_rt::settings::{check_name, seconds};
+use mgrp_service::settings::{check_name, seconds};
 
 pub use self::check::ConfigError;
 use self::check::invalid;
@@ -339,7 +339,7 @@ impl Config {
         let token = match &f.token_file {
             None => None,
             Some(p) => {
-                let (p, t) = mgrp_rt::settings::read_token_file(p, dir)?;
+                let (p, t) = mgrp_service::settings::read_token_file(p, dir)?;
                 if t.len() < 16 {
                     return Err(invalid(format!(
                         "token-file: {} holds {} characters; use at least 16 (e.g. `openssl rand -hex 16`)",

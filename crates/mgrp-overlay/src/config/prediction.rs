@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::check::{ConfigError, invalid};
-use mgrp_rt::settings::duration;
+use mgrp_service::settings::duration;
 
 /// How the transfer-rate prediction per neighbour is made (`[btc]`).
 #[derive(Debug, Clone, PartialEq)]

@@ -37,7 +37,7 @@ impl ServerTls {
     /// owner may read).
     pub fn load(cert: &Path, key: &Path) -> Result<Self, String> {
         let certs = certificates(cert)?;
-        let key_text = mgrp_rt::secret::read_private(key, "TLS key file")?;
+        let key_text = mgrp_service::secret::read_private(key, "TLS key file")?;
         let private = PrivateKeyDer::from_pem_slice(key_text.as_bytes())
             .map_err(|e| format!("{}: {e} (a PEM private key)", key.display()))?;
         let config = rustls::ServerConfig::builder_with_provider(provider())

@@ -134,7 +134,7 @@ pub(super) const RULES: &[Rule] = &[
 pub(super) const PEER_RULES: &[PeerRule] = &[
     |p, s| match &p.name {
         Some(name) => {
-            mgrp_rt::settings::check_name("name", name).map_err(|e| e.0)?;
+            mgrp_service::settings::check_name("name", name).map_err(|e| e.0)?;
             match s
                 .peers
                 .iter()

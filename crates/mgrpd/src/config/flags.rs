@@ -10,7 +10,7 @@ use ipnet::IpNet;
 use mgrp_core::auth::Scheme;
 use mgrp_core::peers::Prefix;
 use mgrp_core::wire::Version;
-use mgrp_rt::logging::LogFormat;
+use mgrp_service::logging::LogFormat;
 
 use super::settings::{
     EncapArg, HoldModeArg, PackingArg, Settings, auth_scheme, parse_duration, parse_encap,

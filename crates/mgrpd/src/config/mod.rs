@@ -105,7 +105,7 @@ pub struct Config {
     /// Log level.
     pub log_level: tracing::Level,
     /// How log lines look.
-    pub log_format: mgrp_rt::logging::LogFormat,
+    pub log_format: mgrp_service::logging::LogFormat,
     /// Most probes in one train.
     pub max_probes_per_train: usize,
     /// Smallest gap between probes.

@@ -319,7 +319,7 @@ impl Keys {
 
 /// Reads a key file, which only its owner may read.
 fn read_key(path: &Path) -> Result<Key, ConfigError> {
-    let text = mgrp_rt::secret::read_private(path, "key file").map_err(bad)?;
+    let text = mgrp_service::secret::read_private(path, "key file").map_err(bad)?;
     text.parse()
         .map_err(|e| bad(format!("key file {}: {e}", path.display())))
 }

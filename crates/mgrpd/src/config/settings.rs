@@ -13,7 +13,7 @@ pub use mgrp_core::parse_duration;
 use mgrp_core::peers::Prefix;
 use mgrp_core::planner::Policy;
 use mgrp_core::wire::Version;
-use mgrp_rt::logging::LogFormat;
+use mgrp_service::logging::LogFormat;
 use serde::{Deserialize, Deserializer};
 
 /// The format version peers are sent unless told otherwise.

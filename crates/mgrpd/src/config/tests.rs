@@ -537,7 +537,7 @@ fn genkey_is_a_command_of_its_own() {
 
 #[test]
 fn log_lines_are_text_or_json() {
-    use mgrp_rt::logging::LogFormat;
+    use mgrp_service::logging::LogFormat;
     assert_eq!(Config::from_toml("").unwrap().log_format, LogFormat::Text);
     let c = Config::from_toml("log-format = \"json\"").unwrap();
     assert_eq!(c.log_format, LogFormat::Json);

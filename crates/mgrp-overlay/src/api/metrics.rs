@@ -1,6 +1,9 @@
 //! `/metrics`: the node's links for Prometheus, in base units (bytes, seconds), drawn
 //! fresh from the node's state at each scrape, in the text format or OpenMetrics as the
-//! scraper asks.
+//! scraper asks. As mgrpd's, the families are tables: `LINK_FAMILIES`, each with
+//! what it reads of a link, and `SERVE_FAMILIES`, what the node's sender counts per
+//! transport; beside them the node's start, build and links (`_info`), and route
+//! control's families.
 
 use std::sync::atomic::AtomicU64;
 
@@ -11,81 +14,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::state::shared::Shared;
-use mgrp_views::estimate::RunOutcome;
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct NodeLabels {
-    node: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ServeLabels {
-    node: String,
-    transport: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct InfoLabels {
-    node: String,
-    link: String,
-    transport: String,
-    method: String,
-    from: String,
-    /// The neighbour's name, empty unless the link's table gives one.
-    neighbour: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BuildLabels {
-    node: String,
-    version: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LinkLabels {
-    node: String,
-    link: String,
-    transport: String,
-    method: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BoundLabels {
-    node: String,
-    link: String,
-    transport: String,
-    method: String,
-    bound: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
-    node: String,
-    link: String,
-    transport: String,
-    method: String,
-    outcome: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct SourceLabels {
-    node: String,
-    link: String,
-    transport: String,
-    method: String,
-    source: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BtcLabels {
-    node: String,
-    link: String,
-    transport: String,
-    method: String,
-    /// `kernel`, `scaled-abw` or `mathis`.
-    predictor: &'static str,
-}
+use crate::state::shared::{Served, Shared};
+use mgrp_views::estimate::{Estimate, Loss, RunOutcome};
+use mgrp_views::link::{LinkState, LinkView};
+use mgrp_views::passive::PassiveTiming;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PathLabels {
@@ -229,320 +161,432 @@ fn register_routes(r: &mut Registry, node: &str, c: &mgrp_route::control::Contro
     }
 }
 
+/// Whether a family counts up or is a level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+/// A series' labels, in order: the node's (and the link's: `link`, `transport`,
+/// `method`), then the family's own.
+type Labels = Vec<(&'static str, String)>;
+
+/// What a family reads: each series' value of the family's own label (`""` for a
+/// family without one) and its value, in base units.
+type Values = Vec<(&'static str, f64)>;
+
+/// A link as the per-link families read it: its view, and how long its latest run
+/// took.
+struct LinkRead<'a> {
+    v: &'a LinkView,
+    last_duration_s: Option<f64>,
+}
+
+/// A family every link has a series in (or none, when the link has nothing to say).
+struct LinkFamily {
+    /// Its name, without `_total` for a counter.
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    /// Its own label beside the link's, if it has one.
+    label: Option<&'static str>,
+    read: fn(&LinkRead<'_>) -> Values,
+}
+
+/// A value without a label of the family's own, if there is one.
+fn one(x: Option<f64>) -> Values {
+    x.map(|x| ("", x)).into_iter().collect()
+}
+
+/// Bit/s as bytes a second.
+fn bytes(bps: f64) -> f64 {
+    bps / 8.0
+}
+
+/// The latest estimate's range by `bound`, in bytes a second: `low` and `high`.
+fn bounds(e: Option<&Estimate>, low_high: fn(&Estimate) -> (Option<f64>, Option<f64>)) -> Values {
+    let Some(e) = e else { return Vec::new() };
+    let (low, high) = low_high(e);
+    [("low", low), ("high", high)]
+        .into_iter()
+        .filter_map(|(b, x)| Some((b, bytes(x?))))
+        .collect()
+}
+
+/// The latest estimate's loss-episode figures (badabing links: no shape, a loss).
+fn loss<'a>(l: &LinkRead<'a>) -> Option<&'a Loss> {
+    l.v.latest
+        .as_ref()
+        .filter(|e| e.shape.is_none())
+        .and_then(|e| e.loss.as_ref())
+}
+
+/// The link's passive estimates by source, each with when it was made.
+fn passive(l: &LinkRead<'_>) -> Vec<(&'static str, f64, f64)> {
+    let Some(p) = &l.v.passive else {
+        return Vec::new();
+    };
+    let tcp = p.last.as_ref().and_then(|t| Some((t.bps?, t.at)));
+    let timing =
+        |f: fn(&PassiveTiming) -> Option<f64>| p.timing.as_ref().and_then(|t| Some((f(t)?, t.at)));
+    [
+        (crate::derive::passive::PASSIVE_TCP, tcp),
+        (
+            crate::derive::timing::PASSIVE_DISPERSION,
+            timing(|t| t.dispersion_bps),
+        ),
+        (
+            crate::derive::timing::PASSIVE_TREND,
+            timing(|t| t.trend_bps),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(source, x)| x.map(|(bps, at)| (source, bps, at)))
+    .collect()
+}
+
+/// Every per-link family, in the order served.
+const LINK_FAMILIES: &[LinkFamily] = &[
+    LinkFamily {
+        name: "mgrp_overlay_available_bandwidth_bytes_per_second",
+        kind: Kind::Gauge,
+        help: "Latest answer for the link's available bandwidth, less the application traffic that rode in the probes: bound low and high of a range, or low alone for a lower bound",
+        label: Some("bound"),
+        read: |l| bounds(l.v.latest.as_ref(), |e| (e.low_bps, e.high_bps)),
+    },
+    LinkFamily {
+        name: "mgrp_overlay_measured_bandwidth_bytes_per_second",
+        kind: Kind::Gauge,
+        help: "Latest answer as the probes measured it, riders included (bound low and high, or low alone for a lower bound)",
+        label: Some("bound"),
+        read: |l| {
+            bounds(l.v.latest.as_ref(), |e| {
+                (e.unadjusted_low_bps, e.unadjusted_high_bps)
+            })
+        },
+    },
+    LinkFamily {
+        name: "mgrp_overlay_estimate_lower_bound",
+        kind: Kind::Gauge,
+        help: "1 when the latest answer is a lower bound (the available bandwidth is above the highest rate the neighbour sends), 0 for a range",
+        label: None,
+        read: |l| {
+            one(l
+                .v
+                .latest
+                .as_ref()
+                .filter(|e| e.shape.is_none() && e.loss.is_none())
+                .map(|e| if e.lower_bound { 1.0 } else { 0.0 }))
+        },
+    },
+    LinkFamily {
+        name: "mgrp_overlay_estimate_timestamp_seconds",
+        kind: Kind::Gauge,
+        help: "Unix time the run of the latest answer ended (absent while the link has none)",
+        label: None,
+        read: |l| one(l.v.latest.as_ref().map(|e| e.ended_at)),
+    },
+    LinkFamily {
+        name: "mgrp_overlay_last_run_duration_seconds",
+        kind: Kind::Gauge,
+        help: "How long the link's latest run took, whatever its outcome",
+        label: None,
+        read: |l| one(l.last_duration_s),
+    },
+    LinkFamily {
+        name: "mgrp_overlay_runs",
+        kind: Kind::Counter,
+        help: "Runs of the link by outcome (estimate, lower_bound, limit, rate_unreachable, cross_traffic, sender_failed, busy, peer_down, error)",
+        label: Some("outcome"),
+        read: |l| {
+            RunOutcome::ALL
+                .iter()
+                .map(|&o| (o.name(), l.v.runs.get(o) as f64))
+                .collect()
+        },
+    },
+    LinkFamily {
+        name: "mgrp_overlay_probe_bytes",
+        kind: Kind::Counter,
+        help: "IP bytes of every probe the link's runs sent",
+        label: None,
+        read: |l| one(Some(l.v.probe_bytes as f64)),
+    },
+    LinkFamily {
+        name: "mgrp_overlay_riding_probe_bytes",
+        kind: Kind::Counter,
+        help: "IP bytes of the link's probes that carried application traffic",
+        label: None,
+        read: |l| one(Some(l.v.riding_probe_bytes as f64)),
+    },
+    LinkFamily {
+        name: "mgrp_overlay_loss_episode_frequency_ratio",
+        kind: Kind::Gauge,
+        help: "Latest share of time the link was in a loss episode (badabing), 0 to 1",
+        label: None,
+        read: |l| one(loss(l).map(|x| x.episode_frequency)),
+    },
+    LinkFamily {
+        name: "mgrp_overlay_loss_episode_duration_seconds",
+        kind: Kind::Gauge,
+        help: "Latest mean duration of the link's loss episodes (badabing; absent when none began or ended)",
+        label: None,
+        read: |l| one(loss(l).and_then(|x| x.episode_duration_s)),
+    },
+    LinkFamily {
+        name: "mgrp_overlay_loss_ratio",
+        kind: Kind::Gauge,
+        help: "Latest share of the link's probe packets lost (badabing), 0 to 1",
+        label: None,
+        read: |l| one(loss(l).map(|x| x.loss_rate)),
+    },
+    LinkFamily {
+        name: "mgrp_overlay_link_up",
+        kind: Kind::Gauge,
+        help: "0 while the link backs off from a neighbour that is down, else 1",
+        label: None,
+        read: |l| {
+            let down = l.v.peer_down && l.v.state == LinkState::BackingOff;
+            one(Some(if down { 0.0 } else { 1.0 }))
+        },
+    },
+    LinkFamily {
+        name: "mgrp_overlay_btc_bytes_per_second",
+        kind: Kind::Gauge,
+        help: "What a bulk TCP transfer from the link's neighbour gets, by each predictor the measurements allow: kernel (a running network-limited flow's delivery rate), scaled-abw (available bandwidth scaled by the squeezed-pair class), mathis (Reno-like bound from loss and round trip); the middle of its range",
+        label: Some("predictor"),
+        read: |l| {
+            l.v.prediction
+                .values
+                .iter()
+                .map(|x| (x.method.name(), bytes(x.bps)))
+                .collect()
+        },
+    },
+    LinkFamily {
+        name: "mgrp_overlay_btc_prediction_bytes_per_second",
+        kind: Kind::Gauge,
+        help: "The transfer-rate prediction to use for the link's neighbour, labelled with the predictor it comes from",
+        label: Some("predictor"),
+        read: |l| {
+            l.v.prediction
+                .prediction
+                .iter()
+                .map(|p| (p.method.name(), bytes(p.bps)))
+                .collect()
+        },
+    },
+    LinkFamily {
+        name: "mgrp_overlay_path_capacity_bytes_per_second",
+        kind: Kind::Gauge,
+        help: "The narrow link's capacity on the path from the link's neighbour, from btc-rs's packet bunches",
+        label: None,
+        read: |l| {
+            one(l
+                .v
+                .latest
+                .as_ref()
+                .and_then(|e| e.shape.as_ref())
+                .map(|s| bytes(s.capacity_bps)))
+        },
+    },
+    LinkFamily {
+        name: "mgrp_overlay_squeeze_score",
+        kind: Kind::Gauge,
+        help: "btc-rs's squeezed-pair score: above 0, queues form at the narrow link; below 0, at a faster link; 0 undecided",
+        label: None,
+        read: |l| {
+            one(l
+                .v
+                .latest
+                .as_ref()
+                .and_then(|e| e.shape.as_ref()?.score)
+                .map(f64::from))
+        },
+    },
+    LinkFamily {
+        name: "mgrp_overlay_passive_estimates",
+        kind: Kind::Counter,
+        help: "Passive estimates (from the applications' own TCP flows) recorded in place of the link's due runs",
+        label: None,
+        read: |l| one(l.v.passive.as_ref().map(|p| p.covered as f64)),
+    },
+    LinkFamily {
+        name: "mgrp_overlay_passive_coverage_ratio",
+        kind: Kind::Gauge,
+        help: "Share of the link's due runs a passive estimate stood in for, 0 to 1",
+        label: None,
+        read: |l| one(l.v.passive.as_ref().map(|p| p.coverage)),
+    },
+    LinkFamily {
+        name: "mgrp_overlay_passive_bytes_per_second",
+        kind: Kind::Gauge,
+        help: "The latest passive estimate of the path from the link's neighbour, by source: passive-tcp (its network-limited TCP flows' rate, from its kernel), passive-dispersion (back-to-back segments the path spread out: a bound from above), passive-trend (the rate separating steady streams with rising one-way delays from the others)",
+        label: Some("source"),
+        read: |l| {
+            passive(l)
+                .into_iter()
+                .map(|(s, bps, _)| (s, bytes(bps)))
+                .collect()
+        },
+    },
+    LinkFamily {
+        name: "mgrp_overlay_passive_timestamp_seconds",
+        kind: Kind::Gauge,
+        help: "Unix time of the neighbour's answer (passive-tcp) or the end of the window (timing sources) the passive estimate comes from",
+        label: Some("source"),
+        read: |l| passive(l).into_iter().map(|(s, _, at)| (s, at)).collect(),
+    },
+];
+
+/// A family of the node's sender, a series per transport served.
+struct ServeFamily {
+    /// Its name, without `_total` for a counter.
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    read: fn(&Served) -> u64,
+}
+
+/// Every family of the node's sender, in the order served.
+const SERVE_FAMILIES: &[ServeFamily] = &[
+    ServeFamily {
+        name: "mgrp_overlay_serve_measurements",
+        kind: Kind::Counter,
+        help: "Neighbours' measurements of the path from this node that ended, by the transport served (one refused or failing partway counts here too)",
+        read: |t| t.measurements,
+    },
+    ServeFamily {
+        name: "mgrp_overlay_serve_refusals",
+        kind: Kind::Counter,
+        help: "Receivers turned away or requests refused by this node's sender (not allowed, busy, over a budget or the session limit, an address not proven), by transport",
+        read: |t| t.refusals,
+    },
+    ServeFamily {
+        name: "mgrp_overlay_serve_failures",
+        kind: Kind::Counter,
+        help: "Neighbours' requests that failed on this node (mgrpd refused a train, a socket could not be opened), by transport",
+        read: |t| t.failures,
+    },
+    ServeFamily {
+        name: "mgrp_overlay_serve_requesters",
+        kind: Kind::Gauge,
+        help: "Distinct requesters (an IPv4 address, an IPv6 prefix of [serve] ipv6-prefix) whose measurements this node's sender started since the node did, by transport; counting stops at 16384",
+        read: |t| t.requesters,
+    },
+];
+
+/// A family registered, of either kind.
+enum Registered {
+    Counter(Family<Labels, Counter>),
+    Gauge(Family<Labels, GaugeF>),
+}
+
+impl Registered {
+    fn new(r: &mut Registry, name: &str, kind: Kind, help: &str) -> Self {
+        match kind {
+            Kind::Counter => {
+                let f = Family::<Labels, Counter>::default();
+                r.register(name, help, f.clone());
+                Self::Counter(f)
+            }
+            Kind::Gauge => {
+                let f = Family::<Labels, GaugeF>::default();
+                r.register(name, help, f.clone());
+                Self::Gauge(f)
+            }
+        }
+    }
+
+    fn set(&self, labels: &Labels, value: f64) {
+        match self {
+            // Counters are counts of bytes or runs, whole and below 2^53.
+            Self::Counter(f) => {
+                f.get_or_create(labels).inc_by(value as u64);
+            }
+            Self::Gauge(f) => {
+                f.get_or_create(labels).set(value);
+            }
+        }
+    }
+}
+
 /// The exposition of the node's metrics in `format`.
 pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
-    let mut r = Registry::default();
-    let started = Family::<NodeLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_start_time_seconds",
-        "Unix time this overlay node started",
-        started.clone(),
-    );
-    let info = Family::<InfoLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_link_info",
-        "1 for every configured link, with the neighbour it is measured from, whether or not it has an estimate",
-        info.clone(),
-    );
-    let available = Family::<BoundLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_available_bandwidth_bytes_per_second",
-        "Latest answer for the link's available bandwidth, less the application traffic that rode in the probes: bound low and high of a range, or low alone for a lower bound",
-        available.clone(),
-    );
-    let measured = Family::<BoundLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_measured_bandwidth_bytes_per_second",
-        "Latest answer as the probes measured it, riders included (bound low and high, or low alone for a lower bound)",
-        measured.clone(),
-    );
-    let lower = Family::<LinkLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_estimate_lower_bound",
-        "1 when the latest answer is a lower bound (the available bandwidth is above the highest rate the neighbour sends), 0 for a range",
-        lower.clone(),
-    );
-    let stamp = Family::<LinkLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_estimate_timestamp_seconds",
-        "Unix time the run of the latest answer ended (absent while the link has none)",
-        stamp.clone(),
-    );
-    let duration = Family::<LinkLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_last_run_duration_seconds",
-        "How long the link's latest run took, whatever its outcome",
-        duration.clone(),
-    );
-    let runs = Family::<OutcomeLabels, Counter>::default();
-    r.register(
-        "mgrp_overlay_runs",
-        "Runs of the link by outcome (estimate, lower_bound, limit, rate_unreachable, cross_traffic, sender_failed, busy, peer_down, error)",
-        runs.clone(),
-    );
-    let probe = Family::<LinkLabels, Counter>::default();
-    r.register(
-        "mgrp_overlay_probe_bytes",
-        "IP bytes of every probe the link's runs sent",
-        probe.clone(),
-    );
-    let riding = Family::<LinkLabels, Counter>::default();
-    r.register(
-        "mgrp_overlay_riding_probe_bytes",
-        "IP bytes of the link's probes that carried application traffic",
-        riding.clone(),
-    );
-    let episodes = Family::<LinkLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_loss_episode_frequency_ratio",
-        "Latest share of time the link was in a loss episode (badabing), 0 to 1",
-        episodes.clone(),
-    );
-    let episode_duration = Family::<LinkLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_loss_episode_duration_seconds",
-        "Latest mean duration of the link's loss episodes (badabing; absent when none began or ended)",
-        episode_duration.clone(),
-    );
-    let loss_rate = Family::<LinkLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_loss_ratio",
-        "Latest share of the link's probe packets lost (badabing), 0 to 1",
-        loss_rate.clone(),
-    );
-    let up = Family::<LinkLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_link_up",
-        "0 while the link backs off from a neighbour that is down, else 1",
-        up.clone(),
-    );
-    let btc = Family::<BtcLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_btc_bytes_per_second",
-        "What a bulk TCP transfer from the link's neighbour gets, by each predictor the measurements allow: kernel (a running network-limited flow's delivery rate), scaled-abw (available bandwidth scaled by the squeezed-pair class), mathis (Reno-like bound from loss and round trip); the middle of its range",
-        btc.clone(),
-    );
-    let predicted = Family::<BtcLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_btc_prediction_bytes_per_second",
-        "The transfer-rate prediction to use for the link's neighbour, labelled with the predictor it comes from",
-        predicted.clone(),
-    );
-    let capacity = Family::<LinkLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_path_capacity_bytes_per_second",
-        "The narrow link's capacity on the path from the link's neighbour, from btc-rs's packet bunches",
-        capacity.clone(),
-    );
-    let score = Family::<LinkLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_squeeze_score",
-        "btc-rs's squeezed-pair score: above 0, queues form at the narrow link; below 0, at a faster link; 0 undecided",
-        score.clone(),
-    );
-    let passive = Family::<LinkLabels, Counter>::default();
-    r.register(
-        "mgrp_overlay_passive_estimates",
-        "Passive estimates (from the applications' own TCP flows) recorded in place of the link's due runs",
-        passive.clone(),
-    );
-    let coverage = Family::<LinkLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_passive_coverage_ratio",
-        "Share of the link's due runs a passive estimate stood in for, 0 to 1",
-        coverage.clone(),
-    );
-    let passive_rate = Family::<SourceLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_passive_bytes_per_second",
-        "The latest passive estimate of the path from the link's neighbour, by source: passive-tcp (its network-limited TCP flows' rate, from its kernel), passive-dispersion (back-to-back segments the path spread out: a bound from above), passive-trend (the rate separating steady streams with rising one-way delays from the others)",
-        passive_rate.clone(),
-    );
-    let passive_stamp = Family::<SourceLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_passive_timestamp_seconds",
-        "Unix time of the neighbour's answer (passive-tcp) or the end of the window (timing sources) the passive estimate comes from",
-        passive_stamp.clone(),
-    );
-    let build = Family::<BuildLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_build_info",
-        "1, labelled with this overlay's version",
-        build.clone(),
-    );
     let node = s.config().name.clone();
-    started
-        .get_or_create(&NodeLabels { node: node.clone() })
-        .set(s.started_at());
-    build
-        .get_or_create(&BuildLabels {
-            node: node.clone(),
-            version: env!("CARGO_PKG_VERSION"),
-        })
-        .set(1.0);
-    let served = |r: &mut Registry, name: &str, help: &str| {
-        let f = Family::<ServeLabels, Counter>::default();
-        r.register(name, help, f.clone());
-        f
-    };
-    let measurements = served(
+    let mut r = Registry::default();
+    let started = Registered::new(
         &mut r,
-        "mgrp_overlay_serve_measurements",
-        "Neighbours' measurements of the path from this node that ended, by the transport served (one refused or failing partway counts here too)",
+        "mgrp_overlay_start_time_seconds",
+        Kind::Gauge,
+        "Unix time this overlay node started",
     );
-    let refusals = served(
+    started.set(&vec![("node", node.clone())], s.started_at());
+    let info = Registered::new(
         &mut r,
-        "mgrp_overlay_serve_refusals",
-        "Receivers turned away or requests refused by this node's sender (not allowed, busy, over a budget or the session limit, an address not proven), by transport",
+        "mgrp_overlay_link_info",
+        Kind::Gauge,
+        "1 for every configured link, with the neighbour it is measured from, whether or not it has an estimate",
     );
-    let failures = served(
-        &mut r,
-        "mgrp_overlay_serve_failures",
-        "Neighbours' requests that failed on this node (mgrpd refused a train, a socket could not be opened), by transport",
-    );
-    let requesters = Family::<ServeLabels, GaugeF>::default();
-    r.register(
-        "mgrp_overlay_serve_requesters",
-        "Distinct requesters (an IPv4 address, an IPv6 prefix of [serve] ipv6-prefix) whose measurements this node's sender started since the node did, by transport; counting stops at 16384",
-        requesters.clone(),
-    );
-    for (transport, t) in s.served() {
-        let l = ServeLabels {
-            node: node.clone(),
-            transport,
-        };
-        requesters.get_or_create(&l).set(t.requesters as f64);
-        measurements.get_or_create(&l).inc_by(t.measurements);
-        refusals.get_or_create(&l).inc_by(t.refusals);
-        failures.get_or_create(&l).inc_by(t.failures);
-    }
+    let links: Vec<_> = LINK_FAMILIES
+        .iter()
+        .map(|f| (f, Registered::new(&mut r, f.name, f.kind, f.help)))
+        .collect();
     for v in s.links() {
-        let l = LinkLabels {
-            node: node.clone(),
-            link: v.name.clone(),
-            transport: v.transport.clone(),
-            method: v.method.clone(),
+        let labels = vec![
+            ("node", node.clone()),
+            ("link", v.name.clone()),
+            ("transport", v.transport.clone()),
+            ("method", v.method.clone()),
+        ];
+        let neighbour = s
+            .config()
+            .links
+            .iter()
+            .find(|c| c.name == v.name)
+            .and_then(|c| c.neighbour.clone())
+            .unwrap_or_default();
+        let mut described = labels.clone();
+        described.extend([("from", v.from.clone()), ("neighbour", neighbour)]);
+        info.set(&described, 1.0);
+        let read = LinkRead {
+            v: &v,
+            last_duration_s: s
+                .history(&v.name, 1)
+                .and_then(|h| h.into_iter().next())
+                .map(|last| last.duration_s),
         };
-        info.get_or_create(&InfoLabels {
-            node: node.clone(),
-            link: v.name.clone(),
-            transport: v.transport.clone(),
-            method: v.method.clone(),
-            from: v.from.clone(),
-            neighbour: s
-                .config()
-                .links
-                .iter()
-                .find(|c| c.name == v.name)
-                .and_then(|c| c.neighbour.clone())
-                .unwrap_or_default(),
-        })
-        .set(1.0);
-        let bound = |b| BoundLabels {
-            node: node.clone(),
-            link: v.name.clone(),
-            transport: v.transport.clone(),
-            method: v.method.clone(),
-            bound: b,
-        };
-        if let Some(e) = &v.latest {
-            for (b, adj, raw) in [
-                ("low", e.low_bps, e.unadjusted_low_bps),
-                ("high", e.high_bps, e.unadjusted_high_bps),
-            ] {
-                if let Some(x) = adj {
-                    available.get_or_create(&bound(b)).set(x / 8.0);
+        for (f, family) in &links {
+            for (value_of_label, x) in (f.read)(&read) {
+                let mut l = labels.clone();
+                if let Some(name) = f.label {
+                    l.push((name, value_of_label.to_string()));
                 }
-                if let Some(x) = raw {
-                    measured.get_or_create(&bound(b)).set(x / 8.0);
-                }
-            }
-            if let Some(sh) = &e.shape {
-                capacity.get_or_create(&l).set(sh.capacity_bps / 8.0);
-                if let Some(x) = sh.score {
-                    score.get_or_create(&l).set(f64::from(x));
-                }
-            } else if let Some(loss) = &e.loss {
-                episodes.get_or_create(&l).set(loss.episode_frequency);
-                if let Some(d) = loss.episode_duration_s {
-                    episode_duration.get_or_create(&l).set(d);
-                }
-                loss_rate.get_or_create(&l).set(loss.loss_rate);
-            } else {
-                lower
-                    .get_or_create(&l)
-                    .set(if e.lower_bound { 1.0 } else { 0.0 });
-            }
-            stamp.get_or_create(&l).set(e.ended_at);
-        }
-        if let Some(last) = s.history(&v.name, 1).and_then(|h| h.into_iter().next()) {
-            duration.get_or_create(&l).set(last.duration_s);
-        }
-        for o in RunOutcome::ALL {
-            runs.get_or_create(&OutcomeLabels {
-                node: node.clone(),
-                link: v.name.clone(),
-                transport: v.transport.clone(),
-                method: v.method.clone(),
-                outcome: o.name(),
-            })
-            .inc_by(v.runs.get(o));
-        }
-        let by = |predictor| BtcLabels {
-            node: node.clone(),
-            link: v.name.clone(),
-            transport: v.transport.clone(),
-            method: v.method.clone(),
-            predictor,
-        };
-        for x in &v.prediction.values {
-            btc.get_or_create(&by(x.method.name())).set(x.bps / 8.0);
-        }
-        if let Some(p) = &v.prediction.prediction {
-            predicted
-                .get_or_create(&by(p.method.name()))
-                .set(p.bps / 8.0);
-        }
-        if let Some(p) = &v.passive {
-            passive.get_or_create(&l).inc_by(p.covered);
-            coverage.get_or_create(&l).set(p.coverage);
-            let by = |source| SourceLabels {
-                node: node.clone(),
-                link: v.name.clone(),
-                transport: v.transport.clone(),
-                method: v.method.clone(),
-                source,
-            };
-            let tcp = p.last.as_ref().and_then(|t| Some((t.bps?, t.at)));
-            let timing = |f: fn(&mgrp_views::passive::PassiveTiming) -> Option<f64>| {
-                p.timing.as_ref().and_then(|t| Some((f(t)?, t.at)))
-            };
-            for (source, estimate) in [
-                (crate::derive::passive::PASSIVE_TCP, tcp),
-                (
-                    crate::derive::timing::PASSIVE_DISPERSION,
-                    timing(|t| t.dispersion_bps),
-                ),
-                (
-                    crate::derive::timing::PASSIVE_TREND,
-                    timing(|t| t.trend_bps),
-                ),
-            ] {
-                if let Some((bps, at)) = estimate {
-                    passive_rate.get_or_create(&by(source)).set(bps / 8.0);
-                    passive_stamp.get_or_create(&by(source)).set(at);
-                }
+                family.set(&l, x);
             }
         }
-        probe.get_or_create(&l).inc_by(v.probe_bytes);
-        riding.get_or_create(&l).inc_by(v.riding_probe_bytes);
-        up.get_or_create(&l).set(
-            if v.peer_down && v.state == mgrp_views::link::LinkState::BackingOff {
-                0.0
-            } else {
-                1.0
-            },
-        );
+    }
+    let build = Registered::new(
+        &mut r,
+        "mgrp_overlay_build_info",
+        Kind::Gauge,
+        "1, labelled with this overlay's version",
+    );
+    build.set(
+        &vec![
+            ("node", node.clone()),
+            ("version", env!("CARGO_PKG_VERSION").to_string()),
+        ],
+        1.0,
+    );
+    let served = s.served();
+    for f in SERVE_FAMILIES {
+        let family = Registered::new(&mut r, f.name, f.kind, f.help);
+        for (transport, t) in &served {
+            let l = vec![("node", node.clone()), ("transport", transport.clone())];
+            family.set(&l, (f.read)(t) as f64);
+        }
     }
     if let Some(c) = s.routes() {
         register_routes(&mut r, &node, c);

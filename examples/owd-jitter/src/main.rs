@@ -211,8 +211,13 @@ fn seconds(ns: i64) -> f64 {
     ns as f64 / 1e9
 }
 
+/// A delay difference in words: microseconds below a millisecond, else milliseconds.
 fn ms(ns: i64) -> String {
-    format!("{:.3} ms", ns as f64 / 1e6)
+    if ns.abs() < 1_000_000 {
+        format!("{:.1} µs", ns as f64 / 1e3)
+    } else {
+        format!("{:.3} ms", ns as f64 / 1e6)
+    }
 }
 
 fn summary(j: &Jitter, rider_bytes: u64, transport: Transport) {
@@ -465,5 +470,11 @@ mod tests {
                 .contains("back to back")
         );
         assert!(parse(&["--size", "10"]).is_err());
+    }
+
+    #[test]
+    fn small_differences_read_in_microseconds() {
+        assert_eq!(ms(1_500), "1.5 µs");
+        assert_eq!(ms(2_345_678), "2.346 ms");
     }
 }

@@ -132,7 +132,7 @@ impl FromStr for Key {
     }
 }
 
-fn hex(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn hex(s: &str) -> Option<Vec<u8>> {
     let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
     s.as_bytes()
         .chunks(2)
@@ -140,7 +140,7 @@ fn hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-fn base64(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn base64(s: &str) -> Option<Vec<u8>> {
     let value = |c: u8| match c {
         b'A'..=b'Z' => Some(c - b'A'),
         b'a'..=b'z' => Some(c - b'a' + 26),

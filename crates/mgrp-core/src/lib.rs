@@ -41,6 +41,7 @@ pub mod endpoint;
 pub mod exposition;
 pub mod heartbeat;
 pub mod ip;
+pub mod pair;
 pub mod path;
 pub mod peers;
 pub mod planner;

@@ -26,17 +26,10 @@ where
             };
         }
     };
-    if let Some(config::Command::Genkey) = cli.command {
-        return match genkey() {
-            Ok(key) => {
-                mgrp_rt::outln!("{}", key.to_hex());
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("mgrpd: cannot read random bytes from /dev/urandom: {e}");
-                ExitCode::FAILURE
-            }
-        };
+    match cli.command {
+        Some(config::Command::Genkey { private }) => return genkey(private),
+        Some(config::Command::Pubkey) => return pubkey(),
+        None => {}
     }
     let config = match Config::load(&cli) {
         Ok(c) => c,
@@ -63,10 +56,54 @@ where
     }
 }
 
-/// A new random key (`mgrpd genkey > FILE; chmod 600 FILE`).
-fn genkey() -> std::io::Result<mgrp_core::auth::Key> {
+/// 32 random bytes.
+fn random_bytes() -> std::io::Result<[u8; mgrp_core::auth::KEY_LEN]> {
     use std::io::Read as _;
     let mut bytes = [0u8; mgrp_core::auth::KEY_LEN];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(mgrp_core::auth::Key::from_bytes(bytes))
+    Ok(bytes)
+}
+
+/// `mgrpd genkey [--private]`: prints a new random key (`mgrpd genkey > FILE; chmod
+/// 600 FILE`), or a new private key of a key pair.
+fn genkey(private: bool) -> std::process::ExitCode {
+    match random_bytes() {
+        Ok(bytes) if private => {
+            mgrp_rt::outln!(
+                "{}",
+                mgrp_core::pair::PrivateKey::from_bytes(bytes).to_hex()
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Ok(bytes) => {
+            mgrp_rt::outln!("{}", mgrp_core::auth::Key::from_bytes(bytes).to_hex());
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("mgrpd: cannot read random bytes from /dev/urandom: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `mgrpd pubkey`: the public key of the private key on standard input.
+fn pubkey() -> std::process::ExitCode {
+    use std::io::Read as _;
+    let mut text = String::new();
+    if let Err(e) = std::io::stdin().take(4096).read_to_string(&mut text) {
+        eprintln!("mgrpd: cannot read a private key on standard input: {e}");
+        return std::process::ExitCode::from(2);
+    }
+    match text.parse::<mgrp_core::pair::PrivateKey>() {
+        Ok(key) => {
+            mgrp_rt::outln!("{}", key.public());
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!(
+                "mgrpd: standard input holds no private key: {e} (give the file: `mgrpd pubkey < FILE`)"
+            );
+            std::process::ExitCode::from(2)
+        }
+    }
 }

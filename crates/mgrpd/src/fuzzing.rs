@@ -66,6 +66,7 @@ fn config(me: IpAddr, peers: &[(IpAddr, &str)]) -> Config {
                 next: None,
             },
         )],
+        derived: Vec::new(),
     };
     for p in &mut c.udp.peers {
         p.roams = p.prefix.addr() == ROAMING_PEER;

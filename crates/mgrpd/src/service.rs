@@ -374,7 +374,7 @@ fn warn_about_keys(config: &Config) {
             .find(|p| !p.prefix.addr().is_loopback());
         if let Some(p) = exposed {
             warn!(
-                "no key: any host that can send IP packets with peer {}'s address (or another peer's) can write packets into this host through the tunnel, deliver forged probes to its tools, and, over UDP, be taken for the peer; give every peer a key (`mgrpd genkey`, key-file)",
+                "no key: any host that can send IP packets with peer {}'s address (or another peer's) can write packets into this host through the tunnel, deliver forged probes to its tools, and, over UDP, be taken for the peer; give every peer a key (public-key with this host's private-key-file, or key-file: `mgrpd genkey`)",
                 p.prefix
             );
         }

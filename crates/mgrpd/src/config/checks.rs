@@ -122,6 +122,13 @@ pub(super) const RULES: &[Rule] = &[
         true => Err("next-key-file is the second key of a rotation: give key-file too".into()),
         false => Ok(()),
     },
+    |s| match s.next_private_key_file.is_some() && s.private_key_file.is_none() {
+        true => Err(
+            "next-private-key-file is the second key of a rotation: give private-key-file too"
+                .into(),
+        ),
+        false => Ok(()),
+    },
     |s| {
         match any_udp(s) && s.route_on_demand == Some(true) {
         true => Err("route-on-demand cannot be used with UDP peers: their traffic reaches them only through the tunnel, so their routes must stay; drop route-on-demand".into()),
@@ -149,6 +156,19 @@ pub(super) const PEER_RULES: &[PeerRule] = &[
     },
     |p, _| match p.next_key_file.is_some() && p.key_file.is_none() {
         true => Err("next-key-file is the second key of a rotation: give key-file too".into()),
+        false => Ok(()),
+    },
+    |p, _| {
+        match (&p.key_file, &p.public_key, &p.next_key_file) {
+        (Some(_), Some(_), _) => Err("key-file and public-key both give the peer's key: keep one (public-key derives it, so no secret is copied)".into()),
+        (_, Some(_), Some(_)) => Err("next-key-file goes with key-file; with public-key, the peer's other public key is next-public-key".into()),
+        _ => Ok(()),
+    }
+    },
+    |p, _| match p.next_public_key.is_some() && p.public_key.is_none() {
+        true => Err(
+            "next-public-key is the other key of the peer's rotation: give public-key too".into(),
+        ),
         false => Ok(()),
     },
     |p, _| match p.source {

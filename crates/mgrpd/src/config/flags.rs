@@ -185,6 +185,16 @@ pub struct Cli {
     /// rotation (see the guide). SIGHUP re-reads every key file.
     #[arg(long, value_name = "FILE")]
     pub next_key_file: Option<PathBuf>,
+    /// This host's own private key (file mode 0600; make one with `mgrpd genkey
+    /// --private`, and give its public key, `mgrpd pubkey`, to the peers): the key
+    /// with each peer whose [[peers]] table has a public-key is derived from the two,
+    /// so no secret is copied between hosts.
+    #[arg(long, value_name = "FILE")]
+    pub private_key_file: Option<PathBuf>,
+    /// The other private key of a key-pair rotation: keys derived from it open
+    /// packets but seal none (see the guide).
+    #[arg(long, value_name = "FILE")]
+    pub next_private_key_file: Option<PathBuf>,
     /// How tags are computed: 3 binds each packet to its direction (who sealed it,
     /// for whom), so a reflected packet is refused, and names its key by an index, so
     /// a packet costs one key lookup; 2 (no index) and 1 (no direction: a reflected
@@ -249,6 +259,8 @@ impl Cli {
             s.log_format => (log_format),
             s.key_file => Some(key_file),
             s.next_key_file => Some(next_key_file),
+            s.private_key_file => Some(private_key_file),
+            s.next_private_key_file => Some(next_private_key_file),
             s.auth => (auth),
             s.auth_accept => Some(auth_accept),
             s.state_dir => (state_dir),
@@ -285,8 +297,17 @@ impl Cli {
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Command {
     /// Print a new random key for --key-file (32 bytes as hex) and exit:
-    /// `mgrpd genkey > FILE && chmod 600 FILE`, then copy FILE to the peers.
-    Genkey,
+    /// `mgrpd genkey > FILE && chmod 600 FILE`, then copy FILE to the peers. With
+    /// --private, a private key for --private-key-file instead, which stays on this
+    /// host: `(umask 077; mgrpd genkey --private > FILE)`.
+    Genkey {
+        /// Print a private key of a key pair (X25519) instead of a shared key.
+        #[arg(long)]
+        private: bool,
+    },
+    /// Read a private key on standard input and print its public key, for the peers'
+    /// public-key: `mgrpd pubkey < FILE`.
+    Pubkey,
 }
 
 fn parse_auth(s: &str) -> Result<Scheme, String> {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mgrp_core::auth::Key;
+use mgrp_core::pair::{PrivateKey, PublicKey};
 use mgrp_core::peers::{Peer, Peers, Prefix};
 use mgrp_core::planner::{Encap, EncapTable};
 
@@ -49,6 +50,7 @@ pub(super) fn build(s: &Settings) -> Result<PeerTables, ConfigError> {
                 None => None,
             },
             per_peer: Vec::new(),
+            derived: Vec::new(),
         },
         encap: EncapTable {
             default: encap_of(s.encap),
@@ -74,10 +76,18 @@ pub(super) fn build(s: &Settings) -> Result<PeerTables, ConfigError> {
     for p in &s.peer_prefixes {
         t.peers.add_peer(Peer::new(*p));
     }
+    let own = OwnKeys::read(s)?;
     for p in &s.peers {
         if let Some(path) = &p.key_file {
             let key = read_peer_key(path, p.next_key_file.as_ref())?;
             t.keys.per_peer.push((p.prefix, key));
+        }
+        if let Some(public) = &p.public_key {
+            let key = own
+                .derive(public, p.next_public_key.as_ref())
+                .map_err(|e| bad(format!("peer {}: {e}", p.prefix)))?;
+            t.keys.per_peer.push((p.prefix, key));
+            t.keys.derived.push(p.prefix);
         }
         if let Some(e) = p.encap {
             t.encap.per_peer.push((p.prefix, encap_of(e)));
@@ -97,7 +107,7 @@ pub(super) fn build(s: &Settings) -> Result<PeerTables, ConfigError> {
                 },
                 endpoint: p.endpoint,
                 keepalive: p.keepalive,
-                roams: p.key_file.is_some() && p.single(),
+                roams: (p.key_file.is_some() || p.public_key.is_some()) && p.single(),
             });
         }
         if let Some(name) = &p.device {
@@ -133,7 +143,7 @@ impl PeerTables {
                 .find(|p| keys.key_for(p.prefix.addr()).is_none())
             {
                 return Err(bad(format!(
-                    "peer {} has no key while others do; give every peer a key (key-file in its [[peers]] table, or --key-file for all)",
+                    "peer {} has no key while others do; give every peer a key (public-key or key-file in its [[peers]] table, or --key-file for all)",
                     p.prefix
                 )));
             }
@@ -291,6 +301,8 @@ pub struct Keys {
     pub default: Option<PeerKey>,
     /// Keys of `[[peers]]` tables.
     pub per_peer: Vec<(Prefix, PeerKey)>,
+    /// The `[[peers]]` tables whose key is derived from their public key.
+    pub derived: Vec<Prefix>,
 }
 
 impl Keys {
@@ -322,6 +334,54 @@ fn read_key(path: &Path) -> Result<Key, ConfigError> {
     let text = mgrp_service::secret::read_private(path, "key file").map_err(bad)?;
     text.parse()
         .map_err(|e| bad(format!("key file {}: {e}", path.display())))
+}
+
+/// This host's own private keys (`private-key-file`, `next-private-key-file`).
+struct OwnKeys {
+    private: Option<PrivateKey>,
+    next: Option<PrivateKey>,
+}
+
+impl OwnKeys {
+    fn read(s: &Settings) -> Result<Self, ConfigError> {
+        let read = |path: &Path| -> Result<PrivateKey, ConfigError> {
+            let text = mgrp_service::secret::read_private(path, "private key file").map_err(bad)?;
+            text.parse()
+                .map_err(|e| bad(format!("private key file {}: {e}", path.display())))
+        };
+        Ok(Self {
+            private: s.private_key_file.as_deref().map(read).transpose()?,
+            next: s.next_private_key_file.as_deref().map(read).transpose()?,
+        })
+    }
+
+    /// The key with the peer whose public key is `public` (and, in its rotation,
+    /// `next_public`): derived from this host's private key; the next key, which opens
+    /// only, from the other key of whichever end is rotating.
+    fn derive(
+        &self,
+        public: &PublicKey,
+        next_public: Option<&PublicKey>,
+    ) -> Result<PeerKey, String> {
+        let Some(private) = &self.private else {
+            return Err("public-key needs this host's own private key: give private-key-file (made with `mgrpd genkey --private`)".into());
+        };
+        let pair = |mine: &PrivateKey, theirs: &PublicKey| {
+            mgrp_core::pair::pair_key(mine, theirs).map_err(|e| e.to_string())
+        };
+        let next = match (&self.next, next_public) {
+            (None, None) => None,
+            (Some(mine), None) => Some(pair(mine, public)?),
+            (None, Some(theirs)) => Some(pair(private, theirs)?),
+            (Some(_), Some(_)) => {
+                return Err("next-public-key while this host has a next-private-key-file: one end rotates its key pair at a time".into());
+            }
+        };
+        Ok(PeerKey {
+            key: pair(private, public)?,
+            next,
+        })
+    }
 }
 
 /// Reads a key file and, if named, the next key's.

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use mgrp_core::auth::Scheme;
+use mgrp_core::pair::PublicKey;
 pub use mgrp_core::parse_duration;
 use mgrp_core::peers::Prefix;
 use mgrp_core::planner::Policy;
@@ -75,6 +76,12 @@ pub(crate) struct Settings {
     pub(crate) source: Vec<IpAddr>,
     pub(crate) key_file: Option<PathBuf>,
     pub(crate) next_key_file: Option<PathBuf>,
+    /// This host's own private key, for the keys it derives with each peer that has a
+    /// `public-key`.
+    pub(crate) private_key_file: Option<PathBuf>,
+    /// The other private key of this host's key-pair rotation: keys derived from it
+    /// open packets but seal none.
+    pub(crate) next_private_key_file: Option<PathBuf>,
     #[serde(deserialize_with = "de_auth")]
     pub(crate) auth: Scheme,
     #[serde(deserialize_with = "de_opt_auth")]
@@ -123,6 +130,8 @@ impl Default for Settings {
             source: Vec::new(),
             key_file: None,
             next_key_file: None,
+            private_key_file: None,
+            next_private_key_file: None,
             auth: Scheme::default(),
             auth_accept: None,
             state_dir: PathBuf::from("/var/lib/mgrp"),
@@ -229,6 +238,12 @@ pub(crate) struct PeerSettings {
     pub(crate) allowed_sources: Vec<Prefix>,
     pub(crate) key_file: Option<PathBuf>,
     pub(crate) next_key_file: Option<PathBuf>,
+    /// The peer's public key: the key with it is derived from this host's private key.
+    #[serde(default, deserialize_with = "de_opt_public_key")]
+    pub(crate) public_key: Option<PublicKey>,
+    /// The peer's other public key during its key-pair rotation (opens only).
+    #[serde(default, deserialize_with = "de_opt_public_key")]
+    pub(crate) next_public_key: Option<PublicKey>,
     #[serde(default, deserialize_with = "de_opt_encap")]
     pub(crate) encap: Option<EncapArg>,
     pub(crate) endpoint: Option<SocketAddr>,
@@ -315,6 +330,13 @@ where
 {
     String::deserialize(d)?
         .parse()
+        .map_err(serde::de::Error::custom)
+}
+
+fn de_opt_public_key<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PublicKey>, D::Error> {
+    String::deserialize(d)?
+        .parse()
+        .map(Some)
         .map_err(serde::de::Error::custom)
 }
 

@@ -174,7 +174,9 @@ impl Config {
                 }
             }
             if let Some(k) = self.keys.key_for(ip) {
-                let whose = if self.keys.own_key(ip) {
+                let whose = if self.keys.derived.iter().any(|p| p.contains(ip)) {
+                    "its own, derived from its public key"
+                } else if self.keys.own_key(ip) {
                     "its own"
                 } else {
                     "the shared one"

@@ -527,7 +527,17 @@ fn the_summary_says_what_is_in_force_and_shows_no_key() {
 fn genkey_is_a_command_of_its_own() {
     use clap::CommandFactory as _;
     let cli = Cli::try_parse_from(["mgrpd", "genkey"]).unwrap();
-    assert!(matches!(cli.command, Some(Command::Genkey)));
+    assert!(matches!(
+        cli.command,
+        Some(Command::Genkey { private: false })
+    ));
+    let cli = Cli::try_parse_from(["mgrpd", "genkey", "--private"]).unwrap();
+    assert!(matches!(
+        cli.command,
+        Some(Command::Genkey { private: true })
+    ));
+    let cli = Cli::try_parse_from(["mgrpd", "pubkey"]).unwrap();
+    assert!(matches!(cli.command, Some(Command::Pubkey)));
     assert!(Cli::try_parse_from(["mgrpd"]).unwrap().command.is_none());
     // It runs no daemon, so daemon flags beside it are refused, not ignored.
     assert!(Cli::try_parse_from(["mgrpd", "--tun", "m1", "genkey"]).is_err());
@@ -627,5 +637,119 @@ fn the_guide_and_the_example_quote_the_pacers_numbers() {
             example.contains(&said),
             "mgrpd.example.toml does not say {said:?}"
         );
+    }
+}
+
+/// A private file holding `text`, removed when dropped.
+struct PrivateFile(PathBuf);
+
+impl PrivateFile {
+    fn new(name: &str, text: &str) -> Self {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path =
+            std::env::temp_dir().join(format!("mgrpd-pair-{}-{name}.key", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        Self(path)
+    }
+}
+
+impl Drop for PrivateFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn a_peers_key_is_derived_from_its_public_key_and_this_hosts_private_one() {
+    use mgrp_core::pair::{PrivateKey, pair_key};
+    let (a, b, c) = (
+        PrivateKey::from_bytes([1; 32]),
+        PrivateKey::from_bytes([2; 32]),
+        PrivateKey::from_bytes([3; 32]),
+    );
+    let (a_file, a_next_file) = (
+        PrivateFile::new("a", &a.to_hex()),
+        PrivateFile::new("a-next", &c.to_hex()),
+    );
+    let peer = |extra: &str| {
+        format!(
+            "private-key-file = \"{}\"\n{extra}\n[[peers]]\nprefix = \"10.0.0.2/32\"\npublic-key = \"{}\"\n",
+            a_file.0.display(),
+            b.public()
+        )
+    };
+    let ip: IpAddr = "10.0.0.2".parse().unwrap();
+    // A's key with B is B's key with A, and no file holds it.
+    let cfg = Config::from_toml(&peer("")).unwrap();
+    let k = cfg.keys.key_for(ip).unwrap();
+    assert_eq!(k.key, pair_key(&b, &a.public()).unwrap());
+    assert!(k.next.is_none());
+    let summary = cfg.summary();
+    assert!(summary.contains("derived from its public key"), "{summary}");
+    assert!(!summary.contains(&k.key.to_hex()), "{summary}");
+    // A rotates to the pair of C's private key: B's packets sealed for A's next
+    // public key open too, and A still seals with the key in force.
+    let next = format!("next-private-key-file = \"{}\"", a_next_file.0.display());
+    let k = Config::from_toml(&peer(&next))
+        .unwrap()
+        .keys
+        .key_for(ip)
+        .unwrap()
+        .clone();
+    assert_eq!(k.key, pair_key(&a, &b.public()).unwrap());
+    assert_eq!(k.next, Some(pair_key(&b, &c.public()).unwrap()));
+    // B rotates: its next public key gives the next key.
+    let text = format!("{}next-public-key = \"{}\"\n", peer(""), c.public());
+    let k = Config::from_toml(&text)
+        .unwrap()
+        .keys
+        .key_for(ip)
+        .unwrap()
+        .clone();
+    assert_eq!(k.next, Some(pair_key(&a, &c.public()).unwrap()));
+    // What cannot work is refused, saying why.
+    for (text, says) in [
+        (
+            format!("{}next-public-key = \"{}\"\n", peer(&next), c.public()),
+            "one end rotates its key pair at a time",
+        ),
+        (
+            format!("{}key-file = \"{}\"\n", peer(""), a_file.0.display()),
+            "key-file and public-key both",
+        ),
+        (
+            format!(
+                "[[peers]]\nprefix = \"10.0.0.2/32\"\npublic-key = \"{}\"\n",
+                b.public()
+            ),
+            "give private-key-file",
+        ),
+        (
+            format!(
+                "private-key-file = \"{}\"\n[[peers]]\nprefix = \"10.0.0.2/32\"\npublic-key = \"{}\"\n",
+                a_file.0.display(),
+                a.public()
+            ),
+            "this host's own",
+        ),
+        (
+            "[[peers]]\nprefix = \"10.0.0.2/32\"\npublic-key = \"12ab\"\n".to_string(),
+            "64 hex digits",
+        ),
+        (
+            format!(
+                "[[peers]]\nprefix = \"10.0.0.2/32\"\nnext-public-key = \"{}\"\n",
+                b.public()
+            ),
+            "give public-key too",
+        ),
+        (
+            format!("next-private-key-file = \"{}\"\n", a_next_file.0.display()),
+            "give private-key-file too",
+        ),
+    ] {
+        let e = Config::from_toml(&text).unwrap_err().to_string();
+        assert!(e.contains(says), "{text}: {e}");
     }
 }

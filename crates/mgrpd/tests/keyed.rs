@@ -499,62 +499,46 @@ fn a_killed_daemon_moves_no_roaming_peer_for_a_replay() {
     }
 }
 
-/// Writes a daemon configuration: a route to `peer`, the key in `key`, and the
-/// next key of a rotation in `next` if given.
-fn keyed_config(file: &TempFile, peer: Ipv4Addr, key: &TempFile, next: Option<&TempFile>) {
+/// A daemon configuration: a route to `peer`, the key in `key`, and the next key of a
+/// rotation in `next` if given.
+fn keyed_config(peer: Ipv4Addr, key: &TempFile, next: Option<&TempFile>) -> String {
     let mut text = format!("routes = [\"{peer}/32\"]\nkey-file = \"{}\"\n", key.arg());
     if let Some(n) = next {
         text.push_str(&format!("next-key-file = \"{}\"\n", n.arg()));
     }
-    file.rewrite(&text);
+    text
 }
 
-/// The guide's rotation, under a TCP transfer that rides trains: every daemon takes
-/// the new key as its next key (SIGHUP), then seals with it and keeps the old one as
-/// next, then drops the old one. Each step reaches the daemons one after the other,
-/// as an operator's would. The transfer arrives byte for byte and no packet is
-/// refused on the way.
-#[test]
-fn a_key_rotation_under_a_running_transfer_loses_nothing() {
-    let _serial = serial();
-    if !root_or_skip("key_rotation") {
-        return;
-    }
-    let (old, new) = (
-        TempFile::key(&Key::from_bytes([0x61; 32])),
-        TempFile::key(&Key::from_bytes([0x62; 32])),
-    );
+/// Runs a TCP transfer from A to B that rides trains while the daemons' configurations
+/// go through `steps` (A's text, B's text), each step reaching the daemons one after
+/// the other (A, then B) with a SIGHUP, as an operator's would. The transfer must
+/// arrive byte for byte, outlast the steps, and no packet be refused on the way.
+fn rotation_under_a_transfer(name: &str, start: &(String, String), steps: &[(String, String)]) {
     // A 50 Mbit/s bottleneck keeps the transfer running through every step.
     let net = TwoHosts::new(&TwoHostOptions {
         bottleneck: Some(("50mbit".into(), "64kb".into())),
         router: false,
     })
     .expect("topology");
-    let (ca, cb) = (TempFile::config(""), TempFile::config(""));
-    keyed_config(&ca, ADDR_B, &old, None);
-    keyed_config(&cb, ADDR_A, &old, None);
+    let (ca, cb) = (TempFile::config(&start.0), TempFile::config(&start.1));
     let a = Daemon::start(&net.a, mgrpd(), &["--config", &ca.arg()]).expect("mgrpd on A");
     let b = Daemon::start(&net.b, mgrpd(), &["--config", &cb.arg()]).expect("mgrpd on B");
     let stop = Arc::new(AtomicBool::new(false));
-    let trains = trains_every(
-        &a,
-        IpAddr::V4(ADDR_B),
-        stop.clone(),
-        Duration::from_millis(5),
-    );
+    // Trains both ways, so that each daemon opens the other's packets (the transfer's
+    // acknowledgements ride back) at every step.
+    let trains = [(&a, ADDR_B), (&b, ADDR_A)]
+        .map(|(d, to)| trains_every(d, IpAddr::V4(to), stop.clone(), Duration::from_millis(5)));
     let bytes = 16 << 20;
     let listener = tcp_listen(&net.b, IpAddr::V4(ADDR_B), 5471).expect("listen");
     let hup = |d: &Daemon| d.process.signal(libc::SIGHUP);
-    // (key-file, next-key-file) at each step.
-    let steps = [(&old, Some(&new)), (&new, Some(&old)), (&new, None)];
     let (t, rotated) = std::thread::scope(|scope| {
         let rotation = scope.spawn(|| {
-            for (key, next) in steps {
+            for (at_a, at_b) in steps {
                 std::thread::sleep(Duration::from_millis(250));
-                keyed_config(&ca, ADDR_B, key, next);
+                ca.rewrite(at_a);
                 hup(&a);
                 std::thread::sleep(Duration::from_millis(250));
-                keyed_config(&cb, ADDR_A, key, next);
+                cb.rewrite(at_b);
                 hup(&b);
             }
             Instant::now()
@@ -563,13 +547,13 @@ fn a_key_rotation_under_a_running_transfer_loses_nothing() {
         (t, (rotation.join().unwrap(), Instant::now()))
     });
     stop.store(true, Ordering::Relaxed);
-    let n = trains.join().unwrap();
+    let n = trains.map(|t| t.join().unwrap());
     let t = t.expect("the transfer");
-    assert!(t.intact && t.received == bytes, "{t:?}");
+    assert!(t.intact && t.received == bytes, "{name}: {t:?}");
     let (rotation_done, transfer_done) = rotated;
     assert!(
         rotation_done < transfer_done,
-        "the transfer ended before the rotation did: the test proves nothing; {t:?}"
+        "{name}: the transfer ended before the rotation did: the test proves nothing; {t:?}"
     );
     for (who, d) in [("A", &a), ("B", &b)] {
         let s = d.quiescent_stats().unwrap();
@@ -581,16 +565,115 @@ fn a_key_rotation_under_a_running_transfer_loses_nothing() {
                 s.daemon.mgrp_reflected,
             ),
             (0, 0, 0, 0),
-            "{who}: {s:#?}"
+            "{name}, {who}: {s:#?}"
         );
         let log = d.process.log();
-        assert_eq!(log.matches("keys reloaded").count(), 3, "{who}: {log}");
+        assert_eq!(
+            log.matches("keys reloaded").count(),
+            steps.len(),
+            "{name}, {who}: {log}"
+        );
     }
-    let sb = b.quiescent_stats().unwrap();
-    assert!(sb.daemon.riders_delivered > 0, "nothing rode: {sb:#?}");
+    let (sa, sb) = (a.quiescent_stats().unwrap(), b.quiescent_stats().unwrap());
+    assert!(
+        sb.daemon.riders_delivered > 0,
+        "{name}: nothing rode to B: {sb:#?}"
+    );
+    assert!(
+        sa.daemon.riders_delivered > 0,
+        "{name}: no acknowledgement rode back to A: {sa:#?}"
+    );
     eprintln!(
-        "rotation: {bytes} B in {:.1} s beside {n} trains, {} riders delivered at B",
-        t.seconds, sb.daemon.riders_delivered
+        "{name}: {bytes} B in {:.1} s beside {n:?} trains (A to B, B to A), {} riders delivered at B, {} at A",
+        t.seconds, sb.daemon.riders_delivered, sa.daemon.riders_delivered
+    );
+}
+
+/// The guide's rotation of a shared key, under a TCP transfer that rides trains: every
+/// daemon takes the new key as its next key, then seals with it and keeps the old one
+/// as next, then drops the old one.
+#[test]
+fn a_key_rotation_under_a_running_transfer_loses_nothing() {
+    let _serial = serial();
+    if !root_or_skip("key_rotation") {
+        return;
+    }
+    let (old, new) = (
+        TempFile::key(&Key::from_bytes([0x61; 32])),
+        TempFile::key(&Key::from_bytes([0x62; 32])),
+    );
+    let both = |key, next| {
+        (
+            keyed_config(ADDR_B, key, next),
+            keyed_config(ADDR_A, key, next),
+        )
+    };
+    // (key-file, next-key-file) at each step.
+    let steps = [
+        both(&old, Some(&new)),
+        both(&new, Some(&old)),
+        both(&new, None),
+    ];
+    rotation_under_a_transfer("rotation", &both(&old, None), &steps);
+}
+
+/// Keys from key pairs, no secret copied between the hosts: each daemon holds its own
+/// private key and names the other by its public key. Then the guide's rotation of A's
+/// key pair under a running transfer: A adds its new private key as its next one and
+/// B A's new public key as the next one; A seals with the new pair (the old one next)
+/// and B takes the new public key (the old one next); then both drop the old.
+#[test]
+fn a_key_pair_rotation_under_a_running_transfer_loses_nothing() {
+    use mgrp_core::pair::{PrivateKey, PublicKey};
+    let _serial = serial();
+    if !root_or_skip("key_pair_rotation") {
+        return;
+    }
+    let private = |b: u8| PrivateKey::from_bytes([b; 32]);
+    let (a_old, a_new, b_own) = (private(0x71), private(0x72), private(0x73));
+    let files = [&a_old, &a_new, &b_own].map(|k| TempFile::secret(&k.to_hex()));
+    let [a_old_file, a_new_file, b_file] = &files;
+    let at_a = |key: &TempFile, next: Option<&TempFile>| {
+        let mut text = format!(
+            "routes = [\"{ADDR_B}/32\"]\nprivate-key-file = \"{}\"\n",
+            key.arg()
+        );
+        if let Some(n) = next {
+            text.push_str(&format!("next-private-key-file = \"{}\"\n", n.arg()));
+        }
+        text.push_str(&format!(
+            "[[peers]]\nprefix = \"{ADDR_B}/32\"\npublic-key = \"{}\"\n",
+            b_own.public()
+        ));
+        text
+    };
+    let at_b = |public: PublicKey, next: Option<PublicKey>| {
+        let mut text = format!(
+            "routes = [\"{ADDR_A}/32\"]\nprivate-key-file = \"{}\"\n\
+             [[peers]]\nprefix = \"{ADDR_A}/32\"\npublic-key = \"{public}\"\n",
+            b_file.arg()
+        );
+        if let Some(n) = next {
+            text.push_str(&format!("next-public-key = \"{n}\"\n"));
+        }
+        text
+    };
+    let (old_pub, new_pub) = (a_old.public(), a_new.public());
+    let steps = [
+        (
+            at_a(a_old_file, Some(a_new_file)),
+            at_b(old_pub, Some(new_pub)),
+        ),
+        (
+            at_a(a_new_file, Some(a_old_file)),
+            at_b(new_pub, Some(old_pub)),
+        ),
+        (at_a(a_new_file, None), at_b(new_pub, None)),
+    ];
+    rotation_under_a_transfer(
+        "key-pair rotation",
+        &(at_a(a_old_file, None), at_b(old_pub, None)),
+        &steps,
     );
 }
 

@@ -44,8 +44,13 @@ impl TempFile {
 
     /// A key file of mode 0600 holding `key`.
     pub(crate) fn key(key: &Key) -> Self {
+        Self::secret(&key.to_hex())
+    }
+
+    /// A file of mode 0600 holding `text` (a key, a private key).
+    pub(crate) fn secret(text: &str) -> Self {
         use std::os::unix::fs::PermissionsExt as _;
-        let file = Self::write("mgk", "key", &key.to_hex());
+        let file = Self::write("mgk", "key", text);
         std::fs::set_permissions(&file.0, std::fs::Permissions::from_mode(0o600)).unwrap();
         file
     }

@@ -154,22 +154,17 @@ pub(super) const PEER_RULES: &[PeerRule] = &[
         }
         None => Ok(()),
     },
-    |p, _| match p.next_key_file.is_some() && p.key_file.is_none() {
-        true => Err("next-key-file is the second key of a rotation: give key-file too".into()),
-        false => Ok(()),
-    },
     |p, _| {
-        match (&p.key_file, &p.public_key, &p.next_key_file) {
-        (Some(_), Some(_), _) => Err("key-file and public-key both give the peer's key: keep one (public-key derives it, so no secret is copied)".into()),
-        (_, Some(_), Some(_)) => Err("next-key-file goes with key-file; with public-key, the peer's other public key is next-public-key".into()),
-        _ => Ok(()),
-    }
-    },
-    |p, _| match p.next_public_key.is_some() && p.public_key.is_none() {
+        match (p.next_key_file.is_some() || p.next_public_key.is_some())
+        && p.key_file.is_none()
+        && p.public_key.is_none()
+    {
         true => Err(
-            "next-public-key is the other key of the peer's rotation: give public-key too".into(),
+            "next-key-file and next-public-key are the second key of a rotation: give key-file or public-key too"
+                .into(),
         ),
         false => Ok(()),
+    }
     },
     |p, _| match p.source {
         Some(src) if src.is_ipv4() != p.prefix.addr().is_ipv4() => {

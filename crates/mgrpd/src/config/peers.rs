@@ -12,7 +12,7 @@ use mgrp_core::peers::{Peer, Peers, Prefix};
 use mgrp_core::planner::{Encap, EncapTable};
 
 use super::error::{ConfigError, bad};
-use super::settings::{DEFAULT_UDP_PORT, EncapArg, Settings};
+use super::settings::{DEFAULT_UDP_PORT, EncapArg, PeerSettings, Settings};
 
 /// What the peers' tables give.
 #[derive(Debug, Clone)]
@@ -78,16 +78,14 @@ pub(super) fn build(s: &Settings) -> Result<PeerTables, ConfigError> {
     }
     let own = OwnKeys::read(s)?;
     for p in &s.peers {
-        if let Some(path) = &p.key_file {
-            let key = read_peer_key(path, p.next_key_file.as_ref())?;
+        if let Some(key) = own
+            .peer_key(p)
+            .map_err(|e| bad(format!("peer {}: {e}", p.prefix)))?
+        {
             t.keys.per_peer.push((p.prefix, key));
-        }
-        if let Some(public) = &p.public_key {
-            let key = own
-                .derive(public, p.next_public_key.as_ref())
-                .map_err(|e| bad(format!("peer {}: {e}", p.prefix)))?;
-            t.keys.per_peer.push((p.prefix, key));
-            t.keys.derived.push(p.prefix);
+            if p.public_key.is_some() {
+                t.keys.derived.push(p.prefix);
+            }
         }
         if let Some(e) = p.encap {
             t.encap.per_peer.push((p.prefix, encap_of(e)));
@@ -355,32 +353,47 @@ impl OwnKeys {
         })
     }
 
-    /// The key with the peer whose public key is `public` (and, in its rotation,
-    /// `next_public`): derived from this host's private key; the next key, which opens
-    /// only, from the other key of whichever end is rotating.
-    fn derive(
-        &self,
-        public: &PublicKey,
-        next_public: Option<&PublicKey>,
-    ) -> Result<PeerKey, String> {
-        let Some(private) = &self.private else {
-            return Err("public-key needs this host's own private key: give private-key-file (made with `mgrpd genkey --private`)".into());
+    /// The key derived with the peer whose public key is `theirs`, from this host's
+    /// private key, or from its next one (`next`).
+    fn pair(&self, theirs: &PublicKey, next: bool) -> Result<Key, String> {
+        let mine = if next { &self.next } else { &self.private };
+        let Some(mine) = mine else {
+            return Err("public-key and next-public-key need this host's own private key: give private-key-file (made with `mgrpd genkey --private`)".into());
         };
-        let pair = |mine: &PrivateKey, theirs: &PublicKey| {
-            mgrp_core::pair::pair_key(mine, theirs).map_err(|e| e.to_string())
-        };
-        let next = match (&self.next, next_public) {
-            (None, None) => None,
-            (Some(mine), None) => Some(pair(mine, public)?),
-            (None, Some(theirs)) => Some(pair(private, theirs)?),
+        mgrp_core::pair::pair_key(mine, theirs).map_err(|e| e.to_string())
+    }
+
+    /// A `[[peers]]` table's key, if it gives one: the key it seals with (from
+    /// `key-file`, or derived from `public-key`) and the one more it opens with during
+    /// a rotation: `next-key-file`, a key derived from `next-public-key` (the peer
+    /// rotates its pair, or moves from a key file to a pair), or, with `public-key`, the
+    /// key derived from this host's `next-private-key-file` (this host rotates).
+    fn peer_key(&self, p: &PeerSettings) -> Result<Option<PeerKey>, String> {
+        let key = match (&p.key_file, &p.public_key) {
+            (Some(path), None) => read_key(path).map_err(|e| e.to_string())?,
+            (None, Some(public)) => self.pair(public, false)?,
+            (None, None) => return Ok(None),
             (Some(_), Some(_)) => {
-                return Err("next-public-key while this host has a next-private-key-file: one end rotates its key pair at a time".into());
+                return Err("key-file and public-key both give the key it seals with: keep one (public-key derives it, so no secret is copied; the other can be the next key during a move, as next-key-file or next-public-key)".into());
             }
         };
-        Ok(PeerKey {
-            key: pair(private, public)?,
-            next,
-        })
+        let mut next = Vec::new();
+        if let Some(path) = &p.next_key_file {
+            next.push(read_key(path).map_err(|e| e.to_string())?);
+        }
+        if let Some(public) = &p.next_public_key {
+            next.push(self.pair(public, false)?);
+        }
+        if let (Some(public), Some(_)) = (&p.public_key, &self.next) {
+            next.push(self.pair(public, true)?);
+        }
+        if next.len() > 1 {
+            return Err("more than one next key (next-key-file, next-public-key, this host's next-private-key-file): one rotation at a time, and one end of a pair rotates at a time".into());
+        }
+        Ok(Some(PeerKey {
+            key,
+            next: next.pop(),
+        }))
     }
 }
 

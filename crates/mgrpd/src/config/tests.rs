@@ -708,11 +708,49 @@ fn a_peers_key_is_derived_from_its_public_key_and_this_hosts_private_one() {
         .unwrap()
         .clone();
     assert_eq!(k.next, Some(pair_key(&a, &c.public()).unwrap()));
+    // A peer moves from a shared key file to its pair as a rotation: the file seals
+    // while the pair's key opens, then the pair's key seals while the file opens.
+    let shared = PrivateFile::new("shared", &"5a".repeat(32));
+    let file_key: mgrp_core::auth::Key = "5a".repeat(32).parse().unwrap();
+    let moving = |sealing: &str, next: &str| {
+        format!(
+            "private-key-file = \"{}\"\n[[peers]]\nprefix = \"10.0.0.2/32\"\n{sealing}\n{next}\n",
+            a_file.0.display()
+        )
+    };
+    let (file, pair) = (
+        format!("key-file = \"{}\"", shared.0.display()),
+        format!("public-key = \"{}\"", b.public()),
+    );
+    let (next_file, next_pair) = (
+        format!("next-key-file = \"{}\"", shared.0.display()),
+        format!("next-public-key = \"{}\"", b.public()),
+    );
+    let k = Config::from_toml(&moving(&file, &next_pair))
+        .unwrap()
+        .keys
+        .key_for(ip)
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (k.key, k.next),
+        (file_key.clone(), Some(pair_key(&a, &b.public()).unwrap()))
+    );
+    let k = Config::from_toml(&moving(&pair, &next_file))
+        .unwrap()
+        .keys
+        .key_for(ip)
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (k.key, k.next),
+        (pair_key(&a, &b.public()).unwrap(), Some(file_key))
+    );
     // What cannot work is refused, saying why.
     for (text, says) in [
         (
             format!("{}next-public-key = \"{}\"\n", peer(&next), c.public()),
-            "one end rotates its key pair at a time",
+            "one end of a pair rotates at a time",
         ),
         (
             format!("{}key-file = \"{}\"\n", peer(""), a_file.0.display()),
@@ -742,7 +780,7 @@ fn a_peers_key_is_derived_from_its_public_key_and_this_hosts_private_one() {
                 "[[peers]]\nprefix = \"10.0.0.2/32\"\nnext-public-key = \"{}\"\n",
                 b.public()
             ),
-            "give public-key too",
+            "give key-file or public-key too",
         ),
         (
             format!("next-private-key-file = \"{}\"\n", a_next_file.0.display()),

@@ -244,8 +244,10 @@ fn the_flags_the_example_configuration_names_exist() {
     use clap::CommandFactory as _;
     let mut cli = mgrpd::config::Cli::command();
     cli.build();
+    // The daemon's flags and its subcommands' (`genkey --private`).
     let flags: Vec<String> = cli
         .get_arguments()
+        .chain(cli.get_subcommands().flat_map(clap::Command::get_arguments))
         .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
         .collect();
     let example = std::fs::read_to_string(root().join("crates/mgrpd/mgrpd.example.toml")).unwrap();

@@ -1,0 +1,484 @@
+//! The description's text: its TOML form, and the checks that make it a [`Mesh`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+use mgrp_core::pair::PublicKey;
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::{Group, Member, Mesh};
+
+/// Which pairs of a group's members measure each other (each pair both ways).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupKind {
+    /// Every member with every other (`kind = "full-mesh"`, `members`).
+    FullMesh(Vec<String>),
+    /// The hub with each leaf (`kind = "star"`, `hub`, `members` the leaves).
+    Star {
+        /// The member in the middle.
+        hub: String,
+        /// The others.
+        leaves: Vec<String>,
+    },
+    /// Every member of a set with every member of each other set, none within a set
+    /// (`kind = "sets"`, `sets`).
+    Sets(Vec<Vec<String>>),
+    /// Each member with the next `k` in the list, wrapping around (`kind = "ring"`,
+    /// `members`, `k`): each member is in 2k pairs when the ring has more than 2k + 1
+    /// members, every pair when it has fewer, and a mesh of many members is measured
+    /// at n·k pairs instead of n(n−1)/2.
+    Ring {
+        /// The members, in ring order.
+        members: Vec<String>,
+        /// How many of the next members each is paired with.
+        k: usize,
+    },
+}
+
+impl GroupKind {
+    /// The group's pairs, each once, in a fixed order.
+    pub fn pairs(&self) -> Vec<(&str, &str)> {
+        let mut out = Vec::new();
+        match self {
+            Self::FullMesh(m) => {
+                for (i, a) in m.iter().enumerate() {
+                    for b in &m[i + 1..] {
+                        out.push((a.as_str(), b.as_str()));
+                    }
+                }
+            }
+            Self::Star { hub, leaves } => {
+                out.extend(leaves.iter().map(|l| (hub.as_str(), l.as_str())));
+            }
+            Self::Sets(sets) => {
+                for (i, s) in sets.iter().enumerate() {
+                    for t in &sets[i + 1..] {
+                        for a in s {
+                            out.extend(t.iter().map(|b| (a.as_str(), b.as_str())));
+                        }
+                    }
+                }
+            }
+            Self::Ring { members, k } => {
+                let n = members.len();
+                let mut seen = BTreeSet::new();
+                for i in 0..n {
+                    for step in 1..=*k {
+                        let j = (i + step) % n;
+                        let pair = (i.min(j), i.max(j));
+                        if i != j && seen.insert(pair) {
+                            out.push((members[pair.0].as_str(), members[pair.1].as_str()));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// How a method's probes travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Transport {
+    /// Through mgrpd, application traffic riding in the probes.
+    Mgrp,
+    /// Plain UDP, the baseline.
+    Udp,
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Mgrp => "mgrp",
+            Self::Udp => "udp",
+        })
+    }
+}
+
+/// What is wrong with a description: where, under which key, and what.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}, {key}: {message}")]
+pub struct MeshError {
+    /// The line, from 1.
+    pub line: usize,
+    /// The key (or table) at fault.
+    pub key: String,
+    /// What is wrong, and what to do.
+    pub message: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    member: Vec<Spanned<MemberFile>>,
+    #[serde(default)]
+    group: Vec<Spanned<GroupFile>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct MemberFile {
+    name: Spanned<String>,
+    address: Spanned<IpAddr>,
+    api: Option<String>,
+    public_key: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct GroupFile {
+    name: Spanned<String>,
+    kind: Spanned<String>,
+    #[serde(default)]
+    members: Vec<Spanned<String>>,
+    hub: Option<Spanned<String>>,
+    #[serde(default)]
+    sets: Vec<Vec<Spanned<String>>>,
+    k: Option<Spanned<usize>>,
+    methods: Spanned<Vec<Spanned<String>>>,
+    transports: Option<Vec<Spanned<String>>>,
+    interval: Option<Spanned<String>>,
+}
+
+/// Line numbers of the text's byte offsets.
+struct Lines<'a>(&'a str);
+
+impl Lines<'_> {
+    fn at<T>(&self, s: &Spanned<T>, key: &str, message: impl Into<String>) -> MeshError {
+        let line = self.0[..s.span().start.min(self.0.len())]
+            .matches('\n')
+            .count()
+            + 1;
+        MeshError {
+            line,
+            key: key.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A name as labels and link names need it: 1 to 64 letters, digits, '.', '_' or '-'.
+fn name_ok(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+pub(crate) fn parse(text: &str) -> Result<Mesh, MeshError> {
+    let lines = Lines(text);
+    let file: File = toml::from_str(text).map_err(|e| MeshError {
+        line: e.span().map_or(1, |s| {
+            text[..s.start.min(text.len())].matches('\n').count() + 1
+        }),
+        key: "the file".into(),
+        message: e.message().to_owned(),
+    })?;
+    let members = members(&lines, &file.member)?;
+    let mut groups = Vec::new();
+    let mut names = BTreeSet::new();
+    for g in &file.group {
+        let g = g.get_ref();
+        if !names.insert(g.name.get_ref().clone()) {
+            return Err(lines.at(
+                &g.name,
+                "group.name",
+                format!("a second group named {:?}", g.name.get_ref()),
+            ));
+        }
+        groups.push(group(&lines, g, &members)?);
+    }
+    let mesh = Mesh { members, groups };
+    conflicts(&lines, &mesh, &file.group)?;
+    Ok(mesh)
+}
+
+fn members(
+    lines: &Lines<'_>,
+    files: &[Spanned<MemberFile>],
+) -> Result<BTreeMap<String, Member>, MeshError> {
+    let mut out = BTreeMap::new();
+    let mut addresses = BTreeSet::new();
+    let mut keys = BTreeSet::new();
+    for m in files {
+        let m = m.get_ref();
+        let name = m.name.get_ref();
+        if !name_ok(name) {
+            return Err(lines.at(
+                &m.name,
+                "member.name",
+                format!("{name:?}: a name is 1 to 64 letters, digits, '.', '_' or '-'"),
+            ));
+        }
+        if out.contains_key(name) {
+            return Err(lines.at(
+                &m.name,
+                "member.name",
+                format!("a second member named {name:?}"),
+            ));
+        }
+        if !addresses.insert(*m.address.get_ref()) {
+            return Err(lines.at(
+                &m.address,
+                "member.address",
+                format!("{} is another member's address too", m.address.get_ref()),
+            ));
+        }
+        let public_key = match &m.public_key {
+            Some(k) => {
+                let key: PublicKey = k
+                    .get_ref()
+                    .parse()
+                    .map_err(|e| lines.at(k, "member.public-key", format!("{e}")))?;
+                if !keys.insert(key.to_string()) {
+                    return Err(lines.at(
+                        k,
+                        "member.public-key",
+                        "another member's public key too: each member needs a key pair of its own",
+                    ));
+                }
+                Some(key)
+            }
+            None => None,
+        };
+        out.insert(
+            name.clone(),
+            Member {
+                name: name.clone(),
+                address: *m.address.get_ref(),
+                api: m.api.clone(),
+                public_key,
+            },
+        );
+    }
+    let keyed = out.values().filter(|m| m.public_key.is_some()).count();
+    if keyed > 0 && keyed < out.len() {
+        let m = files
+            .iter()
+            .map(Spanned::get_ref)
+            .find(|m| m.public_key.is_none())
+            .expect("a member without a key");
+        return Err(lines.at(&m.name, "member.public-key", format!("member {:?} has no public-key while others do: give every member one (a node derives the key of each pair from them)", m.name.get_ref())));
+    }
+    Ok(out)
+}
+
+/// The names `list` gives, each a member, none twice.
+fn named(
+    lines: &Lines<'_>,
+    list: &[Spanned<String>],
+    key: &str,
+    members: &BTreeMap<String, Member>,
+    seen: &mut BTreeSet<String>,
+) -> Result<Vec<String>, MeshError> {
+    list.iter()
+        .map(|n| {
+            let name = n.get_ref();
+            if !members.contains_key(name) {
+                return Err(lines.at(n, key, format!("{name:?} is no member of the mesh")));
+            }
+            if !seen.insert(name.clone()) {
+                return Err(lines.at(n, key, format!("{name:?} is named twice in the group")));
+            }
+            Ok(name.clone())
+        })
+        .collect()
+}
+
+fn group(
+    lines: &Lines<'_>,
+    g: &GroupFile,
+    members: &BTreeMap<String, Member>,
+) -> Result<Group, MeshError> {
+    let mut seen = BTreeSet::new();
+    let kind = match g.kind.get_ref().as_str() {
+        "full-mesh" => GroupKind::FullMesh(named(
+            lines,
+            &g.members,
+            "group.members",
+            members,
+            &mut seen,
+        )?),
+        "star" => {
+            let Some(hub) = &g.hub else {
+                return Err(lines.at(&g.kind, "group.hub", "a star needs its hub"));
+            };
+            let hub = named(
+                lines,
+                std::slice::from_ref(hub),
+                "group.hub",
+                members,
+                &mut seen,
+            )?
+            .remove(0);
+            GroupKind::Star {
+                hub,
+                leaves: named(lines, &g.members, "group.members", members, &mut seen)?,
+            }
+        }
+        "sets" => {
+            if g.sets.len() < 2 {
+                return Err(lines.at(&g.kind, "group.sets", "sets pair the members of one set with those of the others: give two sets at least"));
+            }
+            let sets = g
+                .sets
+                .iter()
+                .map(|s| named(lines, s, "group.sets", members, &mut seen))
+                .collect::<Result<Vec<_>, _>>()?;
+            GroupKind::Sets(sets)
+        }
+        "ring" => {
+            let list = named(lines, &g.members, "group.members", members, &mut seen)?;
+            let Some(k) = &g.k else {
+                return Err(lines.at(
+                    &g.kind,
+                    "group.k",
+                    "a ring needs k, how many of the next members each is paired with",
+                ));
+            };
+            if *k.get_ref() == 0 || *k.get_ref() >= list.len().max(1) {
+                return Err(lines.at(
+                    k,
+                    "group.k",
+                    format!(
+                        "k = {}: between 1 and the members less one ({})",
+                        k.get_ref(),
+                        list.len().saturating_sub(1)
+                    ),
+                ));
+            }
+            GroupKind::Ring {
+                members: list,
+                k: *k.get_ref(),
+            }
+        }
+        other => {
+            return Err(lines.at(
+                &g.kind,
+                "group.kind",
+                format!("{other:?}: full-mesh, star, sets or ring"),
+            ));
+        }
+    };
+    if kind.pairs().is_empty() {
+        return Err(lines.at(
+            &g.name,
+            "group.members",
+            format!(
+                "group {:?} pairs nobody: name two members at least",
+                g.name.get_ref()
+            ),
+        ));
+    }
+    if g.methods.get_ref().is_empty() {
+        return Err(lines.at(
+            &g.methods,
+            "group.methods",
+            "no method: name what the group measures (pathload-fast, pathchirp, badabing, btc, …)",
+        ));
+    }
+    let mut methods = Vec::new();
+    for m in g.methods.get_ref() {
+        let ok = !m.get_ref().is_empty()
+            && m.get_ref()
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !ok || methods.contains(m.get_ref()) {
+            return Err(lines.at(
+                m,
+                "group.methods",
+                format!("{:?}: a method's name, once", m.get_ref()),
+            ));
+        }
+        methods.push(m.get_ref().clone());
+    }
+    let transports = match &g.transports {
+        None => vec![Transport::Mgrp],
+        Some(list) if list.is_empty() => {
+            return Err(lines.at(
+                &g.methods,
+                "group.transports",
+                "no transport: mgrp, udp or both",
+            ));
+        }
+        Some(list) => {
+            let mut out = Vec::new();
+            for t in list {
+                let t2 = match t.get_ref().as_str() {
+                    "mgrp" => Transport::Mgrp,
+                    "udp" => Transport::Udp,
+                    other => {
+                        return Err(lines.at(
+                            t,
+                            "group.transports",
+                            format!("{other:?}: mgrp or udp"),
+                        ));
+                    }
+                };
+                if out.contains(&t2) {
+                    return Err(lines.at(t, "group.transports", format!("{t2} is named twice")));
+                }
+                out.push(t2);
+            }
+            out
+        }
+    };
+    if let Some(i) = &g.interval
+        && let Err(e) = mgrp_core::parse_duration(i.get_ref())
+    {
+        return Err(lines.at(i, "group.interval", e.to_string()));
+    }
+    Ok(Group {
+        name: g.name.get_ref().clone(),
+        kind,
+        methods,
+        transports,
+        interval: g.interval.as_ref().map(|i| i.get_ref().clone()),
+    })
+}
+
+/// A link of the mesh: the member measuring, the one measured from, the method and
+/// the transport.
+type LinkKey = (String, String, String, Transport);
+
+/// Two groups that give one link (the same path, method and transport) two
+/// intervals: the second is refused.
+fn conflicts(
+    lines: &Lines<'_>,
+    mesh: &Mesh,
+    files: &[Spanned<GroupFile>],
+) -> Result<(), MeshError> {
+    let mut given: BTreeMap<LinkKey, (usize, Option<String>)> = BTreeMap::new();
+    for (i, g) in mesh.groups.iter().enumerate() {
+        for (a, b) in g.kind.pairs() {
+            for (to, from) in [(a, b), (b, a)] {
+                for m in &g.methods {
+                    for t in &g.transports {
+                        let key = (to.to_owned(), from.to_owned(), m.clone(), *t);
+                        match given.get(&key) {
+                            Some((first, interval)) if *interval != g.interval => {
+                                let f = files[i].get_ref();
+                                return Err(lines.at(
+                                    f.interval.as_ref().map_or(&f.name, |s| s),
+                                    "group.interval",
+                                    format!(
+                                        "group {:?} measures {from} to {to} by {m} over {t}, which group {:?} measures at another interval: give both the same, or leave the pair to one",
+                                        g.name, mesh.groups[*first].name
+                                    ),
+                                ));
+                            }
+                            Some(_) => {}
+                            None => {
+                                given.insert(key, (i, g.interval.clone()));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! One description of a mesh, and each node's part of it.
+//!
+//! A mesh is described once, in TOML: its members (a name, the address the others
+//! reach it at, its overlay API, its public key) and its groups, each saying which
+//! members measure each other (a full mesh, a star around a hub, pairs across sets,
+//! or each member with the next k), with which methods, over which transports, how
+//! often. Every node reads the same file and takes its own part ([`Mesh::plan`]): the
+//! peers its mgrpd exchanges probes with (named by their public keys, so no secret is
+//! in the file), the links its overlay measures (the paths into it), and who may ask
+//! its sender for probes.
+//!
+//! Sans-IO: the description is text in, a checked [`Mesh`] or the first
+//! inconsistency with its line and key out. Reading the file, fetching it, and
+//! turning a plan into mgrpd's and the overlay's settings are the programs' part.
+//!
+//! ```toml
+//! [[member]]
+//! name = "nyc1"
+//! address = "10.0.0.1"
+//! public-key = "…64 hex digits…"
+//!
+//! [[group]]
+//! name = "core"
+//! kind = "full-mesh"
+//! members = ["nyc1", "lon1", "fra1"]
+//! methods = ["pathload-fast", "pathchirp"]
+//! transports = ["mgrp"]
+//! interval = "10m"
+//! ```
+
+#![warn(missing_docs)]
+
+mod describe;
+mod plan;
+#[cfg(test)]
+mod tests;
+
+pub use describe::{GroupKind, MeshError, Transport};
+pub use plan::{LinkPlan, NodePlan, PeerPlan};
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use mgrp_core::pair::PublicKey;
+
+/// A member of the mesh.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Its name: what every label and link name calls it.
+    pub name: String,
+    /// The address the other members reach it at (its mgrpd peer address, the
+    /// address its probes come from).
+    pub address: IpAddr,
+    /// Its overlay's API, for route control and Prometheus.
+    pub api: Option<String>,
+    /// Its public key, which the key of each of its pairs is derived from.
+    pub public_key: Option<PublicKey>,
+}
+
+/// A group: who measures whom, how and how often.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// Its name, in messages.
+    pub name: String,
+    /// Which pairs of its members measure each other.
+    pub kind: GroupKind,
+    /// The methods each pair runs, both ways (the overlay's method names).
+    pub methods: Vec<String>,
+    /// The transports each method runs over.
+    pub transports: Vec<Transport>,
+    /// How often each link runs (a duration as the overlay reads it), if not its
+    /// method's default.
+    pub interval: Option<String>,
+}
+
+/// A checked mesh description.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mesh {
+    /// The members, by name.
+    pub members: BTreeMap<String, Member>,
+    /// The groups, in the file's order.
+    pub groups: Vec<Group>,
+}
+
+impl Mesh {
+    /// The mesh the TOML `text` describes, checked; or the first inconsistency, with
+    /// its line and key.
+    pub fn parse(text: &str) -> Result<Self, MeshError> {
+        describe::parse(text)
+    }
+}

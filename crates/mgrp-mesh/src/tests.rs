@@ -1,0 +1,242 @@
+use std::collections::BTreeMap;
+
+use mgrp_core::pair::PrivateKey;
+use proptest::prelude::*;
+
+use super::*;
+
+fn public(seed: u8) -> String {
+    PrivateKey::from_bytes([seed; 32]).public().to_string()
+}
+
+/// Four members: a full mesh of three, and a star from `a` to the fourth.
+fn example() -> String {
+    let mut t = String::new();
+    for (i, name) in ["a", "b", "c", "d"].iter().enumerate() {
+        t.push_str(&format!(
+            "[[member]]\nname = \"{name}\"\naddress = \"10.0.0.{}\"\napi = \"https://10.0.0.{}:7700\"\npublic-key = \"{}\"\n\n",
+            i + 1,
+            i + 1,
+            public(i as u8 + 1)
+        ));
+    }
+    t.push_str(
+        "[[group]]\nname = \"core\"\nkind = \"full-mesh\"\nmembers = [\"a\", \"b\", \"c\"]\n\
+         methods = [\"pathload-fast\", \"pathchirp\"]\ntransports = [\"mgrp\", \"udp\"]\ninterval = \"10m\"\n\n\
+         [[group]]\nname = \"edge\"\nkind = \"star\"\nhub = \"a\"\nmembers = [\"d\"]\nmethods = [\"badabing\"]\n",
+    );
+    t
+}
+
+#[test]
+fn each_node_takes_its_part_of_one_description() {
+    let mesh = Mesh::parse(&example()).unwrap();
+    let a = mesh.plan("a").unwrap();
+    let names = |v: &[PeerPlan]| v.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&a.peers), ["b", "c", "d"]);
+    assert_eq!(a.node.address, "10.0.0.1".parse::<IpAddr>().unwrap());
+    let links: Vec<&str> = a.links.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        links,
+        [
+            "b-pathchirp",
+            "b-pathchirp-udp",
+            "b-pathload-fast",
+            "b-pathload-fast-udp",
+            "c-pathchirp",
+            "c-pathchirp-udp",
+            "c-pathload-fast",
+            "c-pathload-fast-udp",
+            "d-badabing",
+        ]
+    );
+    let d_link = a.links.last().unwrap();
+    assert_eq!(
+        (
+            d_link.from.as_str(),
+            d_link.transport,
+            d_link.interval.as_deref()
+        ),
+        ("d", Transport::Mgrp, None)
+    );
+    assert_eq!(a.links[0].interval.as_deref(), Some("10m"));
+    assert_eq!(a.links[0].address, "10.0.0.2".parse::<IpAddr>().unwrap());
+    // The leaf sees the hub alone, with its key and API.
+    let d = mesh.plan("d").unwrap();
+    assert_eq!(names(&d.peers), ["a"]);
+    assert_eq!(d.peers[0].public_key.unwrap().to_string(), public(1));
+    assert_eq!(d.peers[0].api.as_deref(), Some("https://10.0.0.1:7700"));
+    assert_eq!(d.links.len(), 1);
+    assert!(mesh.plan("nobody").is_none());
+}
+
+#[test]
+fn pairs_by_kind() {
+    let names = |n: usize| (0..n).map(|i| format!("m{i}")).collect::<Vec<_>>();
+    assert_eq!(GroupKind::FullMesh(names(5)).pairs().len(), 10);
+    let star = GroupKind::Star {
+        hub: "h".into(),
+        leaves: names(4),
+    };
+    assert!(star.pairs().iter().all(|(a, _)| *a == "h"));
+    let sets = GroupKind::Sets(vec![names(2), vec!["x".into(), "y".into(), "z".into()]]);
+    assert_eq!(sets.pairs().len(), 6);
+    assert!(
+        sets.pairs()
+            .iter()
+            .all(|(a, b)| a.starts_with('m') && !b.starts_with('m'))
+    );
+    let ring = GroupKind::Ring {
+        members: names(10),
+        k: 2,
+    };
+    assert_eq!(ring.pairs().len(), 20);
+}
+
+proptest! {
+    /// A ring of n members with k: no pair twice or of one member with itself, and
+    /// each member in 2k pairs, or in every pair when 2k reaches the others.
+    #[test]
+    fn a_ring_pairs_each_member_with_its_2k_neighbours(n in 2usize..40, k in 1usize..12) {
+        prop_assume!(k < n);
+        let members: Vec<String> = (0..n).map(|i| format!("m{i}")).collect();
+        let ring = GroupKind::Ring { members: members.clone(), k };
+        let pairs = ring.pairs();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut degree: BTreeMap<&str, usize> = BTreeMap::new();
+        for (a, b) in &pairs {
+            prop_assert_ne!(a, b);
+            prop_assert!(seen.insert((a.min(b).to_string(), a.max(b).to_string())));
+            *degree.entry(a).or_default() += 1;
+            *degree.entry(b).or_default() += 1;
+        }
+        let want = (2 * k).min(n - 1);
+        for m in &members {
+            prop_assert_eq!(degree.get(m.as_str()).copied().unwrap_or(0), want, "{}", m);
+        }
+    }
+}
+
+#[test]
+fn an_inconsistent_description_is_refused_with_its_line_and_key() {
+    let base = example();
+    let member_lines = 6; // each [[member]] table and its blank line
+    let cases: Vec<(String, usize, &str, &str)> = vec![
+        (
+            base.replace(
+                "members = [\"a\", \"b\", \"c\"]",
+                "members = [\"a\", \"b\", \"x\"]",
+            ),
+            4 * member_lines + 4,
+            "group.members",
+            "\"x\" is no member",
+        ),
+        (
+            base.replacen("name = \"b\"", "name = \"a\"", 1),
+            member_lines + 2,
+            "member.name",
+            "a second member named \"a\"",
+        ),
+        (
+            base.replacen("address = \"10.0.0.2\"", "address = \"10.0.0.1\"", 1),
+            member_lines + 3,
+            "member.address",
+            "another member's address",
+        ),
+        (
+            base.replace(
+                "hub = \"a\"\nmembers = [\"d\"]",
+                "hub = \"a\"\nmembers = []",
+            ),
+            4 * member_lines + 10,
+            "group.members",
+            "pairs nobody",
+        ),
+        (
+            base.replace("kind = \"star\"", "kind = \"circle\""),
+            4 * member_lines + 11,
+            "group.kind",
+            "full-mesh, star, sets or ring",
+        ),
+        (
+            base.replacen(&format!("public-key = \"{}\"\n", public(3)), "", 1),
+            2 * member_lines + 2,
+            "member.public-key",
+            "member \"c\" has no public-key while others do",
+        ),
+        (
+            base.replacen(&public(2), &public(1), 1),
+            member_lines + 5,
+            "member.public-key",
+            "each member needs a key pair of its own",
+        ),
+        (
+            base.replace(
+                "members = [\"a\", \"b\", \"c\"]",
+                "members = [\"a\", \"b\", \"a\"]",
+            ),
+            4 * member_lines + 4,
+            "group.members",
+            "named twice",
+        ),
+        (
+            format!(
+                "{base}\n[[group]]\nname = \"again\"\nkind = \"full-mesh\"\nmembers = [\"b\", \"c\"]\nmethods = [\"pathchirp\"]\ninterval = \"1m\"\n"
+            ),
+            4 * member_lines + 21,
+            "group.interval",
+            "at another interval",
+        ),
+        (
+            base.replace("interval = \"10m\"", "interval = \"often\""),
+            4 * member_lines + 7,
+            "group.interval",
+            "",
+        ),
+        (
+            base.replace(
+                "transports = [\"mgrp\", \"udp\"]",
+                "transports = [\"mgrp\", \"tcp\"]",
+            ),
+            4 * member_lines + 6,
+            "group.transports",
+            "mgrp or udp",
+        ),
+        (
+            base.replacen("api =", "apy =", 1),
+            4,
+            "the file",
+            "unknown field",
+        ),
+        (
+            base.replace(
+                "kind = \"full-mesh\"\nmembers = [\"a\", \"b\", \"c\"]",
+                "kind = \"ring\"\nk = 3\nmembers = [\"a\", \"b\", \"c\"]",
+            ),
+            4 * member_lines + 4,
+            "group.k",
+            "k = 3",
+        ),
+    ];
+    for (text, line, key, says) in cases {
+        let e = Mesh::parse(&text).unwrap_err();
+        assert!(
+            e.line == line && e.key == key && e.message.contains(says),
+            "want line {line}, {key}: {says}; got {e}\n{text}"
+        );
+    }
+}
+
+#[test]
+fn the_fuzz_targets_seeds_are_descriptions_it_takes() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/mesh");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mesh = Mesh::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(mesh.plan("a").is_some_and(|p| !p.links.is_empty()));
+        n += 1;
+    }
+    assert!(n >= 4, "{n} seeds in {}", dir.display());
+}

@@ -195,6 +195,14 @@ pub struct Cli {
     /// packets but seal none (see the guide).
     #[arg(long, value_name = "FILE")]
     pub next_private_key_file: Option<PathBuf>,
+    /// Take peers and routes from this mesh description (docs/mesh.md): each member
+    /// this host measures with becomes a peer, named, with its public key, and a
+    /// route. Needs --node.
+    #[arg(long, value_name = "FILE")]
+    pub mesh: Option<PathBuf>,
+    /// This host's name in the mesh description.
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
     /// How tags are computed: 3 binds each packet to its direction (who sealed it,
     /// for whom), so a reflected packet is refused, and names its key by an index, so
     /// a packet costs one key lookup; 2 (no index) and 1 (no direction: a reflected
@@ -261,6 +269,8 @@ impl Cli {
             s.next_key_file => Some(next_key_file),
             s.private_key_file => Some(private_key_file),
             s.next_private_key_file => Some(next_private_key_file),
+            s.mesh => Some(mesh),
+            s.node => Some(node),
             s.auth => (auth),
             s.auth_accept => Some(auth_accept),
             s.state_dir => (state_dir),

@@ -17,6 +17,7 @@ use mgrp_core::planner::{EncapTable, HoldMode, Packing, Policy};
 mod checks;
 mod error;
 mod flags;
+mod mesh;
 mod peers;
 mod settings;
 mod summary;
@@ -174,6 +175,7 @@ impl Config {
 
     /// Checks the settings and builds what is in force from them.
     fn resolve(mut s: Settings) -> Result<Self, ConfigError> {
+        mesh::apply(&mut s)?;
         s.routes.sort();
         s.routes.dedup();
         checks::check(&s).map_err(bad)?;

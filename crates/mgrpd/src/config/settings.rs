@@ -87,6 +87,10 @@ pub(crate) struct Settings {
     #[serde(deserialize_with = "de_opt_auth")]
     pub(crate) auth_accept: Option<Scheme>,
     pub(crate) state_dir: PathBuf,
+    /// A mesh description this host takes its peers and routes from.
+    pub(crate) mesh: Option<PathBuf>,
+    /// This host's name in the mesh.
+    pub(crate) node: Option<String>,
     #[serde(deserialize_with = "de_encap")]
     pub(crate) encap: EncapArg,
     #[serde(deserialize_with = "de_wire")]
@@ -135,6 +139,8 @@ impl Default for Settings {
             auth: Scheme::default(),
             auth_accept: None,
             state_dir: PathBuf::from("/var/lib/mgrp"),
+            mesh: None,
+            node: None,
             encap: EncapArg::Raw,
             wire: DEFAULT_WIRE,
             limits: LimitsSettings::default(),

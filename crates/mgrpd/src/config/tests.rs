@@ -791,3 +791,67 @@ fn a_peers_key_is_derived_from_its_public_key_and_this_hosts_private_one() {
         assert!(e.contains(says), "{text}: {e}");
     }
 }
+
+#[test]
+fn a_mesh_description_gives_the_peers_their_keys_and_the_routes() {
+    use mgrp_core::pair::{PrivateKey, pair_key};
+    let keys: Vec<PrivateKey> = (1..=3).map(|b| PrivateKey::from_bytes([b; 32])).collect();
+    let mut mesh = String::new();
+    for (i, name) in ["a", "b", "c"].iter().enumerate() {
+        mesh.push_str(&format!(
+            "[[member]]\nname = \"{name}\"\naddress = \"10.0.0.{}\"\npublic-key = \"{}\"\n",
+            i + 1,
+            keys[i].public()
+        ));
+    }
+    mesh.push_str(
+        "[[group]]\nname = \"all\"\nkind = \"full-mesh\"\nmembers = [\"a\", \"b\", \"c\"]\nmethods = [\"pathchirp\"]\n",
+    );
+    let mesh_file = PrivateFile::new("mesh", &mesh);
+    let a_file = PrivateFile::new("mesh-a", &keys[0].to_hex());
+    let config = |node: &str, extra: &str| {
+        Config::from_toml(&format!(
+            "mesh = \"{}\"\nnode = \"{node}\"\nprivate-key-file = \"{}\"\n{extra}",
+            mesh_file.0.display(),
+            a_file.0.display()
+        ))
+    };
+    let c = config("a", "").unwrap();
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let net = |s: &str| s.parse::<IpNet>().unwrap();
+    assert_eq!(c.routes, [net("10.0.0.2/32"), net("10.0.0.3/32")]);
+    for (i, peer) in [(1, "10.0.0.2"), (2, "10.0.0.3")] {
+        let k = c.keys.key_for(ip(peer)).unwrap();
+        assert_eq!(k.key, pair_key(&keys[i], &keys[0].public()).unwrap());
+        assert_eq!(c.peer_name(Prefix::host(ip(peer))), Some(["b", "c"][i - 1]));
+    }
+    // The file's own table for a member's address stays as it is.
+    let own = format!(
+        "[[peers]]\nprefix = \"10.0.0.2/32\"\nname = \"b-by-hand\"\npublic-key = \"{}\"\nencap = \"udp\"\n",
+        keys[1].public()
+    );
+    let c = config("a", &own).unwrap();
+    assert_eq!(c.peer_name(Prefix::host(ip("10.0.0.2"))), Some("b-by-hand"));
+    assert_eq!(c.peer_name(Prefix::host(ip("10.0.0.3"))), Some("c"));
+    // What is wrong is said with the file, and the line where the description has it.
+    let e = config("z", "").unwrap_err().to_string();
+    assert!(
+        e.contains("no member is named \"z\" (its members: a, b, c)"),
+        "{e}"
+    );
+    let e = Config::from_toml(&format!("mesh = \"{}\"", mesh_file.0.display()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("mesh needs node"), "{e}");
+    let e = Config::from_toml("node = \"a\"").unwrap_err().to_string();
+    assert!(e.contains("give mesh too"), "{e}");
+    let broken = PrivateFile::new("mesh-broken", &mesh.replace("\"c\"]", "\"d\"]"));
+    let e = Config::from_toml(&format!("mesh = \"{}\"\nnode = \"a\"", broken.0.display()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&broken.0.display().to_string())
+            && e.contains("line 16, group.members: \"d\" is no member"),
+        "{e}"
+    );
+}

@@ -691,3 +691,102 @@ fn a_daemon_without_keys_says_what_that_exposes() {
     let log = a.process.log();
     assert!(log.contains("no key: any host that can send"), "{log}");
 }
+
+/// Three daemons from one mesh description, each given only the description, its
+/// name in it and its own private key: no route, no peer table, no key file is
+/// written per host, and no secret is copied. A TCP transfer from the first to the
+/// second rides trains both ways and arrives whole, the third daemon's pairs work as
+/// well (probes from the first arrive there), and no packet is refused anywhere.
+#[test]
+fn daemons_take_their_peers_keys_and_routes_from_one_mesh_description() {
+    use mgrp_core::pair::PrivateKey;
+    let _serial = serial();
+    if !root_or_skip("mesh_description") {
+        return;
+    }
+    let star = Star::new(&[None, None, None]).expect("topology");
+    let keys: Vec<PrivateKey> = (0..3u8)
+        .map(|i| PrivateKey::from_bytes([0x81 + i; 32]))
+        .collect();
+    let mut mesh = String::new();
+    for (i, addr) in star.addrs.iter().enumerate() {
+        mesh.push_str(&format!(
+            "[[member]]\nname = \"n{i}\"\naddress = \"{addr}\"\npublic-key = \"{}\"\n\n",
+            keys[i].public()
+        ));
+    }
+    mesh.push_str(
+        "[[group]]\nname = \"all\"\nkind = \"full-mesh\"\nmembers = [\"n0\", \"n1\", \"n2\"]\nmethods = [\"pathchirp\"]\n",
+    );
+    let mesh = TempFile::config(&mesh);
+    let own: Vec<TempFile> = keys.iter().map(|k| TempFile::secret(&k.to_hex())).collect();
+    let daemons: Vec<Daemon> = (0..3)
+        .map(|i| {
+            let node = format!("n{i}");
+            let args = [
+                "--mesh",
+                &mesh.arg(),
+                "--node",
+                &node,
+                "--private-key-file",
+                &own[i].arg(),
+            ];
+            Daemon::start(&star.hosts[i], mgrpd(), &args).expect("mgrpd")
+        })
+        .collect();
+    let addr = |i: usize| IpAddr::V4(star.addrs[i]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let trains = [(0, 1), (1, 0), (0, 2)].map(|(from, to)| {
+        trains_every(
+            &daemons[from],
+            addr(to),
+            stop.clone(),
+            Duration::from_millis(5),
+        )
+    });
+    let bytes = 4 << 20;
+    let listener = tcp_listen(&star.hosts[1], addr(1), 5481).expect("listen");
+    let t = tcp_transfer(&star.hosts[0], listener, addr(1), 5481, bytes);
+    stop.store(true, Ordering::Relaxed);
+    let sent = trains.map(|t| t.join().unwrap());
+    let t = t.expect("the transfer");
+    assert!(t.intact && t.received == bytes, "{t:?}");
+    let stats: Vec<_> = daemons
+        .iter()
+        .map(|d| d.quiescent_stats().unwrap())
+        .collect();
+    for (i, s) in stats.iter().enumerate() {
+        assert_eq!(
+            (
+                s.daemon.mgrp_bad_tag,
+                s.daemon.mgrp_unauthenticated,
+                s.daemon.mgrp_replayed,
+                s.daemon.mgrp_reflected,
+            ),
+            (0, 0, 0, 0),
+            "n{i}: {s:#?}"
+        );
+    }
+    assert!(
+        stats[1].daemon.riders_delivered > 0,
+        "nothing rode to n1: {:#?}",
+        stats[1]
+    );
+    assert!(
+        stats[0].daemon.riders_delivered > 0,
+        "no acknowledgement rode back to n0: {:#?}",
+        stats[0]
+    );
+    assert!(
+        stats[2].daemon.probes_received > 0,
+        "n0's trains never reached n2: {:#?}",
+        stats[2]
+    );
+    eprintln!(
+        "mesh: {bytes} B in {:.1} s beside {sent:?} trains (n0 to n1, n1 to n0, n0 to n2); riders delivered at n1 {}, at n0 {}; probes at n2 {}",
+        t.seconds,
+        stats[1].daemon.riders_delivered,
+        stats[0].daemon.riders_delivered,
+        stats[2].daemon.probes_received
+    );
+}

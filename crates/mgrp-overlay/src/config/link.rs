@@ -69,7 +69,53 @@ pub(super) struct LinkFile {
     active_always: Option<bool>,
 }
 
-/// The links as written, checked: probe ports from `base` up, one per link; passive
+impl LinkFile {
+    /// Its name, if the file gives one.
+    pub(super) fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// A link a mesh description gives: everything else as its method's defaults.
+    pub(super) fn from_mesh(
+        name: String,
+        from: IpAddr,
+        neighbour: String,
+        transport: Transport,
+        method: Method,
+        interval: Option<String>,
+    ) -> Self {
+        Self {
+            name: Some(name),
+            from,
+            neighbour: Some(neighbour),
+            port: None,
+            transport: Some(transport),
+            method: Some(method),
+            interval,
+            time_limit: None,
+            jitter: None,
+            backoff: None,
+            max_backoff: None,
+            ride_min_bps: None,
+            ride_max_wait: None,
+            piggyback: None,
+            probe_address: None,
+            active_always: None,
+        }
+    }
+}
+
+/// Ports no link listens on: the UDP port this node's own sender sends its probes
+/// from (bound with `SO_REUSEPORT`: a link listening there would share its datagrams).
+const RESERVED_PORTS: [u16; 1] = [mgrp_tool::control::DEFAULT_SENDER_PROBE_PORT];
+
+/// The first port above `port` that a link may take, if there is one.
+fn free_port_after(port: u16) -> Option<u16> {
+    (port.checked_add(1)?..=u16::MAX).find(|p| !RESERVED_PORTS.contains(p))
+}
+
+/// The links as written, checked: probe ports from `base` up, one per link, skipping
+/// [`RESERVED_PORTS`]; passive
 /// estimates may stand in for bandwidth links' runs when `passive`.
 pub(super) fn check(
     files: Vec<LinkFile>,
@@ -80,6 +126,9 @@ pub(super) fn check(
     let mut names = HashSet::new();
     // Links from one neighbour share a path (how they share it is their class).
     let mut paths: Vec<IpAddr> = Vec::new();
+    let mut next_port = Some(base)
+        .filter(|p| !RESERVED_PORTS.contains(p))
+        .or_else(|| free_port_after(base));
     for (i, l) in files.into_iter().enumerate() {
         let key = format!("link {}", i + 1);
         let transport = l.transport.unwrap_or_default();
@@ -173,8 +222,9 @@ pub(super) fn check(
                 "{key}: ride-min-bps waits for application traffic to ride in the probes, which needs transport = \"mgrp\" and piggyback = true; remove it or change those"
             )));
         }
-        let probe_port = u16::try_from(usize::from(base) + i)
-            .map_err(|_| invalid(format!("probe-port-base {base}: too many links for it")))?;
+        let probe_port = next_port
+            .ok_or_else(|| invalid(format!("probe-port-base {base}: too many links for it")))?;
+        next_port = free_port_after(probe_port);
         links.push(Link {
             name,
             from: l.from,

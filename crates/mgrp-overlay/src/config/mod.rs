@@ -9,6 +9,7 @@
 
 mod check;
 mod link;
+mod mesh;
 mod prediction;
 pub mod tls;
 
@@ -107,6 +108,10 @@ struct File {
     #[serde(default)]
     passive: PassiveFile,
     routing: Option<mgrp_route::settings::RoutingFile>,
+    /// A mesh description this node takes its links from (docs/mesh.md).
+    mesh: Option<PathBuf>,
+    /// This node's name in the mesh.
+    node: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -327,7 +332,8 @@ impl Config {
     /// Checks a configuration given as TOML; a `token-file` is read relative to
     /// `dir`.
     pub fn from_toml(text: &str, dir: Option<&Path>) -> Result<Self, ConfigError> {
-        let f: File = toml::from_str(text).map_err(|e| ConfigError::Toml(e.to_string()))?;
+        let mut f: File = toml::from_str(text).map_err(|e| ConfigError::Toml(e.to_string()))?;
+        mesh::apply(&mut f, dir)?;
         let name = f.name.unwrap_or_else(|| "node".into());
         check_name("name", &name)?;
         let listen_text = f.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
@@ -502,6 +508,83 @@ mod tests {
         assert_eq!(l.timing.interval, std::time::Duration::from_secs(60));
         assert_eq!(l.probe_port, DEFAULT_PROBE_PORT);
         assert_eq!(c.link("10.0.0.5-mgrp").map(|(i, _)| i), Some(0));
+    }
+
+    #[test]
+    fn a_mesh_description_gives_the_links_the_allow_list_and_the_name() {
+        let dir = std::env::temp_dir().join(format!("overlay-mesh-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut mesh = String::new();
+        for (i, name) in ["a", "b", "c"].iter().enumerate() {
+            mesh.push_str(&format!(
+                "[[member]]\nname = \"{name}\"\naddress = \"10.0.0.{}\"\n",
+                i + 1
+            ));
+        }
+        mesh.push_str(
+            "[[group]]\nname = \"all\"\nkind = \"full-mesh\"\nmembers = [\"a\", \"b\", \"c\"]\n\
+             methods = [\"pathchirp\", \"badabing\"]\ntransports = [\"mgrp\", \"udp\"]\ninterval = \"5m\"\n",
+        );
+        std::fs::write(dir.join("mesh.toml"), &mesh).unwrap();
+        let load = |text: &str| Config::from_toml(text, Some(&dir));
+        let c = load("mesh = \"mesh.toml\"\nnode = \"a\"\n").unwrap();
+        assert_eq!(c.name, "a");
+        let names: Vec<&str> = c.links.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "b-badabing",
+                "b-badabing-udp",
+                "b-pathchirp",
+                "b-pathchirp-udp",
+                "c-badabing",
+                "c-badabing-udp",
+                "c-pathchirp",
+                "c-pathchirp-udp",
+            ]
+        );
+        let l = &c.links[3];
+        assert_eq!(
+            (l.neighbour.as_deref(), l.transport, l.method.name()),
+            (Some("b"), Transport::Udp, "pathchirp")
+        );
+        assert_eq!(l.timing.interval, std::time::Duration::from_secs(300));
+        let allowed: Vec<String> = c.serve_allow.iter().map(ToString::to_string).collect();
+        assert_eq!(allowed, ["10.0.0.2/32", "10.0.0.3/32"]);
+        // Eight links, eight probe ports, none the sender's own.
+        let mut ports: Vec<u16> = c.links.iter().map(|l| l.probe_port).collect();
+        assert!(!ports.contains(&mgrp_tool::control::DEFAULT_SENDER_PROBE_PORT));
+        ports.dedup();
+        assert_eq!(ports.len(), 8);
+        // The file's own link of the same name, its own name and its allow-list stay.
+        let c = load(
+            "name = \"a-node\"\nmesh = \"mesh.toml\"\nnode = \"a\"\n[serve]\nallow = [\"10.0.0.0/24\"]\n\
+             [[link]]\nname = \"b-pathchirp\"\nfrom = \"10.0.0.2\"\nmethod = \"pathchirp\"\ninterval = \"1m\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.name, "a-node");
+        assert_eq!(c.links.len(), 8);
+        let own = c.links.iter().find(|l| l.name == "b-pathchirp").unwrap();
+        assert_eq!(own.timing.interval, std::time::Duration::from_secs(60));
+        assert_eq!(c.serve_allow.len(), 1);
+        // What cannot be is said, with the description's file.
+        for (text, says) in [
+            (
+                "mesh = \"mesh.toml\"\nnode = \"z\"\n",
+                "no member is named \"z\"",
+            ),
+            ("mesh = \"mesh.toml\"\n", "mesh needs node"),
+            ("node = \"a\"\n", "give mesh too"),
+        ] {
+            let e = load(text).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+        std::fs::write(dir.join("odd.toml"), mesh.replace("badabing", "ping")).unwrap();
+        let e = load("mesh = \"odd.toml\"\nnode = \"a\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("odd.toml") && e.contains("\"ping\""), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -1,0 +1,89 @@
+//! `mesh` and `node`: this node's part of a mesh description (`mgrp-mesh`) as the
+//! file's settings. Each link into it the description gives becomes a `[[link]]`
+//! (named `<member>-<method>`, `-udp` over plain UDP, with the member as its
+//! neighbour), the members it measures with become `[serve] allow` unless the file
+//! gives one, and the node's name is its member name unless the file gives one. A
+//! `[[link]]` of the file's own with the same name stays as written.
+
+use std::path::Path;
+
+use mgrp_mesh::{Mesh, Transport as MeshTransport};
+use serde::Deserialize as _;
+
+use super::File;
+use super::check::{ConfigError, invalid};
+use super::link::LinkFile;
+use crate::measure::registry::Method;
+use pathload_rs::control::Transport;
+
+/// Adds this node's part of the mesh to `f`, if one is named; `dir` is where a
+/// relative `mesh` path is read from.
+pub(super) fn apply(f: &mut File, dir: Option<&Path>) -> Result<(), ConfigError> {
+    let (path, node) = match (&f.mesh, &f.node) {
+        (None, None) => return Ok(()),
+        (Some(path), Some(node)) => (path.clone(), node.clone()),
+        (Some(_), None) => {
+            return Err(invalid(
+                "mesh needs node: this node's name in the description".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                "node names this node in a mesh: give mesh too".into(),
+            ));
+        }
+    };
+    let path = match dir {
+        Some(d) if path.is_relative() => d.join(path),
+        _ => path,
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| invalid(format!("mesh: cannot read {}: {e}", path.display())))?;
+    let mesh = Mesh::parse(&text).map_err(|e| invalid(format!("mesh {}: {e}", path.display())))?;
+    let Some(plan) = mesh.plan(&node) else {
+        let names: Vec<&str> = mesh.members.keys().map(String::as_str).collect();
+        return Err(invalid(format!(
+            "mesh {}: no member is named {node:?} (its members: {})",
+            path.display(),
+            names.join(", ")
+        )));
+    };
+    for l in &plan.links {
+        if f.links
+            .iter()
+            .any(|own| own.name() == Some(l.name.as_str()))
+        {
+            continue;
+        }
+        let method = Method::deserialize(serde::de::value::StrDeserializer::<
+            serde::de::value::Error,
+        >::new(&l.method))
+        .map_err(|e| {
+            invalid(format!(
+                "mesh {}: group {:?} names method {:?}: {e}",
+                path.display(),
+                l.group,
+                l.method
+            ))
+        })?;
+        let transport = match l.transport {
+            MeshTransport::Mgrp => Transport::Mgrp,
+            MeshTransport::Udp => Transport::Udp,
+        };
+        f.links.push(LinkFile::from_mesh(
+            l.name.clone(),
+            l.address,
+            l.from.clone(),
+            transport,
+            method,
+            l.interval.clone(),
+        ));
+    }
+    if f.serve.allow.is_none() {
+        f.serve.allow = Some(plan.peers.iter().map(|p| p.address.to_string()).collect());
+    }
+    if f.name.is_none() {
+        f.name = Some(node);
+    }
+    Ok(())
+}

@@ -704,7 +704,9 @@ fn daemons_take_their_peers_keys_and_routes_from_one_mesh_description() {
     if !root_or_skip("mesh_description") {
         return;
     }
-    let star = Star::new(&[None, None, None]).expect("topology");
+    // A 50 Mbit/s downlink into n1 keeps the transfer running for seconds, beside many
+    // trains.
+    let star = Star::new(&[None, Some(("50mbit".into(), "64kb".into())), None]).expect("topology");
     let keys: Vec<PrivateKey> = (0..3u8)
         .map(|i| PrivateKey::from_bytes([0x81 + i; 32]))
         .collect();
@@ -744,7 +746,7 @@ fn daemons_take_their_peers_keys_and_routes_from_one_mesh_description() {
             Duration::from_millis(5),
         )
     });
-    let bytes = 4 << 20;
+    let bytes = 16 << 20;
     let listener = tcp_listen(&star.hosts[1], addr(1), 5481).expect("listen");
     let t = tcp_transfer(&star.hosts[0], listener, addr(1), 5481, bytes);
     stop.store(true, Ordering::Relaxed);

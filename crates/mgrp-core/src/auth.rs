@@ -103,7 +103,7 @@ impl Key {
 
     /// The key as 64 hex digits.
     pub fn to_hex(&self) -> String {
-        self.bytes.iter().map(|b| format!("{b:02x}")).collect()
+        hex_of(&self.bytes)
     }
 
     /// The index a [`Scheme::V3`] trailer names this key by: made from the key, so
@@ -117,19 +117,29 @@ impl FromStr for Key {
     type Err = KeyError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let t = s.trim();
-        let bytes = if t.len() == 2 * KEY_LEN {
-            hex(t)
-        } else if t.len() == 44 {
-            base64(t)
-        } else {
-            None
-        };
-        bytes
-            .and_then(|b| <[u8; KEY_LEN]>::try_from(b).ok())
-            .map(Self::from_bytes)
-            .ok_or(KeyError::Format(t.len()))
+        key_bytes(s).map(Self::from_bytes).map_err(KeyError::Format)
     }
+}
+
+/// 32 bytes written as 64 hex digits or 44 characters of base64 (a key, or a key
+/// pair's half), blanks around them aside; else the length that was given.
+pub(crate) fn key_bytes(s: &str) -> Result<[u8; KEY_LEN], usize> {
+    let t = s.trim();
+    let bytes = if t.len() == 2 * KEY_LEN {
+        hex(t)
+    } else if t.len() == 44 {
+        base64(t)
+    } else {
+        None
+    };
+    bytes
+        .and_then(|b| <[u8; KEY_LEN]>::try_from(b).ok())
+        .ok_or(t.len())
+}
+
+/// 32 bytes as 64 hex digits.
+pub(crate) fn hex_of(bytes: &[u8; KEY_LEN]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 pub(crate) fn hex(s: &str) -> Option<Vec<u8>> {

@@ -15,7 +15,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::auth::{KEY_LEN, Key};
+use crate::auth::{KEY_LEN, Key, hex_of, key_bytes};
 
 /// The context of the key derivation: the application and what the key is for.
 const CONTEXT: &str = "mgrp 2026-11 pair key from X25519 static keys, v1";
@@ -45,24 +45,6 @@ pub enum PairError {
     Own,
 }
 
-fn bytes_of(s: &str) -> Result<[u8; KEY_LEN], PairError> {
-    let t = s.trim();
-    let bytes = if t.len() == 2 * KEY_LEN {
-        crate::auth::hex(t)
-    } else if t.len() == 44 {
-        crate::auth::base64(t)
-    } else {
-        None
-    };
-    bytes
-        .and_then(|b| <[u8; KEY_LEN]>::try_from(b).ok())
-        .ok_or(PairError::Format(t.len()))
-}
-
-fn hex_of(b: &[u8; KEY_LEN]) -> String {
-    b.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl PrivateKey {
     /// The private key of these 32 (random) bytes.
     pub fn from_bytes(bytes: [u8; KEY_LEN]) -> Self {
@@ -90,7 +72,9 @@ impl FromStr for PrivateKey {
     type Err = PairError;
 
     fn from_str(s: &str) -> Result<Self, PairError> {
-        bytes_of(s).map(Self::from_bytes)
+        key_bytes(s)
+            .map(Self::from_bytes)
+            .map_err(PairError::Format)
     }
 }
 
@@ -118,7 +102,7 @@ impl FromStr for PublicKey {
     type Err = PairError;
 
     fn from_str(s: &str) -> Result<Self, PairError> {
-        bytes_of(s).map(Self)
+        key_bytes(s).map(Self).map_err(PairError::Format)
     }
 }
 

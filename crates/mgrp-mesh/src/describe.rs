@@ -440,10 +440,6 @@ fn group(
     })
 }
 
-/// A link of the mesh: the member measuring, the one measured from, the method and
-/// the transport.
-type LinkKey = (String, String, String, Transport);
-
 /// Two groups that give one link (the same path, method and transport) two
 /// intervals: the second is refused.
 fn conflicts(
@@ -451,32 +447,20 @@ fn conflicts(
     mesh: &Mesh,
     files: &[Spanned<GroupFile>],
 ) -> Result<(), MeshError> {
-    let mut given: BTreeMap<LinkKey, (usize, Option<String>)> = BTreeMap::new();
+    let mut given = BTreeMap::new();
     for (i, g) in mesh.groups.iter().enumerate() {
-        for (a, b) in g.kind.pairs() {
-            for (to, from) in [(a, b), (b, a)] {
-                for m in &g.methods {
-                    for t in &g.transports {
-                        let key = (to.to_owned(), from.to_owned(), m.clone(), *t);
-                        match given.get(&key) {
-                            Some((first, interval)) if *interval != g.interval => {
-                                let f = files[i].get_ref();
-                                return Err(lines.at(
-                                    f.interval.as_ref().map_or(&f.name, |s| s),
-                                    "group.interval",
-                                    format!(
-                                        "group {:?} measures {from} to {to} by {m} over {t}, which group {:?} measures at another interval: give both the same, or leave the pair to one",
-                                        g.name, mesh.groups[*first].name
-                                    ),
-                                ));
-                            }
-                            Some(_) => {}
-                            None => {
-                                given.insert(key, (i, g.interval.clone()));
-                            }
-                        }
-                    }
-                }
+        for l in g.links() {
+            let first = *given.entry(l).or_insert(i);
+            if mesh.groups[first].interval != g.interval {
+                let f = files[i].get_ref();
+                return Err(lines.at(
+                    f.interval.as_ref().unwrap_or(&f.name),
+                    "group.interval",
+                    format!(
+                        "group {:?} measures {} to {} by {} over {}, which group {:?} measures at another interval: give both the same, or leave the pair to one",
+                        g.name, l.from, l.to, l.method, l.transport, mesh.groups[first].name
+                    ),
+                ));
             }
         }
     }

@@ -36,7 +36,7 @@ mod plan;
 mod tests;
 
 pub use describe::{GroupKind, MeshError, Transport};
-pub use plan::{LinkPlan, NodePlan, PeerPlan};
+pub use plan::{LinkPlan, NoSuchMember, NodePlan, PeerPlan};
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -71,6 +71,40 @@ pub struct Group {
     /// How often each link runs (a duration as the overlay reads it), if not its
     /// method's default.
     pub interval: Option<String>,
+}
+
+impl Group {
+    /// Every link the group gives: each pair both ways (`to` measures the path from
+    /// `from`), by each method over each transport.
+    pub fn links(&self) -> impl Iterator<Item = GroupLink<'_>> {
+        self.kind
+            .pairs()
+            .into_iter()
+            .flat_map(|(a, b)| [(a, b), (b, a)])
+            .flat_map(move |(to, from)| {
+                self.methods.iter().flat_map(move |method| {
+                    self.transports.iter().map(move |&transport| GroupLink {
+                        to,
+                        from,
+                        method,
+                        transport,
+                    })
+                })
+            })
+    }
+}
+
+/// One link a group gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct GroupLink<'a> {
+    /// The member that measures the path into it.
+    pub to: &'a str,
+    /// The member the path comes from.
+    pub from: &'a str,
+    /// The method.
+    pub method: &'a str,
+    /// The transport.
+    pub transport: Transport,
 }
 
 /// A checked mesh description.

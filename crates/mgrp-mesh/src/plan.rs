@@ -66,41 +66,48 @@ pub struct NodePlan {
     pub links: Vec<LinkPlan>,
 }
 
+/// A node the description has no member for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no member is named {node:?} (its members: {members})")]
+pub struct NoSuchMember {
+    node: String,
+    members: String,
+}
+
 impl Mesh {
-    /// The part of the member named `node`; `None` if the mesh has no such member.
-    pub fn plan(&self, node: &str) -> Option<NodePlan> {
-        let me = self.members.get(node)?;
+    /// The part of the member named `node`.
+    pub fn plan(&self, node: &str) -> Result<NodePlan, NoSuchMember> {
+        let me = self.members.get(node).ok_or_else(|| NoSuchMember {
+            node: node.to_owned(),
+            members: self
+                .members
+                .keys()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
         let mut peers = BTreeMap::new();
-        let mut links: BTreeMap<String, LinkPlan> = BTreeMap::new();
+        let mut links = BTreeMap::new();
         for g in &self.groups {
-            for (a, b) in g.kind.pairs() {
-                let other = match (a == node, b == node) {
-                    (true, _) => b,
-                    (_, true) => a,
-                    _ => continue,
+            for l in g.links().filter(|l| l.to == node) {
+                let from = &self.members[l.from];
+                peers.entry(l.from).or_insert_with(|| PeerPlan::from(from));
+                let name = match l.transport {
+                    Transport::Mgrp => format!("{}-{}", l.from, l.method),
+                    Transport::Udp => format!("{}-{}-udp", l.from, l.method),
                 };
-                let o = &self.members[other];
-                peers.insert(other, PeerPlan::from(o));
-                for m in &g.methods {
-                    for t in &g.transports {
-                        let name = match t {
-                            Transport::Mgrp => format!("{other}-{m}"),
-                            Transport::Udp => format!("{other}-{m}-udp"),
-                        };
-                        links.entry(name.clone()).or_insert_with(|| LinkPlan {
-                            name,
-                            from: other.to_owned(),
-                            address: o.address,
-                            method: m.clone(),
-                            transport: *t,
-                            interval: g.interval.clone(),
-                            group: g.name.clone(),
-                        });
-                    }
-                }
+                links.entry(name.clone()).or_insert_with(|| LinkPlan {
+                    name,
+                    from: l.from.to_owned(),
+                    address: from.address,
+                    method: l.method.to_owned(),
+                    transport: l.transport,
+                    interval: g.interval.clone(),
+                    group: g.name.clone(),
+                });
             }
         }
-        Some(NodePlan {
+        Ok(NodePlan {
             node: PeerPlan::from(me),
             peers: peers.into_values().collect(),
             links: links.into_values().collect(),

@@ -8,7 +8,6 @@
 use std::path::Path;
 
 use mgrp_mesh::{Mesh, Transport as MeshTransport};
-use serde::Deserialize as _;
 
 use super::File;
 use super::check::{ConfigError, invalid};
@@ -40,14 +39,9 @@ pub(super) fn apply(f: &mut File, dir: Option<&Path>) -> Result<(), ConfigError>
     let text = std::fs::read_to_string(&path)
         .map_err(|e| invalid(format!("mesh: cannot read {}: {e}", path.display())))?;
     let mesh = Mesh::parse(&text).map_err(|e| invalid(format!("mesh {}: {e}", path.display())))?;
-    let Some(plan) = mesh.plan(&node) else {
-        let names: Vec<&str> = mesh.members.keys().map(String::as_str).collect();
-        return Err(invalid(format!(
-            "mesh {}: no member is named {node:?} (its members: {})",
-            path.display(),
-            names.join(", ")
-        )));
-    };
+    let plan = mesh
+        .plan(&node)
+        .map_err(|e| invalid(format!("mesh {}: {e}", path.display())))?;
     for l in &plan.links {
         if f.links
             .iter()
@@ -55,15 +49,13 @@ pub(super) fn apply(f: &mut File, dir: Option<&Path>) -> Result<(), ConfigError>
         {
             continue;
         }
-        let method = Method::deserialize(serde::de::value::StrDeserializer::<
-            serde::de::value::Error,
-        >::new(&l.method))
-        .map_err(|e| {
+        let method = Method::named(&l.method).ok_or_else(|| {
             invalid(format!(
-                "mesh {}: group {:?} names method {:?}: {e}",
+                "mesh {}: group {:?} names method {:?}, which this overlay does not have (it has {})",
                 path.display(),
                 l.group,
-                l.method
+                l.method,
+                Method::names().join(", ")
             ))
         })?;
         let transport = match l.transport {

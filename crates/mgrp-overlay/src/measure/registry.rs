@@ -32,6 +32,11 @@ impl Method {
         METHODS.iter().find(|m| m.name() == name).map(|m| Self(*m))
     }
 
+    /// Every method's name.
+    pub fn names() -> &'static [&'static str] {
+        &NAMES
+    }
+
     /// The name the configuration, the API and the metrics use.
     pub fn name(self) -> &'static str {
         self.0.name()

@@ -24,14 +24,9 @@ pub(super) fn apply(s: &mut Settings) -> Result<(), ConfigError> {
     let text = std::fs::read_to_string(&path)
         .map_err(|e| bad(format!("cannot read mesh {}: {e}", path.display())))?;
     let mesh = Mesh::parse(&text).map_err(|e| bad(format!("mesh {}: {e}", path.display())))?;
-    let Some(plan) = mesh.plan(&node) else {
-        let names: Vec<&str> = mesh.members.keys().map(String::as_str).collect();
-        return Err(bad(format!(
-            "mesh {}: no member is named {node:?} (its members: {})",
-            path.display(),
-            names.join(", ")
-        )));
-    };
+    let plan = mesh
+        .plan(&node)
+        .map_err(|e| bad(format!("mesh {}: {e}", path.display())))?;
     for p in &plan.peers {
         let prefix = Prefix::host(p.address);
         if !s.peers.iter().any(|t| t.prefix == prefix) {

@@ -509,6 +509,21 @@ fn keyed_config(peer: Ipv4Addr, key: &TempFile, next: Option<&TempFile>) -> Stri
     text
 }
 
+/// Fails unless `s` shows no packet refused: no wrong tag, none unauthenticated,
+/// replayed or reflected.
+fn nothing_refused(who: &str, s: &mgrp_core::api::DaemonStats) {
+    assert_eq!(
+        (
+            s.daemon.mgrp_bad_tag,
+            s.daemon.mgrp_unauthenticated,
+            s.daemon.mgrp_replayed,
+            s.daemon.mgrp_reflected,
+        ),
+        (0, 0, 0, 0),
+        "{who}: {s:#?}"
+    );
+}
+
 /// Runs a TCP transfer from A to B that rides trains while the daemons' configurations
 /// go through `steps` (A's text, B's text), each step reaching the daemons one after
 /// the other (A, then B) with a SIGHUP, as an operator's would. The transfer must
@@ -555,18 +570,9 @@ fn rotation_under_a_transfer(name: &str, start: &(String, String), steps: &[(Str
         rotation_done < transfer_done,
         "{name}: the transfer ended before the rotation did: the test proves nothing; {t:?}"
     );
-    for (who, d) in [("A", &a), ("B", &b)] {
-        let s = d.quiescent_stats().unwrap();
-        assert_eq!(
-            (
-                s.daemon.mgrp_bad_tag,
-                s.daemon.mgrp_unauthenticated,
-                s.daemon.mgrp_replayed,
-                s.daemon.mgrp_reflected,
-            ),
-            (0, 0, 0, 0),
-            "{name}, {who}: {s:#?}"
-        );
+    let (sa, sb) = (a.quiescent_stats().unwrap(), b.quiescent_stats().unwrap());
+    for (who, d, s) in [("A", &a, &sa), ("B", &b, &sb)] {
+        nothing_refused(&format!("{name}, {who}"), s);
         let log = d.process.log();
         assert_eq!(
             log.matches("keys reloaded").count(),
@@ -574,7 +580,6 @@ fn rotation_under_a_transfer(name: &str, start: &(String, String), steps: &[(Str
             "{name}, {who}: {log}"
         );
     }
-    let (sa, sb) = (a.quiescent_stats().unwrap(), b.quiescent_stats().unwrap());
     assert!(
         sb.daemon.riders_delivered > 0,
         "{name}: nothing rode to B: {sb:#?}"
@@ -758,16 +763,7 @@ fn daemons_take_their_peers_keys_and_routes_from_one_mesh_description() {
         .map(|d| d.quiescent_stats().unwrap())
         .collect();
     for (i, s) in stats.iter().enumerate() {
-        assert_eq!(
-            (
-                s.daemon.mgrp_bad_tag,
-                s.daemon.mgrp_unauthenticated,
-                s.daemon.mgrp_replayed,
-                s.daemon.mgrp_reflected,
-            ),
-            (0, 0, 0, 0),
-            "n{i}: {s:#?}"
-        );
+        nothing_refused(&format!("n{i}"), s);
     }
     assert!(
         stats[1].daemon.riders_delivered > 0,

@@ -680,6 +680,15 @@ fn a_peers_key_is_derived_from_its_public_key_and_this_hosts_private_one() {
         )
     };
     let ip: IpAddr = "10.0.0.2".parse().unwrap();
+    // The key in force with the peer, and the one more it opens with.
+    let key_of = |text: &str| {
+        Config::from_toml(text)
+            .unwrap()
+            .keys
+            .key_for(ip)
+            .unwrap()
+            .clone()
+    };
     // A's key with B is B's key with A, and no file holds it.
     let cfg = Config::from_toml(&peer("")).unwrap();
     let k = cfg.keys.key_for(ip).unwrap();
@@ -691,22 +700,12 @@ fn a_peers_key_is_derived_from_its_public_key_and_this_hosts_private_one() {
     // A rotates to the pair of C's private key: B's packets sealed for A's next
     // public key open too, and A still seals with the key in force.
     let next = format!("next-private-key-file = \"{}\"", a_next_file.0.display());
-    let k = Config::from_toml(&peer(&next))
-        .unwrap()
-        .keys
-        .key_for(ip)
-        .unwrap()
-        .clone();
+    let k = key_of(&peer(&next));
     assert_eq!(k.key, pair_key(&a, &b.public()).unwrap());
     assert_eq!(k.next, Some(pair_key(&b, &c.public()).unwrap()));
     // B rotates: its next public key gives the next key.
     let text = format!("{}next-public-key = \"{}\"\n", peer(""), c.public());
-    let k = Config::from_toml(&text)
-        .unwrap()
-        .keys
-        .key_for(ip)
-        .unwrap()
-        .clone();
+    let k = key_of(&text);
     assert_eq!(k.next, Some(pair_key(&a, &c.public()).unwrap()));
     // A peer moves from a shared key file to its pair as a rotation: the file seals
     // while the pair's key opens, then the pair's key seals while the file opens.
@@ -726,22 +725,12 @@ fn a_peers_key_is_derived_from_its_public_key_and_this_hosts_private_one() {
         format!("next-key-file = \"{}\"", shared.0.display()),
         format!("next-public-key = \"{}\"", b.public()),
     );
-    let k = Config::from_toml(&moving(&file, &next_pair))
-        .unwrap()
-        .keys
-        .key_for(ip)
-        .unwrap()
-        .clone();
+    let k = key_of(&moving(&file, &next_pair));
     assert_eq!(
         (k.key, k.next),
         (file_key.clone(), Some(pair_key(&a, &b.public()).unwrap()))
     );
-    let k = Config::from_toml(&moving(&pair, &next_file))
-        .unwrap()
-        .keys
-        .key_for(ip)
-        .unwrap()
-        .clone();
+    let k = key_of(&moving(&pair, &next_file));
     assert_eq!(
         (k.key, k.next),
         (pair_key(&a, &b.public()).unwrap(), Some(file_key))

@@ -8,7 +8,7 @@ use mgrp_core::pair::PublicKey;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::{Group, Member, Mesh};
+use crate::{Api, Group, Member, Mesh};
 
 /// Which pairs of a group's members measure each other (each pair both ways).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,7 +123,8 @@ struct File {
 struct MemberFile {
     name: Spanned<String>,
     address: Spanned<IpAddr>,
-    api: Option<String>,
+    api: Option<Spanned<String>>,
+    metrics: Option<Spanned<String>>,
     public_key: Option<Spanned<String>>,
 }
 
@@ -166,6 +167,36 @@ fn name_ok(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// `HOST:PORT`: a name or an address (an IPv6 one in brackets) and a port other
+/// than 0.
+fn host_port(s: &str) -> Option<String> {
+    let (host, port) = s.rsplit_once(':')?;
+    let port: u16 = port.parse().ok().filter(|&p| p != 0)?;
+    let ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !host.is_empty()
+                && host.len() <= 253
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'))
+        }
+    };
+    ok.then(|| format!("{host}:{port}"))
+}
+
+/// An overlay's API: `http://` or `https://`, then [`host_port`], and at most a
+/// trailing `/`.
+fn api(s: &str) -> Option<Api> {
+    let (tls, rest) = if let Some(r) = s.strip_prefix("https://") {
+        (true, r)
+    } else {
+        (false, s.strip_prefix("http://")?)
+    };
+    let target = host_port(rest.strip_suffix('/').unwrap_or(rest))?;
+    Some(Api { tls, target })
 }
 
 pub(crate) fn parse(text: &str) -> Result<Mesh, MeshError> {
@@ -227,6 +258,41 @@ fn members(
                 format!("{} is another member's address too", m.address.get_ref()),
             ));
         }
+        let api = match &m.api {
+            Some(a) => Some(api(a.get_ref()).ok_or_else(|| {
+                lines.at(
+                    a,
+                    "member.api",
+                    format!(
+                        "{:?}: the overlay's API as http://HOST:PORT or https://HOST:PORT",
+                        a.get_ref()
+                    ),
+                )
+            })?),
+            None => None,
+        };
+        let metrics = match &m.metrics {
+            Some(a) => Some(host_port(a.get_ref()).ok_or_else(|| {
+                lines.at(
+                    a,
+                    "member.metrics",
+                    format!(
+                        "{:?}: where Prometheus reaches mgrpd's metrics, as HOST:PORT",
+                        a.get_ref()
+                    ),
+                )
+            })?),
+            None => None,
+        };
+        if let (Some(a), Some(m2)) = (&api, &metrics)
+            && a.target() == m2.as_str()
+        {
+            return Err(lines.at(
+                m.metrics.as_ref().expect("given"),
+                "member.metrics",
+                format!("{m2} is its overlay's API too: mgrpd's metrics need a port of their own"),
+            ));
+        }
         let public_key = match &m.public_key {
             Some(k) => {
                 let key: PublicKey = k
@@ -249,7 +315,8 @@ fn members(
             Member {
                 name: name.clone(),
                 address: *m.address.get_ref(),
-                api: m.api.clone(),
+                api,
+                metrics,
                 public_key,
             },
         );

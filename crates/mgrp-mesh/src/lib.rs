@@ -32,11 +32,14 @@
 
 mod describe;
 mod plan;
+mod render;
+mod targets;
 #[cfg(test)]
 mod tests;
 
 pub use describe::{GroupKind, MeshError, Transport};
 pub use plan::{LinkPlan, NoSuchMember, NodePlan, PeerPlan};
+pub use targets::{MEMBER_LABEL, TargetGroup};
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -52,9 +55,34 @@ pub struct Member {
     /// address its probes come from).
     pub address: IpAddr,
     /// Its overlay's API, for route control and Prometheus.
-    pub api: Option<String>,
+    pub api: Option<Api>,
+    /// Where Prometheus reaches its mgrpd's metrics (`HOST:PORT`).
+    pub metrics: Option<String>,
     /// Its public key, which the key of each of its pairs is derived from.
     pub public_key: Option<PublicKey>,
+}
+
+/// Where a member's overlay serves its API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Api {
+    /// Over TLS (`https://`).
+    pub tls: bool,
+    /// `HOST:PORT`, as Prometheus' targets and route control's members give it.
+    pub target: String,
+}
+
+impl Api {
+    /// `HOST:PORT`.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+}
+
+impl std::fmt::Display for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}", self.target)
+    }
 }
 
 /// A group: who measures whom, how and how often.

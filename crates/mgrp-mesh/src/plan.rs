@@ -20,7 +20,7 @@ pub struct PeerPlan {
     /// Its public key.
     pub public_key: Option<PublicKey>,
     /// Its overlay's API.
-    pub api: Option<String>,
+    pub api: Option<crate::Api>,
 }
 
 impl From<&Member> for PeerPlan {

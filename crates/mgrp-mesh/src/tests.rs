@@ -65,7 +65,10 @@ fn each_node_takes_its_part_of_one_description() {
     let d = mesh.plan("d").unwrap();
     assert_eq!(names(&d.peers), ["a"]);
     assert_eq!(d.peers[0].public_key.unwrap().to_string(), public(1));
-    assert_eq!(d.peers[0].api.as_deref(), Some("https://10.0.0.1:7700"));
+    assert_eq!(
+        d.peers[0].api.as_ref().map(ToString::to_string).as_deref(),
+        Some("https://10.0.0.1:7700")
+    );
     assert_eq!(d.links.len(), 1);
     assert_eq!(
         mesh.plan("nobody").unwrap_err().to_string(),
@@ -206,6 +209,38 @@ fn an_inconsistent_description_is_refused_with_its_line_and_key() {
             "mgrp or udp",
         ),
         (
+            base.replacen("https://10.0.0.2:7700", "10.0.0.2:7700", 1),
+            member_lines + 4,
+            "member.api",
+            "http://HOST:PORT or https://HOST:PORT",
+        ),
+        (
+            base.replacen("https://10.0.0.2:7700", "https://10.0.0.2:0", 1),
+            member_lines + 4,
+            "member.api",
+            "",
+        ),
+        (
+            base.replacen(
+                "api = \"https://10.0.0.2:7700\"",
+                "api = \"https://10.0.0.2:7700\"\nmetrics = \"10.0.0.2:7700\"",
+                1,
+            ),
+            member_lines + 5,
+            "member.metrics",
+            "a port of their own",
+        ),
+        (
+            base.replacen(
+                "api = \"https://10.0.0.2:7700\"",
+                "api = \"https://10.0.0.2:7700\"\nmetrics = \"10.0.0.2\"",
+                1,
+            ),
+            member_lines + 5,
+            "member.metrics",
+            "as HOST:PORT",
+        ),
+        (
             base.replacen("api =", "apy =", 1),
             4,
             "the file",
@@ -242,4 +277,60 @@ fn the_fuzz_targets_seeds_are_descriptions_it_takes() {
         n += 1;
     }
     assert!(n >= 4, "{n} seeds in {}", dir.display());
+}
+
+/// The example description in the guide's folder derives exactly the per-node files
+/// committed beside it (`MESH_BLESS=1` rewrites them after a deliberate change).
+#[test]
+fn the_example_description_derives_the_committed_per_node_files() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/mesh");
+    let mesh = Mesh::parse(&std::fs::read_to_string(dir.join("example.toml")).unwrap()).unwrap();
+    let bless = std::env::var_os("MESH_BLESS").is_some();
+    let mut files = 0;
+    for name in mesh.members.keys() {
+        let plan = mesh.plan(name).unwrap();
+        for (kind, text) in [
+            ("mgrpd", plan.mgrpd_toml()),
+            ("overlay", plan.overlay_toml()),
+        ] {
+            let path = dir.join("derived").join(format!("{name}.{kind}.toml"));
+            if bless {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, &text).unwrap();
+            }
+            let committed = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(
+                text,
+                committed,
+                "{} differs from its derivation",
+                path.display()
+            );
+            files += 1;
+        }
+    }
+    assert_eq!(files, 8);
+    let derived = std::fs::read_dir(dir.join("derived")).unwrap().count();
+    assert_eq!(derived, files, "a file in derived/ that no member derives");
+}
+
+#[test]
+fn prometheus_finds_every_member_that_gives_an_address() {
+    let text = example().replacen(
+        "api = \"https://10.0.0.2:7700\"",
+        "api = \"http://node-b.example.net:7700/\"\nmetrics = \"[2001:db8::2]:9577\"",
+        1,
+    );
+    let mesh = Mesh::parse(&text).unwrap();
+    let overlay = mesh.overlay_targets();
+    assert_eq!(overlay.len(), 4);
+    let b = &overlay[1];
+    assert_eq!(b.targets, ["node-b.example.net:7700"]);
+    assert_eq!(b.labels["member"], "b");
+    assert_eq!(b.labels["__scheme__"], "http");
+    assert_eq!(overlay[0].labels["__scheme__"], "https");
+    let mgrpd = mesh.mgrpd_targets();
+    assert_eq!(mgrpd.len(), 1, "only b gives its mgrpd's metrics");
+    assert_eq!(mgrpd[0].targets, ["[2001:db8::2]:9577"]);
+    assert_eq!(mgrpd[0].labels.keys().collect::<Vec<_>>(), ["member"]);
 }

@@ -494,6 +494,29 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// The example description (docs/mesh/example.toml) gives each member's overlay
+    /// what the per-node file derived from it (docs/mesh/derived/NAME.overlay.toml)
+    /// gives, and each derived link's method is one this overlay has.
+    #[test]
+    fn the_example_mesh_gives_what_its_derived_per_node_files_say() {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/mesh");
+        for node in ["nyc1", "lon1", "fra1", "edge7"] {
+            let from_mesh = Config::from_toml(
+                &format!("mesh = \"example.toml\"\nnode = \"{node}\"\n"),
+                Some(&docs),
+            )
+            .unwrap();
+            let derived =
+                std::fs::read_to_string(docs.join(format!("derived/{node}.overlay.toml"))).unwrap();
+            let from_file = Config::from_toml(&derived, None).unwrap();
+            assert!(!from_file.links.is_empty(), "{node}");
+            assert!(
+                from_mesh == from_file,
+                "{node}: {from_mesh:?}\n{from_file:?}"
+            );
+        }
+    }
+
     #[test]
     fn defaults_and_a_link() {
         let c = Config::from_toml("[[link]]\nfrom = \"10.0.0.5\"\n", None).unwrap();

@@ -781,6 +781,40 @@ fn a_peers_key_is_derived_from_its_public_key_and_this_hosts_private_one() {
     }
 }
 
+/// The example description (docs/mesh/example.toml) gives each member's mgrpd what
+/// the per-node file derived from it (docs/mesh/derived/NAME.mgrpd.toml) gives.
+#[test]
+fn the_example_mesh_gives_what_its_derived_per_node_files_say() {
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/mesh");
+    let key = PrivateFile::new(
+        "example",
+        &mgrp_core::pair::PrivateKey::from_bytes([9; 32]).to_hex(),
+    );
+    let base = format!("private-key-file = \"{}\"\n", key.0.display());
+    for node in ["nyc1", "lon1", "fra1", "edge7"] {
+        let from_mesh = Config::from_toml(&format!(
+            "{base}mesh = \"{}\"\nnode = \"{node}\"\n",
+            docs.join("example.toml").display()
+        ))
+        .unwrap();
+        let derived =
+            std::fs::read_to_string(docs.join(format!("derived/{node}.mgrpd.toml"))).unwrap();
+        let from_file = Config::from_toml(&format!("{base}{derived}")).unwrap();
+        assert!(!from_file.routes.is_empty(), "{node}");
+        assert_eq!(from_mesh.summary(), from_file.summary(), "{node}");
+        // What the summary leaves out: the keys, named by whom they are shared with.
+        for r in &from_file.routes {
+            let peer = r.addr();
+            assert_eq!(
+                from_mesh.keys.key_for(peer).map(|k| &k.key),
+                from_file.keys.key_for(peer).map(|k| &k.key),
+                "{node}: the key with {peer}"
+            );
+            assert!(from_mesh.keys.key_for(peer).is_some(), "{node}: {peer}");
+        }
+    }
+}
+
 #[test]
 fn a_mesh_description_gives_the_peers_their_keys_and_the_routes() {
     use mgrp_core::pair::{PrivateKey, pair_key};

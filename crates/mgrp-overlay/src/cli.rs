@@ -34,6 +34,11 @@ struct Cli {
     /// out) and what looks wrong, and exit.
     #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
+    /// Check this mesh description (docs/mesh.md), print every member's part of it as
+    /// its mgrpd and this overlay derive it, and exit; or say the first inconsistency
+    /// with its line and key.
+    #[arg(long, value_name = "FILE")]
+    check_mesh: Option<PathBuf>,
     /// Listen on this address instead of the file's `listen`.
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Option<SocketAddr>,
@@ -44,6 +49,24 @@ struct Cli {
     /// How log lines look: `text`, or `json` (one object a line).
     #[arg(long, value_name = "text|json", default_value = "text")]
     log_format: mgrp_service::logging::LogFormat,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Write Prometheus' targets for every member of a mesh description: DIR/mgrp-overlay.json
+    /// (each member's overlay API, its scheme from `api`) and DIR/mgrpd.json (each
+    /// member's mgrpd `metrics`), `file_sd` files labelled with the member's name
+    /// (`member`). Run it again when the description changes: Prometheus re-reads them.
+    PrometheusTargets {
+        /// The mesh description.
+        #[arg(long, value_name = "FILE")]
+        mesh: PathBuf,
+        /// Where to write the two files.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 /// The command line `mgrp-overlay` reads, with every flag (for the guides' checks).
@@ -70,6 +93,12 @@ where
             };
         }
     };
+    if let Some(Command::PrometheusTargets { mesh, out }) = &cli.command {
+        return printed(crate::mesh::write_targets(mesh, out));
+    }
+    if let Some(path) = &cli.check_mesh {
+        return printed(crate::mesh::check(path));
+    }
     if let Some(path) = &cli.check_config {
         return match Config::load(path).and_then(|c| c.check_exposure().map(|()| c)) {
             Ok(c) => {
@@ -109,6 +138,20 @@ where
         Err(e) => {
             eprintln!("mgrp-overlay: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// A command that only prints: its text and success, or its error and exit code 2.
+fn printed(result: anyhow::Result<String>) -> ExitCode {
+    match result {
+        Ok(text) => {
+            mgrp_rt::out!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("mgrp-overlay: {e:#}");
+            ExitCode::from(2)
         }
     }
 }

@@ -27,6 +27,7 @@ pub mod cli;
 pub mod config;
 pub mod derive;
 pub mod measure;
+pub mod mesh;
 pub mod node;
 pub mod service;
 pub mod state;

@@ -9,7 +9,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Api, b_config, first_value, free_port, json, node_a, request};
+use common::{
+    Api, Dir, authority_and_server, b_config, first_value, free_port, json, node_a, request,
+    tls_node,
+};
 use mgrp_testbed::http::promql_path;
 use mgrp_views::estimate::RunOutcome;
 
@@ -26,7 +29,18 @@ struct Prometheus {
 }
 
 impl Prometheus {
+    /// Scraping one target, every second, in clear HTTP.
     fn start(target: &str) -> Self {
+        Self::with(|_| {
+            format!(
+                "  - job_name: mgrp-overlay\n    static_configs:\n      - targets: ['{target}']\n"
+            )
+        })
+    }
+
+    /// Scraping every second what `scrape` says (the entries of `scrape_configs`,
+    /// given the server's folder).
+    fn with(scrape: impl FnOnce(&std::path::Path) -> String) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "mgrp-overlay-prometheus-{}-{}",
             std::process::id(),
@@ -37,7 +51,8 @@ impl Prometheus {
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: mgrp-overlay\n    static_configs:\n      - targets: ['{target}']\n"
+                "global:\n  scrape_interval: 1s\nscrape_configs:\n{}",
+                scrape(&dir)
             ),
         )
         .unwrap();
@@ -126,6 +141,77 @@ fn prometheus_gets_the_values_the_overlay_served() {
         matched,
         "Prometheus never reported the overlay's probe bytes"
     );
+}
+
+/// Two members of a mesh, their APIs over TLS and asking for a token, found by a real
+/// Prometheus through the `file_sd` targets `mgrp-overlay prometheus-targets` wrote
+/// from the description (the scheme from each member's `api`, the token and the
+/// authority from the job), and every series labelled with its member's name.
+#[test]
+fn prometheus_scrapes_every_member_through_the_targets_the_description_gives() {
+    let dir = Dir::new("mgrp-overlay-file-sd");
+    let (ca, cert, key) = authority_and_server(&dir, "mesh");
+    let token = dir.private("token", "0123456789abcdef0123");
+    let nodes: Vec<Api> = ["m1", "m2"]
+        .iter()
+        .map(|n| Api::start(tls_node(n, &cert, &key, &token)))
+        .collect();
+    let mut mesh = String::new();
+    for (i, node) in nodes.iter().enumerate() {
+        mesh.push_str(&format!(
+            "[[member]]\nname = \"m{}\"\naddress = \"192.0.2.{}\"\napi = \"https://{}\"\n",
+            i + 1,
+            i + 1,
+            node.addr
+        ));
+    }
+    mesh.push_str(
+        "[[group]]\nname = \"g\"\nkind = \"full-mesh\"\nmembers = [\"m1\", \"m2\"]\nmethods = [\"pathchirp\"]\n",
+    );
+    let description = dir.private("mesh.toml", &mesh);
+    let targets = dir.0.join("targets");
+    std::fs::create_dir_all(&targets).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mgrp-overlay"))
+        .args(["prometheus-targets", "--mesh"])
+        .arg(&description)
+        .arg("--out")
+        .arg(&targets)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "prometheus-targets: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p = Prometheus::with(|_| {
+        format!(
+            "  - job_name: mgrp-overlay\n    authorization:\n      credentials_file: {}\n    tls_config:\n      ca_file: {}\n    file_sd_configs:\n      - files: ['{}']\n  - job_name: mgrpd\n    file_sd_configs:\n      - files: ['{}']\n",
+            token.display(),
+            ca.display(),
+            targets.join("mgrp-overlay.json").display(),
+            targets.join("mgrpd.json").display()
+        )
+    });
+    for member in ["m1", "m2"] {
+        // Up, and more series than Prometheus makes itself (up, scrape_*): the node's
+        // own, under its member's name.
+        let expr = format!(
+            "count({{job=\"mgrp-overlay\",member=\"{member}\",__name__=~\"mgrp_overlay_.*\"}}) and on() up{{member=\"{member}\"}} == 1"
+        );
+        let start = Instant::now();
+        let mut seen = None;
+        while start.elapsed() < Duration::from_secs(60) && seen.is_none() {
+            seen = query(&p, &expr).filter(|v| *v >= 1.0);
+            if seen.is_none() {
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+        assert!(
+            seen.is_some(),
+            "Prometheus never scraped {member} through its target:\n{}",
+            p.log()
+        );
+    }
 }
 
 #[test]

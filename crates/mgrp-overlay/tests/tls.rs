@@ -9,68 +9,12 @@ mod common;
 use std::io::Write as _;
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
 
-use common::Api;
+use common::{Api, Dir, authority_and_server, tls_node};
 use mgrp_overlay::config::Config;
 use mgrp_route::control::http_get;
 use mgrp_route::tls::ClientTls;
 use mgrp_views::link::Links;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-
-/// A folder of this test's files, removed on drop.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Self {
-        let d = std::env::temp_dir().join(mgrp_testbed::unique(tag));
-        std::fs::create_dir_all(&d).unwrap();
-        Self(d)
-    }
-
-    /// Writes `text` to `name`, readable by its owner only.
-    fn private(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, text).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-        p
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// An authority and a certificate it signed for 127.0.0.1, in `dir`: the
-/// authority's certificate, the server's certificate and its key.
-fn authority_and_server(dir: &Dir, tag: &str) -> (PathBuf, PathBuf, PathBuf) {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
-    (
-        dir.private(&format!("{tag}-ca.pem"), &ca.pem()),
-        dir.private(&format!("{tag}-cert.pem"), &cert.pem()),
-        dir.private(&format!("{tag}-key.pem"), &key.serialize_pem()),
-    )
-}
-
-fn node(cert: &Path, key: &Path, token: &Path) -> Config {
-    let toml = format!(
-        "name = \"t\"\ntoken-file = \"{}\"\ntls-cert = \"{}\"\ntls-key = \"{}\"\n[serve]\ntransports = []\n",
-        token.display(),
-        cert.display(),
-        key.display()
-    );
-    Config::from_toml(&toml, None).unwrap()
-}
 
 #[test]
 fn the_api_over_tls_answers_who_trusts_its_authority_and_nobody_in_clear() {
@@ -79,7 +23,7 @@ fn the_api_over_tls_answers_who_trusts_its_authority_and_nobody_in_clear() {
     let (other_ca, _, _) = authority_and_server(&dir, "other");
     let token = "0123456789abcdef0123";
     let token_file = dir.private("token", token);
-    let api = Api::start(node(&cert, &key, &token_file));
+    let api = Api::start(tls_node("t", &cert, &key, &token_file));
     let trusted = ClientTls::load(&ca, "127.0.0.1").unwrap();
 
     let links: Links = http_get(api.addr, "/v1/links", Some(token), Some(&trusted)).unwrap();

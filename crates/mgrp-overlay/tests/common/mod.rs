@@ -4,10 +4,13 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
 
 use mgrp_overlay::api::http;
 use mgrp_overlay::config::Config;
 use mgrp_overlay::node::Node;
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -33,7 +36,7 @@ pub fn free_port() -> u16 {
 }
 
 /// B's configuration, measuring from A on `a_port`, with an optional token file.
-pub fn b_config(a_port: u16, token_file: Option<&std::path::Path>) -> Config {
+pub fn b_config(a_port: u16, token_file: Option<&Path>) -> Config {
     let token = token_file.map_or(String::new(), |p| {
         format!("token-file = \"{}\"\n", p.display())
     });
@@ -148,4 +151,60 @@ pub fn node_a() -> (Node, u16) {
 pub fn node_a_on(port: u16) -> Node {
     let toml = format!("name = \"a\"\n[serve]\ntransports = [\"udp\"]\nudp-port = {port}\n");
     Node::start(Config::from_toml(&toml, None).unwrap()).unwrap()
+}
+
+/// A folder of this test's files, removed on drop.
+pub struct Dir(pub PathBuf);
+
+impl Dir {
+    pub fn new(tag: &str) -> Self {
+        let d = std::env::temp_dir().join(mgrp_testbed::unique(tag));
+        std::fs::create_dir_all(&d).unwrap();
+        Self(d)
+    }
+
+    /// Writes `text` to `name`, readable by its owner only.
+    pub fn private(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        p
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// An authority and a certificate it signed for 127.0.0.1, in `dir`: the
+/// authority's certificate, the server's certificate and its key.
+pub fn authority_and_server(dir: &Dir, tag: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    (
+        dir.private(&format!("{tag}-ca.pem"), &ca.pem()),
+        dir.private(&format!("{tag}-cert.pem"), &cert.pem()),
+        dir.private(&format!("{tag}-key.pem"), &key.serialize_pem()),
+    )
+}
+
+/// A node named `name` that measures nothing and serves nothing, its API over TLS
+/// with `cert` and `key`, asking for the token in `token`.
+pub fn tls_node(name: &str, cert: &Path, key: &Path, token: &Path) -> Config {
+    let toml = format!(
+        "name = \"{name}\"\ntoken-file = \"{}\"\ntls-cert = \"{}\"\ntls-key = \"{}\"\n[serve]\ntransports = []\n",
+        token.display(),
+        cert.display(),
+        key.display()
+    );
+    Config::from_toml(&toml, None).unwrap()
 }

@@ -133,7 +133,15 @@ where
         eprintln!("mgrp-overlay: {e}");
         return ExitCode::from(2);
     }
-    match crate::service::run(config) {
+    let (path, listen) = (cli.config.clone(), cli.listen);
+    let reread: crate::service::Reread = Box::new(move || {
+        let mut c = Config::load(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if let Some(l) = listen {
+            c.listen = l;
+        }
+        Ok(c)
+    });
+    match crate::service::run(config, reread) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mgrp-overlay: {e:#}");

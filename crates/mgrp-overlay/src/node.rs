@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use mgrp_rt::unix_now;
+use mgrp_rt::{lock, unix_now};
 use pathload_rs::control::Transport;
 use pathload_rs::tool::{ServeOptions, Server};
 use tokio::sync::broadcast;
@@ -35,6 +35,22 @@ pub struct Node {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
     serving: Vec<(Transport, SocketAddr)>,
+    servers: Vec<Arc<Server>>,
+}
+
+/// What a reload changed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Reloaded {
+    /// Links that went on as they were.
+    pub kept: usize,
+    /// Links that started.
+    pub added: Vec<String>,
+    /// Links that stopped.
+    pub removed: Vec<String>,
+    /// Links that measure otherwise now (stopped, and started anew).
+    pub changed: Vec<String>,
+    /// Settings that changed in the file but take a restart (their old values stay).
+    pub need_restart: Vec<&'static str>,
 }
 
 impl Node {
@@ -64,6 +80,7 @@ impl Node {
                     format!("cannot serve {transport} measurements on port {port}")
                 })
             })
+            .map(|r| r.map(Arc::new))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let serving = config
             .serve
@@ -94,19 +111,7 @@ impl Node {
         let records: Vec<Record> = config
             .links
             .iter()
-            .map(
-                |l| match store.as_ref().map(|s| s.load(&l.name, config.history)) {
-                    Some(Ok(Some(r))) => {
-                        info!("{}: {} runs of history restored", l.name, r.history.len());
-                        r
-                    }
-                    Some(Err(e)) => {
-                        warn!("{}: {e}", l.name);
-                        Record::default()
-                    }
-                    Some(Ok(None)) | None => Record::default(),
-                },
-            )
+            .map(|l| restored(store.as_ref(), &l.name, config.history))
             .collect();
         let last_seq = records
             .iter()
@@ -118,7 +123,7 @@ impl Node {
             .as_ref()
             .map(|r| Arc::new(mgrp_route::control::Control::new(r.clone(), &config.name)));
         let shared = Arc::new(Shared {
-            config,
+            config: std::sync::RwLock::new(Arc::new(config)),
             sched: Mutex::new(sched),
             wake: Condvar::new(),
             records: Mutex::new(records),
@@ -133,7 +138,9 @@ impl Node {
             started_at: unix_now(),
             routes: shared_routing.clone(),
             served: Mutex::default(),
+            runs: Mutex::default(),
         });
+        let config = shared.config();
         let mut threads = Vec::new();
         if let Some(control) = shared_routing {
             let s = shared.clone();
@@ -141,7 +148,7 @@ impl Node {
                 let _ = s.events.send(Event::Route(sw));
             })?);
         }
-        for (server, (transport, _)) in servers.into_iter().zip(&config_serve) {
+        for (server, (transport, _)) in servers.iter().cloned().zip(&config_serve) {
             let (s, transport) = (shared.clone(), transport.to_string());
             threads.push(
                 std::thread::Builder::new()
@@ -155,27 +162,19 @@ impl Node {
                 .name("overlay-schedule".into())
                 .spawn(move || schedule(&s))?,
         );
-        if shared
-            .config
-            .links
-            .iter()
-            .any(|l| l.timing.ride_min_bps.is_some())
-        {
-            let s = shared.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("overlay-traffic".into())
-                    .spawn(move || watch_traffic(&s))?,
-            );
-        }
-        let every = shared
-            .config
+        // Whether links wait for traffic may change with a reload: the thread idles
+        // while none does.
+        let s = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("overlay-traffic".into())
+                .spawn(move || watch_traffic(&s))?,
+        );
+        let every = config
             .prediction
             .kernel_poll
-            .or(shared.config.passive.then_some(Duration::from_secs(2)));
-        if let Some(every) = every
-            && !shared.config.links.is_empty()
-        {
+            .or(config.passive.then_some(Duration::from_secs(2)));
+        if let Some(every) = every {
             let s = shared.clone();
             threads.push(
                 std::thread::Builder::new()
@@ -187,7 +186,26 @@ impl Node {
             shared,
             threads,
             serving,
+            servers,
         })
+    }
+
+    /// Puts `new` in force while the node runs: links that measure as they did go
+    /// on (their schedule, a run in flight, their history), new ones start within
+    /// [`FIRST_WITHIN`], removed and changed ones stop (a run in flight ends at its
+    /// next step, its neighbour told); whom this node serves and how much follow.
+    /// Settings that take a restart keep their values and are named. An error (the
+    /// API would be left open) changes nothing.
+    pub fn reload(&self, new: Config) -> Result<Reloaded, String> {
+        self.reloader().reload(new)
+    }
+
+    /// What reloads this node, apart from it (for a signal handler).
+    pub fn reloader(&self) -> Reloader {
+        Reloader {
+            shared: self.shared.clone(),
+            servers: self.servers.clone(),
+        }
     }
 
     /// The transports this node serves and the control addresses they listen on (the
@@ -204,7 +222,8 @@ impl Node {
     /// Stops serving and measuring: runs in flight end at their next step (their
     /// neighbours are told), then every thread is joined.
     pub fn stop(self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.end_runs(None);
         if let Some(r) = &self.shared.routes {
             r.stop();
         }
@@ -212,5 +231,82 @@ impl Node {
         for t in self.threads {
             let _ = t.join();
         }
+    }
+}
+
+/// Reloads a running node ([`Node::reload`]); a clone may live in another thread.
+#[derive(Debug, Clone)]
+pub struct Reloader {
+    shared: Arc<Shared>,
+    servers: Vec<Arc<Server>>,
+}
+
+impl Reloader {
+    /// See [`Node::reload`].
+    pub fn reload(&self, new: Config) -> Result<Reloaded, String> {
+        let s = &self.shared;
+        let mut sched = lock(&s.sched);
+        let old = s.config();
+        let plan = crate::config::reload::plan(&old, new)?;
+        let mut records = lock(&s.records);
+        let mut before: Vec<Option<Record>> = std::mem::take(&mut *records)
+            .into_iter()
+            .map(Some)
+            .collect();
+        *records = plan
+            .config
+            .links
+            .iter()
+            .zip(&plan.carry)
+            .map(|(l, c)| {
+                c.and_then(|i| before.get_mut(i)?.take())
+                    .unwrap_or_else(|| restored(s.store.as_ref(), &l.name, plan.config.history))
+            })
+            .collect();
+        drop(records);
+        sched.reshape(
+            plan.config.links.iter().map(|l| l.timing.clone()).collect(),
+            &plan.carry,
+            plan.config.max_running,
+            mgrp_rt::mono_now(),
+            FIRST_WITHIN,
+        );
+        let config = Arc::new(plan.config.clone());
+        *s.config
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = config.clone();
+        // Under the scheduler's lock: no run of a changed link's new self has started.
+        s.end_runs(Some(&plan.ended()));
+        drop(sched);
+        for server in &self.servers {
+            server.set_access(
+                config.serve_allow.clone(),
+                config.serve_bytes_per_hour,
+                config.serve_probe_bps,
+            );
+        }
+        s.wake.notify_all();
+        Ok(Reloaded {
+            kept: plan.carry.iter().filter(|c| c.is_some()).count(),
+            added: plan.added,
+            removed: plan.removed,
+            changed: plan.changed,
+            need_restart: plan.need_restart,
+        })
+    }
+}
+
+/// Link `name`'s record as `store` kept it (at most `history` runs), or a new one.
+fn restored(store: Option<&Store>, name: &str, history: usize) -> Record {
+    match store.map(|s| s.load(name, history)) {
+        Some(Ok(Some(r))) => {
+            info!("{name}: {} runs of history restored", r.history.len());
+            r
+        }
+        Some(Err(e)) => {
+            warn!("{name}: {e}");
+            Record::default()
+        }
+        Some(Ok(None)) | None => Record::default(),
     }
 }

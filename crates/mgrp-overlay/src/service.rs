@@ -1,26 +1,68 @@
 //! Running a node: the HTTP server on the tokio runtime beside the node's threads,
 //! until SIGINT or SIGTERM; then the event streams end, the server drains, runs in
-//! flight end (their neighbours are told) and the threads are joined.
+//! flight end (their neighbours are told) and the threads are joined. SIGHUP reads
+//! the configuration again and puts its links and serving limits in force
+//! ([`Node::reload`]).
 
 use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::api::http;
 use crate::config::Config;
 use crate::node::Node;
 
-/// Serves `config`'s node until a signal stops it.
-pub fn run(config: Config) -> anyhow::Result<()> {
+/// Reads the configuration again for a reload, or says why it cannot.
+pub type Reread = Box<dyn Fn() -> Result<Config, String> + Send + Sync>;
+
+/// Serves `config`'s node until a signal stops it; at SIGHUP `reread` gives the
+/// configuration to reload.
+pub fn run(config: Config, reread: Reread) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
-    rt.block_on(serve(config))
+    rt.block_on(serve(config, reread))
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
+/// Reads the configuration again and reloads the node with it, saying what changed.
+fn reload(reloader: &crate::node::Reloader, reread: &Reread) {
+    let config = match reread() {
+        Ok(c) => c,
+        Err(e) => {
+            warn!("SIGHUP: the configuration is not reloaded, nothing changed: {e}");
+            return;
+        }
+    };
+    match reloader.reload(config) {
+        Ok(r) => {
+            let list = |v: &[String]| {
+                if v.is_empty() {
+                    "none".to_owned()
+                } else {
+                    v.join(", ")
+                }
+            };
+            info!(
+                "SIGHUP: configuration reloaded: {} links go on, added: {}, removed: {}, changed: {}",
+                r.kept,
+                list(&r.added),
+                list(&r.removed),
+                list(&r.changed)
+            );
+            if !r.need_restart.is_empty() {
+                warn!(
+                    "SIGHUP: {} changed but take a restart; they stay as they were",
+                    r.need_restart.join(", ")
+                );
+            }
+        }
+        Err(e) => warn!("SIGHUP: the configuration is not reloaded, nothing changed: {e}"),
+    }
+}
+
+async fn serve(config: Config, reread: Reread) -> anyhow::Result<()> {
     config.check_exposure()?;
     let listen = config.listen;
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| {
@@ -43,15 +85,27 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let app = http::router(node.shared(), shutdown);
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let reloader = node.reloader();
+    let reread = std::sync::Arc::new(reread);
     let scheme = if tls.is_some() { "https" } else { "http" };
     info!("mgrp-overlay {name}: {links} links, API on {scheme}://{listen}/");
     for (transport, addr) in node.serving() {
         info!("serving {transport} measurements on control port {addr}");
     }
     let served = crate::api::tls::serve(listener, app, tls.as_ref(), async move {
-        tokio::select! {
-            _ = term.recv() => info!("SIGTERM: shutting down"),
-            _ = int.recv() => info!("SIGINT: shutting down"),
+        loop {
+            tokio::select! {
+                _ = term.recv() => break info!("SIGTERM: shutting down"),
+                _ = int.recv() => break info!("SIGINT: shutting down"),
+                _ = hup.recv() => {
+                    let (r, again) = (reloader.clone(), reread.clone());
+                    // Files are read and locks taken: off the runtime's one thread.
+                    if let Err(e) = tokio::task::spawn_blocking(move || reload(&r, &again)).await {
+                        warn!("SIGHUP: the reload failed: {e}");
+                    }
+                }
+            }
         }
         let _ = stopping.send(true);
     })

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{free_port, node_a, node_a_on};
+use common::{eventually, free_port, node_a, node_a_on};
 use mgrp_overlay::config::Config;
 use mgrp_overlay::node::Node;
 use mgrp_overlay::state::shared::{Event, NowError};
@@ -23,18 +23,6 @@ fn node_b(a_port: u16) -> Node {
          interval = \"30s\"\ntime-limit = \"5s\"\nbackoff = \"1s\"\nmax-backoff = \"2s\"\n"
     );
     Node::start(Config::from_toml(&toml, None).unwrap()).unwrap()
-}
-
-/// Waits up to `within` for `f` to hold.
-fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < within {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
 }
 
 #[test]

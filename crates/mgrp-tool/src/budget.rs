@@ -183,6 +183,12 @@ impl Budgets {
         &self.limits
     }
 
+    /// New limits, from the next question on; what each requester spent stays
+    /// counted.
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+    }
+
     /// The bucket `now` falls in.
     fn bucket(&self, now: Instant) -> u64 {
         now.saturating_duration_since(self.epoch).as_secs() / BUCKET.as_secs()

@@ -209,6 +209,8 @@ pub enum ServeEvent {
 pub struct Server {
     listener: TcpListener,
     opts: ServeOptions,
+    /// Whom it serves: `opts.allow` until [`Server::set_access`] changes it.
+    allow: std::sync::RwLock<Vec<Prefix>>,
     captures: Captures,
     budgets: Mutex<Budgets>,
     accept_errors: std::sync::atomic::AtomicU64,
@@ -250,10 +252,28 @@ impl Server {
                 bits_per_second: opts.max_probe_bps,
                 rate_window: opts.probe_rate_window,
             })),
+            allow: std::sync::RwLock::new(opts.allow.clone()),
             opts,
             captures: Mutex::new(HashMap::new()),
             accept_errors: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// Whom it serves (any host when `allow` is empty) and each requester's budget,
+    /// from the next connection on, while it serves: for a configuration reloaded. A
+    /// measurement in flight keeps running; what each requester spent stays counted.
+    pub fn set_access(&self, allow: Vec<Prefix>, bytes_per_hour: u64, probe_bps: u64) {
+        *self
+            .allow
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = allow;
+        let mut budgets = mgrp_rt::lock(&self.budgets);
+        let limits = Limits {
+            bytes_per_hour,
+            bits_per_second: probe_bps,
+            rate_window: self.opts.probe_rate_window,
+        };
+        budgets.set_limits(limits);
     }
 
     /// Accept errors waited out so far.
@@ -327,9 +347,14 @@ impl Server {
                 };
                 let from = peer.ip().to_canonical();
                 let key = Requester::of(from, self.opts.ipv6_prefix);
-                let counted = if !self.opts.allow.is_empty()
-                    && !self.opts.allow.iter().any(|p| p.contains(from))
-                {
+                let allowed = {
+                    let allow = self
+                        .allow
+                        .read()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    allow.is_empty() || allow.iter().any(|p| p.contains(from))
+                };
+                let counted = if !allowed {
                     Err(format!(
                         "refused: this sender serves only the hosts it was told to (--allow); {from} is not one of them"
                     ))

@@ -216,7 +216,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn status_page(State(app): State<App>) -> Html<String> {
-    Html(page::render(app.node.config()))
+    Html(page::render(&app.node.config()))
 }
 
 async fn metrics_text(State(app): State<App>, headers: HeaderMap) -> Response {

@@ -48,6 +48,17 @@ pub struct Link {
     pub active_always: bool,
 }
 
+impl Link {
+    /// Whether `other` measures as this one does: every setting the same but the
+    /// index of its path among the node's (which moves when links before it come or
+    /// go). A reload keeps such a link running as it was.
+    pub fn same_measurement(&self, other: &Self) -> bool {
+        let mut o = other.clone();
+        o.timing.path = self.timing.path;
+        *self == o
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(super) struct LinkFile {
@@ -112,6 +123,11 @@ const RESERVED_PORTS: [u16; 1] = [mgrp_tool::control::DEFAULT_SENDER_PROBE_PORT]
 /// The first port above `port` that a link may take, if there is one.
 fn free_port_after(port: u16) -> Option<u16> {
     (port.checked_add(1)?..=u16::MAX).find(|p| !RESERVED_PORTS.contains(p))
+}
+
+/// The first port from `base` up that a link may take and `taken` does not hold.
+pub(super) fn free_probe_port(base: u16, taken: &[u16]) -> Option<u16> {
+    (base..=u16::MAX).find(|p| !RESERVED_PORTS.contains(p) && !taken.contains(p))
 }
 
 /// The links as written, checked: probe ports from `base` up, one per link, skipping

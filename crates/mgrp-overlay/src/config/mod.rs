@@ -11,6 +11,7 @@ mod check;
 mod link;
 mod mesh;
 mod prediction;
+pub mod reload;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -83,6 +84,8 @@ pub struct Config {
     pub passive_timing: bool,
     /// Route control (`[routing]`), when configured.
     pub routing: Option<mgrp_route::settings::Routing>,
+    /// The first probe port a link may take (`probe-port-base`).
+    pub probe_port_base: u16,
 }
 
 #[derive(Debug, Deserialize)]
@@ -150,6 +153,7 @@ impl std::fmt::Debug for Config {
             .field("prediction", &self.prediction)
             .field("passive", &self.passive)
             .field("routing", &self.routing)
+            .field("probe_port_base", &self.probe_port_base)
             .finish()
     }
 }
@@ -450,11 +454,8 @@ impl Config {
         }
         let passive = f.passive.enabled.unwrap_or(true);
         let passive_timing = passive && f.passive.timing.unwrap_or(true);
-        let links = link::check(
-            f.links,
-            f.probe_port_base.unwrap_or(DEFAULT_PROBE_PORT),
-            passive,
-        )?;
+        let probe_port_base = f.probe_port_base.unwrap_or(DEFAULT_PROBE_PORT);
+        let links = link::check(f.links, probe_port_base, passive)?;
         Ok(Self {
             name,
             listen,
@@ -481,6 +482,7 @@ impl Config {
             passive,
             passive_timing,
             routing: f.routing.map(|r| r.check(dir)).transpose()?,
+            probe_port_base,
         })
     }
 

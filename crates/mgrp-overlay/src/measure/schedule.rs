@@ -178,6 +178,11 @@ pub struct Scheduler {
     rng: u64,
     /// Links whose due run a passive estimate stood in for, not yet taken.
     covered: Vec<LinkIndex>,
+    /// How many times the links were replaced ([`Self::reshape`]): an index means
+    /// the same link only within one generation.
+    generation: u64,
+    /// Exclusive runs still in flight of links a reshape removed.
+    retiring: usize,
 }
 
 impl Scheduler {
@@ -196,21 +201,91 @@ impl Scheduler {
             max_running: max_running.max(1),
             rng: seed | 1,
             covered: Vec::new(),
+            generation: 0,
+            retiring: 0,
         };
         for timing in timings {
-            let first = s.uniform(first_within);
-            s.links.push(Link {
-                timing,
-                state: LinkState::Waiting {
-                    due: now.saturating_add(first),
-                },
-                urgent: false,
-                traffic_bps: 0,
-                failures: 0,
-                passive_fresh: false,
-            });
+            let link = s.fresh(timing, now, first_within);
+            s.links.push(link);
         }
         s
+    }
+
+    /// A link not measured yet, due after a jittered wait within `first_within`.
+    fn fresh(&mut self, timing: Timing, now: MonoTime, first_within: Duration) -> Link {
+        let first = self.uniform(first_within);
+        Link {
+            timing,
+            state: LinkState::Waiting {
+                due: now.saturating_add(first),
+            },
+            urgent: false,
+            traffic_bps: 0,
+            failures: 0,
+            passive_fresh: false,
+        }
+    }
+
+    /// Replaces the links (a reload): new link `j` has `timings[j]` and continues old
+    /// link `carry[j]` if that is given (its state, a run in flight, its place in
+    /// line, its failures go on under the new timing); the others are new, due after
+    /// a jittered wait within `first_within` of `now`. An old link that none
+    /// continues is gone; if its run is in flight and exclusive it still counts
+    /// toward `max_running` until the driver says it ended
+    /// ([`Self::handle_retired`]). Indices from before mean nothing after: the
+    /// generation goes up.
+    pub fn reshape(
+        &mut self,
+        timings: Vec<Timing>,
+        carry: &[Option<LinkIndex>],
+        max_running: usize,
+        now: MonoTime,
+        first_within: Duration,
+    ) {
+        let mut old: Vec<Option<Link>> = std::mem::take(&mut self.links)
+            .into_iter()
+            .map(Some)
+            .collect();
+        for (j, timing) in timings.into_iter().enumerate() {
+            let continued = carry
+                .get(j)
+                .copied()
+                .flatten()
+                .and_then(|i| old.get_mut(i)?.take());
+            let link = match continued {
+                Some(mut l) => {
+                    l.timing = timing;
+                    l
+                }
+                None => self.fresh(timing, now, first_within),
+            };
+            self.links.push(link);
+        }
+        self.retiring += old
+            .iter()
+            .flatten()
+            .filter(|l| {
+                l.timing.class == Class::Exclusive && matches!(l.state, LinkState::Running { .. })
+            })
+            .count();
+        self.covered = std::mem::take(&mut self.covered)
+            .into_iter()
+            .filter_map(|i| carry.iter().position(|c| *c == Some(i)))
+            .collect();
+        self.max_running = max_running.max(1);
+        self.generation += 1;
+    }
+
+    /// How many times the links were replaced.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// A run of a link a reshape removed ended; `class` is that link's.
+    pub fn handle_retired(&mut self, class: Class) {
+        if class == Class::Exclusive {
+            self.retiring = self.retiring.saturating_sub(1);
+        }
     }
 
     /// How many links it schedules.
@@ -287,7 +362,7 @@ impl Scheduler {
         }) {
             return Some(Wait::Exclusive(j));
         }
-        let exclusive = self.links.iter().filter(|o| exclusive_run(o)).count();
+        let exclusive = self.links.iter().filter(|o| exclusive_run(o)).count() + self.retiring;
         (l.timing.class == Class::Exclusive && exclusive >= self.max_running).then_some(Wait::Node)
     }
 
@@ -516,6 +591,40 @@ mod tests {
             Some(other),
             "its turn once the path is free"
         );
+    }
+
+    #[test]
+    fn a_reshape_carries_links_on_starts_new_ones_and_counts_removed_runs() {
+        // Link 0 waits until 10 s, link 1 runs (exclusive), one slot.
+        let mut sch = Scheduler::new(vec![timing(10), timing(10)], 1, s(0), Duration::ZERO, 9);
+        let first = sch.poll_start(s(0)).unwrap();
+        sch.handle_done(first, s(0), &RunEnd::Estimate);
+        let running = sch.poll_start(s(0)).unwrap();
+        assert_ne!(first, running);
+        let g = sch.generation();
+        // The waiting link goes on (now second), the running one is removed, and a
+        // new one comes first.
+        sch.reshape(
+            vec![timing(10), timing(20)],
+            &[None, Some(first)],
+            1,
+            s(1),
+            Duration::ZERO,
+        );
+        assert_eq!(sch.generation(), g + 1);
+        assert_eq!(sch.len(), 2);
+        assert_eq!(sch.state(1), Some(&LinkState::Waiting { due: s(10) }));
+        assert_eq!(sch.state(0), Some(&LinkState::Waiting { due: s(1) }));
+        // The removed link's run still holds the one slot until it ends.
+        assert_eq!(sch.poll_start(s(1)), None);
+        assert_eq!(sch.waiting_for(0), Some(Wait::Node));
+        sch.handle_retired(Class::Exclusive);
+        assert_eq!(sch.poll_start(s(1)), Some(0));
+        // The carried link runs under its new timing: 20 s after its next run.
+        sch.handle_done(0, s(2), &RunEnd::Estimate);
+        assert_eq!(sch.poll_start(s(10)), Some(1));
+        sch.handle_done(1, s(10), &RunEnd::Estimate);
+        assert_eq!(sch.state(1), Some(&LinkState::Waiting { due: s(30) }));
     }
 
     #[test]

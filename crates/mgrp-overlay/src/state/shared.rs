@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 use mgrp_rt::{lock, unix_now};
 use mgrp_views::estimate::Estimate;
@@ -88,7 +88,9 @@ pub enum NowError {
 /// The node's state, shared by its threads and the API.
 #[derive(Debug)]
 pub struct Shared {
-    pub(crate) config: Config,
+    /// The configuration in force: replaced whole by a reload, under `sched`'s lock
+    /// (a link's index means the same in both while that lock is held).
+    pub(crate) config: RwLock<Arc<Config>>,
     pub(crate) sched: Mutex<Scheduler>,
     pub(crate) wake: Condvar,
     pub(crate) records: Mutex<Vec<Record>>,
@@ -111,6 +113,8 @@ pub struct Shared {
     pub(crate) routes: Option<Arc<mgrp_route::control::Control>>,
     /// What each transport this node serves its neighbours on did for them.
     pub(crate) served: Mutex<BTreeMap<String, Served>>,
+    /// The runs in flight: their link's name and the flag that ends them.
+    pub(crate) runs: Mutex<Vec<(String, Arc<AtomicBool>)>>,
 }
 
 /// What a transport served: measurements, refusals (a receiver turned away or a
@@ -135,9 +139,12 @@ pub struct Served {
 pub const COUNTED_REQUESTERS: usize = 16_384;
 
 impl Shared {
-    /// The configuration in force.
-    pub fn config(&self) -> &Config {
-        &self.config
+    /// The configuration in force (a reload replaces it; this one stays whole).
+    pub fn config(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// What each transport this node serves on did for its neighbours.
@@ -147,32 +154,29 @@ impl Shared {
 
     /// Every link with its state and latest estimate.
     pub fn links(&self) -> Vec<LinkView> {
-        (0..self.config.links.len())
-            .filter_map(|i| self.link_view(i))
-            .collect()
+        let names: Vec<String> = self.config().links.iter().map(|l| l.name.clone()).collect();
+        names.iter().filter_map(|n| self.link(n)).collect()
     }
 
     /// One link, by name.
     pub fn link(&self, name: &str) -> Option<LinkView> {
-        self.config.link(name).and_then(|(i, _)| self.link_view(i))
-    }
-
-    fn link_view(&self, i: usize) -> Option<LinkView> {
-        let link = self.config.links.get(i)?;
         let now_mono = mgrp_rt::mono_now();
         let now_wall = unix_now();
+        // The index and the configuration are read under the scheduler's lock, which
+        // a reload holds while it replaces both.
         let sched = lock(&self.sched);
+        let config = self.config();
+        let (i, link) = config.link(name)?;
         let traffic = sched.traffic(i);
         let waiting_for = sched.waiting_for(i).map(|w| match w {
             Wait::Exclusive(j) => WaitingFor::Path {
-                link: self
-                    .config
+                link: config
                     .links
                     .get(j)
                     .map_or_else(String::new, |l| l.name.clone()),
             },
             Wait::Node => WaitingFor::Node {
-                max_running: self.config.max_running,
+                max_running: config.max_running,
             },
         });
         let (state, next, failures, peer_down) = match sched.state(i)?.clone() {
@@ -189,12 +193,12 @@ impl Shared {
                 ..
             } => (RunState::BackingOff, Some(until), failures, peer_down),
         };
-        drop(sched);
         let prediction = self.prediction_of(link.from);
         let last_passive = lock(&self.passive).get(&link.from).cloned();
         let timing = lock(&self.timing).get(&link.from).cloned();
         let records = lock(&self.records);
-        let r = &records[i];
+        drop(sched);
+        let r = records.get(i)?;
         let latest = r
             .history
             .iter()
@@ -241,9 +245,9 @@ impl Shared {
     /// The transfer-rate prediction for the path from `from`, from the latest runs of
     /// every link from it and what its kernel last said.
     pub fn prediction_of(&self, from: IpAddr) -> Prediction {
+        let config = self.config();
         let records = lock(&self.records);
-        let runs: Vec<(&Link, Option<&Estimate>)> = self
-            .config
+        let runs: Vec<(&Link, Option<&Estimate>)> = config
             .links
             .iter()
             .zip(records.iter())
@@ -255,14 +259,14 @@ impl Shared {
             from,
             &runs,
             kernel.get(&from),
-            &self.config.prediction,
+            &config.prediction,
             unix_now(),
         )
     }
 
     pub(crate) fn publish_prediction(&self, from: IpAddr) {
         let links = self
-            .config
+            .config()
             .links
             .iter()
             .filter(|l| l.from == from)
@@ -276,9 +280,11 @@ impl Shared {
 
     /// Link `name`'s last `limit` runs, oldest first.
     pub fn history(&self, name: &str, limit: usize) -> Option<Vec<Estimate>> {
-        let (i, _) = self.config.link(name)?;
+        let sched = lock(&self.sched);
+        let (i, _) = self.config().link(name)?;
         let records = lock(&self.records);
-        let h = &records[i].history;
+        drop(sched);
+        let h = &records.get(i)?.history;
         Some(
             h.iter()
                 .skip(h.len().saturating_sub(limit))
@@ -294,13 +300,15 @@ impl Shared {
 
     /// Puts link `name` first in line.
     pub fn measure_now(&self, name: &str) -> Result<(), NowError> {
-        let (i, _) = self.config.link(name).ok_or(NowError::NoSuchLink)?;
-        lock(&self.sched)
+        let mut sched = lock(&self.sched);
+        let (i, _) = self.config().link(name).ok_or(NowError::NoSuchLink)?;
+        sched
             .measure_now(i, mgrp_rt::mono_now())
             .map_err(|e| match e {
                 NowRefused::NoSuchLink => NowError::NoSuchLink,
                 NowRefused::Running => NowError::Running,
             })?;
+        drop(sched);
         self.wake.notify_all();
         Ok(())
     }
@@ -317,13 +325,51 @@ impl Shared {
 
     /// Whether the node is stopping.
     pub fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
+        self.stop.load(Ordering::SeqCst)
     }
 
-    pub(crate) fn record(&self, i: usize, e: Estimate) {
-        let saved = {
+    /// A run of link `name` starts: the flag that ends it, set already if the node
+    /// is stopping.
+    pub(crate) fn run_started(&self, name: &str) -> Arc<AtomicBool> {
+        let flag = Arc::new(AtomicBool::new(false));
+        lock(&self.runs).push((name.to_owned(), flag.clone()));
+        // After the push: a stop either sees this flag or is seen here.
+        if self.stopping() {
+            flag.store(true, Ordering::SeqCst);
+        }
+        flag
+    }
+
+    /// The run `flag` ends has ended.
+    pub(crate) fn run_ended(&self, flag: &Arc<AtomicBool>) {
+        lock(&self.runs).retain(|(_, f)| !Arc::ptr_eq(f, flag));
+    }
+
+    /// Ends the runs in flight of the links `names` (all with `None`) at their next
+    /// step: their neighbours are told.
+    pub(crate) fn end_runs(&self, names: Option<&[String]>) {
+        for (name, flag) in lock(&self.runs).iter() {
+            if names.is_none_or(|n| n.contains(name)) {
+                flag.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Keeps `e` in its link's record (by the link's name: a reload may have moved
+    /// it, or removed it, and then `e` is dropped), and publishes it with its
+    /// neighbour's new prediction.
+    pub(crate) fn record(&self, e: Estimate) {
+        let (from, saved) = {
+            let sched = lock(&self.sched);
+            let config = self.config();
+            let Some((i, link)) = config.link(&e.link) else {
+                return;
+            };
             let mut records = lock(&self.records);
-            let r = &mut records[i];
+            drop(sched);
+            let Some(r) = records.get_mut(i) else {
+                return;
+            };
             if e.method == PASSIVE_TCP {
                 r.passive += 1;
             } else {
@@ -332,11 +378,11 @@ impl Shared {
             r.probe_bytes += e.probe_bytes;
             r.riding_probe_bytes += e.riding_probe_bytes;
             r.last_error.clone_from(&e.error);
-            if r.history.len() == self.config.history {
+            if r.history.len() == config.history {
                 r.history.pop_front();
             }
             r.history.push_back(e.clone());
-            self.store.as_ref().map(|_| r.clone())
+            (link.from, self.store.as_ref().map(|_| r.clone()))
         };
         if let (Some(store), Some(r)) = (&self.store, saved)
             && let Err(err) = store.save(&e.link, &r)
@@ -344,15 +390,7 @@ impl Shared {
             warn!("{}: cannot keep its history on disk: {err}", e.link);
         }
         // Nobody listening is not an error.
-        let from = self
-            .config
-            .links
-            .iter()
-            .find(|l| l.name == e.link)
-            .map(|l| l.from);
         let _ = self.events.send(Event::Estimate(e));
-        if let Some(from) = from {
-            self.publish_prediction(from);
-        }
+        self.publish_prediction(from);
     }
 }

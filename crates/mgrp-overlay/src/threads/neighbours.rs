@@ -13,7 +13,7 @@ use mgrp_rt::{lock, unix_now};
 use mgrp_views::estimate::{Estimate, RunOutcome};
 use tracing::{debug, info, warn};
 
-use crate::config::Link;
+use crate::config::{Config, Link};
 use crate::derive::passive::{PASSIVE_TCP, PassiveTcp};
 use crate::derive::prediction::KernelView;
 use crate::derive::timing::PassiveTiming;
@@ -23,17 +23,19 @@ use crate::state::shared::{Event, PassiveEvent, Shared};
 /// this node, keeps the answer for the predictions, and publishes a neighbour's
 /// prediction when a network-limited flow's rate is there or has just gone.
 pub(crate) fn watch_kernels(s: &Shared, every: Duration) {
-    // One question per neighbour, to the control port of its first link.
-    let mut neighbours: Vec<&Link> = Vec::new();
-    for l in &s.config.links {
-        if !neighbours.iter().any(|n| n.from == l.from) {
-            neighbours.push(l);
-        }
-    }
     let mut had_rate: HashMap<IpAddr, bool> = HashMap::new();
     let mut prev: HashMap<IpAddr, (Vec<mgrp_tool::control::TcpFlow>, f64)> = HashMap::new();
     let mut stamps: HashMap<IpAddr, Stamps> = HashMap::new();
     while !s.stopping() {
+        // One question per neighbour, to the control port of its first link, of the
+        // links in force at this poll (a reload may change them).
+        let config = s.config();
+        let mut neighbours: Vec<&Link> = Vec::new();
+        for l in &config.links {
+            if !neighbours.iter().any(|n| n.from == l.from) {
+                neighbours.push(l);
+            }
+        }
         for link in &neighbours {
             let view = match mgrp_tool::sender_tcp(&link.from.to_string(), link.port, None) {
                 Ok(flows) => KernelView {
@@ -69,13 +71,12 @@ pub(crate) fn watch_kernels(s: &Shared, every: Duration) {
                 view.at,
             );
             prev.insert(link.from, (view.flows.clone(), view.at));
-            let timing = s.config.passive_timing.then(|| {
+            let timing = config.passive_timing.then(|| {
                 let st = stamps.entry(link.from).or_default();
-                time_packets(s, link, st, &view.flows, view.at)
+                time_packets(&config, link, st, &view.flows, view.at)
             });
-            if s.config.passive {
-                let links = s
-                    .config
+            if config.passive {
+                let links = config
                     .links
                     .iter()
                     .filter(|l| l.from == link.from)
@@ -122,7 +123,7 @@ const TIMING_WINDOW_NS: i64 = 5_000_000_000;
 
 /// Brings in the stamps since the last poll from both ends and analyses the window.
 fn time_packets(
-    s: &Shared,
+    config: &Config,
     link: &Link,
     st: &mut Stamps,
     flows: &[mgrp_tool::control::TcpFlow],
@@ -149,8 +150,7 @@ fn time_packets(
         },
     };
     // The neighbour's control connections carry replies, not the applications'.
-    let control: Vec<u16> = s
-        .config
+    let control: Vec<u16> = config
         .links
         .iter()
         .filter(|l| l.from == link.from)
@@ -211,7 +211,7 @@ fn passive_now(s: &Shared, from: IpAddr, p: PassiveTcp, every: Duration) {
         }
         g.get(&from).map(|q| q.at)
     };
-    let fresh = s.config.passive && good.is_some_and(|at| p.at - at <= 3.0 * every.as_secs_f64());
+    let fresh = s.config().passive && good.is_some_and(|at| p.at - at <= 3.0 * every.as_secs_f64());
     if let Some(bps) = p.bps {
         debug!(
             "{from}: passive estimate {:.2} Mbit/s from {} network-limited TCP flow(s)",
@@ -221,7 +221,7 @@ fn passive_now(s: &Shared, from: IpAddr, p: PassiveTcp, every: Duration) {
     }
     lock(&s.passive).insert(from, p);
     let mut sched = lock(&s.sched);
-    for (i, l) in s.config.links.iter().enumerate() {
+    for (i, l) in s.config().links.iter().enumerate() {
         if l.from == from {
             sched.handle_passive(i, fresh);
         }
@@ -232,10 +232,9 @@ fn passive_now(s: &Shared, from: IpAddr, p: PassiveTcp, every: Duration) {
     }
 }
 
-/// Records, for link `i` whose due run it stands in for, its neighbour's passive
+/// Records, for `link` whose due run it stands in for, its neighbour's passive
 /// estimate.
-pub(crate) fn record_passive(s: &Shared, i: usize) {
-    let link = &s.config.links[i];
+pub(crate) fn record_passive(s: &Shared, link: &Link) {
     let Some(p) = lock(&s.passive_good).get(&link.from).cloned() else {
         return;
     };
@@ -261,5 +260,5 @@ pub(crate) fn record_passive(s: &Shared, i: usize) {
         bps / 1e6,
         p.network_limited
     );
-    s.record(i, e);
+    s.record(e);
 }

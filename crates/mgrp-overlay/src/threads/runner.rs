@@ -6,7 +6,7 @@
 //! clock.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -32,23 +32,29 @@ pub(crate) fn schedule(s: &Arc<Shared>) {
     while !s.stopping() {
         let now = mgrp_rt::mono_now();
         while let Some(i) = sched.poll_start(now) {
+            let (config, generation) = (s.config(), sched.generation());
+            let link = config.links[i].clone();
+            let stop = s.run_started(&link.name);
             let s2 = s.clone();
+            let mine = stop.clone();
             match std::thread::Builder::new()
                 .name("overlay-measure".into())
-                .spawn(move || run(&s2, i))
+                .spawn(move || run(&s2, &link, Started { i, generation }, &mine))
             {
                 Ok(t) => runs.push(t),
                 Err(e) => {
                     warn!("cannot start a measurement thread: {e}");
+                    s.run_ended(&stop);
                     sched.handle_done(i, now, &RunEnd::NoEstimate(e.to_string()));
                 }
             }
         }
         let covered = sched.take_covered();
         if !covered.is_empty() {
+            let config = s.config();
             drop(sched);
             for i in covered {
-                record_passive(s, i);
+                record_passive(s, &config.links[i]);
             }
             sched = lock(&s.sched);
         }
@@ -69,11 +75,18 @@ pub(crate) fn schedule(s: &Arc<Shared>) {
     }
 }
 
+/// Which link a run is of, as the scheduler knew it when the run started.
+#[derive(Debug, Clone, Copy)]
+struct Started {
+    i: usize,
+    generation: u64,
+}
+
 /// Where a link's neighbour serves measurements, as a session needs it.
 fn session(s: &Shared, link: &Link) -> SessionOptions {
     SessionOptions {
         port: link.port,
-        socket: s.config.socket.clone(),
+        socket: s.config().socket.clone(),
         probe_port: link.probe_port,
         piggyback: link.piggyback,
         address: link.probe_address,
@@ -90,9 +103,31 @@ fn session(s: &Shared, link: &Link) -> SessionOptions {
     }
 }
 
-/// One run of link `i`, recorded and reported to the scheduler.
-fn run(s: &Shared, i: usize) {
-    let link = &s.config.links[i];
+/// The index of the link a run `started` of `link` is of now: the same one if no
+/// reload came in between; else the link of that name if the reload kept it as it
+/// was (its run then still in flight); else none (it was removed or changed).
+fn now_index(
+    sched: &crate::measure::schedule::Scheduler,
+    s: &Shared,
+    link: &Link,
+    started: Started,
+) -> Option<usize> {
+    if sched.generation() == started.generation {
+        return Some(started.i);
+    }
+    let config = s.config();
+    let (j, now) = config.link(&link.name)?;
+    (now.same_measurement(link)
+        && matches!(
+            sched.state(j),
+            Some(crate::measure::schedule::LinkState::Running { .. })
+        ))
+    .then_some(j)
+}
+
+/// One run of `link`, recorded and reported to the scheduler; `stop` ends it early
+/// (the node stops, or a reload removed or changed the link).
+fn run(s: &Shared, link: &Link, started: Started, stop: &Arc<AtomicBool>) {
     let started_at = unix_now();
     debug!(
         "{}: measuring from {}:{} ({})",
@@ -112,7 +147,7 @@ fn run(s: &Shared, i: usize) {
         transport: link.transport,
         time_limit: link.time_limit,
         session: session(s, link),
-        stop: &s.stop,
+        stop,
         blank: &blank,
         publish: &publish,
     });
@@ -168,8 +203,23 @@ fn run(s: &Shared, i: usize) {
             estimate.outcome.name()
         ),
     }
-    s.record(i, estimate);
-    lock(&s.sched).handle_done(i, mgrp_rt::mono_now(), &end);
+    s.run_ended(stop);
+    // Recorded first, then the link waits again: whoever sees it waiting sees its run.
+    let kept = now_index(&lock(&s.sched), s, link, started).is_some();
+    if kept {
+        s.record(estimate);
+    } else {
+        info!(
+            "{}: a reload removed or changed the link while it ran; this run is not kept",
+            link.name
+        );
+    }
+    let mut sched = lock(&s.sched);
+    match now_index(&sched, s, link, started) {
+        Some(j) => sched.handle_done(j, mgrp_rt::mono_now(), &end),
+        None => sched.handle_retired(link.method.class()),
+    }
+    drop(sched);
     s.wake.notify_all();
 }
 

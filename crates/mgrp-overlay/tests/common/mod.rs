@@ -153,6 +153,18 @@ pub fn node_a_on(port: u16) -> Node {
     Node::start(Config::from_toml(&toml, None).unwrap()).unwrap()
 }
 
+/// Waits up to `within` for `f` to hold, looking every 50 ms.
+pub fn eventually(within: std::time::Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < within {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
+}
+
 /// A folder of this test's files, removed on drop.
 pub struct Dir(pub PathBuf);
 

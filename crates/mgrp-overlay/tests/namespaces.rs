@@ -1165,6 +1165,209 @@ fn two_receivers_measure_one_sender_at_once() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The names of the links of the node at `addr`, each with whether it has an estimate.
+fn link_names(ns: &Netns, addr: Ipv4Addr) -> Option<Vec<(String, bool)>> {
+    let mut v: Vec<(String, bool)> = links(ns, addr)
+        .ok()?
+        .iter()
+        .map(|l| {
+            (
+                l["name"].as_str().unwrap_or_default().to_owned(),
+                !l["latest"].is_null(),
+            )
+        })
+        .collect();
+    v.sort();
+    Some(v)
+}
+
+/// The oldest run a link's history holds: its number.
+fn first_seq(ns: &Netns, addr: Ipv4Addr, link: &str) -> Option<u64> {
+    let (status, body) = http(
+        ns,
+        addr,
+        "GET",
+        &format!("/v1/links/{link}/history?limit=1000"),
+    )
+    .ok()?;
+    let v: Value = serde_json::from_str(&body).ok()?;
+    (status == 200).then(|| v["estimates"][0]["seq"].as_u64())?
+}
+
+/// Four hosts, and on each an mgrpd and an overlay that take their part of one mesh
+/// description: keyed MGRP by pair keys each derives from its own key pair and the
+/// others' public keys (no key file copied), and links named by member. n0, n1 and n2
+/// measure each other by pathChirp; n3 is measured with n0 (a star). Then the
+/// description changes (n3 leaves the groups; n0 and n1 add badabing) and every
+/// overlay is sent SIGHUP: each puts its new part in force without a restart (the
+/// same PIDs), the links from and to n3 stop and leave the API, the new links give
+/// estimates within two intervals and a run, and the links that did not change keep
+/// their history. (mgrpd keeps n3 as a peer until it restarts: its reload takes keys
+/// only.)
+fn a_mesh_follows_its_description() -> anyhow::Result<()> {
+    use mgrp_core::pair::PrivateKey;
+    const INTERVAL_S: u64 = 5;
+    let star = Star::new(&vec![Some(("10mbit".to_string(), "1540".to_string())); 4])?;
+    let addrs = star.addrs.clone();
+    let dir = TempDir::new("mgrp-overlay-mesh")?;
+    let keys: Vec<PrivateKey> = (0..4u8)
+        .map(|i| PrivateKey::from_bytes([0x91 + i; 32]))
+        .collect();
+    let members: String = (0..4)
+        .map(|i| {
+            format!(
+                "[[member]]\nname = \"n{i}\"\naddress = \"{}\"\napi = \"http://{}:{API_PORT}\"\npublic-key = \"{}\"\n\n",
+                addrs[i],
+                addrs[i],
+                keys[i].public()
+            )
+        })
+        .collect();
+    let group = |name: &str, kind: &str, extra: &str, method: &str| {
+        format!(
+            "[[group]]\nname = \"{name}\"\nkind = \"{kind}\"\n{extra}\nmethods = [\"{method}\"]\ninterval = \"{INTERVAL_S}s\"\n\n"
+        )
+    };
+    let core = group(
+        "core",
+        "full-mesh",
+        "members = [\"n0\", \"n1\", \"n2\"]",
+        "pathchirp",
+    );
+    let mesh = dir.0.join("mesh.toml");
+    std::fs::write(
+        &mesh,
+        format!(
+            "{members}{core}{}",
+            group(
+                "edge",
+                "star",
+                "hub = \"n0\"\nmembers = [\"n3\"]",
+                "pathchirp"
+            )
+        ),
+    )?;
+    let me = std::env::current_exe()?;
+    let mut daemons = Vec::new();
+    let mut confs = Vec::new();
+    for (i, ns) in star.hosts.iter().enumerate() {
+        let key = dir.0.join(format!("n{i}.key"));
+        std::fs::write(&key, keys[i].to_hex())?;
+        std::fs::set_permissions(
+            &key,
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600),
+        )?;
+        let node = format!("n{i}");
+        let d = mgrp_testbed::Daemon::start_via(
+            ns,
+            &me,
+            &["mgrpd"],
+            &[
+                "--mesh",
+                &mesh.display().to_string(),
+                "--node",
+                &node,
+                "--private-key-file",
+                &key.display().to_string(),
+                "--hold-mode",
+                "always",
+            ],
+        )?;
+        let conf = dir.0.join(format!("n{i}.toml"));
+        std::fs::write(
+            &conf,
+            format!(
+                "listen = \"{}:{API_PORT}\"\nopen-api = true\nsocket = \"{}\"\nmesh = \"{}\"\nnode = \"{node}\"\n",
+                addrs[i],
+                d.socket.display(),
+                mesh.display()
+            ),
+        )?;
+        daemons.push(d);
+        confs.push(conf);
+    }
+    let overlays: Vec<Process> = star
+        .hosts
+        .iter()
+        .zip(&confs)
+        .map(|(ns, c)| overlay(ns, c))
+        .collect::<anyhow::Result<_>>()?;
+    let r = &star.router;
+    let want = |i: usize, names: &[&str]| -> anyhow::Result<()> {
+        let mut names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        names.sort();
+        let got = wait_for(Duration::from_secs(180), || {
+            let l = link_names(r, addrs[i])?;
+            (l.iter().map(|(n, _)| n).eq(names.iter()) && l.iter().all(|(_, e)| *e)).then_some(l)
+        });
+        ensure!(
+            got.is_some(),
+            "n{i}: not the links {names:?}, each with an estimate, within 180 s: {:?}\n{}",
+            link_names(r, addrs[i]),
+            logs_of(&overlays, "n")
+        );
+        Ok(())
+    };
+    want(0, &["n1-pathchirp", "n2-pathchirp", "n3-pathchirp"])?;
+    want(1, &["n0-pathchirp", "n2-pathchirp"])?;
+    want(2, &["n0-pathchirp", "n1-pathchirp"])?;
+    want(3, &["n0-pathchirp"])?;
+    let kept_from = first_seq(r, addrs[0], "n1-pathchirp").context("n0's history of n1")?;
+    let pids: Vec<Option<u32>> = overlays.iter().map(Process::pid).collect();
+
+    // n3 leaves the groups; n0 and n1 add badabing.
+    std::fs::write(
+        &mesh,
+        format!(
+            "{members}{core}{}",
+            group(
+                "pair",
+                "full-mesh",
+                "members = [\"n0\", \"n1\"]",
+                "badabing"
+            )
+        ),
+    )?;
+    let signalled = Instant::now();
+    for o in &overlays {
+        o.signal(libc::SIGHUP);
+    }
+    want(0, &["n1-badabing", "n1-pathchirp", "n2-pathchirp"])?;
+    want(1, &["n0-badabing", "n0-pathchirp", "n2-pathchirp"])?;
+    want(2, &["n0-pathchirp", "n1-pathchirp"])?;
+    let empty = wait_for(Duration::from_secs(30), || {
+        link_names(r, addrs[3]).filter(Vec::is_empty)
+    });
+    ensure!(
+        empty.is_some(),
+        "n3 still measures: {:?}",
+        link_names(r, addrs[3])
+    );
+    let took = signalled.elapsed();
+    ensure!(
+        first_seq(r, addrs[0], "n1-pathchirp") == Some(kept_from),
+        "n0's link from n1 lost its history at the reload"
+    );
+    for (i, (o, pid)) in overlays.iter().zip(&pids).enumerate() {
+        ensure!(
+            o.pid() == *pid && pid.is_some(),
+            "n{i}'s overlay was restarted"
+        );
+        ensure!(
+            o.log().contains("configuration reloaded"),
+            "n{i} did not say it reloaded:\n{}",
+            o.log()
+        );
+    }
+    eprintln!(
+        "    mesh of 4: every link derived and measured; after the description changed and SIGHUP, the new part in force with estimates in {:.1} s",
+        took.as_secs_f64()
+    );
+    drop(overlays);
+    drop(daemons);
+    Ok(())
+}
+
 fn main() -> ExitCode {
     if let Some(code) = embed::embedded() {
         return code;
@@ -1180,6 +1383,10 @@ fn main() -> ExitCode {
         (
             "two_receivers_measure_one_sender_at_once",
             two_receivers_measure_one_sender_at_once,
+        ),
+        (
+            "a_mesh_follows_its_description",
+            a_mesh_follows_its_description,
         ),
     ])
 }

@@ -17,7 +17,7 @@ use pathload_rs::tool::{ServeOptions, Server};
 use tokio::sync::broadcast;
 use tracing::{info, warn};
 
-use crate::config::Config;
+use crate::config::{Config, Link};
 use crate::measure::schedule::Scheduler;
 use crate::state::shared::{Event, STREAM_BACKLOG, Shared};
 use crate::state::store::{Record, Store};
@@ -111,7 +111,7 @@ impl Node {
         let records: Vec<Record> = config
             .links
             .iter()
-            .map(|l| restored(store.as_ref(), &l.name, config.history))
+            .map(|l| restored(store.as_ref(), l, &config))
             .collect();
         let last_seq = records
             .iter()
@@ -260,7 +260,7 @@ impl Reloader {
             .zip(&plan.carry)
             .map(|(l, c)| {
                 c.and_then(|i| before.get_mut(i)?.take())
-                    .unwrap_or_else(|| restored(s.store.as_ref(), &l.name, plan.config.history))
+                    .unwrap_or_else(|| restored(s.store.as_ref(), l, &plan.config))
             })
             .collect();
         drop(records);
@@ -296,17 +296,35 @@ impl Reloader {
     }
 }
 
-/// Link `name`'s record as `store` kept it (at most `history` runs), or a new one.
-fn restored(store: Option<&Store>, name: &str, history: usize) -> Record {
-    match store.map(|s| s.load(name, history)) {
-        Some(Ok(Some(r))) => {
+/// `link`'s record as `store` kept it (at most `history` runs of `config`), or a new
+/// one. A link with a name of its own and no record under it takes the record kept
+/// under the name it would have had without one, if no link of `config` has that
+/// name: history from before a mesh named the link goes on under its new name.
+fn restored(store: Option<&Store>, link: &Link, config: &Config) -> Record {
+    let Some(store) = store else {
+        return Record::default();
+    };
+    let name = &link.name;
+    let old = link.default_name();
+    let found = store.load(name, config.history).and_then(|r| match r {
+        None if old != *name && config.link(&old).is_none() => {
+            let moved = store.rename(&old, name, config.history)?;
+            if moved.is_some() {
+                info!("{name}: the history kept as {old} is this link's now");
+            }
+            Ok(moved)
+        }
+        r => Ok(r),
+    });
+    match found {
+        Ok(Some(r)) => {
             info!("{name}: {} runs of history restored", r.history.len());
             r
         }
-        Some(Err(e)) => {
+        Err(e) => {
             warn!("{name}: {e}");
             Record::default()
         }
-        Some(Ok(None)) | None => Record::default(),
+        Ok(None) => Record::default(),
     }
 }

@@ -165,3 +165,59 @@ fn history_survives_a_restart() {
     a.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A link kept under the name it had without one (`FROM-TRANSPORT`), named later (as
+/// a mesh description names links by member), takes that history with it: the runs
+/// come back under the new name, and the old file is gone.
+#[test]
+fn a_link_named_later_keeps_the_history_of_its_unnamed_self() {
+    let dir = std::env::temp_dir().join(format!("overlay-rename-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (a, a_port) = node_a();
+    let toml = |name: &str| {
+        format!(
+            "name = \"b\"\nprobe-port-base = {}\nstate-dir = \"{}\"\n[serve]\ntransports = []\n\
+             [[link]]\n{name}from = \"127.0.0.1\"\nport = {a_port}\ntransport = \"udp\"\n\
+             interval = \"1s\"\ntime-limit = \"5s\"\n",
+            free_port(),
+            dir.display()
+        )
+    };
+    let b = Node::start(Config::from_toml(&toml(""), None).unwrap()).unwrap();
+    let shared = b.shared();
+    let old = "127.0.0.1-udp";
+    assert!(eventually(Duration::from_secs(30), || shared
+        .history(old, 10)
+        .is_some_and(|h| !h.is_empty())));
+    b.stop();
+    let before = shared.history(old, 1000).unwrap();
+    assert!(dir.join(format!("{old}.json")).exists());
+
+    let named = "a-pathload-fast";
+    let b = Node::start(
+        Config::from_toml(
+            &toml(&format!("name = \"{named}\"\nneighbour = \"a\"\n")),
+            None,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let restored = b.shared().history(named, 1000).unwrap();
+    b.stop();
+    a.stop();
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        restored.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        before.iter().map(|e| e.seq).collect::<Vec<_>>()
+    );
+    assert!(restored.iter().all(|e| e.link == named), "{restored:?}");
+    assert!(
+        files.iter().any(|f| f == &format!("{named}.json"))
+            && !files.iter().any(|f| f == &format!("{old}.json")),
+        "{files:?}"
+    );
+}

@@ -39,6 +39,10 @@ pub struct LinkView {
     pub name: String,
     /// The neighbour measured from, `address:port`.
     pub from: String,
+    /// The neighbour's name (`neighbour` in the configuration, its member name in a
+    /// mesh), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neighbour: Option<String>,
     /// `mgrp` or `udp`.
     pub transport: String,
     /// How it is measured: `pathload-fast`, `pathload-slow`, `pathchirp`, `badabing`

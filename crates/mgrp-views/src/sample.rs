@@ -78,6 +78,7 @@ pub fn link_view() -> LinkView {
     LinkView {
         name: "n0-mgrp".into(),
         from: "10.0.0.1:55002".into(),
+        neighbour: Some("n0".into()),
         transport: "mgrp".into(),
         method: "pathload-fast".into(),
         interval_s: 60.0,

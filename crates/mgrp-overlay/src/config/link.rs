@@ -48,7 +48,23 @@ pub struct Link {
     pub active_always: bool,
 }
 
+/// The name a link without one is given: `FROM-TRANSPORT`, and `-METHOD` for the
+/// methods other than the first.
+fn default_name(from: IpAddr, transport: Transport, method: Method) -> String {
+    if method.in_default_names() {
+        format!("{from}-{transport}-{}", method.name())
+    } else {
+        format!("{from}-{transport}")
+    }
+}
+
 impl Link {
+    /// The name it would have had without one of its own: where its history was kept
+    /// before it was named (a mesh names links by member).
+    pub fn default_name(&self) -> String {
+        default_name(self.from, self.transport, self.method)
+    }
+
     /// Whether `other` measures as this one does: every setting the same but the
     /// index of its path among the node's (which moves when links before it come or
     /// go). A reload keeps such a link running as it was.
@@ -149,13 +165,9 @@ pub(super) fn check(
         let key = format!("link {}", i + 1);
         let transport = l.transport.unwrap_or_default();
         let method = l.method.unwrap_or_default();
-        let name = l.name.unwrap_or_else(|| {
-            if method.in_default_names() {
-                format!("{}-{}-{}", l.from, transport, method.name())
-            } else {
-                format!("{}-{}", l.from, transport)
-            }
-        });
+        let name = l
+            .name
+            .unwrap_or_else(|| default_name(l.from, transport, method));
         let path = paths.iter().position(|p| *p == l.from).unwrap_or_else(|| {
             paths.push(l.from);
             paths.len() - 1

@@ -208,6 +208,7 @@ impl Shared {
         Some(LinkView {
             name: link.name.clone(),
             from: format!("{}:{}", link.from, link.port),
+            neighbour: link.neighbour.clone(),
             transport: link.transport.to_string(),
             method: link.method.name().into(),
             interval_s: link.timing.interval.as_secs_f64(),

@@ -103,6 +103,30 @@ impl Store {
         }
     }
 
+    /// Moves the record kept under the name `old` to `new` (each run in it renamed
+    /// too) when `new` has none, keeping its last `keep` runs: a link renamed (by a
+    /// mesh description) keeps its history. `Ok(None)` when there was nothing to move.
+    pub(crate) fn rename(
+        &self,
+        old: &str,
+        new: &str,
+        keep: usize,
+    ) -> Result<Option<Record>, String> {
+        if self.path(new).exists() {
+            return Ok(None);
+        }
+        let Some(mut r) = self.load(old, keep)? else {
+            return Ok(None);
+        };
+        for e in &mut r.history {
+            e.link = new.to_owned();
+        }
+        self.save(new, &r)
+            .map_err(|e| format!("cannot keep {old}'s history as {new}'s: {e}"))?;
+        let _ = std::fs::remove_file(self.path(old));
+        Ok(Some(r))
+    }
+
     /// Writes link `link`'s record: to a temporary file, synced, renamed over the
     /// old one.
     pub(crate) fn save(&self, link: &str, record: &Record) -> std::io::Result<()> {

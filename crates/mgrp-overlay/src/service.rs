@@ -26,16 +26,26 @@ pub fn run(config: Config, reread: Reread) -> anyhow::Result<()> {
     rt.block_on(serve(config, reread))
 }
 
-/// Reads the configuration again and reloads the node with it, saying what changed.
-fn reload(reloader: &crate::node::Reloader, reread: &Reread) {
+/// Reads the configuration again and reloads the node with it, saying what changed
+/// (`why`: what asked). A periodic read (`quiet`) that changes no link says nothing.
+fn reload(reloader: &crate::node::Reloader, reread: &Reread, why: &str, quiet: bool) {
     let config = match reread() {
         Ok(c) => c,
         Err(e) => {
-            warn!("SIGHUP: the configuration is not reloaded, nothing changed: {e}");
+            warn!("{why}: the configuration is not reloaded, nothing changed: {e}");
             return;
         }
     };
     match reloader.reload(config) {
+        Ok(r)
+            if quiet
+                && r.added.is_empty()
+                && r.removed.is_empty()
+                && r.changed.is_empty()
+                && r.need_restart.is_empty() =>
+        {
+            tracing::debug!("{why}: no link changed");
+        }
         Ok(r) => {
             let list = |v: &[String]| {
                 if v.is_empty() {
@@ -45,7 +55,7 @@ fn reload(reloader: &crate::node::Reloader, reread: &Reread) {
                 }
             };
             info!(
-                "SIGHUP: configuration reloaded: {} links go on, added: {}, removed: {}, changed: {}",
+                "{why}: configuration reloaded: {} links go on, added: {}, removed: {}, changed: {}",
                 r.kept,
                 list(&r.added),
                 list(&r.removed),
@@ -53,12 +63,12 @@ fn reload(reloader: &crate::node::Reloader, reread: &Reread) {
             );
             if !r.need_restart.is_empty() {
                 warn!(
-                    "SIGHUP: {} changed but take a restart; they stay as they were",
+                    "{why}: {} changed but take a restart; they stay as they were",
                     r.need_restart.join(", ")
                 );
             }
         }
-        Err(e) => warn!("SIGHUP: the configuration is not reloaded, nothing changed: {e}"),
+        Err(e) => warn!("{why}: the configuration is not reloaded, nothing changed: {e}"),
     }
 }
 
@@ -80,6 +90,7 @@ async fn serve(config: Config, reread: Reread) -> anyhow::Result<()> {
         Err(e) => tracing::warn!("cannot raise the limit of open descriptors: {e}"),
     }
     let (name, links, tls) = (config.name.clone(), config.links.len(), config.tls.clone());
+    let refresh = config.mesh_refresh;
     let node = Node::start(config)?;
     let (stopping, shutdown) = watch::channel(false);
     let app = http::router(node.shared(), shutdown);
@@ -88,6 +99,23 @@ async fn serve(config: Config, reread: Reread) -> anyhow::Result<()> {
     let mut hup = signal(SignalKind::hangup())?;
     let reloader = node.reloader();
     let reread = std::sync::Arc::new(reread);
+    if let Some(every) = refresh {
+        let (r, again) = (reloader.clone(), reread.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let (r, again) = (r.clone(), again.clone());
+                // Files read, a description fetched: off the runtime's one thread.
+                let _ = tokio::task::spawn_blocking(move || {
+                    reload(&r, &again, "mesh-refresh", true);
+                })
+                .await;
+            }
+        });
+    }
     let scheme = if tls.is_some() { "https" } else { "http" };
     info!("mgrp-overlay {name}: {links} links, API on {scheme}://{listen}/");
     for (transport, addr) in node.serving() {
@@ -101,7 +129,7 @@ async fn serve(config: Config, reread: Reread) -> anyhow::Result<()> {
                 _ = hup.recv() => {
                     let (r, again) = (reloader.clone(), reread.clone());
                     // Files are read and locks taken: off the runtime's one thread.
-                    if let Err(e) = tokio::task::spawn_blocking(move || reload(&r, &again)).await {
+                    if let Err(e) = tokio::task::spawn_blocking(move || reload(&r, &again, "SIGHUP", false)).await {
                         warn!("SIGHUP: the reload failed: {e}");
                     }
                 }

@@ -3,7 +3,8 @@
 //! its history; a new one is measured within the start-up spread; a removed one is
 //! gone from the API; a sender's `[serve] allow` follows. And the program itself: a
 //! SIGHUP reads the file again, a broken file changes nothing and says why, and
-//! SIGTERM still ends it cleanly.
+//! SIGTERM still ends it cleanly; a mesh description fetched over HTTPS is read again
+//! on its period and followed.
 
 mod common;
 
@@ -125,6 +126,35 @@ impl Drop for Program {
     }
 }
 
+impl Program {
+    /// The program with the configuration `file`, its log in `log`.
+    fn start(file: &std::path::Path, log: &std::path::Path) -> Self {
+        Self(
+            Command::new(env!("CARGO_BIN_EXE_mgrp-overlay"))
+                .arg("--config")
+                .arg(file)
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(log).unwrap())
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
+/// The names of the links the API at `api` serves, once it answers.
+fn link_names(api: std::net::SocketAddr) -> Option<Vec<String>> {
+    std::net::TcpStream::connect(api).ok()?;
+    let (status, v) = json(api, "GET", "/v1/links");
+    (status == 200).then(|| {
+        v["links"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l["name"].as_str().map(str::to_owned))
+            .collect()
+    })
+}
+
 fn signal(p: &Program, sig: i32) {
     let pid = libc::pid_t::try_from(p.0.id()).unwrap();
     // SAFETY: kill(2) on the PID of a child this test started and has not reaped.
@@ -143,27 +173,8 @@ fn sighup_reads_the_file_again_and_a_broken_file_changes_nothing() {
     let file = dir.0.join("overlay.toml");
     std::fs::write(&file, format!("{head}{}", link("one", a_port))).unwrap();
     let log = dir.0.join("log");
-    let mut p = Program(
-        Command::new(env!("CARGO_BIN_EXE_mgrp-overlay"))
-            .arg("--config")
-            .arg(&file)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let names = || -> Option<Vec<String>> {
-        std::net::TcpStream::connect(api).ok()?;
-        let (status, v) = json(api, "GET", "/v1/links");
-        (status == 200).then(|| {
-            v["links"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|l| l["name"].as_str().map(str::to_owned))
-                .collect()
-        })
-    };
+    let mut p = Program::start(&file, &log);
+    let names = || link_names(api);
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         eventually(Duration::from_secs(30), || names()
@@ -185,8 +196,10 @@ fn sighup_reads_the_file_again_and_a_broken_file_changes_nothing() {
         "{}",
         log_text()
     );
+    // The log line follows the reload it reports.
     assert!(
-        log_text().contains("configuration reloaded: 1 links go on, added: two"),
+        eventually(Duration::from_secs(5), || log_text()
+            .contains("configuration reloaded: 1 links go on, added: two")),
         "{}",
         log_text()
     );
@@ -220,4 +233,145 @@ fn sighup_reads_the_file_again_and_a_broken_file_changes_nothing() {
     let _ = std::fs::File::open(&log).unwrap().read_to_string(&mut rest);
     assert!(rest.contains("stopped"), "{rest}");
     a.stop();
+}
+
+/// A mesh description served over TLS on loopback, asking for a token; the text can
+/// be changed while it serves. Stops on drop.
+struct DescriptionServer {
+    port: u16,
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DescriptionServer {
+    fn start(cert: &std::path::Path, key: &std::path::Path, token: &str, text: &str) -> Self {
+        use axum::http::{HeaderMap, StatusCode};
+        let tls = mgrp_overlay::api::tls::ServerTls::load(cert, key).unwrap();
+        let shared = std::sync::Arc::new(std::sync::Mutex::new(text.to_owned()));
+        let (served, want) = (shared.clone(), format!("Bearer {token}"));
+        let app = axum::Router::new().route(
+            "/mesh.toml",
+            axum::routing::get(move |headers: HeaderMap| {
+                let (served, want) = (served.clone(), want.clone());
+                async move {
+                    let ok = headers
+                        .get("authorization")
+                        .is_some_and(|v| v.as_bytes() == want.as_bytes());
+                    if ok {
+                        (StatusCode::OK, mgrp_rt::lock(&served).clone())
+                    } else {
+                        (StatusCode::UNAUTHORIZED, String::new())
+                    }
+                }
+            }),
+        );
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        let (addr, thread) = common::serve_app(app, Some(tls), Default::default(), shutdown);
+        let port = addr.port();
+        Self {
+            port,
+            text: shared,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn set(&self, text: &str) {
+        *mgrp_rt::lock(&self.text) = text.to_owned();
+    }
+}
+
+impl Drop for DescriptionServer {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A description of members on loopback addresses, each measured by `b` by pathChirp
+/// over UDP.
+fn description(members: &[&str]) -> String {
+    let mut t = String::new();
+    for (i, m) in members.iter().enumerate() {
+        t.push_str(&format!(
+            "[[member]]\nname = \"{m}\"\naddress = \"127.0.0.{}\"\n\n",
+            i + 1
+        ));
+    }
+    let others: Vec<String> = members[1..].iter().map(|m| format!("\"{m}\"")).collect();
+    t.push_str(&format!(
+        "[[group]]\nname = \"g\"\nkind = \"star\"\nhub = \"{}\"\nmembers = [{}]\nmethods = [\"pathchirp\"]\ntransports = [\"udp\"]\ninterval = \"1m\"\n",
+        members[0],
+        others.join(", ")
+    ));
+    t
+}
+
+/// A node whose mesh description is fetched over HTTPS (its server's certificate
+/// checked against `mesh-ca-file`, a token asked for) takes its links from it, and
+/// reads it again every `mesh-refresh`: a member added there is measured without a
+/// signal or a restart; a description the server then spoils changes nothing, and
+/// the log says why.
+#[test]
+fn a_description_fetched_over_https_is_followed_as_it_changes() {
+    let dir = Dir::new("mgrp-overlay-fetch");
+    let (ca, cert, key) = common::authority_and_server(&dir, "mesh");
+    let token = "0123456789abcdef0123";
+    let token_file = dir.private("mesh-token", token);
+    let server = DescriptionServer::start(&cert, &key, token, &description(&["b", "a"]));
+    let api = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let file = dir.0.join("overlay.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "listen = \"{api}\"\nprobe-port-base = {}\nmesh = \"https://127.0.0.1:{}/mesh.toml\"\nmesh-ca-file = \"{}\"\nmesh-token-file = \"{}\"\nmesh-refresh = \"1s\"\nnode = \"b\"\n[serve]\ntransports = []\n",
+            free_port(),
+            server.port,
+            ca.display(),
+            token_file.display()
+        ),
+    )
+    .unwrap();
+    let log = dir.0.join("log");
+    let p = Program::start(&file, &log);
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let names = || link_names(api);
+    assert!(
+        eventually(Duration::from_secs(30), || names()
+            .is_some_and(|n| n == ["a-pathchirp-udp"])),
+        "{:?}\n{}",
+        names(),
+        log_text()
+    );
+    server.set(&description(&["b", "a", "c"]));
+    assert!(
+        eventually(Duration::from_secs(15), || names()
+            .is_some_and(|n| n == ["a-pathchirp-udp", "c-pathchirp-udp"])),
+        "{:?}\n{}",
+        names(),
+        log_text()
+    );
+    // The log line follows the reload it reports.
+    assert!(
+        eventually(Duration::from_secs(5), || log_text().contains(
+            "mesh-refresh: configuration reloaded: 1 links go on, added: c-pathchirp-udp"
+        )),
+        "{}",
+        log_text()
+    );
+    server.set("[[member]]\nname = \"b\"\n");
+    assert!(
+        eventually(Duration::from_secs(15), || log_text().contains(
+            "mesh-refresh: the configuration is not reloaded, nothing changed"
+        )),
+        "{}",
+        log_text()
+    );
+    assert_eq!(names().unwrap(), ["a-pathchirp-udp", "c-pathchirp-udp"]);
+    signal(&p, libc::SIGTERM);
+    drop(p);
+    drop(server);
 }

@@ -8,6 +8,7 @@
 //! - [`tls`]: the API's certificate and key.
 
 mod check;
+mod fetch;
 mod link;
 mod mesh;
 mod prediction;
@@ -16,6 +17,7 @@ pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use pathload_rs::control::{DEFAULT_PROBE_PORT, Transport};
 use serde::Deserialize;
@@ -86,6 +88,8 @@ pub struct Config {
     pub routing: Option<mgrp_route::settings::Routing>,
     /// The first probe port a link may take (`probe-port-base`).
     pub probe_port_base: u16,
+    /// How often the mesh description is read again (`mesh-refresh`), if at all.
+    pub mesh_refresh: Option<Duration>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -111,8 +115,16 @@ struct File {
     #[serde(default)]
     passive: PassiveFile,
     routing: Option<mgrp_route::settings::RoutingFile>,
-    /// A mesh description this node takes its links from (docs/mesh.md).
-    mesh: Option<PathBuf>,
+    /// A mesh description this node takes its links from (docs/mesh.md): a file,
+    /// or an `https://` URL.
+    mesh: Option<String>,
+    /// The authority that signed the certificate of the server a mesh URL names.
+    mesh_ca_file: Option<PathBuf>,
+    /// A token the server a mesh URL names asks for.
+    mesh_token_file: Option<PathBuf>,
+    /// How often the description is read again (fetched again), and put in force when
+    /// it changed.
+    mesh_refresh: Option<String>,
     /// This node's name in the mesh.
     node: Option<String>,
 }
@@ -154,6 +166,7 @@ impl std::fmt::Debug for Config {
             .field("passive", &self.passive)
             .field("routing", &self.routing)
             .field("probe_port_base", &self.probe_port_base)
+            .field("mesh_refresh", &self.mesh_refresh)
             .finish()
     }
 }
@@ -337,6 +350,20 @@ impl Config {
     /// `dir`.
     pub fn from_toml(text: &str, dir: Option<&Path>) -> Result<Self, ConfigError> {
         let mut f: File = toml::from_str(text).map_err(|e| ConfigError::Toml(e.to_string()))?;
+        let mesh_refresh = match &f.mesh_refresh {
+            None => None,
+            Some(_) if f.mesh.is_none() => {
+                return Err(invalid("mesh-refresh: give mesh too".into()));
+            }
+            Some(t) => {
+                let d = mgrp_core::parse_duration(t)
+                    .map_err(|e| invalid(format!("mesh-refresh: {e}")))?;
+                if d < Duration::from_secs(1) {
+                    return Err(invalid(format!("mesh-refresh: {t}; use at least 1s")));
+                }
+                Some(d)
+            }
+        };
         mesh::apply(&mut f, dir)?;
         let name = f.name.unwrap_or_else(|| "node".into());
         check_name("name", &name)?;
@@ -483,6 +510,7 @@ impl Config {
             passive_timing,
             routing: f.routing.map(|r| r.check(dir)).transpose()?,
             probe_port_base,
+            mesh_refresh,
         })
     }
 
@@ -530,7 +558,7 @@ mod tests {
         assert_eq!(l.name, "10.0.0.5-mgrp");
         assert_eq!((l.transport, l.port), (Transport::Mgrp, DEFAULT_MGRP_PORT));
         assert_eq!(l.method.name(), "pathload-fast");
-        assert_eq!(l.timing.interval, std::time::Duration::from_secs(60));
+        assert_eq!(l.timing.interval, Duration::from_secs(60));
         assert_eq!(l.probe_port, DEFAULT_PROBE_PORT);
         assert_eq!(c.link("10.0.0.5-mgrp").map(|(i, _)| i), Some(0));
     }
@@ -573,7 +601,7 @@ mod tests {
             (l.neighbour.as_deref(), l.transport, l.method.name()),
             (Some("b"), Transport::Udp, "pathchirp")
         );
-        assert_eq!(l.timing.interval, std::time::Duration::from_secs(300));
+        assert_eq!(l.timing.interval, Duration::from_secs(300));
         let allowed: Vec<String> = c.serve_allow.iter().map(ToString::to_string).collect();
         assert_eq!(allowed, ["10.0.0.2/32", "10.0.0.3/32"]);
         // Eight links, eight probe ports, none the sender's own.
@@ -590,7 +618,7 @@ mod tests {
         assert_eq!(c.name, "a-node");
         assert_eq!(c.links.len(), 8);
         let own = c.links.iter().find(|l| l.name == "b-pathchirp").unwrap();
-        assert_eq!(own.timing.interval, std::time::Duration::from_secs(60));
+        assert_eq!(own.timing.interval, Duration::from_secs(60));
         assert_eq!(c.serve_allow.len(), 1);
         // What cannot be is said, with the description's file.
         for (text, says) in [
@@ -599,6 +627,19 @@ mod tests {
                 "no member is named \"z\"",
             ),
             ("mesh = \"mesh.toml\"\n", "mesh needs node"),
+            ("mesh-refresh = \"1m\"\n", "mesh-refresh: give mesh too"),
+            (
+                "mesh = \"mesh.toml\"\nnode = \"a\"\nmesh-refresh = \"10ms\"\n",
+                "use at least 1s",
+            ),
+            (
+                "mesh = \"mesh.toml\"\nnode = \"a\"\nmesh-ca-file = \"ca.pem\"\n",
+                "for a mesh fetched over https://",
+            ),
+            (
+                "mesh = \"http://192.0.2.1/mesh.toml\"\nnode = \"a\"\n",
+                "over https://",
+            ),
             ("node = \"a\"\n", "give mesh too"),
         ] {
             let e = load(text).unwrap_err().to_string();

@@ -94,6 +94,12 @@ pub fn plan(old: &Config, mut new: Config) -> Result<ReloadPlan, String> {
         &mut new.passive_timing,
     );
     keep(&mut n, "[routing]", &old.routing, &mut new.routing);
+    keep(
+        &mut n,
+        "mesh-refresh",
+        &old.mesh_refresh,
+        &mut new.mesh_refresh,
+    );
     // With a token gone, the API may not be left open beyond this host.
     new.check_exposure().map_err(|e| e.to_string())?;
     let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());

@@ -68,30 +68,7 @@ impl Api {
         let node = Node::start(config).unwrap();
         let (stop, shutdown) = watch::channel(false);
         let app = http::router(node.shared(), shutdown.clone());
-        let std_listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = std_listener.local_addr().unwrap();
-        std_listener.set_nonblocking(true).unwrap();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
-                let mut shutdown = shutdown;
-                mgrp_overlay::api::tls::serve_with(
-                    listener,
-                    app,
-                    tls.as_ref(),
-                    limits,
-                    async move {
-                        let _ = shutdown.wait_for(|s| *s).await;
-                    },
-                )
-                .await
-                .unwrap();
-            });
-        });
+        let (addr, thread) = serve_app(app, tls, limits, shutdown);
         Self {
             addr,
             stop,
@@ -99,6 +76,34 @@ impl Api {
             node: Some(node),
         }
     }
+}
+
+/// Serves `app` on a loopback port of its own, on a thread of its own (over TLS with
+/// `tls`), until `shutdown` turns true; its address and the thread.
+pub fn serve_app(
+    app: axum::Router,
+    tls: Option<mgrp_overlay::api::tls::ServerTls>,
+    limits: mgrp_overlay::api::conns::ConnLimits,
+    mut shutdown: watch::Receiver<bool>,
+) -> (SocketAddr, std::thread::JoinHandle<()>) {
+    let std_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = std_listener.local_addr().unwrap();
+    std_listener.set_nonblocking(true).unwrap();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
+            mgrp_overlay::api::tls::serve_with(listener, app, tls.as_ref(), limits, async move {
+                let _ = shutdown.wait_for(|s| *s).await;
+            })
+            .await
+            .unwrap();
+        });
+    });
+    (addr, thread)
 }
 
 impl Drop for Api {

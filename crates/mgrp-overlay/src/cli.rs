@@ -115,24 +115,7 @@ where
             }
         };
     }
-    let mut config = match Config::load(&cli.config) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("mgrp-overlay: {}: {e}", cli.config.display());
-            return ExitCode::from(2);
-        }
-    };
-    if let Some(listen) = cli.listen {
-        config.listen = listen;
-    }
-    if let Err(e) = config.check_exposure() {
-        eprintln!("mgrp-overlay: {}: {e}", cli.config.display());
-        return ExitCode::from(2);
-    }
-    if let Err(e) = mgrp_service::logging::init(cli.log_level, cli.log_format) {
-        eprintln!("mgrp-overlay: {e}");
-        return ExitCode::from(2);
-    }
+    // The file as it is read now and at each reload, with --listen over its own.
     let (path, listen) = (cli.config.clone(), cli.listen);
     let reread: crate::service::Reread = Box::new(move || {
         let mut c = Config::load(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -141,6 +124,21 @@ where
         }
         Ok(c)
     });
+    let config = match reread() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mgrp-overlay: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = config.check_exposure() {
+        eprintln!("mgrp-overlay: {}: {e}", cli.config.display());
+        return ExitCode::from(2);
+    }
+    if let Err(e) = mgrp_service::logging::init(cli.log_level, cli.log_format) {
+        eprintln!("mgrp-overlay: {e}");
+        return ExitCode::from(2);
+    }
     match crate::service::run(config, reread) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -323,18 +323,30 @@ fn a_description_fetched_over_https_is_followed_as_it_changes() {
     let token_file = dir.private("mesh-token", token);
     let server = DescriptionServer::start(&cert, &key, token, &description(&["b", "a"]));
     let api = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let file = dir.0.join("overlay.toml");
-    std::fs::write(
-        &file,
+    let probe = free_port();
+    let text = |ca: &std::path::Path, token: &std::path::Path| {
         format!(
-            "listen = \"{api}\"\nprobe-port-base = {}\nmesh = \"https://127.0.0.1:{}/mesh.toml\"\nmesh-ca-file = \"{}\"\nmesh-token-file = \"{}\"\nmesh-refresh = \"1s\"\nnode = \"b\"\n[serve]\ntransports = []\n",
-            free_port(),
+            "listen = \"{api}\"\nprobe-port-base = {probe}\nmesh = \"https://127.0.0.1:{}/mesh.toml\"\nmesh-ca-file = \"{}\"\nmesh-token-file = \"{}\"\nmesh-refresh = \"1s\"\nnode = \"b\"\n[serve]\ntransports = []\n",
             server.port,
             ca.display(),
-            token_file.display()
-        ),
-    )
-    .unwrap();
+            token.display()
+        )
+    };
+    // Whoever cannot show the token, or a server no authority in mesh-ca-file
+    // signed, gives no description: the node does not start on it.
+    let refused = |ca: &std::path::Path, token: &std::path::Path| {
+        Config::from_toml(&text(ca, token), None)
+            .unwrap_err()
+            .to_string()
+    };
+    let (other_ca, _, _) = common::authority_and_server(&dir, "other");
+    let wrong_token = dir.private("wrong-token", "wrongwrongwrongwrong");
+    let e = refused(&ca, &wrong_token);
+    assert!(e.contains("HTTP 401"), "{e}");
+    let e = refused(&other_ca, &token_file);
+    assert!(e.contains("certificate"), "{e}");
+    let file = dir.0.join("overlay.toml");
+    std::fs::write(&file, text(&ca, &token_file)).unwrap();
     let log = dir.0.join("log");
     let p = Program::start(&file, &log);
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();

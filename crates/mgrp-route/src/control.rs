@@ -366,35 +366,14 @@ pub fn http_get<T: DeserializeOwned>(
 
 /// One GET over `s` (clear or TLS), its JSON answer.
 fn exchange<T: DeserializeOwned>(
-    mut s: impl Read + Write,
+    s: impl Read + Write,
     api: SocketAddr,
     path: &str,
     token: Option<&str>,
 ) -> Result<T, String> {
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    // One write: the request leaves whole, not a piece per formatted part.
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {api}\r\n{auth}Connection: close\r\n\r\n");
-    s.write_all(request.as_bytes())
-        .and_then(|()| s.flush())
-        .map_err(|e| format!("{api}: {e}"))?;
-    let mut body = Vec::new();
-    // A TLS peer that closes without close_notify still gave its whole answer when
-    // the body parses.
-    let read = s.take(16 << 20).read_to_end(&mut body);
-    if let Err(e) = read
-        && body.is_empty()
-    {
-        return Err(format!("{api}{path}: {e}"));
-    }
-    let text = String::from_utf8_lossy(&body);
-    let (head, rest) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("{api}{path}: no HTTP answer"))?;
-    let status = head.split_whitespace().nth(1).unwrap_or("");
-    if status != "200" {
-        return Err(format!("{api}{path}: HTTP {status}"));
-    }
-    serde_json::from_str(rest).map_err(|e| format!("{api}{path}: {e}"))
+    let text = crate::http::get(s, &api.to_string(), path, token, 16 << 20)
+        .map_err(|e| format!("{api}{path}: {e}"))?;
+    serde_json::from_str(&text).map_err(|e| format!("{api}{path}: {e}"))
 }
 
 /// A hop's estimates from the receiving member's links: the rate (the TCP

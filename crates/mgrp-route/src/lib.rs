@@ -17,6 +17,7 @@
 //!   destination decided, the kernel steered, the state the API shows.
 
 pub mod control;
+pub mod http;
 pub mod model;
 mod netlink;
 pub mod policy;

@@ -3,7 +3,7 @@
 
 use std::io;
 
-use nix::sched::{CpuSet, sched_setaffinity};
+use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
 use nix::sys::mman::{MlockAllFlags, mlockall};
 use nix::sys::prctl;
 use nix::unistd::Pid;
@@ -35,6 +35,47 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "CPU index out of range"))?;
     sched_setaffinity(Pid::from_raw(0), &set)?;
     Ok(())
+}
+
+/// The CPUs the calling thread may run on, lowest first.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    let set = sched_getaffinity(Pid::from_raw(0))?;
+    Ok((0..CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .collect())
+}
+
+/// Moves every thread of this process off `cpu`: each may run on the CPUs the
+/// calling thread may run on, less `cpu`. Threads started afterwards inherit their
+/// creator's set. Returns how many threads were moved; refuses (moving nothing) when
+/// `cpu` is the only CPU the calling thread may run on.
+pub fn keep_process_off(cpu: usize) -> io::Result<usize> {
+    let mut set = sched_getaffinity(Pid::from_raw(0))?;
+    set.unset(cpu)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "CPU index out of range"))?;
+    if !(0..CpuSet::count()).any(|c| set.is_set(c).unwrap_or(false)) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("CPU {cpu} is the only one this process may run on"),
+        ));
+    }
+    let mut moved = 0;
+    for entry in std::fs::read_dir("/proc/self/task")? {
+        let Some(tid) = entry?
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        match sched_setaffinity(Pid::from_raw(tid), &set) {
+            Ok(()) => moved += 1,
+            // Ended since the directory was read.
+            Err(nix::errno::Errno::ESRCH) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(moved)
 }
 
 /// Locks the process's memory, now and in future, so a real-time thread never

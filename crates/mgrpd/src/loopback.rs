@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use crate::config::Config;
+use crate::config::{Config, PacerCpu};
 use crate::daemon::Daemon;
 use crate::demand::Demand;
 use crate::{pacer, server};
@@ -41,9 +41,15 @@ impl LoopbackDaemon {
             .spawn(receive)?;
         let dispatcher = Arc::new(daemon.dispatcher());
         let (l, d) = (daemon.life.clone(), dispatcher.clone());
+        // It shares its process with whoever started it: it moves none of their
+        // threads, and pins its pacer only where asked.
+        let cpu = match config.pacer_cpu {
+            PacerCpu::Cpu(c) => Some(c),
+            PacerCpu::Auto | PacerCpu::Unpinned => None,
+        };
         let pacer = std::thread::Builder::new()
             .name("mgrp-pacer".into())
-            .spawn(move || pacer::run_pacer(&d, &l, || {}))?;
+            .spawn(move || pacer::run_pacer(&d, &l, cpu, || {}))?;
         let dispatcher = std::thread::Builder::new()
             .name("mgrp-dispatch".into())
             .spawn(move || dispatcher.run())?;

@@ -20,7 +20,7 @@ use mgrp_core::stats::TransactionReport;
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
-use crate::config::Config;
+use crate::config::{Config, PacerCpu};
 use crate::dispatcher::Dispatcher;
 use crate::exchange::{Bound, Control, Output, Queues, RouteEvent, Snapshot};
 use crate::lifecycle::Lifecycle;
@@ -82,11 +82,52 @@ fn endpoint_config(config: &Config) -> EndpointConfig {
     c
 }
 
+/// Keeps a CPU for the pacer before the daemon's other threads start: every thread
+/// of the process runs on the others from here on (threads started later inherit
+/// that), and the pacer pins itself to it. Returns the CPU, if one is kept.
+///
+/// A real-time pacer spins through the short gaps of a fast stream and gives its CPU
+/// up for only a moment every [`MAX_SPIN_RUN`], so a normal thread that the kernel
+/// happens to queue on that CPU waits out the stream: when that was the TUN reader,
+/// no application packet reached the planner for the whole 40 ms of a stream, none
+/// rode in it, its report counted no competing traffic, and pathload-rs's adjusted
+/// range read high. The kernel does not move such a thread to the other CPU while
+/// that one is busy with normal work of its own (the receiving tool, say).
+pub(crate) fn keep_cpu_for_pacer(config: &Config) -> Option<usize> {
+    let cpu = match config.pacer_cpu {
+        PacerCpu::Unpinned => return None,
+        PacerCpu::Cpu(c) => c,
+        PacerCpu::Auto if !config.realtime => return None,
+        PacerCpu::Auto => match mgrp_rt::thread::allowed_cpus() {
+            Ok(cpus) if cpus.len() >= 2 => *cpus.last()?,
+            Ok(_) => {
+                info!("no CPU kept for the pacer: the daemon may run on one CPU only");
+                return None;
+            }
+            Err(e) => {
+                warn!(
+                    "no CPU kept for the pacer: cannot read the CPUs the daemon may run on ({e})"
+                );
+                return None;
+            }
+        },
+    };
+    match mgrp_rt::thread::keep_process_off(cpu) {
+        Ok(_) => {
+            info!("CPU {cpu} kept for the pacer: the daemon's other threads run on the others");
+        }
+        Err(e) => warn!(
+            "cannot keep the daemon's other threads off CPU {cpu} ({e}); a train may hold them up while it runs (pacer-cpu = \"none\" to leave the pacer unpinned)"
+        ),
+    }
+    Some(cpu)
+}
+
 /// Settings the pacer could not get, reported once at start. Returns whether the
 /// pacer runs SCHED_FIFO.
-fn prepare_pacer(config: &Config) -> bool {
+fn prepare_pacer(config: &Config, cpu: Option<usize>) -> bool {
     mgrp_rt::thread::set_timer_slack(1);
-    if let Some(cpu) = config.pacer_cpu
+    if let Some(cpu) = cpu
         && let Err(e) = mgrp_rt::thread::pin_to_cpu(cpu)
     {
         warn!("cannot pin the pacer to CPU {cpu}: {e}; it runs unpinned");
@@ -109,11 +150,16 @@ fn prepare_pacer(config: &Config) -> bool {
 }
 
 /// The pacer thread: owns the endpoint, runs trains and releases riders whose wait
-/// is over. `prepared` runs once its scheduling is set up (to drop what that
-/// needed). If it ends for any reason but shutdown, the daemon stops (trains could no
+/// is over. It pins itself to `cpu`, if given. `prepared` runs once its scheduling is
+/// set up (to drop what that needed). If it ends for any reason but shutdown, the daemon stops (trains could no
 /// longer run and held riders would never leave).
-pub(crate) fn run_pacer(s: &Dispatcher, life: &Lifecycle, prepared: impl FnOnce()) {
-    let realtime = prepare_pacer(&s.config);
+pub(crate) fn run_pacer(
+    s: &Dispatcher,
+    life: &Lifecycle,
+    cpu: Option<usize>,
+    prepared: impl FnOnce(),
+) {
+    let realtime = prepare_pacer(&s.config, cpu);
     prepared();
     let timer = match mgrp_rt::Timer::new() {
         Ok(t) => t,

@@ -157,6 +157,8 @@ async fn serve(
     // Set up: from here on every thread keeps only what it needs.
     let privileges = Privileges::after_setup(config, locked);
     privileges.enter(config.user.as_deref())?;
+    // Before any other thread starts, so that each starts off the pacer's CPU.
+    let pacer_cpu = pacer::keep_cpu_for_pacer(config);
     let life = &daemon.life;
     let (l, reader) = (life.clone(), daemon.tun_reader());
     std::thread::Builder::new()
@@ -234,7 +236,7 @@ async fn serve(
         .name("mgrp-pacer".into())
         .spawn(move || {
             let _ends = lifecycle::EndsDaemon::new(&l, "pacer");
-            pacer::run_pacer(&s, &l, || privileges.worker());
+            pacer::run_pacer(&s, &l, pacer_cpu, || privileges.worker());
         })?;
     let l = life.clone();
     let dispatcher = std::thread::Builder::new()

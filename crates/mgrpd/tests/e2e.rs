@@ -1279,6 +1279,81 @@ fn after_setup_only_what_is_needed_is_kept() {
     );
 }
 
+/// Each thread of `pid`: its name and the CPUs it may run on.
+fn thread_cpus(pid: u32) -> Vec<(String, Vec<usize>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = entry.unwrap().path();
+        let (Ok(comm), Ok(status)) = (
+            std::fs::read_to_string(dir.join("comm")),
+            std::fs::read_to_string(dir.join("status")),
+        ) else {
+            continue;
+        };
+        let list = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap()
+            .trim();
+        let mut cpus = Vec::new();
+        for part in list.split(',') {
+            let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+            cpus.extend(lo.parse::<usize>().unwrap()..=hi.parse::<usize>().unwrap());
+        }
+        out.push((comm.trim().to_owned(), cpus));
+    }
+    out
+}
+
+/// A real-time pacer spins through a fast stream's gaps; by default the daemon keeps
+/// the last CPU it may use for the pacer and runs every other thread elsewhere, so
+/// that none of them (the TUN reader above all) waits out a train behind it. With
+/// `--pacer-cpu none` nothing is pinned.
+#[test]
+fn the_pacer_has_a_cpu_to_itself() {
+    let _serial = serial();
+    if !root_or_skip("the_pacer_has_a_cpu_to_itself") {
+        return;
+    }
+    let ours = thread_cpus(std::process::id())
+        .into_iter()
+        .next()
+        .map(|(_, cpus)| cpus)
+        .unwrap();
+    assert!(
+        ours.len() >= 2,
+        "this test needs two CPUs or more; it may run on {ours:?}"
+    );
+    let kept = *ours.last().unwrap();
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let (a, _b) = daemons(&net, &[]);
+    let threads = thread_cpus(a.process.pid().unwrap());
+    let names: Vec<_> = threads.iter().map(|(n, _)| n.as_str()).collect();
+    for name in ["mgrp-pacer", "mgrp-tun", "mgrp-rx4", "mgrp-dispatch"] {
+        assert!(names.contains(&name), "no {name} thread: {threads:?}");
+    }
+    for (name, cpus) in &threads {
+        if name == "mgrp-pacer" {
+            assert_eq!(cpus, &[kept], "{threads:?}");
+        } else {
+            let others: Vec<_> = ours.iter().copied().filter(|&c| c != kept).collect();
+            assert_eq!(cpus, &others, "{name}: {threads:?}");
+        }
+    }
+    assert!(
+        a.process
+            .log()
+            .contains(&format!("CPU {kept} kept for the pacer")),
+        "{}",
+        a.process.log()
+    );
+    drop((a, _b));
+    let (a, _b) = daemons(&net, &["--pacer-cpu", "none"]);
+    for (name, cpus) in thread_cpus(a.process.pid().unwrap()) {
+        assert_eq!(cpus, ours, "{name}");
+    }
+}
+
 /// Daemons on A and B with permanent routes to each other's `a_to`/`b_to` and
 /// on-demand hold: every packet enters the tunnel, and with no train it goes on
 /// unchanged, as the super-packet the sender's stack made.

@@ -13,8 +13,8 @@ use mgrp_core::wire::Version;
 use mgrp_service::logging::LogFormat;
 
 use super::settings::{
-    EncapArg, HoldModeArg, PackingArg, Settings, auth_scheme, parse_duration, parse_encap,
-    wire_version,
+    EncapArg, HoldModeArg, PacerCpu, PackingArg, Settings, auth_scheme, parse_duration,
+    parse_encap, wire_version,
 };
 
 /// The daemon's command line. Every flag overrides the key of the same name in the
@@ -96,9 +96,11 @@ pub struct Cli {
     /// is queued or in flight, plus the hold time (`true`/`false`) [default: true].
     #[arg(long, value_name = "BOOL")]
     pub route_on_demand: Option<bool>,
-    /// Pin the pacer thread to this CPU.
-    #[arg(long, value_name = "N")]
-    pub pacer_cpu: Option<usize>,
+    /// The CPU kept for the pacer: the daemon's other threads keep off it. `auto`: the
+    /// last CPU the daemon may run on, when the pacer asks for SCHED_FIFO and there
+    /// are two or more; `none`: no CPU kept [default: auto].
+    #[arg(long, value_name = "N|auto|none")]
+    pub pacer_cpu: Option<PacerCpu>,
     /// Do not ask for SCHED_FIFO for the pacer (lower timing precision).
     #[arg(long)]
     pub no_realtime: bool,
@@ -260,7 +262,7 @@ impl Cli {
             s.hold => (hold),
             s.hold_mode => (hold_mode),
             s.route_on_demand => Some(route_on_demand),
-            s.pacer_cpu => Some(pacer_cpu),
+            s.pacer_cpu => (pacer_cpu),
             s.busy_poll_margin => (busy_poll_margin),
             s.late_threshold => (late_threshold),
             s.log_level => (log_level),

@@ -30,7 +30,7 @@ pub use self::flags::{Cli, Command};
 pub use self::peers::{Keys, NextHopDevice, PeerKey, RouteSources, Udp, UdpPeer};
 use self::settings::Settings;
 pub use self::settings::{
-    DEFAULT_MIN_GAP, DEFAULT_UDP_PORT, DEFAULT_WIRE, EncapArg, HoldModeArg, PackingArg,
+    DEFAULT_MIN_GAP, DEFAULT_UDP_PORT, DEFAULT_WIRE, EncapArg, HoldModeArg, PacerCpu, PackingArg,
     parse_duration,
 };
 
@@ -91,8 +91,8 @@ pub struct Config {
     pub encap: EncapTable,
     /// The UDP port and the peers reached over UDP.
     pub udp: Udp,
-    /// CPU to pin the pacer to.
-    pub pacer_cpu: Option<usize>,
+    /// Where the pacer runs (see [`PacerCpu`]).
+    pub pacer_cpu: PacerCpu,
     /// Whether to ask for SCHED_FIFO.
     pub realtime: bool,
     /// Sleep-then-spin margin of the pacer.

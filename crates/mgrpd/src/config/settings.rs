@@ -53,7 +53,8 @@ pub(crate) struct Settings {
     /// Unset means yes where it can be (not with UDP peers); set to yes where it
     /// cannot be, it is refused.
     pub(crate) route_on_demand: Option<bool>,
-    pub(crate) pacer_cpu: Option<usize>,
+    #[serde(deserialize_with = "de_pacer_cpu")]
+    pub(crate) pacer_cpu: PacerCpu,
     pub(crate) realtime: bool,
     #[serde(deserialize_with = "de_duration")]
     pub(crate) busy_poll_margin: Duration,
@@ -118,7 +119,7 @@ impl Default for Settings {
             hold: Policy::default().hold,
             hold_mode: HoldModeArg::OnDemand,
             route_on_demand: None,
-            pacer_cpu: None,
+            pacer_cpu: PacerCpu::Auto,
             realtime: true,
             busy_poll_margin: Duration::from_micros(150),
             late_threshold: Duration::from_micros(50),
@@ -273,6 +274,73 @@ impl PeerSettings {
                 128
             }
     }
+}
+
+/// Where the pacer runs, and which CPU the daemon's other threads keep off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PacerCpu {
+    /// When the pacer asks for SCHED_FIFO and the daemon may run on two CPUs or more:
+    /// the last of them, kept for the pacer. Otherwise anywhere.
+    #[default]
+    Auto,
+    /// This CPU, kept for the pacer when the daemon may run on another.
+    Cpu(usize),
+    /// Anywhere, and so are the other threads.
+    Unpinned,
+}
+
+impl std::fmt::Display for PacerCpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Auto => f.write_str("auto"),
+            Self::Cpu(c) => write!(f, "{c}"),
+            Self::Unpinned => f.write_str("none"),
+        }
+    }
+}
+
+impl std::str::FromStr for PacerCpu {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "auto" => Ok(Self::Auto),
+            "none" => Ok(Self::Unpinned),
+            n => n
+                .parse()
+                .map(Self::Cpu)
+                .map_err(|_| format!("pacer-cpu {s:?}: use a CPU number, \"auto\" or \"none\"")),
+        }
+    }
+}
+
+/// `pacer-cpu = 3` or `pacer-cpu = "auto"`.
+fn de_pacer_cpu<'de, D: Deserializer<'de>>(d: D) -> Result<PacerCpu, D::Error> {
+    struct V;
+    impl serde::de::Visitor<'_> for V {
+        type Value = PacerCpu;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a CPU number, \"auto\" or \"none\"")
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<PacerCpu, E> {
+            usize::try_from(n)
+                .map(PacerCpu::Cpu)
+                .map_err(|_| E::custom(format!("CPU {n} does not exist")))
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<PacerCpu, E> {
+            u64::try_from(n)
+                .map_err(|_| E::custom(format!("pacer-cpu {n}: CPUs are numbered from 0")))
+                .and_then(|n| self.visit_u64(n))
+        }
+
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<PacerCpu, E> {
+            s.parse().map_err(E::custom)
+        }
+    }
+    d.deserialize_any(V)
 }
 
 /// An `encap` value: raw IP, or UDP with a port.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use mgrp_core::planner::{Encap, HoldMode, Packing};
 
-use super::Config;
+use super::{Config, PacerCpu};
 
 impl Config {
     /// The settings in force, readable, without secrets (a key is named by whose it
@@ -97,7 +97,12 @@ impl Config {
         line(format!(
             "pacer: real-time: {}; CPU: {}; spins the last {} before a deadline; late after {}; kernel departure stamps: {}; super-packets sent whole: {}",
             yes(self.realtime),
-            self.pacer_cpu.map_or("any".to_owned(), |c| c.to_string()),
+            match self.pacer_cpu {
+                PacerCpu::Auto if self.realtime =>
+                    "the last the daemon may use, kept for it".into(),
+                PacerCpu::Auto | PacerCpu::Unpinned => "any".to_owned(),
+                PacerCpu::Cpu(c) => format!("{c}, kept for it"),
+            },
             human(self.busy_poll_margin),
             human(self.late_threshold),
             yes(self.kernel_departures),

@@ -42,6 +42,33 @@ fn defaults() {
     assert_eq!(c.socket, PathBuf::from("/run/mgrp/mgrpd.sock"));
 }
 
+/// `pacer-cpu` takes a CPU's number or a word, in a file and as a flag; the flag wins.
+#[test]
+fn the_pacers_cpu_by_number_or_word() {
+    assert_eq!(Config::from_toml("").unwrap().pacer_cpu, PacerCpu::Auto);
+    for (text, want) in [
+        ("pacer-cpu = 3", PacerCpu::Cpu(3)),
+        ("pacer-cpu = \"auto\"", PacerCpu::Auto),
+        ("pacer-cpu = \"none\"", PacerCpu::Unpinned),
+    ] {
+        assert_eq!(Config::from_toml(text).unwrap().pacer_cpu, want, "{text}");
+    }
+    for text in [
+        "pacer-cpu = \"first\"",
+        "pacer-cpu = -1",
+        "pacer-cpu = \"1.5\"",
+    ] {
+        let e = Config::from_toml(text).unwrap_err().to_string();
+        assert!(e.contains("pacer-cpu"), "{text}: {e}");
+    }
+    for (flag, want) in [("none", PacerCpu::Unpinned), ("0", PacerCpu::Cpu(0))] {
+        let cli = Cli::parse_from(["mgrpd", "--pacer-cpu", flag]);
+        let c = Config::merge(toml::from_str("pacer-cpu = 1").unwrap(), &cli).unwrap();
+        assert_eq!(c.pacer_cpu, want);
+    }
+    assert!(Cli::try_parse_from(["mgrpd", "--pacer-cpu", "last"]).is_err());
+}
+
 #[test]
 fn file_and_flags() {
     let c = keyed(

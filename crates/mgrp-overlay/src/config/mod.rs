@@ -290,7 +290,10 @@ impl Config {
                 seconds(l.time_limit),
                 seconds(t.backoff),
                 seconds(t.max_backoff),
-                yes_no(l.piggyback),
+                match l.transport {
+                    Transport::Mgrp => yes_no(l.piggyback),
+                    Transport::Udp => "none (plain UDP)",
+                },
                 l.probe_port,
                 l.probe_address
                     .map_or(String::new(), |a| format!(" at {a}")),
@@ -713,6 +716,26 @@ mod tests {
                 .to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
+    }
+
+    /// Plain UDP probes carry no riders, whatever `piggyback` says.
+    #[test]
+    fn the_summary_says_riders_only_where_they_can_ride() {
+        let c = Config::from_toml(
+            "name = \"a\"\n[[link]]\nname = \"m\"\nfrom = \"10.0.0.5\"\n\
+             [[link]]\nname = \"u\"\nfrom = \"10.0.0.6\"\ntransport = \"udp\"\n",
+            None,
+        )
+        .unwrap();
+        let s = c.summary();
+        let line = |name: &str| {
+            s.lines()
+                .find(|l| l.trim_start().starts_with(&format!("{name}:")))
+                .unwrap_or_else(|| panic!("no line for {name}: {s}"))
+                .to_owned()
+        };
+        assert!(line("m").contains("riders: yes"), "{s}");
+        assert!(line("u").contains("riders: none (plain UDP)"), "{s}");
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //!   one file per method behind one trait, with their registry.
 //! - [`config`]: the TOML file, checked (its `check` module is what every section
 //!   shares); it names methods and schedules.
-//! - [`derive`]: the transfer-rate prediction, passive estimates and packet timing,
+//! - [`derive`](mod@derive): the transfer-rate prediction, passive estimates and packet timing,
 //!   from runs and flows, no I/O.
 //! - [`state`]: what the threads and the API share; each link's history on disk.
 //! - [`threads`]: the node's threads that run the methods, serve the neighbours'

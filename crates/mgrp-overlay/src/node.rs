@@ -192,7 +192,7 @@ impl Node {
 
     /// Puts `new` in force while the node runs: links that measure as they did go
     /// on (their schedule, a run in flight, their history), new ones start within
-    /// [`FIRST_WITHIN`], removed and changed ones stop (a run in flight ends at its
+    /// `FIRST_WITHIN`, removed and changed ones stop (a run in flight ends at its
     /// next step, its neighbour told); whom this node serves and how much follow.
     /// Settings that take a restart keep their values and are named. An error (the
     /// API would be left open) changes nothing.

@@ -1,5 +1,5 @@
 //! pathChirp: chirps for the run's time limit; each smoothed estimate goes out on
-//! the event stream as it comes (at most every [`PUBLISH_EVERY`]), and the last one is
+//! the event stream as it comes (at most every `PUBLISH_EVERY`), and the last one is
 //! the run's record.
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Every method a link may be measured with, listed once: a new method is a file
-//! beside this one implementing [`MethodRun`] and its line in [`METHODS`].
+//! beside this one implementing [`MethodRun`] and its line in `METHODS`.
 
 use std::sync::LazyLock;
 
@@ -22,7 +22,7 @@ static METHODS: [&dyn MethodRun; 5] = [
 static NAMES: LazyLock<Vec<&'static str>> =
     LazyLock::new(|| METHODS.iter().map(|m| m.name()).collect());
 
-/// How a link is measured: one of [`METHODS`].
+/// How a link is measured: one of `METHODS`.
 #[derive(Clone, Copy)]
 pub struct Method(&'static dyn MethodRun);
 

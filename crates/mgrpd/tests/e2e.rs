@@ -1175,9 +1175,9 @@ fn rp_filter(ns: &mgrp_testbed::Netns, dev: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// The effective and permitted capability masks of each thread of `pid`, main
-/// thread first.
-fn thread_capabilities(pid: u32) -> Vec<(u32, u64, u64)> {
+/// Each thread of `pid` still running, main thread first: its id and its
+/// `/proc/PID/task/TID/status`.
+fn thread_status(pid: u32) -> Vec<(u32, String)> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let tid: u32 = entry
@@ -1186,20 +1186,31 @@ fn thread_capabilities(pid: u32) -> Vec<(u32, u64, u64)> {
             .to_string_lossy()
             .parse()
             .unwrap();
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) else {
-            continue;
-        };
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
-                .unwrap()
-        };
-        out.push((tid, field("CapEff:"), field("CapPrm:")));
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) {
+            out.push((tid, status));
+        }
     }
-    out.sort_by_key(|(tid, ..)| (*tid != pid, *tid));
+    out.sort_by_key(|(tid, _)| (*tid != pid, *tid));
     out
+}
+
+/// The value of `name` (with its colon) in a thread's status.
+fn field<'a>(status: &'a str, name: &str) -> &'a str {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .unwrap_or_else(|| panic!("no {name} in {status}"))
+        .trim()
+}
+
+/// The effective and permitted capability masks of each thread of `pid`, main
+/// thread first.
+fn thread_capabilities(pid: u32) -> Vec<(u32, u64, u64)> {
+    let mask = |status: &str, name: &str| u64::from_str_radix(field(status, name), 16).unwrap();
+    thread_status(pid)
+        .into_iter()
+        .map(|(tid, s)| (tid, mask(&s, "CapEff:"), mask(&s, "CapPrm:")))
+        .collect()
 }
 
 /// Once set up, mgrpd runs as the user `--user` names, its data-path threads hold no
@@ -1282,25 +1293,13 @@ fn after_setup_only_what_is_needed_is_kept() {
 /// Each thread of `pid`: its name and the CPUs it may run on.
 fn thread_cpus(pid: u32) -> Vec<(String, Vec<usize>)> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let dir = entry.unwrap().path();
-        let (Ok(comm), Ok(status)) = (
-            std::fs::read_to_string(dir.join("comm")),
-            std::fs::read_to_string(dir.join("status")),
-        ) else {
-            continue;
-        };
-        let list = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            .unwrap()
-            .trim();
+    for (_, status) in thread_status(pid) {
         let mut cpus = Vec::new();
-        for part in list.split(',') {
+        for part in field(&status, "Cpus_allowed_list:").split(',') {
             let (lo, hi) = part.split_once('-').unwrap_or((part, part));
             cpus.extend(lo.parse::<usize>().unwrap()..=hi.parse::<usize>().unwrap());
         }
-        out.push((comm.trim().to_owned(), cpus));
+        out.push((field(&status, "Name:").to_owned(), cpus));
     }
     out
 }

@@ -42,8 +42,7 @@ fn body(raw: &[u8], limit: usize) -> Result<String, String> {
         .ok_or("no answer (its head never ended)")?;
     let head = std::str::from_utf8(&raw[..end]).map_err(|_| "an answer that is not text")?;
     let rest = &raw[end + 4..];
-    let mut lines = head.split("\r\n");
-    let status = lines.next().unwrap_or_default();
+    let status = head.split("\r\n").next().unwrap_or_default();
     let code = status.split(' ').nth(1).unwrap_or_default();
     if code != "200" {
         return Err(format!("HTTP {code}"));

@@ -37,12 +37,14 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// The CPUs in `set`, lowest first.
+fn members(set: &CpuSet) -> impl Iterator<Item = usize> + '_ {
+    (0..CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false))
+}
+
 /// The CPUs the calling thread may run on, lowest first.
 pub fn allowed_cpus() -> io::Result<Vec<usize>> {
-    let set = sched_getaffinity(Pid::from_raw(0))?;
-    Ok((0..CpuSet::count())
-        .filter(|&c| set.is_set(c).unwrap_or(false))
-        .collect())
+    Ok(members(&sched_getaffinity(Pid::from_raw(0))?).collect())
 }
 
 /// Moves every thread of this process off `cpu`: each may run on the CPUs the
@@ -53,7 +55,7 @@ pub fn keep_process_off(cpu: usize) -> io::Result<usize> {
     let mut set = sched_getaffinity(Pid::from_raw(0))?;
     set.unset(cpu)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "CPU index out of range"))?;
-    if !(0..CpuSet::count()).any(|c| set.is_set(c).unwrap_or(false)) {
+    if members(&set).next().is_none() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("CPU {cpu} is the only one this process may run on"),

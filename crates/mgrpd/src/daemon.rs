@@ -93,16 +93,19 @@ impl Daemon {
     /// riders are counted instead of written to a TUN. No TUN, no raw sockets, no
     /// privileges needed. The loopback addresses are its peers.
     pub fn loopback(
-        mut config: Config,
+        config: Config,
         events: mpsc::UnboundedSender<RouteEvent>,
     ) -> anyhow::Result<Self> {
         use mgrp_core::peers::{Peer, Prefix};
-        for lo in [
-            Prefix::host(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
-            Prefix::host(std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)),
-        ] {
-            config.peers.add_peer(Peer::new(lo));
-        }
+        let config = config.detach();
+        config.update_peering(|p| {
+            for lo in [
+                Prefix::host(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
+                Prefix::host(std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)),
+            ] {
+                p.peers.add_peer(Peer::new(lo));
+            }
+        });
         let config = Arc::new(config);
         let counters = Arc::new(Counters::default());
         let (net, looped) = Net::loopback(&config, counters.clone());

@@ -29,8 +29,9 @@ pub struct Demand {
 impl Demand {
     /// Takes ownership of the installed routes (if mgrpd manages routes).
     pub fn new(routes: Option<Routes>, config: &Config) -> Self {
+        let peering = config.peering();
         let mut via: HashMap<IpAddr, Vec<IpAddr>> = HashMap::new();
-        for (dst, peer) in &config.via {
+        for (dst, peer) in &peering.via {
             via.entry(*peer).or_default().push(*dst);
         }
         Self {

@@ -95,9 +95,10 @@ pub(crate) struct Endpoints {
 
 impl Endpoints {
     pub(crate) fn new(config: Arc<Config>) -> Self {
-        let roaming = config.udp.roaming();
+        let peering = config.peering();
+        let roaming = peering.udp.roaming();
         Self {
-            any: config.encap.any_udp(),
+            any: peering.encap.any_udp(),
             config,
             learned: RwLock::default(),
             roaming,
@@ -107,16 +108,18 @@ impl Endpoints {
 
     /// Whether MGRP packets to `peer` go over UDP.
     pub(crate) fn is_udp(&self, peer: IpAddr) -> bool {
-        self.any && self.config.encap.for_peer(peer) == Encap::Udp
+        let peering = self.config.peering();
+        self.any && peering.encap.for_peer(peer) == Encap::Udp
     }
 
     /// Where `peer`'s packets go now, if anywhere is known.
     pub(crate) fn endpoint(&self, peer: IpAddr) -> Option<SocketAddr> {
+        let peering = self.config.peering();
         let learned = self.learned.read().unwrap_or_else(PoisonError::into_inner);
         learned
             .get(&peer)
             .copied()
-            .or_else(|| self.config.udp.configured_endpoint(peer))
+            .or_else(|| peering.udp.configured_endpoint(peer))
     }
 
     /// The peer a datagram from `from` comes from: the peer last heard from there
@@ -130,23 +133,18 @@ impl Endpoints {
         payload: &[u8],
         roaming: impl FnOnce(&Packet<&[u8]>, &mut dyn FnMut() -> bool) -> Option<(IpAddr, u64)>,
     ) -> Result<(IpAddr, Option<u64>), Unknown> {
+        let peering = self.config.peering();
         {
             let learned = self.learned.read().unwrap_or_else(PoisonError::into_inner);
             if let Some((peer, _)) = learned.iter().find(|(_, at)| **at == from) {
                 return Ok((*peer, None));
             }
         }
-        if let Some(p) = self
-            .config
-            .udp
-            .peers
-            .iter()
-            .find(|p| p.endpoint == Some(from))
-        {
+        if let Some(p) = peering.udp.peers.iter().find(|p| p.endpoint == Some(from)) {
             return Ok((p.prefix.addr(), None));
         }
         let ip = from.ip();
-        if self.config.peers.is_peer(ip) && self.is_udp(ip) {
+        if peering.peers.is_peer(ip) && self.is_udp(ip) {
             return Ok((ip, None));
         }
         if self.roaming.is_empty() {
@@ -169,13 +167,14 @@ impl Endpoints {
 
     /// The peer whose packets go to `at`, for an ICMP error about one of them.
     pub(crate) fn peer_at(&self, at: SocketAddr) -> Option<IpAddr> {
+        let peering = self.config.peering();
         let learned = self.learned.read().unwrap_or_else(PoisonError::into_inner);
         learned
             .iter()
             .find(|(_, a)| **a == at)
             .map(|(p, _)| *p)
             .or_else(|| {
-                self.config
+                peering
                     .udp
                     .peers
                     .iter()

@@ -57,20 +57,22 @@ fn config(me: IpAddr, peers: &[(IpAddr, &str)]) -> Config {
             next: Some(Key::from_bytes(KEYS[1])),
         }
     };
-    c.keys = Keys {
-        default: Some(shared),
-        per_peer: vec![(
-            mgrp_core::peers::Prefix::host(ROAMING_PEER),
-            PeerKey {
-                key: Key::from_bytes(KEYS[2]),
-                next: None,
-            },
-        )],
-        derived: Vec::new(),
-    };
-    for p in &mut c.udp.peers {
-        p.roams = p.prefix.addr() == ROAMING_PEER;
-    }
+    c.update_peering(|p| {
+        p.keys = Keys {
+            default: Some(shared),
+            per_peer: vec![(
+                mgrp_core::peers::Prefix::host(ROAMING_PEER),
+                PeerKey {
+                    key: Key::from_bytes(KEYS[2]),
+                    next: None,
+                },
+            )],
+            derived: Vec::new(),
+        };
+        for u in &mut p.udp.peers {
+            u.roams = u.prefix.addr() == ROAMING_PEER;
+        }
+    });
     c.policy.trailer_len = TRAILER_LEN;
     c.state_dir = "/nonexistent/mgrp-fuzzing".into();
     c
@@ -141,10 +143,12 @@ impl ReceivePath {
                 (UDP_PEER, "encap = \"udp\"\nendpoint = \"192.0.2.4:4253\""),
             ],
         );
-        let mut next = config(RAW_PEER, &[(ME, "")]);
-        next.keys.default = Some(PeerKey {
-            key: Key::from_bytes(KEYS[1]),
-            next: None,
+        let next = config(RAW_PEER, &[(ME, "")]);
+        next.update_peering(|p| {
+            p.keys.default = Some(PeerKey {
+                key: Key::from_bytes(KEYS[1]),
+                next: None,
+            });
         });
         [
             me,
@@ -288,7 +292,10 @@ mod tests {
 
     /// This daemon, or every peer, set to tag scheme `scheme` as a reload would.
     fn set_scheme(keyring: &Keyring, config: &Config, scheme: Scheme) {
-        keyring.reload(config.keys.clone(), scheme, scheme).unwrap();
+        let peering = config.peering();
+        keyring
+            .reload(peering.keys.clone(), scheme, scheme)
+            .unwrap();
     }
 
     /// With key indexes (scheme 3) an authentic packet costs one tag check, found by
@@ -414,12 +421,12 @@ mod tests {
             p.daemon
                 .net()
                 .keyring
-                .reload(configs[0].keys.clone(), seal, accept)
+                .reload(configs[0].peering().keys.clone(), seal, accept)
                 .unwrap();
         };
         let peer = |p: &ReceivePath, (seal, accept): (Scheme, Scheme)| {
             p.peers[0]
-                .reload(configs[1].keys.clone(), seal, accept)
+                .reload(configs[1].peering().keys.clone(), seal, accept)
                 .unwrap();
         };
         let mut exchange = |p: &mut ReceivePath| {

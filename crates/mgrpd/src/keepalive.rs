@@ -19,8 +19,9 @@ pub(crate) struct Keepalives {
 
 impl Keepalives {
     pub(crate) fn new(config: &Config) -> Self {
+        let peering = config.peering();
         Self {
-            peers: config
+            peers: peering
                 .udp
                 .peers
                 .iter()

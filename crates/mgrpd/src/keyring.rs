@@ -127,7 +127,8 @@ struct Current {
 
 impl Current {
     fn new(config: &Config, keys: Keys, scheme: Scheme, accept: Scheme) -> Self {
-        let roaming_all = config.udp.roaming();
+        let peering = config.peering();
+        let roaming_all = peering.udp.roaming();
         let mut roaming: HashMap<u32, Vec<IpAddr>> = HashMap::new();
         for &peer in &roaming_all {
             for k in keys.key_for(peer).into_iter().flat_map(PeerKey::accepted) {
@@ -187,7 +188,8 @@ impl Keyring {
         endpoints: Arc<Endpoints>,
         counters: Arc<Counters>,
     ) -> Self {
-        let state = config
+        let peering = config.peering();
+        let state = peering
             .keys
             .enabled()
             .then(|| config.state_dir.join(format!("{}.replay", config.tun)));
@@ -216,7 +218,7 @@ impl Keyring {
         let keyring = Self {
             current: RwLock::new(Current::new(
                 &config,
-                config.keys.clone(),
+                peering.keys.clone(),
                 config.auth,
                 config.auth_accept,
             )),
@@ -235,17 +237,16 @@ impl Keyring {
             state,
             dirty: AtomicBool::new(false),
         };
-        if keyring.config.keys.enabled() {
+        if peering.keys.enabled() {
             // The peers this daemon will send to, looked up while it may still use
             // every capability; the pacer then finds them in the cache.
-            let peers: Vec<IpAddr> = keyring
-                .config
+            let peers: Vec<IpAddr> = peering
                 .peers
                 .peers()
                 .iter()
                 .filter(|p| p.prefix.len() == if p.prefix.addr().is_ipv4() { 32 } else { 128 })
                 .map(|p| p.prefix.addr())
-                .chain(keyring.config.via.values().copied())
+                .chain(peering.via.values().copied())
                 .collect();
             for peer in peers {
                 keyring.identity(peer);
@@ -428,13 +429,14 @@ impl Keyring {
     /// not, never costs a route lookup or a place in the cache.
     /// Kept on the stack: this runs for every keyed packet received.
     fn selves(&self, from: IpAddr, to: Option<IpAddr>) -> Selves {
+        let peering = self.config.peering();
         let known = self
             .identities
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&from)
             .copied()
-            .or_else(|| self.config.sources.for_peer(from));
+            .or_else(|| peering.sources.for_peer(from));
         let second = known.filter(|k| to != Some(*k));
         match (to, second) {
             (Some(a), Some(b)) => Selves([a, b], 2),

@@ -537,7 +537,8 @@ pub(crate) struct PeerInfo {
 
 /// What the exporter says of each of `config`'s peers.
 pub(crate) fn peers_of(config: &crate::config::Config) -> Arc<[PeerInfo]> {
-    config
+    let peering = config.peering();
+    peering
         .peers
         .peers()
         .iter()
@@ -545,15 +546,15 @@ pub(crate) fn peers_of(config: &crate::config::Config) -> Arc<[PeerInfo]> {
             let ip = p.prefix.addr();
             PeerInfo {
                 prefix: p.prefix,
-                name: config.peer_name(p.prefix).map(str::to_owned),
-                encap: match config.encap.for_peer(ip) {
+                name: peering.peer_name(p.prefix).map(str::to_owned),
+                encap: match peering.encap.for_peer(ip) {
                     mgrp_core::planner::Encap::Raw => "raw",
                     mgrp_core::planner::Encap::Udp => "udp",
                 },
-                wire: config.encap.wire_for_peer(ip).number(),
-                key: if config.keys.own_key(ip) {
+                wire: peering.encap.wire_for_peer(ip).number(),
+                key: if peering.keys.own_key(ip) {
                     "own"
-                } else if config.keys.key_for(ip).is_some() {
+                } else if peering.keys.key_for(ip).is_some() {
                     "shared"
                 } else {
                     "none"

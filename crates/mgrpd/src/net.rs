@@ -175,6 +175,7 @@ impl Net {
         tun: Arc<SyncDevice>,
         counters: Arc<Counters>,
     ) -> anyhow::Result<Self> {
+        let peering = config.peering();
         let mut v4 = Family::open(config, false).map_err(|e| {
             anyhow::anyhow!(
                 "cannot open raw IPv4 sockets for protocol {}: {e}; run mgrpd as root (it needs CAP_NET_RAW)",
@@ -182,8 +183,8 @@ impl Net {
             )
         })?;
         let mut v6 = Family::open(config, true).ok();
-        if config.encap.any_udp() {
-            let port = config.udp.port;
+        if peering.encap.any_udp() {
+            let port = peering.udp.port;
             v4.udp = Some(
                 sys::udp_socket(false, port, config.fwmark, UDP_READ_TIMEOUT).map_err(|e| {
                     anyhow::anyhow!(
@@ -423,12 +424,13 @@ impl Net {
     /// Sends a packet on unchanged through the raw socket, and counts it; a packet
     /// whose peer is reached over UDP goes whole in continuations instead.
     pub(crate) fn send_unchanged(&self, pkt: &[u8]) {
+        let peering = self.config.peering();
         let c = &self.counters;
         let Some(dst) = ip::destination(pkt) else {
             bump(&c.unchanged_send_errors);
             return;
         };
-        let peer = self.config.peer_of(dst);
+        let peer = peering.peer_of(dst);
         if self.endpoints.is_udp(peer) {
             self.tunnel(peer, pkt);
             return;
@@ -570,8 +572,9 @@ impl Net {
     /// next-hop device, and the peer relays it on; sent as it came, it would take the
     /// kernel's way to its destination instead).
     fn wraps(&self, peer: IpAddr, pkt: &[u8]) -> bool {
+        let peering = self.config.peering();
         self.endpoints.is_udp(peer)
-            || ip::destination(pkt).is_some_and(|dst| self.config.peer_of(dst) != peer)
+            || ip::destination(pkt).is_some_and(|dst| peering.peer_of(dst) != peer)
     }
 
     /// Sends `pkt` on unchanged to `peer`: into `batch` when it goes wrapped (sent by
@@ -681,11 +684,12 @@ impl Net {
 
     /// The continuations, sealed, that carry `rider` to `peer`.
     fn continuations(&self, peer: IpAddr, rider: &[u8]) -> std::io::Result<Vec<Vec<u8>>> {
+        let peering = self.config.peering();
         let rider_len = u16::try_from(rider.len())
             .ok()
             .filter(|n| *n > 0)
             .ok_or_else(|| std::io::Error::other("a rider of no bytes or over 64 KB"))?;
-        let path = self.config.encap.path(peer, self.config.mtu);
+        let path = peering.encap.path(peer, self.config.mtu);
         let trailer = self.config.policy.trailer_len;
         // Whole when it fits (a route to a UDP peer has that as its MTU, see
         // `Config::route_mtu`), else in pieces, whose descriptors are longer.
@@ -725,8 +729,9 @@ impl Net {
     /// Sends `peer` a keepalive, so that the NAT in front of this host keeps its
     /// mapping and the peer learns where this host is.
     pub(crate) fn send_keepalive(&self, peer: IpAddr) -> std::io::Result<()> {
+        let peering = self.config.peering();
         let repr = wire::Repr {
-            version: self.config.encap.wire_for_peer(peer),
+            version: peering.encap.wire_for_peer(peer),
             header: wire::Header::keepalive(),
             tool_header: &[],
             chunks: Vec::new(),

@@ -66,9 +66,10 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(2);
 const PUBLISH_HELD_EVERY: Duration = Duration::from_millis(100);
 /// The endpoint's bounds and modes from the configuration.
 fn endpoint_config(config: &Config) -> EndpointConfig {
+    let peering = config.peering();
     use std::hash::BuildHasher;
     let mut c = EndpointConfig::new(config.policy.clone(), config.mtu);
-    c.encap = config.encap.clone();
+    c.encap = peering.encap.clone();
     c.route_on_demand = config.route_on_demand;
     c.max_destinations = config.max_destinations;
     c.max_held_bytes = config.max_held_bytes;

@@ -322,10 +322,11 @@ impl Receiver {
     /// Whether a rider may be written into this host. The loopback data path writes
     /// riders nowhere, so it admits every one.
     fn admit(&self, from: IpAddr, to: Option<IpAddr>, rider: &[u8]) -> Result<Admitted, Refusal> {
+        let peering = self.config.peering();
         match self.tun {
             TunWriter::Kernel { .. } => {
                 let to = to.unwrap_or(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED));
-                self.config.peers.admit(from, to, rider)
+                peering.peers.admit(from, to, rider)
             }
             TunWriter::Nowhere => Ok(Admitted::Here),
         }
@@ -415,6 +416,7 @@ impl Receiver {
     /// [`Self::handle_mgrp`], for a packet whose tag was already checked when
     /// `opened` gives its counter.
     fn take_mgrp(&mut self, arrival: Arrival, payload: &[u8], opened: Option<u64>) {
+        let peering = self.config.peering();
         let Arrival {
             from,
             at,
@@ -425,7 +427,7 @@ impl Receiver {
         let counters = self.counters.clone();
         let c = &*counters;
         bump(&c.mgrp_received);
-        if !self.config.peers.is_peer(from) {
+        if !peering.peers.is_peer(from) {
             bump(&c.mgrp_not_peer);
             self.not_peer_log.warn(format_args!(
                 "dropped an MGRP packet from {from}, which is no peer; add it with --peer if it should be one"

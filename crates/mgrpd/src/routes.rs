@@ -453,6 +453,7 @@ impl Config {
     /// every IPv4 peer and every source a peer may speak for lies inside them.
     /// (IPv6 has no such filter; rider admission checks sources in both families.)
     pub fn strict_rp_filter(&self) -> Result<(), &'static str> {
+        let peering = self.peering();
         if !self.manage_routes {
             return Err("mgrpd installs no routes (--no-routes)");
         }
@@ -461,12 +462,12 @@ impl Config {
         }
         let routed = |p: &Prefix| {
             p.addr().is_ipv6()
-                || self
+                || peering
                     .routes
                     .iter()
                     .any(|r| r.prefix_len() <= p.len() && r.contains(&p.addr()))
         };
-        let all_routed = self
+        let all_routed = peering
             .peers
             .peers()
             .iter()
@@ -484,21 +485,24 @@ impl Config {
     /// it and none is cut in two. `None` (the TUN's MTU) when only raw peers carry
     /// `net`: what does not ride reaches them as it came.
     pub fn route_mtu(&self, net: IpNet) -> Option<u16> {
-        if !self.encap.any_udp() {
+        let peering = self.peering();
+        if !peering.encap.any_udp() {
             return None;
         }
         let overlaps = |p: &Prefix| net.contains(&p.addr()) || p.contains(net.network());
-        std::iter::once(self.peer_of(net.network()))
+        std::iter::once(peering.peer_of(net.network()))
             .chain(
-                self.encap
+                peering
+                    .encap
                     .per_peer
                     .iter()
                     .filter(|(p, e)| *e == Encap::Udp && overlaps(p))
                     .map(|(p, _)| p.addr()),
             )
-            .filter(|peer| self.encap.for_peer(*peer) == Encap::Udp)
+            .filter(|peer| peering.encap.for_peer(*peer) == Encap::Udp)
             .map(|peer| {
-                self.encap
+                peering
+                    .encap
                     .path(peer, self.mtu)
                     .whole_rider_room(self.policy.trailer_len)
             })
@@ -516,17 +520,18 @@ impl Config {
         net: IpNet,
         learned: impl Fn(IpAddr) -> Option<std::net::SocketAddr>,
     ) -> SourcePlan {
-        let peer = self.peer_of(net.network());
-        if let Some(s) = self.sources.for_peer(peer) {
+        let peering = self.peering();
+        let peer = peering.peer_of(net.network());
+        if let Some(s) = peering.sources.for_peer(peer) {
             return SourcePlan::Configured(s);
         }
-        if self.encap.for_peer(peer) != Encap::Udp {
+        if peering.encap.for_peer(peer) != Encap::Udp {
             return SourcePlan::Toward {
                 peer,
                 endpoint: peer,
             };
         }
-        match learned(peer).or_else(|| self.udp.configured_endpoint(peer)) {
+        match learned(peer).or_else(|| peering.udp.configured_endpoint(peer)) {
             Some(e) => SourcePlan::Toward {
                 peer,
                 endpoint: e.ip(),

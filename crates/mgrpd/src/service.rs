@@ -71,6 +71,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 }
 
 async fn run_async(config: Config) -> anyhow::Result<()> {
+    let peering = config.peering();
     let tun = Arc::new(tun::create(&config)?);
     let next_hops = config
         .next_hops
@@ -100,7 +101,7 @@ async fn run_async(config: Config) -> anyhow::Result<()> {
             let endpoints = daemon.net().endpoints().clone();
             move |net| Some(config.source_plan(net, |peer| endpoints.endpoint(peer)))
         });
-        let v6 = config
+        let v6 = peering
             .routes
             .iter()
             .any(|n| matches!(n, ipnet::IpNet::V6(_)));
@@ -132,9 +133,10 @@ async fn serve(
     events: mpsc::UnboundedReceiver<RouteEvent>,
     next_hops: Vec<(Arc<tun_rs::SyncDevice>, std::net::IpAddr)>,
 ) -> anyhow::Result<()> {
+    let peering = config.peering();
     if config.manage_routes && !config.route_on_demand {
         let mut st = demand.clone();
-        for net in &config.routes {
+        for net in &peering.routes {
             st.add_permanent(*net).await?;
         }
     }
@@ -286,8 +288,8 @@ async fn serve(
         config.tun,
         config.mtu,
         config.protocol,
-        if config.encap.any_udp() {
-            format!(", UDP port {}", config.udp.port)
+        if peering.encap.any_udp() {
+            format!(", UDP port {}", peering.udp.port)
         } else {
             String::new()
         },
@@ -358,7 +360,7 @@ fn reload_keys(config: &Config, keyring: &crate::keyring::Keyring) {
     };
     match Config::load(cli) {
         Ok(new) => {
-            if let Err(e) = keyring.reload(new.keys, new.auth, new.auth_accept) {
+            if let Err(e) = keyring.reload(new.peering().keys.clone(), new.auth, new.auth_accept) {
                 warn!("SIGHUP: keys not reloaded: {e}");
             }
         }
@@ -368,8 +370,9 @@ fn reload_keys(config: &Config, keyring: &crate::keyring::Keyring) {
 
 /// Says at start what running without keys, or with version 1 tags, exposes.
 fn warn_about_keys(config: &Config) {
-    if !config.keys.enabled() {
-        let exposed = config
+    let peering = config.peering();
+    if !peering.keys.enabled() {
+        let exposed = peering
             .peers
             .peers()
             .iter()
@@ -394,8 +397,9 @@ fn warn_about_keys(config: &Config) {
 /// Riders a member peer sends through this host to its `relay-to` prefixes are written
 /// into the TUN for the kernel to forward: say so when the kernel would not.
 fn warn_if_not_forwarding(config: &Config) {
+    let peering = config.peering();
     let relays = |v4: bool| {
-        config
+        peering
             .peers
             .peers()
             .iter()

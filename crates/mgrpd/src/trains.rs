@@ -73,7 +73,8 @@ impl Trains {
     /// Refuses trains to a host that is no peer (it would drop the probes, and with
     /// route on demand the host's traffic to it would be diverted into probes).
     pub(crate) fn check_peer(&self, peer: IpAddr) -> Result<(), TrainRefusal> {
-        if self.config.peers.is_peer(peer) {
+        let peering = self.config.peering();
+        if peering.peers.is_peer(peer) {
             return Ok(());
         }
         bump(&self.counters.trains_refused_not_peer);
@@ -152,6 +153,7 @@ impl Trains {
         destination: IpAddr,
         tx: Transaction,
     ) -> Result<Submitted, TrainRefusal> {
+        let peering = self.config.peering();
         let limits = &self.config;
         self.check_probe_count(tx.probes.len() as u64)?;
         if let Some((i, p)) = tx
@@ -187,7 +189,7 @@ impl Trains {
                 limits.max_train_duration
             )));
         }
-        let peer = self.config.peer_of(destination);
+        let peer = peering.peer_of(destination);
         self.check_peer(peer)?;
         if self.life.is_stopping() {
             return Err(SubmitError::ShuttingDown.into());

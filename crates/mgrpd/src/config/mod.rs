@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -46,8 +47,6 @@ pub struct Config {
     pub mtu: u16,
     /// Whether the TUN uses offloads.
     pub tun_offload: bool,
-    /// Prefixes routed into the tunnel.
-    pub routes: Vec<IpNet>,
     /// API socket path.
     pub socket: PathBuf,
     /// Group owning the API socket, if not root's.
@@ -70,15 +69,6 @@ pub struct Config {
     pub route_on_demand: bool,
     /// Piggyback policy of every destination.
     pub policy: Policy,
-    /// MGRP peer of each destination that is not its own peer.
-    pub via: BTreeMap<IpAddr, IpAddr>,
-    /// Configured source addresses for traffic routed into the tunnel.
-    pub sources: RouteSources,
-    /// The hosts MGRP packets are taken from, what their riders may claim, and the
-    /// local prefixes riders may be addressed to.
-    pub peers: Peers,
-    /// Keys authenticating MGRP packets.
-    pub keys: Keys,
     /// How their tags are computed.
     pub auth: Scheme,
     /// The oldest tags version taken (at most `auth`).
@@ -87,10 +77,6 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// The command line this was loaded with, to load the keys again on SIGHUP.
     pub reload: Option<Cli>,
-    /// How MGRP packets travel to each peer.
-    pub encap: EncapTable,
-    /// The UDP port and the peers reached over UDP.
-    pub udp: Udp,
     /// Where the pacer runs (see [`PacerCpu`]).
     pub pacer_cpu: PacerCpu,
     /// Whether to ask for SCHED_FIFO.
@@ -144,8 +130,58 @@ pub struct Config {
     pub max_destinations: usize,
     /// Next-hop devices, one per peer that has one.
     pub next_hops: Vec<NextHopDevice>,
+    /// The peers, their keys and the routes, which a reload may replace (shared by
+    /// every clone of this configuration).
+    peering: PeeringCell,
+}
+
+/// The part of the configuration a reload replaces while mgrpd runs: who the peers
+/// are, how each is reached, with which key, and what is routed to them.
+#[derive(Debug, Clone)]
+pub struct Peering {
+    /// Prefixes routed into the tunnel.
+    pub routes: Vec<IpNet>,
+    /// MGRP peer of each destination that is not its own peer.
+    pub via: BTreeMap<IpAddr, IpAddr>,
+    /// Configured source addresses for traffic routed into the tunnel.
+    pub sources: RouteSources,
+    /// The hosts MGRP packets are taken from, what their riders may claim, and the
+    /// local prefixes riders may be addressed to.
+    pub peers: Peers,
+    /// Keys authenticating MGRP packets.
+    pub keys: Keys,
+    /// How MGRP packets travel to each peer.
+    pub encap: EncapTable,
+    /// The UDP port and the peers reached over UDP.
+    pub udp: Udp,
     /// The peers' names, where their tables give one (for metrics and logs).
     pub peer_names: Vec<(Prefix, String)>,
+}
+
+impl Peering {
+    /// The name the `[[peers]]` table of `prefix` gives it, if any.
+    pub fn peer_name(&self, prefix: Prefix) -> Option<&str> {
+        self.peer_names
+            .iter()
+            .find(|(p, _)| *p == prefix)
+            .map(|(_, n)| n.as_str())
+    }
+
+    /// The MGRP peer that carries traffic for `dst`.
+    pub fn peer_of(&self, dst: IpAddr) -> IpAddr {
+        self.via.get(&dst).copied().unwrap_or(dst)
+    }
+}
+
+/// The [`Peering`] in force, replaced whole: a reader holds the one it loaded until
+/// it lets it go.
+#[derive(Debug, Clone)]
+struct PeeringCell(Arc<RwLock<Arc<Peering>>>);
+
+impl PeeringCell {
+    fn new(p: Peering) -> Self {
+        Self(Arc::new(RwLock::new(Arc::new(p))))
+    }
 }
 
 impl Config {
@@ -257,33 +293,60 @@ impl Config {
             },
             max_held_bytes: pb.max_held_bytes,
             max_destinations: l.max_destinations,
-            peers: t.peers,
-            keys: t.keys,
-            encap: t.encap,
-            udp: t.udp,
-            sources: t.sources,
             next_hops: t.next_hops,
-            peer_names: s
-                .peers
-                .iter()
-                .filter_map(|p| Some((p.prefix, p.name.clone()?)))
-                .collect(),
-            routes: s.routes,
-            via: s.via,
+            peering: PeeringCell::new(Peering {
+                peers: t.peers,
+                keys: t.keys,
+                encap: t.encap,
+                udp: t.udp,
+                sources: t.sources,
+                peer_names: s
+                    .peers
+                    .iter()
+                    .filter_map(|p| Some((p.prefix, p.name.clone()?)))
+                    .collect(),
+                routes: s.routes,
+                via: s.via,
+            }),
         })
     }
 
-    /// The name the `[[peers]]` table of `prefix` gives it, if any.
-    pub fn peer_name(&self, prefix: Prefix) -> Option<&str> {
-        self.peer_names
-            .iter()
-            .find(|(p, _)| *p == prefix)
-            .map(|(_, n)| n.as_str())
+    /// The peers, keys and routes in force now.
+    pub fn peering(&self) -> Arc<Peering> {
+        self.peering
+            .0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts `peering` in force for every clone of this configuration.
+    pub(crate) fn set_peering(&self, peering: Peering) {
+        *self
+            .peering
+            .0
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(peering);
+    }
+
+    /// Changes the peering in force for every clone of this configuration.
+    pub fn update_peering(&self, f: impl FnOnce(&mut Peering)) {
+        let mut peering = (*self.peering()).clone();
+        f(&mut peering);
+        self.set_peering(peering);
+    }
+
+    /// This configuration with a cell of its own, so that changing its peering
+    /// leaves that of the clones it was made from alone.
+    #[must_use]
+    pub fn detach(mut self) -> Self {
+        self.peering = PeeringCell::new((*self.peering()).clone());
+        self
     }
 
     /// The MGRP peer that carries traffic for `dst`.
     pub fn peer_of(&self, dst: IpAddr) -> IpAddr {
-        self.via.get(&dst).copied().unwrap_or(dst)
+        self.peering().peer_of(dst)
     }
 }
 

@@ -12,6 +12,7 @@ impl Config {
     /// The settings in force, readable, without secrets (a key is named by whose it
     /// is, never shown).
     pub fn summary(&self) -> String {
+        let peering = self.peering();
         let mut out = String::new();
         let mut line = |text: String| {
             out.push_str(&text);
@@ -25,7 +26,7 @@ impl Config {
             }
         };
         let yes = |b: bool| if b { "yes" } else { "no" };
-        let routes = self.routes.iter().map(ToString::to_string).collect();
+        let routes = peering.routes.iter().map(ToString::to_string).collect();
         line(format!(
             "tun {}: {}/32, MTU {}, offloads: {}",
             self.tun,
@@ -64,11 +65,11 @@ impl Config {
         ));
         line(format!(
             "MGRP packets: {} and wire version {} unless a peer says otherwise; IP protocol {}, UDP port {}; {}",
-            encap(self.encap.default),
-            self.encap.wire_default,
+            encap(peering.encap.default),
+            peering.encap.wire_default,
             self.protocol,
-            self.udp.port,
-            if self.keys.enabled() {
+            peering.udp.port,
+            if peering.keys.enabled() {
                 format!("authenticated (tags version {})", self.auth.number())
             } else {
                 "not authenticated (no key)".to_owned()
@@ -129,13 +130,18 @@ impl Config {
             self.reassembly.per_peer_bytes,
             human(self.reassembly.timeout)
         ));
-        let via = self
+        let via = peering
             .via
             .iter()
             .map(|(d, p)| format!("{d} via {p}"))
             .collect();
-        let local = self.peers.local().iter().map(ToString::to_string).collect();
-        let sources = self
+        let local = peering
+            .peers
+            .local()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let sources = peering
             .sources
             .default
             .iter()
@@ -145,28 +151,28 @@ impl Config {
             "via: {}; riders also accepted for: {}; source addresses: {}",
             list(via),
             list(local),
-            if self.sources.default.is_empty() {
+            if peering.sources.default.is_empty() {
                 "the host's towards each peer".to_owned()
             } else {
                 list(sources)
             }
         ));
-        line(format!("peers: {}", self.peers.peers().len()));
-        for peer in self.peers.peers() {
+        line(format!("peers: {}", peering.peers.peers().len()));
+        for peer in peering.peers.peers() {
             let ip = peer.prefix.addr();
-            let name = self
+            let name = peering
                 .peer_name(peer.prefix)
                 .map_or(String::new(), |n| format!(" ({n})"));
             let mut text = format!(
                 "  {}{name}: {}, wire {}",
                 peer.prefix,
-                encap(self.encap.for_peer(ip)),
-                self.encap.wire_for_peer(ip)
+                encap(peering.encap.for_peer(ip)),
+                peering.encap.wire_for_peer(ip)
             );
-            if let Some(u) = self
+            if let Some(u) = peering
                 .udp
                 .peer(ip)
-                .filter(|_| self.encap.for_peer(ip) == Encap::Udp)
+                .filter(|_| peering.encap.for_peer(ip) == Encap::Udp)
             {
                 match u.endpoint {
                     Some(e) => write!(text, ", endpoint {e}"),
@@ -178,10 +184,10 @@ impl Config {
                     write!(text, ", keepalive {}", human(k)).expect("a String takes any text");
                 }
             }
-            if let Some(k) = self.keys.key_for(ip) {
-                let whose = if self.keys.derived.iter().any(|p| p.contains(ip)) {
+            if let Some(k) = peering.keys.key_for(ip) {
+                let whose = if peering.keys.derived.iter().any(|p| p.contains(ip)) {
                     "its own, derived from its public key"
-                } else if self.keys.own_key(ip) {
+                } else if peering.keys.own_key(ip) {
                     "its own"
                 } else {
                     "the shared one"
@@ -193,7 +199,7 @@ impl Config {
                 };
                 write!(text, ", key: {whose}{next}").expect("a String takes any text");
             }
-            if let Some(s) = self
+            if let Some(s) = peering
                 .sources
                 .per_peer
                 .iter()

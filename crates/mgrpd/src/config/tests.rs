@@ -110,16 +110,17 @@ fn file_and_flags() {
         ("10.9.1.1", false),
         ("10.50.1.3", false),
     ] {
-        assert_eq!(c.peers.is_peer(ip.parse().unwrap()), peer, "{ip}");
+        assert_eq!(c.peering().peers.is_peer(ip.parse().unwrap()), peer, "{ip}");
     }
-    let table = c.peers.find("10.50.0.3".parse().unwrap()).unwrap();
+    let peering = c.peering();
+    let table = peering.peers.find("10.50.0.3".parse().unwrap()).unwrap();
     assert_eq!(table.allowed_sources.len(), 1);
-    assert_eq!(c.peers.local().len(), 1);
+    assert_eq!(c.peering().peers.local().len(), 1);
     let cli = Cli::parse_from(["mgrpd", "--peer", "fd00::/64", "--local", "10.1.2.3"]);
     let c = Config::merge(Settings::default(), &cli).unwrap();
-    assert!(c.peers.is_peer("fd00::9".parse().unwrap()));
-    assert!(!c.peers.is_peer("10.9.0.200".parse().unwrap()));
-    assert_eq!(c.peers.local().len(), 1);
+    assert!(c.peering().peers.is_peer("fd00::9".parse().unwrap()));
+    assert!(!c.peering().peers.is_peer("10.9.0.200".parse().unwrap()));
+    assert_eq!(c.peering().peers.local().len(), 1);
 
     let cli = Cli::parse_from([
         "mgrpd",
@@ -133,7 +134,10 @@ fn file_and_flags() {
     let c = Config::merge(toml::from_str("hold = \"5ms\"").unwrap(), &cli).unwrap();
     assert_eq!(c.policy.hold, Duration::from_millis(2));
     assert_eq!(c.fwmark, 0x10);
-    assert_eq!(c.routes, ["10.1.0.0/16".parse::<IpNet>().unwrap()]);
+    assert_eq!(
+        c.peering().routes,
+        ["10.1.0.0/16".parse::<IpNet>().unwrap()]
+    );
 }
 
 #[test]
@@ -173,14 +177,17 @@ fn wire_versions_default_to_2_and_are_chosen_per_peer() {
     let ip = |s: &str| s.parse::<IpAddr>().unwrap();
     let base = "routes = [\"10.0.0.2/32\"]\n";
     let c = Config::from_toml(base).unwrap();
-    assert_eq!(c.encap.wire_for_peer(ip("10.0.0.2")), Version::V2);
+    assert_eq!(c.peering().encap.wire_for_peer(ip("10.0.0.2")), Version::V2);
     let c = Config::from_toml(&format!(
         "{base}wire = 1\n[[peers]]\nprefix = \"10.0.1.0/24\"\nwire = 2\n"
     ))
     .unwrap();
-    assert_eq!(c.encap.wire_for_peer(ip("10.0.0.2")), Version::V1);
-    assert_eq!(c.encap.wire_for_peer(ip("10.0.1.7")), Version::V2);
-    assert_eq!(c.encap.path(ip("10.0.1.7"), 1500).wire, Version::V2);
+    assert_eq!(c.peering().encap.wire_for_peer(ip("10.0.0.2")), Version::V1);
+    assert_eq!(c.peering().encap.wire_for_peer(ip("10.0.1.7")), Version::V2);
+    assert_eq!(
+        c.peering().encap.path(ip("10.0.1.7"), 1500).wire,
+        Version::V2
+    );
     let e = Config::from_toml(&format!("{base}wire = 3\n")).unwrap_err();
     assert!(e.to_string().contains("use 1 or 2"), "{e}");
     assert_eq!(parse_wire("1"), Ok(Version::V1));
@@ -258,8 +265,11 @@ fn a_route_sources_from_the_configured_address_else_towards_its_peers_endpoint()
     }
     let cli = Cli::parse_from(["mgrpd", "--source", "192.0.2.3", "--route", "10.0.0.2/32"]);
     let c = Config::merge(Settings::default(), &cli).unwrap();
-    assert_eq!(c.sources.for_peer(ip("10.0.0.2")), Some(ip("192.0.2.3")));
-    assert_eq!(c.sources.for_peer(ip("2001:db8::2")), None);
+    assert_eq!(
+        c.peering().sources.for_peer(ip("10.0.0.2")),
+        Some(ip("192.0.2.3"))
+    );
+    assert_eq!(c.peering().sources.for_peer(ip("2001:db8::2")), None);
 }
 
 /// `text` with a top-level `key-file` (a private file holding `byte` 32 times);
@@ -343,21 +353,22 @@ fn udp_peers_their_endpoints_and_who_roams() {
         ka.display()
     );
     let c = Config::from_toml(&text).unwrap();
-    assert_eq!(c.udp.port, 5000);
+    assert_eq!(c.peering().udp.port, 5000);
     assert!(!c.route_on_demand, "UDP peers keep their routes");
     let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-    assert_eq!(c.encap.for_peer(ip("10.0.0.2")), Encap::Udp);
-    assert_eq!(c.encap.for_peer(ip("10.0.3.1")), Encap::Raw);
+    assert_eq!(c.peering().encap.for_peer(ip("10.0.0.2")), Encap::Udp);
+    assert_eq!(c.peering().encap.for_peer(ip("10.0.3.1")), Encap::Raw);
     // The host with a key of its own roams: nowhere to send until heard from.
-    let a = c.udp.peer(ip("10.0.1.2")).unwrap();
+    let peering = c.peering();
+    let a = peering.udp.peer(ip("10.0.1.2")).unwrap();
     assert!(a.roams && a.keepalive == Some(Duration::from_secs(25)));
-    assert_eq!(c.udp.configured_endpoint(ip("10.0.1.2")), None);
+    assert_eq!(c.peering().udp.configured_endpoint(ip("10.0.1.2")), None);
     // A prefix with an endpoint goes there; a route's peer to its own address.
     let e: std::net::SocketAddr = "192.0.2.9:7000".parse().unwrap();
-    assert_eq!(c.udp.configured_endpoint(ip("10.0.2.5")), Some(e));
-    assert!(!c.udp.peer(ip("10.0.2.5")).unwrap().roams);
+    assert_eq!(c.peering().udp.configured_endpoint(ip("10.0.2.5")), Some(e));
+    assert!(!c.peering().udp.peer(ip("10.0.2.5")).unwrap().roams);
     assert_eq!(
-        c.udp.configured_endpoint(ip("10.0.0.2")),
+        c.peering().udp.configured_endpoint(ip("10.0.0.2")),
         Some("10.0.0.2:5000".parse().unwrap())
     );
 
@@ -390,7 +401,10 @@ fn udp_peers_their_endpoints_and_who_roams() {
     }
     let cli = Cli::parse_from(["mgrpd", "--encap", "udp:4300"]);
     let c = Config::merge(Settings::default(), &cli).unwrap();
-    assert_eq!((c.udp.port, c.encap.default), (4300, Encap::Udp));
+    assert_eq!(
+        (c.peering().udp.port, c.peering().encap.default),
+        (4300, Encap::Udp)
+    );
     let _ = (std::fs::remove_file(ka), std::fs::remove_file(kb));
 }
 
@@ -419,7 +433,7 @@ fn routes_to_udp_peers_take_the_mtu_of_one_continuation() {
 #[test]
 fn example_config_is_valid() {
     let c = Config::from_toml(include_str!("../../mgrpd.example.toml")).unwrap();
-    assert_eq!(c.routes.len(), 2);
+    assert_eq!(c.peering().routes.len(), 2);
     assert_eq!(c.policy.max_queued_bytes, 4_194_304);
     assert_eq!(c.reassembly.timeout, Duration::from_secs(1));
 }
@@ -439,10 +453,12 @@ fn next_hop_devices_and_relay_prefixes() {
             peer: "10.0.0.2".parse().unwrap()
         }]
     );
-    let member = c.peers.find("10.0.0.2".parse().unwrap()).unwrap();
+    let peering = c.peering();
+    let member = peering.peers.find("10.0.0.2".parse().unwrap()).unwrap();
     assert_eq!(member.relay_to, vec!["10.9.0.0/24".parse().unwrap()]);
     assert!(
-        c.peers
+        c.peering()
+            .peers
             .find("10.0.0.3".parse().unwrap())
             .unwrap()
             .relay_to
@@ -502,9 +518,14 @@ fn keys_come_from_private_files_and_every_peer_needs_one() {
     assert!(e.contains("chmod 600"), "{e}");
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     let c = Config::from_toml(&toml).unwrap();
-    assert!(c.keys.enabled());
+    assert!(c.peering().keys.enabled());
     assert_eq!(c.policy.trailer_len, TRAILER_LEN);
-    assert!(c.keys.key_for("10.0.0.2".parse().unwrap()).is_some());
+    assert!(
+        c.peering()
+            .keys
+            .key_for("10.0.0.2".parse().unwrap())
+            .is_some()
+    );
     assert!(
         !format!("{c:?}").contains(&"ab".repeat(32)),
         "keys never print"
@@ -521,7 +542,7 @@ fn keys_come_from_private_files_and_every_peer_needs_one() {
     let e = Config::from_toml(&toml).unwrap_err().to_string();
     assert!(e.contains("mgrpd genkey"), "{e}");
     let _ = std::fs::remove_file(&key);
-    assert!(!Config::from_toml("").unwrap().keys.enabled());
+    assert!(!Config::from_toml("").unwrap().peering().keys.enabled());
 }
 
 #[test]
@@ -597,7 +618,7 @@ fn peers_may_be_named_once_each() {
     )
     .unwrap();
     assert_eq!(
-        c.peer_names,
+        c.peering().peer_names,
         vec![("10.0.0.2/32".parse().unwrap(), "berlin".to_owned())]
     );
     assert!(
@@ -711,6 +732,7 @@ fn a_peers_key_is_derived_from_its_public_key_and_this_hosts_private_one() {
     let key_of = |text: &str| {
         Config::from_toml(text)
             .unwrap()
+            .peering()
             .keys
             .key_for(ip)
             .unwrap()
@@ -718,7 +740,8 @@ fn a_peers_key_is_derived_from_its_public_key_and_this_hosts_private_one() {
     };
     // A's key with B is B's key with A, and no file holds it.
     let cfg = Config::from_toml(&peer("")).unwrap();
-    let k = cfg.keys.key_for(ip).unwrap();
+    let peering = cfg.peering();
+    let k = peering.keys.key_for(ip).unwrap();
     assert_eq!(k.key, pair_key(&b, &a.public()).unwrap());
     assert!(k.next.is_none());
     let summary = cfg.summary();
@@ -827,17 +850,20 @@ fn the_example_mesh_gives_what_its_derived_per_node_files_say() {
         let derived =
             std::fs::read_to_string(docs.join(format!("derived/{node}.mgrpd.toml"))).unwrap();
         let from_file = Config::from_toml(&format!("{base}{derived}")).unwrap();
-        assert!(!from_file.routes.is_empty(), "{node}");
+        assert!(!from_file.peering().routes.is_empty(), "{node}");
         assert_eq!(from_mesh.summary(), from_file.summary(), "{node}");
         // What the summary leaves out: the keys, named by whom they are shared with.
-        for r in &from_file.routes {
+        for r in &from_file.peering().routes {
             let peer = r.addr();
             assert_eq!(
-                from_mesh.keys.key_for(peer).map(|k| &k.key),
-                from_file.keys.key_for(peer).map(|k| &k.key),
+                from_mesh.peering().keys.key_for(peer).map(|k| &k.key),
+                from_file.peering().keys.key_for(peer).map(|k| &k.key),
                 "{node}: the key with {peer}"
             );
-            assert!(from_mesh.keys.key_for(peer).is_some(), "{node}: {peer}");
+            assert!(
+                from_mesh.peering().keys.key_for(peer).is_some(),
+                "{node}: {peer}"
+            );
         }
     }
 }
@@ -869,11 +895,15 @@ fn a_mesh_description_gives_the_peers_their_keys_and_the_routes() {
     let c = config("a", "").unwrap();
     let ip = |s: &str| s.parse::<IpAddr>().unwrap();
     let net = |s: &str| s.parse::<IpNet>().unwrap();
-    assert_eq!(c.routes, [net("10.0.0.2/32"), net("10.0.0.3/32")]);
+    assert_eq!(c.peering().routes, [net("10.0.0.2/32"), net("10.0.0.3/32")]);
     for (i, peer) in [(1, "10.0.0.2"), (2, "10.0.0.3")] {
-        let k = c.keys.key_for(ip(peer)).unwrap();
+        let peering = c.peering();
+        let k = peering.keys.key_for(ip(peer)).unwrap();
         assert_eq!(k.key, pair_key(&keys[i], &keys[0].public()).unwrap());
-        assert_eq!(c.peer_name(Prefix::host(ip(peer))), Some(["b", "c"][i - 1]));
+        assert_eq!(
+            c.peering().peer_name(Prefix::host(ip(peer))),
+            Some(["b", "c"][i - 1])
+        );
     }
     // The file's own table for a member's address stays as it is.
     let own = format!(
@@ -881,8 +911,14 @@ fn a_mesh_description_gives_the_peers_their_keys_and_the_routes() {
         keys[1].public()
     );
     let c = config("a", &own).unwrap();
-    assert_eq!(c.peer_name(Prefix::host(ip("10.0.0.2"))), Some("b-by-hand"));
-    assert_eq!(c.peer_name(Prefix::host(ip("10.0.0.3"))), Some("c"));
+    assert_eq!(
+        c.peering().peer_name(Prefix::host(ip("10.0.0.2"))),
+        Some("b-by-hand")
+    );
+    assert_eq!(
+        c.peering().peer_name(Prefix::host(ip("10.0.0.3"))),
+        Some("c")
+    );
     // What is wrong is said with the file, and the line where the description has it.
     let e = config("z", "").unwrap_err().to_string();
     assert!(

@@ -6,7 +6,6 @@
 //!
 //! Without route on demand this handle does nothing but own the permanent routes.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -22,29 +21,31 @@ use crate::routes::{RouteError, Routes};
 #[derive(Debug, Clone)]
 pub struct Demand {
     routes: Arc<Mutex<Option<Routes>>>,
-    /// Destinations whose MGRP peer is not themselves, by peer.
-    via: Arc<HashMap<IpAddr, Vec<IpAddr>>>,
+    /// Where the destinations whose MGRP peer is not themselves are read (a reload
+    /// may change them).
+    config: Config,
 }
 
 impl Demand {
     /// Takes ownership of the installed routes (if mgrpd manages routes).
     pub fn new(routes: Option<Routes>, config: &Config) -> Self {
-        let peering = config.peering();
-        let mut via: HashMap<IpAddr, Vec<IpAddr>> = HashMap::new();
-        for (dst, peer) in &peering.via {
-            via.entry(*peer).or_default().push(*dst);
-        }
         Self {
             routes: Arc::new(Mutex::new(routes)),
-            via: Arc::new(via),
+            config: config.clone(),
         }
     }
 
+    /// The peer's own address and the destinations it carries.
     fn nets(&self, peer: IpAddr) -> Vec<IpNet> {
         let mut nets = vec![IpNet::from(peer)];
-        if let Some(dsts) = self.via.get(&peer) {
-            nets.extend(dsts.iter().map(|d| IpNet::from(*d)));
-        }
+        let peering = self.config.peering();
+        nets.extend(
+            peering
+                .via
+                .iter()
+                .filter(|(_, p)| **p == peer)
+                .map(|(d, _)| IpNet::from(*d)),
+        );
         nets
     }
 
@@ -107,6 +108,25 @@ impl Demand {
             Some(r) => r.add_route(net).await,
             None => Ok(()),
         }
+    }
+
+    /// Puts a reload's permanent routes in place: removes `gone`, adds `new`. Each
+    /// failure is returned; the others go on.
+    pub(crate) async fn reroute(&self, gone: &[IpNet], new: &[IpNet]) -> Vec<RouteError> {
+        let mut errors = Vec::new();
+        if let Some(r) = self.routes.lock().await.as_mut() {
+            for net in gone {
+                if let Err(e) = r.del_route(*net).await {
+                    errors.push(e);
+                }
+            }
+            for net in new {
+                if let Err(e) = r.add_route(*net).await {
+                    errors.push(e);
+                }
+            }
+        }
+        errors
     }
 
     /// Removes every rule and route mgrpd installed.

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use mgrp_core::planner::Encap;
@@ -87,29 +88,42 @@ pub(crate) struct Endpoints {
     learned: RwLock<HashMap<IpAddr, SocketAddr>>,
     /// The roaming peers, whose keys are tried on a packet from an endpoint no peer
     /// is known at.
-    roaming: Vec<IpAddr>,
+    roaming: RwLock<Vec<IpAddr>>,
     /// Whether any peer is reached over UDP: without one, the senders' question
     /// costs a load, not a table lookup.
-    any: bool,
+    any: AtomicBool,
 }
 
 impl Endpoints {
     pub(crate) fn new(config: Arc<Config>) -> Self {
-        let peering = config.peering();
-        let roaming = peering.udp.roaming();
-        Self {
-            any: peering.encap.any_udp(),
+        let endpoints = Self {
+            any: AtomicBool::new(false),
             config,
             learned: RwLock::default(),
-            roaming,
+            roaming: RwLock::default(),
             trials: Mutex::default(),
-        }
+        };
+        endpoints.reshape();
+        endpoints
+    }
+
+    /// Takes the UDP peers in force after a reload: who roams, and whether any peer
+    /// is reached over UDP. An endpoint learned for a peer that no longer roams is
+    /// forgotten (its configured one, if any, holds).
+    pub(crate) fn reshape(&self) {
+        let peering = self.config.peering();
+        let roaming = peering.udp.roaming();
+        self.any.store(peering.encap.any_udp(), Ordering::Relaxed);
+        self.learned
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|peer, _| roaming.contains(peer));
+        *self.roaming.write().unwrap_or_else(PoisonError::into_inner) = roaming;
     }
 
     /// Whether MGRP packets to `peer` go over UDP.
     pub(crate) fn is_udp(&self, peer: IpAddr) -> bool {
-        let peering = self.config.peering();
-        self.any && peering.encap.for_peer(peer) == Encap::Udp
+        self.any.load(Ordering::Relaxed) && self.config.peering().encap.for_peer(peer) == Encap::Udp
     }
 
     /// Where `peer`'s packets go now, if anywhere is known.
@@ -147,7 +161,12 @@ impl Endpoints {
         if peering.peers.is_peer(ip) && self.is_udp(ip) {
             return Ok((ip, None));
         }
-        if self.roaming.is_empty() {
+        if self
+            .roaming
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+        {
             return Err(Unknown::NoPeer);
         }
         let packet = Packet::new_checked(payload).map_err(|_| Unknown::NoPeer)?;
@@ -186,7 +205,12 @@ impl Endpoints {
     /// Records that an authenticated packet of `peer` came from `from`; returns the
     /// endpoint it replaces when it moved. Only roaming peers move.
     pub(crate) fn heard(&self, peer: IpAddr, from: SocketAddr) -> Option<Option<SocketAddr>> {
-        if !self.roaming.contains(&peer) {
+        if !self
+            .roaming
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&peer)
+        {
             return None;
         }
         let before = self.endpoint(peer);

@@ -19,7 +19,7 @@ use crossbeam_queue::ArrayQueue;
 use mgrp_core::MonoTime;
 use mgrp_core::api::Response;
 use mgrp_core::endpoint::{EndpointCounters, SubmitError};
-use mgrp_core::planner::{HoldMode, Transaction, Transmit};
+use mgrp_core::planner::{EncapTable, HoldMode, Transaction, Transmit};
 use mgrp_core::stats::{PlannerCounters, TransactionReport};
 use tokio::sync::oneshot;
 use tracing::warn;
@@ -63,6 +63,8 @@ pub(crate) enum Control {
     Cancel { client: u64, id: u32 },
     /// The route a [`RouteEvent::In`] asked for is in place (or failed).
     Routed(IpAddr),
+    /// The peers changed (a reload): how MGRP packets travel to each now.
+    Encap(EncapTable),
 }
 
 /// Riders read from the TUN at `at`, with their peers.
@@ -168,17 +170,31 @@ impl Queues {
     /// The route asked for with [`RouteEvent::In`] is in place (or could not be put
     /// in place): trains to `peer` may run.
     pub(crate) async fn routed(&self, peer: IpAddr) {
-        let mut control = Control::Routed(peer);
-        // Its trains wait for this, so it must get through: the queue holds far more
-        // than the trains there can be, so a full one drains within moments.
+        if !self.push_control_soon(Control::Routed(peer)).await {
+            warn!(
+                "could not tell the pacer that {peer} is routed; its trains wait until cancelled"
+            );
+        }
+    }
+
+    /// Gives the pacer the encapsulation table of a reload; false if it could not be
+    /// told.
+    pub(crate) async fn encap(&self, table: EncapTable) -> bool {
+        self.push_control_soon(Control::Encap(table)).await
+    }
+
+    /// Queues `control` for the pacer, waiting for room up to a second: the queue
+    /// holds far more than the trains there can be, so a full one drains within
+    /// moments. False if it never had room.
+    async fn push_control_soon(&self, mut control: Control) -> bool {
         for _ in 0..1000 {
             match self.push_control(control) {
-                Ok(()) => return,
+                Ok(()) => return true,
                 Err(c) => control = c,
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        warn!("could not tell the pacer that {peer} is routed; its trains wait until cancelled");
+        false
     }
 
     /// Wakes the pacer whatever it does (for shutdown).

@@ -3,7 +3,9 @@
 //! to open the NAT's mapping and keep it open, so its peer can reach it any time,
 //! and so the peer learns where it is.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
@@ -11,37 +13,42 @@ use crate::counters::{Counters, LimitedLog, bump};
 use crate::lifecycle::Lifecycle;
 use crate::net::Net;
 
-/// The peers that get keepalives, and how often.
+/// Longest sleep between looks at what is due (and at a stop).
+const IDLE: Duration = Duration::from_millis(200);
+
+/// Sends keepalives to the UDP peers in force that ask for them.
 #[derive(Debug)]
 pub(crate) struct Keepalives {
-    peers: Vec<(IpAddr, Duration)>,
+    config: Arc<Config>,
 }
 
 impl Keepalives {
-    pub(crate) fn new(config: &Config) -> Self {
-        let peering = config.peering();
-        Self {
-            peers: peering
-                .udp
-                .peers
-                .iter()
-                .filter_map(|p| p.keepalive.map(|k| (p.prefix.addr(), k)))
-                .collect(),
-        }
+    pub(crate) fn new(config: Arc<Config>) -> Self {
+        Self { config }
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.peers.is_empty()
+    /// The peers that get keepalives now, and how often (a reload may change them).
+    fn peers(&self) -> Vec<(IpAddr, Duration)> {
+        self.config
+            .peering()
+            .udp
+            .peers
+            .iter()
+            .filter_map(|p| p.keepalive.map(|k| (p.prefix.addr(), k)))
+            .collect()
     }
 
-    /// Sends keepalives until shutdown.
+    /// Sends keepalives until shutdown; a peer added by a reload gets its first at
+    /// once.
     pub(crate) fn run(&self, net: &Net, counters: &Counters, life: &Lifecycle) {
         let log = LimitedLog::default();
-        let start = Instant::now();
-        let mut due: Vec<Instant> = vec![start; self.peers.len()];
+        let mut due: HashMap<IpAddr, Instant> = HashMap::new();
         while !life.is_stopping() {
             let now = Instant::now();
-            for ((peer, every), due) in self.peers.iter().zip(&mut due) {
+            let peers = self.peers();
+            due.retain(|peer, _| peers.iter().any(|(p, _)| p == peer));
+            for (peer, every) in &peers {
+                let due = due.entry(*peer).or_insert(now);
                 if *due > now {
                     continue;
                 }
@@ -54,10 +61,8 @@ impl Keepalives {
                     }
                 }
             }
-            let next = due.iter().min().copied().unwrap_or(now);
-            let wait = next
-                .saturating_duration_since(Instant::now())
-                .min(Duration::from_millis(200));
+            let next = due.values().min().copied().unwrap_or(now + IDLE);
+            let wait = next.saturating_duration_since(Instant::now()).min(IDLE);
             std::thread::sleep(wait);
         }
     }

@@ -535,7 +535,7 @@ pub(crate) struct PeerInfo {
     pub(crate) key: &'static str,
 }
 
-/// What the exporter says of each of `config`'s peers.
+/// What the exporter says of each of `config`'s peers in force.
 pub(crate) fn peers_of(config: &crate::config::Config) -> Arc<[PeerInfo]> {
     let peering = config.peering();
     peering
@@ -719,7 +719,7 @@ const WRITE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 pub(crate) async fn serve(
     listener: TcpListener,
     stats: Stats,
-    peers: Arc<[PeerInfo]>,
+    config: crate::config::Config,
     life: Arc<Lifecycle>,
 ) {
     if let Ok(a) = listener.local_addr() {
@@ -747,7 +747,8 @@ pub(crate) async fn serve(
             () = life.stopped() => return,
         };
         let stats = stats.clone();
-        let peers = peers.clone();
+        // The peers in force now: a reload may have changed them.
+        let peers = peers_of(&config);
         if open.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= MAX_CONNECTIONS {
             open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
             debug!("metrics: {peer} turned away, {MAX_CONNECTIONS} scrapes in flight");

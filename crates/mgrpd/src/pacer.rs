@@ -386,6 +386,12 @@ impl Pacer<'_> {
                     self.endpoint.handle_cancel(now, client, id);
                 }
                 Control::Routed(peer) => self.endpoint.handle_routed(peer),
+                Control::Encap(table) => {
+                    if let Err(e) = self.endpoint.set_encap(table) {
+                        // Checked before the reload was put in force.
+                        warn!("the reload's encapsulation does not fit the policy: {e}");
+                    }
+                }
             }
         }
         if let Some(peer) = queue_full {

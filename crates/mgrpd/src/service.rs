@@ -222,8 +222,9 @@ async fn serve(
                 })?,
         );
     }
-    let keepalives = crate::keepalive::Keepalives::new(config);
-    if !keepalives.is_empty() {
+    // Whenever there is a UDP socket: a reload may add a peer that wants keepalives.
+    if daemon.has_udp_socket(false) || daemon.has_udp_socket(true) {
+        let keepalives = crate::keepalive::Keepalives::new(Arc::new(config.clone()));
         let (l, net, counters) = (life.clone(), daemon.net(), daemon.counters());
         std::thread::Builder::new()
             .name("mgrp-keepalive".into())
@@ -279,7 +280,7 @@ async fn serve(
         tokio::spawn(metrics::serve(
             exporter,
             daemon.stats(),
-            metrics::peers_of(config),
+            config.clone(),
             daemon.life.clone(),
         ));
     }
@@ -306,7 +307,7 @@ async fn serve(
     );
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    // SIGHUP loads the keys again (a key rotation); any other change takes a restart.
+    // SIGHUP loads the configuration again: peers, keys and routes follow it.
     let mut hup = signal(SignalKind::hangup())?;
     let mut failure = None;
     tokio::pin!(fatal);
@@ -315,7 +316,7 @@ async fn serve(
             _ = term.recv() => info!("SIGTERM: shutting down"),
             _ = int.recv() => info!("SIGINT: shutting down"),
             _ = hup.recv() => {
-                reload_keys(config, &keyring);
+                reload(config, daemon, demand, &keyring).await;
                 continue;
             }
             why = &mut fatal => failure = why.ok(),
@@ -352,20 +353,54 @@ async fn serve(
     }
 }
 
-/// Loads the configuration again and takes its keys; everything else it changes
-/// waits for a restart.
-fn reload_keys(config: &Config, keyring: &crate::keyring::Keyring) {
+/// Loads the configuration again and puts in force what a reload may change: the
+/// peers, their keys and the routes into the tunnel ([`crate::config::reload`]).
+/// A configuration that does not load, or whose peers cannot change while mgrpd
+/// runs, changes nothing; the log says why.
+async fn reload(
+    config: &Config,
+    daemon: &Daemon,
+    demand: &Demand,
+    keyring: &crate::keyring::Keyring,
+) {
     let Some(cli) = &config.reload else {
         return;
     };
-    match Config::load(cli) {
-        Ok(new) => {
-            if let Err(e) = keyring.reload(new.peering().keys.clone(), new.auth, new.auth_accept) {
-                warn!("SIGHUP: keys not reloaded: {e}");
-            }
+    let new = match Config::load(cli) {
+        Ok(new) => new,
+        Err(e) => {
+            warn!("SIGHUP: the configuration does not load ({e}); nothing changes");
+            return;
         }
-        Err(e) => warn!("SIGHUP: the configuration does not load ({e}); the keys in force stay"),
+    };
+    let plan = match crate::config::reload::plan(config, &new) {
+        Ok(plan) => plan,
+        Err(why) => {
+            warn!("SIGHUP: nothing changes: {why}");
+            return;
+        }
+    };
+    // The pacer first: no rider reaches a new peer before its route is in place,
+    // and by then the pacer plans for the peer's own path.
+    if !daemon.queues.encap(plan.peering.encap.clone()).await {
+        warn!("SIGHUP: the pacer could not be told the peers' encapsulation; nothing changes");
+        return;
     }
+    let keys = plan.peering.keys.clone();
+    config.set_peering(plan.peering.clone());
+    if let Err(e) = keyring.reload(keys, new.auth, new.auth_accept) {
+        warn!("SIGHUP: keys not reloaded: {e}");
+    }
+    daemon.net().endpoints().reshape();
+    if config.manage_routes && !config.route_on_demand {
+        for e in demand
+            .reroute(&plan.removed_routes, &plan.added_routes)
+            .await
+        {
+            warn!("SIGHUP: {e}");
+        }
+    }
+    info!("SIGHUP: reloaded: {}", plan.describe());
 }
 
 /// Says at start what running without keys, or with version 1 tags, exposes.

@@ -827,6 +827,12 @@ impl Endpoint {
     /// used for [`EndpointConfig::planner_idle`]; their counters stay in the totals.
     fn retire_idle(&mut self, now: MonoTime) {
         let idle = self.config.planner_idle;
+        self.retire(|_, d| now.saturating_since(d.last_used) > idle);
+    }
+
+    /// Retires the planners that hold nothing, run nothing, have no route, and that
+    /// `pick` picks.
+    fn retire(&mut self, pick: impl Fn(IpAddr, &Dest) -> bool) {
         let active = &self.active;
         let gone: Vec<IpAddr> = self
             .dests
@@ -838,7 +844,7 @@ impl Endpoint {
                     && !d.planner.has_transaction()
                     && matches!(d.route, Route::Out | Route::In)
                     && (d.route == Route::Out || !self.config.route_on_demand)
-                    && now.saturating_since(d.last_used) > idle
+                    && pick(**peer, d)
             })
             .map(|(p, _)| *p)
             .collect();
@@ -851,6 +857,29 @@ impl Endpoint {
                 self.counters.planners_retired += 1;
             }
         }
+    }
+
+    /// Takes a new encapsulation table (the daemon's peers changed). A destination
+    /// whose path it changes is planned afresh on its next use if it is idle now
+    /// (nothing held, queued or in flight, no route); a busy one keeps the path it
+    /// was planned with until it is retired, so a daemon should not change the path
+    /// of a peer it keeps. Fails, changing nothing, if a peer's path would leave the
+    /// policy no room (as [`Self::new`]).
+    pub fn set_encap(&mut self, encap: EncapTable) -> Result<(), PlanError> {
+        let mtu = self.config.mtu;
+        if encap.any_udp() {
+            Planner::new(self.config.policy.clone(), Path::ipv6(mtu).udp())?;
+        }
+        let old = std::mem::replace(&mut self.config.encap, encap);
+        let new = &self.config.encap;
+        let changed: Vec<IpAddr> = self
+            .dests
+            .keys()
+            .filter(|p| old.path(**p, mtu) != new.path(**p, mtu))
+            .copied()
+            .collect();
+        self.retire(|peer, _| changed.contains(&peer));
+        Ok(())
     }
 
     /// When to call back at the latest: the next probe's deadline, the first held

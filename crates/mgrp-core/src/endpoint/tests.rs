@@ -2,7 +2,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::net::Ipv4Addr;
 
 use super::*;
-use crate::planner::{HoldMode, Packing};
+use crate::planner::{Encap, HoldMode, Packing};
 use crate::reassembly::{ChunkOutcome, Limits, Reassembler};
 use crate::wire::{Kind, Packet};
 
@@ -846,4 +846,38 @@ fn simulate(seed: u64) {
     if seed % 4 == 1 {
         assert!(dropped > 0, "seed {seed}: the held bound was never reached");
     }
+}
+
+#[test]
+fn a_new_encap_table_replans_the_idle_destinations_whose_path_it_changes() {
+    let mut e = endpoint(|_| {});
+    // Peer 2 idle, peer 3 holding a rider, peer 4 idle and unchanged.
+    for n in [2, 4] {
+        e.handle_rider(ms(0), peer(n), Bytes::from(vec![0x45; 100]))
+            .unwrap();
+    }
+    while e.poll_action(ms(10)).is_some() {}
+    e.handle_rider(ms(10), peer(3), Bytes::from(vec![0x45; 100]))
+        .unwrap();
+    assert_eq!(e.destinations(), 3);
+    let udp = |n: u8| (crate::peers::Prefix::host(peer(n)), Encap::Udp);
+    let table = EncapTable {
+        per_peer: vec![udp(2), udp(3)],
+        ..EncapTable::default()
+    };
+    e.set_encap(table.clone()).unwrap();
+    assert_eq!(e.config().encap, table);
+    // Peer 2 goes; peer 3 holds a rider and keeps its planner; peer 4's path is
+    // the same.
+    assert_eq!(e.destinations(), 2);
+    assert_eq!(e.counters().planners_retired, 1);
+    assert_eq!(
+        e.held_per_destination().collect::<Vec<_>>(),
+        [(peer(3), 1, 100), (peer(4), 0, 0)]
+    );
+    // Peer 2 is planned afresh on its next rider; nothing is lost.
+    e.handle_rider(ms(20), peer(2), Bytes::from(vec![0x45; 100]))
+        .unwrap();
+    assert_eq!(e.destinations(), 3);
+    assert!(e.planner_counters().riders_accounted());
 }

@@ -20,6 +20,7 @@ mod error;
 mod flags;
 mod mesh;
 mod peers;
+pub mod reload;
 mod settings;
 mod summary;
 #[cfg(test)]

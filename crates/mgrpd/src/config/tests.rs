@@ -941,3 +941,76 @@ fn a_mesh_description_gives_the_peers_their_keys_and_the_routes() {
         "{e}"
     );
 }
+
+#[test]
+fn a_reload_changes_peers_and_routes_and_names_what_waits_for_a_restart() {
+    let old = Config::from_toml("routes = [\"10.0.0.2/32\"]\nmtu = 1400\n").unwrap();
+    let new = Config::from_toml(
+        "routes = [\"10.0.0.3/32\"]\nmtu = 1300\n[[peers]]\nprefix = \"10.1.0.0/24\"\nname = \"lab\"\n",
+    )
+    .unwrap();
+    let plan = reload::plan(&old, &new).unwrap();
+    let p = |s: &str| s.parse::<Prefix>().unwrap();
+    let n = |s: &str| s.parse::<IpNet>().unwrap();
+    assert_eq!(plan.added_peers, [p("10.0.0.3/32"), p("10.1.0.0/24")]);
+    assert_eq!(plan.removed_peers, [p("10.0.0.2/32")]);
+    assert_eq!(plan.added_routes, [n("10.0.0.3/32")]);
+    assert_eq!(plan.removed_routes, [n("10.0.0.2/32")]);
+    assert_eq!(plan.need_restart, ["mtu"]);
+    assert_eq!(plan.peering.peer_name(p("10.1.0.0/24")), Some("lab"));
+    let line = plan.describe();
+    assert!(line.contains("kept until a restart: mtu"), "{line}");
+    // Put in force, every clone sees it, and the settings outside it stay.
+    let clone = old.clone();
+    old.set_peering(plan.peering);
+    assert!(clone.peering().peers.is_peer("10.1.0.9".parse().unwrap()));
+    assert!(!clone.peering().peers.is_peer("10.0.0.2".parse().unwrap()));
+    assert_eq!(clone.mtu, 1400);
+    // The same file again changes nothing.
+    let again = reload::plan(&old, &new).unwrap();
+    assert!(again.added_peers.is_empty() && again.removed_routes.is_empty());
+}
+
+#[test]
+fn a_reload_refuses_what_only_a_restart_can_change() {
+    let raw = "routes = [\"10.0.0.2/32\"]\n";
+    let refused =
+        |old: &Config, new: &str| reload::plan(old, &Config::from_toml(new).unwrap()).unwrap_err();
+    let old = Config::from_toml(raw).unwrap();
+    // UDP without the socket opened at start.
+    let e = refused(
+        &old,
+        "routes = [\"10.0.0.2/32\", \"10.0.0.3/32\"]\n[[peers]]\nprefix = \"10.0.0.3/32\"\nencap = \"udp\"\n",
+    );
+    assert!(e.contains("no UDP socket"), "{e}");
+    // A kept peer's encapsulation or wire.
+    let e = refused(
+        &old,
+        "routes = [\"10.0.0.2/32\"]\n[[peers]]\nprefix = \"10.0.0.2/32\"\nwire = 1\n",
+    );
+    assert!(
+        e.contains("peer 10.0.0.2/32 changes its encap or wire"),
+        "{e}"
+    );
+    // A next-hop device.
+    let udp = "encap = \"udp\"\nroutes = [\"10.0.0.2/32\"]\n";
+    let old_udp = Config::from_toml(udp).unwrap();
+    let e = refused(
+        &old_udp,
+        &format!("{udp}[[peers]]\nprefix = \"10.0.0.2/32\"\ndevice = \"mgrp-n\"\n"),
+    );
+    assert!(e.contains("next-hop devices"), "{e}");
+    // Another UDP port.
+    let e = refused(
+        &old_udp,
+        "encap = \"udp:5000\"\nroutes = [\"10.0.0.2/32\"]\n",
+    );
+    assert!(e.contains("UDP port changed (4253 to 5000)"), "{e}");
+    // IPv6 routes without the IPv6 rule.
+    let e = refused(&old, "routes = [\"10.0.0.2/32\", \"fd00::2/128\"]\n");
+    assert!(e.contains("IPv6 policy rule"), "{e}");
+    // Keys turned on.
+    let keyed = keyed(raw).unwrap();
+    let e = reload::plan(&old, &keyed).unwrap_err();
+    assert!(e.contains("keys cannot be turned on or off"), "{e}");
+}

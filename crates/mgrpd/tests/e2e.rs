@@ -1066,6 +1066,104 @@ fn a_restart_after_kill_9_succeeds() {
     assert!(!net.a.ip(&["rule"]).unwrap().contains("lookup 4242"));
 }
 
+/// SIGHUP puts the file's peers and routes in force without a restart, after mgrpd
+/// became `--user nobody` keeping only CAP_NET_ADMIN on its main thread: a route
+/// taken out of the file leaves table 4242 and trains to its peer are refused; put
+/// back, it returns and trains run; a change only a restart can make changes nothing
+/// and the log says why. The PID stays throughout.
+#[test]
+fn a_reload_adds_and_removes_peers_and_routes() {
+    let _serial = serial();
+    if !root_or_skip("a_reload_adds_and_removes_peers_and_routes") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let dir = std::env::temp_dir().join(mgrp_testbed::unique("mgrp-reload"));
+    std::fs::create_dir(&dir).unwrap();
+    let _cleanup = RemoveDir(dir.clone());
+    let file = dir.join("mgrpd.toml");
+    let write = |routes: &[&str], extra: &str| {
+        let routes: Vec<String> = routes.iter().map(|r| format!("\"{r}\"")).collect();
+        let text = format!(
+            "routes = [{}]\nhold-mode = \"always\"\n{extra}",
+            routes.join(", ")
+        );
+        std::fs::write(&file, text).unwrap();
+    };
+    let (to_b, other) = (format!("{ADDR_B}/32"), "10.77.0.9/32");
+    write(&[&to_b], "");
+    let _b = Daemon::start(&net.b, mgrpd(), &["--route", &format!("{ADDR_A}/32")]).unwrap();
+    let config = file.to_str().unwrap();
+    let mut a = Daemon::start(&net.a, mgrpd(), &["--config", config, "--user", "nobody"])
+        .expect("mgrpd on A");
+    let pid = a.process.pid().unwrap();
+    let table = || net.a.ip(&["route", "show", "table", "4242"]).unwrap();
+    let train = || uniform_train(IpAddr::V4(ADDR_B), 5, 300, Duration::from_micros(200));
+    assert!(table().contains(&ADDR_B.to_string()), "{}", table());
+    assert_eq!(a.api().unwrap().send_train(train()).unwrap().probes_sent, 5);
+    let reloads = |a: &Daemon, what: &str| a.process.log().matches(what).count();
+    let hup = |a: &Daemon, what: &str| {
+        let before = reloads(a, what);
+        a.process.signal(libc::SIGHUP);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while reloads(a, what) == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {what:?} in the log: {}",
+                a.process.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    // B's route and peer go; another comes.
+    write(&[other], "");
+    hup(&a, "SIGHUP: reloaded");
+    let log = a.process.log();
+    assert!(
+        log.contains(&format!("peers added: {other}; removed: {to_b}")),
+        "{log}"
+    );
+    assert!(table().contains("10.77.0.9"), "{}", table());
+    assert!(!table().contains(&ADDR_B.to_string()), "{}", table());
+    let refused = a.api().unwrap().send_train(train()).unwrap_err();
+    assert!(refused.to_string().contains("is not a peer"), "{refused}");
+
+    // Back again: trains to B run.
+    write(&[&to_b, other], "");
+    hup(&a, "SIGHUP: reloaded");
+    assert!(table().contains(&ADDR_B.to_string()), "{}", table());
+    assert_eq!(a.api().unwrap().send_train(train()).unwrap().probes_sent, 5);
+
+    // UDP needs the socket mgrpd opens at start: nothing changes.
+    write(&[&to_b], "encap = \"udp\"\n");
+    hup(&a, "SIGHUP: nothing changes");
+    assert!(
+        a.process.log().contains("no UDP socket"),
+        "{}",
+        a.process.log()
+    );
+    assert!(table().contains("10.77.0.9"), "{}", table());
+
+    assert_eq!(a.process.pid(), Some(pid));
+    let status = a.process.stop().expect("mgrpd stopped");
+    assert!(
+        status.success(),
+        "exit status {status}: {}",
+        a.process.log()
+    );
+    assert!(!net.a.ip(&["rule"]).unwrap().contains("lookup 4242"));
+}
+
+/// Removes a directory when dropped.
+struct RemoveDir(std::path::PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// mgrpd checks capabilities, not the user id: with only CAP_NET_ADMIN and
 /// CAP_NET_RAW (every other capability out of the bounding set) it starts and sends a
 /// train, warning about what it does without; with uid 0 but no CAP_NET_RAW it

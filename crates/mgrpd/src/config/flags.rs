@@ -184,7 +184,8 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub key_file: Option<PathBuf>,
     /// A second key, accepted from peers but never sent with: the other key of a key
-    /// rotation (see the guide). SIGHUP re-reads every key file.
+    /// rotation (see the guide). SIGHUP re-reads every key file, with the peers and
+    /// routes.
     #[arg(long, value_name = "FILE")]
     pub next_key_file: Option<PathBuf>,
     /// This host's own private key (file mode 0600; make one with `mgrpd genkey

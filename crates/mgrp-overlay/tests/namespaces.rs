@@ -1315,23 +1315,47 @@ fn a_mesh_follows_its_description() -> anyhow::Result<()> {
     let kept_from = first_seq(r, addrs[0], "n1-pathchirp").context("n0's history of n1")?;
     let pids: Vec<Option<u32>> = overlays.iter().map(Process::pid).collect();
 
+    let daemon_pids: Vec<Option<u32>> = daemons.iter().map(|d| d.process.pid()).collect();
+    let edge = group(
+        "edge",
+        "star",
+        "hub = \"n0\"\nmembers = [\"n3\"]",
+        "pathchirp",
+    );
+    let pair = group(
+        "pair",
+        "full-mesh",
+        "members = [\"n0\", \"n1\"]",
+        "badabing",
+    );
+    // Each mgrpd first (it admits and routes the peers the overlays then measure),
+    // then each overlay; both kept their PIDs.
+    // The `nth` reload since start, for the log.
+    let reload = |nth: usize, what: &str| -> anyhow::Result<Instant> {
+        for d in &daemons {
+            d.process.signal(libc::SIGHUP);
+        }
+        for (i, d) in daemons.iter().enumerate() {
+            let done = wait_for(Duration::from_secs(10), || {
+                (d.process.log().matches("SIGHUP: reloaded").count() == nth).then_some(())
+            });
+            ensure!(
+                done.is_some(),
+                "n{i}'s mgrpd did not reload ({what}):\n{}",
+                d.process.log()
+            );
+        }
+        let signalled = Instant::now();
+        for o in &overlays {
+            o.signal(libc::SIGHUP);
+        }
+        Ok(signalled)
+    };
+    let table = |i: usize| star.hosts[i].ip(&["route", "show", "table", "4242"]);
+
     // n3 leaves the groups; n0 and n1 add badabing.
-    std::fs::write(
-        &mesh,
-        format!(
-            "{members}{core}{}",
-            group(
-                "pair",
-                "full-mesh",
-                "members = [\"n0\", \"n1\"]",
-                "badabing"
-            )
-        ),
-    )?;
-    let signalled = Instant::now();
-    for o in &overlays {
-        o.signal(libc::SIGHUP);
-    }
+    std::fs::write(&mesh, format!("{members}{core}{pair}"))?;
+    let signalled = reload(1, "n3 leaves")?;
     want(0, &["n1-badabing", "n1-pathchirp", "n2-pathchirp"])?;
     want(1, &["n0-badabing", "n0-pathchirp", "n2-pathchirp"])?;
     want(2, &["n0-pathchirp", "n1-pathchirp"])?;
@@ -1348,6 +1372,41 @@ fn a_mesh_follows_its_description() -> anyhow::Result<()> {
         first_seq(r, addrs[0], "n1-pathchirp") == Some(kept_from),
         "n0's link from n1 lost its history at the reload"
     );
+    // n3's peer and route are gone on n0, and n0's on n3.
+    for (i, other) in [(0, 3), (3, 0)] {
+        let log = daemons[i].process.log();
+        ensure!(
+            log.contains(&format!(
+                "peers added: none; removed: {}/32; routes added: none; removed: {}/32",
+                addrs[other], addrs[other]
+            )),
+            "n{i}'s mgrpd did not drop n{other}:\n{log}"
+        );
+        let t = table(i)?;
+        ensure!(
+            !t.contains(&addrs[other].to_string()),
+            "n{i} still routes n{other} into its tunnel: {t}"
+        );
+    }
+
+    // n3 comes back: measured within two intervals of the signal.
+    std::fs::write(&mesh, format!("{members}{core}{pair}{edge}"))?;
+    let rejoined = reload(2, "n3 rejoins")?;
+    want(
+        0,
+        &[
+            "n1-badabing",
+            "n1-pathchirp",
+            "n2-pathchirp",
+            "n3-pathchirp",
+        ],
+    )?;
+    want(3, &["n0-pathchirp"])?;
+    let back = rejoined.elapsed();
+    ensure!(
+        table(0)?.contains(&addrs[3].to_string()),
+        "n0 does not route n3 into its tunnel again"
+    );
     for (i, (o, pid)) in overlays.iter().zip(&pids).enumerate() {
         ensure!(
             o.pid() == *pid && pid.is_some(),
@@ -1359,9 +1418,16 @@ fn a_mesh_follows_its_description() -> anyhow::Result<()> {
             o.log()
         );
     }
+    for (i, (d, pid)) in daemons.iter().zip(&daemon_pids).enumerate() {
+        ensure!(
+            d.process.pid() == *pid && pid.is_some(),
+            "n{i}'s mgrpd was restarted"
+        );
+    }
     eprintln!(
-        "    mesh of 4: every link derived and measured; after the description changed and SIGHUP, the new part in force with estimates in {:.1} s",
-        took.as_secs_f64()
+        "    mesh of 4: every link derived and measured; after the description changed and SIGHUP, the new part in force with estimates in {:.1} s; a member back in {:.1} s",
+        took.as_secs_f64(),
+        back.as_secs_f64()
     );
     drop(overlays);
     drop(daemons);

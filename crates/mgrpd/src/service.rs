@@ -387,8 +387,12 @@ async fn reload(
         return;
     }
     let keys = plan.peering.keys.clone();
+    let no_peer = plan.peering.peers.peers().is_empty();
     config.set_peering(plan.peering.clone());
-    if let Err(e) = keyring.reload(keys, new.auth, new.auth_accept) {
+    if no_peer {
+        // Nothing to seal for, and the keys in force stay for the peers to come.
+        info!("SIGHUP: no peer is left; the keys in force stay");
+    } else if let Err(e) = keyring.reload(keys, new.auth, new.auth_accept) {
         warn!("SIGHUP: keys not reloaded: {e}");
     }
     daemon.net().endpoints().reshape();

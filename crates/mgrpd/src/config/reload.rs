@@ -55,14 +55,19 @@ impl Reload {
 }
 
 /// Sets `new` (just loaded) against `old` (in force). Refuses, with the reason, a
-/// change to the peers that cannot be made while mgrpd runs: keys turned on or off,
+/// change to the peers that cannot be made while mgrpd runs: keys turned on or off
+/// (peers with keys where mgrpd started without, or the reverse; no peer at all is
+/// neither),
 /// next-hop devices (each is a TUN made at start, before privileges are dropped),
 /// UDP when no UDP socket was opened at start or on another port, a kept peer's
 /// encapsulation or wire version (its planner and reassembly are sized for it), and
 /// IPv6 routes when the start installed no IPv6 rule.
 pub fn plan(old: &Config, new: &Config) -> Result<Reload, String> {
     let (was, now) = (old.peering(), new.peering());
-    if was.keys.enabled() != now.keys.enabled() {
+    // Whether packets carry a tag is fixed at start (the planner leaves room for
+    // it); a host left with no peer has nothing to seal either way.
+    let keyed = old.policy.trailer_len > 0;
+    if !now.peers.peers().is_empty() && now.keys.enabled() != keyed {
         return Err("keys cannot be turned on or off by a reload (the trailer changes every packet's room): restart mgrpd".into());
     }
     if old.next_hops != new.next_hops {
@@ -79,8 +84,16 @@ pub fn plan(old: &Config, new: &Config) -> Result<Reload, String> {
             ));
         }
     }
-    let prefixes =
-        |p: &Peering| -> Vec<Prefix> { p.peers.peers().iter().map(|p| p.prefix).collect() };
+    // A prefix may have more than one table (a route's and its [[peers]] table).
+    let prefixes = |p: &Peering| -> Vec<Prefix> {
+        let mut v: Vec<Prefix> = Vec::new();
+        for peer in p.peers.peers() {
+            if !v.contains(&peer.prefix) {
+                v.push(peer.prefix);
+            }
+        }
+        v
+    };
     let (before, after) = (prefixes(&was), prefixes(&now));
     let only = |a: &[Prefix], b: &[Prefix]| -> Vec<Prefix> {
         a.iter().filter(|p| !b.contains(p)).copied().collect()

@@ -944,7 +944,11 @@ fn a_mesh_description_gives_the_peers_their_keys_and_the_routes() {
 
 #[test]
 fn a_reload_changes_peers_and_routes_and_names_what_waits_for_a_restart() {
-    let old = Config::from_toml("routes = [\"10.0.0.2/32\"]\nmtu = 1400\n").unwrap();
+    // A route's peer with a table of its own: one peer, removed once.
+    let old = Config::from_toml(
+        "routes = [\"10.0.0.2/32\"]\nmtu = 1400\n[[peers]]\nprefix = \"10.0.0.2/32\"\n",
+    )
+    .unwrap();
     let new = Config::from_toml(
         "routes = [\"10.0.0.3/32\"]\nmtu = 1300\n[[peers]]\nprefix = \"10.1.0.0/24\"\nname = \"lab\"\n",
     )
@@ -1009,8 +1013,15 @@ fn a_reload_refuses_what_only_a_restart_can_change() {
     // IPv6 routes without the IPv6 rule.
     let e = refused(&old, "routes = [\"10.0.0.2/32\", \"fd00::2/128\"]\n");
     assert!(e.contains("IPv6 policy rule"), "{e}");
-    // Keys turned on.
-    let keyed = keyed(raw).unwrap();
-    let e = reload::plan(&old, &keyed).unwrap_err();
+    // Keys turned on, or off.
+    let with_keys = keyed(raw).unwrap();
+    let e = reload::plan(&old, &with_keys).unwrap_err();
     assert!(e.contains("keys cannot be turned on or off"), "{e}");
+    let e = reload::plan(&with_keys, &old).unwrap_err();
+    assert!(e.contains("keys cannot be turned on or off"), "{e}");
+    // A keyed host whose last peer leaves turns nothing off, and one may come back.
+    let alone = Config::from_toml("").unwrap();
+    let plan = reload::plan(&with_keys, &alone).unwrap();
+    assert_eq!(plan.removed_peers.len(), 1);
+    assert!(reload::plan(&with_keys, &keyed(raw).unwrap()).is_ok());
 }

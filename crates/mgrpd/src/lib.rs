@@ -34,6 +34,7 @@
 pub mod cli;
 pub mod config;
 pub mod counters;
+pub mod ctl;
 pub mod daemon;
 pub mod demand;
 pub mod dispatcher;

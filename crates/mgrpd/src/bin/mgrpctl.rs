@@ -7,47 +7,11 @@
 //! mgrpctl listen 7001      # print probes arriving for port 7001 as JSON lines
 //! ```
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::Parser as _;
 use mgrp_client::blocking::Client;
-
-#[derive(Debug, Parser)]
-#[command(
-    name = "mgrpctl",
-    version,
-    about = "Inspect a running mgrpd through its API socket"
-)]
-struct Args {
-    /// mgrpd's API socket.
-    #[arg(long, default_value = mgrp_client::DEFAULT_SOCKET)]
-    socket: PathBuf,
-    #[command(subcommand)]
-    cmd: Cmd,
-}
-
-#[derive(Debug, Subcommand)]
-enum Cmd {
-    /// Print the daemon's counters and whether the rider counters balance.
-    Stats {
-        /// Print one JSON object instead of a line per counter.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Print the application traffic routed to each peer (packets and bytes since
-    /// the daemon started, the recent rate) and the riders held for it now.
-    Traffic {
-        /// Print one JSON object instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Print every probe that arrives for a measurement port, as JSON lines.
-    Listen {
-        /// The measurement port.
-        port: u16,
-    },
-}
+use mgrpd::ctl::{Args, Cmd};
 
 fn main() -> ExitCode {
     let args = Args::parse();

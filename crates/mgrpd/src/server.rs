@@ -54,16 +54,24 @@ pub fn bind(path: &Path, group: Option<&str>) -> anyhow::Result<UnixListener> {
                 path.display()
             );
         }
-        std::fs::remove_file(path)?;
+        std::fs::remove_file(path).map_err(|e| {
+            anyhow::anyhow!("cannot remove the stale socket {}: {e}", path.display())
+        })?;
     }
     let listener = UnixListener::bind(path)
         .map_err(|e| anyhow::anyhow!("cannot bind the API socket {}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+        .map_err(|e| anyhow::anyhow!("cannot make {} mode 0660: {e}", path.display()))?;
     if let Some(group) = group {
         let gid = crate::sys::group_id(group).ok_or_else(|| {
             anyhow::anyhow!("socket-group {group:?} does not exist; create it or remove the key")
         })?;
-        std::os::unix::fs::chown(path, None, Some(gid))?;
+        std::os::unix::fs::chown(path, None, Some(gid)).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot give the API socket {} to socket-group {group:?}: {e} (it takes CAP_CHOWN)",
+                path.display()
+            )
+        })?;
     }
     Ok(listener)
 }

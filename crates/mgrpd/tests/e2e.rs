@@ -1311,6 +1311,82 @@ fn thread_capabilities(pid: u32) -> Vec<(u32, u64, u64)> {
         .collect()
 }
 
+/// The capabilities the shipped unit grants (its CapabilityBoundingSet and
+/// AmbientCapabilities, read from `mgrpd.service`, applied with setpriv as systemd
+/// would) are enough for what its comments offer: `--user` and `--socket-group`
+/// start, a train leaves, and the socket has that group.
+#[test]
+fn the_units_capabilities_are_enough_for_user_and_socket_group() {
+    let _serial = serial();
+    if !root_or_skip("the_units_capabilities_are_enough_for_user_and_socket_group") {
+        return;
+    }
+    let Some(setpriv) = mgrp_testbed::packages::find("setpriv") else {
+        panic!(
+            "{}",
+            mgrp_testbed::packages::require(&["setpriv"]).unwrap_err()
+        );
+    };
+    let unit =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/mgrpd.service")).unwrap();
+    let caps = |key: &str| -> String {
+        let line = unit
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("the unit has no {key}"));
+        let names: Vec<String> = line
+            .split_whitespace()
+            .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+            .collect();
+        format!("-all,{}", names.join(","))
+    };
+    let (bounding, ambient) = (caps("CapabilityBoundingSet="), caps("AmbientCapabilities="));
+    let me = mgrpd().display().to_string();
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let route = format!("{ADDR_B}/32");
+    let _b = Daemon::start(&net.b, mgrpd(), &["--route", &format!("{ADDR_A}/32")]).unwrap();
+    let via = [
+        format!("--bounding-set={bounding}"),
+        format!("--inh-caps={ambient}"),
+        format!("--ambient-caps={ambient}"),
+        me,
+    ];
+    let via: Vec<&str> = via.iter().map(String::as_str).collect();
+    let d = Daemon::start_via(
+        &net.a,
+        &setpriv,
+        &via,
+        &[
+            "--route",
+            &route,
+            "--user",
+            "nobody",
+            "--socket-group",
+            "nogroup",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("mgrpd under the unit's capabilities: {e:#}"));
+    let report = d
+        .api()
+        .unwrap()
+        .send_train(uniform_train(
+            IpAddr::V4(ADDR_B),
+            5,
+            300,
+            Duration::from_micros(200),
+        ))
+        .unwrap();
+    assert_eq!(report.probes_sent, 5, "{}", d.process.log());
+    assert!(
+        d.process.log().contains("running as user nobody"),
+        "{}",
+        d.process.log()
+    );
+    use std::os::unix::fs::MetadataExt as _;
+    let gid = std::fs::metadata(&d.socket).unwrap().gid();
+    assert_eq!(gid, 65534, "the socket's group");
+}
+
 /// Once set up, mgrpd runs as the user `--user` names, its data-path threads hold no
 /// capability but CAP_IPC_LOCK (memory stays locked), its main thread only
 /// CAP_NET_ADMIN besides, and that is enough: routes on demand come and go, riders

@@ -28,6 +28,22 @@ fn daemons(net: &TwoHosts, extra: &[&str]) -> (Daemon, Daemon) {
     mgrp_testbed::daemon_pair(net, mgrpd(), &[], &args).expect("mgrpd on A and B")
 }
 
+/// setpriv, which runs mgrpd with only some capabilities (its package is named if
+/// it is missing).
+fn setpriv() -> std::path::PathBuf {
+    mgrp_testbed::packages::find("setpriv").unwrap_or_else(|| {
+        panic!(
+            "{}",
+            mgrp_testbed::packages::require(&["setpriv"]).unwrap_err()
+        )
+    })
+}
+
+/// A train of 5 probes of 300 B, 200 µs apart, to B.
+fn five_to_b() -> mgrp_client::Train {
+    uniform_train(IpAddr::V4(ADDR_B), 5, 300, Duration::from_micros(200))
+}
+
 /// Runs pk2-like trains (20 × 500 B, 1 ms apart, every 20 ms) from A to B until `stop`.
 fn trains_until(daemon: &Daemon, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
     trains_every(daemon, IpAddr::V4(ADDR_B), stop, Duration::from_millis(20))
@@ -1041,14 +1057,7 @@ fn a_restart_after_kill_9_succeeds() {
         second.process.log()
     );
     let api = second.api().unwrap();
-    let report = api
-        .send_train(uniform_train(
-            IpAddr::V4(ADDR_B),
-            5,
-            300,
-            Duration::from_micros(200),
-        ))
-        .unwrap();
+    let report = api.send_train(five_to_b()).unwrap();
     assert_eq!(report.probes_sent, 5);
     // SIGHUP loads the keys again and the daemon runs on; SIGTERM is a clean exit:
     // the rule goes.
@@ -1098,9 +1107,12 @@ fn a_reload_adds_and_removes_peers_and_routes() {
         .expect("mgrpd on A");
     let pid = a.process.pid().unwrap();
     let table = || net.a.ip(&["route", "show", "table", "4242"]).unwrap();
-    let train = || uniform_train(IpAddr::V4(ADDR_B), 5, 300, Duration::from_micros(200));
+    let sent = |a: &Daemon| {
+        let api = a.api().unwrap();
+        api.send_train(five_to_b()).map(|r| r.probes_sent)
+    };
     assert!(table().contains(&ADDR_B.to_string()), "{}", table());
-    assert_eq!(a.api().unwrap().send_train(train()).unwrap().probes_sent, 5);
+    assert_eq!(sent(&a).unwrap(), 5);
     let reloads = |a: &Daemon, what: &str| a.process.log().matches(what).count();
     let hup = |a: &Daemon, what: &str| {
         let before = reloads(a, what);
@@ -1126,14 +1138,14 @@ fn a_reload_adds_and_removes_peers_and_routes() {
     );
     assert!(table().contains("10.77.0.9"), "{}", table());
     assert!(!table().contains(&ADDR_B.to_string()), "{}", table());
-    let refused = a.api().unwrap().send_train(train()).unwrap_err();
+    let refused = sent(&a).unwrap_err();
     assert!(refused.to_string().contains("is not a peer"), "{refused}");
 
     // Back again: trains to B run.
     write(&[&to_b, other], "");
     hup(&a, "SIGHUP: reloaded");
     assert!(table().contains(&ADDR_B.to_string()), "{}", table());
-    assert_eq!(a.api().unwrap().send_train(train()).unwrap().probes_sent, 5);
+    assert_eq!(sent(&a).unwrap(), 5);
 
     // UDP needs the socket mgrpd opens at start: nothing changes.
     write(&[&to_b], "encap = \"udp\"\n");
@@ -1176,12 +1188,7 @@ fn capabilities_not_root() {
     if !root_or_skip("capabilities_not_root") {
         return;
     }
-    let Some(setpriv) = mgrp_testbed::packages::find("setpriv") else {
-        panic!(
-            "{}",
-            mgrp_testbed::packages::require(&["setpriv"]).unwrap_err()
-        );
-    };
+    let setpriv = setpriv();
     let me = mgrpd().display().to_string();
     let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
     let route = format!("{ADDR_B}/32");
@@ -1193,14 +1200,7 @@ fn capabilities_not_root() {
     let d = Daemon::start_via(&net.a, &setpriv, &only_net, &["--route", &route])
         .expect("mgrpd with only CAP_NET_ADMIN and CAP_NET_RAW");
     let api = d.api().unwrap();
-    let report = api
-        .send_train(uniform_train(
-            IpAddr::V4(ADDR_B),
-            5,
-            300,
-            Duration::from_micros(200),
-        ))
-        .unwrap();
+    let report = api.send_train(five_to_b()).unwrap();
     assert_eq!(report.probes_sent, 5, "{}", d.process.log());
     assert!(
         d.process.log().contains("no CAP_SYS_NICE"),
@@ -1321,12 +1321,7 @@ fn the_units_capabilities_are_enough_for_user_and_socket_group() {
     if !root_or_skip("the_units_capabilities_are_enough_for_user_and_socket_group") {
         return;
     }
-    let Some(setpriv) = mgrp_testbed::packages::find("setpriv") else {
-        panic!(
-            "{}",
-            mgrp_testbed::packages::require(&["setpriv"]).unwrap_err()
-        );
-    };
+    let setpriv = setpriv();
     let unit =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/mgrpd.service")).unwrap();
     let caps = |key: &str| -> String {
@@ -1366,16 +1361,7 @@ fn the_units_capabilities_are_enough_for_user_and_socket_group() {
         ],
     )
     .unwrap_or_else(|e| panic!("mgrpd under the unit's capabilities: {e:#}"));
-    let report = d
-        .api()
-        .unwrap()
-        .send_train(uniform_train(
-            IpAddr::V4(ADDR_B),
-            5,
-            300,
-            Duration::from_micros(200),
-        ))
-        .unwrap();
+    let report = d.api().unwrap().send_train(five_to_b()).unwrap();
     assert_eq!(report.probes_sent, 5, "{}", d.process.log());
     assert!(
         d.process.log().contains("running as user nobody"),

@@ -9,5 +9,6 @@
 #![warn(missing_docs)]
 
 pub mod logging;
+pub mod notify;
 pub mod secret;
 pub mod settings;

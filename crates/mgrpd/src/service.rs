@@ -305,6 +305,16 @@ async fn serve(
         },
         config.socket.display()
     );
+    let notifier = mgrp_service::notify::Notifier::from_env();
+    notifier.ready(&format!(
+        "ready: tun {}, socket {}",
+        config.tun,
+        config.socket.display()
+    ));
+    // The watchdog's keep-alive, when the unit asks for one: sent from this loop,
+    // which a daemon stuck in its main thread would not reach.
+    let mut watchdog =
+        tokio::time::interval(notifier.watchdog().unwrap_or(Duration::from_secs(3600)));
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     // SIGHUP loads the configuration again: peers, keys and routes follow it.
@@ -316,13 +326,20 @@ async fn serve(
             _ = term.recv() => info!("SIGTERM: shutting down"),
             _ = int.recv() => info!("SIGINT: shutting down"),
             _ = hup.recv() => {
+                notifier.reloading();
                 reload(config, daemon, demand, &keyring).await;
+                notifier.ready("ready: configuration reloaded");
+                continue;
+            }
+            _ = watchdog.tick(), if notifier.watchdog().is_some() => {
+                notifier.alive();
                 continue;
             }
             why = &mut fatal => failure = why.ok(),
         }
         break;
     }
+    notifier.stopping();
     daemon.begin_shutdown();
     // The pacer sends every held rider unchanged before it returns.
     let _ = tokio::task::spawn_blocking(move || {

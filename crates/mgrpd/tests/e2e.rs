@@ -1373,6 +1373,69 @@ fn the_units_capabilities_are_enough_for_user_and_socket_group() {
     assert_eq!(gid, 65534, "the socket's group");
 }
 
+/// Under `Type=notify` (NOTIFY_SOCKET in its environment) mgrpd says when it is
+/// ready, keeps the watchdog fed at half `WATCHDOG_USEC`, says when it reloads and
+/// is ready again, and when it stops.
+#[test]
+fn the_service_manager_is_told_ready_alive_reloading_and_stopping() {
+    let _serial = serial();
+    if !root_or_skip("the_service_manager_is_told_ready_alive_reloading_and_stopping") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let dir = std::env::temp_dir().join(mgrp_testbed::unique("mgrp-notify"));
+    std::fs::create_dir(&dir).unwrap();
+    let _cleanup = RemoveDir(dir.clone());
+    let path = dir.join("notify");
+    let manager = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    manager
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let next = || {
+        let mut buf = [0u8; 256];
+        let n = manager.recv(&mut buf).expect("a notification within 10 s");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let socket = format!("NOTIFY_SOCKET={}", path.display());
+    let me = mgrpd().display().to_string();
+    let route = format!("{ADDR_B}/32");
+    let mut a = Daemon::start_via(
+        &net.a,
+        std::path::Path::new("/usr/bin/env"),
+        &[&socket, "WATCHDOG_USEC=200000", &me],
+        &["--route", &route],
+    )
+    .expect("mgrpd");
+    let ready = next();
+    assert!(ready.starts_with("READY=1\nSTATUS=ready: tun"), "{ready}");
+    // 100 ms apart: the next ones are keep-alives.
+    for _ in 0..3 {
+        assert_eq!(next(), "WATCHDOG=1");
+    }
+    a.process.signal(libc::SIGHUP);
+    let mut seen = Vec::new();
+    while !seen.iter().any(|m: &String| m.starts_with("READY=1")) {
+        let m = next();
+        if m != "WATCHDOG=1" {
+            seen.push(m);
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            "RELOADING=1",
+            "READY=1\nSTATUS=ready: configuration reloaded"
+        ]
+    );
+    let status = a.process.stop().expect("mgrpd stopped");
+    assert!(status.success(), "{}", a.process.log());
+    let mut last = next();
+    while last == "WATCHDOG=1" {
+        last = next();
+    }
+    assert_eq!(last, "STOPPING=1");
+}
+
 /// Once set up, mgrpd runs as the user `--user` names, its data-path threads hold no
 /// capability but CAP_IPC_LOCK (memory stays locked), its main thread only
 /// CAP_NET_ADMIN besides, and that is enough: routes on demand come and go, riders

@@ -121,20 +121,34 @@ async fn serve(config: Config, reread: Reread) -> anyhow::Result<()> {
     for (transport, addr) in node.serving() {
         info!("serving {transport} measurements on control port {addr}");
     }
+    let notifier = mgrp_service::notify::Notifier::from_env();
+    notifier.ready(&format!(
+        "{name}: {links} links, API on {scheme}://{listen}/"
+    ));
+    // The watchdog's keep-alive, when the unit asks for one.
+    let mut watchdog = tokio::time::interval(
+        notifier
+            .watchdog()
+            .unwrap_or(std::time::Duration::from_secs(3600)),
+    );
     let served = crate::api::tls::serve(listener, app, tls.as_ref(), async move {
         loop {
             tokio::select! {
                 _ = term.recv() => break info!("SIGTERM: shutting down"),
                 _ = int.recv() => break info!("SIGINT: shutting down"),
                 _ = hup.recv() => {
+                    notifier.reloading();
                     let (r, again) = (reloader.clone(), reread.clone());
                     // Files are read and locks taken: off the runtime's one thread.
                     if let Err(e) = tokio::task::spawn_blocking(move || reload(&r, &again, "SIGHUP", false)).await {
                         warn!("SIGHUP: the reload failed: {e}");
                     }
+                    notifier.ready("configuration reloaded");
                 }
+                _ = watchdog.tick(), if notifier.watchdog().is_some() => notifier.alive(),
             }
         }
+        notifier.stopping();
         let _ = stopping.send(true);
     })
     .await;

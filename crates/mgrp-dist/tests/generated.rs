@@ -5,24 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A fresh directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("mgrp-dist-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Runs `program` (its package, in scripts/system-packages, is named if it is
 /// missing).
 fn run(program: &str, args: &[&str]) -> std::process::Output {
@@ -44,12 +26,12 @@ fn long_flags(command: &clap::Command) -> Vec<String> {
 
 #[test]
 fn every_page_renders_and_names_each_flag_of_its_command() {
-    let dir = TempDir::new("man");
-    let files = mgrp_dist::write_man_pages(&dir.0).unwrap();
+    let dir = mgrp_testbed::TempDir::new("mgrp-dist-man").unwrap();
+    let files = mgrp_dist::write_man_pages(dir.path()).unwrap();
     let mut pages = 0;
     for p in mgrp_dist::programs() {
         for (name, command) in mgrp_dist::pages(p.command) {
-            let path = dir.0.join(format!("{name}.{}", p.section));
+            let path = dir.path().join(format!("{name}.{}", p.section));
             assert!(files.contains(&path), "{} not written", path.display());
             let source = std::fs::read_to_string(&path).unwrap();
             for flag in long_flags(&command) {
@@ -92,7 +74,7 @@ fn every_page_renders_and_names_each_flag_of_its_command() {
         "mgrpctl-stats.1",
         "pathload-rs-rcv.1",
     ] {
-        assert!(dir.0.join(page).exists(), "{page} missing: {files:?}");
+        assert!(dir.path().join(page).exists(), "{page} missing: {files:?}");
     }
 }
 
@@ -105,17 +87,17 @@ fn completions(dir: &Path, shell: clap_complete::Shell, program: &str) -> PathBu
 #[test]
 fn each_shell_takes_the_completions() {
     use clap_complete::Shell;
-    let dir = TempDir::new("completions");
-    let files = mgrp_dist::write_completions(&dir.0).unwrap();
+    let dir = mgrp_testbed::TempDir::new("mgrp-dist-completions").unwrap();
+    let files = mgrp_dist::write_completions(dir.path()).unwrap();
     let names: Vec<String> = mgrp_dist::programs()
         .iter()
         .map(|p| p.name().to_owned())
         .collect();
     assert_eq!(files.len(), names.len() * mgrp_dist::SHELLS.len());
     for name in &names {
-        let bash = completions(&dir.0, Shell::Bash, name);
-        let zsh = completions(&dir.0, Shell::Zsh, name);
-        let fish = completions(&dir.0, Shell::Fish, name);
+        let bash = completions(dir.path(), Shell::Bash, name);
+        let zsh = completions(dir.path(), Shell::Zsh, name);
+        let fish = completions(dir.path(), Shell::Fish, name);
         for (shell, file) in [("bash", &bash), ("zsh", &zsh), ("fish", &fish)] {
             let out = run(shell, &["-n", file.to_str().unwrap()]);
             assert!(

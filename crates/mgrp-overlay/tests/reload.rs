@@ -161,15 +161,18 @@ impl Manager {
         Self(socket)
     }
 
-    /// The next notification but the watchdog's keep-alives; `alive` counts those.
-    fn next(&self, alive: &mut usize) -> String {
+    /// The next notification.
+    fn recv(&self) -> String {
+        let mut buf = [0u8; 512];
+        let n = self.0.recv(&mut buf).expect("a notification within 30 s");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
+    /// The next notification but the watchdog's keep-alives.
+    fn next(&self) -> String {
         loop {
-            let mut buf = [0u8; 512];
-            let n = self.0.recv(&mut buf).expect("a notification within 30 s");
-            let m = String::from_utf8_lossy(&buf[..n]).into_owned();
-            if m == "WATCHDOG=1" {
-                *alive += 1;
-            } else {
+            let m = self.recv();
+            if m != "WATCHDOG=1" {
                 return m;
             }
         }
@@ -211,7 +214,6 @@ fn sighup_reads_the_file_again_and_a_broken_file_changes_nothing() {
     // Started as systemd starts a Type=notify service with WatchdogSec=0.2s.
     let notify = dir.0.join("notify");
     let manager = Manager::bind(&notify);
-    let mut alive = 0;
     let mut p = Program::start_with(
         &file,
         &log,
@@ -220,18 +222,14 @@ fn sighup_reads_the_file_again_and_a_broken_file_changes_nothing() {
             ("WATCHDOG_USEC", "200000"),
         ],
     );
-    let ready = manager.next(&mut alive);
+    let ready = manager.next();
     assert!(
         ready.starts_with("READY=1\nSTATUS=b: 1 links, API on http://"),
         "{ready}"
     );
     // The watchdog is fed: keep-alives come, nothing else in between.
-    let mut fed = 0;
-    while fed < 2 {
-        let mut buf = [0u8; 64];
-        let n = manager.0.recv(&mut buf).expect("a keep-alive within 30 s");
-        assert_eq!(&buf[..n], b"WATCHDOG=1");
-        fed += 1;
+    for _ in 0..2 {
+        assert_eq!(manager.recv(), "WATCHDOG=1");
     }
     let names = || link_names(api);
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
@@ -255,11 +253,8 @@ fn sighup_reads_the_file_again_and_a_broken_file_changes_nothing() {
         "{}",
         log_text()
     );
-    assert_eq!(manager.next(&mut alive), "RELOADING=1");
-    assert_eq!(
-        manager.next(&mut alive),
-        "READY=1\nSTATUS=configuration reloaded"
-    );
+    assert_eq!(manager.next(), "RELOADING=1");
+    assert_eq!(manager.next(), "READY=1\nSTATUS=configuration reloaded");
     // The log line follows the reload it reports.
     assert!(
         eventually(Duration::from_secs(5), || log_text()
@@ -294,9 +289,9 @@ fn sighup_reads_the_file_again_and_a_broken_file_changes_nothing() {
     };
     assert!(status.success(), "{status:?}\n{}", log_text());
     // The second reload, then the stop.
-    assert_eq!(manager.next(&mut alive), "RELOADING=1");
-    assert!(manager.next(&mut alive).starts_with("READY=1"));
-    assert_eq!(manager.next(&mut alive), "STOPPING=1");
+    assert_eq!(manager.next(), "RELOADING=1");
+    assert!(manager.next().starts_with("READY=1"));
+    assert_eq!(manager.next(), "STOPPING=1");
     let mut rest = String::new();
     let _ = std::fs::File::open(&log).unwrap().read_to_string(&mut rest);
     assert!(rest.contains("stopped"), "{rest}");

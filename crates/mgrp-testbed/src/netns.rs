@@ -15,6 +15,31 @@ pub fn unique(tag: &str) -> String {
     format!("{tag}{}x{n}", std::process::id() % 100_000)
 }
 
+/// A directory of a test's own below the system's temporary one, named by
+/// [`unique`], removed with what it holds when dropped (also when the test fails).
+#[derive(Debug)]
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// Creates it; `tag` starts its name.
+    pub fn new(tag: &str) -> std::io::Result<Self> {
+        let dir = std::env::temp_dir().join(unique(tag));
+        std::fs::create_dir_all(&dir)?;
+        Ok(Self(dir))
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Whether a libtest test that needs root can run. When it cannot, says that `name`
 /// skipped and notes it in the file `MGRP_SKIPPED` names, if set (the README's test
 /// command sets it and counts these as skipped: libtest counts a test that returns

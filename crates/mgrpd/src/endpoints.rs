@@ -17,7 +17,7 @@ use mgrp_core::planner::Encap;
 use mgrp_core::requester::Requester;
 use mgrp_core::wire::Packet;
 
-use crate::config::Config;
+use crate::config::{Config, Peering};
 
 /// Datagrams from an endpoint no peer is known at that are tried against roaming
 /// peers' keys, per second at most, in all. Under `auth = 3` only a datagram whose key
@@ -123,7 +123,12 @@ impl Endpoints {
 
     /// Whether MGRP packets to `peer` go over UDP.
     pub(crate) fn is_udp(&self, peer: IpAddr) -> bool {
-        self.any.load(Ordering::Relaxed) && self.config.peering().encap.for_peer(peer) == Encap::Udp
+        self.any.load(Ordering::Relaxed) && Self::is_udp_in(&self.config.peering(), peer)
+    }
+
+    /// Whether `peering`, once loaded, sends MGRP packets to `peer` over UDP.
+    fn is_udp_in(peering: &Peering, peer: IpAddr) -> bool {
+        peering.encap.for_peer(peer) == Encap::Udp
     }
 
     /// Where `peer`'s packets go now, if anywhere is known.
@@ -158,7 +163,7 @@ impl Endpoints {
             return Ok((p.prefix.addr(), None));
         }
         let ip = from.ip();
-        if peering.peers.is_peer(ip) && self.is_udp(ip) {
+        if peering.peers.is_peer(ip) && Self::is_udp_in(&peering, ip) {
             return Ok((ip, None));
         }
         if self

@@ -429,14 +429,13 @@ impl Keyring {
     /// not, never costs a route lookup or a place in the cache.
     /// Kept on the stack: this runs for every keyed packet received.
     fn selves(&self, from: IpAddr, to: Option<IpAddr>) -> Selves {
-        let peering = self.config.peering();
         let known = self
             .identities
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&from)
             .copied()
-            .or_else(|| peering.sources.for_peer(from));
+            .or_else(|| self.config.peering().sources.for_peer(from));
         let second = known.filter(|k| to != Some(*k));
         match (to, second) {
             (Some(a), Some(b)) => Selves([a, b], 2),

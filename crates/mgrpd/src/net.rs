@@ -572,9 +572,8 @@ impl Net {
     /// next-hop device, and the peer relays it on; sent as it came, it would take the
     /// kernel's way to its destination instead).
     fn wraps(&self, peer: IpAddr, pkt: &[u8]) -> bool {
-        let peering = self.config.peering();
         self.endpoints.is_udp(peer)
-            || ip::destination(pkt).is_some_and(|dst| peering.peer_of(dst) != peer)
+            || ip::destination(pkt).is_some_and(|dst| self.config.peer_of(dst) != peer)
     }
 
     /// Sends `pkt` on unchanged to `peer`: into `batch` when it goes wrapped (sent by

@@ -322,11 +322,10 @@ impl Receiver {
     /// Whether a rider may be written into this host. The loopback data path writes
     /// riders nowhere, so it admits every one.
     fn admit(&self, from: IpAddr, to: Option<IpAddr>, rider: &[u8]) -> Result<Admitted, Refusal> {
-        let peering = self.config.peering();
         match self.tun {
             TunWriter::Kernel { .. } => {
                 let to = to.unwrap_or(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED));
-                peering.peers.admit(from, to, rider)
+                self.config.peering().peers.admit(from, to, rider)
             }
             TunWriter::Nowhere => Ok(Admitted::Here),
         }

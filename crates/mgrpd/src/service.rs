@@ -224,7 +224,7 @@ async fn serve(
     }
     // Whenever there is a UDP socket: a reload may add a peer that wants keepalives.
     if daemon.has_udp_socket(false) || daemon.has_udp_socket(true) {
-        let keepalives = crate::keepalive::Keepalives::new(Arc::new(config.clone()));
+        let keepalives = crate::keepalive::Keepalives::new(daemon.config.clone());
         let (l, net, counters) = (life.clone(), daemon.net(), daemon.counters());
         std::thread::Builder::new()
             .name("mgrp-keepalive".into())

@@ -196,6 +196,8 @@ impl TunReader {
         // With on-demand hold and no train anywhere the pacer would release them at
         // once; after shutdown it takes none.
         let direct = !self.queues.riders_wanted() || self.life.is_stopping();
+        // The peers in force, loaded once for the batch.
+        let peering = self.config.peering();
         let mut riders = Vec::new();
         // Packets in a row for one peer are metered together (one lock), without
         // allocating.
@@ -210,7 +212,7 @@ impl TunReader {
             };
             let peer = match &self.next_hop {
                 Some(hop) => hop.peer,
-                None => self.config.peer_of(dst),
+                None => peering.peer_of(dst),
             };
             let len = pkt.len() as u64;
             match &mut metered {

@@ -1087,10 +1087,8 @@ fn a_reload_adds_and_removes_peers_and_routes() {
         return;
     }
     let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
-    let dir = std::env::temp_dir().join(mgrp_testbed::unique("mgrp-reload"));
-    std::fs::create_dir(&dir).unwrap();
-    let _cleanup = RemoveDir(dir.clone());
-    let file = dir.join("mgrpd.toml");
+    let dir = mgrp_testbed::TempDir::new("mgrp-reload").unwrap();
+    let file = dir.path().join("mgrpd.toml");
     let write = |routes: &[&str], extra: &str| {
         let routes: Vec<String> = routes.iter().map(|r| format!("\"{r}\"")).collect();
         let text = format!(
@@ -1165,15 +1163,6 @@ fn a_reload_adds_and_removes_peers_and_routes() {
         a.process.log()
     );
     assert!(!net.a.ip(&["rule"]).unwrap().contains("lookup 4242"));
-}
-
-/// Removes a directory when dropped.
-struct RemoveDir(std::path::PathBuf);
-
-impl Drop for RemoveDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// mgrpd checks capabilities, not the user id: with only CAP_NET_ADMIN and
@@ -1383,10 +1372,8 @@ fn the_service_manager_is_told_ready_alive_reloading_and_stopping() {
         return;
     }
     let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
-    let dir = std::env::temp_dir().join(mgrp_testbed::unique("mgrp-notify"));
-    std::fs::create_dir(&dir).unwrap();
-    let _cleanup = RemoveDir(dir.clone());
-    let path = dir.join("notify");
+    let dir = mgrp_testbed::TempDir::new("mgrp-notify").unwrap();
+    let path = dir.path().join("notify");
     let manager = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
     manager
         .set_read_timeout(Some(Duration::from_secs(10)))

@@ -1,17 +1,19 @@
 //! The man pages and shell completions (bash, zsh, fish) of every program mgrp
 //! installs, made from the programs' own command lines, so that a flag added to a
-//! program is in its page and its completions at the next build. The `mgrp-dist`
-//! program writes them where a package takes them from.
+//! program is in its page and its completions at the next build; and the Debian
+//! packages that install them with the programs, units and examples. The
+//! `mgrp-dist` program writes them.
 
 use std::path::Path;
 
 use anyhow::Context as _;
 
 mod completions;
+pub mod deb;
 mod man;
 
-pub use completions::{SHELLS, completion_file, write_completions};
-pub use man::{pages, write_man_pages};
+pub use completions::{SHELLS, completion_file, write_completions, write_completions_of};
+pub use man::{pages, write_man_pages, write_man_pages_of};
 
 /// A program mgrp installs.
 #[derive(Debug, Clone)]

@@ -1,12 +1,13 @@
 //! `mgrp-dist`: writes the man pages and shell completions of mgrp's programs, for a
-//! package or an install by hand.
+//! package or an install by hand, and builds the Debian packages.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser as _;
 
-/// Writes the man pages and shell completions of mgrp's programs.
+/// Writes the man pages and shell completions of mgrp's programs, and builds its
+/// Debian packages.
 #[derive(Debug, clap::Parser)]
 #[command(name = "mgrp-dist", version)]
 enum Args {
@@ -26,12 +27,42 @@ enum Args {
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
+    /// Build the Debian packages mgrpd (with mgrpctl), mgrp-overlay and mgrp-tools
+    /// into DIR, from programs already built (`cargo build --release --bins`, or
+    /// `scripts/package`, which does both). Needs dpkg-deb, gzip and md5sum.
+    Deb {
+        /// Where the built programs are.
+        #[arg(long, value_name = "DIR", default_value = "target/release")]
+        bins: PathBuf,
+        /// Where the packages go.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// The packages' version (default: the programs' own).
+        #[arg(long, default_value = env!("CARGO_PKG_VERSION"))]
+        version: String,
+        /// The Debian architecture (default: this build's, as dpkg names it).
+        #[arg(long)]
+        arch: Option<String>,
+        /// How dpkg-deb compresses the files: xz (smallest), gzip or none (fastest,
+        /// for a test that only installs them).
+        #[arg(long, default_value = "xz", value_parser = ["xz", "gzip", "none"])]
+        compression: String,
+    },
 }
 
 fn main() -> ExitCode {
     let result = match Args::parse() {
         Args::Man { out } => mgrp_dist::write_man_pages(&out),
         Args::Completions { out } => mgrp_dist::write_completions(&out),
+        Args::Deb {
+            bins,
+            out,
+            version,
+            arch,
+            compression,
+        } => arch
+            .map_or_else(mgrp_dist::deb::host_arch, Ok)
+            .and_then(|arch| mgrp_dist::deb::build(&bins, &out, &version, &arch, &compression)),
     };
     match result {
         Ok(files) => {

@@ -4,14 +4,19 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use crate::{programs, write};
+use crate::{Program, programs, write};
 
 /// Writes each program's man page into `dir` (`NAME.SECTION`), and one for each of
 /// its subcommands (`NAME-SUB.SECTION`, as git's); returns the files.
 pub fn write_man_pages(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    write_man_pages_of(dir, programs())
+}
+
+/// [`write_man_pages`] for `programs` only.
+pub fn write_man_pages_of(dir: &Path, programs: Vec<Program>) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut written = Vec::new();
-    for p in programs() {
+    for p in programs {
         for (name, command) in pages(p.command) {
             let path = dir.join(format!("{name}.{}", p.section));
             let mut page = Vec::new();

@@ -59,6 +59,8 @@ const OVERLAY_EXAMPLE: &str = include_str!("../../mgrp-overlay/mgrp-overlay.exam
 const MGRPD_ALERTS: &str = include_str!("../../mgrp-overlay/prometheus/mgrpd-alerts.yml");
 const OVERLAY_ALERTS: &str = include_str!("../../mgrp-overlay/prometheus/overlay-alerts.yml");
 const PROMETHEUS: &str = include_str!("../../mgrp-overlay/prometheus/prometheus.yml");
+const PASSIVE_TIMING_DROP_IN: &str = include_str!("../../mgrp-overlay/systemd/passive-timing.conf");
+const ROUTE_CONTROL_DROP_IN: &str = include_str!("../../mgrp-overlay/systemd/route-control.conf");
 const MIT: &str = include_str!("../../../LICENSE-MIT");
 const APACHE: &str = include_str!("../../../LICENSE-APACHE");
 const CHANGELOG: &str = include_str!("../../../CHANGELOG.md");
@@ -111,6 +113,18 @@ fn unit_name(unit: &str) -> String {
         .and_then(|p| p.rsplit('/').next())
         .map(|p| format!("{p}.service"))
         .unwrap_or_default()
+}
+
+/// mgrpd's example configuration as the package installs it: its socket given to
+/// the `mgrp` group the package makes, so that the overlay's unit (in that group)
+/// reaches it.
+fn packaged_mgrpd_config() -> String {
+    let commented = "# socket-group = \"mgrp\"\n";
+    assert!(
+        MGRPD_EXAMPLE.contains(commented),
+        "mgrpd's example no longer has {commented:?}"
+    );
+    MGRPD_EXAMPLE.replacen(commented, "socket-group = \"mgrp\"\n", 1)
 }
 
 /// The copyright file Debian asks for (machine-readable format).
@@ -175,7 +189,7 @@ pub fn packages() -> Vec<Package> {
                     packaged_unit(MGRPD_UNIT, "mgrpd", "/etc/mgrp/mgrpd.toml"),
                     0o644,
                 ),
-                conffile("/etc/mgrp/mgrpd.toml", MGRPD_EXAMPLE),
+                conffile("/etc/mgrp/mgrpd.toml", &packaged_mgrpd_config()),
                 file("/usr/lib/sysusers.d/mgrpd.conf", MGRPD_SYSUSERS, 0o644),
                 file(
                     "/usr/share/mgrp/prometheus/mgrpd-alerts.yml",
@@ -216,6 +230,16 @@ pub fn packages() -> Vec<Package> {
                 file(
                     "/usr/share/mgrp/prometheus/prometheus.yml",
                     PROMETHEUS,
+                    0o644,
+                ),
+                file(
+                    "/usr/share/mgrp/systemd/mgrp-overlay.service.d/passive-timing.conf",
+                    PASSIVE_TIMING_DROP_IN,
+                    0o644,
+                ),
+                file(
+                    "/usr/share/mgrp/systemd/mgrp-overlay.service.d/route-control.conf",
+                    ROUTE_CONTROL_DROP_IN,
                     0o644,
                 ),
             ],
@@ -625,6 +649,16 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_packaged_mgrpd_gives_its_socket_to_the_group_the_overlay_joins() {
+        let c = packaged_mgrpd_config();
+        assert!(c.lines().any(|l| l == "socket-group = \"mgrp\""), "{c}");
+        assert!(OVERLAY_UNIT.contains("SupplementaryGroups=mgrp"));
+        assert!(MGRPD_SYSUSERS.contains("g mgrp -") && OVERLAY_SYSUSERS.contains("g mgrp -"));
+        // Its directory lets the group in.
+        assert!(MGRPD_UNIT.contains("RuntimeDirectoryMode=0755"));
     }
 
     #[test]

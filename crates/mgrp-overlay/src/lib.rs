@@ -15,6 +15,8 @@
 //!   shares); it names methods and schedules.
 //! - [`derive`](mod@derive): the transfer-rate prediction, passive estimates and packet timing,
 //!   from runs and flows, no I/O.
+//! - [`features`]: what the configuration asks of the process (sockets, capabilities,
+//!   commands), checked at start.
 //! - [`state`]: what the threads and the API share; each link's history on disk.
 //! - [`threads`]: the node's threads that run the methods, serve the neighbours'
 //!   measurements, watch the traffic and poll the neighbours, writing into the state.
@@ -26,6 +28,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod derive;
+pub mod features;
 pub mod measure;
 pub mod mesh;
 pub mod node;

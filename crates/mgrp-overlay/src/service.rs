@@ -91,6 +91,12 @@ async fn serve(config: Config, reread: Reread) -> anyhow::Result<()> {
     }
     let (name, links, tls) = (config.name.clone(), config.links.len(), config.tls.clone());
     let refresh = config.mesh_refresh;
+    for f in crate::features::check(&config) {
+        match f.off {
+            None => tracing::info!("{}", crate::features::describe(&f)),
+            Some(_) => tracing::warn!("{}", crate::features::describe(&f)),
+        }
+    }
     let node = Node::start(config)?;
     let (stopping, shutdown) = watch::channel(false);
     let app = http::router(node.shared(), shutdown);

@@ -12,11 +12,13 @@
 //!   errors only mean nothing came yet.
 //! - [`stdout`]: printing that survives a closed pipe ([`outln!`], [`out!`]).
 //! - [`sync`]: a mutex's guard even after a thread panicked holding it.
+//! - [`caps`]: the capabilities the process holds.
 //!
 //! Everything goes through nix but SCHED_FIFO, the one call it does not wrap.
 
 #![warn(missing_docs)]
 
+pub mod caps;
 pub mod clock;
 pub mod rx;
 pub mod stdout;

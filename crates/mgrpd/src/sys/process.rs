@@ -8,32 +8,7 @@ use nix::unistd::{self};
 
 use super::check;
 
-/// Capability numbers mgrpd cares about (linux/capability.h).
-pub mod cap {
-    /// Interfaces, routes, rules, sysctls of the network namespace.
-    pub const NET_ADMIN: u32 = 12;
-    /// Raw sockets.
-    pub const NET_RAW: u32 = 13;
-    /// Locking memory beyond RLIMIT_MEMLOCK.
-    pub const IPC_LOCK: u32 = 14;
-    /// Real-time scheduling.
-    pub const SYS_NICE: u32 = 23;
-}
-
-/// The process's effective capability set, from `/proc/self/status`.
-pub fn effective_capabilities() -> io::Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .ok_or_else(|| io::Error::other("no CapEff line in /proc/self/status"))
-}
-
-/// The bit of capability `cap` in a mask.
-pub const fn cap_bit(cap: u32) -> u64 {
-    1 << cap
-}
+pub use mgrp_rt::caps::{cap, cap_bit, effective_capabilities};
 
 /// Header of capget/capset (linux/capability.h, version 3: two 32-bit words).
 #[repr(C)]

@@ -18,7 +18,26 @@ use serde::{Deserialize, Serialize};
 
 /// Version of the control protocol (2: tool-neutral probe batches; 3: probes go to an
 /// address other than the asker's only once the asker proved it receives there).
+///
+/// The upgrade rule: what a sender honours beyond version 3 it names in its hello's
+/// [`FEATURES`], and a receiver that needs one checks for it (a sender that does not
+/// name it is older and ignores it); an older receiver ignores the list. So a mesh
+/// upgrades host by host with both versions running. The version changes only for
+/// what an older end would misread, and the sender then serves the version before
+/// it as well.
 pub const CONTROL_VERSION: u32 = 3;
+
+/// The features this sender honours, each a field a receiver may send that an older
+/// sender ignores: listed in its [`Reply::Hello`].
+pub mod feature {
+    /// The hello's `exclusive`: one exclusive measurement at a time.
+    pub const EXCLUSIVE: &str = "exclusive";
+    /// A batch's `lead_ns`: quiet time before its first probe.
+    pub const LEAD: &str = "lead_ns";
+}
+
+/// Every feature of [`feature`], as a sender of this version lists them.
+pub const FEATURES: [&str; 2] = [feature::EXCLUSIVE, feature::LEAD];
 
 /// The probe header's kind of the one probe a sender sends to an address a receiver
 /// named as its own but did not connect from: its tag's two numbers carry a cookie the
@@ -330,6 +349,10 @@ pub enum Reply {
         max_size: u32,
         /// The sender's name and version, for logs.
         sender: String,
+        /// The features it honours ([`FEATURES`]); none from a sender older than
+        /// them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        features: Vec<String>,
     },
     /// Answer to a hello naming an address the connection does not come from: one
     /// probe of kind [`PROOF_KIND`] went there, and the measurement starts (with a

@@ -1246,6 +1246,7 @@ fn hello(opts: &ServeOptions, max_size: u32) -> Reply {
         version: CONTROL_VERSION,
         max_size,
         sender: format!("{} {}", opts.name, env!("CARGO_PKG_VERSION")),
+        features: crate::control::FEATURES.map(str::to_owned).to_vec(),
     }
 }
 

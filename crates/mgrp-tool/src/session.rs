@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::conn::Conn;
 use crate::control::{
     Batch, CONTROL_VERSION, DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, PROOF_KIND, Reply, Request,
-    SentReport, Tag, TcpFlow, Transport,
+    SentReport, Tag, TcpFlow, Transport, feature,
 };
 use crate::transport::{Arrival, Listener, Seen};
 use anyhow::{anyhow, bail};
@@ -329,6 +329,13 @@ pub struct Session {
     /// also guess 64 random bits to have a probe of its own counted; the sender only
     /// echoes tags, so it needs to know nothing of it.
     tag_mask: u64,
+    /// The features the sender named in its hello
+    /// ([`crate::control::FEATURES`]).
+    features: Vec<String>,
+    /// The tool, for warnings.
+    tool: String,
+    /// Whether a batch's lead the sender may ignore was warned of.
+    lead_warned: bool,
 }
 
 impl Session {
@@ -362,9 +369,9 @@ impl Session {
             tool: opts.tool.clone(),
             exclusive: opts.exclusive,
         })?;
-        let max_size = loop {
+        let (max_size, features) = loop {
             match opening.hello_answer(conn.recv::<Reply>()?)? {
-                Opened::Ready(max_size) => break max_size,
+                Opened::Ready(max_size, features) => break (max_size, features),
                 Opened::Prove(address) => {
                     let cookie = proof_cookie(&rx, PROOF_WAIT).ok_or_else(|| {
                         MeasureError::Failed(anyhow!(
@@ -377,7 +384,7 @@ impl Session {
                 }
             }
         };
-        Ok(Self {
+        let session = Self {
             conn,
             listener,
             rx,
@@ -386,7 +393,34 @@ impl Session {
             started,
             address: opts.address,
             tag_mask: crate::sys::random_u64(),
-        })
+            features,
+            tool: opts.tool.clone(),
+            lead_warned: false,
+        };
+        if opts.exclusive && !session.sender_honours(feature::EXCLUSIVE) {
+            session.warn_older(
+                &opts.sender,
+                feature::EXCLUSIVE,
+                "it may run another heavy measurement beside this one, and both read low",
+            );
+        }
+        Ok(session)
+    }
+
+    /// Whether the sender named `feature` ([`crate::control::feature`]) in its hello:
+    /// a sender that does not is older and ignores what the feature asks.
+    pub fn sender_honours(&self, feature: &str) -> bool {
+        self.features.iter().any(|f| f == feature)
+    }
+
+    /// Warns that the sender at `sender` is older than `feature`, and what follows.
+    fn warn_older(&self, sender: &str, feature: &str, consequence: &str) {
+        crate::exit::warn(
+            &self.tool,
+            &format!(
+                "warning: the sender at {sender} is older than this receiver (its hello names no feature `{feature}`): {consequence}; upgrade it"
+            ),
+        );
     }
 
     /// `tag` as it travels in this session: its fleet and stream mixed with the
@@ -477,6 +511,19 @@ impl Session {
     }
 
     fn exchange_inner(&mut self, batch: &Batch) -> anyhow::Result<Exchange> {
+        if batch.lead_ns > 0 && !self.lead_warned && !self.sender_honours(feature::LEAD) {
+            self.lead_warned = true;
+            let peer = self
+                .conn
+                .stream()
+                .peer_addr()
+                .map_or_else(|_| "?".into(), |a| a.ip().to_string());
+            self.warn_older(
+                &peer,
+                feature::LEAD,
+                "its batches start without the quiet time this tool asks for, on a path still busy with the train before",
+            );
+        }
         let asked = batch;
         let batch = &Batch {
             tag: self.masked(asked.tag),

@@ -244,6 +244,10 @@ fn a_receiver_proves_its_second_address_and_is_measured() -> anyhow::Result<()> 
     };
     let arrivals = star.hosts[1].run(|| -> anyhow::Result<usize> {
         let mut session = Session::open(&opts).context("the session did not open")?;
+        // This version's sender honours every feature a receiver may need.
+        for f in mgrp_tool::control::FEATURES {
+            ensure!(session.sender_honours(f), "the sender does not name {f}");
+        }
         let x = session
             .exchange(&Batch::even(Tag::default(), 50, 500, 200_000, 0))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -1065,6 +1069,7 @@ fn a_sender_trickling_other_reports_cannot_hold_a_receiver() -> anyhow::Result<(
                     version: CONTROL_VERSION,
                     max_size: 1500,
                     sender: "trickling".into(),
+                    features: Vec::new(),
                 })?,
                 Request::Probes(batch) => loop {
                     stream_no += 1;

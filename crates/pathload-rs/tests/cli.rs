@@ -265,6 +265,7 @@ fn an_interrupted_run_says_it_has_no_estimate() {
                     version: pathload_rs::control::CONTROL_VERSION,
                     max_size: 1500,
                     sender: "test".into(),
+                    features: Vec::new(),
                 },
                 Request::Probes(batch) if batch.tag.kind == 0 => {
                     std::thread::sleep(Duration::from_secs(2));

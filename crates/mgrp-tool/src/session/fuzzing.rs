@@ -45,6 +45,11 @@ fn answer(input: &mut Input<'_>, tag: Tag) -> Option<Option<Reply>> {
             version: 1,
             max_size: u32::from(n),
             sender: String::new(),
+            features: if n % 2 == 0 {
+                Vec::new()
+            } else {
+                vec!["exclusive".into()]
+            },
         }),
         3 => Some(Reply::Prove {
             address: IpAddr::V4(Ipv4Addr::from(u32::from(n))),
@@ -104,7 +109,7 @@ pub fn run(data: &[u8]) -> usize {
         };
         let hello = matches!(reply, Some(Reply::Hello { .. }));
         match opening.hello_answer(reply) {
-            Ok(Opened::Ready(_)) => {
+            Ok(Opened::Ready(..)) => {
                 assert!(hello);
                 break;
             }

@@ -19,10 +19,11 @@ fn closed() -> MeasureError {
 }
 
 /// Where the opening stands after the hello's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Opened {
-    /// The measurement runs; probes up to this size (IP bytes).
-    Ready(u32),
+    /// The measurement runs; probes up to this size (IP bytes), with the features
+    /// the sender honours.
+    Ready(u32, Vec<String>),
     /// The sender sent a proof probe to this address: echo its cookie.
     Prove(IpAddr),
 }
@@ -68,7 +69,9 @@ impl Opening {
     /// An answer to the hello (or to the proof).
     pub(crate) fn hello_answer(&mut self, reply: Option<Reply>) -> Result<Opened, MeasureError> {
         match reply {
-            Some(Reply::Hello { max_size, .. }) => Ok(Opened::Ready(max_size)),
+            Some(Reply::Hello {
+                max_size, features, ..
+            }) => Ok(Opened::Ready(max_size, features)),
             // The hello named an address this connection does not come from: the
             // sender sent one probe there, whose cookie proves this end gets it.
             Some(Reply::Prove { address }) if !self.proved => {
@@ -186,6 +189,57 @@ impl Arrivals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The upgrade rule: a sender that lists no features is older, and what it
+    /// ignores reads as not honoured; a newer sender's hello parses here whatever it
+    /// adds.
+    #[test]
+    fn an_older_senders_hello_names_no_feature_and_a_newer_ones_extra_fields_pass() {
+        let parse = |json: &str| {
+            Opening::new()
+                .hello_answer(Some(serde_json::from_str::<Reply>(json).unwrap()))
+                .unwrap()
+        };
+        assert_eq!(
+            parse(r#"{"msg":"hello","version":3,"max_size":1500,"sender":"pathload-rs 0.1.0"}"#),
+            Opened::Ready(1500, Vec::new())
+        );
+        assert_eq!(
+            parse(
+                r#"{"msg":"hello","version":3,"max_size":1400,"sender":"x","features":["exclusive","lead_ns","some_later_one"],"some_later_field":{"a":1}}"#
+            ),
+            Opened::Ready(
+                1400,
+                vec![
+                    "exclusive".into(),
+                    "lead_ns".into(),
+                    "some_later_one".into()
+                ]
+            )
+        );
+        // This version's sender names every feature; an older receiver's hello
+        // (no fields of later versions) is what it answers.
+        let ours = serde_json::to_string(&Reply::Hello {
+            version: crate::control::CONTROL_VERSION,
+            max_size: 1500,
+            sender: "s".into(),
+            features: crate::control::FEATURES.map(str::to_owned).to_vec(),
+        })
+        .unwrap();
+        assert_eq!(
+            parse(&ours),
+            Opened::Ready(1500, vec!["exclusive".into(), "lead_ns".into()])
+        );
+        let old_hello =
+            r#"{"msg":"hello","version":3,"transport":"udp","probe_port":5,"piggyback":false}"#;
+        assert!(matches!(
+            serde_json::from_str::<crate::control::Request>(old_hello).unwrap(),
+            crate::control::Request::Hello {
+                exclusive: false,
+                ..
+            }
+        ));
+    }
 
     /// A refusal is `Busy` exactly when the sender says it is busy, whatever the
     /// answer refused (a ping or the hello); the text stays the sender's.

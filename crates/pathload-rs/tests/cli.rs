@@ -312,6 +312,15 @@ fn an_interrupted_run_says_it_has_no_estimate() {
     let out = rcv.wait_with_output().unwrap();
     assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(130));
+    // The fake sender's hello names no feature, as an older sender's: pathload,
+    // exclusive, says that sender may run another heavy measurement beside it.
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l.contains("\"warning\"")
+            && l.contains("older than this receiver")
+            && l.contains("`exclusive`")),
+        "{text}"
+    );
     let r = result_of(&out.stdout);
     assert_eq!(r["stop_reason"], "interrupted");
     assert_eq!(r["converged"], false);

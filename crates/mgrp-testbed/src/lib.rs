@@ -28,6 +28,7 @@ pub mod link;
 pub mod packages;
 pub mod paper;
 pub mod qdisc;
+pub mod sandbox;
 pub mod threads;
 pub mod tool;
 pub mod traffic;

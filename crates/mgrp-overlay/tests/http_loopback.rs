@@ -236,6 +236,51 @@ fn check_config_accepts_the_example_and_names_mistakes() {
     assert!(String::from_utf8_lossy(&help.stdout).contains("--check-config"));
 }
 
+/// A token handed over by systemd (`LoadCredential=token:…`): the file names
+/// `${CREDENTIALS_DIRECTORY}/token` and the node reads it from the directory in that
+/// variable; without the variable it says how to give one.
+#[test]
+fn a_token_comes_from_systemds_credentials() {
+    let exe = env!("CARGO_BIN_EXE_mgrp-overlay");
+    let dir = std::env::temp_dir().join(format!("mgrp-overlay-cred-{}", std::process::id()));
+    let creds = dir.join("credentials");
+    std::fs::create_dir_all(&creds).unwrap();
+    // As systemd writes a credential: read-only for the service's user.
+    std::fs::write(creds.join("token"), "cred-token-0123456789\n").unwrap();
+    std::fs::set_permissions(creds.join("token"), std::fs::Permissions::from_mode(0o400)).unwrap();
+    let conf = dir.join("overlay.toml");
+    std::fs::write(
+        &conf,
+        "listen = \"127.0.0.1:7700\"\ntoken-file = \"${CREDENTIALS_DIRECTORY}/token\"\n",
+    )
+    .unwrap();
+    let check = |env: Option<&std::path::Path>| {
+        let mut c = std::process::Command::new(exe);
+        c.args(["--check-config", conf.to_str().unwrap()])
+            .env_remove("CREDENTIALS_DIRECTORY");
+        if let Some(d) = env {
+            c.env("CREDENTIALS_DIRECTORY", d);
+        }
+        c.output().unwrap()
+    };
+    let ok = check(Some(&creds));
+    let stdout = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(stdout.contains("token: required"), "{stdout}");
+    let missing = check(None);
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("CREDENTIALS_DIRECTORY is not set") && err.contains("LoadCredential=token:"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `--check-config` prints a summary an operator reads, never the token, refuses an
 /// API open to other hosts without one unless `open-api` says it is meant (and warns
 /// then, or with a token but without TLS), and a closed pipe ends it quietly.

@@ -1811,3 +1811,175 @@ fn trains_to_two_destinations_run_at_once() {
     );
     assert_eq!(s.daemon.probes_sent, 2 * N as u64);
 }
+
+/// Every system call in the filter `spec` (a unit's `SystemCallFilter=` words:
+/// names and `@groups`), its groups expanded by `systemd-analyze syscall-filter`.
+fn allowed_system_calls(spec: &[String]) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut todo: Vec<String> = spec.to_vec();
+    let mut seen = std::collections::BTreeSet::new();
+    let analyze = mgrp_testbed::packages::find("systemd-analyze").unwrap_or_else(|| {
+        panic!(
+            "{}",
+            mgrp_testbed::packages::require(&["systemd-analyze"]).unwrap_err()
+        )
+    });
+    while let Some(word) = todo.pop() {
+        if !word.starts_with('@') {
+            out.insert(word);
+            continue;
+        }
+        if !seen.insert(word.clone()) {
+            continue;
+        }
+        let o = std::process::Command::new(&analyze)
+            .args(["syscall-filter", &word])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "systemd-analyze syscall-filter {word}");
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            let item = line.trim();
+            if line.starts_with("    ") && !item.starts_with('#') && !item.is_empty() {
+                todo.push(item.to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// The system calls named in an `strace -f` log after the line where `program` was
+/// executed.
+fn system_calls_after_exec(log: &str, program: &str) -> std::collections::BTreeSet<String> {
+    let exec = format!("execve(\"{program}\"");
+    let start = log
+        .lines()
+        .position(|l| l.contains(&exec) && l.trim_end().ends_with("= 0"))
+        .unwrap_or_else(|| panic!("no execve of {program} in the trace"));
+    log.lines()
+        .skip(start + 1)
+        .filter_map(|l| {
+            let rest = l
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .trim_start();
+            if let Some(r) = rest.strip_prefix("<... ") {
+                return r.split_whitespace().next().map(str::to_owned);
+            }
+            let name = rest.split('(').next()?;
+            (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+                .then(|| name.to_owned())
+        })
+        .collect()
+}
+
+/// The unit's `SystemCallFilter` allows every system call mgrpd makes under its
+/// other settings, traced with strace from its start to its clean stop: trains with
+/// riders, a TCP flow through the tunnel, its metrics (the clock read with adjtimex),
+/// becoming `nobody`, giving its socket to a group, SIGHUP.
+#[test]
+fn the_units_system_call_filter_allows_every_call_mgrpd_makes() {
+    let _serial = serial();
+    if !root_or_skip("the_units_system_call_filter_allows_every_call_mgrpd_makes") {
+        return;
+    }
+    let strace = mgrp_testbed::packages::find("strace").unwrap_or_else(|| {
+        panic!(
+            "{}",
+            mgrp_testbed::packages::require(&["strace"]).unwrap_err()
+        )
+    });
+    let unit =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/mgrpd.service")).unwrap();
+    let spec: Vec<String> = unit
+        .lines()
+        .filter_map(|l| l.strip_prefix("SystemCallFilter="))
+        .flat_map(|v| v.split_whitespace().map(str::to_owned))
+        .collect();
+    assert!(!spec.is_empty(), "the unit has no SystemCallFilter");
+    assert!(
+        !spec.iter().any(|w| w.starts_with('~')),
+        "an allow list is expected: {spec:?}"
+    );
+    let allowed = allowed_system_calls(&spec);
+    // The unit's capabilities and no-new-privileges; its address families are
+    // another test's (they need a test binary that installs their filter).
+    let sandbox = mgrp_testbed::sandbox::Sandbox {
+        families: Vec::new(),
+        ..mgrp_testbed::sandbox::Sandbox::from_unit(&unit, &[]).unwrap()
+    };
+    let me = mgrpd().display().to_string();
+    let dir = mgrp_testbed::TempDir::new("mgrpd-strace").unwrap();
+    let trace = dir.path().join("trace");
+    let (setpriv, via) = sandbox.command(mgrpd(), None, None, &[], mgrpd(), &[]);
+    let mut prefix: Vec<String> = vec![
+        "-f".into(),
+        "-qq".into(),
+        "-o".into(),
+        trace.display().to_string(),
+        "--".into(),
+        setpriv.display().to_string(),
+    ];
+    prefix.extend(via);
+    let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let _b = Daemon::start(&net.b, mgrpd(), &["--route", &format!("{ADDR_A}/32")]).unwrap();
+    let mut a = Daemon::start_via(
+        &net.a,
+        &strace,
+        &prefix,
+        &[
+            "--route",
+            &format!("{ADDR_B}/32"),
+            "--metrics",
+            "127.0.0.1:9577",
+            "--user",
+            "nobody",
+            "--socket-group",
+            "nogroup",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("mgrpd under strace: {e:#}"));
+    transfer(&net, &a, MB, 5031, true);
+    let text = net
+        .a
+        .run(|| {
+            let mut s = std::net::TcpStream::connect("127.0.0.1:9577").unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n")
+                .unwrap();
+            let mut t = String::new();
+            s.read_to_string(&mut t).unwrap();
+            t
+        })
+        .unwrap();
+    assert!(text.contains("mgrpd_clock_maxerror_seconds "), "{text}");
+    // Signals go to mgrpd, strace's child (strace itself would detach and end).
+    let strace_pid = a.process.pid().expect("strace's pid");
+    let children =
+        std::fs::read_to_string(format!("/proc/{strace_pid}/task/{strace_pid}/children")).unwrap();
+    let mgrpd_pid: libc::pid_t = children
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("strace has no child: {children:?}"));
+    // SAFETY: signalling the process this test started (strace's child).
+    unsafe { libc::kill(mgrpd_pid, libc::SIGHUP) };
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: as above.
+    unsafe { libc::kill(mgrpd_pid, libc::SIGTERM) };
+    let status = a
+        .process
+        .wait(Duration::from_secs(20))
+        .expect("mgrpd stopped within 20 s");
+    assert!(status.success(), "{}", a.process.log());
+    let log = std::fs::read_to_string(&trace).unwrap();
+    let made = system_calls_after_exec(&log, &me);
+    assert!(made.len() > 20, "too few calls traced: {made:?}");
+    let refused: Vec<&String> = made.iter().filter(|c| !allowed.contains(*c)).collect();
+    assert!(
+        refused.is_empty(),
+        "the unit's SystemCallFilter ({spec:?}) refuses what mgrpd calls: {refused:?}"
+    );
+    eprintln!(
+        "    {} system calls made, all allowed: {made:?}",
+        made.len()
+    );
+}

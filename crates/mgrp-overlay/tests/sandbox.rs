@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, ensure};
+use anyhow::{Context as _, bail, ensure};
 use mgrp_testbed::sandbox::{self, Sandbox};
 use mgrp_testbed::{Netns, Process, Star};
 use serde_json::Value;
@@ -75,8 +75,14 @@ fn config(star: &Star, i: usize, socket: &Path, routing: bool) -> String {
     c
 }
 
-/// The overlay in `ns` under `sandbox`, as `nobody` in `nogroup`, logging at info.
-fn sandboxed_overlay(ns: &Netns, sandbox: &Sandbox, config: &Path) -> anyhow::Result<Process> {
+/// The overlay in `ns` under `sandbox`, as `nobody` in `nogroup`, logging at info;
+/// under `strace -f` writing to `trace` if given.
+fn sandboxed_overlay(
+    ns: &Netns,
+    sandbox: &Sandbox,
+    config: &Path,
+    trace: Option<&Path>,
+) -> anyhow::Result<Process> {
     let me = std::env::current_exe()?;
     let (setpriv, args) = sandbox.command(
         &me,
@@ -92,7 +98,41 @@ fn sandboxed_overlay(ns: &Netns, sandbox: &Sandbox, config: &Path) -> anyhow::Re
             "info".into(),
         ],
     );
-    Process::spawn(ns, &setpriv, &args)
+    match trace {
+        None => Process::spawn(ns, &setpriv, &args),
+        Some(file) => {
+            let Some(strace) = mgrp_testbed::packages::find("strace") else {
+                mgrp_testbed::packages::require(&["strace"])?;
+                bail!("strace is not on the PATH");
+            };
+            let mut all = vec![
+                "-f".to_owned(),
+                "-qq".into(),
+                // Whole strings: the exec of the overlay is found by its arguments.
+                "-s4096".into(),
+                "-o".into(),
+                file.display().to_string(),
+                "--".into(),
+                setpriv.display().to_string(),
+            ];
+            all.extend(args);
+            Process::spawn(ns, &strace, &all)
+        }
+    }
+}
+
+/// The overlay's own pid: `p`'s, or its child's when `p` is strace.
+fn overlay_pid(p: &Process, traced: bool) -> anyhow::Result<u32> {
+    let pid = p.pid().context("no pid")?;
+    if !traced {
+        return Ok(pid);
+    }
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))?;
+    children
+        .split_whitespace()
+        .next()
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("strace {pid} has no child"))
 }
 
 /// Waits for `line` in `p`'s log.
@@ -103,9 +143,8 @@ fn logged(p: &Process, line: &str) -> anyhow::Result<()> {
     .with_context(|| format!("never logged {line:?}:\n{}", p.log()))
 }
 
-/// A `/proc/PID/status` field of `p`.
-fn status_field(p: &Process, key: &str) -> anyhow::Result<String> {
-    let pid = p.pid().context("no pid")?;
+/// A `/proc/PID/status` field of process `pid`.
+fn status_field(pid: u32, key: &str) -> anyhow::Result<String> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     s.lines()
         .find_map(|l| l.strip_prefix(key))
@@ -134,11 +173,15 @@ fn every_feature_works_under_the_units_with_their_drop_ins() -> anyhow::Result<(
     let (star, daemons) = hosts_with_sandboxed_mgrpds()?;
     let dir = mgrp_testbed::TempDir::new("mgrp-overlay-sandbox")?;
     let sandbox = Sandbox::from_unit(OVERLAY_UNIT, &[PASSIVE_TIMING, ROUTE_CONTROL])?;
+    // Node 1 (measuring, timing packets, running route control) is traced: its
+    // calls are checked against the unit's SystemCallFilter at the end.
+    let trace = dir.path().join("s1.strace");
     let mut overlays = Vec::new();
     for (i, ns) in star.hosts.iter().enumerate() {
         let path = dir.path().join(format!("s{i}.toml"));
         std::fs::write(&path, config(&star, i, &daemons[i].socket, true))?;
-        overlays.push(sandboxed_overlay(ns, &sandbox, &path)?);
+        let traced = (i == 1).then_some(trace.as_path());
+        overlays.push(sandboxed_overlay(ns, &sandbox, &path, traced)?);
     }
     let logs = |o: &[Process]| -> String {
         o.iter()
@@ -155,7 +198,7 @@ fn every_feature_works_under_the_units_with_their_drop_ins() -> anyhow::Result<(
         )?;
     }
     // Who it runs as, and with what.
-    let o = &overlays[1];
+    let o = overlay_pid(&overlays[1], true)?;
     ensure!(
         status_field(o, "Uid:")?
             .split_whitespace()
@@ -240,6 +283,35 @@ fn every_feature_works_under_the_units_with_their_drop_ins() -> anyhow::Result<(
         "an overlay exited\n{}",
         logs(&overlays)
     );
+
+    // Node 1 stops cleanly (SIGTERM to it, not to strace), and every call it and
+    // what it ran (nft, conntrack) made is one its unit's filter allows.
+    // SAFETY: signalling the overlay this test started (strace's child).
+    unsafe { libc::kill(o as libc::pid_t, libc::SIGTERM) };
+    let status = overlays[1]
+        .wait(Duration::from_secs(20))
+        .with_context(|| format!("node 1 did not stop within 20 s\n{}", logs(&overlays)))?;
+    ensure!(
+        status.success(),
+        "node 1 stopped with {status}\n{}",
+        logs(&overlays)
+    );
+    let me = std::env::current_exe()?.display().to_string();
+    let made = sandbox::system_calls_after_exec(
+        &std::fs::read_to_string(&trace)?,
+        &format!("execve(\"{me}\", [\"{me}\", \"overlay\""),
+    )?;
+    let spec = sandbox::system_call_filter(OVERLAY_UNIT)?;
+    let allowed = sandbox::allowed_system_calls(&spec)?;
+    let refused: Vec<&String> = made.iter().filter(|c| !allowed.contains(*c)).collect();
+    ensure!(
+        made.len() > 20 && refused.is_empty(),
+        "the unit's SystemCallFilter ({spec:?}) refuses what the overlay calls: {refused:?} (of {made:?})"
+    );
+    eprintln!(
+        "    sandboxed: {} system calls, all in the unit's filter",
+        made.len()
+    );
     drop(overlays);
     drop(daemons);
     Ok(())
@@ -254,7 +326,7 @@ fn the_base_unit_turns_the_privileged_features_off_and_says_so() -> anyhow::Resu
     let path = dir.path().join("s1.toml");
     std::fs::write(&path, config(&star, 1, &daemons[1].socket, true))?;
     let base = Sandbox::from_unit(OVERLAY_UNIT, &[])?;
-    let mut p = sandboxed_overlay(&star.hosts[1], &base, &path)?;
+    let mut p = sandboxed_overlay(&star.hosts[1], &base, &path, None)?;
     logged(
         &p,
         "[passive] timing: off: it needs CAP_NET_RAW, which this process does not hold; under the packaged unit, add its drop-in: ln -s /usr/share/mgrp/systemd/mgrp-overlay.service.d/passive-timing.conf",
@@ -282,7 +354,7 @@ fn the_base_unit_turns_the_privileged_features_off_and_says_so() -> anyhow::Resu
     let half = "[Service]\nCapabilityBoundingSet=CAP_NET_RAW\nAmbientCapabilities=CAP_NET_RAW\n";
     let sandbox = Sandbox::from_unit(OVERLAY_UNIT, &[half])?;
     std::fs::write(&path, config(&star, 1, &daemons[1].socket, false))?;
-    let q = sandboxed_overlay(&star.hosts[1], &sandbox, &path)?;
+    let q = sandboxed_overlay(&star.hosts[1], &sandbox, &path, None)?;
     logged(
         &q,
         "[passive] timing: off: cannot open a packet socket (Address family not supported by protocol",

@@ -9,7 +9,9 @@
 //! Not applied: the file-system and namespace settings (`ProtectSystem`,
 //! `PrivateTmp`, `RestrictNamespaces`…), `SystemCallFilter` and
 //! `MemoryDenyWriteExecute`. `systemd-analyze verify` and `security --offline`
-//! (scripts/install-check) read those.
+//! (scripts/install-check) read those; for `SystemCallFilter`, tests trace a program
+//! with strace and check its calls against the unit's list
+//! ([`system_calls_after_exec`], [`allowed_system_calls`]).
 
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt as _;
@@ -141,6 +143,89 @@ impl Sandbox {
         a.extend(args.iter().cloned());
         (PathBuf::from("/usr/bin/setpriv"), a)
     }
+}
+
+/// The words of a unit's `SystemCallFilter=` lines (an allow list: names and
+/// `@groups`); an error if it has none or denies instead.
+pub fn system_call_filter(unit: &str) -> anyhow::Result<Vec<String>> {
+    let spec: Vec<String> = unit
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("SystemCallFilter="))
+        .flat_map(|v| v.split_whitespace().map(str::to_owned))
+        .collect();
+    if spec.is_empty() {
+        bail!("the unit has no SystemCallFilter");
+    }
+    if spec.iter().any(|w| w.starts_with('~')) {
+        bail!("a deny list of system calls is not checked here: {spec:?}");
+    }
+    Ok(spec)
+}
+
+/// Every system call `spec` allows, its `@groups` expanded by `systemd-analyze
+/// syscall-filter` (this host's systemd: its groups are what its units get).
+pub fn allowed_system_calls(spec: &[String]) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let Some(analyze) = crate::packages::find("systemd-analyze") else {
+        crate::packages::require(&["systemd-analyze"])?;
+        bail!("systemd-analyze is not on the PATH");
+    };
+    let mut out = std::collections::BTreeSet::new();
+    let mut todo: Vec<String> = spec.to_vec();
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(word) = todo.pop() {
+        if !word.starts_with('@') {
+            out.insert(word);
+            continue;
+        }
+        if !seen.insert(word.clone()) {
+            continue;
+        }
+        let o = std::process::Command::new(&analyze)
+            .args(["syscall-filter", &word])
+            .output()
+            .context("cannot run systemd-analyze")?;
+        if !o.status.success() {
+            bail!(
+                "systemd-analyze syscall-filter {word}: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+        }
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            let item = line.trim();
+            if line.starts_with("    ") && !item.starts_with('#') && !item.is_empty() {
+                todo.push(item.to_owned());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The system calls named in an `strace -f` log after the first line that holds
+/// `exec` (the start of an `execve` call: `execve("/path", ["/path", "role"`) and
+/// succeeded: the program's own calls and those of what it runs.
+pub fn system_calls_after_exec(
+    log: &str,
+    exec: &str,
+) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let start = log
+        .lines()
+        .position(|l| l.contains(exec) && l.trim_end().ends_with("= 0"))
+        .with_context(|| format!("no {exec} in the trace"))?;
+    Ok(log
+        .lines()
+        .skip(start + 1)
+        .filter_map(|l| {
+            let rest = l
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .trim_start();
+            if let Some(r) = rest.strip_prefix("<... ") {
+                return r.split_whitespace().next().map(str::to_owned);
+            }
+            let name = rest.split('(').next()?;
+            (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+                .then(|| name.to_owned())
+        })
+        .collect())
 }
 
 /// The number of address family `name` (`AF_INET`).
@@ -293,6 +378,33 @@ mod tests {
             Sandbox::from_unit("[Service]\nRestrictAddressFamilies=~AF_PACKET\n", &[]).is_err()
         );
         assert!(Sandbox::from_unit("[Service]\nRestrictAddressFamilies=AF_BOGUS\n", &[]).is_err());
+    }
+
+    #[test]
+    fn a_trace_is_read_from_the_programs_exec_on() {
+        let log = "\
+100 execve(\"/bin/setpriv\", [\"setpriv\"], 0x0) = 0
+100 prctl(PR_SET_NO_NEW_PRIVS, 1) = 0
+100 execve(\"/t/me\", [\"/t/me\", \"overlay\"], 0x0) = 0
+100 openat(AT_FDCWD, \"x\", O_RDONLY) = 3
+101 futex(0x1, FUTEX_WAIT <unfinished ...>
+100 --- SIGHUP {si_signo=SIGHUP} ---
+101 <... clock_nanosleep resumed>) = 0
+100 +++ exited with 0 +++
+";
+        let calls =
+            system_calls_after_exec(log, "execve(\"/t/me\", [\"/t/me\", \"overlay\"").unwrap();
+        let want: std::collections::BTreeSet<String> = ["openat", "futex", "clock_nanosleep"]
+            .map(str::to_owned)
+            .into();
+        assert_eq!(calls, want);
+        assert!(system_calls_after_exec(log, "execve(\"/nope\"").is_err());
+        assert_eq!(
+            system_call_filter("[Service]\nSystemCallFilter=@system-service adjtimex\n").unwrap(),
+            ["@system-service", "adjtimex"]
+        );
+        assert!(system_call_filter("[Service]\nSystemCallFilter=~@clock\n").is_err());
+        assert!(system_call_filter("[Service]\n").is_err());
     }
 
     #[test]

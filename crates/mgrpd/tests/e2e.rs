@@ -1812,65 +1812,6 @@ fn trains_to_two_destinations_run_at_once() {
     assert_eq!(s.daemon.probes_sent, 2 * N as u64);
 }
 
-/// Every system call in the filter `spec` (a unit's `SystemCallFilter=` words:
-/// names and `@groups`), its groups expanded by `systemd-analyze syscall-filter`.
-fn allowed_system_calls(spec: &[String]) -> std::collections::BTreeSet<String> {
-    let mut out = std::collections::BTreeSet::new();
-    let mut todo: Vec<String> = spec.to_vec();
-    let mut seen = std::collections::BTreeSet::new();
-    let analyze = mgrp_testbed::packages::find("systemd-analyze").unwrap_or_else(|| {
-        panic!(
-            "{}",
-            mgrp_testbed::packages::require(&["systemd-analyze"]).unwrap_err()
-        )
-    });
-    while let Some(word) = todo.pop() {
-        if !word.starts_with('@') {
-            out.insert(word);
-            continue;
-        }
-        if !seen.insert(word.clone()) {
-            continue;
-        }
-        let o = std::process::Command::new(&analyze)
-            .args(["syscall-filter", &word])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "systemd-analyze syscall-filter {word}");
-        for line in String::from_utf8_lossy(&o.stdout).lines() {
-            let item = line.trim();
-            if line.starts_with("    ") && !item.starts_with('#') && !item.is_empty() {
-                todo.push(item.to_owned());
-            }
-        }
-    }
-    out
-}
-
-/// The system calls named in an `strace -f` log after the line where `program` was
-/// executed.
-fn system_calls_after_exec(log: &str, program: &str) -> std::collections::BTreeSet<String> {
-    let exec = format!("execve(\"{program}\"");
-    let start = log
-        .lines()
-        .position(|l| l.contains(&exec) && l.trim_end().ends_with("= 0"))
-        .unwrap_or_else(|| panic!("no execve of {program} in the trace"));
-    log.lines()
-        .skip(start + 1)
-        .filter_map(|l| {
-            let rest = l
-                .trim_start_matches(|c: char| c.is_ascii_digit())
-                .trim_start();
-            if let Some(r) = rest.strip_prefix("<... ") {
-                return r.split_whitespace().next().map(str::to_owned);
-            }
-            let name = rest.split('(').next()?;
-            (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-                .then(|| name.to_owned())
-        })
-        .collect()
-}
-
 /// The unit's `SystemCallFilter` allows every system call mgrpd makes under its
 /// other settings, traced with strace from its start to its clean stop: trains with
 /// riders, a TCP flow through the tunnel, its metrics (the clock read with adjtimex),
@@ -1889,17 +1830,8 @@ fn the_units_system_call_filter_allows_every_call_mgrpd_makes() {
     });
     let unit =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/mgrpd.service")).unwrap();
-    let spec: Vec<String> = unit
-        .lines()
-        .filter_map(|l| l.strip_prefix("SystemCallFilter="))
-        .flat_map(|v| v.split_whitespace().map(str::to_owned))
-        .collect();
-    assert!(!spec.is_empty(), "the unit has no SystemCallFilter");
-    assert!(
-        !spec.iter().any(|w| w.starts_with('~')),
-        "an allow list is expected: {spec:?}"
-    );
-    let allowed = allowed_system_calls(&spec);
+    let spec = mgrp_testbed::sandbox::system_call_filter(&unit).unwrap();
+    let allowed = mgrp_testbed::sandbox::allowed_system_calls(&spec).unwrap();
     // The unit's capabilities and no-new-privileges; its address families are
     // another test's (they need a test binary that installs their filter).
     let sandbox = mgrp_testbed::sandbox::Sandbox {
@@ -1913,6 +1845,8 @@ fn the_units_system_call_filter_allows_every_call_mgrpd_makes() {
     let mut prefix: Vec<String> = vec![
         "-f".into(),
         "-qq".into(),
+        // Whole strings: the exec of the program is found by its arguments.
+        "-s4096".into(),
         "-o".into(),
         trace.display().to_string(),
         "--".into(),
@@ -1971,7 +1905,8 @@ fn the_units_system_call_filter_allows_every_call_mgrpd_makes() {
         .expect("mgrpd stopped within 20 s");
     assert!(status.success(), "{}", a.process.log());
     let log = std::fs::read_to_string(&trace).unwrap();
-    let made = system_calls_after_exec(&log, &me);
+    let made =
+        mgrp_testbed::sandbox::system_calls_after_exec(&log, &format!("execve(\"{me}\"")).unwrap();
     assert!(made.len() > 20, "too few calls traced: {made:?}");
     let refused: Vec<&String> = made.iter().filter(|c| !allowed.contains(*c)).collect();
     assert!(

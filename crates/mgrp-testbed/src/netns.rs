@@ -48,7 +48,14 @@ pub fn root_or_skip(name: &str) -> bool {
     if is_root() {
         return true;
     }
-    eprintln!("{name}: skipped, needs root to create network namespaces");
+    note_skip(name, "needs root to create network namespaces");
+    false
+}
+
+/// Says that `name` skipped and `why`, and notes it in the file `MGRP_SKIPPED` names,
+/// if set (see [`root_or_skip`]).
+pub fn note_skip(name: &str, why: &str) {
+    eprintln!("{name}: skipped, {why}");
     if let Some(path) = std::env::var_os("MGRP_SKIPPED") {
         use std::io::Write as _;
         let noted = std::fs::OpenOptions::new()
@@ -61,7 +68,6 @@ pub fn root_or_skip(name: &str) -> bool {
             eprintln!("{name}: cannot note the skip in MGRP_SKIPPED: {e}");
         }
     }
-    false
 }
 
 /// Whether this process may create namespaces (root).

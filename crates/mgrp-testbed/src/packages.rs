@@ -52,6 +52,22 @@ fn is_executable(p: &Path) -> bool {
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// Why `command`'s package cannot be installed on this system, if the test command
+/// (`scripts/test`) found it cannot: it names each such command and the reason in
+/// `MGRP_UNAVAILABLE` (`command: why` lines), and a test that needs one skips
+/// instead of failing. Not set (as under `cargo test` alone): `None`.
+pub fn unavailable(command: &str) -> Option<String> {
+    unavailable_in(&std::env::var("MGRP_UNAVAILABLE").ok()?, command)
+}
+
+/// [`unavailable`] in the text `list`.
+fn unavailable_in(list: &str, command: &str) -> Option<String> {
+    list.lines().find_map(|l| {
+        let (c, why) = l.split_once(':')?;
+        (c.trim() == command).then(|| why.trim().to_owned())
+    })
+}
+
 /// Checks that every command in `commands` is installed, and otherwise says which
 /// packages bring the missing ones and how to install them. A command that is not
 /// in the list is looked for all the same and named as itself.
@@ -109,6 +125,18 @@ pub fn require_for_demo() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_the_test_command_found_unavailable_is_named_with_its_reason() {
+        let list = "chromium: Ubuntu ships chromium only as a snap\nfoo: bar: baz\n";
+        assert_eq!(
+            unavailable_in(list, "chromium").as_deref(),
+            Some("Ubuntu ships chromium only as a snap")
+        );
+        assert_eq!(unavailable_in(list, "foo").as_deref(), Some("bar: baz"));
+        assert_eq!(unavailable_in(list, "chrom"), None);
+        assert_eq!(unavailable_in("", "chromium"), None);
+    }
 
     #[test]
     fn the_list_names_a_package_and_a_use_for_every_command() {

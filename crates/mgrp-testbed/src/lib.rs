@@ -27,6 +27,7 @@ pub mod http;
 pub mod link;
 pub mod packages;
 pub mod paper;
+pub mod previous;
 pub mod qdisc;
 pub mod sandbox;
 pub mod threads;

@@ -645,7 +645,7 @@ impl Keyring {
         drop(current);
         if changed {
             info!(
-                "keys reloaded: packets are sealed with each peer's key-file and opened with it or its next-key-file; tags of version {}, taken from version {} on",
+                "keys reloaded: packets are sealed with each peer's key (its key-file, or derived from its public-key) and opened with it or its next one (next-key-file, next-public-key, next-private-key-file); tags of version {}, taken from version {} on",
                 scheme.number(),
                 accept.min(scheme).number()
             );

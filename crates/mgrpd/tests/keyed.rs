@@ -275,7 +275,29 @@ fn a_restarted_daemon_does_not_take_a_packet_again() {
     if !root_or_skip("windows_across_restarts") {
         return;
     }
-    let key = TempFile::key(&Key::from_bytes([0x5e; 32]));
+    windows_outlive_a_restart(mgrpd(), 0x5e);
+}
+
+/// An upgrade from the previous release (0.1.0, `mgrp_testbed::previous`) keeps B's
+/// replay windows: B runs 0.1.0's mgrpd and takes this version's keyed probes from A,
+/// stops, and this version's mgrpd, started on its state file, reads the windows and
+/// refuses a probe the old one took; A's later probes are taken.
+#[test]
+fn an_upgrade_from_the_previous_release_keeps_the_replay_windows() {
+    let _serial = serial();
+    if !root_or_skip("an_upgrade_from_the_previous_release_keeps_the_replay_windows") {
+        return;
+    }
+    let previous = mgrp_testbed::previous::program("mgrpd", "mgrpd")
+        .unwrap_or_else(|e| panic!("mgrpd of the previous release: {e:#}"));
+    windows_outlive_a_restart(&previous, 0x5f);
+}
+
+/// B runs `first_b` and takes a train of A's (this version's) keyed probes, stops,
+/// and this version's mgrpd started on its state file reads the windows, refuses one
+/// of those probes sent again, and takes A's next train.
+fn windows_outlive_a_restart(first_b: &std::path::Path, key_byte: u8) {
+    let key = TempFile::key(&Key::from_bytes([key_byte; 32]));
     let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
     let route_b = format!("{ADDR_B}/32");
     let route_a = format!("{ADDR_A}/32");
@@ -286,7 +308,7 @@ fn a_restarted_daemon_does_not_take_a_packet_again() {
     )
     .expect("mgrpd on A");
     let args_b = ["--route", route_a.as_str(), "--key-file", &key.arg()];
-    let mut b = Daemon::start(&net.b, mgrpd(), &args_b).expect("mgrpd on B");
+    let mut b = Daemon::start(&net.b, first_b, &args_b).expect("mgrpd on B");
     let tap = tap(&net.b, false);
     train(&a, ADDR_B);
     let probe = next_probe(&tap, ADDR_A, false).expect("a probe of A's seen at B");
@@ -312,56 +334,6 @@ fn a_restarted_daemon_does_not_take_a_packet_again() {
     let s = wait_for(&b2, |s| s.daemon.probes_received >= 20);
     assert_eq!(s.daemon.probes_received, 20, "{s:#?}");
     drop(b);
-}
-
-/// An upgrade from the previous release (0.1.0, `mgrp_testbed::previous`) keeps B's
-/// replay windows: B runs 0.1.0's mgrpd and takes this version's keyed probes from A,
-/// stops, and this version's mgrpd, started on its state file, reads the windows and
-/// refuses a probe the old one took; A's later probes are taken.
-#[test]
-fn an_upgrade_from_the_previous_release_keeps_the_replay_windows() {
-    let _serial = serial();
-    if !root_or_skip("an_upgrade_from_the_previous_release_keeps_the_replay_windows") {
-        return;
-    }
-    let previous = mgrp_testbed::previous::program("mgrpd", "mgrpd")
-        .unwrap_or_else(|e| panic!("mgrpd of the previous release: {e:#}"));
-    let key = TempFile::key(&Key::from_bytes([0x5f; 32]));
-    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
-    let route_b = format!("{ADDR_B}/32");
-    let route_a = format!("{ADDR_A}/32");
-    let a = Daemon::start(
-        &net.a,
-        mgrpd(),
-        &["--route", &route_b, "--key-file", &key.arg()],
-    )
-    .expect("mgrpd on A");
-    let args_b = ["--route", route_a.as_str(), "--key-file", &key.arg()];
-    let mut old_b = Daemon::start(&net.b, &previous, &args_b).expect("0.1.0's mgrpd on B");
-    let tap = tap(&net.b, false);
-    train(&a, ADDR_B);
-    let probe = next_probe(&tap, ADDR_A, false).expect("a probe of A's seen at B");
-    let s = wait_for(&old_b, |s| s.daemon.probes_received >= 20);
-    assert_eq!(s.daemon.probes_received, 20, "0.1.0 took: {s:#?}");
-    old_b.process.stop();
-    let tun = old_b.tun.clone();
-    let b = Daemon::restart(&net.b, mgrpd(), &tun, &args_b).expect("this mgrpd on B");
-    assert!(
-        b.process.log().contains("replay windows of 1 peers read"),
-        "{}",
-        b.process.log()
-    );
-    send_from(&net.a, false, 0, ADDR_B, &probe);
-    let s = wait_for(&b, |s| s.daemon.mgrp_replayed > 0);
-    assert_eq!(
-        (s.daemon.mgrp_replayed, s.daemon.probes_received),
-        (1, 0),
-        "{s:#?}"
-    );
-    train(&a, ADDR_B);
-    let s = wait_for(&b, |s| s.daemon.probes_received >= 20);
-    assert_eq!(s.daemon.probes_received, 20, "{s:#?}");
-    drop(old_b);
 }
 
 /// What becomes of B's state file after it was killed.

@@ -298,62 +298,6 @@ fn sighup_reads_the_file_again_and_a_broken_file_changes_nothing() {
     a.stop();
 }
 
-/// A mesh description served over TLS on loopback, asking for a token; the text can
-/// be changed while it serves. Stops on drop.
-struct DescriptionServer {
-    port: u16,
-    text: std::sync::Arc<std::sync::Mutex<String>>,
-    stop: tokio::sync::watch::Sender<bool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl DescriptionServer {
-    fn start(cert: &std::path::Path, key: &std::path::Path, token: &str, text: &str) -> Self {
-        use axum::http::{HeaderMap, StatusCode};
-        let tls = mgrp_overlay::api::tls::ServerTls::load(cert, key).unwrap();
-        let shared = std::sync::Arc::new(std::sync::Mutex::new(text.to_owned()));
-        let (served, want) = (shared.clone(), format!("Bearer {token}"));
-        let app = axum::Router::new().route(
-            "/mesh.toml",
-            axum::routing::get(move |headers: HeaderMap| {
-                let (served, want) = (served.clone(), want.clone());
-                async move {
-                    let ok = headers
-                        .get("authorization")
-                        .is_some_and(|v| v.as_bytes() == want.as_bytes());
-                    if ok {
-                        (StatusCode::OK, mgrp_rt::lock(&served).clone())
-                    } else {
-                        (StatusCode::UNAUTHORIZED, String::new())
-                    }
-                }
-            }),
-        );
-        let (stop, shutdown) = tokio::sync::watch::channel(false);
-        let (addr, thread) = common::serve_app(app, Some(tls), Default::default(), shutdown);
-        let port = addr.port();
-        Self {
-            port,
-            text: shared,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn set(&self, text: &str) {
-        *mgrp_rt::lock(&self.text) = text.to_owned();
-    }
-}
-
-impl Drop for DescriptionServer {
-    fn drop(&mut self) {
-        let _ = self.stop.send(true);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// A description of members on loopback addresses, each measured by `b` by pathChirp
 /// over UDP.
 fn description(members: &[&str]) -> String {
@@ -384,13 +328,22 @@ fn a_description_fetched_over_https_is_followed_as_it_changes() {
     let (ca, cert, key) = common::authority_and_server(&dir, "mesh");
     let token = "0123456789abcdef0123";
     let token_file = dir.private("mesh-token", token);
-    let server = DescriptionServer::start(&cert, &key, token, &description(&["b", "a"]));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = mgrp_testbed::tls::DocumentServer::start(
+        listener,
+        &cert,
+        &key,
+        "/mesh.toml",
+        token,
+        &description(&["b", "a"]),
+    )
+    .unwrap();
     let api = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
     let probe = free_port();
     let text = |ca: &std::path::Path, token: &std::path::Path| {
         format!(
             "listen = \"{api}\"\nprobe-port-base = {probe}\nmesh = \"https://127.0.0.1:{}/mesh.toml\"\nmesh-ca-file = \"{}\"\nmesh-token-file = \"{}\"\nmesh-refresh = \"1s\"\nnode = \"b\"\n[serve]\ntransports = []\n",
-            server.port,
+            server.addr().port(),
             ca.display(),
             token.display()
         )

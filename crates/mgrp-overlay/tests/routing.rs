@@ -320,18 +320,11 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
 
     // The relays' APIs speak only TLS and want a token: W polls them with the token
     // inside TLS, trusting the authority that signed their certificates.
-    let ca_key = rcgen::KeyPair::generate()?;
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key)?;
-    let ca_file = private(&dir.0, "ca.pem", &ca.pem())?;
+    let authority = mgrp_testbed::tls::Authority::new(&dir.0, "relays")?;
+    let ca_file = authority.ca_file.clone();
     let relay_token = private(&dir.0, "relay.token", "relay-token-0123456789")?;
     let tls = |name: &str, addr: Ipv4Addr| -> anyhow::Result<String> {
-        let key = rcgen::KeyPair::generate()?;
-        let cert =
-            rcgen::CertificateParams::new(vec![addr.to_string()])?.signed_by(&key, &ca, &ca_key)?;
-        let cert_file = private(&dir.0, &format!("{name}.crt"), &cert.pem())?;
-        let key_file = private(&dir.0, &format!("{name}.key"), &key.serialize_pem())?;
+        let (cert_file, key_file) = authority.server(name, &addr.to_string())?;
         Ok(format!(
             "tls-cert = \"{}\"\ntls-key = \"{}\"\ntoken-file = \"{}\"\n",
             cert_file.display(),

@@ -13,7 +13,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use common::{Api, Dir, authority_and_server, tls_node};
 use mgrp_overlay::config::Config;
 use mgrp_route::control::http_get;
-use mgrp_route::tls::ClientTls;
+use mgrp_service::tls::ClientTls;
 use mgrp_views::link::Links;
 
 #[test]

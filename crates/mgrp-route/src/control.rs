@@ -345,7 +345,7 @@ pub fn http_get<T: DeserializeOwned>(
     api: SocketAddr,
     path: &str,
     token: Option<&str>,
-    tls: Option<&crate::tls::ClientTls>,
+    tls: Option<&mgrp_service::tls::ClientTls>,
 ) -> Result<T, String> {
     let timeout = Duration::from_millis(700);
     let s = TcpStream::connect_timeout(&api, timeout).map_err(|e| format!("{api}: {e}"))?;
@@ -371,7 +371,7 @@ fn exchange<T: DeserializeOwned>(
     path: &str,
     token: Option<&str>,
 ) -> Result<T, String> {
-    let text = crate::http::get(s, &api.to_string(), path, token, 16 << 20)
+    let text = mgrp_service::http::get(s, &api.to_string(), path, token, 16 << 20)
         .map_err(|e| format!("{api}{path}: {e}"))?;
     serde_json::from_str(&text).map_err(|e| format!("{api}{path}: {e}"))
 }

@@ -9,7 +9,6 @@
 //! - [`model`]: sans-IO — candidate paths scored by a throughput model from the
 //!   hops' estimates and heartbeats (`mgrp_core::heartbeat`), switched by SAFIRE's
 //!   bandwidth-ratio rule.
-//! - [`tls`]: how the members' APIs are spoken to over TLS (`ca-file`).
 //! - [`settings`]: the `[routing]` section, checked.
 //! - [`policy`]: the policy routing that steers flows — rules, routes, tables and
 //!   conntrack marks.
@@ -17,9 +16,7 @@
 //!   destination decided, the kernel steered, the state the API shows.
 
 pub mod control;
-pub mod http;
 pub mod model;
 mod netlink;
 pub mod policy;
 pub mod settings;
-pub mod tls;

@@ -60,7 +60,7 @@ pub struct Member {
     /// The token its API wants, if any.
     pub token: Option<String>,
     /// How its API is spoken to over TLS (`ca-file`), when it serves TLS.
-    pub tls: Option<crate::tls::ClientTls>,
+    pub tls: Option<mgrp_service::tls::ClientTls>,
 }
 
 impl std::fmt::Debug for Member {
@@ -327,7 +327,7 @@ impl RoutingFile {
                     };
                     let name = name.clone().unwrap_or_else(|| api.ip().to_string());
                     Some(
-                        crate::tls::ClientTls::load(&ca, &name)
+                        mgrp_service::tls::ClientTls::load(&ca, &name)
                             .map_err(|e| invalid(format!("{key}: ca-file: {e}")))?,
                     )
                 }

@@ -15,8 +15,8 @@
 //! - and, in modules of their own: the paper's testbed ([`paper`], with the user-space
 //!   [`delay`] line and the bottleneck's [`accounting`]), cross traffic ([`traffic`]),
 //!   a tool's two commands ([`tool`]), qdisc counters ([`qdisc`]), the namespace
-//!   tests' harness ([`harness`]), the host's load ([`host`]), and the Debian packages
-//!   the tests need ([`packages`]).
+//!   tests' harness ([`harness`]), the host's load ([`host`]), the Debian packages
+//!   the tests need ([`packages`]), and certificates and an HTTPS server ([`tls`]).
 
 pub mod accounting;
 pub mod delay;
@@ -31,6 +31,7 @@ pub mod previous;
 pub mod qdisc;
 pub mod sandbox;
 pub mod threads;
+pub mod tls;
 pub mod tool;
 pub mod traffic;
 

@@ -319,6 +319,11 @@ async fn serve(
     let mut int = signal(SignalKind::interrupt())?;
     // SIGHUP loads the configuration again: peers, keys and routes follow it.
     let mut hup = signal(SignalKind::hangup())?;
+    // mesh-refresh reads (fetches) the description again on its period and puts
+    // what changed in force as SIGHUP does, saying nothing when nothing did.
+    let mut refresh = tokio::time::interval(config.mesh_refresh.unwrap_or(Duration::MAX / 4));
+    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    refresh.tick().await;
     let mut failure = None;
     tokio::pin!(fatal);
     loop {
@@ -327,8 +332,12 @@ async fn serve(
             _ = int.recv() => info!("SIGINT: shutting down"),
             _ = hup.recv() => {
                 notifier.reloading();
-                reload(config, daemon, demand, &keyring).await;
+                reload(config, daemon, demand, &keyring, Trigger::Signal).await;
                 notifier.ready("ready: configuration reloaded");
+                continue;
+            }
+            _ = refresh.tick(), if config.mesh_refresh.is_some() => {
+                reload(config, daemon, demand, &keyring, Trigger::MeshRefresh).await;
                 continue;
             }
             _ = watchdog.tick(), if notifier.watchdog().is_some() => {
@@ -370,37 +379,65 @@ async fn serve(
     }
 }
 
+/// What started a reload: it names the log lines.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    /// SIGHUP (`systemctl reload`).
+    Signal,
+    /// `mesh-refresh`'s period.
+    MeshRefresh,
+}
+
+impl std::fmt::Display for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Signal => "SIGHUP",
+            Self::MeshRefresh => "mesh-refresh",
+        })
+    }
+}
+
 /// Loads the configuration again and puts in force what a reload may change: the
 /// peers, their keys and the routes into the tunnel ([`crate::config::reload`]).
-/// A configuration that does not load, or whose peers cannot change while mgrpd
-/// runs, changes nothing; the log says why.
+/// A configuration that does not load (a description that cannot be fetched), or
+/// whose peers cannot change while mgrpd runs, changes nothing; the log says why.
+/// A periodic refresh that changes nothing says nothing.
 async fn reload(
     config: &Config,
     daemon: &Daemon,
     demand: &Demand,
     keyring: &crate::keyring::Keyring,
+    by: Trigger,
 ) {
-    let Some(cli) = &config.reload else {
+    let Some(cli) = config.reload.clone() else {
         return;
     };
-    let new = match Config::load(cli) {
-        Ok(new) => new,
+    // Files read, a description perhaps fetched over the network: off the runtime.
+    let new = match tokio::task::spawn_blocking(move || Config::load(&cli)).await {
+        Ok(Ok(new)) => new,
+        Ok(Err(e)) => {
+            warn!("{by}: the configuration does not load ({e}); nothing changes");
+            return;
+        }
         Err(e) => {
-            warn!("SIGHUP: the configuration does not load ({e}); nothing changes");
+            warn!("{by}: the configuration could not be loaded ({e}); nothing changes");
             return;
         }
     };
     let plan = match crate::config::reload::plan(config, &new) {
         Ok(plan) => plan,
         Err(why) => {
-            warn!("SIGHUP: nothing changes: {why}");
+            warn!("{by}: nothing changes: {why}");
             return;
         }
     };
+    if by == Trigger::MeshRefresh && plan.is_empty() {
+        return;
+    }
     // The pacer first: no rider reaches a new peer before its route is in place,
     // and by then the pacer plans for the peer's own path.
     if !daemon.queues.encap(plan.peering.encap.clone()).await {
-        warn!("SIGHUP: the pacer could not be told the peers' encapsulation; nothing changes");
+        warn!("{by}: the pacer could not be told the peers' encapsulation; nothing changes");
         return;
     }
     let keys = plan.peering.keys.clone();
@@ -408,9 +445,9 @@ async fn reload(
     config.set_peering(plan.peering.clone());
     if no_peer {
         // Nothing to seal for, and the keys in force stay for the peers to come.
-        info!("SIGHUP: no peer is left; the keys in force stay");
+        info!("{by}: no peer is left; the keys in force stay");
     } else if let Err(e) = keyring.reload(keys, new.auth, new.auth_accept) {
-        warn!("SIGHUP: keys not reloaded: {e}");
+        warn!("{by}: keys not reloaded: {e}");
     }
     daemon.net().endpoints().reshape();
     if config.manage_routes && !config.route_on_demand {
@@ -418,10 +455,10 @@ async fn reload(
             .reroute(&plan.removed_routes, &plan.added_routes)
             .await
         {
-            warn!("SIGHUP: {e}");
+            warn!("{by}: {e}");
         }
     }
-    info!("SIGHUP: reloaded: {}", plan.describe());
+    info!("{by}: reloaded: {}", plan.describe());
 }
 
 /// Says at start what running without keys, or with version 1 tags, exposes.

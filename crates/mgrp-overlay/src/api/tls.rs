@@ -1,6 +1,6 @@
 //! TLS for the node's API with its certificate and key ([`ServerTls`], read with the
 //! configuration): rustls with the ring provider (as route control's polls of
-//! members' APIs, `mgrp_route::tls`), TLS 1.2 and 1.3, no client certificates
+//! members' APIs, `mgrp_service::tls`), TLS 1.2 and 1.3, no client certificates
 //! (requests carry the bearer token, now only inside TLS). Handshakes run in tasks of
 //! their own, each bounded in time, their number bounded in all and per host, so a
 //! client that stalls in one holds up no other.

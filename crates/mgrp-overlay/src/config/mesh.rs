@@ -9,9 +9,9 @@ use std::path::Path;
 
 use mgrp_mesh::{Mesh, Transport as MeshTransport};
 
+use super::File;
 use super::check::{ConfigError, invalid};
 use super::link::LinkFile;
-use super::{File, fetch};
 use crate::measure::registry::Method;
 use pathload_rs::control::Transport;
 
@@ -32,28 +32,14 @@ pub(super) fn apply(f: &mut File, dir: Option<&Path>) -> Result<(), ConfigError>
             ));
         }
     };
-    let in_dir = |p: &Path| match dir {
-        Some(d) if p.is_relative() => d.join(p),
-        _ => p.to_path_buf(),
-    };
-    let text = if fetch::is_url(&path) {
-        let token = match &f.mesh_token_file {
-            Some(p) => Some(mgrp_service::settings::read_token_file(p, dir)?.1),
-            None => None,
-        };
-        let ca = f.mesh_ca_file.as_deref().map(in_dir);
-        fetch::fetch(&path, ca.as_deref(), token.as_deref())
-            .map_err(|e| invalid(format!("mesh: {e}")))?
-    } else {
-        if f.mesh_ca_file.is_some() || f.mesh_token_file.is_some() {
-            return Err(invalid(
-                "mesh-ca-file and mesh-token-file are for a mesh fetched over https://".into(),
-            ));
-        }
-        let p = in_dir(Path::new(&path));
-        std::fs::read_to_string(&p)
-            .map_err(|e| invalid(format!("mesh: cannot read {}: {e}", p.display())))?
-    };
+    let text = mgrp_service::fetch::Source {
+        mesh: &path,
+        ca_file: f.mesh_ca_file.as_deref(),
+        token_file: f.mesh_token_file.as_deref(),
+        dir,
+    }
+    .read()
+    .map_err(|e| invalid(format!("mesh: {e}")))?;
     let path = std::path::PathBuf::from(path);
     let mesh = Mesh::parse(&text).map_err(|e| invalid(format!("mesh {}: {e}", path.display())))?;
     let plan = mesh

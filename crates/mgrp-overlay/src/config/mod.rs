@@ -8,7 +8,6 @@
 //! - [`tls`]: the API's certificate and key.
 
 mod check;
-mod fetch;
 mod link;
 mod mesh;
 mod prediction;

@@ -1,11 +1,11 @@
 //! The API's certificate and key (`tls-cert`, `tls-key`), read and checked with the
 //! configuration: rustls with the ring provider, as route control's client side
-//! (`mgrp_route::tls`). `api::tls` serves with them.
+//! (`mgrp_service::tls`). `api::tls` serves with them.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use mgrp_route::tls::{certificates, provider};
+use mgrp_service::tls::{certificates, provider};
 use rustls::pki_types::PrivateKeyDer;
 use rustls::pki_types::pem::PemObject as _;
 

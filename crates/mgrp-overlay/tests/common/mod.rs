@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use mgrp_overlay::api::http;
 use mgrp_overlay::config::Config;
 use mgrp_overlay::node::Node;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -198,20 +197,9 @@ impl Drop for Dir {
 /// An authority and a certificate it signed for 127.0.0.1, in `dir`: the
 /// authority's certificate, the server's certificate and its key.
 pub fn authority_and_server(dir: &Dir, tag: &str) -> (PathBuf, PathBuf, PathBuf) {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
-    (
-        dir.private(&format!("{tag}-ca.pem"), &ca.pem()),
-        dir.private(&format!("{tag}-cert.pem"), &cert.pem()),
-        dir.private(&format!("{tag}-key.pem"), &key.serialize_pem()),
-    )
+    let authority = mgrp_testbed::tls::Authority::new(&dir.0, tag).unwrap();
+    let (cert, key) = authority.server(tag, "127.0.0.1").unwrap();
+    (authority.ca_file.clone(), cert, key)
 }
 
 /// A node named `name` that measures nothing and serves nothing, its API over TLS

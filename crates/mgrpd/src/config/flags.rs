@@ -198,11 +198,22 @@ pub struct Cli {
     /// packets but seal none (see the guide).
     #[arg(long, value_name = "FILE")]
     pub next_private_key_file: Option<PathBuf>,
-    /// Take peers and routes from this mesh description (docs/mesh.md): each member
-    /// this host measures with becomes a peer, named, with its public key, and a
-    /// route. Needs --node.
+    /// Take peers and routes from this mesh description (docs/mesh.md), a file or an
+    /// https:// URL: each member this host measures with becomes a peer, named, with
+    /// its public key, and a route. Needs --node.
+    #[arg(long, value_name = "FILE|URL")]
+    pub mesh: Option<String>,
+    /// The authority (PEM) that signed the certificate of the server a --mesh URL
+    /// names.
     #[arg(long, value_name = "FILE")]
-    pub mesh: Option<PathBuf>,
+    pub mesh_ca_file: Option<PathBuf>,
+    /// A file holding the bearer token the server a --mesh URL names asks for.
+    #[arg(long, value_name = "FILE")]
+    pub mesh_token_file: Option<PathBuf>,
+    /// Read (fetch) the mesh description again this often and put what changed in
+    /// force, as SIGHUP does (e.g. 5m; at least 1s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub mesh_refresh: Option<Duration>,
     /// This host's name in the mesh description.
     #[arg(long, value_name = "NAME")]
     pub node: Option<String>,
@@ -273,6 +284,9 @@ impl Cli {
             s.private_key_file => Some(private_key_file),
             s.next_private_key_file => Some(next_private_key_file),
             s.mesh => Some(mesh),
+            s.mesh_ca_file => Some(mesh_ca_file),
+            s.mesh_token_file => Some(mesh_token_file),
+            s.mesh_refresh => Some(mesh_refresh),
             s.node => Some(node),
             s.auth => (auth),
             s.auth_accept => Some(auth_accept),

@@ -1,8 +1,10 @@
-//! `mesh` and `node`: this host's part of a mesh description (`mgrp-mesh`) as
-//! settings. Each member this host exchanges probes with becomes a `[[peers]]` table
+//! `mesh` and `node`: this host's part of a mesh description (`mgrp-mesh`), read
+//! from a file or fetched over HTTPS (`mgrp_service::fetch`), as settings. Each member this host exchanges probes with becomes a `[[peers]]` table
 //! (its address as a host prefix, its name, its public key) and a route to its
 //! address. What the file's own tables and routes say stays: a `[[peers]]` table for
 //! a member's address is the operator's, and the mesh adds only what is not there.
+
+use std::time::Duration;
 
 use ipnet::IpNet;
 use mgrp_core::peers::Prefix;
@@ -14,6 +16,14 @@ use super::settings::{PeerSettings, Settings};
 /// Adds the peers and routes of this host's part of the mesh, if one is named.
 pub(super) fn apply(s: &mut Settings) -> Result<(), ConfigError> {
     let (path, node) = match (&s.mesh, &s.node) {
+        (None, None) if s.mesh_refresh.is_some() => {
+            return Err(bad("mesh-refresh: give mesh too"));
+        }
+        (None, None) if s.mesh_ca_file.is_some() || s.mesh_token_file.is_some() => {
+            return Err(bad(
+                "mesh-ca-file and mesh-token-file are for a mesh fetched over https://: give mesh too",
+            ));
+        }
         (None, None) => return Ok(()),
         (Some(path), Some(node)) => (path.clone(), node.clone()),
         (Some(_), None) => {
@@ -21,12 +31,21 @@ pub(super) fn apply(s: &mut Settings) -> Result<(), ConfigError> {
         }
         (None, Some(_)) => return Err(bad("node names this host in a mesh: give mesh too")),
     };
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| bad(format!("cannot read mesh {}: {e}", path.display())))?;
-    let mesh = Mesh::parse(&text).map_err(|e| bad(format!("mesh {}: {e}", path.display())))?;
+    if s.mesh_refresh.is_some_and(|d| d < Duration::from_secs(1)) {
+        return Err(bad("mesh-refresh: use at least 1s"));
+    }
+    let text = mgrp_service::fetch::Source {
+        mesh: &path,
+        ca_file: s.mesh_ca_file.as_deref(),
+        token_file: s.mesh_token_file.as_deref(),
+        dir: None,
+    }
+    .read()
+    .map_err(|e| bad(format!("mesh: {e}")))?;
+    let mesh = Mesh::parse(&text).map_err(|e| bad(format!("mesh {path}: {e}")))?;
     let plan = mesh
         .plan(&node)
-        .map_err(|e| bad(format!("mesh {}: {e}", path.display())))?;
+        .map_err(|e| bad(format!("mesh {path}: {e}")))?;
     for p in &plan.peers {
         let prefix = Prefix::host(p.address);
         if !s.peers.iter().any(|t| t.prefix == prefix) {

@@ -78,6 +78,8 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// The command line this was loaded with, to load the keys again on SIGHUP.
     pub reload: Option<Cli>,
+    /// How often the mesh description is read again and put in force, if at all.
+    pub mesh_refresh: Option<Duration>,
     /// Where the pacer runs (see [`PacerCpu`]).
     pub pacer_cpu: PacerCpu,
     /// Whether to ask for SCHED_FIFO.
@@ -261,6 +263,7 @@ impl Config {
             auth_accept: s.auth_accept.unwrap_or(s.auth),
             state_dir: s.state_dir.clone(),
             reload: None,
+            mesh_refresh: s.mesh_refresh,
             pacer_cpu: s.pacer_cpu,
             realtime: s.realtime,
             busy_poll_margin: s.busy_poll_margin,

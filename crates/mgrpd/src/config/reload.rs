@@ -23,9 +23,23 @@ pub struct Reload {
     pub removed_routes: Vec<IpNet>,
     /// Settings that changed but take a restart (their values in force stay).
     pub need_restart: Vec<&'static str>,
+    /// Whether anything else of the peering differs: a kept peer's key, name,
+    /// sources or endpoint.
+    pub peering_changed: bool,
 }
 
 impl Reload {
+    /// Whether the reload changes nothing in force (a periodic refresh then says
+    /// nothing; settings that wait for a restart were said by the reload that first
+    /// saw them).
+    pub fn is_empty(&self) -> bool {
+        self.added_peers.is_empty()
+            && self.removed_peers.is_empty()
+            && self.added_routes.is_empty()
+            && self.removed_routes.is_empty()
+            && !self.peering_changed
+    }
+
     /// One line for the log.
     pub fn describe(&self) -> String {
         let list = |v: &[String]| {
@@ -122,6 +136,9 @@ pub fn plan(old: &Config, new: &Config) -> Result<Reload, String> {
         added_routes: ra.difference(&rb).copied().collect(),
         removed_routes: rb.difference(&ra).copied().collect(),
         need_restart: need_restart(old, new),
+        // Keys by value (they print without their bytes), the rest as it prints, as
+        // need_restart compares.
+        peering_changed: was.keys != now.keys || format!("{:?}", *was) != format!("{:?}", *now),
         peering: (*now).clone(),
     })
 }

@@ -88,8 +88,16 @@ pub(crate) struct Settings {
     #[serde(deserialize_with = "de_opt_auth")]
     pub(crate) auth_accept: Option<Scheme>,
     pub(crate) state_dir: PathBuf,
-    /// A mesh description this host takes its peers and routes from.
-    pub(crate) mesh: Option<PathBuf>,
+    /// A mesh description this host takes its peers and routes from: a file or an
+    /// `https://` URL.
+    pub(crate) mesh: Option<String>,
+    /// The authority that signed the certificate of the server a mesh URL names.
+    pub(crate) mesh_ca_file: Option<PathBuf>,
+    /// A token the server a mesh URL names asks for.
+    pub(crate) mesh_token_file: Option<PathBuf>,
+    /// How often the description is read again and put in force, if at all.
+    #[serde(deserialize_with = "de_opt_duration")]
+    pub(crate) mesh_refresh: Option<Duration>,
     /// This host's name in the mesh.
     pub(crate) node: Option<String>,
     #[serde(deserialize_with = "de_encap")]
@@ -141,6 +149,9 @@ impl Default for Settings {
             auth_accept: None,
             state_dir: PathBuf::from("/var/lib/mgrp"),
             mesh: None,
+            mesh_ca_file: None,
+            mesh_token_file: None,
+            mesh_refresh: None,
             node: None,
             encap: EncapArg::Raw,
             wire: DEFAULT_WIRE,

@@ -970,9 +970,67 @@ fn a_reload_changes_peers_and_routes_and_names_what_waits_for_a_restart() {
     assert!(clone.peering().peers.is_peer("10.1.0.9".parse().unwrap()));
     assert!(!clone.peering().peers.is_peer("10.0.0.2".parse().unwrap()));
     assert_eq!(clone.mtu, 1400);
-    // The same file again changes nothing.
+    // The same file again changes nothing in force.
     let again = reload::plan(&old, &new).unwrap();
-    assert!(again.added_peers.is_empty() && again.removed_routes.is_empty());
+    assert!(again.is_empty(), "{}", again.describe());
+    // A kept peer's key changed is a change, though no peer comes or goes.
+    let (a, b) = (keyed_with(raw_peer(), "5a"), keyed_with(raw_peer(), "5b"));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let change = reload::plan(&a, &b).unwrap();
+    assert!(change.added_peers.is_empty() && !change.is_empty());
+    assert!(
+        reload::plan(&a, &keyed_with(raw_peer(), "5a").unwrap())
+            .unwrap()
+            .is_empty()
+    );
+}
+
+fn raw_peer() -> &'static str {
+    "routes = [\"10.0.0.2/32\"]\n"
+}
+
+#[test]
+fn a_mesh_is_a_file_or_an_https_url_read_again_on_its_period() {
+    let mesh = PrivateFile::new(
+        "mesh-refresh",
+        "[[member]]\nname = \"a\"\naddress = \"10.0.0.1\"\n[[member]]\nname = \"b\"\naddress = \"10.0.0.2\"\n\
+         [[group]]\nname = \"all\"\nkind = \"full-mesh\"\nmembers = [\"a\", \"b\"]\nmethods = [\"pathchirp\"]\n",
+    );
+    let path = mesh.0.display();
+    let c = Config::from_toml(&format!(
+        "mesh = \"{path}\"\nnode = \"a\"\nmesh-refresh = \"5m\"\n"
+    ))
+    .unwrap();
+    assert_eq!(c.mesh_refresh, Some(Duration::from_secs(300)));
+    for (text, wanted) in [
+        (
+            format!("mesh-refresh = \"5m\"\n"),
+            "mesh-refresh: give mesh too",
+        ),
+        (
+            format!("mesh = \"{path}\"\nnode = \"a\"\nmesh-refresh = \"10ms\"\n"),
+            "use at least 1s",
+        ),
+        (
+            "mesh-ca-file = \"ca.pem\"\n".to_string(),
+            "for a mesh fetched over https://: give mesh too",
+        ),
+        (
+            format!("mesh = \"{path}\"\nnode = \"a\"\nmesh-token-file = \"t\"\n"),
+            "are for a mesh fetched over https://",
+        ),
+        (
+            "mesh = \"http://192.0.2.1/mesh.toml\"\nnode = \"a\"\n".to_string(),
+            "over https://",
+        ),
+        (
+            "mesh = \"https://192.0.2.1/mesh.toml\"\nnode = \"a\"\n".to_string(),
+            "give mesh-ca-file",
+        ),
+    ] {
+        let e = Config::from_toml(&text).unwrap_err().to_string();
+        assert!(e.contains(wanted), "{text}: {e}");
+    }
 }
 
 #[test]

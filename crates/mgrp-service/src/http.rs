@@ -1,6 +1,6 @@
 //! One HTTP/1.1 `GET` over a stream already open (clear TCP, or TLS from
-//! [`crate::tls::ClientTls`]): what route control asks of a member's API and what the
-//! overlay fetches a mesh description with. The whole body of a 200, or why not.
+//! [`crate::tls::ClientTls`]): what route control asks of a member's API and what mgrpd
+//! and the overlay fetch a mesh description with. The whole body of a 200, or why not.
 
 use std::io::{Read, Write};
 

@@ -1,14 +1,15 @@
-//! A mesh description fetched over HTTPS (`mesh = "https://…"`): one `GET`, the
-//! server's certificate checked against `mesh-ca-file` and the URL's host, a bearer
-//! token when `mesh-token-file` is given. Over HTTPS only: a description carries the
-//! members' public keys and addresses, and whoever could change it in flight could
-//! point the node at hosts of their choosing. No redirects are followed.
+//! A mesh description read where `mesh` says (mgrpd and the overlay alike): a file,
+//! or an `https://` URL fetched with one `GET`, the server's certificate checked
+//! against `mesh-ca-file` and the URL's host, a bearer token when `mesh-token-file`
+//! is given. Over HTTPS only: a description carries the members' public keys and
+//! addresses, and whoever could change it in flight could point the node at hosts of
+//! their choosing. No redirects are followed.
 
 use std::net::{TcpStream, ToSocketAddrs as _};
 use std::path::Path;
 use std::time::Duration;
 
-use mgrp_route::tls::ClientTls;
+use crate::tls::ClientTls;
 
 /// The largest description taken, bytes.
 const MAX_DESCRIPTION: usize = 4 << 20;
@@ -16,8 +17,51 @@ const MAX_DESCRIPTION: usize = 4 << 20;
 /// How long connecting, and each read or write, may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Where a description is read from and how: `mesh` as given (a file, relative
+/// paths from `dir`, or a URL), and for a URL the authority and the token file.
+#[derive(Debug, Clone, Copy)]
+pub struct Source<'a> {
+    /// The `mesh` setting.
+    pub mesh: &'a str,
+    /// `mesh-ca-file`.
+    pub ca_file: Option<&'a Path>,
+    /// `mesh-token-file`.
+    pub token_file: Option<&'a Path>,
+    /// The configuration file's directory, for relative paths.
+    pub dir: Option<&'a Path>,
+}
+
+impl Source<'_> {
+    /// The description's text, or why not (the file or URL named in it).
+    pub fn read(&self) -> Result<String, String> {
+        let in_dir = |p: &Path| match self.dir {
+            Some(d) if p.is_relative() => d.join(p),
+            _ => p.to_path_buf(),
+        };
+        if is_url(self.mesh) {
+            let token = match self.token_file {
+                Some(p) => Some(
+                    crate::settings::read_token_file(p, self.dir)
+                        .map_err(|e| e.0)?
+                        .1,
+                ),
+                None => None,
+            };
+            let ca = self.ca_file.map(in_dir);
+            return fetch(self.mesh, ca.as_deref(), token.as_deref());
+        }
+        if self.ca_file.is_some() || self.token_file.is_some() {
+            return Err(
+                "mesh-ca-file and mesh-token-file are for a mesh fetched over https://".into(),
+            );
+        }
+        let p = in_dir(Path::new(self.mesh));
+        std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+    }
+}
+
 /// Whether `mesh` names a description to fetch rather than a file.
-pub(super) fn is_url(mesh: &str) -> bool {
+pub fn is_url(mesh: &str) -> bool {
     mesh.starts_with("https://") || mesh.starts_with("http://")
 }
 
@@ -39,7 +83,7 @@ fn host_port(authority: &str) -> Option<(String, u16)> {
 }
 
 /// The description at `url`, trusted through `ca`, asked for with `token`.
-pub(super) fn fetch(url: &str, ca: Option<&Path>, token: Option<&str>) -> Result<String, String> {
+pub fn fetch(url: &str, ca: Option<&Path>, token: Option<&str>) -> Result<String, String> {
     let Some(rest) = url.strip_prefix("https://") else {
         return Err(format!(
             "{url}: fetch the description over https:// (it carries the members' public keys)"
@@ -65,7 +109,7 @@ pub(super) fn fetch(url: &str, ca: Option<&Path>, token: Option<&str>) -> Result
     tcp.set_read_timeout(Some(TIMEOUT))
         .and_then(|()| tcp.set_write_timeout(Some(TIMEOUT)))
         .map_err(|e| e.to_string())?;
-    mgrp_route::http::get(tls.wrap(tcp)?, authority, path, token, MAX_DESCRIPTION)
+    crate::http::get(tls.wrap(tcp)?, authority, path, token, MAX_DESCRIPTION)
         .map_err(|e| format!("{url}: {e}"))
 }
 

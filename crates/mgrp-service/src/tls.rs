@@ -1,7 +1,8 @@
-//! How route control speaks TLS to a member's API (its `ca-file`): rustls with the
-//! ring provider, TLS 1.2 and 1.3, the member's certificate checked against the
-//! authority given and the name given. The overlay serves its API with the same
-//! provider and PEM reading.
+//! How the services speak TLS as clients — route control to a member's API (its
+//! `ca-file`), mgrpd and the overlay to the server of a mesh description
+//! (`mesh-ca-file`): rustls with the ring provider, TLS 1.2 and 1.3, the server's
+//! certificate checked against the authority given and the name given. The overlay
+//! serves its API with the same provider and PEM reading.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -27,11 +28,11 @@ pub fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String>
     Ok(certs)
 }
 
-/// How route control speaks TLS to one member's API: the certificates that may
-/// have signed it, and the name its certificate must carry.
+/// How one server is spoken to over TLS: the certificates that may have signed its
+/// certificate, and the name it must carry.
 #[derive(Clone)]
 pub struct ClientTls {
-    /// The `ca-file`.
+    /// The authority's file (`ca-file`, `mesh-ca-file`).
     pub ca: PathBuf,
     name: ServerName<'static>,
     config: Arc<rustls::ClientConfig>,

@@ -62,11 +62,8 @@ impl Authority {
     /// authority, and its key: two files named after `tag`.
     pub fn server(&self, tag: &str, name: &str) -> anyhow::Result<(PathBuf, PathBuf)> {
         let key = rcgen::KeyPair::generate()?;
-        let cert = rcgen::CertificateParams::new(vec![name.to_string()])?.signed_by(
-            &key,
-            &self.cert,
-            &self.key,
-        )?;
+        let cert = rcgen::CertificateParams::new(vec![name.to_string()])?
+            .signed_by(&key, &self.cert, &self.key)?;
         Ok((
             private_file(&self.dir, &format!("{tag}-cert.pem"), &cert.pem())?,
             private_file(&self.dir, &format!("{tag}-key.pem"), &key.serialize_pem())?,

@@ -1004,7 +1004,7 @@ fn a_mesh_is_a_file_or_an_https_url_read_again_on_its_period() {
     assert_eq!(c.mesh_refresh, Some(Duration::from_secs(300)));
     for (text, wanted) in [
         (
-            format!("mesh-refresh = \"5m\"\n"),
+            "mesh-refresh = \"5m\"\n".to_string(),
             "mesh-refresh: give mesh too",
         ),
         (

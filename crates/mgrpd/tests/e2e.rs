@@ -1165,6 +1165,186 @@ fn a_reload_adds_and_removes_peers_and_routes() {
     assert!(!net.a.ip(&["rule"]).unwrap().contains("lookup 4242"));
 }
 
+/// A mesh description served over HTTPS (the server's certificate checked against
+/// `mesh-ca-file`, a token asked for) is fetched at start and again every
+/// `mesh-refresh`, also after mgrpd became `--user nobody`: a member added there
+/// becomes a peer with its route, a removed one is refused and its route goes, a
+/// description the server spoils changes nothing and the log says why, and a refresh
+/// that changes nothing says nothing. Keys are derived from the description's public
+/// keys on both ends. The PID stays throughout.
+#[test]
+fn a_mesh_description_fetched_over_https_is_followed_as_it_changes() {
+    use mgrp_core::pair::PrivateKey;
+    use mgrp_testbed::tls::{Authority, DocumentServer, private_file};
+    let _serial = serial();
+    if !root_or_skip("a_mesh_description_fetched_over_https_is_followed_as_it_changes") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let dir = mgrp_testbed::TempDir::new("mgrp-mesh-https").unwrap();
+    let keys: Vec<PrivateKey> = (0..3u8)
+        .map(|i| PrivateKey::from_bytes([0x31 + i; 32]))
+        .collect();
+    let c_addr = "10.77.0.9";
+    let members = [
+        ("a", ADDR_A.to_string()),
+        ("b", ADDR_B.to_string()),
+        ("c", c_addr.to_string()),
+    ];
+    let description = |names: &[&str]| {
+        let mut t = String::new();
+        for (i, (name, addr)) in members.iter().enumerate() {
+            t.push_str(&format!(
+                "[[member]]\nname = \"{name}\"\naddress = \"{addr}\"\npublic-key = \"{}\"\n\n",
+                keys[i].public()
+            ));
+        }
+        let names: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+        t.push_str(&format!(
+            "[[group]]\nname = \"all\"\nkind = \"full-mesh\"\nmembers = [{}]\nmethods = [\"pathchirp\"]\n",
+            names.join(", ")
+        ));
+        t
+    };
+    // The server runs in A's namespace, on its loopback.
+    let authority = Authority::new(dir.path(), "mesh").unwrap();
+    let (cert, key) = authority.server("mesh", "127.0.0.1").unwrap();
+    let token = "mesh-token-0123456789";
+    let listener = net
+        .a
+        .run(|| std::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap()
+        .unwrap();
+    let server = DocumentServer::start(
+        listener,
+        &cert,
+        &key,
+        "/mesh.toml",
+        token,
+        &description(&["a", "b"]),
+    )
+    .unwrap();
+    // What A reads after it dropped its privileges belongs to the user it becomes.
+    let token_file = private_file(dir.path(), "mesh.token", token).unwrap();
+    let a_key = private_file(dir.path(), "a.key", &keys[0].to_hex()).unwrap();
+    for f in [&token_file, &a_key, &authority.ca_file] {
+        std::os::unix::fs::chown(f, Some(65534), Some(65534)).unwrap();
+    }
+    let b_mesh = private_file(dir.path(), "b-mesh.toml", &description(&["a", "b"])).unwrap();
+    let b_key = private_file(dir.path(), "b.key", &keys[1].to_hex()).unwrap();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let _b = Daemon::start(
+        &net.b,
+        mgrpd(),
+        &[
+            "--mesh",
+            &path(&b_mesh),
+            "--node",
+            "b",
+            "--private-key-file",
+            &path(&b_key),
+        ],
+    )
+    .expect("mgrpd on B");
+    let url = format!("https://127.0.0.1:{}/mesh.toml", server.addr().port());
+    let mut a = Daemon::start(
+        &net.a,
+        mgrpd(),
+        &[
+            "--mesh",
+            &url,
+            "--mesh-ca-file",
+            &path(&authority.ca_file),
+            "--mesh-token-file",
+            &path(&token_file),
+            "--mesh-refresh",
+            "1s",
+            "--node",
+            "a",
+            "--private-key-file",
+            &path(&a_key),
+            "--hold-mode",
+            "always",
+            "--user",
+            "nobody",
+        ],
+    )
+    .expect("mgrpd on A");
+    let pid = a.process.pid().unwrap();
+    let table = || net.a.ip(&["route", "show", "table", "4242"]).unwrap();
+    let sent = |a: &Daemon| {
+        let api = a.api().unwrap();
+        api.send_train(five_to_b()).map(|r| r.probes_sent)
+    };
+    assert!(table().contains(&ADDR_B.to_string()), "{}", table());
+    assert_eq!(sent(&a).unwrap(), 5);
+    let lines = |a: &Daemon, what: &str| a.process.log().matches(what).count();
+    let wait_for = |a: &Daemon, what: &str, n: usize| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while lines(a, what) < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {what:?} in the log: {}",
+                a.process.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    // C joins: its peer and route, without a signal.
+    server.set(&description(&["a", "b", "c"]));
+    wait_for(
+        &a,
+        &format!("mesh-refresh: reloaded: peers added: {c_addr}/32; removed: none"),
+        1,
+    );
+    assert!(table().contains(c_addr), "{}", table());
+    // Refreshes that find nothing new say nothing.
+    let served = server.served();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while server.served() < served + 3 {
+        assert!(std::time::Instant::now() < deadline, "no refresh came");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        lines(&a, "mesh-refresh: reloaded"),
+        1,
+        "{}",
+        a.process.log()
+    );
+
+    // B leaves: refused, its route gone.
+    server.set(&description(&["a", "c"]));
+    wait_for(&a, &format!("removed: {ADDR_B}/32"), 1);
+    assert!(!table().contains(&ADDR_B.to_string()), "{}", table());
+    let refused = sent(&a).unwrap_err();
+    assert!(refused.to_string().contains("is not a peer"), "{refused}");
+
+    // A spoilt description changes nothing, and says where it is spoilt.
+    server.set("[[member]]\nname = \"a\"\n");
+    wait_for(&a, "mesh-refresh: the configuration does not load", 1);
+    assert!(a.process.log().contains("line "), "{}", a.process.log());
+    assert!(table().contains(c_addr), "{}", table());
+
+    // B back: trains to it run again.
+    server.set(&description(&["a", "b"]));
+    wait_for(&a, &format!("peers added: {ADDR_B}/32"), 1);
+    assert!(table().contains(&ADDR_B.to_string()), "{}", table());
+    assert!(!table().contains(c_addr), "{}", table());
+    assert_eq!(sent(&a).unwrap(), 5);
+    for line in a.process.log().lines().filter(|l| l.contains("mesh-refresh")) {
+        eprintln!("{line}");
+    }
+
+    assert_eq!(a.process.pid(), Some(pid));
+    let status = a.process.stop().expect("mgrpd stopped");
+    assert!(
+        status.success(),
+        "exit status {status}: {}",
+        a.process.log()
+    );
+}
+
 /// mgrpd checks capabilities, not the user id: with only CAP_NET_ADMIN and
 /// CAP_NET_RAW (every other capability out of the bounding set) it starts and sends a
 /// train, warning about what it does without; with uid 0 but no CAP_NET_RAW it

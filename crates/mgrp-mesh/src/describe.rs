@@ -5,6 +5,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 use mgrp_core::pair::PublicKey;
+use mgrp_core::peers::Prefix;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -116,6 +117,13 @@ struct File {
     member: Vec<Spanned<MemberFile>>,
     #[serde(default)]
     group: Vec<Spanned<GroupFile>>,
+    routing: Option<Spanned<RoutingFile>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RoutingFile {
+    members: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -126,6 +134,9 @@ struct MemberFile {
     api: Option<Spanned<String>>,
     metrics: Option<Spanned<String>>,
     public_key: Option<Spanned<String>>,
+    #[serde(default)]
+    networks: Vec<Spanned<String>>,
+    device: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -222,9 +233,138 @@ pub(crate) fn parse(text: &str) -> Result<Mesh, MeshError> {
         }
         groups.push(group(&lines, g, &members)?);
     }
-    let mesh = Mesh { members, groups };
+    let routing = match &file.routing {
+        Some(r) => routing(&lines, r, &file.member, &members)?,
+        None => {
+            if let Some(m) = file
+                .member
+                .iter()
+                .map(Spanned::get_ref)
+                .find(|m| !m.networks.is_empty() || m.device.is_some())
+            {
+                let at = m.networks.first().or(m.device.as_ref()).expect("given");
+                return Err(lines.at(
+                    at,
+                    if m.networks.is_empty() { "member.device" } else { "member.networks" },
+                    format!(
+                        "member {:?}: networks and device are route control's; name the routing members in [routing] members",
+                        m.name.get_ref()
+                    ),
+                ));
+            }
+            Vec::new()
+        }
+    };
+    let mesh = Mesh {
+        members,
+        groups,
+        routing,
+    };
     conflicts(&lines, &mesh, &file.group)?;
     Ok(mesh)
+}
+
+/// The routing members, checked with their networks and next-hop devices.
+fn routing(
+    lines: &Lines<'_>,
+    r: &Spanned<RoutingFile>,
+    files: &[Spanned<MemberFile>],
+    members: &BTreeMap<String, Member>,
+) -> Result<Vec<String>, MeshError> {
+    let mut seen = BTreeSet::new();
+    let names = named(
+        lines,
+        &r.get_ref().members,
+        "routing.members",
+        members,
+        &mut seen,
+    )?;
+    if names.len() < 2 {
+        return Err(lines.at(
+            r,
+            "routing.members",
+            "route control needs two routing members at least (one to route from, one to reach)",
+        ));
+    }
+    if members.values().any(|m| m.public_key.is_none()) {
+        return Err(lines.at(
+            r,
+            "routing.members",
+            "routing members relay each other's traffic, which takes keys: give every member a public-key",
+        ));
+    }
+    let mut devices: BTreeMap<String, &str> = BTreeMap::new();
+    let mut networks: Vec<(Prefix, &str)> = Vec::new();
+    for f in files.iter().map(Spanned::get_ref) {
+        let name = f.name.get_ref();
+        let routes = names.contains(name);
+        if !routes && (!f.networks.is_empty() || f.device.is_some()) {
+            let at = f.networks.first().or(f.device.as_ref()).expect("given");
+            return Err(lines.at(
+                at,
+                if f.networks.is_empty() { "member.device" } else { "member.networks" },
+                format!("member {name:?} is no routing member: networks and device are route control's; name it in [routing] members"),
+            ));
+        }
+        if !routes {
+            continue;
+        }
+        let device = members[name].device();
+        if !device_ok(&device) {
+            let (at, why) = match &f.device {
+                Some(d) => (
+                    lines.at(d, "member.device", ""),
+                    format!(
+                        "{device:?} is not an interface name: 1 to 15 letters, digits, '-', '_' or '.'"
+                    ),
+                ),
+                None => (
+                    lines.at(&f.name, "member.name", ""),
+                    format!(
+                        "its next-hop device would be {device:?}, longer than an interface name may be (15): give device"
+                    ),
+                ),
+            };
+            return Err(MeshError { message: why, ..at });
+        }
+        if let Some(other) = devices.insert(device.clone(), name) {
+            let at = f.device.as_ref().map_or_else(
+                || lines.at(&f.name, "member.name", ""),
+                |d| lines.at(d, "member.device", ""),
+            );
+            return Err(MeshError {
+                message: format!(
+                    "next-hop device {device:?} is member {other:?}'s too: give one of them another device"
+                ),
+                ..at
+            });
+        }
+        // Parsed in the file's order, so each prefix stands beside its text.
+        for (n, net) in f.networks.iter().zip(&members[name].networks) {
+            if let Some(m) = members.values().find(|m| net.contains(m.address)) {
+                return Err(lines.at(n, "member.networks", format!("{net} holds member {:?}'s address {}: route control steers the networks behind members, never their own addresses (their tunnels run there)", m.name, m.address)));
+            }
+            if let Some((o, owner)) = networks
+                .iter()
+                .find(|(o, _)| o.contains(net.addr()) || net.contains(o.addr()))
+            {
+                return Err(lines.at(
+                    n,
+                    "member.networks",
+                    format!("{net} overlaps {o}, member {owner:?}'s"),
+                ));
+            }
+            networks.push((*net, name.as_str()));
+        }
+    }
+    Ok(names)
+}
+
+/// An interface name Linux takes: 1 to 15 characters, none that `ip` would misread.
+fn device_ok(d: &str) -> bool {
+    (1..=15).contains(&d.len())
+        && d.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 fn members(
@@ -310,6 +450,27 @@ fn members(
             }
             None => None,
         };
+        let mut networks = Vec::new();
+        for n in &m.networks {
+            let net: Prefix = n.get_ref().parse().map_err(|e| {
+                lines.at(
+                    n,
+                    "member.networks",
+                    format!("{:?}: {e} (a prefix such as 10.1.0.0/24)", n.get_ref()),
+                )
+            })?;
+            if !net.addr().is_ipv4() {
+                return Err(lines.at(
+                    n,
+                    "member.networks",
+                    format!("{net}: route control steers IPv4 prefixes only"),
+                ));
+            }
+            if networks.contains(&net) {
+                return Err(lines.at(n, "member.networks", format!("{net} is named twice")));
+            }
+            networks.push(net);
+        }
         out.insert(
             name.clone(),
             Member {
@@ -318,6 +479,8 @@ fn members(
                 api,
                 metrics,
                 public_key,
+                networks,
+                device: m.device.as_ref().map(|d| d.get_ref().clone()),
             },
         );
     }

@@ -38,13 +38,16 @@ mod targets;
 mod tests;
 
 pub use describe::{GroupKind, MeshError, Transport};
-pub use plan::{LinkPlan, NoSuchMember, NodePlan, PeerPlan};
+pub use plan::{
+    LinkPlan, NoSuchMember, NodePlan, PeerPlan, RouteApi, RoutingMemberPlan, RoutingPlan,
+};
 pub use targets::{MEMBER_LABEL, TargetGroup};
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use mgrp_core::pair::PublicKey;
+use mgrp_core::peers::Prefix;
 
 /// A member of the mesh.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +63,22 @@ pub struct Member {
     pub metrics: Option<String>,
     /// Its public key, which the key of each of its pairs is derived from.
     pub public_key: Option<PublicKey>,
+    /// The IPv4 networks behind it that route control steers towards it (routing
+    /// members only).
+    pub networks: Vec<Prefix>,
+    /// The next-hop device the other routing members make towards it, if not
+    /// `mgrp-NAME`.
+    pub device: Option<String>,
+}
+
+impl Member {
+    /// The next-hop device every other routing member makes towards it: its
+    /// `device`, or `mgrp-` and its name.
+    pub fn device(&self) -> String {
+        self.device
+            .clone()
+            .unwrap_or_else(|| format!("mgrp-{}", self.name))
+    }
 }
 
 /// Where a member's overlay serves its API.
@@ -142,6 +161,9 @@ pub struct Mesh {
     pub members: BTreeMap<String, Member>,
     /// The groups, in the file's order.
     pub groups: Vec<Group>,
+    /// The routing members (`[routing] members`): each routes to the others'
+    /// networks, directly or through one of them.
+    pub routing: Vec<String>,
 }
 
 impl Mesh {

@@ -1,12 +1,15 @@
 //! A node's part of the mesh: whom its mgrpd exchanges probes with, and which paths
 //! into it its overlay measures. Every pair of a group measures both ways, so the
 //! members a node measures from are those that measure from it: its peers are also
-//! whom its sender serves.
+//! whom its sender serves. A routing member's part adds route control: the other
+//! routing members, each a next-hop device and a relay, and their networks as
+//! destinations.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use mgrp_core::pair::PublicKey;
+use mgrp_core::peers::Prefix;
 
 use crate::{Member, Mesh, Transport};
 
@@ -21,6 +24,12 @@ pub struct PeerPlan {
     pub public_key: Option<PublicKey>,
     /// Its overlay's API.
     pub api: Option<crate::Api>,
+    /// The next-hop device this node's mgrpd makes towards it (routing members).
+    pub device: Option<String>,
+    /// The sources its riders may claim: the networks it speaks for or relays from.
+    pub allowed_sources: Vec<Prefix>,
+    /// The networks it may send riders to through this node.
+    pub relay_to: Vec<Prefix>,
 }
 
 impl From<&Member> for PeerPlan {
@@ -30,8 +39,65 @@ impl From<&Member> for PeerPlan {
             address: m.address,
             public_key: m.public_key,
             api: m.api.clone(),
+            device: None,
+            allowed_sources: Vec::new(),
+            relay_to: Vec::new(),
         }
     }
+}
+
+/// How route control reaches a routing member's API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteApi {
+    /// The address and port: the API's, or the member's address with the API's
+    /// port when the API names a host.
+    pub addr: SocketAddr,
+    /// Over TLS.
+    pub tls: bool,
+    /// The name its certificate carries, when the API names a host.
+    pub tls_name: Option<String>,
+}
+
+impl RouteApi {
+    fn of(m: &Member) -> Option<Self> {
+        let api = m.api.as_ref()?;
+        if let Ok(addr) = api.target().parse::<SocketAddr>() {
+            return Some(Self {
+                addr,
+                tls: api.tls,
+                tls_name: None,
+            });
+        }
+        let (host, port) = api.target().rsplit_once(':')?;
+        Some(Self {
+            addr: SocketAddr::new(m.address, port.parse().ok()?),
+            tls: api.tls,
+            tls_name: Some(host.to_owned()),
+        })
+    }
+}
+
+/// Another routing member, as this node's route control sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoutingMemberPlan {
+    /// Its name.
+    pub name: String,
+    /// Its address: where heartbeats go.
+    pub address: IpAddr,
+    /// This node's next-hop device towards it.
+    pub device: String,
+    /// Its overlay's API, if the description gives one (else route control's default,
+    /// its address and port 7700, in clear).
+    pub api: Option<RouteApi>,
+    /// The networks behind it: destinations it owns.
+    pub networks: Vec<Prefix>,
+}
+
+/// A routing member's route control.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoutingPlan {
+    /// The other routing members, by name.
+    pub members: Vec<RoutingMemberPlan>,
 }
 
 /// A path into the node that its overlay measures.
@@ -64,6 +130,15 @@ pub struct NodePlan {
     pub peers: Vec<PeerPlan>,
     /// The paths into it that it measures, by name.
     pub links: Vec<LinkPlan>,
+    /// Its mgrpd's peers, by name: the members it measures with and, when it is a
+    /// routing member, the other routing members, each with its next-hop device and
+    /// what it may relay.
+    pub mgrpd_peers: Vec<PeerPlan>,
+    /// The networks behind it, which riders may be addressed to (its mgrpd's
+    /// `local-prefixes`).
+    pub local_prefixes: Vec<Prefix>,
+    /// Its route control, when it is a routing member.
+    pub routing: Option<RoutingPlan>,
 }
 
 /// A node the description has no member for.
@@ -107,10 +182,55 @@ impl Mesh {
                 });
             }
         }
+        let mut mgrpd_peers: BTreeMap<&str, PeerPlan> = peers
+            .iter()
+            .map(|(name, p): (&&str, &PeerPlan)| (*name, p.clone()))
+            .collect();
+        let routing = self.routing.iter().any(|r| r == node).then(|| {
+            let others: Vec<&Member> = self
+                .routing
+                .iter()
+                .filter(|r| *r != node)
+                .map(|r| &self.members[r])
+                .collect();
+            for m in &others {
+                let p = mgrpd_peers
+                    .entry(m.name.as_str())
+                    .or_insert_with(|| PeerPlan::from(*m));
+                p.device = Some(m.device());
+                // What it speaks for or relays from: every other routing member's
+                // networks; where it may relay to: those of the others but itself.
+                p.allowed_sources = others.iter().flat_map(|o| o.networks.clone()).collect();
+                p.relay_to = others
+                    .iter()
+                    .filter(|o| o.name != m.name)
+                    .flat_map(|o| o.networks.clone())
+                    .collect();
+            }
+            RoutingPlan {
+                members: others
+                    .iter()
+                    .map(|m| RoutingMemberPlan {
+                        name: m.name.clone(),
+                        address: m.address,
+                        device: m.device(),
+                        api: RouteApi::of(m),
+                        networks: m.networks.clone(),
+                    })
+                    .collect(),
+            }
+        });
         Ok(NodePlan {
             node: PeerPlan::from(me),
             peers: peers.into_values().collect(),
             links: links.into_values().collect(),
+            mgrpd_peers: mgrpd_peers.into_values().collect(),
+            local_prefixes: if routing.is_some() {
+                me.networks.clone()
+            } else {
+                Vec::new()
+            },
+            routing,
         })
     }
 }

@@ -1,6 +1,7 @@
 //! A node's part written out as the per-node files would say it: the `[[peers]]`
-//! tables and routes of its `mgrpd.toml`, and the name, `[serve] allow` and
-//! `[[link]]` tables of its `overlay.toml`. A node reading the description and a
+//! tables, routes and local prefixes of its `mgrpd.toml`, and the name, `[serve]
+//! allow`, `[[link]]` tables and route control's members and destinations of its
+//! `overlay.toml`. A node reading the description and a
 //! node reading these get the same settings (the programs' tests compare them).
 
 use std::fmt::Write as _;
@@ -10,19 +11,23 @@ use crate::NodePlan;
 impl NodePlan {
     /// What `mesh` and `node` add to this node's `mgrpd.toml`: a route to each peer
     /// and a `[[peers]]` table for it (its address as a host prefix, its name, its
-    /// public key).
+    /// public key; for a routing member its next-hop device, the sources it speaks
+    /// for and the networks it may relay to), and the networks behind this node.
     pub fn mgrpd_toml(&self) -> String {
         let mut out = format!(
             "# What a mesh description gives mgrpd on {} (node = {:?}): its peers and routes.\n",
             self.node.name, self.node.name
         );
         let routes: Vec<String> = self
-            .peers
+            .mgrpd_peers
             .iter()
             .map(|p| format!("\"{}/{}\"", p.address, host_len(p.address)))
             .collect();
         let _ = writeln!(out, "routes = [{}]", routes.join(", "));
-        for p in &self.peers {
+        if !self.local_prefixes.is_empty() {
+            let _ = writeln!(out, "local-prefixes = [{}]", list(&self.local_prefixes));
+        }
+        for p in &self.mgrpd_peers {
             let _ = write!(
                 out,
                 "\n[[peers]]\nprefix = \"{}/{}\"\nname = \"{}\"\n",
@@ -32,6 +37,15 @@ impl NodePlan {
             );
             if let Some(k) = &p.public_key {
                 let _ = writeln!(out, "public-key = \"{k}\"");
+            }
+            if let Some(d) = &p.device {
+                let _ = writeln!(out, "device = \"{d}\"");
+            }
+            if !p.allowed_sources.is_empty() {
+                let _ = writeln!(out, "allowed-sources = [{}]", list(&p.allowed_sources));
+            }
+            if !p.relay_to.is_empty() {
+                let _ = writeln!(out, "relay-to = [{}]", list(&p.relay_to));
             }
         }
         out
@@ -61,8 +75,41 @@ impl NodePlan {
                 let _ = writeln!(out, "interval = \"{i}\"");
             }
         }
+        if let Some(r) = &self.routing {
+            let _ = write!(out, "\n[routing]\naddress = \"{}\"\n", self.node.address);
+            for m in &r.members {
+                let _ = write!(
+                    out,
+                    "\n[[routing.member]]\nname = \"{}\"\naddress = \"{}\"\ndevice = \"{}\"\n",
+                    m.name, m.address, m.device
+                );
+                if let Some(api) = &m.api {
+                    let _ = writeln!(out, "api = \"{}\"\ntls = {}", api.addr, api.tls);
+                    if let Some(n) = &api.tls_name {
+                        let _ = writeln!(out, "tls-name = \"{n}\"");
+                    }
+                }
+            }
+            for m in &r.members {
+                for n in &m.networks {
+                    let _ = write!(
+                        out,
+                        "\n[[routing.destination]]\nprefix = \"{n}\"\nmember = \"{}\"\n",
+                        m.name
+                    );
+                }
+            }
+        }
         out
     }
+}
+
+/// `"a", "b"`.
+fn list(v: &[mgrp_core::peers::Prefix]) -> String {
+    v.iter()
+        .map(|p| format!("\"{p}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn host_len(a: std::net::IpAddr) -> u8 {

@@ -334,3 +334,223 @@ fn prometheus_finds_every_member_that_gives_an_address() {
     assert_eq!(mgrpd[0].targets, ["[2001:db8::2]:9577"]);
     assert_eq!(mgrpd[0].labels.keys().collect::<Vec<_>>(), ["member"]);
 }
+
+/// The example with networks behind a, b and c, which route for each other.
+fn routed() -> String {
+    let mut t = example();
+    for (addr, nets) in [
+        ("10.0.0.1", "[\"192.168.1.0/24\"]"),
+        ("10.0.0.2", "[\"192.168.2.0/24\", \"172.16.2.0/24\"]"),
+        ("10.0.0.3", "[\"192.168.3.0/24\"]"),
+    ] {
+        t = t.replacen(
+            &format!("address = \"{addr}\"\n"),
+            &format!("address = \"{addr}\"\nnetworks = {nets}\n"),
+            1,
+        );
+    }
+    t + "\n[routing]\nmembers = [\"a\", \"b\", \"c\"]\n"
+}
+
+#[test]
+fn routing_members_relay_for_each_other_and_route_to_each_others_networks() {
+    let mesh = Mesh::parse(&routed()).unwrap();
+    let p = |s: &str| s.parse::<Prefix>().unwrap();
+    let a = mesh.plan("a").unwrap();
+    assert_eq!(a.local_prefixes, [p("192.168.1.0/24")]);
+    let names = |v: &[PeerPlan]| v.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&a.mgrpd_peers), ["b", "c", "d"]);
+    let b = &a.mgrpd_peers[0];
+    assert_eq!(b.device.as_deref(), Some("mgrp-b"));
+    // b speaks for its networks and for c's, which it may relay to a; through a it
+    // may reach c's.
+    assert_eq!(
+        b.allowed_sources,
+        [p("192.168.2.0/24"), p("172.16.2.0/24"), p("192.168.3.0/24")]
+    );
+    assert_eq!(b.relay_to, [p("192.168.3.0/24")]);
+    // d measures with a but routes nothing.
+    let d = &a.mgrpd_peers[2];
+    assert!(d.device.is_none() && d.allowed_sources.is_empty() && d.relay_to.is_empty());
+    let r = a.routing.as_ref().unwrap();
+    let members: Vec<(&str, &str, Vec<String>)> = r
+        .members
+        .iter()
+        .map(|m| {
+            (
+                m.name.as_str(),
+                m.device.as_str(),
+                m.networks.iter().map(ToString::to_string).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        members,
+        [
+            (
+                "b",
+                "mgrp-b",
+                vec!["192.168.2.0/24".into(), "172.16.2.0/24".into()]
+            ),
+            ("c", "mgrp-c", vec!["192.168.3.0/24".into()]),
+        ]
+    );
+    let api = r.members[0].api.as_ref().unwrap();
+    assert_eq!(
+        (api.addr.to_string(), api.tls),
+        ("10.0.0.2:7700".into(), true)
+    );
+    // A member outside routing has no route control and no relays.
+    let d = mesh.plan("d").unwrap();
+    assert!(d.routing.is_none() && d.local_prefixes.is_empty());
+    assert_eq!(d.mgrpd_peers, d.peers);
+    // A routing member it measures nothing with is still its mgrpd's peer; an API
+    // named by host is reached at the member's address, the name checked in its
+    // certificate.
+    let text = routed()
+        .replace(
+            "members = [\"a\", \"b\", \"c\"]\nmethods",
+            "members = [\"a\", \"b\"]\nmethods",
+        )
+        .replacen("https://10.0.0.3:7700", "https://c.example.net:7443", 1);
+    let mesh = Mesh::parse(&text).unwrap();
+    let b = mesh.plan("b").unwrap();
+    assert_eq!(names(&b.peers), ["a"]);
+    assert_eq!(names(&b.mgrpd_peers), ["a", "c"]);
+    let c = &b.routing.as_ref().unwrap().members[1];
+    let api = c.api.as_ref().unwrap();
+    assert_eq!(
+        (api.addr.to_string(), api.tls_name.as_deref()),
+        ("10.0.0.3:7443".into(), Some("c.example.net"))
+    );
+    // Derived files say the same.
+    let files = mesh.plan("b").unwrap();
+    let mgrpd = files.mgrpd_toml();
+    assert!(
+        mgrpd.contains("local-prefixes = [\"192.168.2.0/24\", \"172.16.2.0/24\"]"),
+        "{mgrpd}"
+    );
+    assert!(mgrpd.contains("device = \"mgrp-c\"\nallowed-sources = [\"192.168.1.0/24\", \"192.168.3.0/24\"]\nrelay-to = [\"192.168.1.0/24\"]"), "{mgrpd}");
+    let overlay = files.overlay_toml();
+    assert!(
+        overlay.contains("[routing]\naddress = \"10.0.0.2\"\n"),
+        "{overlay}"
+    );
+    assert!(
+        overlay.contains("api = \"10.0.0.3:7443\"\ntls = true\ntls-name = \"c.example.net\""),
+        "{overlay}"
+    );
+}
+
+#[test]
+fn inconsistent_routing_is_refused_with_its_line_and_key() {
+    let base = routed();
+    let cases: Vec<(String, &str, &str, &str)> = vec![
+        (
+            base.replace(
+                "[routing]\nmembers = [\"a\", \"b\", \"c\"]",
+                "[routing]\nmembers = [\"a\", \"b\", \"x\"]",
+            ),
+            "\"x\"]",
+            "routing.members",
+            "\"x\" is no member",
+        ),
+        (
+            base.replace(
+                "[routing]\nmembers = [\"a\", \"b\", \"c\"]",
+                "[routing]\nmembers = [\"a\"]",
+            ),
+            "[routing]",
+            "routing.members",
+            "two routing members at least",
+        ),
+        (
+            base.replace(&format!("public-key = \"{}\"\n", public(1)), "")
+                .replace(&format!("public-key = \"{}\"\n", public(2)), "")
+                .replace(&format!("public-key = \"{}\"\n", public(3)), "")
+                .replace(&format!("public-key = \"{}\"\n", public(4)), ""),
+            "[routing]",
+            "routing.members",
+            "which takes keys",
+        ),
+        (
+            base.replace(
+                "address = \"10.0.0.4\"\n",
+                "address = \"10.0.0.4\"\nnetworks = [\"192.168.4.0/24\"]\n",
+            ),
+            "\"192.168.4.0/24\"",
+            "member.networks",
+            "member \"d\" is no routing member",
+        ),
+        (
+            base.replace("\"192.168.3.0/24\"", "\"fd00:3::/64\""),
+            "\"fd00:3::/64\"",
+            "member.networks",
+            "IPv4 prefixes only",
+        ),
+        (
+            base.replace("\"192.168.3.0/24\"", "\"192.168.3.0/33\""),
+            "\"192.168.3.0/33\"",
+            "member.networks",
+            "a prefix such as",
+        ),
+        (
+            base.replace("\"192.168.3.0/24\"", "\"10.0.0.0/24\""),
+            "\"10.0.0.0/24\"",
+            "member.networks",
+            "holds member \"a\"'s address 10.0.0.1",
+        ),
+        (
+            base.replace("\"192.168.3.0/24\"", "\"192.168.2.128/25\""),
+            "\"192.168.2.128/25\"",
+            "member.networks",
+            "overlaps 192.168.2.0/24, member \"b\"'s",
+        ),
+        (
+            base.replace(
+                "\"192.168.3.0/24\"",
+                "\"192.168.3.0/24\", \"192.168.3.0/24\"",
+            ),
+            "\"192.168.3.0/24\", ",
+            "member.networks",
+            "named twice",
+        ),
+        (
+            base.replace("name = \"c\"", "name = \"c23456789ab\"")
+                .replace("\"c\"", "\"c23456789ab\""),
+            "name = \"c23456789ab\"",
+            "member.name",
+            "longer than an interface name may be (15): give device",
+        ),
+        (
+            base.replace(
+                "address = \"10.0.0.3\"\n",
+                "address = \"10.0.0.3\"\ndevice = \"mgrp-b\"\n",
+            ),
+            "device = \"mgrp-b\"",
+            "member.device",
+            "member \"b\"'s too",
+        ),
+        (
+            base.replace(
+                "address = \"10.0.0.3\"\n",
+                "address = \"10.0.0.3\"\ndevice = \"to c\"\n",
+            ),
+            "device = \"to c\"",
+            "member.device",
+            "not an interface name",
+        ),
+    ];
+    for (text, at, key, says) in cases {
+        // The line of the last occurrence the case put in.
+        let line = text[..text.rfind(at).unwrap_or_else(|| panic!("{at} in {text}"))]
+            .matches('\n')
+            .count()
+            + 1;
+        let e = Mesh::parse(&text).unwrap_err();
+        assert!(
+            e.line == line && e.key == key && e.message.contains(says),
+            "want line {line}, {key}: {says}; got {e}\n{text}"
+        );
+    }
+}

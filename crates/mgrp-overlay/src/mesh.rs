@@ -25,7 +25,8 @@ fn quoted(s: &str) -> String {
 /// Every member's part of the description at `path`, as `--check-mesh` prints it:
 /// what its mgrpd and its overlay derive (in the form of the per-node files), each
 /// derived as the node itself would, so a method this overlay does not have is
-/// refused here too. No secret is printed: the description holds none.
+/// refused here too (route control's TLS aside: its authority is each node's own
+/// `[routing] ca-file`). No secret is printed: the description holds none.
 pub fn check(path: &Path) -> anyhow::Result<String> {
     let mesh = read(path)?;
     let mut out = String::new();
@@ -39,14 +40,11 @@ pub fn check(path: &Path) -> anyhow::Result<String> {
     );
     for name in mesh.members.keys() {
         let plan = mesh.plan(name)?;
-        let config = Config::from_toml(
-            &format!(
-                "mesh = {}\nnode = {}\n",
-                quoted(&path.to_string_lossy()),
-                quoted(name)
-            ),
-            None,
-        )
+        let config = Config::from_mesh_for_check(&format!(
+            "mesh = {}\nnode = {}\n",
+            quoted(&path.to_string_lossy()),
+            quoted(name)
+        ))
         .with_context(|| format!("member {name}"))?;
         let _ = writeln!(
             out,
@@ -135,6 +133,13 @@ mod tests {
             assert!(report.contains(&format!("node = \"{m}\"")), "{report}");
         }
         assert!(report.contains("4 members, 3 groups, 20 links"), "{report}");
+        // The routing members' route control, with the others' networks.
+        assert!(
+            report.contains(
+                "[[routing.destination]]\nprefix = \"172.16.30.0/24\"\nmember = \"fra1\""
+            ),
+            "{report}"
+        );
         let text = std::fs::read_to_string(example()).unwrap();
         let dir = std::env::temp_dir().join(format!("overlay-check-mesh-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -147,7 +152,7 @@ mod tests {
         let method = refused(text.replace("\"badabing\"", "\"ping\""));
         let _ = std::fs::remove_dir_all(&dir);
         assert!(
-            unknown.contains("line 55, group.hub: \"fra2\" is no member of the mesh"),
+            unknown.contains("line 59, group.hub: \"fra2\" is no member of the mesh"),
             "{unknown}"
         );
         assert!(

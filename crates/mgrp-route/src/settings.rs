@@ -192,6 +192,12 @@ pub struct RoutingFile {
     rule_priority: Option<u32>,
     source: Option<Ipv4Addr>,
     tun: Option<String>,
+    /// The authority of every member's API certificate, for members without a
+    /// `ca-file` of their own.
+    ca_file: Option<PathBuf>,
+    /// The token of every member's API spoken to over TLS, for members without a
+    /// `token-file` of their own.
+    token_file: Option<PathBuf>,
     #[serde(default, rename = "member")]
     members: Vec<MemberFile>,
     #[serde(default, rename = "destination")]
@@ -208,6 +214,80 @@ struct MemberFile {
     token_file: Option<PathBuf>,
     ca_file: Option<PathBuf>,
     tls_name: Option<String>,
+    /// Whether its API is spoken to over TLS; unset: when a `ca-file` (its own or
+    /// the section's) is given.
+    tls: Option<bool>,
+}
+
+/// A routing member as a mesh description gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeshMember {
+    /// Its name.
+    pub name: String,
+    /// Its address.
+    pub address: IpAddr,
+    /// This node's next-hop device towards it.
+    pub device: String,
+    /// Its API, if the description gives one: the address, over TLS or not, and the
+    /// name its certificate carries when that is not the address.
+    pub api: Option<(SocketAddr, bool, Option<String>)>,
+}
+
+impl RoutingFile {
+    /// Speaks to every member's API without TLS or token: what `--check-mesh` checks
+    /// the rest with, the authority being each node's own file.
+    pub fn without_tls(&mut self) {
+        self.ca_file = None;
+        self.token_file = None;
+        for m in &mut self.members {
+            m.tls = Some(false);
+            m.ca_file = None;
+            m.tls_name = None;
+            m.token_file = None;
+        }
+    }
+
+    /// Adds what a mesh description gives route control: this node's address unless
+    /// the section gives one, each member the section does not name, and each
+    /// destination (a prefix and the member it lies behind) whose prefix it does not
+    /// give. What the section gives stays as written.
+    pub fn add_from_mesh(
+        &mut self,
+        address: IpAddr,
+        members: impl IntoIterator<Item = MeshMember>,
+        destinations: impl IntoIterator<Item = (Prefix, String)>,
+    ) {
+        self.address.get_or_insert(address);
+        for m in members {
+            if self.members.iter().any(|o| o.name == m.name) {
+                continue;
+            }
+            let (api, tls, tls_name) = match m.api {
+                Some((addr, tls, name)) => (Some(addr.to_string()), Some(tls), name),
+                None => (None, None, None),
+            };
+            self.members.push(MemberFile {
+                name: m.name,
+                address: m.address,
+                device: Some(m.device),
+                api,
+                token_file: None,
+                ca_file: None,
+                tls_name,
+                tls,
+            });
+        }
+        for (prefix, member) in destinations {
+            if self.destinations.iter().all(|d| d.prefix != prefix) {
+                self.destinations.push(DestinationFile {
+                    prefix,
+                    member,
+                    via: None,
+                    direct: None,
+                });
+            }
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -315,19 +395,25 @@ impl RoutingFile {
                     ))
                 })?,
             };
-            let token = match m.token_file {
-                None => None,
-                Some(p) => Some(read_token_file(&p, dir)?.1),
+            let in_dir = |p: &PathBuf| match dir {
+                Some(d) if p.is_relative() => d.join(p),
+                _ => p.clone(),
             };
-            let tls = match (&m.ca_file, &m.tls_name) {
+            let ca = match (m.tls, m.ca_file.as_ref().or(self.ca_file.as_ref())) {
+                (Some(false), _) => None,
+                (_, Some(ca)) => Some(in_dir(ca)),
+                (Some(true), None) => {
+                    return Err(invalid(format!(
+                        "{key}: its API is spoken to over TLS: give ca-file (the member's or routing.ca-file), the authority that signed its certificate"
+                    )));
+                }
+                (None, None) => None,
+            };
+            let tls = match (&ca, &m.tls_name) {
                 (Some(ca), name) => {
-                    let ca = match dir {
-                        Some(d) if ca.is_relative() => d.join(ca),
-                        _ => ca.clone(),
-                    };
                     let name = name.clone().unwrap_or_else(|| api.ip().to_string());
                     Some(
-                        mgrp_service::tls::ClientTls::load(&ca, &name)
+                        mgrp_service::tls::ClientTls::load(ca, &name)
                             .map_err(|e| invalid(format!("{key}: ca-file: {e}")))?,
                     )
                 }
@@ -337,6 +423,15 @@ impl RoutingFile {
                     )));
                 }
                 (None, None) => None,
+            };
+            // The section's token goes only where TLS carries it.
+            let token_file = m
+                .token_file
+                .as_ref()
+                .or(self.token_file.as_ref().filter(|_| tls.is_some()));
+            let token = match token_file {
+                None => None,
+                Some(p) => Some(read_token_file(p, dir)?.1),
             };
             if token.is_some() && tls.is_none() && !api.ip().is_loopback() {
                 return Err(invalid(format!(
@@ -505,6 +600,51 @@ mod tests {
         assert!(
             r.summary()
                 .contains("10.2.0.0/24 behind east0: via north, via south")
+        );
+    }
+
+    /// `[routing] ca-file` and `token-file` serve every member over TLS unless it says
+    /// `tls = false`, and the token goes only where TLS carries it.
+    #[test]
+    fn the_sections_authority_and_token_serve_the_members_over_tls() {
+        let dir = mgrp_testbed::TempDir::new("route-tls").unwrap();
+        let ca = mgrp_testbed::tls::Authority::new(dir.path(), "members").unwrap();
+        let token = mgrp_testbed::tls::private_file(dir.path(), "token", "member-token-0123456789")
+            .unwrap();
+        let text = |section: &str, north: &str| {
+            format!(
+                "[routing]\naddress = \"10.90.0.1\"\n{section}\
+                 [[routing.member]]\nname = \"north\"\naddress = \"10.90.0.2\"\ndevice = \"mgrp-n\"\n{north}\
+                 [[routing.member]]\nname = \"south\"\naddress = \"10.90.0.3\"\ndevice = \"mgrp-s\"\ntls = false\n"
+            )
+        };
+        let section = format!(
+            "ca-file = \"{}\"\ntoken-file = \"{}\"\n",
+            ca.ca_file.display(),
+            token.display()
+        );
+        let r = routing(&text(&section, "")).unwrap();
+        let (north, south) = (&r.members[0], &r.members[1]);
+        assert_eq!(
+            north.tls.as_ref().map(|t| t.name()).as_deref(),
+            Some("10.90.0.2")
+        );
+        assert_eq!(north.token.as_deref(), Some("member-token-0123456789"));
+        assert!(south.tls.is_none() && south.token.is_none());
+        let e = routing(&text("", "tls = true\n")).unwrap_err();
+        assert!(e.to_string().contains("give ca-file"), "{e}");
+        // What --check-mesh checks a description's routing with: no TLS anywhere.
+        #[derive(serde::Deserialize)]
+        struct File {
+            routing: RoutingFile,
+        }
+        let mut f: File = toml::from_str(&text(&section, "tls = true\n")).unwrap();
+        f.routing.without_tls();
+        let r = f.routing.check(None).unwrap();
+        assert!(
+            r.members
+                .iter()
+                .all(|m| m.tls.is_none() && m.token.is_none())
         );
     }
 

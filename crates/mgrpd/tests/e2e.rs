@@ -1332,7 +1332,12 @@ fn a_mesh_description_fetched_over_https_is_followed_as_it_changes() {
     assert!(table().contains(&ADDR_B.to_string()), "{}", table());
     assert!(!table().contains(c_addr), "{}", table());
     assert_eq!(sent(&a).unwrap(), 5);
-    for line in a.process.log().lines().filter(|l| l.contains("mesh-refresh")) {
+    for line in a
+        .process
+        .log()
+        .lines()
+        .filter(|l| l.contains("mesh-refresh"))
+    {
         eprintln!("{line}");
     }
 

@@ -3,11 +3,14 @@
 //! (named `<member>-<method>`, `-udp` over plain UDP, with the member as its
 //! neighbour), the members it measures with become `[serve] allow` unless the file
 //! gives one, and the node's name is its member name unless the file gives one. A
-//! `[[link]]` of the file's own with the same name stays as written.
+//! `[[link]]` of the file's own with the same name stays as written. A routing
+//! member's route control gets the other routing members and their networks
+//! (`[routing]`'s own settings, members and destinations stay as written).
 
 use std::path::Path;
 
 use mgrp_mesh::{Mesh, Transport as MeshTransport};
+use mgrp_route::settings::MeshMember;
 
 use super::File;
 use super::check::{ConfigError, invalid};
@@ -76,6 +79,21 @@ pub(super) fn apply(f: &mut File, dir: Option<&Path>) -> Result<(), ConfigError>
     }
     if f.serve.allow.is_none() {
         f.serve.allow = Some(plan.peers.iter().map(|p| p.address.to_string()).collect());
+    }
+    if let Some(r) = &plan.routing {
+        let members = r.members.iter().map(|m| MeshMember {
+            name: m.name.clone(),
+            address: m.address,
+            device: m.device.clone(),
+            api: m.api.as_ref().map(|a| (a.addr, a.tls, a.tls_name.clone())),
+        });
+        let destinations = r
+            .members
+            .iter()
+            .flat_map(|m| m.networks.iter().map(|n| (*n, m.name.clone())));
+        f.routing
+            .get_or_insert_with(Default::default)
+            .add_from_mesh(plan.node.address, members, destinations);
     }
     if f.name.is_none() {
         f.name = Some(node);

@@ -351,6 +351,17 @@ impl Config {
     /// Checks a configuration given as TOML; a `token-file` is read relative to
     /// `dir`.
     pub fn from_toml(text: &str, dir: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::from_toml_as(text, dir, false)
+    }
+
+    /// [`Self::from_toml`] as `--check-mesh` derives a member's part: route control
+    /// speaks to the members' APIs without TLS, whose authority (`ca-file`) is each
+    /// node's own setting and not in the description; everything else is checked.
+    pub(crate) fn from_mesh_for_check(text: &str) -> Result<Self, ConfigError> {
+        Self::from_toml_as(text, None, true)
+    }
+
+    fn from_toml_as(text: &str, dir: Option<&Path>, no_tls: bool) -> Result<Self, ConfigError> {
         let mut f: File = toml::from_str(text).map_err(|e| ConfigError::Toml(e.to_string()))?;
         let mesh_refresh = match &f.mesh_refresh {
             None => None,
@@ -367,6 +378,9 @@ impl Config {
             }
         };
         mesh::apply(&mut f, dir)?;
+        if no_tls && let Some(r) = &mut f.routing {
+            r.without_tls();
+        }
         let name = f.name.unwrap_or_else(|| "node".into());
         check_name("name", &name)?;
         let listen_text = f.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
@@ -528,20 +542,36 @@ mod tests {
 
     /// The example description (docs/mesh/example.toml) gives each member's overlay
     /// what the per-node file derived from it (docs/mesh/derived/NAME.overlay.toml)
-    /// gives, and each derived link's method is one this overlay has.
+    /// gives, and each derived link's method is one this overlay has. The routing
+    /// members' APIs are over TLS: their authority is this node's own setting
+    /// (`[routing] ca-file`), given to both.
     #[test]
     fn the_example_mesh_gives_what_its_derived_per_node_files_say() {
         let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/mesh");
+        let dir = mgrp_testbed::TempDir::new("overlay-example-mesh").unwrap();
+        let ca = mgrp_testbed::tls::Authority::new(dir.path(), "members").unwrap();
+        let local = format!("[routing]\nca-file = \"{}\"\n", ca.ca_file.display());
         for node in ["nyc1", "lon1", "fra1", "edge7"] {
+            let derived =
+                std::fs::read_to_string(docs.join(format!("derived/{node}.overlay.toml"))).unwrap();
+            let routes = derived.contains("[routing]\n");
+            assert_eq!(routes, node != "edge7", "{node}");
             let from_mesh = Config::from_toml(
-                &format!("mesh = \"example.toml\"\nnode = \"{node}\"\n"),
+                &format!(
+                    "mesh = \"example.toml\"\nnode = \"{node}\"\n{}",
+                    if routes { local.as_str() } else { "" }
+                ),
                 Some(&docs),
             )
             .unwrap();
-            let derived =
-                std::fs::read_to_string(docs.join(format!("derived/{node}.overlay.toml"))).unwrap();
-            let from_file = Config::from_toml(&derived, None).unwrap();
+            let from_file =
+                Config::from_toml(&derived.replace("[routing]\n", &local), None).unwrap();
             assert!(!from_file.links.is_empty(), "{node}");
+            assert_eq!(
+                from_file.routing.as_ref().map(|r| r.destinations.len()),
+                routes.then_some(if node == "fra1" { 2 } else { 3 }),
+                "{node}"
+            );
             assert!(
                 from_mesh == from_file,
                 "{node}: {from_mesh:?}\n{from_file:?}"

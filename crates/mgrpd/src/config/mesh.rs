@@ -1,8 +1,12 @@
 //! `mesh` and `node`: this host's part of a mesh description (`mgrp-mesh`), read
-//! from a file or fetched over HTTPS (`mgrp_service::fetch`), as settings. Each member this host exchanges probes with becomes a `[[peers]]` table
-//! (its address as a host prefix, its name, its public key) and a route to its
-//! address. What the file's own tables and routes say stays: a `[[peers]]` table for
-//! a member's address is the operator's, and the mesh adds only what is not there.
+//! from a file or fetched over HTTPS (`mgrp_service::fetch`), as settings. Each
+//! member this host exchanges probes with becomes a `[[peers]]` table (its address as
+//! a host prefix, its name, its public key) and a route to its address; on a routing
+//! member each other routing member also gets its next-hop device, the sources it
+//! speaks for and the networks it may relay to, and the networks behind this host
+//! become local prefixes. What the file's own tables and routes say stays: a
+//! `[[peers]]` table for a member's address is the operator's, and the mesh adds only
+//! what is not there.
 
 use std::time::Duration;
 
@@ -46,13 +50,13 @@ pub(super) fn apply(s: &mut Settings) -> Result<(), ConfigError> {
     let plan = mesh
         .plan(&node)
         .map_err(|e| bad(format!("mesh {path}: {e}")))?;
-    for p in &plan.peers {
+    for p in &plan.mgrpd_peers {
         let prefix = Prefix::host(p.address);
         if !s.peers.iter().any(|t| t.prefix == prefix) {
             s.peers.push(PeerSettings {
                 prefix,
                 name: Some(p.name.clone()),
-                allowed_sources: Vec::new(),
+                allowed_sources: p.allowed_sources.clone(),
                 key_file: None,
                 next_key_file: None,
                 public_key: p.public_key,
@@ -62,13 +66,18 @@ pub(super) fn apply(s: &mut Settings) -> Result<(), ConfigError> {
                 keepalive: None,
                 wire: None,
                 source: None,
-                relay_to: Vec::new(),
-                device: None,
+                relay_to: p.relay_to.clone(),
+                device: p.device.clone(),
             });
         }
         let route = IpNet::from(p.address);
         if !s.routes.contains(&route) {
             s.routes.push(route);
+        }
+    }
+    for n in &plan.local_prefixes {
+        if !s.local_prefixes.contains(n) {
+            s.local_prefixes.push(*n);
         }
     }
     Ok(())

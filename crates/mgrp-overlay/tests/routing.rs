@@ -1,8 +1,10 @@
 //! Route control in network namespaces (root): four overlay members — W, N, S and E —
 //! each with mgrpd over UDP, and a client C behind W. E holds the network
 //! 10.88.9.0/24; W reaches it directly, through N, or through S. N and S relay for W
-//! (`relay-to`). Loss is nftables' random drop on W's direct link. W's route control
-//! chooses:
+//! (`relay-to`). The four mgrpds and W's route control take their parts from one
+//! mesh description (`[routing] members`, each member's `networks`): keys, next-hop
+//! devices, relays and W's destination all derived. Loss is nftables' random drop on
+//! W's direct link. W's route control chooses:
 //!
 //! - the direct path first (half the round trip of a relayed one);
 //! - a loss on the direct link moves new flows to a relay within a bound, while a flow
@@ -280,39 +282,49 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
     mgrp_testbed::packages::require(&["nft", "conntrack"])?;
     let net = Net::new()?;
     let dir = TempDir::new("mgrp-routing")?;
-    // Relaying and speaking for other addresses take a key: one for the mesh.
-    let key = private(&dir.0, "mesh.key", &"9c".repeat(32))?;
-    let udp = format!("key-file = \"{}\"\nencap = \"udp\"\n", key.display());
-    let cw = write(
-        &dir.0,
-        "mgrpd-w.toml",
-        &format!(
-            "{udp}[[peers]]\nprefix = \"{N}/32\"\ndevice = \"mgrp-n\"\n\
-             [[peers]]\nprefix = \"{S}/32\"\ndevice = \"mgrp-s\"\n\
-             [[peers]]\nprefix = \"{E}/32\"\ndevice = \"mgrp-e\"\n"
-        ),
-    )?;
-    let relay = |name: &str| {
+    // One description for the four members: their keys (relaying takes keys, each
+    // pair's derived from one's private key and the other's public one: no key file
+    // is copied), the networks behind W and E, and all four routing for each other.
+    // Every mgrpd takes its peers (each reached at its address), their routes, next-hop
+    // devices, sources and relays from it; so does W's route control.
+    let keys: Vec<mgrp_core::pair::PrivateKey> = (0..4u8)
+        .map(|i| mgrp_core::pair::PrivateKey::from_bytes([0x51 + i; 32]))
+        .collect();
+    let mut description = String::new();
+    for (i, (name, addr, networks, api)) in [
+        ("w", W, "[\"10.88.6.0/24\"]", "http"),
+        ("n", N, "[]", "https"),
+        ("s", S, "[]", "https"),
+        ("e", E, &format!("[\"{E_LAN}\"]") as &str, "http"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        description.push_str(&format!(
+            "[[member]]\nname = \"{name}\"\naddress = \"{addr}\"\napi = \"{api}://{addr}:7700\"\npublic-key = \"{}\"\nnetworks = {networks}\n\n",
+            keys[i].public()
+        ));
+    }
+    description.push_str("[routing]\nmembers = [\"w\", \"n\", \"s\", \"e\"]\n");
+    let mesh = write(&dir.0, "mesh.toml", &description)?;
+    let mgrpd_config = |name: &str, i: usize| -> anyhow::Result<PathBuf> {
+        let key = private(&dir.0, &format!("{name}.key"), &keys[i].to_hex())?;
         write(
             &dir.0,
             &format!("mgrpd-{name}.toml"),
             &format!(
-                "{udp}[[peers]]\nprefix = \"{W}/32\"\nallowed-sources = [\"10.88.6.0/24\"]\nrelay-to = [\"{E_LAN}\"]\n\
-                 [[peers]]\nprefix = \"{E}/32\"\ndevice = \"mgrp-e\"\n"
+                "encap = \"udp\"\nmesh = \"{}\"\nnode = \"{name}\"\nprivate-key-file = \"{}\"\n",
+                mesh.display(),
+                key.display()
             ),
         )
     };
-    let (cn, cs) = (relay("n")?, relay("s")?);
-    let ce = write(
-        &dir.0,
-        "mgrpd-e.toml",
-        &format!(
-            "{udp}local-prefixes = [\"{E_LAN}\"]\n\
-             [[peers]]\nprefix = \"{W}/32\"\nallowed-sources = [\"10.88.6.0/24\"]\n\
-             [[peers]]\nprefix = \"{N}/32\"\nallowed-sources = [\"10.88.6.0/24\"]\n\
-             [[peers]]\nprefix = \"{S}/32\"\nallowed-sources = [\"10.88.6.0/24\"]\n"
-        ),
-    )?;
+    let (cw, cn, cs, ce) = (
+        mgrpd_config("w", 0)?,
+        mgrpd_config("n", 1)?,
+        mgrpd_config("s", 2)?,
+        mgrpd_config("e", 3)?,
+    );
     let dw = mgrpd(&net.w, &cw)?;
     let dn = mgrpd(&net.n, &cn)?;
     let ds = mgrpd(&net.s, &cs)?;
@@ -356,25 +368,18 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
             }
         )
     };
-    let relay_member = |name: &str, addr: Ipv4Addr| {
-        format!(
-            "{}ca-file = \"{}\"\ntoken-file = \"{}\"\n",
-            member(name, addr, true),
-            ca_file.display(),
-            relay_token.display()
-        )
-    };
+    // W's route control from the description (its members n, s and e, and E's
+    // network behind e); the authority and token of the members' APIs are W's own.
     let ow = node(
         "w",
         W,
         &dw,
         &format!(
-            "{}{}{}[[routing.destination]]\nprefix = \"{E_LAN}\"\nmember = \"e\"\n",
-            relay_member("n", N),
-            relay_member("s", S),
-            member("e", E, true)
+            "ca-file = \"{}\"\ntoken-file = \"{}\"\n",
+            ca_file.display(),
+            relay_token.display()
         ),
-        "",
+        &format!("mesh = \"{}\"\nnode = \"w\"\n", mesh.display()),
     )?;
     // A relay sends what it relays straight to the owner: its direct path.
     let relay_node = |name: &str, addr: Ipv4Addr, d: &Daemon| {
@@ -421,7 +426,7 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
     );
     // The direct path is chosen only while E answers (N and S may not have yet).
     ensure!(
-        value("mgrp_overlay_member_up{node=\"w\",member=\"e\"}") == Some(1.0),
+        value("mgrp_overlay_member_up{node=\"w\",neighbour=\"e\"}") == Some(1.0),
         "{metrics}"
     );
     let (_, page) = mgrp_testbed::http::request_in(&net.w, &format!("{W}:7700"), "GET", "/")?;

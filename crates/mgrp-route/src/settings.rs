@@ -626,7 +626,11 @@ mod tests {
         let r = routing(&text(&section, "")).unwrap();
         let (north, south) = (&r.members[0], &r.members[1]);
         assert_eq!(
-            north.tls.as_ref().map(|t| t.name()).as_deref(),
+            north
+                .tls
+                .as_ref()
+                .map(mgrp_service::tls::ClientTls::name)
+                .as_deref(),
             Some("10.90.0.2")
         );
         assert_eq!(north.token.as_deref(), Some("member-token-0123456789"));

@@ -632,9 +632,13 @@ pub(crate) fn render(
     let held = Family::<Labels, Gauge<i64>>::default();
     let held_bytes = Family::<Labels, Gauge<i64>>::default();
     for t in traffic {
+        // `neighbour`, as every series names the other end; `name`, the same, for
+        // what was written against 0.1.0 (to be removed after 0.2).
+        let name = name_of(peers, t.peer);
         let l = vec![
             ("peer", t.peer.to_string()),
-            ("name", name_of(peers, t.peer)),
+            ("neighbour", name.clone()),
+            ("name", name),
         ];
         packets.get_or_create(&l).inc_by(t.packets);
         bytes.get_or_create(&l).inc_by(t.bytes);
@@ -657,9 +661,11 @@ pub(crate) fn render(
     }
     let info = Family::<Labels, Gauge<i64>>::default();
     for p in peers {
+        let name = p.name.clone().unwrap_or_default();
         info.get_or_create(&vec![
             ("prefix", p.prefix.to_string()),
-            ("name", p.name.clone().unwrap_or_default()),
+            ("neighbour", name.clone()),
+            ("name", name),
             ("encap", p.encap.to_owned()),
             ("wire", p.wire.to_string()),
             ("key", p.key.to_owned()),
@@ -854,12 +860,12 @@ mod tests {
         };
         let text = render(&s, &[t], &[peer_b()], Some(clock), Format::OpenMetrics);
         for line in [
-            "mgrpd_peer_traffic_packets_total{peer=\"10.0.0.2\",name=\"berlin\"} 3",
-            "mgrpd_peer_traffic_bytes_total{peer=\"10.0.0.2\",name=\"berlin\"} 4500",
-            "mgrpd_peer_traffic_bytes_per_second{peer=\"10.0.0.2\",name=\"berlin\"} 2250",
-            "mgrpd_peer_held_riders{peer=\"10.0.0.2\",name=\"berlin\"} 1",
-            "mgrpd_peer_held_bytes{peer=\"10.0.0.2\",name=\"berlin\"} 1500",
-            "mgrpd_peer_info{prefix=\"10.0.0.0/24\",name=\"berlin\",encap=\"udp\",wire=\"2\",key=\"own\"} 1",
+            "mgrpd_peer_traffic_packets_total{peer=\"10.0.0.2\",neighbour=\"berlin\",name=\"berlin\"} 3",
+            "mgrpd_peer_traffic_bytes_total{peer=\"10.0.0.2\",neighbour=\"berlin\",name=\"berlin\"} 4500",
+            "mgrpd_peer_traffic_bytes_per_second{peer=\"10.0.0.2\",neighbour=\"berlin\",name=\"berlin\"} 2250",
+            "mgrpd_peer_held_riders{peer=\"10.0.0.2\",neighbour=\"berlin\",name=\"berlin\"} 1",
+            "mgrpd_peer_held_bytes{peer=\"10.0.0.2\",neighbour=\"berlin\",name=\"berlin\"} 1500",
+            "mgrpd_peer_info{prefix=\"10.0.0.0/24\",neighbour=\"berlin\",name=\"berlin\",encap=\"udp\",wire=\"2\",key=\"own\"} 1",
             "mgrpd_tun_packets_read_total 7",
             "mgrpd_riders_refused_total{reason=\"foreign_source\"} 2",
             "mgrpd_riders_refused_total{reason=\"malformed\"} 0",

@@ -186,7 +186,7 @@ fn the_metrics_exporter_serves_the_api_counters() {
         value("mgrpd_planner_riders_held"),
         stats.planner.riders_held
     );
-    let b = format!("{{peer=\"{ADDR_B}\",name=\"\"}}");
+    let b = format!("{{peer=\"{ADDR_B}\",neighbour=\"\",name=\"\"}}");
     assert_eq!(
         value(&format!("mgrpd_peer_traffic_packets_total{b}")),
         to_b.packets

@@ -42,7 +42,10 @@ struct DestinationLabels {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct MemberLabels {
     node: String,
-    member: String,
+    /// The member at the hop's other end (`neighbour`, as every series names the
+    /// other end; `member` is the target label Prometheus' mesh targets give the
+    /// node scraped).
+    neighbour: String,
 }
 
 type GaugeF = Gauge<f64, AtomicU64>;
@@ -149,7 +152,7 @@ fn register_routes(r: &mut Registry, node: &str, c: &mgrp_route::control::Contro
         let Some(h) = &m.heartbeat else { continue };
         let l = MemberLabels {
             node: node.to_string(),
-            member: m.name.clone(),
+            neighbour: m.name.clone(),
         };
         up.get_or_create(&l).set(if h.alive { 1.0 } else { 0.0 });
         if let Some(x) = h.rtt_s {

@@ -8,6 +8,7 @@
 //! `[[peers]]` table for a member's address is the operator's, and the mesh adds only
 //! what is not there.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -15,7 +16,7 @@ use mgrp_core::peers::Prefix;
 use mgrp_mesh::Mesh;
 
 use super::error::{ConfigError, bad};
-use super::settings::{PeerSettings, Settings};
+use super::settings::{DEFAULT_UDP_PORT, EncapArg, PeerSettings, Settings};
 
 /// Adds the peers and routes of this host's part of the mesh, if one is named.
 pub(super) fn apply(s: &mut Settings) -> Result<(), ConfigError> {
@@ -50,6 +51,14 @@ pub(super) fn apply(s: &mut Settings) -> Result<(), ConfigError> {
     let plan = mesh
         .plan(&node)
         .map_err(|e| bad(format!("mesh {path}: {e}")))?;
+    // Members reach each other at their addresses: over UDP a peer's endpoint is its
+    // address at the port this host uses (a peer with a key of its own would
+    // otherwise roam, sent nothing until heard from, and two such peers would wait for
+    // each other); a member heard from elsewhere (behind a NAT) is followed there.
+    let udp_port = match s.encap {
+        EncapArg::Udp(port) => Some(port.unwrap_or(DEFAULT_UDP_PORT)),
+        EncapArg::Raw => None,
+    };
     for p in &plan.mgrpd_peers {
         let prefix = Prefix::host(p.address);
         if !s.peers.iter().any(|t| t.prefix == prefix) {
@@ -62,7 +71,7 @@ pub(super) fn apply(s: &mut Settings) -> Result<(), ConfigError> {
                 public_key: p.public_key,
                 next_public_key: None,
                 encap: None,
-                endpoint: None,
+                endpoint: udp_port.map(|port| SocketAddr::new(p.address, port)),
                 keepalive: None,
                 wire: None,
                 source: None,

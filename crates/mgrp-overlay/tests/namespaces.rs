@@ -1216,11 +1216,11 @@ fn first_seq(ns: &Netns, addr: Ipv4Addr, link: &str) -> Option<u64> {
 /// others' public keys (no key file copied), and links named by member. n0, n1 and n2
 /// measure each other by pathChirp; n3 is measured with n0 (a star). Then the
 /// description changes (n3 leaves the groups; n0 and n1 add badabing) and every
-/// overlay is sent SIGHUP: each puts its new part in force without a restart (the
-/// same PIDs), the links from and to n3 stop and leave the API, the new links give
+/// mgrpd and overlay is sent SIGHUP: each puts its new part in force without a
+/// restart (the same PIDs), n3's peer and route leave n0's mgrpd (and n0's leave
+/// n3's), the links from and to n3 stop and leave the API, the new links give
 /// estimates within two intervals and a run, and the links that did not change keep
-/// their history. (mgrpd keeps n3 as a peer until it restarts: its reload takes keys
-/// only.)
+/// their history; n3 then comes back the same way.
 fn a_mesh_follows_its_description() -> anyhow::Result<()> {
     use mgrp_core::pair::PrivateKey;
     const INTERVAL_S: u64 = 5;

@@ -22,14 +22,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::ensure;
-use common::{Case, Cross, Shaper, f, run_case};
+use common::{BAND, Case, Cross, Shaper, f, run_case};
 
 /// The run's own limit.
 const MAX_TIME: u64 = 45;
-/// The share of the truth by which the range is widened before it must hold the
-/// truth: a wide band for a behaviour test on a shared machine (the accuracy bench
-/// measures how close the estimates really are).
-const BAND: f64 = 0.2;
 
 const CROSS: f64 = 4.0;
 

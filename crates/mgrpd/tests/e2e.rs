@@ -44,6 +44,29 @@ fn five_to_b() -> mgrp_client::Train {
     uniform_train(IpAddr::V4(ADDR_B), 5, 300, Duration::from_micros(200))
 }
 
+/// The probes of a five-probe train to B that `d` sent, or why it refused the train.
+fn five_sent(d: &Daemon) -> anyhow::Result<u16> {
+    Ok(d.api()?.send_train(five_to_b())?.probes_sent)
+}
+
+/// How many lines of `d`'s log hold `what`.
+fn log_count(d: &Daemon, what: &str) -> usize {
+    d.process.log().matches(what).count()
+}
+
+/// Waits up to `within` for `what` to be in `d`'s log `n` times.
+fn wait_for_log(d: &Daemon, what: &str, n: usize, within: Duration) {
+    let deadline = std::time::Instant::now() + within;
+    while log_count(d, what) < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {what:?} in the log: {}",
+            d.process.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Runs pk2-like trains (20 × 500 B, 1 ms apart, every 20 ms) from A to B until `stop`.
 fn trains_until(daemon: &Daemon, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
     trains_every(daemon, IpAddr::V4(ADDR_B), stop, Duration::from_millis(20))
@@ -1105,25 +1128,12 @@ fn a_reload_adds_and_removes_peers_and_routes() {
         .expect("mgrpd on A");
     let pid = a.process.pid().unwrap();
     let table = || net.a.ip(&["route", "show", "table", "4242"]).unwrap();
-    let sent = |a: &Daemon| {
-        let api = a.api().unwrap();
-        api.send_train(five_to_b()).map(|r| r.probes_sent)
-    };
     assert!(table().contains(&ADDR_B.to_string()), "{}", table());
-    assert_eq!(sent(&a).unwrap(), 5);
-    let reloads = |a: &Daemon, what: &str| a.process.log().matches(what).count();
+    assert_eq!(five_sent(&a).unwrap(), 5);
     let hup = |a: &Daemon, what: &str| {
-        let before = reloads(a, what);
+        let before = log_count(a, what);
         a.process.signal(libc::SIGHUP);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while reloads(a, what) == before {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no {what:?} in the log: {}",
-                a.process.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_log(a, what, before + 1, Duration::from_secs(10));
     };
 
     // B's route and peer go; another comes.
@@ -1136,14 +1146,14 @@ fn a_reload_adds_and_removes_peers_and_routes() {
     );
     assert!(table().contains("10.77.0.9"), "{}", table());
     assert!(!table().contains(&ADDR_B.to_string()), "{}", table());
-    let refused = sent(&a).unwrap_err();
+    let refused = five_sent(&a).unwrap_err();
     assert!(refused.to_string().contains("is not a peer"), "{refused}");
 
     // Back again: trains to B run.
     write(&[&to_b, other], "");
     hup(&a, "SIGHUP: reloaded");
     assert!(table().contains(&ADDR_B.to_string()), "{}", table());
-    assert_eq!(sent(&a).unwrap(), 5);
+    assert_eq!(five_sent(&a).unwrap(), 5);
 
     // UDP needs the socket mgrpd opens at start: nothing changes.
     write(&[&to_b], "encap = \"udp\"\n");
@@ -1272,23 +1282,10 @@ fn a_mesh_description_fetched_over_https_is_followed_as_it_changes() {
     .expect("mgrpd on A");
     let pid = a.process.pid().unwrap();
     let table = || net.a.ip(&["route", "show", "table", "4242"]).unwrap();
-    let sent = |a: &Daemon| {
-        let api = a.api().unwrap();
-        api.send_train(five_to_b()).map(|r| r.probes_sent)
-    };
     assert!(table().contains(&ADDR_B.to_string()), "{}", table());
-    assert_eq!(sent(&a).unwrap(), 5);
-    let lines = |a: &Daemon, what: &str| a.process.log().matches(what).count();
+    assert_eq!(five_sent(&a).unwrap(), 5);
     let wait_for = |a: &Daemon, what: &str, n: usize| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(15);
-        while lines(a, what) < n {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no {what:?} in the log: {}",
-                a.process.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_log(a, what, n, Duration::from_secs(15));
     };
 
     // C joins: its peer and route, without a signal.
@@ -1307,7 +1304,7 @@ fn a_mesh_description_fetched_over_https_is_followed_as_it_changes() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(
-        lines(&a, "mesh-refresh: reloaded"),
+        log_count(&a, "mesh-refresh: reloaded"),
         1,
         "{}",
         a.process.log()
@@ -1317,7 +1314,7 @@ fn a_mesh_description_fetched_over_https_is_followed_as_it_changes() {
     server.set(&description(&["a", "c"]));
     wait_for(&a, &format!("removed: {ADDR_B}/32"), 1);
     assert!(!table().contains(&ADDR_B.to_string()), "{}", table());
-    let refused = sent(&a).unwrap_err();
+    let refused = five_sent(&a).unwrap_err();
     assert!(refused.to_string().contains("is not a peer"), "{refused}");
 
     // A spoilt description changes nothing, and says where it is spoilt.
@@ -1331,7 +1328,7 @@ fn a_mesh_description_fetched_over_https_is_followed_as_it_changes() {
     wait_for(&a, &format!("peers added: {ADDR_B}/32"), 1);
     assert!(table().contains(&ADDR_B.to_string()), "{}", table());
     assert!(!table().contains(c_addr), "{}", table());
-    assert_eq!(sent(&a).unwrap(), 5);
+    assert_eq!(five_sent(&a).unwrap(), 5);
     for line in a
         .process
         .log()

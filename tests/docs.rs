@@ -406,6 +406,8 @@ fn the_flags_the_guides_give_the_binaries_exist() {
     let not_a_binarys = [
         ("mgrpd.md", "--bench"),
         ("pathchirp-rs.md", "--runs"),
+        ("pathload-rs.md", "--cross"),
+        ("pathload-rs.md", "--load"),
         ("overlay.md", "--rate"),
         ("overlay.md", "--burst"),
         ("overlay.md", "--outage"),

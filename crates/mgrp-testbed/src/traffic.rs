@@ -20,6 +20,9 @@ use crate::{Netns, fill_pattern, read_pattern, tcp_listen};
 pub struct Source {
     bytes: Arc<AtomicU64>,
     retransmits: Arc<AtomicU64>,
+    /// Paced TCP sources: the most data segments the sender left within one
+    /// millisecond since the start or the last reset, plus one (0: none read).
+    burst: Arc<AtomicU64>,
     started: Instant,
     threads: Stoppable<()>,
 }
@@ -34,6 +37,22 @@ impl Source {
     /// losses as TCP saw them.
     pub fn retransmits(&self) -> u64 {
         self.retransmits.load(Ordering::Relaxed)
+    }
+
+    /// Paced TCP sources ([`tcp_paced_source`]): the most data segments the sender
+    /// left within one millisecond since it started (or since
+    /// [`Self::reset_max_segments_per_ms`]), read from its `tcp_info` every
+    /// millisecond. A flow paced one segment at a time leaves 1 (2 when a reading
+    /// straddles two); one whose sends the kernel sizes up leaves its bursts. `None`
+    /// for other sources, or before the first reading.
+    pub fn max_segments_per_ms(&self) -> Option<u64> {
+        self.burst.load(Ordering::Relaxed).checked_sub(1)
+    }
+
+    /// Forgets the bursts read so far ([`Self::max_segments_per_ms`] counts from now):
+    /// a connection's start leaves its initial window at once.
+    pub fn reset_max_segments_per_ms(&self) {
+        self.burst.store(0, Ordering::Relaxed);
     }
 
     /// Payload rate so far, Mbit/s.
@@ -249,6 +268,7 @@ fn udp_paced(
     Ok(Source {
         bytes,
         retransmits: Arc::default(),
+        burst: Arc::default(),
         started: Instant::now(),
         threads: Stoppable::new(stop, vec![sender, drain]),
     })
@@ -401,6 +421,7 @@ pub fn web(
     Ok(Source {
         bytes,
         retransmits: Arc::default(),
+        burst: Arc::default(),
         started: Instant::now(),
         threads: Stoppable::new(stop, vec![generator, acceptor]),
     })
@@ -447,6 +468,7 @@ pub fn tcp_bulk(
 /// the flow leave 6–10 segments at line rate every 17–25 ms, bursts a 40 ms probe
 /// stream reads as the available bandwidth swinging by several Mbit/s), and the flow
 /// uses CUBIC whatever the host's default (BBR sends at least two segments at once).
+/// [`Source::max_segments_per_ms`] says whether that held on this host.
 pub fn tcp_paced_source(
     from: &Netns,
     to_ns: &Netns,
@@ -507,6 +529,26 @@ fn tcp_flow(
         .with_context(|| format!("cannot make the TCP flow use {cc} (not in this kernel?)"))?;
     }
     let retransmits = Arc::new(AtomicU64::new(0));
+    let burst = Arc::new(AtomicU64::new(0));
+    // A paced flow is watched for bursts: its data segments out, read every
+    // millisecond from a second handle on its socket.
+    let watcher = match paced {
+        Some(_) => {
+            let (watched, stop, burst) = (stream.try_clone()?, stop.clone(), burst.clone());
+            Some(std::thread::spawn(move || {
+                let mut last = data_segs_out(&watched);
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1));
+                    let now = data_segs_out(&watched);
+                    if let (Some(a), Some(b)) = (last, now) {
+                        burst.fetch_max(u64::from(b.wrapping_sub(a)) + 1, Ordering::Relaxed);
+                    }
+                    last = now;
+                }
+            }))
+        }
+        None => None,
+    };
     let sender = {
         let (stop, retransmits) = (stop.clone(), retransmits.clone());
         std::thread::spawn(move || {
@@ -544,11 +586,14 @@ fn tcp_flow(
             let _ = stream.shutdown(std::net::Shutdown::Write);
         })
     };
+    let mut threads = vec![sender, receiver];
+    threads.extend(watcher);
     Ok(Source {
         bytes,
         retransmits,
+        burst,
         started: Instant::now(),
-        threads: Stoppable::new(stop, vec![sender, receiver]),
+        threads: Stoppable::new(stop, threads),
     })
 }
 
@@ -589,6 +634,29 @@ fn total_retransmits(stream: &TcpStream) -> Option<u64> {
         )
     };
     (r == 0).then_some(u64::from(info.tcpi_total_retrans))
+}
+
+/// The data segments `stream` has sent (`tcpi_data_segs_out`, Linux 4.6 and later).
+fn data_segs_out(stream: &TcpStream) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    // `struct tcp_info` as the running kernel has it: `tcpi_data_segs_out` is the u32
+    // at byte 156.
+    const AT: usize = 156;
+    let mut info = [0u8; 256];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `info`, which is that long.
+    let r = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &raw mut len,
+        )
+    };
+    let len = usize::try_from(len).ok()?;
+    (r == 0 && len >= AT + 4)
+        .then(|| u32::from_ne_bytes(info[AT..AT + 4].try_into().expect("4 bytes")))
 }
 
 struct CountingReader<'a, R> {

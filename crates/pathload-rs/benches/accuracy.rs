@@ -82,6 +82,8 @@ struct Row {
     streams: f64,
     kernel_stamped: f64,
     cross_mbps: f64,
+    /// A paced TCP flow's most data segments within 1 ms.
+    cross_burst: Option<u64>,
     wall: f64,
 }
 
@@ -142,6 +144,7 @@ fn one(case: Case, mode: &str, rcv: &[String]) -> anyhow::Result<Row> {
         streams: f(r, "streams")?,
         kernel_stamped: f(r, "streams_kernel_stamped")?,
         cross_mbps: m.cross_mbps,
+        cross_burst: m.cross_burst,
         wall: m.run.wall.as_secs_f64(),
     })
 }
@@ -184,7 +187,7 @@ fn main() -> ExitCode {
         .collect();
     println!("# load: {} threads spinning beside the runs", o.load);
     println!(
-        "shaper\ttransport\tmode\tcross\trun\texit\ttruth\tlow\thigh\tunadj_low\tunadj_high\terr%\tinside\tseconds\twall\tfleets\tprobe_MB\triding%\tkernel_stamped\tcross_mbps\tlower_bound"
+        "shaper\ttransport\tmode\tcross\trun\texit\ttruth\tlow\thigh\tunadj_low\tunadj_high\terr%\tinside\tseconds\twall\tfleets\tprobe_MB\triding%\tkernel_stamped\tcross_mbps\tlower_bound\tcross_burst"
     );
     let mut table = Vec::new();
     for shaper in &o.shapers {
@@ -222,7 +225,7 @@ fn main() -> ExitCode {
                                 let (lo, hi, ulo, uhi) =
                                     r.range.unwrap_or((f64::NAN, f64::NAN, f64::NAN, f64::NAN));
                                 println!(
-                                    "{head}\t{}\t{:.2}\t{lo:.2}\t{hi:.2}\t{ulo:.2}\t{uhi:.2}\t{:+.1}\t{}\t{:.1}\t{:.1}\t{}\t{:.2}\t{:.0}\t{}/{}\t{:.2}\t{}",
+                                    "{head}\t{}\t{:.2}\t{lo:.2}\t{hi:.2}\t{ulo:.2}\t{uhi:.2}\t{:+.1}\t{}\t{:.1}\t{:.1}\t{}\t{:.2}\t{:.0}\t{}/{}\t{:.2}\t{}\t{}",
                                     r.code,
                                     r.truth,
                                     r.err().unwrap_or(f64::NAN),
@@ -236,6 +239,7 @@ fn main() -> ExitCode {
                                     r.streams,
                                     r.cross_mbps,
                                     r.bound.map_or_else(String::new, |b| format!("{b:.2}")),
+                                    r.cross_burst.map_or_else(String::new, |b| b.to_string()),
                                 );
                                 rows.push(r);
                             }
@@ -255,9 +259,9 @@ fn main() -> ExitCode {
         let _ = t.join();
     }
     println!(
-        "\n| shaper | transport | mode | cross | runs | exit 0 | errors | truth in range ± ω | in the test's band (± 20 %) | median midpoint error | worst \\|error\\| | unadjusted error | lower bounds | their median error (worst) | median time | median fleets | median probe MB | riding share | streams kernel-stamped |"
+        "\n| shaper | transport | mode | cross | runs | exit 0 | errors | truth in range ± ω | in the test's band (± 20 %) | median midpoint error | worst \\|error\\| | unadjusted error | lower bounds | their median error (worst) | median time | median fleets | median probe MB | riding share | streams kernel-stamped | TCP flow's most segments in 1 ms |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (case, mode, rows, errors) in &table {
         let m = |g: &dyn Fn(&Row) -> Option<f64>| median(rows.iter().filter_map(g).collect());
         let worst = rows
@@ -268,7 +272,7 @@ fn main() -> ExitCode {
         let stamped: f64 = rows.iter().map(|r| r.kernel_stamped).sum();
         let streams: f64 = rows.iter().map(|r| r.streams).sum();
         println!(
-            "| {} | {} | {mode} | {} | {} | {} | {errors} | {}/{} | {}/{} | {:+.1} % | {:.1} % | {:+.1} % | {} | {:+.1} % ({:+.1} %) | {:.1} s | {:.0} | {:.2} | {:.0} % | {stamped}/{streams} |",
+            "| {} | {} | {mode} | {} | {} | {} | {errors} | {}/{} | {}/{} | {:+.1} % | {:.1} % | {:+.1} % | {} | {:+.1} % ({:+.1} %) | {:.1} s | {:.0} | {:.2} | {:.0} % | {stamped}/{streams} | {} |",
             case.shaper.name(),
             case.transport,
             case.cross.name(),
@@ -294,6 +298,10 @@ fn main() -> ExitCode {
             m(&|r| Some(r.fleets)),
             m(&|r| Some(r.probe_bytes / 1e6)),
             m(&|r| Some(r.riding_share())),
+            rows.iter()
+                .filter_map(|r| r.cross_burst)
+                .max()
+                .map_or_else(|| "—".to_owned(), |b| b.to_string()),
         );
     }
     ExitCode::SUCCESS

@@ -140,6 +140,9 @@ pub(crate) struct Measured {
     pub(crate) truth: f64,
     /// The cross traffic's payload rate while the measurement ran, Mbit/s.
     pub(crate) cross_mbps: f64,
+    /// A paced TCP flow's most data segments within one millisecond (1 when it left
+    /// one segment at a time, as the case means).
+    pub(crate) cross_burst: Option<u64>,
 }
 
 const CROSS_PORT: u16 = 9000;
@@ -184,6 +187,10 @@ pub(crate) fn run_case(case: Case, max_time: u64, extra: &[&str]) -> anyhow::Res
     // Let the cross traffic settle (TCP's slow start) before measuring.
     std::thread::sleep(Duration::from_millis(500));
     let before = (source.as_ref().map_or(0, Source::bytes), Instant::now());
+    // A TCP flow's bursts are read while the measurement runs, not at its start.
+    if let Some(s) = &source {
+        s.reset_max_segments_per_ms();
+    }
     let max = max_time.to_string();
     let mut args = vec!["--max-time", max.as_str()];
     args.extend_from_slice(extra);
@@ -209,6 +216,7 @@ pub(crate) fn run_case(case: Case, max_time: u64, extra: &[&str]) -> anyhow::Res
     }
     let bytes = source.as_ref().map_or(0, Source::bytes) - before.0;
     let cross_mbps = bytes as f64 * 8.0 / before.1.elapsed().as_secs_f64() / 1e6;
+    let cross_burst = source.as_ref().and_then(Source::max_segments_per_ms);
     drop(source);
     let ip_mbps = cross_mbps * f64::from(ip_size) / f64::from(payload);
     // The truth in IP bytes of the probes pathload sends near it (tbf counts each
@@ -219,5 +227,6 @@ pub(crate) fn run_case(case: Case, max_time: u64, extra: &[&str]) -> anyhow::Res
         run,
         truth: ip_level_truth(case.rate, size, &[(ip_mbps, ip_size)]),
         cross_mbps,
+        cross_burst,
     })
 }

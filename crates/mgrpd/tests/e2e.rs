@@ -17,7 +17,7 @@ use mgrp_testbed::{
 
 mod common;
 
-use common::{TempFile, mgrpd, root_or_skip, serial, trains_every};
+use common::{TempFile, mgrpd, root_or_skip, serial, trains_every, wait_for};
 
 const MB: u64 = 1 << 20;
 
@@ -1431,6 +1431,77 @@ fn killing_the_far_daemon_mid_transfer_does_not_sink_the_transfer() {
     assert!(s.daemon.riders_bypassed_peer_down > 0, "{s:#?}");
     assert!(a.process.log().contains("its mgrpd is gone"));
     check_conserved("A", &s);
+    drop(b);
+}
+
+/// Over UDP, the far daemon killed: B's kernel answers A's datagrams with "port
+/// unreachable", quoting what A sent, and A marks B down (its riders go unchanged for
+/// a while, `peer_unreachable`) and runs on; B started again takes A's trains again.
+/// (Trains run throughout; a probe sent into the error may fail, so their counts are
+/// not checked here.)
+#[test]
+fn a_killed_udp_peer_is_marked_down_and_taken_back() {
+    let _serial = serial();
+    if !root_or_skip("a_killed_udp_peer_is_marked_down_and_taken_back") {
+        return;
+    }
+    let net = TwoHosts::new(&TwoHostOptions::default()).expect("topology");
+    let args = ["--encap", "udp", "--hold-mode", "always"];
+    let (mut a, b) = daemons(&net, &args);
+    let stop = Arc::new(AtomicBool::new(false));
+    let trains = {
+        let (api, stop) = (a.api().unwrap(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = api.send_train(uniform_train(
+                    IpAddr::V4(ADDR_B),
+                    20,
+                    500,
+                    Duration::from_millis(1),
+                ));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let s = wait_for(&b, |s| s.daemon.probes_received > 0);
+    assert!(s.daemon.probes_received > 0, "B got no probe: {s:#?}");
+    let tun = b.tun.clone();
+    mgrp_testbed::kill_pid(b.process.pid().unwrap());
+    let s = wait_for(&a, |s| s.daemon.peer_unreachable > 0);
+    assert!(
+        s.daemon.peer_unreachable > 0 && a.process.log().contains("its mgrpd is gone"),
+        "A did not mark B down: {:#?}\n{}",
+        s.daemon,
+        a.process.log()
+    );
+    assert_eq!(
+        a.process.wait(Duration::from_millis(200)),
+        None,
+        "A stopped: {}",
+        a.process.log()
+    );
+    let mut again = vec!["--route".to_string(), format!("{ADDR_A}/32")];
+    again.extend(
+        ["--log-level", "debug"]
+            .iter()
+            .chain(&args)
+            .map(ToString::to_string),
+    );
+    let again: Vec<&str> = again.iter().map(String::as_str).collect();
+    let b2 = Daemon::restart(&net.b, mgrpd(), &tun, &again).expect("mgrpd on B again");
+    let s = wait_for(&b2, |s| s.daemon.probes_received > 0);
+    stop.store(true, Ordering::Relaxed);
+    trains.join().unwrap();
+    assert!(
+        s.daemon.probes_received > 0,
+        "B, started again, got no probe from A: {s:#?}\n{}",
+        a.process.log()
+    );
+    eprintln!(
+        "A marked B down {} times; B again took {} probes",
+        a.stats().unwrap().daemon.peer_unreachable,
+        s.daemon.probes_received
+    );
     drop(b);
 }
 

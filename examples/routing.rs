@@ -968,31 +968,45 @@ fn analyse(out: &Path) -> anyhow::Result<()> {
             100.0 * adaptive / oracle,
             adaptive / best_fixed
         );
-        let lines: Vec<(String, Vec<(f64, f64)>)> = r
+        // One panel per mode: the seed's figures draw each mode on its own, and four
+        // modes over each other hid all but the top one.
+        let panels: Vec<mgrp_experiments::plot::Panel> = r
             .modes
             .iter()
-            .map(|m| {
-                (
-                    m.label.clone(),
-                    m.mbps
-                        .iter()
-                        .enumerate()
-                        .map(|(i, y)| (i as f64, *y))
-                        .collect(),
-                )
+            .map(|m| mgrp_experiments::plot::Panel {
+                label: format!(
+                    "{}: mean {:.2} Mbit/s, {} switches",
+                    m.label,
+                    m.mean_mbps,
+                    m.switches.len().saturating_sub(1)
+                ),
+                per_second: m.mbps.clone(),
+                switches: m
+                    .switches
+                    .iter()
+                    .skip(1)
+                    .map(|(t, _, to)| (*t, to.clone()))
+                    .collect(),
             })
             .collect();
-        mgrp_experiments::plot::series(
+        let lossy: Vec<String> = r
+            .bridges
+            .iter()
+            .map(|b| format!("{b}: loss {HIGH_LOSS}"))
+            .collect();
+        let lossy: Vec<&str> = lossy.iter().map(String::as_str).collect();
+        mgrp_experiments::plot::periods(
             &out.join(format!("{}-{}.svg", r.topology.name(), r.period_s)),
             &format!(
-                "{} topology, T = {} s: goodput per second ({} first has loss {HIGH_LOSS})",
+                "{} topology, T = {} s: goodput per second (grey), its 5-s average, switches (red)",
                 r.topology.name(),
-                r.period_s,
-                r.bridges[0]
+                r.period_s
             ),
             "Mbit/s",
-            &lines,
-            &[],
+            f64::from(r.period_s),
+            &lossy,
+            5,
+            &panels,
         )?;
     }
     let _ = writeln!(md, "\n{goals}");

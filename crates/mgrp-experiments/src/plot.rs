@@ -435,3 +435,146 @@ pub fn series(
     legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     present(&root, path)
 }
+
+/// One panel of [`periods`]: a mode's series, and the moments it switched.
+#[derive(Debug, Clone)]
+pub struct Panel {
+    /// The panel's title.
+    pub label: String,
+    /// Its value per second.
+    pub per_second: Vec<f64>,
+    /// Its switches: the second, and what it switched to.
+    pub switches: Vec<(f64, String)>,
+}
+
+/// A centred moving average of `v` over `window` values (fewer at the ends).
+pub fn moving_average(v: &[f64], window: usize) -> Vec<f64> {
+    let half = window / 2;
+    (0..v.len())
+        .map(|i| {
+            let s = &v[i.saturating_sub(half)..(i + half + 1).min(v.len())];
+            s.iter().sum::<f64>() / s.len() as f64
+        })
+        .collect()
+}
+
+/// One panel per mode, stacked on one time axis: each second's value as a thin grey
+/// line, its moving average over `smooth` seconds as a thick line of the panel's own
+/// colour, the periods of `period_s` shaded in turn and named at the top
+/// (`period_names`, repeating), and each switch a dashed red line with what it
+/// switched to.
+pub fn periods(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    period_s: f64,
+    period_names: &[&str],
+    smooth: usize,
+    panels: &[Panel],
+) -> anyhow::Result<()> {
+    let n = panels.len().max(1);
+    let height = 60 + 200 * u32::try_from(n)?;
+    let root = SVGBackend::new(path, (960, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root.titled(title, ("sans-serif", 18)).map_err(err)?;
+    let right = panels
+        .iter()
+        .map(|p| p.per_second.len() as f64)
+        .fold(1.0, f64::max);
+    let top = panels
+        .iter()
+        .flat_map(|p| p.per_second.iter().copied())
+        .filter(|v| v.is_finite())
+        .fold(1.0, f64::max)
+        * 1.15;
+    let shade = RGBColor(232, 232, 232);
+    for (i, (p, area)) in panels
+        .iter()
+        .zip(root.split_evenly((n, 1)).iter())
+        .enumerate()
+    {
+        let mut chart = ChartBuilder::on(area)
+            .caption(&p.label, ("sans-serif", 15))
+            .margin(6)
+            .x_label_area_size(if i + 1 == n { 30 } else { 18 })
+            .y_label_area_size(48)
+            .build_cartesian_2d(0.0..right, 0.0..top)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_desc(if i + 1 == n { "seconds" } else { "" })
+            .y_desc(y_desc)
+            .draw()
+            .map_err(err)?;
+        let count = (right / period_s).ceil() as usize;
+        for k in 0..count {
+            let (a, b) = (k as f64 * period_s, ((k + 1) as f64 * period_s).min(right));
+            if k % 2 == 1 {
+                chart
+                    .draw_series(std::iter::once(Rectangle::new(
+                        [(a, 0.0), (b, top)],
+                        shade.filled(),
+                    )))
+                    .map_err(err)?;
+            }
+            if let Some(name) = period_names.get(k % period_names.len().max(1)) {
+                chart
+                    .draw_series(std::iter::once(Text::new(
+                        (*name).to_owned(),
+                        (a + period_s * 0.02, top * 0.97),
+                        ("sans-serif", 11),
+                    )))
+                    .map_err(err)?;
+            }
+        }
+        let raw: Vec<(f64, f64)> = p
+            .per_second
+            .iter()
+            .enumerate()
+            .map(|(s, v)| (s as f64, *v))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(
+                raw,
+                RGBColor(170, 170, 170).stroke_width(1),
+            ))
+            .map_err(err)?;
+        // Dark colours, one a panel, none red (the switches' colour).
+        const COLOURS: [RGBColor; 4] = [
+            RGBColor(0, 90, 180),
+            RGBColor(0, 130, 60),
+            RGBColor(200, 110, 0),
+            RGBColor(120, 50, 160),
+        ];
+        let colour = COLOURS[i % COLOURS.len()];
+        let avg: Vec<(f64, f64)> = moving_average(&p.per_second, smooth)
+            .into_iter()
+            .enumerate()
+            .map(|(s, v)| (s as f64, v))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(avg, colour.stroke_width(3)))
+            .map_err(err)?;
+        for (t, to) in &p.switches {
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(*t, 0.0), (*t, top * 0.9)],
+                    4,
+                    3,
+                    RED.stroke_width(1),
+                ))
+                .map_err(err)?;
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    format!("→ {to}"),
+                    (*t + right * 0.003, top * 0.86),
+                    ("sans-serif", 10).into_font().color(&RED),
+                )))
+                .map_err(err)?;
+        }
+    }
+    root.present()
+        .map_err(err)
+        .with_context(|| format!("cannot write {}", path.display()))
+}

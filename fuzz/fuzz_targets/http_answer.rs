@@ -1,6 +1,6 @@
 //! Any bytes as the answer a server gives to one `GET` (route control's poll of a
-//! member's API, the overlay's fetch of a mesh description): reading it must never
-//! panic, and a body taken is never longer than the limit asked for.
+//! member's API, mgrpd's and the overlay's fetch of a mesh description): reading it
+//! must never panic, and a body taken is never longer than the limit asked for.
 #![no_main]
 
 use std::io::{Cursor, Read, Write};
@@ -28,7 +28,7 @@ impl Write for Answer<'_> {
 
 fuzz_target!(|data: &[u8]| {
     let limit = 4096;
-    if let Ok(body) = mgrp_route::http::get(Answer(Cursor::new(data)), "h", "/p", None, limit) {
+    if let Ok(body) = mgrp_service::http::get(Answer(Cursor::new(data)), "h", "/p", None, limit) {
         assert!(body.len() <= limit, "{}", body.len());
     }
 });

@@ -54,7 +54,7 @@ pub struct RouteApi {
     pub addr: SocketAddr,
     /// Over TLS.
     pub tls: bool,
-    /// The name its certificate carries, when the API names a host.
+    /// The name its certificate carries, when the API names a host over TLS.
     pub tls_name: Option<String>,
 }
 
@@ -68,11 +68,13 @@ impl RouteApi {
                 tls_name: None,
             });
         }
+        // A name: reached at the member's address, the name checked in its
+        // certificate (in clear there is no certificate to check it in).
         let (host, port) = api.target().rsplit_once(':')?;
         Some(Self {
             addr: SocketAddr::new(m.address, port.parse().ok()?),
             tls: api.tls,
-            tls_name: Some(host.to_owned()),
+            tls_name: api.tls.then(|| host.to_owned()),
         })
     }
 }

@@ -423,6 +423,12 @@ fn routing_members_relay_for_each_other_and_route_to_each_others_networks() {
         (api.addr.to_string(), api.tls_name.as_deref()),
         ("10.0.0.3:7443".into(), Some("c.example.net"))
     );
+    // In clear, a name is only where the member's API is reached: no certificate.
+    let plain =
+        Mesh::parse(&text.replacen("https://c.example.net", "http://c.example.net", 1)).unwrap();
+    let c = &plain.plan("b").unwrap().routing.unwrap().members[1];
+    let api = c.api.as_ref().unwrap();
+    assert_eq!((api.tls, api.tls_name.as_deref()), (false, None));
     // Derived files say the same.
     let files = mesh.plan("b").unwrap();
     let mgrpd = files.mgrpd_toml();

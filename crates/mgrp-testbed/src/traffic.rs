@@ -619,44 +619,13 @@ fn set_max_pacing_rate(stream: &TcpStream, bytes_per_s: libc::c_ulong) -> std::i
 
 /// The connection's retransmitted segments so far (`TCP_INFO`).
 fn total_retransmits(stream: &TcpStream) -> Option<u64> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: tcp_info is plain data; zeroed is a valid value.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `info`, which is that long.
-    let r = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&raw mut info).cast(),
-            &raw mut len,
-        )
-    };
-    (r == 0).then_some(u64::from(info.tcpi_total_retrans))
+    let b = mgrp_tool::tcpinfo::read(stream).ok()?;
+    mgrp_tool::tcpinfo::parse(&b).map(|t| u64::from(t.total_retrans))
 }
 
 /// The data segments `stream` has sent (`tcpi_data_segs_out`, Linux 4.6 and later).
 fn data_segs_out(stream: &TcpStream) -> Option<u32> {
-    use std::os::fd::AsRawFd;
-    // `struct tcp_info` as the running kernel has it: `tcpi_data_segs_out` is the u32
-    // at byte 156.
-    const AT: usize = 156;
-    let mut info = [0u8; 256];
-    let mut len = info.len() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `info`, which is that long.
-    let r = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            info.as_mut_ptr().cast(),
-            &raw mut len,
-        )
-    };
-    let len = usize::try_from(len).ok()?;
-    (r == 0 && len >= AT + 4)
-        .then(|| u32::from_ne_bytes(info[AT..AT + 4].try_into().expect("4 bytes")))
+    mgrp_tool::tcpinfo::data_segs_out(&mgrp_tool::tcpinfo::read(stream).ok()?)
 }
 
 struct CountingReader<'a, R> {

@@ -86,24 +86,7 @@ pub(crate) fn random_u64() -> u64 {
 /// bytes (`tcpi_snd_wnd`, Linux 6.2 and later, and `tcpi_snd_mss`); `None` from a
 /// kernel that does not say.
 pub(crate) fn peer_window(s: &std::net::TcpStream) -> io::Result<Option<(u32, u32)>> {
-    use std::os::fd::AsRawFd as _;
-    let mut info = [0u8; 256];
-    let mut len = info.len() as libc::socklen_t;
-    // SAFETY: TCP_INFO writes at most `len` bytes into the buffer and says how many.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            info.as_mut_ptr().cast(),
-            &raw mut len,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let b = &info[..(len as usize).min(info.len())];
-    Ok(crate::netlink::u32_at(b, 228).zip(crate::netlink::u32_at(b, 16)))
+    crate::tcpinfo::read(s).map(|b| crate::tcpinfo::peer_window(&b))
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);

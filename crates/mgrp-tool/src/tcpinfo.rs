@@ -40,6 +40,40 @@ pub struct TcpSample {
     pub sndbuf_limited_s: Option<f64>,
 }
 
+/// The bytes of `struct tcp_info` of a socket of this process (`TCP_INFO`), as long
+/// as the running kernel has it: what [`parse`] and the readers below take.
+pub fn read(s: &std::net::TcpStream) -> std::io::Result<Vec<u8>> {
+    use std::os::fd::AsRawFd as _;
+    let mut info = [0u8; 256];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: TCP_INFO writes at most `len` bytes into the buffer and says how many.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &raw mut len,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(info[..(len as usize).min(info.len())].to_vec())
+}
+
+/// The data segments the connection has sent (`tcpi_data_segs_out`, Linux 4.6 and
+/// later).
+pub fn data_segs_out(b: &[u8]) -> Option<u32> {
+    u32_at(b, 156)
+}
+
+/// The receive window the peer advertises now and the segment size this end sends
+/// with, bytes (`tcpi_snd_wnd`, Linux 6.2 and later, and `tcpi_snd_mss`).
+pub fn peer_window(b: &[u8]) -> Option<(u32, u32)> {
+    u32_at(b, 228).zip(u32_at(b, 16))
+}
+
 /// Reads `struct tcp_info` from its bytes; `None` when even the fields every kernel
 /// since 2.6 has (up to `tcpi_total_retrans`) are not there.
 pub fn parse(b: &[u8]) -> Option<TcpSample> {

@@ -140,7 +140,7 @@ pub struct Config {
 
 /// The part of the configuration a reload replaces while mgrpd runs: who the peers
 /// are, how each is reached, with which key, and what is routed to them.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peering {
     /// Prefixes routed into the tunnel.
     pub routes: Vec<IpNet>,

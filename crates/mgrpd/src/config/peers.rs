@@ -193,7 +193,7 @@ pub struct NextHopDevice {
 }
 
 /// The source addresses configured for traffic routed into the tunnel.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RouteSources {
     /// For every peer without its own (at most one per address family).
     pub default: Vec<IpAddr>,
@@ -220,7 +220,7 @@ impl RouteSources {
 }
 
 /// How a daemon reaches its peers over UDP.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Udp {
     /// This daemon's UDP port: where it receives, and where its packets come from.
     pub port: u16,
@@ -229,7 +229,7 @@ pub struct Udp {
 }
 
 /// A `[[peers]]` table reached over UDP.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UdpPeer {
     /// Its addresses.
     pub prefix: Prefix,

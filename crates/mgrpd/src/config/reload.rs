@@ -136,9 +136,7 @@ pub fn plan(old: &Config, new: &Config) -> Result<Reload, String> {
         added_routes: ra.difference(&rb).copied().collect(),
         removed_routes: rb.difference(&ra).copied().collect(),
         need_restart: need_restart(old, new),
-        // Keys by value (they print without their bytes), the rest as it prints, as
-        // need_restart compares.
-        peering_changed: was.keys != now.keys || format!("{:?}", *was) != format!("{:?}", *now),
+        peering_changed: *was != *now,
         peering: (*now).clone(),
     })
 }

@@ -516,7 +516,18 @@ fn hold<T: Clone>(got: Result<T, String>, last: &mut Held<T>, fresh: Duration) -
 fn decide_loop(c: &Control, policy: &mut Policy, switched: &dyn Fn(SwitchView)) {
     let r = &c.routing;
     let stop = &c.stop;
-    let mut choices: Vec<Choice> = vec![Choice::default(); r.destinations.len()];
+    // Each destination's hold-downs drawn apart from every other member's.
+    let mut choices: Vec<Choice> = r
+        .destinations
+        .iter()
+        .map(|d| {
+            use std::hash::BuildHasher;
+            Choice::seeded(
+                std::collections::hash_map::RandomState::new()
+                    .hash_one((&c.node, d.prefix.to_string())),
+            )
+        })
+        .collect();
     let mut steering = Steering::default();
     let mut kernel_error: Option<String> = None;
     let ids = r.path_ids();
@@ -550,6 +561,7 @@ fn decide_loop(c: &Control, policy: &mut Policy, switched: &dyn Fn(SwitchView)) 
                 let sc = score(
                     &hops.iter().map(|h| h.hop).collect::<Vec<_>>(),
                     f64::from(r.mss),
+                    r.rule.model,
                 );
                 if !sc.alive {
                     next_steering.dead.push(ids[di][pi]);
@@ -572,7 +584,7 @@ fn decide_loop(c: &Control, policy: &mut Policy, switched: &dyn Fn(SwitchView)) 
                     };
                     (choices[di].current() != to || choices[di].changed_at().is_none()).then(|| {
                         let from = choices[di].current();
-                        choices[di] = Choice::forced(to, now);
+                        choices[di] = choices[di].forced(to, now);
                         Switch {
                             at: now,
                             from,
@@ -681,6 +693,8 @@ fn decide_loop(c: &Control, policy: &mut Policy, switched: &dyn Fn(SwitchView)) 
             address: r.address,
             eta: r.rule.eta,
             t_ch_s: r.rule.t_ch_s,
+            rule: Some(r.rule.kind.name().into()),
+            model: Some(r.rule.model.name().into()),
             move_existing: r.move_existing,
             members,
             destinations,
@@ -727,6 +741,7 @@ fn hops_of(
                 if hop.loss.is_none() && b.loss.is_some() {
                     hop.loss = b.loss;
                     hop.loss_source = Some(LossSource::Heartbeats);
+                    hop.loss_samples = Some(b.loss_samples);
                 }
             }
             HopView {

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use mgrp_service::settings::{Invalid, check_name, read_token_file};
 
-use crate::model::Rule;
+use crate::model::{Model, Rule, RuleKind};
 
 /// Route control's settings.
 #[derive(Clone, PartialEq)]
@@ -21,7 +21,7 @@ pub struct Routing {
     pub heartbeat_port: u16,
     /// Heartbeats' timing and judgement.
     pub heartbeats: heartbeat::Settings,
-    /// SAFIRE's rule.
+    /// The switching rule, with the throughput model.
     pub rule: Rule,
     /// How often members' APIs are read and routes decided.
     pub poll: Duration,
@@ -106,16 +106,37 @@ pub struct Candidate {
 }
 
 impl Routing {
+    /// The switching rule in words.
+    pub fn rule_words(&self) -> String {
+        let r = &self.rule;
+        let t_ch = |s: f64| mgrp_service::settings::seconds(Duration::from_secs_f64(s));
+        match r.kind {
+            RuleKind::Ratio => format!(
+                "ratio rule: switch when 1 + {} times better and {} since the last change",
+                r.eta,
+                t_ch(r.t_ch_s)
+            ),
+            RuleKind::Confidence => format!(
+                "confidence rule: switch when more than {:.0} % better and than {} standard errors of the scores, for {}, and {} to {} since the last change",
+                r.margin * 100.0,
+                r.z,
+                t_ch(r.confirm_s),
+                t_ch(r.t_ch_s),
+                t_ch(r.t_ch_s * (1.0 + r.jitter))
+            ),
+        }
+    }
+
     /// What `--check-config` shows of route control: a line for the whole, one per
     /// destination with its candidate paths.
     pub fn summary(&self) -> String {
         let mut out = format!(
-            "  route control: as {} with {} members, {} destinations; switch when 1 + {} times better and {} since the last change (a failed path at once); heartbeats every {:.0} ms on UDP port {}, a hop down after {} lost in a row, loss over {:.0} s; {}\n",
+            "  route control: as {} with {} members, {} destinations; {} model; {} (a failed path at once); heartbeats every {:.0} ms on UDP port {}, a hop down after {} lost in a row, loss over {:.0} s; {}\n",
             self.address,
             self.members.len(),
             self.destinations.len(),
-            self.rule.eta,
-            mgrp_service::settings::seconds(Duration::from_secs_f64(self.rule.t_ch_s)),
+            self.rule.model.name(),
+            self.rule_words(),
             self.heartbeats.interval_s * 1e3,
             self.heartbeat_port,
             self.heartbeats.down_after,
@@ -182,8 +203,14 @@ pub struct RoutingFile {
     heartbeat_interval: Option<String>,
     down_after: Option<u32>,
     loss_window: Option<String>,
+    rule: Option<String>,
+    model: Option<String>,
     eta: Option<f64>,
+    margin: Option<f64>,
+    z: Option<f64>,
+    confirm: Option<String>,
     t_ch: Option<String>,
+    t_ch_jitter: Option<f64>,
     poll: Option<String>,
     mss: Option<u32>,
     max_loss_age: Option<String>,
@@ -347,6 +374,53 @@ impl RoutingFile {
             )));
         }
         let t_ch = duration("t-ch", self.t_ch.as_ref(), Duration::from_secs(30))?;
+        let defaults = Rule::default();
+        let kind = match self.rule.as_deref() {
+            None | Some("confidence") => RuleKind::Confidence,
+            Some("ratio") => RuleKind::Ratio,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "routing.rule: {other:?}; use \"confidence\" (the difference against its uncertainty) or \"ratio\" (SAFIRE's 1 + eta)"
+                )));
+            }
+        };
+        let model = match self.model.as_deref() {
+            None | Some("pftk") => Model::Pftk,
+            Some("mathis") => Model::Mathis,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "routing.model: {other:?}; use \"pftk\" (with timeouts) or \"mathis\" (SAFIRE's)"
+                )));
+            }
+        };
+        let margin = self.margin.unwrap_or(defaults.margin);
+        if !(0.0..=10.0).contains(&margin) {
+            return Err(invalid(format!(
+                "routing.margin: {margin}; the share a better path must score above the current, 0 to 10"
+            )));
+        }
+        let z = self.z.unwrap_or(defaults.z);
+        if !(0.0..=10.0).contains(&z) {
+            return Err(invalid(format!(
+                "routing.z: {z}; standard errors of the scores' ratio a switch needs, 0 to 10"
+            )));
+        }
+        let confirm = duration(
+            "confirm",
+            self.confirm.as_ref(),
+            Duration::from_secs_f64(defaults.confirm_s),
+        )?;
+        if confirm > Duration::from_secs(600) {
+            return Err(invalid(format!(
+                "routing.confirm: {confirm:?}; use 0s to 10m"
+            )));
+        }
+        let jitter = self.t_ch_jitter.unwrap_or(defaults.jitter);
+        if !(0.0..=2.0).contains(&jitter) {
+            return Err(invalid(format!(
+                "routing.t-ch-jitter: {jitter}; the largest share of t-ch added to a hold-down at random, 0 to 2"
+            )));
+        }
         let poll = duration("poll", self.poll.as_ref(), Duration::from_secs(1))?;
         if !(Duration::from_millis(100)..=Duration::from_secs(60)).contains(&poll) {
             return Err(invalid(format!("routing.poll: {poll:?}; use 100ms to 60s")));
@@ -540,8 +614,15 @@ impl RoutingFile {
                 grace_s: 0.5,
             },
             rule: Rule {
+                kind,
+                model,
+                mss: f64::from(mss),
                 eta,
                 t_ch_s: t_ch.as_secs_f64(),
+                margin,
+                z,
+                confirm_s: confirm.as_secs_f64(),
+                jitter,
             },
             poll,
             mss,

@@ -15,8 +15,14 @@ pub struct RoutesView {
     pub address: IpAddr,
     /// η and T_ch.
     pub eta: f64,
-    /// T_ch, s.
+    /// T_ch, s: the least time between two switches for the better (the hold-down).
     pub t_ch_s: f64,
+    /// The switching rule, `confidence` or `ratio` (`None` from a member before it).
+    #[serde(default)]
+    pub rule: Option<String>,
+    /// The throughput model, `pftk` or `mathis`.
+    #[serde(default)]
+    pub model: Option<String>,
     /// Whether existing flows move with a change.
     pub move_existing: bool,
     /// The other members, as heartbeats and their APIs found them.
@@ -129,6 +135,10 @@ pub struct Hop {
     pub loss: Option<f64>,
     /// `badabing` or `heartbeats`.
     pub loss_source: Option<LossSource>,
+    /// How many samples the loss stands on (heartbeats in the window), when known:
+    /// its uncertainty comes from it.
+    #[serde(default)]
+    pub loss_samples: Option<u64>,
     /// The rate it carries a TCP flow at, bit/s, and where it comes from.
     pub rate_bps: Option<f64>,
     /// `prediction`, `available` or `capacity`.
@@ -144,14 +154,37 @@ pub struct Score {
     pub bps: Option<f64>,
     /// The rate term R, bit/s.
     pub rate_bps: Option<f64>,
-    /// The loss term MSS / (RTT √ε), bit/s.
+    /// The loss term, bit/s: Mathis's MSS / (RTT √ε), or PFTK's with timeouts (the
+    /// name is the first model's).
     pub mathis_bps: Option<f64>,
     /// RTT, s.
     pub rtt_s: Option<f64>,
     /// ε.
     pub loss: Option<f64>,
+    /// The score with every hop's loss one standard error higher and lower
+    /// (binomial, from its samples), bit/s: how far the score may be off. `None`
+    /// when a loss's samples are not known.
+    #[serde(default)]
+    pub low_bps: Option<f64>,
+    /// See `low_bps`.
+    #[serde(default)]
+    pub high_bps: Option<f64>,
+    /// ε's standard error (binomial, each hop's over its samples, in quadrature).
+    #[serde(default)]
+    pub loss_error: Option<f64>,
     /// The model in words, with its numbers.
     pub basis: String,
+}
+
+impl Score {
+    /// The score's uncertainty as a standard error of its natural logarithm
+    /// (half the log of high over low); 0 when not known.
+    pub fn log_error(&self) -> f64 {
+        match (self.low_bps, self.high_bps) {
+            (Some(l), Some(h)) if l > 0.0 && h >= l && h.is_finite() => (h / l).ln() / 2.0,
+            _ => 0.0,
+        }
+    }
 }
 
 /// Where a hop's loss figure comes from.
@@ -184,11 +217,16 @@ pub enum RateSource {
 pub enum Reason {
     /// The first path chosen.
     First,
-    /// The best path scored `ratio` times the current one (more than 1 + η).
+    /// The best path scored `ratio` times the current one: more than 1 + η (the
+    /// ratio rule), or than `needed` (the confidence rule: its margin, or its
+    /// scores' uncertainty, whichever asks more).
     Better {
         /// Best over current.
         #[serde(deserialize_with = "ratio_or_infinite")]
         ratio: f64,
+        /// What the confidence rule asked of the ratio (`None`: the ratio rule's 1 + η).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        needed: Option<f64>,
     },
     /// The current path stopped answering.
     Failed,
@@ -217,9 +255,18 @@ impl Reason {
     pub fn words(&self, eta: f64) -> String {
         match self {
             Self::First => "first choice".into(),
-            Self::Better { ratio } => format!(
+            Self::Better {
+                ratio,
+                needed: None,
+            } => format!(
                 "scores {ratio:.2}× the current path (more than 1 + η = {:.2})",
                 1.0 + eta
+            ),
+            Self::Better {
+                ratio,
+                needed: Some(n),
+            } => format!(
+                "scores {ratio:.2}× the current path (more than the {n:.2}× its margin and the scores' uncertainty ask)"
             ),
             Self::Failed => "the current path stopped answering".into(),
             Self::AllDown => "no path answers: the kernel's normal route".into(),

@@ -203,13 +203,17 @@ pub fn routes_view() -> RoutesView {
         loss_source: Some(LossSource::Badabing),
         rate_bps: Some(9e6),
         rate_source: Some(RateSource::Available),
+        loss_samples: Some(4000),
     };
     let switch = SwitchView {
         prefix: "10.2.0.0/24".into(),
         at: 1_790_000_030.5,
         from: "direct".into(),
         to: "via north".into(),
-        reason: Reason::Better { ratio: 1.75 },
+        reason: Reason::Better {
+            ratio: 1.75,
+            needed: Some(1.4),
+        },
         reason_text: "scores 1.75x".into(),
         from_bps: Some(4e6),
         to_bps: Some(7e6),
@@ -219,6 +223,8 @@ pub fn routes_view() -> RoutesView {
         address: "10.90.0.1".parse().unwrap(),
         eta: 0.5,
         t_ch_s: 30.0,
+        rule: Some("confidence".into()),
+        model: Some("pftk".into()),
         move_existing: false,
         members: vec![MemberView {
             name: "north".into(),
@@ -251,6 +257,9 @@ pub fn routes_view() -> RoutesView {
                     mathis_bps: Some(7e6),
                     rtt_s: Some(0.04),
                     loss: Some(0.02),
+                    low_bps: Some(6e6),
+                    high_bps: Some(8e6),
+                    loss_error: Some(0.004),
                     basis: "min(rate, mathis)".into(),
                 },
                 flows: Some(3),
@@ -319,6 +328,7 @@ mod tests {
         let mut r = routes_view();
         r.destinations[0].recent[0].reason = Reason::Better {
             ratio: f64::INFINITY,
+            needed: None,
         };
         let text = serde_json::to_string(&r).unwrap();
         assert!(text.contains(r#""ratio":null"#), "{text}");

@@ -425,7 +425,7 @@ impl Bed {
         let routing = |a: Ipv4Addr, tun: &str, rest: &str| {
             format!(
                 "[routing]\naddress = \"{a}\"\ntun = \"{tun}\"\nheartbeat-interval = \"{HEARTBEAT}\"\n\
-                 loss-window = \"{LOSS_WINDOW}\"\neta = {ETA}\nt-ch = \"{T_CH_S}s\"\npoll = \"1s\"\n\
+                 loss-window = \"{LOSS_WINDOW}\"\nrule = \"ratio\"\nmodel = \"mathis\"\neta = {ETA}\nt-ch = \"{T_CH_S}s\"\npoll = \"1s\"\n\
                  move-existing = {move_existing}\n{rest}"
             )
         };

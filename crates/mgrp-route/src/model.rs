@@ -247,8 +247,10 @@ pub struct Choice {
     chosen_once: bool,
     /// The hold-down after the last change, s.
     hold_s: Option<f64>,
-    /// The path that has been clearly better, and since when.
-    candidate: Option<(usize, f64)>,
+    /// Since when some path has been clearly better than the current one at every
+    /// decision (not always the same one: two near-equal alternatives may take turns
+    /// as the best).
+    better_since: Option<f64>,
     /// The hold-downs' random state (xorshift64*; 0 is replaced).
     random: u64,
 }
@@ -274,7 +276,7 @@ impl Choice {
             changed_at: Some(now),
             chosen_once: true,
             hold_s: None,
-            candidate: None,
+            better_since: None,
             random: self.random,
         }
     }
@@ -336,14 +338,10 @@ impl Choice {
                     self.better(scores, b, c, rule)
                 };
                 let Some(reason) = better else {
-                    self.candidate = None;
+                    self.better_since = None;
                     return None;
                 };
-                let since = match self.candidate {
-                    Some((k, t)) if k == b => t,
-                    _ => now,
-                };
-                self.candidate = Some((b, since));
+                let since = *self.better_since.get_or_insert(now);
                 let confirm = match rule.kind {
                     RuleKind::Confidence => rule.confirm_s,
                     RuleKind::Ratio => 0.0,
@@ -358,7 +356,7 @@ impl Choice {
         self.current = change.to;
         self.changed_at = Some(now);
         self.chosen_once |= change.to.is_some();
-        self.candidate = None;
+        self.better_since = None;
         self.hold_s = Some(match rule.kind {
             RuleKind::Confidence => rule.t_ch_s * (1.0 + rule.jitter * self.uniform()),
             RuleKind::Ratio => rule.t_ch_s,
@@ -761,6 +759,29 @@ mod tests {
                 .map(|s| s.reason),
             Some(Reason::Failed)
         );
+    }
+
+    #[test]
+    fn two_alternatives_taking_turns_as_the_best_do_not_hold_a_switch_back() {
+        // The current path at 29 % loss, two sound relays whose scores cross at every
+        // decision (their round trips' noise): the time runs for both together.
+        let mut c = Choice::seeded(3).forced(Some(0), -100.0);
+        let a = [
+            lossy(2.5, 0.29, 0.06),
+            lossy(5.0, 0.016, 0.016),
+            lossy(6.2, 0.016, 0.016),
+        ];
+        let mut b = a.clone();
+        b.swap(1, 2);
+        let mut switched = None;
+        for t in 0..10 {
+            let s = if t % 2 == 0 { &a } else { &b };
+            if let Some(sw) = c.decide(f64::from(t), s, &CONFIDENCE) {
+                switched = Some((t, sw.to));
+                break;
+            }
+        }
+        assert!(matches!(switched, Some((3, Some(1 | 2)))), "{switched:?}");
     }
 
     #[test]

@@ -395,7 +395,10 @@ async function refreshRoutes() {
   m.textContent = "members: " + body.members.map(x => x.name + (x.heartbeat
     ? (x.heartbeat.alive ? " up" : " DOWN") + " (rtt " + ms(x.heartbeat.rtt_s) + ", loss " + pct(x.heartbeat.loss) + ")"
     : "") + (x.api_ok ? "" : " [API: " + x.api_error + "]")).join("; ")
-    + ". Rule: switch when " + (1 + body.eta).toFixed(2) + "× better and " + body.t_ch_s + " s since the last change; a failed path is left at once.";
+    + (body.rule === "ratio" || !body.rule
+      ? ". Rule: switch when " + (1 + body.eta).toFixed(2) + "× better and " + body.t_ch_s + " s since the last change"
+      : ". Rule: switch when clearly better (losses weighed against their noise, held a few seconds) and " + body.t_ch_s + " s or more since the last change")
+    + (body.model ? " (" + body.model + " model)" : "") + "; a failed path is left at once.";
   out.append(m);
   for (const d of body.destinations) {
     const h = document.createElement("h3");

@@ -9,6 +9,14 @@
 //! about the way back. A hop is down when `down_after` pings in a row went
 //! unanswered (RON's rule of consecutive lost probes; its numbers are configurable).
 //!
+//! A ping counts unanswered once it is late: older than the hop's round trip plus
+//! four times its variation (TCP's retransmission timeout, RFC 6298), at least 50 ms
+//! and at most `grace_s`. When three in a row are late, the rest of `down_after`
+//! go at once, 10 ms apart, and as many regular pings are skipped after them: a hop
+//! that went silent is found down within a few hundred milliseconds rather than
+//! `down_after` intervals, and a pinger sends no more pings in an hour than before.
+//! [`Pinger::poll`] keeps that schedule.
+//!
 //! Wire format (UDP payload, big-endian): `MGRH`, kind (1 ping, 2 pong), sequence
 //! number (u64); a pong adds the count of this sender's pings received (u64).
 
@@ -97,11 +105,12 @@ impl Message {
 pub struct Settings {
     /// Seconds between pings.
     pub interval_s: f64,
-    /// Pings unanswered in a row (each older than `grace_s`) that make a hop down.
+    /// Pings unanswered in a row (each late) that make a hop down.
     pub down_after: u32,
     /// Seconds over which forward loss is counted.
     pub loss_window_s: f64,
-    /// A ping younger than this may still be answered: not yet counted lost.
+    /// The longest a ping is given before it counts late (before any answer, the
+    /// time it is given).
     pub grace_s: f64,
 }
 
@@ -129,7 +138,8 @@ pub struct HopState {
     pub loss: Option<f64>,
     /// Pings the loss stands on.
     pub loss_samples: u64,
-    /// Pings unanswered since the last answered one (older than the grace time).
+    /// Pings unanswered since the last answered one (late: older than the round
+    /// trip and four times its variation, within 50 ms and the grace time).
     pub lost_in_row: u32,
     /// Pings sent.
     pub sent: u64,
@@ -139,6 +149,14 @@ pub struct HopState {
 
 /// Fewest pings a loss figure stands on.
 const MIN_LOSS_SAMPLES: u64 = 20;
+
+/// Late pings in a row that make a hop suspect: the rest of `down_after` then go
+/// at once.
+const SUSPECT_AFTER: u32 = 3;
+/// Least time a ping has before it counts late, s.
+const LATE_MIN_S: f64 = 0.05;
+/// Most time between two pings of a burst, s.
+const BURST_SPACING_S: f64 = 0.01;
 
 /// The sending side of one hop's heartbeats.
 #[derive(Debug, Clone, Default)]
@@ -150,8 +168,19 @@ pub struct Pinger {
     pongs: VecDeque<(f64, u64, u64)>,
     highest_answered: Option<u64>,
     rtt_s: Option<f64>,
+    /// The round trips' mean deviation (RFC 6298's RTTVAR), s.
+    rtt_var_s: Option<f64>,
     sent: u64,
     answered: u64,
+    /// When the next regular ping is due (`None` before the first).
+    next_at: Option<f64>,
+    /// Pings of a burst still to go, and when the next goes.
+    burst_left: u32,
+    burst_next: f64,
+    /// Regular pings still to skip, paying for a burst's.
+    skip: u32,
+    /// Whether the current silence has had its burst.
+    burst_spent: bool,
 }
 
 /// Pings remembered for their round trip at most (older ones are lost).
@@ -182,10 +211,17 @@ impl Pinger {
         self.outstanding.remove(i);
         self.answered += 1;
         let rtt = (now - at).max(0.0);
+        self.rtt_var_s = Some(match (self.rtt_var_s, self.rtt_s) {
+            (Some(v), Some(r)) => 0.75 * v + 0.25 * (r - rtt).abs(),
+            _ => rtt / 2.0,
+        });
         self.rtt_s = Some(match self.rtt_s {
             Some(r) => 0.875 * r + 0.125 * rtt,
             None => rtt,
         });
+        // Answered: the silence, if any, is over.
+        self.burst_spent = false;
+        self.burst_left = 0;
         if self.highest_answered.is_none_or(|h| seq > h) {
             self.highest_answered = Some(seq);
             self.pongs.push_back((now, seq, received));
@@ -197,18 +233,75 @@ impl Pinger {
         true
     }
 
+    /// How long a ping has before it counts late, s: the round trip plus four
+    /// times its variation, within 50 ms and `grace_s`; `grace_s` before any answer.
+    pub fn late_after(&self, s: &Settings) -> f64 {
+        match (self.rtt_s, self.rtt_var_s) {
+            (Some(r), Some(v)) => (r + 4.0 * v).max(LATE_MIN_S).min(s.grace_s),
+            _ => s.grace_s,
+        }
+    }
+
+    /// Pings answered by nothing newer than them and late at `now`.
+    fn late_in_row(&self, now: f64, s: &Settings) -> u32 {
+        let (highest, late) = (self.highest_answered, self.late_after(s));
+        self.outstanding
+            .iter()
+            .filter(|(q, at)| highest.is_none_or(|h| *q > h) && *at <= now - late)
+            .count() as u32
+    }
+
+    /// The ping to send at `now`, if one is due: the regular one every `interval_s`,
+    /// or one of a burst once three in a row are late (each burst ping skips a later
+    /// regular one). Call it again until it says `None`, and next at
+    /// [`Self::next_due`].
+    pub fn poll(&mut self, now: f64, s: &Settings) -> Option<Vec<u8>> {
+        if !self.burst_spent && self.answered > 0 {
+            let late = self.late_in_row(now, s);
+            if late >= SUSPECT_AFTER.min(s.down_after) && late < s.down_after {
+                self.burst_spent = true;
+                self.burst_left = s.down_after - late;
+                self.burst_next = now;
+            }
+        }
+        if self.burst_left > 0 && now >= self.burst_next {
+            self.burst_left -= 1;
+            self.skip += 1;
+            self.burst_next = now + BURST_SPACING_S.min(s.interval_s / 4.0);
+            return Some(self.ping(now));
+        }
+        let next = *self.next_at.get_or_insert(now);
+        if now < next {
+            return None;
+        }
+        // A pinger held up sends one ping, not those it missed.
+        let after = next + s.interval_s;
+        self.next_at = Some(if after <= now { now + s.interval_s } else { after });
+        if self.skip > 0 {
+            self.skip -= 1;
+            return None;
+        }
+        Some(self.ping(now))
+    }
+
+    /// When [`Self::poll`] may next have a ping to send (now, before the first).
+    pub fn next_due(&self) -> Option<f64> {
+        let regular = self.next_at?;
+        Some(if self.burst_left > 0 {
+            regular.min(self.burst_next)
+        } else {
+            regular
+        })
+    }
+
     /// The hop's state at `now`.
     pub fn state(&mut self, now: f64, s: &Settings) -> HopState {
         let highest = self.highest_answered;
-        // Pings answered by nothing newer than them, past the grace time, are lost in
-        // a row; those older than every answered one were lost singly.
+        // Pings answered by nothing newer than them, once late, are lost in a row;
+        // those older than every answered one were lost singly.
         self.outstanding
             .retain(|(q, at)| highest.is_none_or(|h| *q > h) || *at > now - 10.0 * s.grace_s);
-        let lost_in_row = self
-            .outstanding
-            .iter()
-            .filter(|(q, at)| highest.is_none_or(|h| *q > h) && *at <= now - s.grace_s)
-            .count() as u32;
+        let lost_in_row = self.late_in_row(now, s);
         let (loss, loss_samples) = self.loss(now, s);
         HopState {
             alive: self.answered > 0 && lost_in_row < s.down_after,
@@ -430,6 +523,88 @@ mod tests {
         // Detected within down_after intervals plus the grace time.
         t = exchange(&mut p, &mut e, t, 1, |_| true, |_| true);
         assert!(p.state(t, &s).alive);
+    }
+
+    /// Drives `p` by [`Pinger::poll`] every millisecond from `t0` to `t1`, the member
+    /// answering the pings `answers` keeps after `rtt` s: the pings sent and when
+    /// the hop was first seen down.
+    fn drive(
+        p: &mut Pinger,
+        e: &mut Echo,
+        (t0, t1): (f64, f64),
+        rtt: f64,
+        mut answers: impl FnMut(f64) -> bool,
+    ) -> (u64, Option<f64>) {
+        let s = settings();
+        let from: std::net::SocketAddr = "10.0.0.1:7701".parse().unwrap();
+        let mut coming: VecDeque<(f64, u64, u64)> = VecDeque::new();
+        let (mut sent, mut down) = (0, None);
+        let steps = ((t1 - t0) * 1000.0).round() as u64;
+        for i in 0..steps {
+            let t = t0 + i as f64 / 1000.0;
+            while coming.front().is_some_and(|c| c.0 <= t) {
+                let (_, seq, received) = coming.pop_front().unwrap();
+                p.pong(t, seq, received, &s);
+            }
+            while let Some(b) = p.poll(t, &s) {
+                sent += 1;
+                let Ok(Message::Ping { seq }) = Message::parse(&b) else {
+                    panic!()
+                };
+                if answers(t)
+                    && let Ok(Message::Pong { seq, received }) =
+                        Message::parse(&e.answer(from, seq, t).unwrap())
+                {
+                    coming.push_back((t + rtt, seq, received));
+                }
+            }
+            if down.is_none() && !p.state(t, &s).alive && p.answered > 0 {
+                down = Some(t);
+            }
+        }
+        (sent, down)
+    }
+
+    #[test]
+    fn a_silent_hop_is_found_down_within_half_a_second() {
+        let (mut p, mut e) = (Pinger::default(), Echo::default());
+        let (sent, down) = drive(&mut p, &mut e, (0.0, 10.0), 0.001, |_| true);
+        assert_eq!((sent, down), (100, None));
+        // Silent from 10.0 s, at every phase of the ping schedule.
+        let (_, down) = drive(&mut p, &mut e, (10.0, 12.0), 0.001, |_| false);
+        let took = down.unwrap() - 10.0;
+        // 3 pings late (up to 300 ms and 50 ms), then the 7 others 10 ms apart and
+        // late: about 0.4 s, where 10 pings at 100 ms and 0.5 s of grace took 1.5.
+        assert!(took < 0.5, "{took}");
+        // Back: alive at its first answer.
+        let (_, _) = drive(&mut p, &mut e, (12.0, 13.0), 0.001, |_| true);
+        assert!(p.state(13.0, &settings()).alive);
+        // A far hop (300 ms round trip) gets its round trip before a ping is late.
+        let (mut far, mut e) = (Pinger::default(), Echo::default());
+        let (_, down) = drive(&mut far, &mut e, (0.0, 10.0), 0.3, |_| true);
+        assert_eq!(down, None, "a 300 ms hop is not down for being far");
+        assert!((0.3..=0.5).contains(&far.late_after(&settings())));
+    }
+
+    #[test]
+    fn bursts_cost_no_pings_and_loss_does_not_fake_a_silence() {
+        // Ten minutes with a 3-second silence every 30 s: the bursts' pings are paid
+        // for by the regular ones they skip.
+        let (mut p, mut e) = (Pinger::default(), Echo::default());
+        let (sent, _) = drive(&mut p, &mut e, (0.0, 600.0), 0.001, |t| t % 30.0 < 27.0);
+        assert!(sent <= 6001, "{sent} pings where 6000 are due");
+        // Ten minutes with 30 % of the pings unanswered at random (a run of 10, what makes
+        // a hop down, is as likely as with pings at their regular times).
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        let (mut p, mut e) = (Pinger::default(), Echo::default());
+        let (sent, down) = drive(&mut p, &mut e, (0.0, 600.0), 0.001, |_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % 100 >= 30
+        });
+        assert!(sent <= 6001, "{sent}");
+        assert_eq!(down, None);
     }
 
     #[test]

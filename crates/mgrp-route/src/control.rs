@@ -306,22 +306,33 @@ fn answer(socket: &UdpSocket, stop: &AtomicBool) {
 fn ping(socket: &UdpSocket, member: usize, c: &Control) {
     let stop = &c.stop;
     let s = c.routing.heartbeats;
-    let interval = Duration::from_secs_f64(s.interval_s);
     let mut buf = [0u8; 64];
-    let mut next = Instant::now();
+    let mut alive = false;
     while !stop.load(Ordering::Relaxed) {
-        if Instant::now() >= next {
-            let bytes = lock(&c.pingers)
-                .get_mut(&member)
-                .map(|p| p.ping(c.now()))
-                .unwrap_or_default();
+        let now = c.now();
+        let (due, next, up) = {
+            let mut pingers = lock(&c.pingers);
+            let Some(p) = pingers.get_mut(&member) else {
+                return;
+            };
+            let mut due = Vec::new();
+            while let Some(b) = p.poll(now, &s) {
+                due.push(b);
+            }
+            (due, p.next_due(), p.state(now, &s).alive)
+        };
+        // A hop found down or answering again is decided on now, not at the next poll.
+        if up != alive {
+            alive = up;
+            c.poke();
+        }
+        for bytes in due {
             // A send that fails (a device gone) is a ping lost.
             let _ = socket.send(&bytes);
-            next += interval;
-            if next < Instant::now() {
-                next = Instant::now() + interval;
-            }
         }
+        // Wait for a pong until the next ping is due (a burst's are 10 ms apart).
+        let wait = next.map_or(0.01, |t| t - c.now()).clamp(0.001, 0.01);
+        let _ = socket.set_read_timeout(Some(Duration::from_secs_f64(wait)));
         if let Ok(n) = socket.recv(&mut buf)
             && let Ok(Message::Pong { seq, received }) = Message::parse(&buf[..n])
             && let Some(p) = lock(&c.pingers).get_mut(&member)

@@ -24,6 +24,12 @@
 //! runs the same daemons and route control; only who chooses differs. A last run
 //! kills the relay a transfer crosses (its mgrpd, by PID) and times the reroute.
 //!
+//! `--settings defaults` runs route control as it ships instead (the confidence rule,
+//! PFTK, 100 ms heartbeats over 10 s, T_ch 30 s; existing flows still move), into
+//! its own directory. Two more runs: `steady`, ten minutes of the adaptive mode on
+//! Domestic with 5 % loss on both bridges (any switch is noise), and `kills`,
+//! `--trials` fresh testbeds each killing the relay a 30 s transfer crosses at 12 s.
+//!
 //! Run as root: `cargo run --release --example routing -- --out docs/routing`
 //! (about two and a half hours; `--runs` picks some); `--analyse` redoes the tables
 //! and plots from the JSON.
@@ -51,12 +57,31 @@ struct Args {
     /// Only rewrite the results from the JSON in the output directory.
     #[arg(long)]
     analyse: bool,
-    /// Runs, comma-separated: domestic-60, domestic-120, forward-60, forward-120, kill.
+    /// Runs, comma-separated: domestic-60, domestic-120, forward-60, forward-120,
+    /// kill (one), kills (`--trials` of them), steady (10 minutes of equal bridges).
     #[arg(
         long,
         default_value = "domestic-60,domestic-120,forward-60,forward-120,kill"
     )]
     runs: String,
+    /// Route control's settings: `seed` (SAFIRE's ratio rule and Mathis's model,
+    /// 50 ms heartbeats over a 5 s window, T_ch 10 s) or `defaults` (the shipped ones).
+    #[arg(long, value_enum, default_value = "seed")]
+    settings: Settings,
+    /// Trials of the `kills` run.
+    #[arg(long, default_value_t = 20)]
+    trials: u32,
+}
+
+/// Whose settings route control runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum Settings {
+    /// The seed's reproduction.
+    Seed,
+    /// What a node ships with (only `move-existing = true` added: the transfer is one
+    /// long flow, and the seed's flow table moved flows with the route).
+    Defaults,
 }
 
 /// Periods of the schedule.
@@ -267,7 +292,7 @@ fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
 }
 
 impl Bed {
-    fn new(topology: Topology, move_existing: bool) -> anyhow::Result<Self> {
+    fn new(topology: Topology, move_existing: bool, settings: Settings) -> anyhow::Result<Self> {
         let bridges = topology.bridges();
         let west0 = Netns::new("rtw0")?;
         let relays = vec![Netns::new("rtr0")?, Netns::new("rtr1")?];
@@ -422,12 +447,15 @@ impl Bed {
                 &["--config", &path, "--log-level", "warn"],
             )?);
         }
-        let routing = |a: Ipv4Addr, tun: &str, rest: &str| {
-            format!(
+        let routing = |a: Ipv4Addr, tun: &str, rest: &str| match settings {
+            Settings::Seed => format!(
                 "[routing]\naddress = \"{a}\"\ntun = \"{tun}\"\nheartbeat-interval = \"{HEARTBEAT}\"\n\
                  loss-window = \"{LOSS_WINDOW}\"\nrule = \"ratio\"\nmodel = \"mathis\"\neta = {ETA}\nt-ch = \"{T_CH_S}s\"\npoll = \"1s\"\n\
                  move-existing = {move_existing}\n{rest}"
-            )
+            ),
+            Settings::Defaults => format!(
+                "[routing]\naddress = \"{a}\"\ntun = \"{tun}\"\nmove-existing = {move_existing}\n{rest}"
+            ),
         };
         let member = |name: &str, a: Ipv4Addr, device: Option<&str>| {
             format!(
@@ -646,6 +674,9 @@ struct KillResult {
     killed: String,
     /// Seconds from the kill to west0's switch (seen at a 100 ms look).
     switch_s: f64,
+    /// Seconds from the kill to the switch as west0's API records it.
+    #[serde(default)]
+    recorded_s: Option<f64>,
     /// Seconds from the kill to the first half second in which the transfer delivered
     /// half its mean rate before the kill.
     recovered_s: Option<f64>,
@@ -654,10 +685,30 @@ struct KillResult {
     load: String,
 }
 
+/// Ten minutes of the adaptive mode on equal bridges (Domestic, 5 % loss on both).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SteadyResult {
+    seconds: u32,
+    loss: f64,
+    mean_mbps: f64,
+    switches: Vec<(f64, String, String)>,
+    load_before: String,
+    load_after: String,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Results {
+    /// Whose settings route control ran with (`None`: the seed's, from before the
+    /// choice).
+    #[serde(default)]
+    settings: Option<Settings>,
     runs: Vec<RunResult>,
     kill: Option<KillResult>,
+    /// The `kills` run's trials.
+    #[serde(default)]
+    kills: Vec<KillResult>,
+    #[serde(default)]
+    steady: Option<SteadyResult>,
 }
 
 /// iperf3 (CUBIC) from the client to the server for `seconds`, intervals of
@@ -731,9 +782,14 @@ fn heartbeats(bed: &Bed) -> (u64, u64) {
     (pings, pongs)
 }
 
-fn run_mode(topology: Topology, period_s: u32, mode: &Mode) -> anyhow::Result<ModeResult> {
+fn run_mode(
+    topology: Topology,
+    period_s: u32,
+    mode: &Mode,
+    settings: Settings,
+) -> anyhow::Result<ModeResult> {
     let load_before = mgrp_testbed::host::load();
-    let bed = Bed::new(topology, true)?;
+    let bed = Bed::new(topology, true, settings)?;
     bed.ready()?;
     bed.set_period(0)?;
     let better = |k: u32| if loss(0, k) < loss(1, k) { 0 } else { 1 };
@@ -802,16 +858,17 @@ fn run_mode(topology: Topology, period_s: u32, mode: &Mode) -> anyhow::Result<Mo
     })
 }
 
-fn run_kill() -> anyhow::Result<KillResult> {
-    let mut bed = Bed::new(Topology::Domestic, true)?;
+/// A relay killed `kill_s` into a `seconds` transfer with no loss.
+fn run_kill(settings: Settings, seconds: u32, kill_s: u64) -> anyhow::Result<KillResult> {
+    let mut bed = Bed::new(Topology::Domestic, true, settings)?;
     bed.ready()?;
     bed.set_period(0)?;
     // No loss: the transfer takes whichever bridge the rule chose first.
     for line in &bed.lines {
         line.set_loss(0.0)?;
     }
-    let (mut server, mut client, out) = iperf(&bed, 40, 0.5)?;
-    std::thread::sleep(Duration::from_secs(15));
+    let (mut server, mut client, out) = iperf(&bed, seconds, 0.5)?;
+    std::thread::sleep(Duration::from_secs(kill_s));
     let v = bed.routes()?;
     let current = v["destinations"][0]["current"]
         .as_str()
@@ -821,21 +878,23 @@ fn run_kill() -> anyhow::Result<KillResult> {
         .find(|&b| bed.path_name(b) == current)
         .with_context(|| format!("the transfer is on no bridge: {v}"))?;
     let kill_at = Instant::now();
-    let started = kill_at - Duration::from_secs(15);
+    let kill_unix = mgrp_rt::unix_now();
+    let started = kill_at - Duration::from_secs(kill_s);
     bed.daemons[1 + b].process.stop();
     let mut switch_s = None;
+    let mut recorded_s = None;
     let mut reason = String::new();
     while kill_at.elapsed() < Duration::from_secs(20) {
         if let Ok(v) = bed.routes() {
             let d = &v["destinations"][0];
             if d["current"].as_str() != Some(&current) {
                 switch_s = Some(kill_at.elapsed().as_secs_f64());
-                reason = d["recent"]
-                    .as_array()
-                    .and_then(|r| r.last())
+                let last = d["recent"].as_array().and_then(|r| r.last());
+                reason = last
                     .and_then(|s| s["reason_text"].as_str())
                     .unwrap_or("")
                     .to_string();
+                recorded_s = last.and_then(|s| s["at"].as_f64()).map(|at| at - kill_unix);
                 break;
             }
         }
@@ -863,10 +922,70 @@ fn run_kill() -> anyhow::Result<KillResult> {
     Ok(KillResult {
         killed: current,
         switch_s,
+        recorded_s,
         recovered_s,
         reason,
         mbps,
         load: mgrp_testbed::host::load(),
+    })
+}
+
+/// Ten minutes of the adaptive mode on Domestic with 5 % loss on both bridges: any
+/// switch for the better is noise.
+fn run_steady(settings: Settings) -> anyhow::Result<SteadyResult> {
+    const SECONDS: u32 = 600;
+    let load_before = mgrp_testbed::host::load();
+    let bed = Bed::new(Topology::Domestic, true, settings)?;
+    bed.ready()?;
+    for line in &bed.lines {
+        line.set_loss(LOW_LOSS)?;
+    }
+    let (mut server, mut client, out) = iperf(&bed, SECONDS, 1.0)?;
+    let start = Instant::now();
+    let mut switches = Vec::new();
+    let mut last: Option<String> = None;
+    while start.elapsed() < Duration::from_secs(u64::from(SECONDS)) {
+        if experiment::interrupted() {
+            bail!("interrupted");
+        }
+        if let Ok(v) = bed.routes() {
+            let cur = v["destinations"][0]["current"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string();
+            if last.as_ref() != Some(&cur) {
+                switches.push((
+                    start.elapsed().as_secs_f64(),
+                    last.clone().unwrap_or_default(),
+                    cur.clone(),
+                ));
+                last = Some(cur);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if client.wait(Duration::from_secs(30)).is_none() {
+        bail!("iperf3 did not end: {}", client.log());
+    }
+    let _ = server.wait(Duration::from_secs(5));
+    let mbps: Vec<f64> = receiver_intervals(&out)
+        .with_context(|| client.log())?
+        .iter()
+        .map(|(_, m)| *m)
+        .collect();
+    let _ = std::fs::remove_file(&out);
+    let mean_mbps = mbps.iter().sum::<f64>() / mbps.len().max(1) as f64;
+    eprintln!(
+        "steady: {mean_mbps:.3} Mbit/s, {} switches",
+        switches.len().saturating_sub(1)
+    );
+    Ok(SteadyResult {
+        seconds: SECONDS,
+        loss: LOW_LOSS,
+        mean_mbps,
+        switches,
+        load_before,
+        load_after: mgrp_testbed::host::load(),
     })
 }
 
@@ -883,18 +1002,28 @@ fn measure(args: &Args) -> anyhow::Result<()> {
         .map(str::trim)
         .filter(|r| !r.is_empty())
     {
+        results.settings = Some(args.settings);
         if run == "kill" {
-            results.kill = Some(run_kill()?);
+            results.kill = Some(run_kill(args.settings, 40, 15)?);
+        } else if run == "kills" {
+            results.kills.clear();
+            for i in 0..args.trials {
+                eprintln!("kill trial {} of {}", i + 1, args.trials);
+                results.kills.push(run_kill(args.settings, 30, 12)?);
+                std::fs::write(&json, serde_json::to_string_pretty(&results)?)?;
+            }
+        } else if run == "steady" {
+            results.steady = Some(run_steady(args.settings)?);
         } else {
             let (topology, period) = match run.split_once('-') {
                 Some(("domestic", t)) => (Topology::Domestic, t.parse::<u32>()?),
                 Some(("forward", t)) => (Topology::Forward, t.parse::<u32>()?),
-                _ => bail!("unknown run {run:?}: domestic-T, forward-T or kill"),
+                _ => bail!("unknown run {run:?}: domestic-T, forward-T, kill, kills or steady"),
             };
             let bridges = topology.bridges();
             let mut modes = Vec::new();
             for mode in [Mode::Fixed(0), Mode::Fixed(1), Mode::Adaptive, Mode::Oracle] {
-                modes.push(run_mode(topology, period, &mode)?);
+                modes.push(run_mode(topology, period, &mode, args.settings)?);
             }
             results
                 .runs
@@ -918,7 +1047,16 @@ fn analyse(out: &Path) -> anyhow::Result<()> {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "# Routes that follow the measurements: results\n\nMade by `cargo run --release --example routing -- --out docs/routing` (the write-up is `docs/routing.md`). Receiver goodput of one iperf3 CUBIC transfer, Mbit/s; loss schedule: the seed's Fig. 4, {HIGH_LOSS} and {LOW_LOSS} swapping each period.\n"
+        "# Routes that follow the measurements: results{}\n\nMade by `cargo run --release --example routing -- --out {}{}` (the write-up is `docs/routing.md`). Receiver goodput of one iperf3 CUBIC transfer, Mbit/s; loss schedule: the seed's Fig. 4, {HIGH_LOSS} and {LOW_LOSS} swapping each period.\n",
+        match results.settings {
+            Some(Settings::Defaults) => " (route control's shipped defaults)",
+            _ => " (the seed's rule and settings)",
+        },
+        out.display(),
+        match results.settings {
+            Some(Settings::Defaults) => " --settings defaults",
+            _ => "",
+        }
     );
     let _ = writeln!(
         md,
@@ -1065,6 +1203,57 @@ fn analyse(out: &Path) -> anyhow::Result<()> {
             &[("goodput per 0.5 s".to_string(), pts)],
             &[],
         )?;
+    }
+    if let Some(st) = &results.steady {
+        let _ = writeln!(
+            md,
+            "\n## Ten steady minutes\n\nDomestic, {} % loss on both bridges for {} s, the adaptive mode: **{} switches** after the first choice (goal: 0); the transfer {:.3} Mbit/s. Switches: {}. Load {} → {}.",
+            st.loss * 100.0,
+            st.seconds,
+            st.switches.len().saturating_sub(2),
+            st.mean_mbps,
+            if st.switches.len() <= 2 {
+                "none".to_string()
+            } else {
+                st.switches
+                    .iter()
+                    .skip(2)
+                    .map(|(t, from, to)| format!("{t:.1} s {from} → {to}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            },
+            st.load_before.split(' ').next().unwrap_or(""),
+            st.load_after.split(' ').next().unwrap_or("")
+        );
+    }
+    if !results.kills.is_empty() {
+        let mut recorded: Vec<f64> = results
+            .kills
+            .iter()
+            .map(|k| k.recorded_s.unwrap_or(k.switch_s))
+            .collect();
+        recorded.sort_by(f64::total_cmp);
+        let q = |p: f64| recorded[((recorded.len() as f64 - 1.0) * p).round() as usize];
+        let recovered: Vec<String> = results
+            .kills
+            .iter()
+            .map(|k| k.recovered_s.map_or("never".into(), |s| format!("{s:.1}")))
+            .collect();
+        let _ = writeln!(
+            md,
+            "\n## A relay killed, {} trials\n\nEach trial a fresh testbed (Domestic, no loss), the relay the transfer crossed stopped by PID 12 s into a 30 s transfer. Kill to switch as west0's API records it: median **{:.2} s**, p95 **{:.2} s**, most {:.2} s (goal: ≤ 1 s at p95). Each, s: {}. The transfer back to half its earlier rate, s: {}.",
+            recorded.len(),
+            q(0.5),
+            q(0.95),
+            recorded[recorded.len() - 1],
+            results
+                .kills
+                .iter()
+                .map(|k| format!("{:.2}", k.recorded_s.unwrap_or(k.switch_s)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            recovered.join(", ")
+        );
     }
     std::fs::write(out.join("results.md"), md)?;
     Ok(())

@@ -276,7 +276,11 @@ impl Pinger {
         }
         // A pinger held up sends one ping, not those it missed.
         let after = next + s.interval_s;
-        self.next_at = Some(if after <= now { now + s.interval_s } else { after });
+        self.next_at = Some(if after <= now {
+            now + s.interval_s
+        } else {
+            after
+        });
         if self.skip > 0 {
             self.skip -= 1;
             return None;

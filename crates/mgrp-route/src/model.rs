@@ -33,13 +33,15 @@
 //!
 //! **The rules**:
 //!
-//! - **confidence** (the default): switch from the current path to the best when the
-//!   log of their scores' ratio exceeds both the margin (`ln(1 + margin)`: the
-//!   hysteresis that keeps a path against one barely better) and `z` standard errors
-//!   of that log (from the two scores' ranges), has done so at every decision for
+//! - **confidence** (the default): switch from the current path to the best when it
+//!   scores more than 1 + `margin` times the current (the hysteresis that keeps a
+//!   path against one barely better), some path has done so at every decision for
 //!   `confirm` seconds, and the last change was a hold-down ago: T_ch stretched by a
 //!   random share up to `jitter` at each change, so members that saw the same change
 //!   do not move again in step (Keralapura et al.: synchronised overlays oscillate).
+//!   Two paths whose losses differ by no more than `z` standard errors are compared
+//!   at their mean loss: what is known for sure (round trips, rates) decides, not
+//!   the noise of a few lost heartbeats.
 //! - **ratio** (SAFIRE's, for the seed's reproduction): switch when the best scores
 //!   more than (1 + η) times the current and the last change was at least T_ch ago
 //!   (SAFIRE: η = 0.5).

@@ -218,13 +218,14 @@ pub enum Reason {
     /// The first path chosen.
     First,
     /// The best path scored `ratio` times the current one: more than 1 + η (the
-    /// ratio rule), or than `needed` (the confidence rule: its margin, or its
-    /// scores' uncertainty, whichever asks more).
+    /// ratio rule), or than `needed`, 1 + margin (the confidence rule, which compares
+    /// paths whose losses are equal within their noise at their mean loss).
     Better {
         /// Best over current.
         #[serde(deserialize_with = "ratio_or_infinite")]
         ratio: f64,
-        /// What the confidence rule asked of the ratio (`None`: the ratio rule's 1 + η).
+        /// What the confidence rule asked of the ratio, 1 + margin (`None`: the ratio
+        /// rule's 1 + η).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         needed: Option<f64>,
     },
@@ -266,7 +267,7 @@ impl Reason {
                 ratio,
                 needed: Some(n),
             } => format!(
-                "scores {ratio:.2}× the current path (more than the {n:.2}× its margin and the scores' uncertainty ask)"
+                "scores {ratio:.2}× the current path (more than 1 + margin = {n:.2}, losses weighed against their noise)"
             ),
             Self::Failed => "the current path stopped answering".into(),
             Self::AllDown => "no path answers: the kernel's normal route".into(),

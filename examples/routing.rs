@@ -400,7 +400,18 @@ impl Bed {
         }
         let dir = experiment_dir::Dir::new()?;
         let me = std::env::current_exe()?;
-        let udp = "encap = \"udp\"\n";
+        // Relaying takes a key (mgrpd refuses relay-to and allowed-sources without):
+        // one for the whole testbed, in a file only its owner reads.
+        let key_path = dir.0.join("mesh.key");
+        std::fs::write(
+            &key_path,
+            mgrp_core::auth::Key::from_bytes(std::array::from_fn(|i| i as u8 ^ 0x5a)).to_hex(),
+        )?;
+        std::fs::set_permissions(
+            &key_path,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )?;
+        let udp = format!("key-file = \"{}\"\nencap = \"udp\"\n", key_path.display());
         let peer = |a: Ipv4Addr, extra: &str| format!("[[peers]]\nprefix = \"{a}/32\"\n{extra}");
         let mut daemons = Vec::new();
         let mut configs = vec![(
@@ -543,6 +554,25 @@ impl Bed {
         })
     }
 
+    /// Adds (second `t`, from, to) to `switches` when west0's path is not `last`.
+    fn note_switch(
+        &self,
+        t: f64,
+        last: &mut Option<String>,
+        switches: &mut Vec<(f64, String, String)>,
+    ) {
+        if let Ok(v) = self.routes() {
+            let cur = v["destinations"][0]["current"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string();
+            if last.as_ref() != Some(&cur) {
+                switches.push((t, last.clone().unwrap_or_default(), cur.clone()));
+                *last = Some(cur);
+            }
+        }
+    }
+
     fn path_name(&self, b: usize) -> String {
         format!("via {}", self.bridges[b].relay)
     }
@@ -576,8 +606,14 @@ impl Bed {
             "/v1/routes/choose?prefix={DEST}&path={}",
             path.replace(' ', "+")
         );
-        let (status, body) =
-            mgrp_testbed::http::request_in(&self.west0, &format!("{}:7700", addr(1)), "POST", &q)?;
+        // The overlay takes a POST only with this header (no web page can send it).
+        let (status, _, body) = mgrp_testbed::http::exchange_in(
+            &self.west0,
+            &format!("{}:7700", addr(1)),
+            "POST",
+            &q,
+            "X-MGRP-Request: 1\r\n",
+        )?;
         ensure!(status == 202, "choose {path}: {status} {body}");
         Ok(())
     }
@@ -817,16 +853,7 @@ fn run_mode(
                 bed.choose(&bed.path_name(better(k)))?;
             }
         }
-        if let Ok(v) = bed.routes() {
-            let cur = v["destinations"][0]["current"]
-                .as_str()
-                .unwrap_or("?")
-                .to_string();
-            if last.as_ref() != Some(&cur) {
-                switches.push((t, last.clone().unwrap_or_default(), cur.clone()));
-                last = Some(cur);
-            }
-        }
+        bed.note_switch(t, &mut last, &mut switches);
         std::thread::sleep(Duration::from_millis(200));
     }
     let (pings, pongs) = heartbeats(&bed);
@@ -948,20 +975,7 @@ fn run_steady(settings: Settings) -> anyhow::Result<SteadyResult> {
         if experiment::interrupted() {
             bail!("interrupted");
         }
-        if let Ok(v) = bed.routes() {
-            let cur = v["destinations"][0]["current"]
-                .as_str()
-                .unwrap_or("?")
-                .to_string();
-            if last.as_ref() != Some(&cur) {
-                switches.push((
-                    start.elapsed().as_secs_f64(),
-                    last.clone().unwrap_or_default(),
-                    cur.clone(),
-                ));
-                last = Some(cur);
-            }
-        }
+        bed.note_switch(start.elapsed().as_secs_f64(), &mut last, &mut switches);
         std::thread::sleep(Duration::from_millis(200));
     }
     if client.wait(Duration::from_secs(30)).is_none() {

@@ -1224,14 +1224,14 @@ fn analyse(out: &Path) -> anyhow::Result<()> {
             "\n## Ten steady minutes\n\nDomestic, {} % loss on both bridges for {} s, the adaptive mode: **{} switches** after the first choice (goal: 0); the transfer {:.3} Mbit/s. Switches: {}. Load {} → {}.",
             st.loss * 100.0,
             st.seconds,
-            st.switches.len().saturating_sub(2),
+            st.switches.len().saturating_sub(1),
             st.mean_mbps,
-            if st.switches.len() <= 2 {
+            if st.switches.len() <= 1 {
                 "none".to_string()
             } else {
                 st.switches
                     .iter()
-                    .skip(2)
+                    .skip(1)
                     .map(|(t, from, to)| format!("{t:.1} s {from} → {to}"))
                     .collect::<Vec<_>>()
                     .join("; ")

@@ -780,6 +780,23 @@ fn iperf(bed: &Bed, seconds: u32, interval: f64) -> anyhow::Result<(Process, Pro
     Ok((server, client, out))
 }
 
+/// Waits up to `within` for the transfer [`iperf`] started to end; its receiver's
+/// intervals, the output file removed.
+fn finished(
+    mut server: Process,
+    mut client: Process,
+    out: &Path,
+    within: Duration,
+) -> anyhow::Result<Vec<(f64, f64)>> {
+    if client.wait(within).is_none() {
+        bail!("iperf3 did not end: {}", client.log());
+    }
+    let _ = server.wait(Duration::from_secs(5));
+    let intervals = receiver_intervals(out).with_context(|| client.log());
+    let _ = std::fs::remove_file(out);
+    intervals
+}
+
 /// The receiver's (start second, Mbit/s) per interval from iperf3's JSON.
 fn receiver_intervals(path: &Path) -> anyhow::Result<Vec<(f64, f64)>> {
     let text = std::fs::read_to_string(path)?;
@@ -835,7 +852,7 @@ fn run_mode(
         Mode::Adaptive => {}
     }
     let total = PERIODS * period_s;
-    let (mut server, mut client, out) = iperf(&bed, total, 1.0)?;
+    let (server, client, out) = iperf(&bed, total, 1.0)?;
     let start = Instant::now();
     let mut switches = Vec::new();
     let mut last: Option<String> = None;
@@ -857,12 +874,7 @@ fn run_mode(
         std::thread::sleep(Duration::from_millis(200));
     }
     let (pings, pongs) = heartbeats(&bed);
-    if client.wait(Duration::from_secs(30)).is_none() {
-        bail!("iperf3 did not end: {}", client.log());
-    }
-    let _ = server.wait(Duration::from_secs(5));
-    let intervals = receiver_intervals(&out).with_context(|| client.log())?;
-    let _ = std::fs::remove_file(&out);
+    let intervals = finished(server, client, &out, Duration::from_secs(30))?;
     let mbps: Vec<f64> = intervals.iter().map(|(_, m)| *m).collect();
     let mean = mbps.iter().sum::<f64>() / mbps.len().max(1) as f64;
     let label = mode.label(&bed.bridges);
@@ -894,7 +906,7 @@ fn run_kill(settings: Settings, seconds: u32, kill_s: u64) -> anyhow::Result<Kil
     for line in &bed.lines {
         line.set_loss(0.0)?;
     }
-    let (mut server, mut client, out) = iperf(&bed, seconds, 0.5)?;
+    let (server, client, out) = iperf(&bed, seconds, 0.5)?;
     std::thread::sleep(Duration::from_secs(kill_s));
     let v = bed.routes()?;
     let current = v["destinations"][0]["current"]
@@ -928,12 +940,7 @@ fn run_kill(settings: Settings, seconds: u32, kill_s: u64) -> anyhow::Result<Kil
         std::thread::sleep(Duration::from_millis(100));
     }
     let switch_s = switch_s.context("west0 did not route around the killed relay in 20 s")?;
-    if client.wait(Duration::from_secs(60)).is_none() {
-        bail!("iperf3 did not end: {}", client.log());
-    }
-    let _ = server.wait(Duration::from_secs(5));
-    let mbps = receiver_intervals(&out).with_context(|| client.log())?;
-    let _ = std::fs::remove_file(&out);
+    let mbps = finished(server, client, &out, Duration::from_secs(60))?;
     let kill_s = (kill_at - started).as_secs_f64();
     let before: Vec<f64> = mbps
         .iter()
@@ -967,7 +974,7 @@ fn run_steady(settings: Settings) -> anyhow::Result<SteadyResult> {
     for line in &bed.lines {
         line.set_loss(LOW_LOSS)?;
     }
-    let (mut server, mut client, out) = iperf(&bed, SECONDS, 1.0)?;
+    let (server, client, out) = iperf(&bed, SECONDS, 1.0)?;
     let start = Instant::now();
     let mut switches = Vec::new();
     let mut last: Option<String> = None;
@@ -978,16 +985,10 @@ fn run_steady(settings: Settings) -> anyhow::Result<SteadyResult> {
         bed.note_switch(start.elapsed().as_secs_f64(), &mut last, &mut switches);
         std::thread::sleep(Duration::from_millis(200));
     }
-    if client.wait(Duration::from_secs(30)).is_none() {
-        bail!("iperf3 did not end: {}", client.log());
-    }
-    let _ = server.wait(Duration::from_secs(5));
-    let mbps: Vec<f64> = receiver_intervals(&out)
-        .with_context(|| client.log())?
+    let mbps: Vec<f64> = finished(server, client, &out, Duration::from_secs(30))?
         .iter()
         .map(|(_, m)| *m)
         .collect();
-    let _ = std::fs::remove_file(&out);
     let mean_mbps = mbps.iter().sum::<f64>() / mbps.len().max(1) as f64;
     eprintln!(
         "steady: {mean_mbps:.3} Mbit/s, {} switches",

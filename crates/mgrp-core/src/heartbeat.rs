@@ -599,13 +599,10 @@ mod tests {
         assert!(sent <= 6001, "{sent} pings where 6000 are due");
         // Ten minutes with 30 % of the pings unanswered at random (a run of 10, what makes
         // a hop down, is as likely as with pings at their regular times).
-        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        let mut draws = crate::draw::Draws::new(1);
         let (mut p, mut e) = (Pinger::default(), Echo::default());
         let (sent, down) = drive(&mut p, &mut e, (0.0, 600.0), 0.001, |_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % 100 >= 30
+            draws.uniform() >= 0.3
         });
         assert!(sent <= 6001, "{sent}");
         assert_eq!(down, None);

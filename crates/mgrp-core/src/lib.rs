@@ -37,6 +37,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod draw;
 pub mod endpoint;
 pub mod exposition;
 pub mod heartbeat;

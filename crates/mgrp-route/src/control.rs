@@ -527,15 +527,17 @@ fn hold<T: Clone>(got: Result<T, String>, last: &mut Held<T>, fresh: Duration) -
 fn decide_loop(c: &Control, policy: &mut Policy, switched: &dyn Fn(SwitchView)) {
     let r = &c.routing;
     let stop = &c.stop;
-    // Each destination's hold-downs drawn apart from every other member's.
+    // Each destination's hold-downs drawn from a seed of its own, random per process,
+    // so members that saw the same change draw apart.
     let mut choices: Vec<Choice> = r
         .destinations
         .iter()
-        .map(|d| {
-            use std::hash::BuildHasher;
+        .map(|_| {
+            use std::hash::{BuildHasher, Hasher};
             Choice::seeded(
                 std::collections::hash_map::RandomState::new()
-                    .hash_one((&c.node, d.prefix.to_string())),
+                    .build_hasher()
+                    .finish(),
             )
         })
         .collect();

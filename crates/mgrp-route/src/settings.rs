@@ -8,7 +8,7 @@ use mgrp_core::heartbeat;
 use mgrp_core::peers::Prefix;
 use serde::Deserialize;
 
-use mgrp_service::settings::{Invalid, check_name, read_token_file};
+use mgrp_service::settings::{Invalid, check_name, number, read_token_file};
 
 use crate::model::{Model, Rule, RuleKind};
 
@@ -367,12 +367,13 @@ impl RoutingFile {
                 interval * 20
             )));
         }
-        let eta = self.eta.unwrap_or(0.5);
-        if !(0.0..=10.0).contains(&eta) {
-            return Err(invalid(format!(
-                "routing.eta: {eta}; the margin a better path needs, 0 to 10 (0.5 is SAFIRE's 50 %)"
-            )));
-        }
+        let eta = number(
+            "routing.eta",
+            self.eta,
+            0.5,
+            0.0..=10.0,
+            "the margin a better path needs with the ratio rule (0.5 is SAFIRE's 50 %)",
+        )?;
         let t_ch = duration("t-ch", self.t_ch.as_ref(), Duration::from_secs(30))?;
         let defaults = Rule::default();
         let kind = match self.rule.as_deref() {
@@ -393,18 +394,20 @@ impl RoutingFile {
                 )));
             }
         };
-        let margin = self.margin.unwrap_or(defaults.margin);
-        if !(0.0..=10.0).contains(&margin) {
-            return Err(invalid(format!(
-                "routing.margin: {margin}; the share a better path must score above the current, 0 to 10"
-            )));
-        }
-        let z = self.z.unwrap_or(defaults.z);
-        if !(0.0..=10.0).contains(&z) {
-            return Err(invalid(format!(
-                "routing.z: {z}; standard errors of the scores' ratio a switch needs, 0 to 10"
-            )));
-        }
+        let margin = number(
+            "routing.margin",
+            self.margin,
+            defaults.margin,
+            0.0..=10.0,
+            "the share a better path must score above the current",
+        )?;
+        let z = number(
+            "routing.z",
+            self.z,
+            defaults.z,
+            0.0..=10.0,
+            "standard errors by which two paths' losses must differ to count",
+        )?;
         let confirm = duration(
             "confirm",
             self.confirm.as_ref(),
@@ -415,12 +418,13 @@ impl RoutingFile {
                 "routing.confirm: {confirm:?}; use 0s to 10m"
             )));
         }
-        let jitter = self.t_ch_jitter.unwrap_or(defaults.jitter);
-        if !(0.0..=2.0).contains(&jitter) {
-            return Err(invalid(format!(
-                "routing.t-ch-jitter: {jitter}; the largest share of t-ch added to a hold-down at random, 0 to 2"
-            )));
-        }
+        let jitter = number(
+            "routing.t-ch-jitter",
+            self.t_ch_jitter,
+            defaults.jitter,
+            0.0..=2.0,
+            "the largest share of t-ch added to a hold-down at random",
+        )?;
         let poll = duration("poll", self.poll.as_ref(), Duration::from_secs(1))?;
         if !(Duration::from_millis(100)..=Duration::from_secs(60)).contains(&poll) {
             return Err(invalid(format!("routing.poll: {poll:?}; use 100ms to 60s")));
@@ -642,7 +646,7 @@ impl RoutingFile {
 mod tests {
     use mgrp_service::settings::Invalid;
 
-    use super::{Routing, RoutingFile};
+    use super::{Model, Routing, RoutingFile, RuleKind};
 
     /// The `[routing]` section of `text`, checked.
     fn routing(text: &str) -> Result<Routing, Invalid> {
@@ -768,5 +772,23 @@ mod tests {
         assert!(e.to_string().contains("routing.address"), "{e}");
         let e = routing("[routing]\naddress = \"10.0.0.1\"\nloss-window = \"1s\"\n").unwrap_err();
         assert!(e.to_string().contains("at least 20 heartbeats"), "{e}");
+        for (key, says) in [
+            ("margin = -0.1", "routing.margin: -0.1;"),
+            ("z = 11.0", "routing.z: 11;"),
+            ("t-ch-jitter = 3.0", "routing.t-ch-jitter: 3;"),
+            ("eta = -1.0", "routing.eta: -1;"),
+            ("rule = \"fast\"", "routing.rule: \"fast\""),
+            ("model = \"reno\"", "routing.model: \"reno\""),
+            ("confirm = \"11m\"", "routing.confirm:"),
+        ] {
+            let e = routing(&format!("[routing]\naddress = \"10.0.0.1\"\n{key}\n")).unwrap_err();
+            assert!(e.to_string().contains(says), "{key}: {e}");
+        }
+        let r = routing("[routing]\naddress = \"10.0.0.1\"\nrule = \"ratio\"\nmodel = \"mathis\"\nmargin = 0.2\n")
+            .unwrap();
+        assert_eq!(
+            (r.rule.kind, r.rule.model, r.rule.margin),
+            (RuleKind::Ratio, Model::Mathis, 0.2)
+        );
     }
 }

@@ -41,6 +41,27 @@ pub fn duration(key: &str, v: Option<&String>, default: Duration) -> Result<Dura
     }
 }
 
+/// The number at `key`, or `default` when not given; refused outside `range`, the
+/// error saying what it is (`what`) and the range.
+pub fn number(
+    key: &str,
+    v: Option<f64>,
+    default: f64,
+    range: std::ops::RangeInclusive<f64>,
+    what: &str,
+) -> Result<f64, Invalid> {
+    let x = v.unwrap_or(default);
+    if range.contains(&x) {
+        Ok(x)
+    } else {
+        Err(Invalid(format!(
+            "{key}: {x}; {what}, {} to {}",
+            range.start(),
+            range.end()
+        )))
+    }
+}
+
 /// Reads a token file (relative to `dir`, the configuration's folder, if given),
 /// which only its owner may read; returns its path and the token, trimmed.
 pub fn read_token_file(path: &Path, dir: Option<&Path>) -> Result<(PathBuf, String), Invalid> {

@@ -176,17 +176,6 @@ pub struct Score {
     pub basis: String,
 }
 
-impl Score {
-    /// The score's uncertainty as a standard error of its natural logarithm
-    /// (half the log of high over low); 0 when not known.
-    pub fn log_error(&self) -> f64 {
-        match (self.low_bps, self.high_bps) {
-            (Some(l), Some(h)) if l > 0.0 && h >= l && h.is_finite() => (h / l).ln() / 2.0,
-            _ => 0.0,
-        }
-    }
-}
-
 /// Where a hop's loss figure comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

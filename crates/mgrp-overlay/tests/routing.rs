@@ -453,9 +453,11 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
     let new = tcp_source(&net.c, &net.e, E_HOST.into(), 5502, Some(1.0))?;
     std::thread::sleep(Duration::from_secs(2));
     ensure!(new.bytes() > 0, "no byte of the relayed flow arrived");
+    let mark = flow_mark(&net, 5502)?;
     ensure!(
-        flow_mark(&net, 5502)? == mark_of(&relayed),
-        "the new flow is not on {relayed}"
+        mark == mark_of(&relayed),
+        "the new flow is not on {relayed} (mark {mark:#x}); W's routes: {:#}",
+        destination(&net).unwrap_or_default()
     );
     ensure!(
         flow_mark(&net, 5501)? == MARK_DIRECT,

@@ -101,6 +101,13 @@ pub enum Unusable {
     Coalesced,
     /// Fewer than three packets, or gaps that did not advance.
     TooShort,
+    /// A probe of the final queue came out of the path sooner after the one before
+    /// than the queue lets probes out (under [`params::COMPRESSED`] of its
+    /// lower-quartile receive gap): the one before was held up beyond the path, by a
+    /// stall of the host that stamped it or of a shaper's timer, and the extra delay
+    /// would read as cross traffic. On a one-host testbed such stalls put one chirp
+    /// in five at a fraction of the available bandwidth.
+    Disturbed,
 }
 
 /// Analyses a complete chirp of `size`-byte probes: `sent[k]` and `received[k]` are
@@ -178,6 +185,9 @@ pub fn analyse(
     // The final excursion's start; a chirp that never queued at the end is marked
     // with its last gap's rate, the most it can say.
     let l = if queued_at_end { start } else { last - 1 };
+    if queued_at_end && compressed(received, &coalesced, l, last, p.coalescence_ns) {
+        return Err(Unusable::Disturbed);
+    }
     let onset_bps = rates[l];
     let output_bps = if queued_at_end {
         output_rate(bits, received, l, last, p.busy_period)
@@ -213,6 +223,30 @@ pub fn analyse(
         queued_at_end,
         delays_ns: q,
         rates_bps: rates,
+    })
+}
+
+/// Whether a receive gap of the final queue (from `l` to `last`) is under
+/// [`params::COMPRESSED`] of the queue's lower-quartile gap, coalesced packets
+/// apart (see [`Unusable::Disturbed`]). The lower quartile is the bottleneck's own
+/// gap even when cross traffic widens most of the others.
+fn compressed(
+    received: &[i64],
+    coalesced: &[bool],
+    l: usize,
+    last: usize,
+    coalescence_ns: i64,
+) -> bool {
+    let gap = |k: usize| received[k + 1] - received[k];
+    let mut gaps: Vec<i64> = (l..last).map(gap).collect();
+    if gaps.len() < 2 {
+        return false;
+    }
+    gaps.sort_unstable();
+    let typical = gaps[gaps.len() / 4] as f64;
+    (l..last).any(|k| {
+        let g = gap(k);
+        !coalesced[k + 1] && g >= coalescence_ns && (g as f64) < params::COMPRESSED * typical
     })
 }
 
@@ -363,6 +397,43 @@ mod tests {
         let a = analyse(1028, &s, &r, &Params::default()).unwrap();
         assert_eq!(a.excursions, 1, "{a:?}");
         assert!(!a.queued_at_end);
+    }
+
+    /// A probe of the final queue held up beyond the path (its stamp or the shaper's
+    /// timer late by 0.5 ms) comes out a long gap after the one before and the next
+    /// comes out at once: a busy bottleneck cannot let probes out faster than its
+    /// rate, so the chirp is disturbed. Cross traffic only widens gaps, and a lone
+    /// coalesced packet is coalescence, not a disturbance.
+    #[test]
+    fn a_probe_held_up_beyond_the_path_disturbs_the_chirp_and_cross_traffic_does_not() {
+        let s = chirp();
+        let r = through(&s, 10e6, 1540.0);
+        let clean = analyse(1028, &s, &r, &Params::default()).unwrap();
+        assert!(clean.queued_at_end, "{clean:?}");
+        let late = r.len() - 3;
+        let mut held = r.clone();
+        held[late] += 500_000;
+        assert_eq!(
+            analyse(1028, &s, &held, &Params::default()),
+            Err(Unusable::Disturbed)
+        );
+        // Held up before the final queue: nothing to judge there.
+        let mut early = r.clone();
+        early[1] += 500_000;
+        assert!(analyse(1028, &s, &early, &Params::default()).is_ok());
+        // A cross-traffic packet of 1500 bytes between two queued probes delays
+        // every probe after it by its own time on the link.
+        let mut cross = r.clone();
+        for t in &mut cross[late..] {
+            *t += 1_200_000;
+        }
+        let a = analyse(1028, &s, &cross, &Params::default()).unwrap();
+        assert!(a.estimate_bps < clean.estimate_bps, "{a:?}");
+        // The last two handed over together (coalescence) leave the chirp usable.
+        let mut together = r.clone();
+        let n = together.len();
+        together[n - 1] = together[n - 2] + 1_000;
+        assert!(analyse(1028, &s, &together, &Params::default()).is_ok());
     }
 
     #[test]

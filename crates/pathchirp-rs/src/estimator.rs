@@ -210,6 +210,9 @@ pub enum Discard {
     Coalesced,
     /// Too few probes, or departure stamps that did not advance.
     Unusable,
+    /// A probe of the final queue was held up beyond the path (see
+    /// [`crate::analysis::Unusable::Disturbed`]).
+    Disturbed,
 }
 
 /// A chirp's estimate.
@@ -267,6 +270,8 @@ pub struct Counts {
     pub coalesced: u64,
     /// Discarded as unusable otherwise.
     pub unusable: u64,
+    /// Discarded as disturbed beyond the path.
+    pub disturbed: u64,
     /// Range changes.
     pub range_changes: u64,
     /// IP bytes of probes sent.
@@ -280,7 +285,7 @@ pub struct Counts {
 impl Counts {
     /// Chirps discarded, whatever the reason.
     pub fn discarded(&self) -> u64 {
-        self.loss + self.reorder + self.stale + self.coalesced + self.unusable
+        self.loss + self.reorder + self.stale + self.coalesced + self.unusable + self.disturbed
     }
 }
 
@@ -394,6 +399,7 @@ impl Estimator {
                     Discard::Stale => &mut c.stale,
                     Discard::Coalesced => &mut c.coalesced,
                     Discard::Unusable => &mut c.unusable,
+                    Discard::Disturbed => &mut c.disturbed,
                 } += 1;
             }
         }
@@ -438,6 +444,7 @@ impl Estimator {
             .map_err(|u| match u {
                 Unusable::Coalesced => Discard::Coalesced,
                 Unusable::TooShort => Discard::Unusable,
+                Unusable::Disturbed => Discard::Disturbed,
             })?;
         // The application traffic kept off the path while the chirp's tail was on it:
         // what rode in its probes. mgrpd counts the bytes kept off over the whole

@@ -62,6 +62,13 @@ pub const COALESCENCE_NS: i64 = 10_000;
 /// (pathChirp 2.3: `CONSEC_BAD_PKTS`).
 pub const CONSECUTIVE_COALESCED: usize = 2;
 
+/// A probe of the chirp's final queue that came out of the path sooner after the one
+/// before than this share of the queue's lower-quartile receive gap (and not within
+/// [`COALESCENCE_NS`], which is coalescence) marks the chirp as disturbed: a busy
+/// bottleneck lets probes out no faster than its rate, so the one before was held up
+/// beyond the path (this project; see [`crate::analysis::Unusable::Disturbed`]).
+pub const COMPRESSED: f64 = 0.75;
+
 /// Most gaps per chirp (pathChirp 2.3: `MAXCHIRPSIZE` − 1); a range that needs more
 /// has its high rate lowered to fit.
 pub const MAX_GAPS: usize = 199;

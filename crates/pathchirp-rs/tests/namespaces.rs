@@ -118,7 +118,8 @@ fn case(transport: &str, cross: Cross) -> anyhow::Result<()> {
                 + n("reorder")
                 + n("stale")
                 + n("coalesced")
-                + n("unusable"),
+                + n("unusable")
+                + n("disturbed"),
         "chirps do not add up: {c}"
     );
     ensure!(n("estimates") >= 20, "few estimates: {c}");

@@ -81,8 +81,14 @@ impl MethodRun for Pathchirp {
                     RunOutcome::Estimate
                 } else if c.chirps > 0 {
                     e.error = Some(format!(
-                        "no estimate from {} chirps ({} lost a probe, {} reordered, {} coalesced, {} unusable); a run needs {} usable chirps",
-                        c.chirps, c.loss, c.reorder, c.coalesced, c.unusable, opts.config.smooth
+                        "no estimate from {} chirps ({} lost a probe, {} reordered, {} coalesced, {} unusable, {} disturbed); a run needs {} usable chirps",
+                        c.chirps,
+                        c.loss,
+                        c.reorder,
+                        c.coalesced,
+                        c.unusable,
+                        c.disturbed,
+                        opts.config.smooth
                     ));
                     RunOutcome::CrossTraffic
                 } else {

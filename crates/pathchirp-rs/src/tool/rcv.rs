@@ -24,6 +24,7 @@ fn reason(d: Discard) -> &'static str {
         Discard::Stale => "planned before the range changed",
         Discard::Coalesced => "the receiving interface coalesced the probes",
         Discard::Unusable => "too few probes, or stamps that did not advance",
+        Discard::Disturbed => "a probe of its final queue was held up beyond the path",
     }
 }
 
@@ -153,14 +154,15 @@ fn summary(m: &Measurement, json: bool, mgrp: bool) {
         None => mgrp_rt::outln!("Available bandwidth: no estimate"),
     }
     mgrp_rt::outln!(
-        "Chirps: {} ({} estimates; discarded: {} loss, {} reordering, {} stale, {} coalescence, {} unusable)",
+        "Chirps: {} ({} estimates; discarded: {} loss, {} reordering, {} stale, {} coalescence, {} unusable, {} disturbed)",
         c.chirps,
         c.estimates,
         c.loss,
         c.reorder,
         c.stale,
         c.coalesced,
-        c.unusable
+        c.unusable,
+        c.disturbed
     );
     mgrp_rt::outln!(
         "Probes: {:.2} MB in {:.1} s ({:.2} MB a minute); riders {:.2} MB",

@@ -60,6 +60,16 @@ pub fn run(tests: &[Test]) -> ExitCode {
         .iter()
         .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f)))
         .collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!(
+            "usage: {} [FILTER...] [--list]\n\nRuns the cases whose names contain a FILTER (every case without one), as root: each makes its own network namespaces. Other flags are libtest's and are ignored.\n\ncases:",
+            std::env::args().next().unwrap_or_default()
+        );
+        for (name, _) in tests {
+            println!("  {name}");
+        }
+        return ExitCode::SUCCESS;
+    }
     if args.iter().any(|a| a == "--list") {
         for (name, _) in &chosen {
             println!("{name}: test");

@@ -425,6 +425,11 @@ pub struct TcpFlow {
     pub congestion: Option<String>,
     /// What `tcp_info` says.
     pub sample: crate::tcpinfo::TcpSample,
+    /// BBR's model of the path, for a flow that runs BBR. Absent from a sender older
+    /// than this field (its flows say `congestion` "bbr" and nothing here) and for
+    /// other congestion controls; an older receiver ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bbr: Option<crate::tcpinfo::BbrInfo>,
 }
 
 /// What the sender sent of a batch.
@@ -700,6 +705,7 @@ mod tests {
             local: "10.0.0.1:5001".parse().unwrap(),
             remote: "10.0.0.2:40000".parse().unwrap(),
             congestion: Some("cubic".into()),
+            bbr: None,
             sample: crate::tcpinfo::TcpSample {
                 delivery_bps: Some(9.5e6),
                 app_limited: false,
@@ -714,12 +720,25 @@ mod tests {
                 sndbuf_limited_s: None,
             },
         };
-        let reply = Reply::Tcp { flows: vec![flow] };
+        let bbr = TcpFlow {
+            congestion: Some("bbr".into()),
+            bbr: Some(crate::tcpinfo::BbrInfo {
+                bandwidth_bps: 9.6e6,
+                min_rtt_s: 0.04,
+                pacing_gain: 1.0,
+                cwnd_gain: 2.0,
+            }),
+            ..flow.clone()
+        };
+        let reply = Reply::Tcp {
+            flows: vec![flow, bbr],
+        };
         let line = serde_json::to_string(&reply).unwrap();
         assert!(
             line.starts_with(r#"{"msg":"tcp","flows":[{"local":"10.0.0.1:5001""#),
             "{line}"
         );
+        assert_eq!(line.matches("\"bbr\":{").count(), 1, "{line}");
         assert_eq!(serde_json::from_str::<Reply>(&line).unwrap(), reply);
         let sent = serde_json::to_string(&Reply::Sent(SentReport {
             sent: 2,

@@ -830,6 +830,7 @@ fn tcp(to: IpAddr, control_port: Option<u16>) -> Reply {
                         local: c.local,
                         remote: c.remote,
                         congestion: c.congestion,
+                        bbr: c.bbr,
                     })
                 })
                 .collect();

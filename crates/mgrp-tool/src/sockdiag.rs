@@ -1,7 +1,8 @@
 //! This host's TCP connections as the kernel sees them, through `sock_diag`
 //! (`NETLINK_SOCK_DIAG`, the interface `ss` uses): for every connection to a given
-//! peer, its addresses, congestion control and the raw `struct tcp_info`, which
-//! [`crate::tcpinfo`] reads. One dump lists every socket of the namespace without
+//! peer, its addresses, congestion control, the raw `struct tcp_info`, which
+//! [`crate::tcpinfo`] reads, and BBR's own model of the path where the connection
+//! runs BBR. One dump lists every socket of the namespace without
 //! touching them; it needs no privilege for the caller's own sockets and
 //! `CAP_NET_ADMIN` for nothing here.
 
@@ -11,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use crate::netlink::{self, End};
 
 /// One TCP connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Connection {
     /// Its local address.
     pub local: SocketAddr,
@@ -23,11 +24,15 @@ pub struct Connection {
     pub congestion: Option<String>,
     /// The raw `struct tcp_info`.
     pub info: Vec<u8>,
+    /// BBR's model of the path, for a connection that runs BBR.
+    pub bbr: Option<crate::tcpinfo::BbrInfo>,
 }
 
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const INET_DIAG_INFO: u16 = 2;
+const INET_DIAG_VEGASINFO: u16 = 3;
 const INET_DIAG_CONG: u16 = 4;
+const INET_DIAG_BBRINFO: u16 = 16;
 
 /// Every established TCP connection of this namespace whose peer is `peer` (any
 /// port), IPv4 or IPv6 as `peer` is.
@@ -57,15 +62,20 @@ pub fn dump(family: u8) -> io::Result<Vec<Connection>> {
     Ok(out)
 }
 
-/// A dump request for established TCP sockets of `family`, with `tcp_info` and the
-/// congestion control.
+/// A dump request for established TCP sockets of `family`, with `tcp_info`, the
+/// congestion control and its own information.
 fn request(family: u8) -> Vec<u8> {
     // struct inet_diag_req_v2: family, protocol, extensions, pad, states, then the
     // socket id (48 bytes of zeros: any).
     let mut r = vec![0u8; 56];
     r[0] = family;
     r[1] = libc::IPPROTO_TCP as u8;
-    r[2] = (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_CONG - 1));
+    // The extensions are one byte, so BBR's (16) cannot be asked for by its own bit:
+    // the kernel gives each congestion control's information (BBR's, Vegas's, DCTCP's,
+    // each under its own attribute) to a request with the Vegas bit, as `ss` asks.
+    r[2] = (1 << (INET_DIAG_INFO - 1))
+        | (1 << (INET_DIAG_VEGASINFO - 1))
+        | (1 << (INET_DIAG_CONG - 1));
     // States: established only (TCP_ESTABLISHED = 1).
     r[4..8].copy_from_slice(&(1u32 << 1).to_ne_bytes());
     netlink::dump_request(SOCK_DIAG_BY_FAMILY, &r)
@@ -108,7 +118,7 @@ fn connection(m: &[u8]) -> Option<Connection> {
     };
     let local = SocketAddr::new(addr(8)?, port(4));
     let remote = SocketAddr::new(addr(24)?, port(6));
-    let (mut info, mut congestion) = (Vec::new(), None);
+    let (mut info, mut congestion, mut bbr) = (Vec::new(), None, None);
     for (kind, body) in netlink::attributes(&m[72..]) {
         match kind {
             INET_DIAG_INFO => info = body.to_vec(),
@@ -116,6 +126,7 @@ fn connection(m: &[u8]) -> Option<Connection> {
                 let s = body.split(|&c| c == 0).next().unwrap_or_default();
                 congestion = Some(String::from_utf8_lossy(s).into_owned());
             }
+            INET_DIAG_BBRINFO => bbr = crate::tcpinfo::BbrInfo::parse(body),
             _ => {}
         }
     }
@@ -125,6 +136,7 @@ fn connection(m: &[u8]) -> Option<Connection> {
         state,
         congestion,
         info,
+        bbr,
     })
 }
 
@@ -133,6 +145,10 @@ mod tests {
     use super::*;
 
     fn message(info: &[u8]) -> Vec<u8> {
+        message_with(info, None)
+    }
+
+    fn message_with(info: &[u8], bbr: Option<&[u8]>) -> Vec<u8> {
         let mut m = vec![0u8; 72];
         m[0] = libc::AF_INET as u8;
         m[1] = 1;
@@ -149,6 +165,9 @@ mod tests {
         };
         attr(INET_DIAG_CONG, b"cubic\0");
         attr(INET_DIAG_INFO, info);
+        if let Some(b) = bbr {
+            attr(INET_DIAG_BBRINFO, b);
+        }
         let mut out = vec![0u8; 16];
         out[0..4].copy_from_slice(&((16 + m.len()) as u32).to_ne_bytes());
         out[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
@@ -174,6 +193,94 @@ mod tests {
         assert_eq!(c.info, info);
         for n in 0..buf.len() {
             let _ = parse(&buf[..n], &mut Vec::new());
+        }
+    }
+
+    /// `struct tcp_bbr_info`: bandwidth 1.25e9 bytes/s (its high half 0), least
+    /// round trip 40 ms, pacing gain 1.25, cwnd gain 2; a truncated one is no reading.
+    #[test]
+    fn bbrs_model_is_read_from_its_attribute() {
+        let mut b = Vec::new();
+        for v in [1_250_000_000u32, 0, 40_000, 320, 512] {
+            b.extend_from_slice(&v.to_ne_bytes());
+        }
+        let mut out = Vec::new();
+        parse(&message_with(&[0; 8], Some(&b)), &mut out).unwrap();
+        let bbr = out[0].bbr.expect("a BBR reading");
+        assert_eq!(bbr.bandwidth_bps, 10e9);
+        assert!((bbr.min_rtt_s - 0.04).abs() < 1e-12);
+        assert_eq!((bbr.pacing_gain, bbr.cwnd_gain), (1.25, 2.0));
+        // Above 4 GB/s the high half counts.
+        b[4..8].copy_from_slice(&1u32.to_ne_bytes());
+        out.clear();
+        parse(&message_with(&[0; 8], Some(&b)), &mut out).unwrap();
+        assert_eq!(
+            out[0].bbr.unwrap().bandwidth_bps,
+            ((1u64 << 32) + 1_250_000_000) as f64 * 8.0
+        );
+        out.clear();
+        parse(&message_with(&[0; 8], Some(&b[..19])), &mut out).unwrap();
+        assert_eq!(out[0].bbr, None);
+        out.clear();
+        parse(&message(&[0; 8]), &mut out).unwrap();
+        assert_eq!(out[0].bbr, None);
+    }
+
+    /// A BBR connection on loopback after a few megabytes: the dump carries BBR's
+    /// model (the request asks with the Vegas bit); a CUBIC one carries none.
+    #[test]
+    fn the_kernel_gives_a_bbr_connections_model() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        let name = b"bbr";
+        // SAFETY: a valid socket and a buffer of the length given.
+        let r = unsafe {
+            libc::setsockopt(
+                c.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_CONGESTION,
+                name.as_ptr().cast(),
+                name.len() as libc::socklen_t,
+            )
+        };
+        assert_eq!(
+            r,
+            0,
+            "this kernel does not let the test use BBR: {}",
+            io::Error::last_os_error()
+        );
+        let reader = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 16];
+            let mut n = 0;
+            while n < 8 << 20 {
+                n += s.read(&mut buf).unwrap();
+            }
+            s
+        });
+        let chunk = vec![7u8; 1 << 16];
+        for _ in 0..128 {
+            (&c).write_all(&chunk).unwrap();
+        }
+        let _s = reader.join().unwrap();
+        let all = connections_to(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+        let mine = all
+            .iter()
+            .find(|x| x.local == c.local_addr().unwrap())
+            .expect("the connection is in the dump");
+        assert_eq!(mine.congestion.as_deref(), Some("bbr"));
+        let bbr = mine.bbr.expect("BBR's model in the dump");
+        assert!(bbr.bandwidth_bps > 0.0, "{bbr:?}");
+        assert!(bbr.min_rtt_s > 0.0 && bbr.min_rtt_s < 1.0, "{bbr:?}");
+        assert!(bbr.pacing_gain > 0.0 && bbr.cwnd_gain > 0.0, "{bbr:?}");
+        let other = all
+            .iter()
+            .find(|x| x.remote == c.local_addr().unwrap())
+            .expect("the other end is in the dump");
+        if other.congestion.as_deref() != Some("bbr") {
+            assert_eq!(other.bbr, None, "{other:?}");
         }
     }
 

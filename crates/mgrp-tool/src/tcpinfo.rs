@@ -13,6 +13,35 @@ use serde::{Deserialize, Serialize};
 
 use crate::netlink::{u32_at, u64_at};
 
+/// BBR's model of the path, as the kernel gives it for a connection that runs BBR
+/// (`struct tcp_bbr_info`, BBR v1 and the kernel's own BBR alike).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BbrInfo {
+    /// Its estimate of the bottleneck's bandwidth (the windowed highest delivery
+    /// rate), bit/s.
+    pub bandwidth_bps: f64,
+    /// Its estimate of the path's least round trip, s.
+    pub min_rtt_s: f64,
+    /// The gain it paces at now (1.0 in its steady phase, above in probing).
+    pub pacing_gain: f64,
+    /// The gain on its congestion window.
+    pub cwnd_gain: f64,
+}
+
+impl BbrInfo {
+    /// Reads the kernel's `struct tcp_bbr_info` (bandwidth in bytes a second as two
+    /// 32-bit halves, least round trip in µs, gains in 1/256); `None` when shorter.
+    pub fn parse(b: &[u8]) -> Option<Self> {
+        let bytes_per_s = (u64::from(u32_at(b, 4)?) << 32) | u64::from(u32_at(b, 0)?);
+        Some(Self {
+            bandwidth_bps: bytes_per_s as f64 * 8.0,
+            min_rtt_s: f64::from(u32_at(b, 8)?) * 1e-6,
+            pacing_gain: f64::from(u32_at(b, 12)?) / 256.0,
+            cwnd_gain: f64::from(u32_at(b, 16)?) / 256.0,
+        })
+    }
+}
+
 /// One reading of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TcpSample {

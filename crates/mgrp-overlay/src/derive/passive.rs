@@ -103,6 +103,7 @@ pub(crate) mod tests {
             local: "10.0.0.1:5001".parse().unwrap(),
             remote: format!("10.0.0.2:{port}").parse().unwrap(),
             congestion: Some("cubic".into()),
+            bbr: None,
             sample: TcpSample {
                 delivery_bps: Some(bps),
                 app_limited,

@@ -185,7 +185,7 @@ pub fn analyse(
     // The final excursion's start; a chirp that never queued at the end is marked
     // with its last gap's rate, the most it can say.
     let l = if queued_at_end { start } else { last - 1 };
-    if queued_at_end && compressed(received, &coalesced, l, last, p.coalescence_ns) {
+    if queued_at_end && compressed(received, &coalesced, l, last) {
         return Err(Unusable::Disturbed);
     }
     let onset_bps = rates[l];
@@ -230,13 +230,7 @@ pub fn analyse(
 /// [`params::COMPRESSED`] of the queue's lower-quartile gap, coalesced packets
 /// apart (see [`Unusable::Disturbed`]). The lower quartile is the bottleneck's own
 /// gap even when cross traffic widens most of the others.
-fn compressed(
-    received: &[i64],
-    coalesced: &[bool],
-    l: usize,
-    last: usize,
-    coalescence_ns: i64,
-) -> bool {
+fn compressed(received: &[i64], coalesced: &[bool], l: usize, last: usize) -> bool {
     let gap = |k: usize| received[k + 1] - received[k];
     let mut gaps: Vec<i64> = (l..last).map(gap).collect();
     if gaps.len() < 2 {
@@ -246,7 +240,7 @@ fn compressed(
     let typical = gaps[gaps.len() / 4] as f64;
     (l..last).any(|k| {
         let g = gap(k);
-        !coalesced[k + 1] && g >= coalescence_ns && (g as f64) < params::COMPRESSED * typical
+        !coalesced[k + 1] && (g as f64) < params::COMPRESSED * typical
     })
 }
 

@@ -25,15 +25,54 @@ impl Process {
     /// [`Self::spawn`] by the namespace's name, for threads that outlive a borrow of
     /// the [`Netns`] (the namespace must outlive the process).
     pub fn spawn_in(ns: &str, program: &Path, args: &[String]) -> anyhow::Result<Self> {
+        Self::start(ns, program, args, None)
+    }
+
+    /// [`Self::spawn`] with the process's timer slack set to `slack_ns` nanoseconds
+    /// (`PR_SET_TIMERSLACK` before it execs; kept across exec and by the threads it
+    /// starts): a program whose timing rests on short sleeps, as the original
+    /// pathload's sender does, needs the kernel's default 50 µs taken off.
+    pub fn spawn_with_timer_slack(
+        ns: &Netns,
+        program: &Path,
+        args: &[String],
+        slack_ns: u64,
+    ) -> anyhow::Result<Self> {
+        Self::start(ns.name(), program, args, Some(slack_ns))
+    }
+
+    fn start(
+        ns: &str,
+        program: &Path,
+        args: &[String],
+        slack_ns: Option<u64>,
+    ) -> anyhow::Result<Self> {
         let log = std::env::temp_dir().join(format!("{}.log", unique("mgrp-proc")));
         let file = std::fs::File::create(&log)?;
-        let child = Command::new("ip")
+        let mut command = Command::new("ip");
+        command
             .args(["netns", "exec", ns])
             .arg(program)
             .args(args)
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
-            .stderr(file)
+            .stderr(file);
+        if let Some(slack) = slack_ns {
+            use std::os::unix::process::CommandExt as _;
+            let slack = libc::c_ulong::try_from(slack)?;
+            // SAFETY: prctl is async-signal-safe and touches only the child's own
+            // timer slack; nothing is allocated between fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::prctl(libc::PR_SET_TIMERSLACK, slack, 0, 0, 0) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let child = command
             .spawn()
             .with_context(|| format!("cannot start {}", program.display()))?;
         Ok(Self {

@@ -461,14 +461,20 @@ pub fn tcp_bulk(
 /// burst every 10 ms, it reaches a bottleneck as a smooth flow, like a server that
 /// paces its connections.
 ///
-/// One segment at a time takes three settings, because a namespace's path has a round
-/// trip of tens of microseconds, which no real path has: the sender's namespace gets
-/// `tcp_min_tso_segs = 1` and `tcp_tso_rtt_log = 0` (from Linux 5.18 TCP adds up to
-/// 64 KB to each send while the path's least round trip is under 512 µs; here that made
-/// the flow leave 6–10 segments at line rate every 17–25 ms, bursts a 40 ms probe
-/// stream reads as the available bandwidth swinging by several Mbit/s), and the flow
-/// uses CUBIC whatever the host's default (BBR sends at least two segments at once).
-/// [`Source::max_segments_per_ms`] says whether that held on this host.
+/// One segment at a time takes a setting, because a namespace's path has a round trip
+/// of microseconds, which no real path has: TCP sizes each send (TSO autosizing) as
+/// about a millisecond of its pacing rate plus `gso_max_size >> (min_rtt_us >>
+/// tcp_tso_rtt_log)` bytes (Linux 5.18 and later), so below a few microseconds of least
+/// round trip it sends several segments at once even with `tcp_tso_rtt_log = 0`
+/// (measured on a 2-vCPU host, kernel 6.18: a least round trip of 4 µs, as most
+/// connections of the router placement got, made 3 segments at line rate every 8.4 ms at
+/// 4 Mbit/s; 3 µs made 5; 6 µs made one; with the default `tcp_tso_rtt_log` of 9, 6–10
+/// every 17–25 ms). Those bursts put a sawtooth of 1–4 ms into a probe stream's delays,
+/// which hides its trend. So the device the flow leaves by gets `gso_max_segs 1`, which
+/// caps every send at one segment whatever the sizing finds (set before the connection
+/// is made: a socket takes the cap when it connects); the flow uses CUBIC whatever the
+/// host's default. [`Source::max_segments_per_ms`] says whether that held.
+/// [`tcp_paced_source_sized_by_kernel`] leaves the sizing to the kernel.
 pub fn tcp_paced_source(
     from: &Netns,
     to_ns: &Netns,
@@ -476,12 +482,40 @@ pub fn tcp_paced_source(
     port: u16,
     mbps: f64,
 ) -> anyhow::Result<Source> {
-    from.exec(&["sysctl", "-q", "-w", "net.ipv4.tcp_min_tso_segs=1"])?;
-    // Kernels before 5.18 have no such setting and no such bursts.
-    if std::path::Path::new("/proc/sys/net/ipv4/tcp_tso_rtt_log").exists() {
-        from.exec(&["sysctl", "-q", "-w", "net.ipv4.tcp_tso_rtt_log=0"])?;
-    }
+    let dev = route_device(from, to)?;
+    from.ip(&["link", "set", "dev", &dev, "gso_max_segs", "1"])
+        .with_context(|| format!("cannot cap {dev}'s sends at one segment"))?;
     tcp_flow(from, to_ns, to, port, None, Some(mbps), Some("cubic"))
+}
+
+/// [`tcp_paced_source`] with its sends sized as the kernel sizes them on this path by
+/// default (nothing capped: `tcp_tso_rtt_log`, `tcp_min_tso_segs` and the device's
+/// `gso_max_segs` as they are): on a namespace path the paced flow then leaves bursts
+/// of segments at line rate, as a real server's paced flow would only on a path of
+/// microseconds. For experiments on bursty responsive cross traffic.
+pub fn tcp_paced_source_sized_by_kernel(
+    from: &Netns,
+    to_ns: &Netns,
+    to: IpAddr,
+    port: u16,
+    mbps: f64,
+) -> anyhow::Result<Source> {
+    tcp_flow(from, to_ns, to, port, None, Some(mbps), Some("cubic"))
+}
+
+/// The device `from` sends packets for `to` by (`ip route get`).
+fn route_device(from: &Netns, to: IpAddr) -> anyhow::Result<String> {
+    let to = to.to_string();
+    let route = from.ip(&["-o", "route", "get", &to])?;
+    let mut words = route.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == "dev"
+            && let Some(dev) = words.next()
+        {
+            return Ok(dev.to_owned());
+        }
+    }
+    anyhow::bail!("no device in the route to {to}: {route}")
 }
 
 fn tcp_flow(

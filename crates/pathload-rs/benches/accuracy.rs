@@ -10,7 +10,7 @@
 //!
 //! ```text
 //! cargo bench -p pathload-rs --bench accuracy -- [--runs N] [--modes fast,slow]
-//!     [--shapers sender,router] [--transports udp,mgrp] [--cross quiet,cbr,riding,tcp,bursty]
+//!     [--shapers sender,router] [--transports udp,mgrp] [--cross quiet,cbr,riding,tcp,sized-tcp,bursty]
 //!     [--rcv "FLAGS"] [--rate MBIT_PER_S] [--burst BYTES] [--load N]
 //! ```
 //!
@@ -25,7 +25,7 @@ mod common;
 
 use std::process::ExitCode;
 
-use common::{BAND, Case, Cross, Shaper, f, run_case};
+use common::{BAND, Case, Cross, Shaper, Tool, f, run_case_with};
 use mgrp_testbed::harness::{Role, bench_start};
 
 const MAX_TIME: u64 = 60;
@@ -47,7 +47,7 @@ struct Opts {
     #[arg(long, value_delimiter = ',', default_values = ["udp", "mgrp"], value_parser = ["udp", "mgrp"])]
     transports: Vec<String>,
     /// The cross traffic (4 Mbit/s).
-    #[arg(long, value_delimiter = ',', default_values = ["quiet", "cbr", "tcp"], value_parser = ["quiet", "cbr", "riding", "tcp", "bursty"])]
+    #[arg(long, value_delimiter = ',', default_values = ["quiet", "cbr", "tcp"], value_parser = ["quiet", "cbr", "riding", "tcp", "sized-tcp", "bursty"])]
     cross: Vec<String>,
     /// More flags for `pathload-rs rcv`, in one argument.
     #[arg(long, allow_hyphen_values = true, value_name = "FLAGS")]
@@ -58,6 +58,12 @@ struct Opts {
     /// The bottleneck's burst, bytes.
     #[arg(long, default_value_t = 1540)]
     burst: u32,
+    /// Measure with the original pathload 1.3.2 instead of pathload-rs: the directory
+    /// holding its `pathload_snd` and `pathload_rcv`, built by hand (over plain UDP
+    /// only; run with 1 ns of timer slack, without which its sender's sleeps stretch
+    /// every gap on this kind of host; it has no fast mode and takes no `--rcv` flags).
+    #[arg(long, value_name = "DIR")]
+    original: Option<std::path::PathBuf>,
     /// Threads kept spinning beside the runs (a loaded machine).
     #[arg(long, default_value_t = 0)]
     load: usize,
@@ -85,6 +91,8 @@ struct Row {
     /// A paced TCP flow's most data segments within 1 ms.
     cross_burst: Option<u64>,
     wall: f64,
+    /// Why the run ended.
+    stop: String,
 }
 
 impl Row {
@@ -116,11 +124,14 @@ impl Row {
     }
 }
 
-fn one(case: Case, mode: &str, rcv: &[String]) -> anyhow::Result<Row> {
+fn one(case: Case, tool: Tool<'_>, mode: &str, rcv: &[String]) -> anyhow::Result<Row> {
     let mut extra = vec!["--mode", mode];
     extra.extend(rcv.iter().map(String::as_str));
-    let m = run_case(case, MAX_TIME, &extra)?;
+    let m = run_case_with(case, tool, MAX_TIME, &extra)?;
     let r = &m.run.result;
+    // What only pathload-rs says (the original's log has no probe bytes, streams or
+    // stamps): not a number.
+    let or_nan = |key: &str| r[key].as_f64().unwrap_or(f64::NAN);
     let range = if r["converged"] == true {
         Some((
             (f(r, "low_bps")? / 1e6),
@@ -136,16 +147,17 @@ fn one(case: Case, mode: &str, rcv: &[String]) -> anyhow::Result<Row> {
         truth: m.truth,
         range,
         bound: r["lower_bound_bps"].as_f64().map(|b| b / 1e6),
-        omega: (f(r, "omega_bps")? / 1e6),
-        seconds: f(r, "elapsed_s")?,
+        omega: or_nan("omega_bps") / 1e6,
+        seconds: or_nan("elapsed_s"),
         fleets: f(r, "fleets")?,
-        probe_bytes: f(r, "probe_bytes")?,
-        riding: f(r, "riding_probe_bytes")?,
-        streams: f(r, "streams")?,
-        kernel_stamped: f(r, "streams_kernel_stamped")?,
+        probe_bytes: or_nan("probe_bytes"),
+        riding: or_nan("riding_probe_bytes"),
+        streams: or_nan("streams"),
+        kernel_stamped: or_nan("streams_kernel_stamped"),
         cross_mbps: m.cross_mbps,
         cross_burst: m.cross_burst,
         wall: m.run.wall.as_secs_f64(),
+        stop: r["stop_reason"].as_str().unwrap_or("").to_owned(),
     })
 }
 
@@ -185,9 +197,36 @@ fn main() -> ExitCode {
             })
         })
         .collect();
+    let tool = match &o.original {
+        Some(dir) => {
+            for program in ["pathload_snd", "pathload_rcv"] {
+                if !dir.join(program).is_file() {
+                    eprintln!(
+                        "accuracy: no {program} in {} (--original names the directory of the original pathload 1.3.2's two programs)",
+                        dir.display()
+                    );
+                    return ExitCode::from(2);
+                }
+            }
+            if o.transports.iter().any(|t| t != "udp") {
+                eprintln!(
+                    "accuracy: the original pathload measures over plain UDP only: give --transports udp"
+                );
+                return ExitCode::from(2);
+            }
+            Tool::Original(dir)
+        }
+        None => Tool::Rs,
+    };
     println!("# load: {} threads spinning beside the runs", o.load);
+    if let Tool::Original(dir) = tool {
+        println!(
+            "# measured by the original pathload 1.3.2 in {}",
+            dir.display()
+        );
+    }
     println!(
-        "shaper\ttransport\tmode\tcross\trun\texit\ttruth\tlow\thigh\tunadj_low\tunadj_high\terr%\tinside\tseconds\twall\tfleets\tprobe_MB\triding%\tkernel_stamped\tcross_mbps\tlower_bound\tcross_burst"
+        "shaper\ttransport\tmode\tcross\trun\texit\ttruth\tlow\thigh\tunadj_low\tunadj_high\terr%\tinside\tseconds\twall\tfleets\tprobe_MB\triding%\tkernel_stamped\tcross_mbps\tlower_bound\tcross_burst\tstop"
     );
     let mut table = Vec::new();
     for shaper in &o.shapers {
@@ -202,6 +241,7 @@ fn main() -> ExitCode {
                     let cross = match (cross.as_str(), transport.as_str()) {
                         ("quiet", _) => Cross::Quiet,
                         ("tcp", _) => Cross::Tcp(CROSS),
+                        ("sized-tcp", _) => Cross::SizedTcp(CROSS),
                         ("riding", _) => Cross::CbrRiding(CROSS),
                         ("bursty", _) => Cross::BurstyTcp(CROSS),
                         _ => Cross::Cbr(CROSS),
@@ -220,12 +260,12 @@ fn main() -> ExitCode {
                             shaper.name(),
                             cross.name()
                         );
-                        match one(case, mode, &rcv) {
+                        match one(case, tool, mode, &rcv) {
                             Ok(r) => {
                                 let (lo, hi, ulo, uhi) =
                                     r.range.unwrap_or((f64::NAN, f64::NAN, f64::NAN, f64::NAN));
                                 println!(
-                                    "{head}\t{}\t{:.2}\t{lo:.2}\t{hi:.2}\t{ulo:.2}\t{uhi:.2}\t{:+.1}\t{}\t{:.1}\t{:.1}\t{}\t{:.2}\t{:.0}\t{}/{}\t{:.2}\t{}\t{}",
+                                    "{head}\t{}\t{:.2}\t{lo:.2}\t{hi:.2}\t{ulo:.2}\t{uhi:.2}\t{:+.1}\t{}\t{:.1}\t{:.1}\t{}\t{:.2}\t{:.0}\t{}/{}\t{:.2}\t{}\t{}\t{}",
                                     r.code,
                                     r.truth,
                                     r.err().unwrap_or(f64::NAN),
@@ -240,6 +280,7 @@ fn main() -> ExitCode {
                                     r.cross_mbps,
                                     r.bound.map_or_else(String::new, |b| format!("{b:.2}")),
                                     r.cross_burst.map_or_else(String::new, |b| b.to_string()),
+                                    r.stop,
                                 );
                                 rows.push(r);
                             }

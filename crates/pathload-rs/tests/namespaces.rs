@@ -70,8 +70,9 @@ fn check(case: Case) -> anyhow::Result<serde_json::Value> {
         m.truth,
         BAND * 100.0,
         match m.cross_burst {
-            Some(b) if b >= 5 => format!(
-                " (the paced TCP flow left up to {b} segments within 1 ms, not one at a time: on this host its sends were sized up, which the case does not mean; see pathload-rs.md, \"Beside a TCP flow\")"
+            // 2 is one segment a reading straddling two sends; 3 or more is a burst.
+            Some(b) if b >= 3 => format!(
+                " (the paced TCP flow left up to {b} segments within 1 ms, not one at a time: on this host its sends were sized up despite its device's gso_max_segs 1, which the case does not mean; see pathload-rs.md, \"Beside a TCP flow\")"
             ),
             _ => String::new(),
         }
@@ -96,7 +97,7 @@ fn check(case: Case) -> anyhow::Result<serde_json::Value> {
     let rides = case.transport == "mgrp"
         && matches!(
             case.cross,
-            Cross::Tcp(_) | Cross::BurstyTcp(_) | Cross::CbrRiding(_)
+            Cross::Tcp(_) | Cross::SizedTcp(_) | Cross::BurstyTcp(_) | Cross::CbrRiding(_)
         );
     if rides {
         ensure!(f(r, "rider_bytes")? > 0.0, "no rider rode: {r}");

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use mgrp_testbed::tool::{daemons_for, snd_rcv};
-use mgrp_testbed::traffic::{Source, ip_level_truth, tcp_paced_source, tcp_source, udp_cbr};
+use mgrp_testbed::traffic::{
+    Source, ip_level_truth, tcp_paced_source, tcp_paced_source_sized_by_kernel, tcp_source, udp_cbr,
+};
 use mgrp_testbed::{ADDR_B, TwoHostOptions, TwoHosts};
 use serde_json::Value;
 
@@ -86,6 +88,11 @@ pub(crate) enum Cross {
     /// A TCP flow paced by its sender to this many Mbit/s of payload, from A to B's
     /// routed address: over MGRP its packets ride in the probes.
     Tcp(f64),
+    /// [`Cross::Tcp`] with its sends sized as the kernel sizes them on a namespace path
+    /// (no cap: bursts of 3–10 segments at line rate). Measured by the accuracy bench
+    /// only (`--cross sized-tcp`).
+    #[allow(dead_code)]
+    SizedTcp(f64),
     /// A TCP flow whose application writes this many Mbit/s in a burst every 10 ms
     /// (5 KB at 4 Mbit/s, 4 ms of a 10 Mbit/s link), to B's routed address. Over plain
     /// UDP the bursts put a sawtooth into the probes' delays that hides their trend.
@@ -101,6 +108,7 @@ impl Cross {
             Self::Cbr(r) => format!("{r} Mbit/s UDP"),
             Self::CbrRiding(r) => format!("{r} Mbit/s UDP riding"),
             Self::Tcp(r) => format!("{r} Mbit/s TCP"),
+            Self::SizedTcp(r) => format!("{r} Mbit/s kernel-sized TCP"),
             Self::BurstyTcp(r) => format!("{r} Mbit/s bursty TCP"),
         }
     }
@@ -147,9 +155,38 @@ pub(crate) struct Measured {
 
 const CROSS_PORT: u16 = 9000;
 
+/// What measures a case.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Tool<'a> {
+    /// This workspace's pathload-rs.
+    Rs,
+    /// The original pathload 1.3.2: `pathload_snd` and `pathload_rcv` in this
+    /// directory (built by hand; over plain UDP only). Run by the accuracy bench
+    /// (`--original DIR`) beside pathload-rs, as an experiment.
+    #[allow(dead_code)]
+    Original(&'a Path),
+}
+
 /// Builds the case's hosts, daemons and cross traffic, runs one measurement with
 /// `extra` flags for rcv, and tears it all down.
+#[allow(dead_code)]
 pub(crate) fn run_case(case: Case, max_time: u64, extra: &[&str]) -> anyhow::Result<Measured> {
+    run_case_with(case, Tool::Rs, max_time, extra)
+}
+
+/// [`run_case`] measured by `tool`.
+pub(crate) fn run_case_with(
+    case: Case,
+    tool: Tool<'_>,
+    max_time: u64,
+    extra: &[&str],
+) -> anyhow::Result<Measured> {
+    if matches!(tool, Tool::Original(_)) {
+        anyhow::ensure!(
+            case.transport == "udp",
+            "the original pathload measures over plain UDP only"
+        );
+    }
     let net = net(&case)?;
     // The paper's mode: application traffic rides in the probes throughout, which is
     // what the rider adjustment is measured against. (With routes on demand the
@@ -178,6 +215,17 @@ pub(crate) fn run_case(case: Case, max_time: u64, extra: &[&str]) -> anyhow::Res
             1500,
             1448,
         ),
+        Cross::SizedTcp(r) => (
+            Some(tcp_paced_source_sized_by_kernel(
+                &net.a,
+                &net.b,
+                to(true),
+                CROSS_PORT,
+                r,
+            )?),
+            1500,
+            1448,
+        ),
         Cross::BurstyTcp(r) => (
             Some(tcp_source(&net.a, &net.b, to(true), CROSS_PORT, Some(r))?),
             1500,
@@ -191,22 +239,31 @@ pub(crate) fn run_case(case: Case, max_time: u64, extra: &[&str]) -> anyhow::Res
     if let Some(s) = &source {
         s.reset_max_segments_per_ms();
     }
-    let max = max_time.to_string();
-    let mut args = vec!["--max-time", max.as_str()];
-    args.extend_from_slice(extra);
-    let limit = Duration::from_secs(max_time + 20);
-    let rcv = snd_rcv(
-        &net,
-        Path::new(PATHLOAD),
-        case.transport,
-        pair.as_ref(),
-        &args,
-        limit,
-    )?;
-    let run = Run {
-        result: rcv.result()?.clone(),
-        code: rcv.code,
-        wall: rcv.wall,
+    let (run, probe_size) = match tool {
+        Tool::Rs => {
+            let max = max_time.to_string();
+            let mut args = vec!["--max-time", max.as_str()];
+            args.extend_from_slice(extra);
+            let limit = Duration::from_secs(max_time + 20);
+            let rcv = snd_rcv(
+                &net,
+                Path::new(PATHLOAD),
+                case.transport,
+                pair.as_ref(),
+                &args,
+                limit,
+            )?;
+            let run = Run {
+                result: rcv.result()?.clone(),
+                code: rcv.code,
+                wall: rcv.wall,
+            };
+            (run, None)
+        }
+        Tool::Original(dir) => {
+            let (run, size) = original::measure(&net, dir, max_time)?;
+            (run, Some(size))
+        }
     };
     if let (Some((a, b)), Some(_)) = (&pair, std::env::var_os("MGRP_TEST_LOG")) {
         for (name, d) in [("A", a), ("B", b)] {
@@ -222,11 +279,165 @@ pub(crate) fn run_case(case: Case, max_time: u64, extra: &[&str]) -> anyhow::Res
     // The truth in IP bytes of the probes pathload sends near it (tbf counts each
     // frame's Ethernet header): 228 bytes at 10 Mbit/s, the largest at a gigabit.
     let wire = ip_level_truth(case.rate, 1500, &[(ip_mbps, ip_size)]) * 1514.0 / 1500.0;
-    let size = pathload_rs::rate::Limits::new(1500, 0).shape(wire).size;
+    let size =
+        probe_size.unwrap_or_else(|| pathload_rs::rate::Limits::new(1500, 0).shape(wire).size);
     Ok(Measured {
         run,
         truth: ip_level_truth(case.rate, size, &[(ip_mbps, ip_size)]),
         cross_mbps,
         cross_burst,
     })
+}
+
+/// The original pathload 1.3.2 on the testbed, for the accuracy bench's comparison.
+#[allow(dead_code)]
+mod original {
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use anyhow::{Context as _, ensure};
+    use mgrp_testbed::{ADDR_A, Process, TwoHosts};
+    use serde_json::{Value, json};
+
+    use super::Run;
+
+    /// Its sender's gaps come from short sleeps that the kernel's default 50 µs of
+    /// timer slack stretches so much that its fleets leave far below the rate asked
+    /// and it never converges on this kind of host; 1 ns takes the slack off.
+    const TIMER_SLACK_NS: u64 = 1;
+
+    /// One measurement: `pathload_snd` on A, `pathload_rcv -s A` on B with `max_time`
+    /// as its own limit (`-t`), its log read back as a result with pathload-rs's
+    /// field names (those it has), and the IP size of its last fleet's probes.
+    pub(super) fn measure(net: &TwoHosts, dir: &Path, max_time: u64) -> anyhow::Result<(Run, u32)> {
+        let log =
+            std::env::temp_dir().join(format!("{}.log", mgrp_testbed::unique("pathload-1.3.2")));
+        let mut snd = Process::spawn_with_timer_slack(
+            &net.a,
+            &dir.join("pathload_snd"),
+            &["-q".to_owned()],
+            TIMER_SLACK_NS,
+        )?;
+        std::thread::sleep(Duration::from_millis(500));
+        let started = Instant::now();
+        let args = [
+            "-q".to_owned(),
+            "-s".to_owned(),
+            ADDR_A.to_string(),
+            "-t".to_owned(),
+            max_time.to_string(),
+            "-o".to_owned(),
+            log.display().to_string(),
+        ];
+        let mut rcv = Process::spawn_with_timer_slack(
+            &net.b,
+            &dir.join("pathload_rcv"),
+            &args,
+            TIMER_SLACK_NS,
+        )?;
+        let status = rcv.wait(Duration::from_secs(max_time + 20));
+        let wall = started.elapsed();
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_file(&log);
+        if std::env::var_os("MGRP_TEST_LOG").is_some() {
+            eprintln!(
+                "--- pathload_rcv's log ---\n{text}--- pathload_snd ---\n{}",
+                snd.log()
+            );
+        }
+        snd.stop();
+        let status = status.with_context(|| {
+            format!("pathload_rcv did not end within {max_time} s + 20: {text}")
+        })?;
+        let (result, size) = parse(&text, max_time)
+            .with_context(|| format!("pathload_rcv's log: {text}{}", rcv.log()))?;
+        Ok((
+            Run {
+                result,
+                code: status.code().unwrap_or(-1),
+                wall,
+            },
+            size,
+        ))
+    }
+
+    /// The numbers of `line` after `key`, up to the next letter other than a unit's.
+    fn numbers_after(line: &str, key: &str) -> Vec<f64> {
+        line.split_once(key).map_or_else(Vec::new, |(_, rest)| {
+            rest.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .filter_map(|w| w.parse().ok())
+                .collect()
+        })
+    }
+
+    /// pathload_rcv's log as a result: `converged` with `low_bps` and `high_bps` when
+    /// it gave a range, `lower_bound_bps` when it gave only that, `stop_reason` from
+    /// the line saying why it ended (`time_limit` when none did and its own limit
+    /// had passed), `fleets`, `elapsed_s` and `omega_bps` (its user resolution, 2 %
+    /// of its initial rate); and the IP size (L + 28) of its last fleet's probes.
+    pub(super) fn parse(log: &str, max_time: u64) -> anyhow::Result<(Value, u32)> {
+        let mut fleets = 0u32;
+        let (mut size, mut range, mut bound, mut elapsed, mut adr) = (None, None, None, None, None);
+        let mut stop = None;
+        for line in log.lines() {
+            if line.starts_with("Receiving Fleet") {
+                fleets += 1;
+            } else if line.contains("Fleet Parameter(act)") {
+                if let Some(&l) = numbers_after(line, "L=").first() {
+                    size = Some(l as u32 + 28);
+                }
+            } else if line.contains("Available bandwidth range :") {
+                if let [lo, hi, ..] = numbers_after(line, ":")[..] {
+                    range = Some((lo, hi));
+                }
+            } else if line.contains("Available bandwidth is greater than") {
+                bound = numbers_after(line, "than").first().copied();
+            } else if line.contains("Measurement latency is") {
+                elapsed = numbers_after(line, "is").first().copied();
+            } else if line.contains("ADR [") || line.starts_with("  ADR") {
+                adr = numbers_after(line, "ADR").first().copied();
+            }
+            for (text, reason) in [
+                ("grey bw resolution", "grey_resolution"),
+                ("User specified bandwidth resolution", "user_resolution"),
+                ("Actual probing rate != desired", "rate_mismatch"),
+                ("frequent CS", "context_switches"),
+                ("Avail-bw > maximum sending rate", "max_rate"),
+                ("Avail-bw < minimum sending rate", "min_rate"),
+            ] {
+                if line.contains(text) {
+                    stop = Some(reason);
+                }
+            }
+        }
+        let size = size.context("no fleet's parameters in the log")?;
+        let stop = stop.unwrap_or(if elapsed.is_some_and(|e| e >= max_time as f64 - 1.0) {
+            "time_limit"
+        } else {
+            "none_said"
+        });
+        ensure!(
+            range.is_some() || bound.is_some() || fleets > 0,
+            "no measurement"
+        );
+        let mbps = |v: f64| v * 1e6;
+        let mut r = json!({
+            "tool": "pathload 1.3.2",
+            "converged": range.is_some() && stop != "time_limit",
+            "stop_reason": stop,
+            "fleets": fleets,
+            "elapsed_s": elapsed,
+            "omega_bps": adr.map(|a| mbps(0.02 * a)),
+        });
+        if let Some((lo, hi)) = range {
+            r["low_bps"] = json!(mbps(lo));
+            r["high_bps"] = json!(mbps(hi));
+            r["unadjusted_low_bps"] = json!(mbps(lo));
+            r["unadjusted_high_bps"] = json!(mbps(hi));
+        }
+        if let Some(b) = bound {
+            r["lower_bound_bps"] = json!(mbps(b));
+        }
+        Ok((r, size))
+    }
 }

@@ -408,6 +408,7 @@ fn the_flags_the_guides_give_the_binaries_exist() {
         ("pathchirp-rs.md", "--runs"),
         ("pathload-rs.md", "--cross"),
         ("pathload-rs.md", "--load"),
+        ("pathload-rs.md", "--original"),
         ("overlay.md", "--rate"),
         ("overlay.md", "--burst"),
         ("overlay.md", "--outage"),

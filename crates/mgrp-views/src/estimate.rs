@@ -51,6 +51,11 @@ pub struct Estimate {
     /// adjusted range may read high); `None` for the other methods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adjustment: Option<String>,
+    /// pathload's fleets judged no trend whose probes' delays grew all the same (cross
+    /// traffic in bursts hides the trend, and the range may read high); `None` for the
+    /// other methods and from an older node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden_trend_fleets: Option<u32>,
     /// IP bytes of every probe sent.
     pub probe_bytes: u64,
     /// IP bytes of the probes that carried application traffic.
@@ -123,6 +128,7 @@ impl Estimate {
             unadjusted_low_bps: None,
             unadjusted_high_bps: None,
             adjustment: None,
+            hidden_trend_fleets: None,
             probe_bytes: 0,
             riding_probe_bytes: 0,
             rider_bytes: 0,

@@ -43,6 +43,7 @@ pub fn estimate() -> Estimate {
         unadjusted_low_bps: Some(10.5e6),
         unadjusted_high_bps: Some(11.75e6),
         adjustment: Some("complete".into()),
+        hidden_trend_fleets: Some(0),
         probe_bytes: 1_234_567,
         riding_probe_bytes: 234_567,
         rider_bytes: 123_456,

@@ -93,6 +93,8 @@ struct Row {
     wall: f64,
     /// Why the run ended.
     stop: String,
+    /// Fleets judged no trend whose delays grew (pathload-rs only).
+    hidden: f64,
 }
 
 impl Row {
@@ -158,6 +160,7 @@ fn one(case: Case, tool: Tool<'_>, mode: &str, rcv: &[String]) -> anyhow::Result
         cross_burst: m.cross_burst,
         wall: m.run.wall.as_secs_f64(),
         stop: r["stop_reason"].as_str().unwrap_or("").to_owned(),
+        hidden: or_nan("hidden_trend_fleets"),
     })
 }
 
@@ -226,7 +229,7 @@ fn main() -> ExitCode {
         );
     }
     println!(
-        "shaper\ttransport\tmode\tcross\trun\texit\ttruth\tlow\thigh\tunadj_low\tunadj_high\terr%\tinside\tseconds\twall\tfleets\tprobe_MB\triding%\tkernel_stamped\tcross_mbps\tlower_bound\tcross_burst\tstop"
+        "shaper\ttransport\tmode\tcross\trun\texit\ttruth\tlow\thigh\tunadj_low\tunadj_high\terr%\tinside\tseconds\twall\tfleets\tprobe_MB\triding%\tkernel_stamped\tcross_mbps\tlower_bound\tcross_burst\tstop\thidden_trend_fleets"
     );
     let mut table = Vec::new();
     for shaper in &o.shapers {
@@ -265,7 +268,7 @@ fn main() -> ExitCode {
                                 let (lo, hi, ulo, uhi) =
                                     r.range.unwrap_or((f64::NAN, f64::NAN, f64::NAN, f64::NAN));
                                 println!(
-                                    "{head}\t{}\t{:.2}\t{lo:.2}\t{hi:.2}\t{ulo:.2}\t{uhi:.2}\t{:+.1}\t{}\t{:.1}\t{:.1}\t{}\t{:.2}\t{:.0}\t{}/{}\t{:.2}\t{}\t{}\t{}",
+                                    "{head}\t{}\t{:.2}\t{lo:.2}\t{hi:.2}\t{ulo:.2}\t{uhi:.2}\t{:+.1}\t{}\t{:.1}\t{:.1}\t{}\t{:.2}\t{:.0}\t{}/{}\t{:.2}\t{}\t{}\t{}\t{}",
                                     r.code,
                                     r.truth,
                                     r.err().unwrap_or(f64::NAN),
@@ -281,6 +284,7 @@ fn main() -> ExitCode {
                                     r.bound.map_or_else(String::new, |b| format!("{b:.2}")),
                                     r.cross_burst.map_or_else(String::new, |b| b.to_string()),
                                     r.stop,
+                                    r.hidden,
                                 );
                                 rows.push(r);
                             }
@@ -300,9 +304,11 @@ fn main() -> ExitCode {
         let _ = t.join();
     }
     println!(
-        "\n| shaper | transport | mode | cross | runs | exit 0 | errors | truth in range ± ω | in the test's band (± 20 %) | median midpoint error | worst \\|error\\| | unadjusted error | lower bounds | their median error (worst) | median time | median fleets | median probe MB | riding share | streams kernel-stamped | TCP flow's most segments in 1 ms |"
+        "\n| shaper | transport | mode | cross | runs | exit 0 | errors | truth in range ± ω | in the test's band (± 20 %) | median midpoint error | worst \\|error\\| | unadjusted error | lower bounds | their median error (worst) | median time | median fleets | median probe MB | riding share | streams kernel-stamped | TCP flow's most segments in 1 ms | runs saying a trend was hidden |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     for (case, mode, rows, errors) in &table {
         let m = |g: &dyn Fn(&Row) -> Option<f64>| median(rows.iter().filter_map(g).collect());
         let worst = rows
@@ -313,7 +319,7 @@ fn main() -> ExitCode {
         let stamped: f64 = rows.iter().map(|r| r.kernel_stamped).sum();
         let streams: f64 = rows.iter().map(|r| r.streams).sum();
         println!(
-            "| {} | {} | {mode} | {} | {} | {} | {errors} | {}/{} | {}/{} | {:+.1} % | {:.1} % | {:+.1} % | {} | {:+.1} % ({:+.1} %) | {:.1} s | {:.0} | {:.2} | {:.0} % | {stamped}/{streams} | {} |",
+            "| {} | {} | {mode} | {} | {} | {} | {errors} | {}/{} | {}/{} | {:+.1} % | {:.1} % | {:+.1} % | {} | {:+.1} % ({:+.1} %) | {:.1} s | {:.0} | {:.2} | {:.0} % | {stamped}/{streams} | {} | {}/{} |",
             case.shaper.name(),
             case.transport,
             case.cross.name(),
@@ -343,6 +349,8 @@ fn main() -> ExitCode {
                 .filter_map(|r| r.cross_burst)
                 .max()
                 .map_or_else(|| "—".to_owned(), |b| b.to_string()),
+            rows.iter().filter(|r| r.hidden > 0.0).count(),
+            rows.len() + errors,
         );
     }
     ExitCode::SUCCESS

@@ -2,7 +2,7 @@
 //! fleet, to see how the method behaves on a path without a network:
 //!
 //! ```text
-//! cargo run -p pathload-rs --example simulate -- [capacity Mbit/s] [cross Mbit/s] [cross bytes] [seed] [fast|slow]
+//! cargo run -p pathload-rs --example simulate -- [capacity Mbit/s] [cross Mbit/s] [cross bytes] [seed] [fast|slow] [burst]
 //! ```
 
 use pathload_rs::sim::{Link, LinkConfig, run_with};
@@ -16,6 +16,7 @@ fn main() {
         cross_mbps: num(1, 0.0),
         cross_size: num(2, 1500.0) as u32,
         seed: num(3, 1.0) as u64,
+        cross_burst: num(5, 1.0) as u32,
         ..LinkConfig::default()
     };
     let mode = if args.get(4).is_some_and(|m| m == "slow") {
@@ -37,16 +38,22 @@ fn main() {
             a.pdt.unwrap_or(f64::NAN)
         ),
         Event::Fleet(f) => println!(
-            "\nfleet {}: asked {:.2}, sent {:.2} Mbit/s: {:?} ({:?})",
-            f.fleet, f.requested_rate, f.actual_rate, f.verdict, f.end
+            "\nfleet {}: asked {:.2}, sent {:.2} Mbit/s: {:?} ({:?}){}",
+            f.fleet,
+            f.requested_rate,
+            f.actual_rate,
+            f.verdict,
+            f.end,
+            if f.hidden_trend { ", trend hidden" } else { "" }
         ),
         other => println!("{other:?}"),
     });
     println!(
-        "range {:.2} - {:.2} Mbit/s ({}), {} fleets, {seconds:.1} s simulated",
+        "range {:.2} - {:.2} Mbit/s ({}), {} fleets ({} with a hidden trend), {seconds:.1} s simulated",
         outcome.low,
         outcome.high,
         outcome.reason.describe(),
-        outcome.fleets
+        outcome.fleets,
+        outcome.hidden_trend_fleets
     );
 }

@@ -26,10 +26,11 @@ use serde::Serialize;
 
 use crate::params::{
     ADR_TRAIN_LENGTHS, CHI_MAX_MBPS, CHI_SHARE_OF_ADR, COALESCENCE_GAP_NS, COALESCENCE_SHARE,
-    DEFAULT_MAX_FLEETS, FLEET_AGREEMENT, MAX_PACKETS_PER_STREAM, MAX_PROBE_IP_BYTES,
-    MIN_USABLE_STREAMS, MODERATE_LOSS_STREAMS, OMEGA_SHARE_OF_ADR, PACKETS_PER_STREAM,
-    PACKETS_PER_STREAM_COALESCED, RATE_MISS_SHARE, RATE_MISSES_TO_STOP, RIDER_SHARE_ABOVE_RMAX,
-    SLOW_IDLE_STREAMS, STREAM_DURATION_NS, STREAMS_PER_FLEET, UNACCOUNTED_SHARE_OF_OMEGA,
+    DEFAULT_MAX_FLEETS, FLEET_AGREEMENT, HIDDEN_TREND_CHI, HIDDEN_TREND_STANDARD_ERRORS,
+    MAX_PACKETS_PER_STREAM, MAX_PROBE_IP_BYTES, MIN_USABLE_STREAMS, MODERATE_LOSS_STREAMS,
+    OMEGA_SHARE_OF_ADR, PACKETS_PER_STREAM, PACKETS_PER_STREAM_COALESCED, RATE_MISS_SHARE,
+    RATE_MISSES_TO_STOP, RIDER_SHARE_ABOVE_RMAX, SLOW_IDLE_STREAMS, STREAM_DURATION_NS,
+    STREAMS_PER_FLEET, UNACCOUNTED_SHARE_OF_OMEGA,
 };
 use crate::rate::{Limits, actual_rate};
 use crate::search::{Bound, Bounds, Convergence, Next, Search};
@@ -238,6 +239,10 @@ pub struct FleetReport {
     /// Where this increasing fleet's delay growth puts the available bandwidth,
     /// Mbit/s, if it says (see [`Config::aim`]).
     pub aim: Option<f64>,
+    /// Judged no trend while its streams' delays grew on average by more than twice
+    /// the grey resolution's worth ([`HIDDEN_TREND_CHI`]): PCT and PDT missed a trend
+    /// (cross traffic in bursts), and the bound it set may read high.
+    pub hidden_trend: bool,
 }
 
 /// Why a run ended.
@@ -338,6 +343,10 @@ pub struct Outcome {
     pub high: f64,
     /// Whether `low` and `high` account for all the application traffic that rode.
     pub adjustment: Adjustment,
+    /// Fleets judged no trend whose delays grew all the same
+    /// ([`FleetReport::hidden_trend`]): when not 0, the range may read high (cross
+    /// traffic that arrives in bursts hides the trend from PCT and PDT).
+    pub hidden_trend_fleets: u32,
     /// The larger of the two bounds' rates of application traffic that rode
     /// unaccounted for, Mbit/s (see [`Bound::unaccounted`]).
     pub unaccounted: f64,
@@ -438,6 +447,7 @@ pub struct Estimator {
     fleets: u32,
     streams: u32,
     rate_misses: u32,
+    hidden_trend_fleets: u32,
     probe_bytes: u64,
     rider_bytes: u64,
     riding_probe_bytes: u64,
@@ -459,6 +469,7 @@ impl Estimator {
             fleets: 0,
             streams: 0,
             rate_misses: 0,
+            hidden_trend_fleets: 0,
             probe_bytes: 0,
             rider_bytes: 0,
             riding_probe_bytes: 0,
@@ -701,6 +712,13 @@ impl Estimator {
         } else {
             verdict
         };
+        let hidden_trend = verdict == FleetVerdict::NoTrend
+            && !loss_abort
+            && self
+                .adr
+                .zip(self.search.as_ref().map(Search::chi))
+                .is_some_and(|(capacity, chi)| trend_hidden(&f.analyses, capacity, chi));
+        self.hidden_trend_fleets += u32::from(hidden_trend);
         let aim = (verdict == FleetVerdict::Increasing && !loss_abort)
             .then(|| self.adr.and_then(|c| aim_from(&f.analyses, at.rate, c)))
             .flatten();
@@ -733,6 +751,7 @@ impl Estimator {
             trends,
             bounds,
             aim,
+            hidden_trend,
         }));
         if verdict == FleetVerdict::Unusable {
             if repeat {
@@ -808,6 +827,7 @@ impl Estimator {
             low: a.min(b),
             high: a.max(b),
             adjustment,
+            hidden_trend_fleets: self.hidden_trend_fleets,
             unaccounted,
             adr: self.adr,
             fleets: self.fleets,
@@ -863,6 +883,26 @@ fn judge_train(size: u32, t: &TrainResult) -> Option<JudgedTrain> {
         coalescence: batched as f64 > COALESCENCE_SHARE * gaps as f64,
         send_cost_ns,
     })
+}
+
+/// Whether a fleet judged no trend hid one: its streams' mean delay growth times the
+/// capacity (about the initial rate) exceeds [`HIDDEN_TREND_CHI`] grey resolutions
+/// (`chi`, Mbit/s), and lies more than [`HIDDEN_TREND_STANDARD_ERRORS`] standard
+/// errors above zero (three streams with a growth at the least).
+fn trend_hidden(analyses: &[StreamAnalysis], capacity: f64, chi: f64) -> bool {
+    let growths: Vec<f64> = analyses
+        .iter()
+        .filter_map(|a| a.growth)
+        .filter(|g| g.is_finite())
+        .collect();
+    let n = growths.len();
+    if n < 3 {
+        return false;
+    }
+    let mean = growths.iter().sum::<f64>() / n as f64;
+    let var = growths.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let standard_error = (var / n as f64).sqrt();
+    mean * capacity > HIDDEN_TREND_CHI * chi && mean > HIDDEN_TREND_STANDARD_ERRORS * standard_error
 }
 
 /// Where the increasing streams of a fleet at `rate` put the available bandwidth,

@@ -29,6 +29,11 @@ pub struct LinkConfig {
     pub cross_size: u32,
     /// Poisson cross-traffic arrivals instead of constant spacing.
     pub poisson: bool,
+    /// Cross-traffic packets that arrive back to back, as one burst, at each arrival
+    /// (1: one at a time). The rate stays `cross_mbps`: bursts come that many times
+    /// further apart. A TCP flow whose sends the kernel sizes to several segments
+    /// reaches a bottleneck like this.
+    pub cross_burst: u32,
     /// An application stream from the prober's host, Mbit/s of IP bytes.
     pub app_mbps: f64,
     /// Whether the application stream rides in the probes while a stream is sent.
@@ -55,6 +60,7 @@ impl Default for LinkConfig {
             cross_mbps: 0.0,
             cross_size: 1500,
             poisson: false,
+            cross_burst: 1,
             app_mbps: 0.0,
             app_rides: false,
             app_unaccounted: false,
@@ -96,21 +102,24 @@ impl Rng {
     }
 }
 
-/// A source of packets at a rate.
+/// A source of packets at a rate, in bursts of `burst` packets.
 #[derive(Debug, Clone)]
 struct Source {
     size: u32,
+    burst: u32,
     mean_gap_ns: f64,
     poisson: bool,
     next_ns: f64,
 }
 
 impl Source {
-    fn new(mbps: f64, size: u32, poisson: bool, rng: &mut Rng) -> Option<Self> {
+    fn new(mbps: f64, size: u32, burst: u32, poisson: bool, rng: &mut Rng) -> Option<Self> {
         (mbps > 0.0).then(|| {
-            let mean_gap_ns = f64::from(size) * 8.0 * 1_000.0 / mbps;
+            let burst = burst.max(1);
+            let mean_gap_ns = f64::from(size) * f64::from(burst) * 8.0 * 1_000.0 / mbps;
             Self {
                 size,
+                burst,
                 mean_gap_ns,
                 poisson,
                 next_ns: rng.unit() * mean_gap_ns,
@@ -144,8 +153,14 @@ impl Link {
     /// A path, idle at time 0.
     pub fn new(cfg: LinkConfig) -> Self {
         let mut rng = Rng(cfg.seed);
-        let cross = Source::new(cfg.cross_mbps, cfg.cross_size, cfg.poisson, &mut rng);
-        let app = Source::new(cfg.app_mbps, 1500, false, &mut rng);
+        let cross = Source::new(
+            cfg.cross_mbps,
+            cfg.cross_size,
+            cfg.cross_burst,
+            cfg.poisson,
+            &mut rng,
+        );
+        let app = Source::new(cfg.app_mbps, 1500, 1, false, &mut rng);
         Self {
             cfg,
             rng,
@@ -193,8 +208,10 @@ impl Link {
             }
             let when = next as i64;
             if c <= a {
-                let size = self.cross.as_ref().map_or(0, |s| s.size);
-                self.offer(when, size);
+                let (size, burst) = self.cross.as_ref().map_or((0, 0), |s| (s.size, s.burst));
+                for _ in 0..burst {
+                    self.offer(when, size);
+                }
                 if let Some(s) = self.cross.as_mut() {
                     s.advance(&mut self.rng);
                 }

@@ -135,13 +135,65 @@ fn check(case: Case) -> anyhow::Result<serde_json::Value> {
     Ok(m.run.result)
 }
 
+/// Beside a TCP flow whose sends the kernel sizes to bursts of segments, SLoPS reads
+/// high (pathload-rs and the original pathload 1.3.2 alike: docs/pathload-rs.md,
+/// "Beside a TCP flow"): what the method gives is asserted, a run whose range misses
+/// the truth must say that fleets hid a trend (`hidden_trend_fleets`), and the flow
+/// must have burst (else the case is not what it means).
+fn sized_tcp_says_when_it_reads_high(shaper: Shaper) -> anyhow::Result<()> {
+    let m = run_case(
+        Case::ten(shaper, "udp", Cross::SizedTcp(CROSS)),
+        MAX_TIME,
+        &["--mode", "fast"],
+    )?;
+    let r = &m.run.result;
+    eprintln!(
+        "    {} udp kernel-sized TCP: truth {:.2}, cross {:.2} Mbit/s, most segments in 1 ms {:?}: {r}",
+        shaper.name(),
+        m.truth,
+        m.cross_mbps,
+        m.cross_burst
+    );
+    ensure!(
+        m.cross_burst.is_some_and(|b| b >= 3),
+        "the TCP flow left {:?} segments within 1 ms at most: it did not burst, so this case measures nothing it means",
+        m.cross_burst
+    );
+    ensure!(
+        m.run.code == 0 && r["converged"] == true,
+        "rcv exited with {} without an estimate: {r}",
+        m.run.code
+    );
+    let (lo, hi) = ((f(r, "low_bps")? / 1e6), (f(r, "high_bps")? / 1e6));
+    let in_band = lo - BAND * m.truth <= m.truth && m.truth <= hi + BAND * m.truth;
+    ensure!(
+        in_band || f(r, "hidden_trend_fleets")? > 0.0,
+        "the range {lo:.2}-{hi:.2} misses the truth {:.2} ± {:.0} % and the result does not say that a trend was hidden: {r}",
+        m.truth,
+        BAND * 100.0
+    );
+    Ok(())
+}
+
+fn sender_udp_sized_tcp() -> anyhow::Result<()> {
+    sized_tcp_says_when_it_reads_high(Shaper::Sender)
+}
+
+fn router_udp_sized_tcp() -> anyhow::Result<()> {
+    sized_tcp_says_when_it_reads_high(Shaper::Router)
+}
+
 macro_rules! cases {
     ($($name:ident: $shaper:ident, $transport:literal, $cross:expr;)*) => {
         $(fn $name() -> anyhow::Result<()> {
             check(Case::ten(Shaper::$shaper, $transport, $cross))
                 .map(drop)
         })*
-        const TESTS: &[Test] = &[$((stringify!($name), $name)),*];
+        const TESTS: &[Test] = &[
+            $((stringify!($name), $name),)*
+            ("sender_udp_sized_tcp", sender_udp_sized_tcp),
+            ("router_udp_sized_tcp", router_udp_sized_tcp),
+        ];
     };
 }
 

@@ -76,6 +76,7 @@ impl MethodRun for Pathload {
                 e.adjustment = serde_json::to_value(o.adjustment)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_string));
+                e.hidden_trend_fleets = Some(o.hidden_trend_fleets);
                 e.fleets = o.fleets;
                 e.streams = o.streams;
                 if let Some(o) = cut_short(&mut e, &m.end) {

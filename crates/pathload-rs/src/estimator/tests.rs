@@ -486,6 +486,43 @@ fn the_whole_search_with_constant_and_poisson_cross_traffic() {
 }
 
 #[test]
+fn cross_traffic_in_bursts_hides_the_trend_and_the_run_says_so() {
+    // 4 Mbit/s of 1500-byte cross traffic on 10 Mbit/s: one packet at a time (evenly
+    // or Poisson), the range holds the truth and no fleet hid a trend; in bursts of
+    // 3 back to back (a paced TCP flow whose sends the kernel sized to 3 segments),
+    // the delays climb in steps that PCT and PDT read as no trend, the range reads
+    // far high (as the original pathload's does beside such a flow) and the outcome
+    // says that fleets judged no trend had growing delays.
+    for seed in 1..=20 {
+        for poisson in [false, true] {
+            let link = LinkConfig {
+                cross_mbps: 4.0,
+                poisson,
+                seed,
+                ..LinkConfig::default()
+            };
+            let truth = link.truth(228);
+            let (o, _) = simulate(link, Mode::Fast);
+            assert_brackets(&o, truth, 1.0);
+            assert_eq!(
+                o.hidden_trend_fleets, 0,
+                "seed {seed}, poisson {poisson}: {o:?}"
+            );
+        }
+        let link = LinkConfig {
+            cross_mbps: 4.0,
+            cross_burst: 3,
+            seed,
+            ..LinkConfig::default()
+        };
+        let truth = link.truth(228);
+        let (o, _) = simulate(link, Mode::Fast);
+        assert!(o.low > truth + 1.0, "seed {seed}: {o:?} (truth {truth:.2})");
+        assert!(o.hidden_trend_fleets > 0, "seed {seed}: {o:?}");
+    }
+}
+
+#[test]
 fn slow_mode_takes_longer_than_fast_for_the_same_answer() {
     let link = LinkConfig {
         cross_mbps: 4.0,

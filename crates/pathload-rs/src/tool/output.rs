@@ -41,7 +41,8 @@ fn fleet_json(f: &FleetReport) -> Value {
     json!({"fleet": f.fleet, "requested_rate_bps": bps(f.requested_rate),
         "actual_rate_bps": bps(f.actual_rate), "competing_rate_bps": bps(f.competing_rate),
         "verdict": f.verdict, "end": f.end, "streams": f.streams, "trends": f.trends,
-        "bounds": bounds_json(&f.bounds), "aim_bps": f.aim.map(bps)})
+        "bounds": bounds_json(&f.bounds), "aim_bps": f.aim.map(bps),
+        "hidden_trend": f.hidden_trend})
 }
 
 fn bounds_lines(b: &Bounds) -> (String, String) {
@@ -211,8 +212,13 @@ impl Output {
                     } else {
                         String::new()
                     };
+                    let hidden = if f.hidden_trend {
+                        " (yet its delays grew: trend hidden)"
+                    } else {
+                        ""
+                    };
                     self.line(&format!(
-                        "  Fleet {}: sent at {:.2} Mbps{asked}{competing}: {verdict} [{}]",
+                        "  Fleet {}: sent at {:.2} Mbps{asked}{competing}: {verdict}{hidden} [{}]",
                         f.fleet, f.actual_rate, f.trends
                     ));
                     if self.verbose {
@@ -247,6 +253,7 @@ impl Output {
                 "riding_probe_bytes": o.riding_probe_bytes,
                 "adjustment": o.adjustment,
                 "unaccounted_bps": bps(o.unaccounted),
+                "hidden_trend_fleets": o.hidden_trend_fleets,
                 "adr_bps": o.adr.map(bps),
                 "omega_bps": bps(o.omega),
                 "chi_bps": bps(o.chi),
@@ -297,6 +304,12 @@ impl Output {
                 self.line(&format!(
                     "Unadjusted range          : {:.2} - {:.2} (Mbps)  (application traffic rode in the probes)",
                     o.unadjusted_low, o.unadjusted_high
+                ));
+            }
+            if o.hidden_trend_fleets > 0 {
+                self.line(&format!(
+                    "Trend hidden              : {} fleet(s) judged no trend had delays growing beneath; cross traffic that comes in bursts hides the trend, and the range may read high",
+                    o.hidden_trend_fleets
                 ));
             }
             if o.adjustment == Adjustment::Incomplete {

@@ -191,6 +191,7 @@ fn run(o: &Opts, name: &str, transport: &str, seed: u64) -> anyhow::Result<Figur
     let net = TwoHosts::new(&TwoHostOptions {
         bottleneck: Some(("10mbit".into(), "1540".into())),
         router: true,
+        delay: None,
     })?;
     let dev = net.bottleneck_dev.clone().context("no bottleneck")?;
     let queue = QUEUE_BYTES.to_string();

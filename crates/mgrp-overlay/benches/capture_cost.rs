@@ -130,6 +130,7 @@ fn main() -> anyhow::Result<()> {
         let net = TwoHosts::new(&TwoHostOptions {
             bottleneck: Some(("1gbit".into(), burst.into())),
             router: false,
+            delay: None,
         })?;
         let mut all = Vec::new();
         for i in 0..periods {

@@ -106,6 +106,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
             args.burst.to_string(),
         )),
         router: false,
+        delay: None,
     })?;
     let me = std::env::current_exe()?;
     let metrics_listen = format!("0.0.0.0:{MGRPD_METRICS_PORT}");

@@ -5,6 +5,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 use crate::daemon::Daemon;
+use crate::delay::{DelayConfig, DelayLine};
 use crate::netns::{Netns, tbf, veth_pair};
 
 /// Options of a two-host topology.
@@ -18,12 +19,19 @@ pub struct TwoHostOptions {
     /// addresses on one subnet, and R answers ARP for each towards the other (proxy
     /// ARP) and forwards between them. IPv4 only.
     pub router: bool,
+    /// With `router`: a delay line ([`crate::delay::DelayLine`], in a namespace of its
+    /// own between R and B) that delays each direction by this much, so the path's
+    /// round trip is twice it, as a real path's is (a namespace path's is a few
+    /// microseconds, which TCP's send sizing and pacing treat unlike any real one).
+    pub delay: Option<std::time::Duration>,
 }
 
 /// Two hosts, A (10.77.0.1, fd77::1) and B (10.77.0.2, fd77::2), on one veth pair, or
 /// through a router (IPv4 only) with [`TwoHostOptions::router`].
 #[derive(Debug)]
 pub struct TwoHosts {
+    /// The delay line between R and B, if asked for; stopped first.
+    pub delay: Option<DelayLine>,
     /// Host A.
     pub a: Netns,
     /// Host B.
@@ -37,6 +45,8 @@ pub struct TwoHosts {
     pub bottleneck_dev: Option<String>,
     /// The router between them, if any. Dropped last: the hosts' veths go with it.
     pub router: Option<Netns>,
+    /// The delay line's namespace, if any.
+    pub delay_ns: Option<Netns>,
 }
 
 /// Address of host A.
@@ -58,10 +68,40 @@ impl TwoHosts {
     pub fn new(opts: &TwoHostOptions) -> anyhow::Result<Self> {
         let a = Netns::new("mga")?;
         let b = Netns::new("mgb")?;
+        anyhow::ensure!(
+            opts.delay.is_none() || opts.router,
+            "a delay line needs the router placement"
+        );
+        let mut delay_ns = None;
+        let mut line = None;
         let (veth_a, veth_b, router, shaped) = if opts.router {
             let r = Netns::new("mgr")?;
             let (veth_a, ra) = veth_pair(&a, &r)?;
-            let (rb, veth_b) = veth_pair(&r, &b)?;
+            let (rb, veth_b) = if let Some(one_way) = opts.delay {
+                // R and B stay on one Ethernet link through the line's namespace,
+                // which has no addresses (and no IPv6, so it sends nothing itself).
+                let d = Netns::new("mgd")?;
+                d.exec(&["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"])?;
+                d.exec(&["sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"])?;
+                let (rb, west) = veth_pair(&r, &d)?;
+                let (east, veth_b) = veth_pair(&d, &b)?;
+                for dev in [&west, &east] {
+                    d.ip(&["link", "set", dev, "up"])?;
+                }
+                line = Some(DelayLine::start(
+                    &d,
+                    &west,
+                    &east,
+                    DelayConfig {
+                        one_way,
+                        ..DelayConfig::default()
+                    },
+                )?);
+                delay_ns = Some(d);
+                (rb, veth_b)
+            } else {
+                veth_pair(&r, &b)?
+            };
             r.exec(&["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])?;
             for dev in [&ra, &rb] {
                 // Proxy ARP answers at once only without the default random delay.
@@ -101,12 +141,14 @@ impl TwoHosts {
         a.ip(&["link", "set", &veth_a, "up"])?;
         b.ip(&["link", "set", &veth_b, "up"])?;
         Ok(Self {
+            delay: line,
             a,
             b,
             veth_a,
             veth_b,
             bottleneck_dev: opts.bottleneck.is_some().then_some(shaped),
             router,
+            delay_ns,
         })
     }
 }

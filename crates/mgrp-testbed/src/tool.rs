@@ -19,6 +19,7 @@ pub fn ten_mbit_path(router: bool) -> anyhow::Result<TwoHosts> {
     TwoHosts::new(&crate::TwoHostOptions {
         bottleneck: Some(("10mbit".into(), "1540".into())),
         router,
+        delay: None,
     })
 }
 

@@ -555,6 +555,7 @@ fn rotation_under_a_transfer(name: &str, start: &(String, String), steps: &[(Str
     let net = TwoHosts::new(&TwoHostOptions {
         bottleneck: Some(("50mbit".into(), "64kb".into())),
         router: false,
+        delay: None,
     })
     .expect("topology");
     let (ca, cb) = (TempFile::config(&start.0), TempFile::config(&start.1));

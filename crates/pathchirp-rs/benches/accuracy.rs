@@ -87,6 +87,7 @@ fn run(o: &Opts, shaper: &str, transport: &str, cross: &str) -> anyhow::Result<F
     let net = TwoHosts::new(&TwoHostOptions {
         bottleneck: Some(("10mbit".into(), o.burst.to_string())),
         router: shaper == "router",
+        delay: None,
     })?;
     add_other_b(&net)?;
     let pair = daemons_for(&net, transport, &["--hold-mode", "always"])?;

@@ -142,6 +142,7 @@ fn run(o: &Opts, method: &str, transport: &str) -> anyhow::Result<Figures> {
     let net = TwoHosts::new(&TwoHostOptions {
         bottleneck: Some(("10mbit".into(), "1540".into())),
         router: true,
+        delay: None,
     })?;
     let pair = daemons_for(&net, transport, &["--hold", "1ms"])?;
     let t = if transport == "mgrp" {

@@ -11,11 +11,13 @@
 //! ```text
 //! cargo bench -p pathload-rs --bench accuracy -- [--runs N] [--modes fast,slow]
 //!     [--shapers sender,router] [--transports udp,mgrp] [--cross quiet,cbr,riding,tcp,sized-tcp,bursty]
-//!     [--rcv "FLAGS"] [--rate MBIT_PER_S] [--burst BYTES] [--load N]
+//!     [--rcv "FLAGS"] [--rate MBIT_PER_S] [--burst BYTES] [--delay-ms MS] [--load N]
+//!     [--original DIR]
 //! ```
 //!
 //! `--rate` and `--burst` set the bottleneck (10 Mbit/s and 1540 bytes unless given;
-//! the cross traffic stays 4 Mbit/s). `--load N` keeps N threads spinning beside the
+//! the cross traffic stays 4 Mbit/s); `--delay-ms` puts a delay line between the
+//! router and the receiver (`--shapers router`). `--load N` keeps N threads spinning beside the
 //! runs, as N busy shells would (a loaded machine). One line per run, then a Markdown
 //! table per case, with the share of runs whose range held the truth within ± ω and
 //! within the namespace test's band (± 20 % of the truth).
@@ -64,6 +66,10 @@ struct Opts {
     /// every gap on this kind of host; it has no fast mode and takes no `--rcv` flags).
     #[arg(long, value_name = "DIR")]
     original: Option<std::path::PathBuf>,
+    /// One-way delay between the router and the receiver, ms (the testbed's delay
+    /// line, so the round trip is a real path's; router placement only).
+    #[arg(long, default_value_t = 0)]
+    delay_ms: u32,
     /// Threads kept spinning beside the runs (a loaded machine).
     #[arg(long, default_value_t = 0)]
     load: usize,
@@ -200,6 +206,10 @@ fn main() -> ExitCode {
             })
         })
         .collect();
+    if o.delay_ms > 0 && o.shapers.iter().any(|s| s != "router") {
+        eprintln!("accuracy: --delay-ms needs the router placement: give --shapers router");
+        return ExitCode::from(2);
+    }
     let tool = match &o.original {
         Some(dir) => {
             for program in ["pathload_snd", "pathload_rcv"] {
@@ -222,6 +232,10 @@ fn main() -> ExitCode {
         None => Tool::Rs,
     };
     println!("# load: {} threads spinning beside the runs", o.load);
+    println!(
+        "# one-way delay between router and receiver: {} ms",
+        o.delay_ms
+    );
     if let Tool::Original(dir) = tool {
         println!(
             "# measured by the original pathload 1.3.2 in {}",
@@ -253,6 +267,7 @@ fn main() -> ExitCode {
                     let case = Case {
                         rate: o.rate,
                         burst: o.burst,
+                        delay_ms: o.delay_ms,
                         ..Case::ten(shaper, transport, cross)
                     };
                     let mut rows = Vec::new();

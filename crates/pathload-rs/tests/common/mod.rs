@@ -45,6 +45,7 @@ pub(crate) fn net(case: &Case) -> anyhow::Result<TwoHosts> {
             case.burst.to_string(),
         )),
         router: case.shaper == Shaper::Router,
+        delay: (case.delay_ms > 0).then(|| Duration::from_millis(u64::from(case.delay_ms))),
     })
 }
 
@@ -124,6 +125,9 @@ pub(crate) struct Case {
     pub(crate) rate: f64,
     /// Its bucket, bytes.
     pub(crate) burst: u32,
+    /// One-way delay between the router and B, ms (a delay line; router placement
+    /// only; 0: none, the namespace path's few microseconds).
+    pub(crate) delay_ms: u32,
 }
 
 impl Case {
@@ -135,6 +139,7 @@ impl Case {
             cross,
             rate: 10.0,
             burst: 1540,
+            delay_ms: 0,
         }
     }
 }

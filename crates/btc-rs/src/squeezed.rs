@@ -12,6 +12,16 @@
 //! differ (*tight unlike narrow*). The score walks the modes: +1 for a mode both
 //! histograms have, −1 for one only one has; positive is tight like narrow.
 //!
+//! A mode below the narrow link's back-to-back gap (a bin that lies wholly under one
+//! probe's transmission time there) is left out of the score too: a pair that queued
+//! at the narrow link leaves it at least that far apart, so such a mode was made
+//! elsewhere: by a queue at a faster link before it whose compressed pairs the narrow
+//! link let through at once (a token bucket's burst: on the namespace test's path, a
+//! 20 Mbit/s queue before a 10 Mbit/s tbf of 1540 bytes put both kinds' mode at bin 0
+//! in 8 runs of 8, a shared mode that scored as tight like narrow), by a queue at a
+//! faster link after it, or by a receiver that stamped a pair late. None is a queue
+//! at the narrow link. The pairs in such bins are counted (`compressed`).
+//!
 //! A mode at a kind's own sending gap is left out of the score: it is the pairs that
 //! met no queue at all, which every path with idle moments has, and which would make
 //! any path score as unlike narrow (the seed scores "instead of searching for a peak
@@ -186,6 +196,9 @@ pub struct Squeeze {
     pub modes: [Vec<usize>; 2],
     /// Pairs of each kind whose two probes arrived.
     pub pairs: [u64; 2],
+    /// Of those, pairs whose probes arrived closer than the narrow link can send two
+    /// (in a bin wholly below `back_to_back_ns`): compressed by a queue elsewhere.
+    pub compressed: [u64; 2],
     /// Pairs of which a probe was lost.
     pub lost: u64,
     /// The sending gaps, ns.
@@ -207,7 +220,11 @@ pub fn analyse(cfg: &SqueezeConfig, kinds: &[Kind], gaps: &[Option<i64>]) -> Squ
     let mut histograms = [vec![0u32; bins], vec![0u32; bins]];
     let (mut overflow, mut reordered, mut pairs) = ([0u64; 2], [0u64; 2], [0u64; 2]);
     let mut squeezed_n = [0u64; 2];
+    let mut compressed = [0u64; 2];
     let mut lost = 0;
+    let back_to_back_ns = tx_ns(cfg.size, cfg.capacity_bps);
+    // Bins below this one lie wholly under the narrow link's back-to-back gap.
+    let first_possible = usize::try_from(back_to_back_ns / bin_ns).unwrap_or(usize::MAX);
     let sending = [
         cfg.sending_gap_ns(Kind::Half500),
         cfg.sending_gap_ns(Kind::Half1500),
@@ -227,6 +244,9 @@ pub fn analyse(cfg: &SqueezeConfig, kinds: &[Kind], gaps: &[Option<i64>]) -> Squ
         if g + bin_ns < sending[k] {
             squeezed_n[k] += 1;
         }
+        if usize::try_from(g / bin_ns).unwrap_or(usize::MAX) < first_possible {
+            compressed[k] += 1;
+        }
         match histograms[k].get_mut(usize::try_from(g / bin_ns).unwrap_or(usize::MAX)) {
             Some(c) => *c += 1,
             None => overflow[k] += 1,
@@ -241,7 +261,7 @@ pub fn analyse(cfg: &SqueezeConfig, kinds: &[Kind], gaps: &[Option<i64>]) -> Squ
         modes[k]
             .iter()
             .copied()
-            .filter(|m| m.abs_diff(own) > TOLERANCE)
+            .filter(|&m| m.abs_diff(own) > TOLERANCE && m >= first_possible)
             .collect::<Vec<_>>()
     });
     let score = score(&scored[0], &scored[1], TOLERANCE);
@@ -258,9 +278,10 @@ pub fn analyse(cfg: &SqueezeConfig, kinds: &[Kind], gaps: &[Option<i64>]) -> Squ
         reordered,
         modes,
         pairs,
+        compressed,
         lost,
         sending_gap_ns: sending,
-        back_to_back_ns: tx_ns(cfg.size, cfg.capacity_bps),
+        back_to_back_ns,
         squeezed: [0, 1].map(|k| squeezed_n[k] as f64 / pairs[k].max(1) as f64),
     }
 }
@@ -444,6 +465,43 @@ mod tests {
             s.score
         );
         assert!(s.squeezed[0] < 0.3 && s.squeezed[1] < 0.3);
+    }
+
+    /// A queue at a faster (20 Mbit/s) link before the narrow one: a fifth of each
+    /// kind's pairs, compressed there, come through the narrow link's token bucket at
+    /// once, closer than it can space two probes; the rest keep their sending gaps.
+    /// With the shared mode under the narrow link's back-to-back gap counted, this
+    /// path scored as tight like narrow (+1); it has no queue at the narrow link.
+    #[test]
+    fn pairs_closer_than_the_narrow_link_sends_two_do_not_make_it_tight() {
+        let cfg = SqueezeConfig::new(10e6);
+        let plan = cfg.plan();
+        let mut st = 13u64;
+        let gaps: Vec<Option<i64>> = plan
+            .iter()
+            .map(|p| {
+                // Compressed at the faster link (its back-to-back gap), or untouched.
+                let g = if uniform(&mut st) < 0.2 {
+                    tx_ns(86, 20e6) as i64 - 10_000
+                } else {
+                    p.gap_ns as i64
+                };
+                Some(g + (uniform(&mut st) * 10_000.0) as i64)
+            })
+            .collect();
+        let kinds: Vec<Kind> = plan.iter().map(|p| p.kind).collect();
+        let s = analyse(&cfg, &kinds, &gaps);
+        assert!(
+            s.modes[0].contains(&0) && s.modes[1].contains(&0),
+            "both kinds have the mode under the back-to-back gap: {:?}",
+            s.modes
+        );
+        assert_eq!(s.class, PathClass::Undecided, "{:?} {:?}", s.modes, s.score);
+        assert!(
+            s.compressed.iter().all(|&c| (60..=140).contains(&c)),
+            "{:?}",
+            s.compressed
+        );
     }
 
     /// Pairs that met no queue: each kind at its sending gap.

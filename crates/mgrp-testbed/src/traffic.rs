@@ -466,10 +466,10 @@ pub fn tcp_bulk(
 /// about a millisecond of its pacing rate plus `gso_max_size >> (min_rtt_us >>
 /// tcp_tso_rtt_log)` bytes (Linux 5.18 and later), so below a few microseconds of least
 /// round trip it sends several segments at once even with `tcp_tso_rtt_log = 0`
-/// (measured on a 2-vCPU host, kernel 6.18: a least round trip of 4 µs, as most
-/// connections of the router placement got, made 3 segments at line rate every 8.4 ms at
-/// 4 Mbit/s; 3 µs made 5; 6 µs made one; with the default `tcp_tso_rtt_log` of 9, 6–10
-/// every 17–25 ms). Those bursts put a sawtooth of 1–4 ms into a probe stream's delays,
+/// (measured on a 2-vCPU host, kernel 6.18: a least round trip of 4 µs, which 7 of 8
+/// connections of the router placement measured, made 3 segments at line rate every
+/// 8.4 ms at 4 Mbit/s, and 6 µs one; 3 µs makes 5 by the same sum; with the default
+/// `tcp_tso_rtt_log` of 9, 6–10 every 17–25 ms). Those bursts put a sawtooth of 1–4 ms into a probe stream's delays,
 /// which hides its trend. So the device the flow leaves by gets `gso_max_segs 1`, which
 /// caps every send at one segment whatever the sizing finds (set before the connection
 /// is made: a socket takes the cap when it connects); the flow uses CUBIC whatever the

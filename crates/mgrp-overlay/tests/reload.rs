@@ -111,6 +111,22 @@ fn a_reload_keeps_what_did_not_change_starts_what_is_new_and_stops_what_went() {
             .is_some_and(|e| e.contains("serves only the hosts")),
         "{refused:?}"
     );
+    // A counts it by its reason: turned away as not allowed, nothing else.
+    let refusals = |reason: &str| {
+        let text =
+            mgrp_overlay::api::metrics::render(&a.shared(), mgrp_core::exposition::Format::Text);
+        text.lines()
+            .find(|l| {
+                l.starts_with("mgrp_overlay_serve_refusals_total{")
+                    && l.contains(&format!("reason=\"{reason}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {reason} refusals series in {text}"))
+    };
+    assert!(refusals("not_allowed") >= 1.0);
+    for reason in ["busy", "over_budget", "expired", "address", "other"] {
+        assert_eq!(refusals(reason), 0.0, "{reason}");
+    }
     a.reload(serve("")).unwrap();
     let served = run_now();
     assert_eq!(served.error, None, "{served:?}");

@@ -56,7 +56,7 @@ mod transport;
 mod udp_pacer;
 
 pub use control::{Batch, ProbeSpec, Run, SentReport, Tag, Transport};
-pub use server::{BUSY, ServeEvent, ServeOptions, Server, serve_command};
+pub use server::{BUSY, Refusal, ServeEvent, ServeOptions, Server, serve_command};
 pub use session::{
     BatchError, Exchange, MeasureError, SenderStamps, SenderTraffic, Session, SessionOptions,
     sender_stamps, sender_tcp, sender_traffic,

@@ -551,6 +551,78 @@ impl Refused {
 /// How the error a busy sender answers with begins.
 pub const BUSY: &str = "busy";
 
+/// Why a sender turned a receiver or one of its requests away
+/// ([`ServeEvent::Refused`]), as its metrics count it: read from the refusal's own
+/// words, which this module writes (each kind's wording is its own; the tests hold
+/// every refusal they meet to its kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Refusal {
+    /// The sender serves only the hosts it was told to (`--allow`).
+    NotAllowed,
+    /// At a limit of connections or of measurements running: try again later
+    /// ([`BUSY`]).
+    Busy,
+    /// Over the requester's budget, probe rate, query rate or captures.
+    OverBudget,
+    /// A connection or measurement past its time: a connection that started no
+    /// measurement, the session limit, an exclusive measurement gone idle.
+    Expired,
+    /// An address that is not the asker's own, or not proven to be.
+    Address,
+    /// Anything else asked out of turn or out of bounds.
+    Other,
+}
+
+impl Refusal {
+    /// Every kind, in the order the metrics list them.
+    pub const ALL: [Self; 6] = [
+        Self::NotAllowed,
+        Self::Busy,
+        Self::OverBudget,
+        Self::Expired,
+        Self::Address,
+        Self::Other,
+    ];
+
+    /// The kind of the refusal worded `message`.
+    pub fn of(message: &str) -> Self {
+        let has = |w: &str| message.contains(w);
+        if message.starts_with(BUSY) {
+            Self::Busy
+        } else if has("(--allow)") {
+            Self::NotAllowed
+        } else if has("budget") || has("probe rate") || has("query rate") || has("captures for") {
+            Self::OverBudget
+        } else if has("lasts at most") || has("session limit") || has("gave up its place") {
+            Self::Expired
+        } else if has("address") {
+            Self::Address
+        } else {
+            Self::Other
+        }
+    }
+
+    /// Its name as a metric's label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::NotAllowed => "not_allowed",
+            Self::Busy => "busy",
+            Self::OverBudget => "over_budget",
+            Self::Expired => "expired",
+            Self::Address => "address",
+            Self::Other => "other",
+        }
+    }
+
+    /// Its place in [`Self::ALL`].
+    pub fn index(self) -> usize {
+        Self::ALL
+            .iter()
+            .position(|&r| r == self)
+            .unwrap_or(Self::ALL.len() - 1)
+    }
+}
+
 /// Connections served at once: measurements, traffic queries and receivers being
 /// told the sender is busy.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -1274,6 +1346,72 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
 
     use super::*;
+
+    /// Every refusal this crate words (the string literals that begin `refused:` or
+    /// `{BUSY}:`, and the session limit's), each with the kind the metrics count it
+    /// as: a new wording without a row here fails, so no refusal falls into `other`
+    /// unseen.
+    #[test]
+    fn every_refusal_has_its_kind() {
+        let kinds: &[(&str, Refusal)] = &[
+            ("serves only the hosts it was told to", Refusal::NotAllowed),
+            ("connections already; try again later", Refusal::Busy),
+            ("try again when it is done", Refusal::Busy),
+            ("for all receivers together", Refusal::Busy),
+            ("the most one host may at once", Refusal::Busy),
+            ("connections open to this sender already", Refusal::Busy),
+            ("captures for", Refusal::OverBudget),
+            ("over this sender's budget", Refusal::OverBudget),
+            ("over this sender's probe rate", Refusal::OverBudget),
+            ("over this sender's query rate", Refusal::OverBudget),
+            ("lasts at most", Refusal::Expired),
+            ("session limit", Refusal::Expired),
+            ("gave up its place", Refusal::Expired),
+            ("only about the asking host's own address", Refusal::Address),
+            ("the address proof does not match", Refusal::Address),
+            ("prove the probe address first", Refusal::Address),
+            ("no address proof goes to", Refusal::Address),
+            ("one address proof per connection", Refusal::Address),
+            ("only within a measurement; say hello first", Refusal::Other),
+            ("probes of kind", Refusal::Other),
+            ("a batch of", Refusal::Other),
+            ("probes of {} bytes", Refusal::Other),
+            ("a gap of", Refusal::Other),
+            ("a lead of", Refusal::Other),
+        ];
+        let sources = [
+            include_str!("server.rs"),
+            include_str!("server/connection.rs"),
+            include_str!("control.rs"),
+        ];
+        let mut seen = 0;
+        for text in sources {
+            // The code, not its tests (whose assertions quote refusals in part).
+            let code = text.split("#[cfg(test)]").next().unwrap_or(text);
+            for line in code.lines() {
+                let Some(start) = ["\"refused: ", "\"{BUSY}: ", "\"the measurement reached"]
+                    .iter()
+                    .find_map(|p| line.find(p))
+                else {
+                    continue;
+                };
+                let literal = &line[start + 1..];
+                let literal = literal.split('"').next().unwrap_or(literal);
+                let message = literal.replace("{BUSY}", BUSY);
+                let Some(&(_, kind)) = kinds.iter().find(|(w, _)| message.contains(w)) else {
+                    panic!("a refusal without a kind (add it to this table): {message}");
+                };
+                assert_eq!(Refusal::of(&message), kind, "{message}");
+                seen += 1;
+            }
+        }
+        // The table's rows are all met (the literals, not a second copy of them).
+        assert!(seen >= kinds.len(), "{seen} refusals found");
+        let labels: std::collections::BTreeSet<_> =
+            Refusal::ALL.iter().map(|r| r.label()).collect();
+        assert_eq!(labels.len(), Refusal::ALL.len());
+        assert!(Refusal::ALL.iter().enumerate().all(|(i, r)| r.index() == i));
+    }
 
     /// A sender without an allow-list says at start that any host may measure it,
     /// and with what limits; with one it says nothing.

@@ -18,6 +18,7 @@ use crate::state::shared::{Served, Shared};
 use mgrp_views::estimate::{Estimate, Loss, RunOutcome};
 use mgrp_views::link::{LinkState, LinkView};
 use mgrp_views::passive::PassiveTiming;
+use pathload_rs::tool::Refusal;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PathLabels {
@@ -443,13 +444,17 @@ const LINK_FAMILIES: &[LinkFamily] = &[
     },
 ];
 
-/// A family of the node's sender, a series per transport served.
+/// A family of the node's sender, a series per transport served (and per value of
+/// its own label, if it has one).
 struct ServeFamily {
     /// Its name, without `_total` for a counter.
     name: &'static str,
     kind: Kind,
     help: &'static str,
-    read: fn(&Served) -> u64,
+    /// Its own label beside the transport, if it has one.
+    label: Option<&'static str>,
+    /// Each series' value of its own label (`""` without one) and its value.
+    read: fn(&Served) -> Vec<(&'static str, u64)>,
 }
 
 /// Every family of the node's sender, in the order served.
@@ -458,25 +463,34 @@ const SERVE_FAMILIES: &[ServeFamily] = &[
         name: "mgrp_overlay_serve_measurements",
         kind: Kind::Counter,
         help: "Neighbours' measurements of the path from this node that ended, by the transport served (one refused or failing partway counts here too)",
-        read: |t| t.measurements,
+        label: None,
+        read: |t| vec![("", t.measurements)],
     },
     ServeFamily {
         name: "mgrp_overlay_serve_refusals",
         kind: Kind::Counter,
-        help: "Receivers turned away or requests refused by this node's sender (not allowed, busy, over a budget or the session limit, an address not proven), by transport",
-        read: |t| t.refusals,
+        help: "Receivers turned away or requests refused by this node's sender, by transport and reason: not_allowed (not in [serve] allow), busy (at a limit of connections or measurements), over_budget (the requester's budget, probe, query or capture rate), expired (a connection's or measurement's time), address (not the asker's own or not proven), other",
+        label: Some("reason"),
+        read: |t| {
+            Refusal::ALL
+                .iter()
+                .map(|r| (r.label(), t.refused[r.index()]))
+                .collect()
+        },
     },
     ServeFamily {
         name: "mgrp_overlay_serve_failures",
         kind: Kind::Counter,
         help: "Neighbours' requests that failed on this node (mgrpd refused a train, a socket could not be opened), by transport",
-        read: |t| t.failures,
+        label: None,
+        read: |t| vec![("", t.failures)],
     },
     ServeFamily {
         name: "mgrp_overlay_serve_requesters",
         kind: Kind::Gauge,
         help: "Distinct requesters (an IPv4 address, an IPv6 prefix of [serve] ipv6-prefix) whose measurements this node's sender started since the node did, by transport; counting stops at 16384",
-        read: |t| t.requesters,
+        label: None,
+        read: |t| vec![("", t.requesters)],
     },
 ];
 
@@ -587,8 +601,13 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
     for f in SERVE_FAMILIES {
         let family = Registered::new(&mut r, f.name, f.kind, f.help);
         for (transport, t) in &served {
-            let l = vec![("node", node.clone()), ("transport", transport.clone())];
-            family.set(&l, (f.read)(t) as f64);
+            for (value_of_label, x) in (f.read)(t) {
+                let mut l = vec![("node", node.clone()), ("transport", transport.clone())];
+                if let Some(name) = f.label {
+                    l.push((name, value_of_label.to_string()));
+                }
+                family.set(&l, x as f64);
+            }
         }
     }
     if let Some(c) = s.routes() {

@@ -126,6 +126,8 @@ pub struct Served {
     pub measurements: u64,
     /// Refusals.
     pub refusals: u64,
+    /// The refusals by kind, in [`pathload_rs::tool::Refusal::ALL`]'s order.
+    pub refused: [u64; pathload_rs::tool::Refusal::ALL.len()],
     /// Requests that failed here.
     pub failures: u64,
     /// Distinct requesters (an IPv4 address, an IPv6 prefix of `[serve]

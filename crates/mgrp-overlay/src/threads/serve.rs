@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use mgrp_core::requester::Requester;
 use mgrp_rt::lock;
-use pathload_rs::tool::{ServeEvent, Server};
+use pathload_rs::tool::{Refusal, ServeEvent, Server};
 use tracing::{debug, info, warn};
 
 use crate::state::shared::{COUNTED_REQUESTERS, Served, Shared};
@@ -41,7 +41,12 @@ pub(crate) fn serve(server: &Server, transport: &str, s: &Shared) {
             info!("{addr}: measurement for {peer} ended: {e}");
         }
         ServeEvent::Refused(peer, why) => {
-            tally(|t| t.refusals += 1);
+            let kind = Refusal::of(&why).index();
+            let mut served = lock(&s.served);
+            let t = served.entry(transport.to_string()).or_default();
+            t.refusals += 1;
+            t.refused[kind] += 1;
+            drop(served);
             debug!("{addr}: refused {peer}: {why}");
         }
         ServeEvent::Failed(peer, why) => {

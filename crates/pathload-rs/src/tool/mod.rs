@@ -11,7 +11,7 @@ mod rcv;
 mod receiver;
 
 pub use mgrp_tool::{
-    BUSY, MeasureError, SenderTraffic, ServeEvent, ServeOptions, Server, sender_traffic,
+    BUSY, MeasureError, Refusal, SenderTraffic, ServeEvent, ServeOptions, Server, sender_traffic,
 };
 pub use receiver::{MeasureOptions, Measurement, Progress, measure};
 

@@ -67,7 +67,7 @@ fn the_api_serves_links_history_stream_metrics_and_page() {
     }
     let served = a.shared().served()["udp"];
     assert!(
-        served.measurements >= 1 && served.refusals == 0,
+        served.measurements >= 1 && served.refusals() == 0,
         "{served:?}"
     );
     let text = mgrp_overlay::api::metrics::render(&a.shared(), mgrp_core::exposition::Format::Text);

@@ -80,7 +80,41 @@ struct Held {
     buf: Box<[u8]>,
 }
 
+/// A delay line in a namespace of its own between two hosts' namespaces, which then
+/// share one Ethernet link through it ([`DelayLine::between`]).
+#[derive(Debug)]
+pub struct Between {
+    /// The line's namespace: no addresses, no IPv6, so it sends nothing itself.
+    pub ns: Netns,
+    /// The running line.
+    pub line: DelayLine,
+    /// The west host's device towards the line (down, without an address).
+    pub west_dev: String,
+    /// The east host's device towards the line (down, without an address).
+    pub east_dev: String,
+}
+
 impl DelayLine {
+    /// A namespace of its own between `west` and `east`, joined to each by a veth
+    /// pair, with the line running between its two devices.
+    pub fn between(west: &Netns, east: &Netns, cfg: DelayConfig) -> anyhow::Result<Between> {
+        let ns = Netns::new("mgd")?;
+        ns.exec(&["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"])?;
+        ns.exec(&["sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"])?;
+        let (west_dev, d_west) = crate::netns::veth_pair(west, &ns)?;
+        let (d_east, east_dev) = crate::netns::veth_pair(&ns, east)?;
+        for dev in [&d_west, &d_east] {
+            ns.ip(&["link", "set", dev, "up"])?;
+        }
+        let line = Self::start(&ns, &d_west, &d_east, cfg)?;
+        Ok(Between {
+            ns,
+            line,
+            west_dev,
+            east_dev,
+        })
+    }
+
     /// Starts the line in `ns` between its devices `west` and `east`.
     pub fn start(ns: &Netns, west: &str, east: &str, cfg: DelayConfig) -> anyhow::Result<Self> {
         anyhow::ensure!(

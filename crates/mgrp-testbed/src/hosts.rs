@@ -78,27 +78,18 @@ impl TwoHosts {
             let r = Netns::new("mgr")?;
             let (veth_a, ra) = veth_pair(&a, &r)?;
             let (rb, veth_b) = if let Some(one_way) = opts.delay {
-                // R and B stay on one Ethernet link through the line's namespace,
-                // which has no addresses (and no IPv6, so it sends nothing itself).
-                let d = Netns::new("mgd")?;
-                d.exec(&["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"])?;
-                d.exec(&["sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"])?;
-                let (rb, west) = veth_pair(&r, &d)?;
-                let (east, veth_b) = veth_pair(&d, &b)?;
-                for dev in [&west, &east] {
-                    d.ip(&["link", "set", dev, "up"])?;
-                }
-                line = Some(DelayLine::start(
-                    &d,
-                    &west,
-                    &east,
+                // R and B stay on one Ethernet link through the line's namespace.
+                let between = DelayLine::between(
+                    &r,
+                    &b,
                     DelayConfig {
                         one_way,
                         ..DelayConfig::default()
                     },
-                )?);
-                delay_ns = Some(d);
-                (rb, veth_b)
+                )?;
+                delay_ns = Some(between.ns);
+                line = Some(between.line);
+                (between.west_dev, between.east_dev)
             } else {
                 veth_pair(&r, &b)?
             };

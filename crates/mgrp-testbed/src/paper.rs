@@ -23,7 +23,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use crate::accounting::{Accounting, Classifier};
-use crate::delay::{DelayConfig, DelayLine};
+use crate::delay::{Between, DelayConfig, DelayLine};
 use crate::{Netns, veth_pair};
 
 /// The bottleneck's settings.
@@ -116,22 +116,26 @@ impl Testbed {
         link(&c1, "10.78.2.2", &x1, "10.78.2.1")?;
         link(&m5, "10.78.3.2", &x2, "10.78.3.1")?;
         link(&c2, "10.78.4.2", &x2, "10.78.4.1")?;
-        // x1 and x2 share one subnet across the delay namespace, which has no
-        // addresses (and no IPv6, so it sends nothing of its own).
-        let d = Netns::new("mgd")?;
-        d.exec(&["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"])?;
-        d.exec(&["sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"])?;
-        let (bottleneck_dev, d_west) = veth_pair(&x1, &d)?;
-        let (d_east, arrival_dev) = veth_pair(&d, &x2)?;
+        // x1 and x2 share one subnet across the delay namespace.
+        let Between {
+            ns: d,
+            line: delay,
+            west_dev: bottleneck_dev,
+            east_dev: arrival_dev,
+        } = DelayLine::between(
+            &x1,
+            &x2,
+            DelayConfig {
+                one_way: bottleneck.rtt / 2,
+                loss: bottleneck.loss,
+                seed: 1,
+            },
+        )?;
         for (ns, dev, addr) in [
-            (&x1, &bottleneck_dev, Some("10.78.0.1")),
-            (&d, &d_west, None),
-            (&d, &d_east, None),
-            (&x2, &arrival_dev, Some("10.78.0.2")),
+            (&x1, &bottleneck_dev, "10.78.0.1"),
+            (&x2, &arrival_dev, "10.78.0.2"),
         ] {
-            if let Some(addr) = addr {
-                ns.ip(&["addr", "add", &format!("{addr}/24"), "dev", dev])?;
-            }
+            ns.ip(&["addr", "add", &format!("{addr}/24"), "dev", dev])?;
             ns.ip(&["link", "set", dev, "up"])?;
         }
         for (host, router) in [
@@ -149,16 +153,6 @@ impl Testbed {
         for router in [&x1, &x2] {
             router.exec(&["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])?;
         }
-        let delay = DelayLine::start(
-            &d,
-            &d_west,
-            &d_east,
-            DelayConfig {
-                one_way: bottleneck.rtt / 2,
-                loss: bottleneck.loss,
-                seed: 1,
-            },
-        )?;
         let tb = Self {
             m3,
             m5,

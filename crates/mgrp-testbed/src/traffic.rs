@@ -469,11 +469,12 @@ pub fn tcp_bulk(
 /// (measured on a 2-vCPU host, kernel 6.18: a least round trip of 4 µs, which 7 of 8
 /// connections of the router placement measured, made 3 segments at line rate every
 /// 8.4 ms at 4 Mbit/s, and 6 µs one; 3 µs makes 5 by the same sum; with the default
-/// `tcp_tso_rtt_log` of 9, 6–10 every 17–25 ms). Those bursts put a sawtooth of 1–4 ms into a probe stream's delays,
-/// which hides its trend. So the device the flow leaves by gets `gso_max_segs 1`, which
-/// caps every send at one segment whatever the sizing finds (set before the connection
-/// is made: a socket takes the cap when it connects); the flow uses CUBIC whatever the
-/// host's default. [`Source::max_segments_per_ms`] says whether that held.
+/// `tcp_tso_rtt_log` of 9, 6–10 every 17–25 ms). Those bursts put a sawtooth of 1–4 ms
+/// into a probe stream's delays, which hides its trend. So the device the flow leaves
+/// by gets `gso_max_segs 1`, which caps every send at one segment whatever the sizing
+/// finds (set before the connection is made: a socket takes the cap when it
+/// connects); the flow uses CUBIC whatever the host's default.
+/// [`Source::max_segments_per_ms`] says whether that held.
 /// [`tcp_paced_source_sized_by_kernel`] leaves the sizing to the kernel.
 pub fn tcp_paced_source(
     from: &Netns,
@@ -485,7 +486,7 @@ pub fn tcp_paced_source(
     let dev = route_device(from, to)?;
     from.ip(&["link", "set", "dev", &dev, "gso_max_segs", "1"])
         .with_context(|| format!("cannot cap {dev}'s sends at one segment"))?;
-    tcp_flow(from, to_ns, to, port, None, Some(mbps), Some("cubic"))
+    tcp_paced_source_sized_by_kernel(from, to_ns, to, port, mbps)
 }
 
 /// [`tcp_paced_source`] with its sends sized as the kernel sizes them on this path by

@@ -27,7 +27,7 @@ mod common;
 
 use std::process::ExitCode;
 
-use common::{BAND, Case, Cross, Shaper, Tool, f, run_case_with};
+use common::{Case, Cross, Shaper, Tool, f, in_band, run_case_with};
 use mgrp_testbed::harness::{Role, bench_start};
 
 const MAX_TIME: u64 = 60;
@@ -123,9 +123,8 @@ impl Row {
     }
     /// Whether the range held the truth within the namespace test's band.
     fn in_band(&self) -> bool {
-        self.range.is_some_and(|(lo, hi, _, _)| {
-            lo - BAND * self.truth <= self.truth && self.truth <= hi + BAND * self.truth
-        })
+        self.range
+            .is_some_and(|(lo, hi, _, _)| in_band(lo, hi, self.truth))
     }
     fn riding_share(&self) -> f64 {
         self.riding / self.probe_bytes.max(1.0) * 100.0

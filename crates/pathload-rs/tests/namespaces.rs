@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::ensure;
-use common::{BAND, Case, Cross, Shaper, f, run_case};
+use common::{BAND, Case, Cross, Shaper, f, in_band, run_case};
 
 /// The run's own limit.
 const MAX_TIME: u64 = 45;
@@ -65,7 +65,7 @@ fn check(case: Case) -> anyhow::Result<serde_json::Value> {
     let (lo, hi) = ((f(r, "low_bps")? / 1e6), (f(r, "high_bps")? / 1e6));
     ensure!(lo > 0.0 && lo <= hi, "bad range {lo}-{hi}");
     ensure!(
-        lo - BAND * m.truth <= m.truth && m.truth <= hi + BAND * m.truth,
+        in_band(lo, hi, m.truth),
         "truth {:.2} Mbit/s is not within {lo:.2}-{hi:.2} ± {:.0} %{}",
         m.truth,
         BAND * 100.0,
@@ -165,9 +165,8 @@ fn sized_tcp_says_when_it_reads_high(shaper: Shaper) -> anyhow::Result<()> {
         m.run.code
     );
     let (lo, hi) = ((f(r, "low_bps")? / 1e6), (f(r, "high_bps")? / 1e6));
-    let in_band = lo - BAND * m.truth <= m.truth && m.truth <= hi + BAND * m.truth;
     ensure!(
-        in_band || f(r, "hidden_trend_fleets")? > 0.0,
+        in_band(lo, hi, m.truth) || f(r, "hidden_trend_fleets")? > 0.0,
         "the range {lo:.2}-{hi:.2} misses the truth {:.2} ± {:.0} % and the result does not say that a trend was hidden: {r}",
         m.truth,
         BAND * 100.0

@@ -124,9 +124,8 @@ pub struct Shared {
 pub struct Served {
     /// Measurements that ended.
     pub measurements: u64,
-    /// Refusals.
-    pub refusals: u64,
-    /// The refusals by kind, in [`pathload_rs::tool::Refusal::ALL`]'s order.
+    /// Refusals by kind, in [`pathload_rs::tool::Refusal::ALL`]'s order
+    /// ([`Served::refusals`] is their sum).
     pub refused: [u64; pathload_rs::tool::Refusal::ALL.len()],
     /// Requests that failed here.
     pub failures: u64,
@@ -134,6 +133,13 @@ pub struct Served {
     /// ipv6-prefix`) whose measurements started since the node did, counted up to
     /// [`COUNTED_REQUESTERS`].
     pub requesters: u64,
+}
+
+impl Served {
+    /// Refusals of every kind.
+    pub fn refusals(&self) -> u64 {
+        self.refused.iter().sum()
+    }
 }
 
 /// Past this many distinct requesters a transport's count stops growing (its memory

@@ -16,8 +16,9 @@ pub(crate) fn serve(server: &Server, transport: &str, s: &Shared) {
         .local_addr()
         .map_or_else(|_| "?".into(), |a| a.to_string());
     info!("serving measurements on {addr}");
-    let tally = |f: fn(&mut Served)| f(lock(&s.served).entry(transport.to_string()).or_default());
-    tally(|_| {});
+    let tally =
+        |f: &dyn Fn(&mut Served)| f(lock(&s.served).entry(transport.to_string()).or_default());
+    tally(&|_| {});
     // Who measures this node: said at start when anyone may, so counted.
     let mut seen: HashSet<Requester> = HashSet::new();
     let prefix = s.config().serve_ipv6_prefix;
@@ -33,24 +34,20 @@ pub(crate) fn serve(server: &Server, transport: &str, s: &Shared) {
             }
         }
         ServeEvent::Done(peer, Ok(n)) => {
-            tally(|t| t.measurements += 1);
+            tally(&|t| t.measurements += 1);
             debug!("{addr}: {peer} done, {n} batches of probes");
         }
         ServeEvent::Done(peer, Err(e)) => {
-            tally(|t| t.measurements += 1);
+            tally(&|t| t.measurements += 1);
             info!("{addr}: measurement for {peer} ended: {e}");
         }
         ServeEvent::Refused(peer, why) => {
             let kind = Refusal::of(&why).index();
-            let mut served = lock(&s.served);
-            let t = served.entry(transport.to_string()).or_default();
-            t.refusals += 1;
-            t.refused[kind] += 1;
-            drop(served);
+            tally(&|t| t.refused[kind] += 1);
             debug!("{addr}: refused {peer}: {why}");
         }
         ServeEvent::Failed(peer, why) => {
-            tally(|t| t.failures += 1);
+            tally(&|t| t.failures += 1);
             warn!("{addr}: could not serve {peer}'s measurement of the path from here: {why}");
         }
         ServeEvent::Warning(peer, why) => warn!("{addr}: measurement for {peer}: {why}"),

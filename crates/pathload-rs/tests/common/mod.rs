@@ -76,6 +76,12 @@ pub(crate) fn f(v: &Value, key: &str) -> anyhow::Result<f64> {
 #[allow(dead_code)]
 pub(crate) const BAND: f64 = 0.2;
 
+/// Whether the range `lo`–`hi` holds `truth` once widened by [`BAND`] of it (Mbit/s).
+#[allow(dead_code)]
+pub(crate) fn in_band(lo: f64, hi: f64, truth: f64) -> bool {
+    lo - BAND * truth <= truth && truth <= hi + BAND * truth
+}
+
 /// The traffic that shares the bottleneck with the probes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Cross {
@@ -366,7 +372,7 @@ mod original {
         ))
     }
 
-    /// The numbers of `line` after `key`, up to the next letter other than a unit's.
+    /// The numbers in `line` after the first `key`, in order.
     fn numbers_after(line: &str, key: &str) -> Vec<f64> {
         line.split_once(key).map_or_else(Vec::new, |(_, rest)| {
             rest.split(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -399,7 +405,7 @@ mod original {
                 bound = numbers_after(line, "than").first().copied();
             } else if line.contains("Measurement latency is") {
                 elapsed = numbers_after(line, "is").first().copied();
-            } else if line.contains("ADR [") || line.starts_with("  ADR") {
+            } else if line.trim_start().starts_with("ADR") {
                 adr = numbers_after(line, "ADR").first().copied();
             }
             for (text, reason) in [

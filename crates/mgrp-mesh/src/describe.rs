@@ -9,6 +9,7 @@ use mgrp_core::peers::Prefix;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::budget::{Budget, CostOverride};
 use crate::{Api, Group, Member, Mesh};
 
 /// Which pairs of a group's members measure each other (each pair both ways).
@@ -34,6 +35,16 @@ pub enum GroupKind {
         /// The members, in ring order.
         members: Vec<String>,
         /// How many of the next members each is paired with.
+        k: usize,
+    },
+    /// Each member with `k` others spread around the list (`kind = "spread"`,
+    /// `members`, `k`): the members `n/(2k+1)`, `2n/(2k+1)`, … `kn/(2k+1)` places on,
+    /// wrapping, so each is in 2k pairs and a list ordered by place (a region, a
+    /// provider) is measured across it, which inferring the pairs not measured needs.
+    Spread {
+        /// The members, in list order.
+        members: Vec<String>,
+        /// How many strides each takes.
         k: usize,
     },
 }
@@ -75,9 +86,34 @@ impl GroupKind {
                     }
                 }
             }
+            Self::Spread { members, k } => {
+                let n = members.len();
+                let mut seen = BTreeSet::new();
+                for i in 0..n {
+                    for step in spread_strides(n, *k) {
+                        let j = (i + step) % n;
+                        let pair = (i.min(j), i.max(j));
+                        if i != j && seen.insert(pair) {
+                            out.push((members[pair.0].as_str(), members[pair.1].as_str()));
+                        }
+                    }
+                }
+            }
         }
         out
     }
+}
+
+/// A spread group's strides: `j·n/(2k+1)` rounded, for `j` from 1 to `k`, each at
+/// least one more than the last (distinct, and below `n/2` since `k < n/2`).
+fn spread_strides(n: usize, k: usize) -> Vec<usize> {
+    let mut out: Vec<usize> = Vec::with_capacity(k);
+    for j in 1..=k {
+        let s = ((j * n) as f64 / (2 * k + 1) as f64).round() as usize;
+        let s = s.max(out.last().map_or(1, |l| l + 1));
+        out.push(s);
+    }
+    out
 }
 
 /// How a method's probes travel.
@@ -118,6 +154,27 @@ struct File {
     #[serde(default)]
     group: Vec<Spanned<GroupFile>>,
     routing: Option<Spanned<RoutingFile>>,
+    budget: Option<Spanned<BudgetFile>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct BudgetFile {
+    node_mb_per_hour: Spanned<f64>,
+    link_mb_per_hour: Option<Spanned<f64>>,
+    age: Spanned<String>,
+    ride_share: Option<Spanned<f64>>,
+    passive_share: Option<Spanned<f64>>,
+    heartbeat_interval: Option<Spanned<String>>,
+    #[serde(default)]
+    method: BTreeMap<String, Spanned<MethodCostFile>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct MethodCostFile {
+    mb_per_run: Option<Spanned<f64>>,
+    time_limit: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -137,6 +194,7 @@ struct MemberFile {
     #[serde(default)]
     networks: Vec<Spanned<String>>,
     device: Option<Spanned<String>>,
+    region: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -255,10 +313,32 @@ pub(crate) fn parse(text: &str) -> Result<Mesh, MeshError> {
             Vec::new()
         }
     };
+    let budget = match &file.budget {
+        Some(b) => {
+            if let Some(g) = file
+                .group
+                .iter()
+                .map(Spanned::get_ref)
+                .find(|g| g.interval.is_some())
+            {
+                return Err(lines.at(
+                    g.interval.as_ref().expect("given"),
+                    "group.interval",
+                    format!(
+                        "group {:?} gives an interval, and [budget] plans every link's: leave one out",
+                        g.name.get_ref()
+                    ),
+                ));
+            }
+            Some(budget(&lines, b)?)
+        }
+        None => None,
+    };
     let mesh = Mesh {
         members,
         groups,
         routing,
+        budget,
     };
     conflicts(&lines, &mesh, &file.group)?;
     Ok(mesh)
@@ -450,6 +530,16 @@ fn members(
             }
             None => None,
         };
+        let region = match &m.region {
+            Some(r) if !name_ok(r.get_ref()) => {
+                return Err(lines.at(
+                    r,
+                    "member.region",
+                    format!("{:?}: a region is named as a member is: 1 to 64 letters, digits, '.', '_' or '-'", r.get_ref()),
+                ));
+            }
+            r => r.as_ref().map(|r| r.get_ref().clone()),
+        };
         let mut networks = Vec::new();
         for n in &m.networks {
             let net: Prefix = n.get_ref().parse().map_err(|e| {
@@ -481,6 +571,7 @@ fn members(
                 public_key,
                 networks,
                 device: m.device.as_ref().map(|d| d.get_ref().clone()),
+                region,
             },
         );
     }
@@ -585,11 +676,36 @@ fn group(
                 k: *k.get_ref(),
             }
         }
+        "spread" => {
+            let list = named(lines, &g.members, "group.members", members, &mut seen)?;
+            let Some(k) = &g.k else {
+                return Err(lines.at(
+                    &g.kind,
+                    "group.k",
+                    "a spread group needs k, how many others each member is paired with each way",
+                ));
+            };
+            let most = list.len().saturating_sub(1) / 2;
+            if *k.get_ref() == 0 || *k.get_ref() > most {
+                return Err(lines.at(
+                    k,
+                    "group.k",
+                    format!(
+                        "k = {}: between 1 and half the members less one ({most}); a full-mesh pairs them all",
+                        k.get_ref()
+                    ),
+                ));
+            }
+            GroupKind::Spread {
+                members: list,
+                k: *k.get_ref(),
+            }
+        }
         other => {
             return Err(lines.at(
                 &g.kind,
                 "group.kind",
-                format!("{other:?}: full-mesh, star, sets or ring"),
+                format!("{other:?}: full-mesh, star, sets, ring or spread"),
             ));
         }
     };
@@ -667,6 +783,91 @@ fn group(
         methods,
         transports,
         interval: g.interval.as_ref().map(|i| i.get_ref().clone()),
+    })
+}
+
+/// The `[budget]`, checked.
+fn budget(lines: &Lines<'_>, b: &Spanned<BudgetFile>) -> Result<Budget, MeshError> {
+    let b = b.get_ref();
+    let mb = |v: &Spanned<f64>, key: &str| -> Result<u64, MeshError> {
+        let x = *v.get_ref();
+        if !(x.is_finite() && x > 0.0 && x <= 1e9) {
+            return Err(lines.at(v, key, format!("{x}: megabytes an hour, above 0")));
+        }
+        Ok((x * 1e6).round() as u64)
+    };
+    let share = |v: &Option<Spanned<f64>>, key: &str| -> Result<f64, MeshError> {
+        match v {
+            None => Ok(0.0),
+            Some(v) if (0.0..=0.95).contains(v.get_ref()) => Ok(*v.get_ref()),
+            Some(v) => Err(lines.at(
+                v,
+                key,
+                format!(
+                    "{}: a share from 0 to 0.95, as measured on the mesh",
+                    v.get_ref()
+                ),
+            )),
+        }
+    };
+    let duration = |v: &Spanned<String>, key: &str| {
+        mgrp_core::parse_duration(v.get_ref())
+            .map_err(|e| lines.at(v, key, e))
+            .and_then(|d| {
+                if d.is_zero() {
+                    Err(lines.at(v, key, "a duration above 0"))
+                } else {
+                    Ok(d)
+                }
+            })
+    };
+    let node = mb(&b.node_mb_per_hour, "budget.node-mb-per-hour")?;
+    let link = match &b.link_mb_per_hour {
+        Some(v) => mb(v, "budget.link-mb-per-hour")?,
+        None => node,
+    };
+    let mut methods = BTreeMap::new();
+    for (name, c) in &b.method {
+        let f = c.get_ref();
+        let bytes_per_run = match &f.mb_per_run {
+            Some(v) if v.get_ref().is_finite() && *v.get_ref() >= 0.0 && *v.get_ref() <= 1e6 => {
+                Some((v.get_ref() * 1e6).round() as u64)
+            }
+            Some(v) => {
+                return Err(lines.at(
+                    v,
+                    "budget.method.mb-per-run",
+                    format!(
+                        "{}: megabytes of probes one run sends, 0 or more",
+                        v.get_ref()
+                    ),
+                ));
+            }
+            None => None,
+        };
+        let time_limit = match &f.time_limit {
+            Some(v) => Some(duration(v, "budget.method.time-limit")?),
+            None => None,
+        };
+        methods.insert(
+            name.clone(),
+            CostOverride {
+                bytes_per_run,
+                time_limit,
+            },
+        );
+    }
+    Ok(Budget {
+        node_bytes_per_hour: node,
+        link_bytes_per_hour: link,
+        age: duration(&b.age, "budget.age")?,
+        ride_share: share(&b.ride_share, "budget.ride-share")?,
+        passive_share: share(&b.passive_share, "budget.passive-share")?,
+        heartbeat_interval: match &b.heartbeat_interval {
+            Some(v) => duration(v, "budget.heartbeat-interval")?,
+            None => std::time::Duration::from_millis(100),
+        },
+        methods,
     })
 }
 

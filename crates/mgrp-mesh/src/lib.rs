@@ -30,6 +30,7 @@
 
 #![warn(missing_docs)]
 
+pub mod budget;
 mod describe;
 mod plan;
 mod render;
@@ -69,6 +70,9 @@ pub struct Member {
     /// The next-hop device the other routing members make towards it, if not
     /// `mgrp-NAME`.
     pub device: Option<String>,
+    /// Where it is (a region, a provider): members of one region share their paths'
+    /// core, which inferring the pairs not measured uses.
+    pub region: Option<String>,
 }
 
 impl Member {
@@ -155,7 +159,7 @@ pub struct GroupLink<'a> {
 }
 
 /// A checked mesh description.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Mesh {
     /// The members, by name.
     pub members: BTreeMap<String, Member>,
@@ -164,6 +168,8 @@ pub struct Mesh {
     /// The routing members (`[routing] members`): each routes to the others'
     /// networks, directly or through one of them.
     pub routing: Vec<String>,
+    /// The probe budget, when the description plans one (`[budget]`).
+    pub budget: Option<budget::Budget>,
 }
 
 impl Mesh {

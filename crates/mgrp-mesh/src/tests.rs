@@ -162,7 +162,7 @@ fn an_inconsistent_description_is_refused_with_its_line_and_key() {
             base.replace("kind = \"star\"", "kind = \"circle\""),
             4 * member_lines + 11,
             "group.kind",
-            "full-mesh, star, sets or ring",
+            "full-mesh, star, sets, ring or spread",
         ),
         (
             base.replacen(&format!("public-key = \"{}\"\n", public(3)), "", 1),
@@ -558,5 +558,39 @@ fn inconsistent_routing_is_refused_with_its_line_and_key() {
             e.line == line && e.key == key && e.message.contains(says),
             "want line {line}, {key}: {says}; got {e}\n{text}"
         );
+    }
+}
+
+#[test]
+fn a_spread_group_pairs_each_member_with_2k_others_across_its_list() {
+    for (n, k) in [(5, 2), (16, 2), (16, 3), (100, 4), (1000, 4), (9, 4)] {
+        let names: Vec<String> = (0..n).map(|i| format!("m{i}")).collect();
+        let kind = GroupKind::Spread {
+            members: names.clone(),
+            k,
+        };
+        let pairs = kind.pairs();
+        assert_eq!(pairs.len(), n * k, "n {n}, k {k}");
+        let mut degree: BTreeMap<&str, usize> = BTreeMap::new();
+        for (a, b) in &pairs {
+            assert_ne!(a, b);
+            *degree.entry(a).or_default() += 1;
+            *degree.entry(b).or_default() += 1;
+        }
+        assert!(
+            degree.values().all(|&d| d == 2 * k),
+            "n {n}, k {k}: {degree:?}"
+        );
+        // Across the list: some pair spans more than a third of it.
+        let index = |s: &str| s[1..].parse::<usize>().unwrap();
+        let span = pairs
+            .iter()
+            .map(|(a, b)| {
+                let d = index(a).abs_diff(index(b));
+                d.min(n - d)
+            })
+            .max()
+            .unwrap();
+        assert!(span * 3 >= n, "n {n}, k {k}: widest {span}");
     }
 }

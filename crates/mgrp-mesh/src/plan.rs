@@ -118,6 +118,8 @@ pub struct LinkPlan {
     pub transport: Transport,
     /// How often it runs, if not the method's default.
     pub interval: Option<String>,
+    /// Its runs' time limit, when the budget plans it.
+    pub time_limit: Option<String>,
     /// The first group that names it.
     pub group: String,
 }
@@ -141,6 +143,37 @@ pub struct NodePlan {
     pub local_prefixes: Vec<Prefix>,
     /// Its route control, when it is a routing member.
     pub routing: Option<RoutingPlan>,
+    /// Exclusive runs into it at once, when the budget plans them.
+    pub max_running: Option<usize>,
+    /// The probe bytes an hour its sender gives each requester, when the budget
+    /// plans it (in whole kilobytes).
+    pub serve_bytes_per_hour: Option<u64>,
+}
+
+impl NodePlan {
+    /// This part with the budget's plan in it: each link's interval and time
+    /// limit (to the millisecond), `max-running`, and what the sender gives each
+    /// requester (1 MB an hour at least, so a member no one measures from still
+    /// answers).
+    pub fn with_budget(mut self, plan: &crate::budget::BudgetPlan) -> Self {
+        let ms = |d: std::time::Duration| format!("{}ms", d.as_millis());
+        let node = self.node.name.clone();
+        for l in &mut self.links {
+            if let Some(t) =
+                plan.links
+                    .get(&(node.clone(), l.from.clone(), l.method.clone(), l.transport))
+            {
+                l.interval = Some(ms(t.interval));
+                l.time_limit = Some(ms(t.time_limit));
+            }
+        }
+        if let Some(n) = plan.nodes.get(&node) {
+            self.max_running = Some(n.max_running);
+            self.serve_bytes_per_hour =
+                Some(n.serve_bytes_per_hour.div_ceil(1000).max(1000) * 1000);
+        }
+        self
+    }
 }
 
 /// A node the description has no member for.
@@ -180,6 +213,7 @@ impl Mesh {
                     method: l.method.to_owned(),
                     transport: l.transport,
                     interval: g.interval.clone(),
+                    time_limit: None,
                     group: g.name.clone(),
                 });
             }
@@ -233,6 +267,8 @@ impl Mesh {
                 Vec::new()
             },
             routing,
+            max_running: None,
+            serve_bytes_per_hour: None,
         })
     }
 }

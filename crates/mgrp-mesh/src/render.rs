@@ -64,7 +64,13 @@ impl NodePlan {
             .map(|p| format!("\"{}\"", p.address))
             .collect();
         let _ = writeln!(out, "name = \"{}\"", self.node.name);
+        if let Some(m) = self.max_running {
+            let _ = writeln!(out, "max-running = {m}");
+        }
         let _ = write!(out, "\n[serve]\nallow = [{}]\n", allow.join(", "));
+        if let Some(b) = self.serve_bytes_per_hour {
+            let _ = writeln!(out, "max-mb-per-hour = {}", b as f64 / 1e6);
+        }
         for l in &self.links {
             let _ = write!(
                 out,
@@ -73,6 +79,9 @@ impl NodePlan {
             );
             if let Some(i) = &l.interval {
                 let _ = writeln!(out, "interval = \"{i}\"");
+            }
+            if let Some(t) = &l.time_limit {
+                let _ = writeln!(out, "time-limit = \"{t}\"");
             }
         }
         if let Some(r) = &self.routing {

@@ -38,8 +38,26 @@ pub fn check(path: &Path) -> anyhow::Result<String> {
         mesh.members.len(),
         mesh.groups.len()
     );
+    let budget = mesh.plan_budget(&crate::config::budget_costs());
+    if let Some(b) = &budget {
+        if !b.shortfalls.is_empty() {
+            let said: Vec<String> = b.shortfalls.iter().map(|s| format!("  {s}")).collect();
+            anyhow::bail!(
+                "mesh {}: the budget cannot meet its own age of {}s (it affords {}s):\n{}",
+                path.display(),
+                mesh.budget.as_ref().map_or(0, |g| g.age.as_secs()),
+                b.affords.as_secs(),
+                said.join("\n")
+            );
+        }
+        let _ = write!(out, "{}", budget_summary(&mesh, b));
+    }
     for name in mesh.members.keys() {
         let plan = mesh.plan(name)?;
+        let plan = match &budget {
+            Some(b) => plan.with_budget(b),
+            None => plan,
+        };
         let config = Config::from_mesh_for_check(&format!(
             "mesh = {}\nnode = {}\n",
             quoted(&path.to_string_lossy()),
@@ -62,6 +80,39 @@ pub fn check(path: &Path) -> anyhow::Result<String> {
         let _ = write!(out, "\n{}\n{}", plan.mgrpd_toml(), plan.overlay_toml());
     }
     Ok(out)
+}
+
+/// What the budget's plan spends and affords, as `--check-mesh` prints it.
+fn budget_summary(mesh: &Mesh, b: &mgrp_mesh::budget::BudgetPlan) -> String {
+    use mgrp_mesh::budget::Role;
+    let n = mesh.members.len();
+    let pairs = (n * n.saturating_sub(1)).max(1) as f64;
+    let probes: f64 = b.links.values().map(|l| l.bytes_per_hour).sum();
+    let heartbeats: f64 = b
+        .nodes
+        .values()
+        .map(|n| n.heartbeat_bytes_per_hour)
+        .sum::<f64>()
+        / 2.0;
+    let polls: f64 = b.nodes.values().map(|n| n.poll_bytes_per_hour).sum::<f64>() / 2.0;
+    let most = b
+        .nodes
+        .iter()
+        .max_by(|x, y| x.1.total().total_cmp(&y.1.total()))
+        .map(|(name, nb)| format!("{name} {:.1} MB", nb.total() / 1e6))
+        .unwrap_or_default();
+    let primaries = b.links.values().filter(|l| l.role == Role::Primary).count();
+    let goal = mesh.budget.as_ref().map_or(0, |g| g.age.as_secs());
+    format!(
+        "# budget: every path's newest estimate younger than {}s (goal {goal}s); {primaries} primary links, {} secondary; an hour: probes {:.1} MB, heartbeats {:.1} MB, polls {:.1} MB; {:.3} MB per link-hour over all {} ordered pairs; the most a node spends: {most} an hour\n",
+        b.affords.as_secs(),
+        b.links.len() - primaries,
+        probes / 1e6,
+        heartbeats / 1e6,
+        polls / 1e6,
+        (probes + heartbeats + polls) / 1e6 / pairs,
+        pairs as u64,
+    )
 }
 
 /// The file names `prometheus-targets` writes, per job.
@@ -159,5 +210,69 @@ mod tests {
             method.contains("member edge7: ") && method.contains("method \"ping\""),
             "{method}"
         );
+    }
+
+    /// A budget's plan is what each member's overlay runs, and `--check-mesh`
+    /// prints it, or refuses a budget that cannot meet its own age.
+    #[test]
+    fn check_mesh_prints_the_budgets_plan_and_refuses_one_short_of_its_age() {
+        let text = std::fs::read_to_string(example())
+            .unwrap()
+            .replace("interval = \"10m\"\n", "")
+            + "\n[budget]\nnode-mb-per-hour = 100\nage = \"10m\"\n";
+        let dir = std::env::temp_dir().join(format!("overlay-check-budget-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("mesh.toml");
+        std::fs::write(&p, &text).unwrap();
+        let report = check(&p);
+        let config = Config::from_mesh_for_check(&format!(
+            "mesh = {}\nnode = \"lon1\"\n",
+            quoted(&p.to_string_lossy())
+        ));
+        std::fs::write(
+            &p,
+            text.replace("node-mb-per-hour = 100", "node-mb-per-hour = 2"),
+        )
+        .unwrap();
+        let short = check(&p).map_err(|e| format!("{e:#}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        let report = report.unwrap();
+        assert!(
+            report.contains("# budget: every path's newest estimate younger than"),
+            "{report}"
+        );
+        let mesh = Mesh::parse(&text).unwrap();
+        let plan = mesh.plan_budget(&crate::config::budget_costs()).unwrap();
+        let config = config.unwrap();
+        // lon1's pathChirp link from nyc1 runs as planned, and is printed so.
+        let planned = &plan.links[&(
+            "lon1".to_owned(),
+            "nyc1".to_owned(),
+            "pathchirp".to_owned(),
+            mgrp_mesh::Transport::Mgrp,
+        )];
+        assert!(planned.age <= std::time::Duration::from_secs(600));
+        let (_, link) = config.link("nyc1-pathchirp").unwrap();
+        assert_eq!(
+            link.timing.interval.as_millis(),
+            planned.interval.as_millis()
+        );
+        assert_eq!(link.time_limit, planned.time_limit);
+        assert!(
+            report.contains(&format!(
+                "name = \"nyc1-pathchirp\"\nfrom = \"{}\"\nneighbour = \"nyc1\"\nmethod = \"pathchirp\"\ntransport = \"mgrp\"\ninterval = \"{}ms\"",
+                mesh.members["nyc1"].address,
+                planned.interval.as_millis()
+            )),
+            "{report}"
+        );
+        assert_eq!(config.max_running, plan.nodes["lon1"].max_running);
+        assert!(config.budget_shortfalls.is_empty());
+        let short = short.unwrap_err();
+        assert!(
+            short.contains("the budget cannot meet its own age of 600s"),
+            "{short}"
+        );
+        assert!(short.contains("over node-mb-per-hour"), "{short}");
     }
 }

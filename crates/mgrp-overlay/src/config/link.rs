@@ -110,6 +110,7 @@ impl LinkFile {
         transport: Transport,
         method: Method,
         interval: Option<String>,
+        time_limit: Option<String>,
     ) -> Self {
         Self {
             name: Some(name),
@@ -119,7 +120,7 @@ impl LinkFile {
             transport: Some(transport),
             method: Some(method),
             interval,
-            time_limit: None,
+            time_limit,
             jitter: None,
             backoff: None,
             max_backoff: None,
@@ -131,6 +132,9 @@ impl LinkFile {
         }
     }
 }
+
+/// A link's jitter unless it gives one: each wait drawn within ±10 % of its interval.
+pub(super) const DEFAULT_JITTER: f64 = 0.1;
 
 /// Ports no link listens on: the UDP port this node's own sender sends its probes
 /// from (bound with `SO_REUSEPORT`: a link listening there would share its datagrams).
@@ -210,7 +214,7 @@ pub(super) fn check(
                 "{key}: time-limit {time_limit:?}; use at least 1s"
             )));
         }
-        let jitter = l.jitter.unwrap_or(0.1);
+        let jitter = l.jitter.unwrap_or(DEFAULT_JITTER);
         if !(0.0..=0.5).contains(&jitter) {
             return Err(invalid(format!(
                 "{key}: jitter {jitter}; use 0 to 0.5 (a fraction of the interval)"

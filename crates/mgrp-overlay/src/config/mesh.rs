@@ -18,6 +18,23 @@ use super::link::LinkFile;
 use crate::measure::registry::Method;
 use pathload_rs::control::Transport;
 
+/// What the budget planner takes from this overlay: each method's cost, the
+/// scheduler's jitter, the kernel's polls (a question of a few hundred bytes, taken
+/// as 300, every 2 s per measured neighbour, at both ends), route control's
+/// heartbeats (a ping and its echo as UDP datagrams) and the sender's limits.
+pub fn budget_costs() -> mgrp_mesh::budget::Costs {
+    use mgrp_core::heartbeat::{PING_LEN, PONG_LEN};
+    const IPV4_UDP: usize = 28;
+    mgrp_mesh::budget::Costs {
+        methods: Method::costs(),
+        jitter: super::link::DEFAULT_JITTER,
+        poll_bytes_per_hour: 300 * 1800,
+        heartbeat_bytes: (PING_LEN + PONG_LEN + 2 * IPV4_UDP) as u64,
+        sender_exclusive: mgrp_tool::server::MAX_EXCLUSIVE,
+        max_running: super::MAX_RUNNING,
+    }
+}
+
 /// Adds this node's part of the mesh to `f`, if one is named; `dir` is where a
 /// relative `mesh` path is read from.
 pub(super) fn apply(f: &mut File, dir: Option<&Path>) -> Result<(), ConfigError> {
@@ -48,6 +65,11 @@ pub(super) fn apply(f: &mut File, dir: Option<&Path>) -> Result<(), ConfigError>
     let plan = mesh
         .plan(&node)
         .map_err(|e| invalid(format!("mesh {}: {e}", path.display())))?;
+    let budget = mesh.plan_budget(&budget_costs());
+    let plan = match &budget {
+        Some(b) => plan.with_budget(b),
+        None => plan,
+    };
     for l in &plan.links {
         if f.links
             .iter()
@@ -75,7 +97,18 @@ pub(super) fn apply(f: &mut File, dir: Option<&Path>) -> Result<(), ConfigError>
             transport,
             method,
             l.interval.clone(),
+            l.time_limit.clone(),
         ));
+    }
+    // The budget's plan (docs/mesh.md): what the file does not give itself.
+    if let Some(m) = plan.max_running {
+        f.max_running.get_or_insert(m);
+    }
+    if let Some(b) = plan.serve_bytes_per_hour {
+        f.serve.max_mb_per_hour.get_or_insert(b as f64 / 1e6);
+    }
+    if let Some(b) = &budget {
+        f.budget_shortfalls = b.shortfalls.iter().map(ToString::to_string).collect();
     }
     if f.serve.allow.is_none() {
         f.serve.allow = Some(plan.peers.iter().map(|p| p.address.to_string()).collect());

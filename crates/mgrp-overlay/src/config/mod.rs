@@ -18,6 +18,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use mesh::budget_costs;
 use pathload_rs::control::{DEFAULT_PROBE_PORT, Transport};
 use serde::Deserialize;
 
@@ -33,6 +34,9 @@ pub use crate::measure::registry::Method;
 
 /// Where the HTTP API listens unless told otherwise: this host only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
+
+/// The most exclusive runs into one node at once (`max-running`).
+pub const MAX_RUNNING: usize = 16;
 
 /// The node's whole configuration. Its `Debug` form leaves the token out.
 #[derive(Clone, PartialEq)]
@@ -54,6 +58,9 @@ pub struct Config {
     /// Exclusive runs into this node that may be in flight at once (background runs
     /// are not counted).
     pub max_running: usize,
+    /// Where the mesh description's probe budget falls short of its own age goal
+    /// (the links run within the budget, at the age it affords).
+    pub budget_shortfalls: Vec<String>,
     /// Estimates kept per link.
     pub history: usize,
     /// Where each link's history is kept across restarts; `None`: in memory only.
@@ -126,6 +133,9 @@ struct File {
     mesh_refresh: Option<String>,
     /// This node's name in the mesh.
     node: Option<String>,
+    /// Where the mesh's probe budget falls short of its own age goal.
+    #[serde(skip)]
+    budget_shortfalls: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -156,6 +166,7 @@ impl std::fmt::Debug for Config {
             .field("token", &self.token.as_ref().map(|_| "(set, not shown)"))
             .field("socket", &self.socket)
             .field("max_running", &self.max_running)
+            .field("budget_shortfalls", &self.budget_shortfalls)
             .field("history", &self.history)
             .field("state_dir", &self.state_dir)
             .field("serve", &self.serve)
@@ -334,6 +345,9 @@ impl Config {
                 self.listen
             ));
         }
+        for s in &self.budget_shortfalls {
+            w.push(format!("the mesh's budget falls short: {s}"));
+        }
         w
     }
 }
@@ -420,7 +434,7 @@ impl Config {
             }
         };
         let max_running = f.max_running.unwrap_or(1);
-        if !(1..=16).contains(&max_running) {
+        if !(1..=MAX_RUNNING).contains(&max_running) {
             return Err(invalid(format!(
                 "max-running: {max_running}; use 1 to 16 exclusive runs into this node at once (paths into a node share its downlink)"
             )));
@@ -509,6 +523,7 @@ impl Config {
                 .socket
                 .unwrap_or_else(|| PathBuf::from(mgrp_client::DEFAULT_SOCKET)),
             max_running,
+            budget_shortfalls: f.budget_shortfalls,
             history,
             state_dir: f.state_dir.map(|p| match dir {
                 Some(d) if p.is_relative() => d.join(p),

@@ -1,8 +1,10 @@
 //! badabing: loss-episode frequency and duration over the run's time limit.
 
+use std::time::Duration;
+
 use mgrp_views::estimate::{Estimate, Loss, RunOutcome};
 
-use super::method::{Class, Gives, MethodRun, Run, cut_short, refused};
+use super::method::{Class, Gives, MethodRun, Run, RunCost, cut_short, refused};
 
 /// badabing.
 #[derive(Debug)]
@@ -18,6 +20,14 @@ impl MethodRun for Badabing {
     }
 
     // Its probes are a small share of the path's capacity.
+    // 3.50 MB in its 20 s (docs/btc/results.md).
+    fn cost(&self) -> RunCost {
+        RunCost {
+            bytes: 3_500_000,
+            time_limit: Duration::from_secs(20),
+        }
+    }
+
     fn class(&self) -> Class {
         Class::Background
     }

@@ -32,6 +32,15 @@ pub enum Gives {
     PathShape,
 }
 
+/// What one run of a method costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunCost {
+    /// Probe bytes of a typical run.
+    pub bytes: u64,
+    /// The time limit a budget plans its runs with.
+    pub time_limit: Duration,
+}
+
 /// One way of measuring a link.
 pub trait MethodRun: Send + Sync + std::fmt::Debug {
     /// Its name in the configuration (`method = "..."`), the API and the metrics.
@@ -49,6 +58,11 @@ pub trait MethodRun: Send + Sync + std::fmt::Debug {
     fn in_default_names(&self) -> bool {
         true
     }
+
+    /// What one run costs, for the probe budget a mesh plans
+    /// (`mgrp_mesh::budget`): as measured on the namespace paths of the docs,
+    /// around 10 Mbit/s; a description gives its own where its paths differ.
+    fn cost(&self) -> RunCost;
 
     /// One run: blocks until it ends, its time limit passes or the node stops.
     fn run(&self, run: &Run<'_>) -> (Estimate, RunOutcome);

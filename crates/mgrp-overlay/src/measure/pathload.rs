@@ -2,10 +2,12 @@
 //! fast mode (no idle between streams) or slow mode (idle between them, as the
 //! original).
 
+use std::time::Duration;
+
 use mgrp_views::estimate::{Estimate, RunOutcome};
 use pathload_rs::tool::{MeasureOptions, measure};
 
-use super::method::{Class, Gives, MethodRun, Run, cut_short, refused, share};
+use super::method::{Class, Gives, MethodRun, Run, RunCost, cut_short, refused, share};
 
 /// pathload in one mode.
 #[derive(Debug)]
@@ -33,6 +35,18 @@ impl MethodRun for Pathload {
 
     fn gives(&self) -> Gives {
         Gives::AvailableBandwidth
+    }
+
+    // 3.01 MB in 44 s a run on the prediction experiment's paths (docs/btc/results.md),
+    // 60 s at most; the slow mode idles between the same streams, twice as long.
+    fn cost(&self) -> RunCost {
+        RunCost {
+            bytes: 3_010_000,
+            time_limit: Duration::from_secs(match self.mode {
+                pathload_rs::Mode::Fast => 60,
+                pathload_rs::Mode::Slow => 120,
+            }),
+        }
     }
 
     // Its fleets fill the path up to the rate they test.

@@ -52,6 +52,25 @@ impl Method {
         self.0.class()
     }
 
+    /// What a run costs a mesh's probe budget, and how it shares a path.
+    pub fn cost(self) -> mgrp_mesh::budget::MethodCost {
+        let c = self.0.cost();
+        mgrp_mesh::budget::MethodCost {
+            bytes_per_run: c.bytes,
+            time_limit: c.time_limit,
+            exclusive: self.class() == super::schedule::Class::Exclusive,
+            available_bandwidth: self.gives() == Gives::AvailableBandwidth,
+        }
+    }
+
+    /// Every method's cost, by name.
+    pub fn costs() -> std::collections::BTreeMap<String, mgrp_mesh::budget::MethodCost> {
+        METHODS
+            .iter()
+            .map(|m| (m.name().to_owned(), Self(*m).cost()))
+            .collect()
+    }
+
     /// Whether a link left unnamed is named after it.
     pub fn in_default_names(self) -> bool {
         self.0.in_default_names()

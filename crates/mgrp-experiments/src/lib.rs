@@ -10,3 +10,4 @@ pub mod experiment;
 pub mod medianet;
 pub mod pktrain;
 pub mod plot;
+pub mod meshsim;

@@ -56,4 +56,4 @@ mod time;
 pub mod traffic;
 pub mod wire;
 
-pub use time::{MonoTime, WallTime, parse_duration};
+pub use time::{MonoTime, WallTime, parse_duration, parse_duration_within};

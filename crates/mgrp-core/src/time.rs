@@ -88,12 +88,20 @@ pub(crate) fn duration_nanos(d: Duration) -> u64 {
 /// Parses a duration as configuration files and flags write it, humantime's way:
 /// `10ms`, `150us`, `150µs`, `1.5s`, `5m`, `1h`, `1m 30s`, `500ns` (at most an hour).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    parse_duration_within(s, Duration::from_secs(3600))
+}
+
+/// [`parse_duration`] up to `most` (a link's interval may be a day).
+pub fn parse_duration_within(s: &str, most: Duration) -> Result<Duration, String> {
     let s = s.trim();
     let d = humantime::parse_duration(s).map_err(|e| {
         format!("{s:?} is not a duration ({e}); write a number and a unit, e.g. 10ms, 1.5s, 5m")
     })?;
-    if d > Duration::from_secs(3600) {
-        return Err(format!("{s:?} is out of range: at most 1h"));
+    if d > most {
+        return Err(format!(
+            "{s:?} is out of range: at most {}",
+            humantime::format_duration(most)
+        ));
     }
     Ok(d)
 }

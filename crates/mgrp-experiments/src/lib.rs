@@ -8,6 +8,6 @@
 
 pub mod experiment;
 pub mod medianet;
+pub mod meshsim;
 pub mod pktrain;
 pub mod plot;
-pub mod meshsim;

@@ -86,8 +86,8 @@ pub struct Costs {
 
 /// Shortest and longest interval the planner sets (the overlay's bounds).
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
-/// The longest: the overlay reads durations up to an hour.
-pub const MAX_INTERVAL: Duration = Duration::from_secs(3600);
+/// The longest: a day, as the overlay reads a link's interval.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 
 /// A link's key: the member measuring, the member measured from, the method, the
 /// transport.
@@ -251,7 +251,7 @@ impl std::fmt::Display for Shortfall {
             ),
             Self::Secondary { link } => write!(
                 f,
-                "link {}: nothing is left for it in its ends' budgets even once an hour",
+                "link {}: nothing is left for it in its ends' budgets even once a day",
                 name(link)
             ),
         }
@@ -342,21 +342,17 @@ fn plan(mesh: &Mesh, budget: &Budget, costs: &Costs) -> BudgetPlan {
         Some(c)
     };
     // Every link once.
-    let mut keys: Vec<LinkKey> = Vec::new();
+    let mut keys: std::collections::BTreeSet<LinkKey> = std::collections::BTreeSet::new();
     for g in &mesh.groups {
         for l in g.links() {
-            let k = (
+            keys.insert((
                 l.to.to_owned(),
                 l.from.to_owned(),
                 l.method.to_owned(),
                 l.transport,
-            );
-            if !keys.contains(&k) {
-                keys.push(k);
-            }
+            ));
         }
     }
-    keys.sort();
     let mut drafts: BTreeMap<LinkKey, Draft> = BTreeMap::new();
     for k in &keys {
         let Some(cost) = cost_of(&k.2) else {

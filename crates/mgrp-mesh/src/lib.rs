@@ -32,6 +32,7 @@
 
 pub mod budget;
 mod describe;
+pub mod infer;
 mod plan;
 mod render;
 mod targets;

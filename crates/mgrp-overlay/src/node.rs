@@ -27,7 +27,7 @@ use crate::threads::serve::serve;
 use crate::threads::traffic::watch_traffic;
 
 /// Links' first runs are spread over this much time after start.
-const FIRST_WITHIN: Duration = Duration::from_secs(5);
+pub const FIRST_WITHIN: Duration = Duration::from_secs(5);
 
 /// A running node; [`Node::stop`] ends it.
 #[derive(Debug)]

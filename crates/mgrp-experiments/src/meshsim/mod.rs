@@ -2,6 +2,7 @@
 //! each member's overlay scheduler running it, runs against a hidden truth
 //! ([`truth`]), and the pairs not measured inferred from those that are.
 
+pub mod run;
 pub mod truth;
 
 use std::time::Duration;

@@ -194,11 +194,15 @@ pub(super) fn check(
         if !names.insert(name.clone()) {
             return Err(invalid(format!("{key}: the name {name:?} is used twice")));
         }
-        let interval = duration(
-            &format!("{key}: interval"),
-            l.interval.as_ref(),
-            Duration::from_secs(60),
-        )?;
+        let interval = match &l.interval {
+            None => Duration::from_secs(60),
+            Some(s) =>
+            // Up to a day: a mesh's budget may run its heavier methods that seldom.
+            {
+                mgrp_core::parse_duration_within(s, mgrp_mesh::budget::MAX_INTERVAL)
+                    .map_err(|e| invalid(format!("{key}: interval: {e}")))?
+            }
+        };
         let time_limit = duration(
             &format!("{key}: time-limit"),
             l.time_limit.as_ref(),

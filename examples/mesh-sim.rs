@@ -127,12 +127,13 @@ fn render(r: &Report, took: std::time::Duration) -> String {
     );
     let _ = writeln!(
         o,
-        "plan: affords an age of {} s; shortfalls: {}",
+        "plan: affords an age of {} s; {} shortfalls{}",
         r.affords.as_secs(),
-        if r.shortfalls.is_empty() {
-            "none".to_owned()
-        } else {
-            r.shortfalls.join("; ")
+        r.shortfalls.len(),
+        match r.shortfalls.as_slice() {
+            [] => String::new(),
+            [one] => format!(": {one}"),
+            [first, .., last] => format!(", the first: {first}; the last: {last}"),
         }
     );
     let _ = writeln!(

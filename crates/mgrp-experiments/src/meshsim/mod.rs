@@ -59,3 +59,80 @@ impl Setup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small(seed: u64) -> Setup {
+        Setup {
+            duration: Duration::from_secs(5400),
+            judged_from: Duration::from_secs(1800),
+            ..Setup::fixed(40, seed)
+        }
+    }
+
+    #[test]
+    fn a_run_repeats_from_its_seed_and_another_seed_differs() {
+        let a = run::run(&small(3)).unwrap();
+        let b = run::run(&small(3)).unwrap();
+        let c = run::run(&small(4)).unwrap();
+        let key = |r: &run::Report| {
+            (
+                r.events,
+                r.probe_bytes_per_hour.to_bits(),
+                r.inferred_within,
+                r.ordered,
+                r.measured_ages.quantile(0.99),
+            )
+        };
+        assert_eq!(key(&a), key(&b));
+        assert_ne!(key(&a), key(&c));
+    }
+
+    /// What the run reports holds together: every ordered pair has a value once
+    /// the links have run, the measured paths are the spread group's, the probes
+    /// spent stay within the nodes' budget, and inference is better than chance.
+    #[test]
+    fn a_run_accounts_for_every_pair_and_stays_within_its_budget() {
+        let s = small(5);
+        let r = run::run(&s).unwrap();
+        assert_eq!(r.pairs, 40 * 39);
+        // Each member measures from 2k others.
+        assert_eq!(r.measured_paths, 40 * 2 * s.k);
+        assert_eq!(r.without_value, 0);
+        assert_eq!(r.measured_within.1 + r.inferred_within.1, r.pairs);
+        let samples = (s.duration - s.judged_from).as_secs() / s.sample_every.as_secs() + 1;
+        assert_eq!(
+            r.measured_ages.count() + r.inferred_ages.count(),
+            samples * r.pairs as u64
+        );
+        // All nodes together spend at most their budgets (each byte counted at
+        // both ends), and pathChirp runs about as often as planned.
+        let total = r.probe_bytes_per_hour + r.heartbeat_bytes_per_hour + r.poll_bytes_per_hour;
+        assert!(
+            total * 2.0 <= s.node_mb_per_hour * 1e6 * 40.0 * 1.1,
+            "{total}"
+        );
+        let chirp = &r.methods["pathchirp"];
+        let planned_runs_per_hour = chirp.links as f64 * 3600.0 / (chirp.interval.1 + 20.0);
+        let hours = (s.duration - s.judged_from).as_secs_f64() / 3600.0;
+        assert!(
+            chirp.runs as f64 >= planned_runs_per_hour * hours * 0.9,
+            "{chirp:?}"
+        );
+        // Measured paths read within ±50 % nearly always (σ 0.15); inferred ones
+        // more often than not.
+        assert!(
+            r.measured_within.0 * 10 >= r.measured_within.1 * 9,
+            "{:?}",
+            r.measured_within
+        );
+        assert!(
+            r.inferred_within.0 * 2 > r.inferred_within.1,
+            "{:?}",
+            r.inferred_within
+        );
+        assert!(r.ordered.0 * 3 > r.ordered.1 * 2, "{:?}", r.ordered);
+    }
+}

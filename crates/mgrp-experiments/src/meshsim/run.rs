@@ -164,7 +164,8 @@ pub fn description(setup: &Setup, truth: &Truth) -> String {
         }
         if setup.routing > 0 {
             let mut seed = [0u8; 32];
-            seed[..8].copy_from_slice(&(i as u64 + 1).to_le_bytes());
+            // Past the first byte, which the key's clamping partly clears.
+            seed[1..9].copy_from_slice(&(i as u64 + 1).to_le_bytes());
             let _ = writeln!(
                 t,
                 "public-key = \"{}\"",
@@ -303,9 +304,9 @@ pub fn run(setup: &Setup) -> anyhow::Result<Report> {
         .collect();
     let mut draws = Draws::new(setup.seed ^ 0x7275_6e73);
     let mut queue: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
-    for j in 0..n {
+    for (j, node) in nodes.iter_mut().enumerate() {
         queue.push(Reverse((0, Event::Wake(j))));
-        nodes[j].wake = Some(0);
+        node.wake = Some(0);
     }
     let mut sender_free = vec![0u64; n];
     let judged = nanos(setup.judged_from);

@@ -4,14 +4,14 @@
 //! not measured inferred. Prints what it spent, how old every pair's value grew
 //! and how close the values came to the truth.
 //!
-//! `cargo run --release --example mesh-sim -- --members 1000`
+//! `cargo run --release --example mesh_sim -- --members 1000`
 
 use std::process::ExitCode;
 
 use mgrp_experiments::meshsim::Setup;
 use mgrp_experiments::meshsim::run::{Ages, Report, run};
 
-const USAGE: &str = "usage: mesh-sim [--members N]... [--seed S] [--no-regions] [--description]
+const USAGE: &str = "usage: mesh_sim [--members N]... [--seed S] [--no-regions] [--description]
 
   --members N     members of the mesh (repeat for several runs; default 100 and 1000)
   --seed S        the seed of the truth, the jitter and the errors (default 1)
@@ -50,7 +50,7 @@ fn main() -> ExitCode {
             other => Err(format!("unknown argument {other:?}")),
         };
         if let Err(e) = r {
-            eprintln!("mesh-sim: {e}\n{USAGE}");
+            eprintln!("mesh_sim: {e}\n{USAGE}");
             return ExitCode::from(2);
         }
     }
@@ -58,7 +58,7 @@ fn main() -> ExitCode {
         members = vec![100, 1000];
     }
     if members.iter().any(|&m| m < 3) {
-        eprintln!("mesh-sim: a mesh of fewer than 3 members has no pair to infer\n{USAGE}");
+        eprintln!("mesh_sim: a mesh of fewer than 3 members has no pair to infer\n{USAGE}");
         return ExitCode::from(2);
     }
     for m in members {
@@ -78,7 +78,7 @@ fn main() -> ExitCode {
         match run(&setup) {
             Ok(r) => print!("{}", render(&r, started.elapsed())),
             Err(e) => {
-                eprintln!("mesh-sim: {e:#}");
+                eprintln!("mesh_sim: {e:#}");
                 return ExitCode::FAILURE;
             }
         }

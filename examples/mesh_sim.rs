@@ -11,11 +11,14 @@ use std::process::ExitCode;
 use mgrp_experiments::meshsim::Setup;
 use mgrp_experiments::meshsim::run::{Ages, Report, run};
 
-const USAGE: &str = "usage: mesh_sim [--members N]... [--seed S] [--no-regions] [--description]
+const USAGE: &str =
+    "usage: mesh_sim [--members N]... [--seed S] [--no-regions] [--any-age] [--description]
 
   --members N     members of the mesh (repeat for several runs; default 100 and 1000)
   --seed S        the seed of the truth, the jitter and the errors (default 1)
   --no-regions    the description gives no member's region (inference from access bounds alone)
+  --any-age       inference takes its bounds from estimates of any age (by default one older
+                  than the age goal bounds only where no fresher one does)
   --description   print the description of the first run and stop";
 
 fn main() -> ExitCode {
@@ -23,6 +26,7 @@ fn main() -> ExitCode {
     let mut seed = 1;
     let mut regions = true;
     let mut print_description = false;
+    let mut any_age = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = |what: &str| {
@@ -37,6 +41,10 @@ fn main() -> ExitCode {
             "--seed" => value("a number").map(|v| seed = v),
             "--no-regions" => {
                 regions = false;
+                Ok(())
+            }
+            "--any-age" => {
+                any_age = true;
                 Ok(())
             }
             "--description" => {
@@ -64,6 +72,7 @@ fn main() -> ExitCode {
     for m in members {
         let setup = Setup {
             regions_given: regions,
+            stale_bounds_last: !any_age,
             ..Setup::fixed(m, seed)
         };
         if print_description {
@@ -107,7 +116,7 @@ fn render(r: &Report, took: std::time::Duration) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "\n# {} members, spread k = {}, {} ; {} routing; budget {} MB a node-hour, age {} s; regions {}; seed {}; {:.0} min simulated, judged from {:.0} min ({} events, {:.1} s)",
+        "\n# {} members, spread k = {}, {} ; {} routing; budget {} MB a node-hour, age {} s; regions {}; bounds {}; seed {}; {:.0} min simulated, judged from {:.0} min ({} events, {:.1} s)",
         s.members,
         s.k,
         s.methods.join(" + "),
@@ -118,6 +127,11 @@ fn render(r: &Report, took: std::time::Duration) -> String {
             "given"
         } else {
             "not given"
+        },
+        if s.stale_bounds_last {
+            "fresh first"
+        } else {
+            "of any age"
         },
         s.seed,
         s.duration.as_secs_f64() / 60.0,

@@ -7,7 +7,9 @@
 //! region to another at least the most any path between them was measured at. A
 //! pair not measured is given the least of its three bounds ([`Basis::Inferred`]
 //! names the measured paths each came from); without regions, the least of the
-//! two access bounds. It is as old as the oldest of them. A path with a bottleneck
+//! two access bounds. It is as old as the oldest of them. An estimate older than the
+//! mesh's age goal (`stale_before`) bounds nothing while a fresher one does: a value
+//! rests on fresh inputs wherever they exist. A path with a bottleneck
 //! of its own, away from both access links and the core, is read too high: no
 //! measurement of another path shows it.
 //!
@@ -79,8 +81,13 @@ pub struct Inference<'a> {
 
 impl<'a> Inference<'a> {
     /// The bounds of `regions.len()` members (each in a region, or not said) from
-    /// `measured` (one per path: a path given twice keeps the later).
-    pub fn new(regions: &'a [Option<usize>], measured: &'a [Measured]) -> Self {
+    /// `measured` (one per path: a path given twice keeps the later); an estimate
+    /// measured before `stale_before` is a bound only where no fresher one is.
+    pub fn new(
+        regions: &'a [Option<usize>],
+        measured: &'a [Measured],
+        stale_before: Option<f64>,
+    ) -> Self {
         let n = regions.len();
         let mut s = Self {
             measured,
@@ -90,8 +97,10 @@ impl<'a> Inference<'a> {
             down: vec![None; n],
             core: HashMap::new(),
         };
+        // Fresh before stale, then the higher bound.
+        let fresh = |i: usize| stale_before.is_none_or(|t| measured[i].at >= t);
         let better = |cur: Option<usize>, i: usize| match cur {
-            Some(c) if measured[c].bps >= measured[i].bps => Some(c),
+            Some(c) if (fresh(c), measured[c].bps) >= (fresh(i), measured[i].bps) => Some(c),
             _ => Some(i),
         };
         for (i, m) in measured.iter().enumerate() {
@@ -168,7 +177,7 @@ mod tests {
             m(3, 1, 60.0, 5.0),
             m(3, 2, 30.0, 7.0),
         ];
-        let inf = Inference::new(&regions, &measured);
+        let inf = Inference::new(&regions, &measured, None);
         // Measured: its own.
         let v = inf.value(0, 1).unwrap();
         assert_eq!((v.bps, v.basis), (50.0, Basis::Measured(0)));
@@ -189,7 +198,7 @@ mod tests {
             m(3, 1, 60.0, 5.0),
             m(1, 2, 30.0, 7.0),
         ];
-        let inf = Inference::new(&regions, &measured);
+        let inf = Inference::new(&regions, &measured, None);
         // 3 → 2: uplink of 3 ≥ 60 (3 → 1), downlink of 2 ≥ 80 (0 → 2), core 1 → 0
         // ≥ 60 (3 → 1): 60, as old as the oldest input (5).
         let v = inf.value(3, 2).unwrap();
@@ -206,7 +215,7 @@ mod tests {
         );
         // Without regions: the access bounds alone.
         let none = [None; 4];
-        let inf = Inference::new(&none, &measured);
+        let inf = Inference::new(&none, &measured, None);
         let v = inf.value(3, 2).unwrap();
         assert_eq!(
             v.basis,
@@ -220,6 +229,28 @@ mod tests {
     }
 
     #[test]
+    fn a_stale_estimate_bounds_nothing_while_a_fresh_one_does() {
+        let regions = [None, None, None, None];
+        // Into 1: from 0 at 90 but measured at 10 (stale before 100), from 2 at
+        // 40 at 150; from 3: 3 → 2 at 70.
+        let measured = [
+            m(0, 1, 90.0, 10.0),
+            m(2, 1, 40.0, 150.0),
+            m(3, 2, 70.0, 160.0),
+        ];
+        let any_age = Inference::new(&regions, &measured, None);
+        let fresh = Inference::new(&regions, &measured, Some(100.0));
+        // 3 → 1: downlink of 1 bounded by 90 (stale) or by 40 (fresh).
+        let v = any_age.value(3, 1).unwrap();
+        assert_eq!((v.bps, v.at), (70.0, 10.0));
+        let v = fresh.value(3, 1).unwrap();
+        assert_eq!((v.bps, v.at), (40.0, 150.0));
+        // 0's uplink has only the stale bound: still used.
+        let v = fresh.value(0, 2).unwrap();
+        assert_eq!((v.bps, v.at), (70.0, 10.0));
+    }
+
+    #[test]
     fn paths_out_of_range_or_to_themselves_are_left_out() {
         let regions = [None, None];
         let measured = [
@@ -227,7 +258,7 @@ mod tests {
             m(0, 5, 10.0, 0.0),
             m(0, 1, f64::NAN, 0.0),
         ];
-        let inf = Inference::new(&regions, &measured);
+        let inf = Inference::new(&regions, &measured, None);
         assert!(inf.value(0, 1).is_none());
         assert!(inf.value(1, 0).is_none());
         assert!(inf.value(7, 0).is_none());

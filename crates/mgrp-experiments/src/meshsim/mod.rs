@@ -29,6 +29,9 @@ pub struct Setup {
     pub passive_share: f64,
     /// Whether the description gives each member's region.
     pub regions_given: bool,
+    /// Whether inference takes estimates older than the age only where no
+    /// fresher one bounds the same.
+    pub stale_bounds_last: bool,
     /// Simulated time.
     pub duration: Duration,
     /// Values are judged from this time on (every link has run by then).
@@ -52,6 +55,7 @@ impl Setup {
             ride_share: 0.0,
             passive_share: 0.0,
             regions_given: true,
+            stale_bounds_last: true,
             duration: Duration::from_secs(3 * 3600),
             judged_from: Duration::from_secs(3600),
             sample_every: Duration::from_secs(60),

@@ -483,7 +483,12 @@ fn sample(
             at,
         })
         .collect();
-    let inf = Inference::new(regions, &measured);
+    // Estimates older than the age goal are bounds of last resort.
+    let stale = report
+        .setup
+        .stale_bounds_last
+        .then_some(now - report.setup.age.as_secs_f64());
+    let inf = Inference::new(regions, &measured, stale);
     let mut values: Vec<(f64, f64, bool)> = Vec::new();
     for i in 0..n {
         for j in 0..n {

@@ -80,6 +80,10 @@ pub struct Costs {
     pub heartbeat_bytes: u64,
     /// Exclusive measurements a sender runs at once.
     pub sender_exclusive: usize,
+    /// Measurements a sender runs at once, in all and for one receiving host.
+    pub sender_measurements: usize,
+    /// See `sender_measurements`.
+    pub sender_measurements_per_host: usize,
     /// The most `max-running` a node may be given.
     pub max_running: usize,
 }
@@ -188,6 +192,25 @@ pub enum Shortfall {
         /// Exclusive run time per hour of its turns.
         load: f64,
     },
+    /// A sender's runs would take more of its measurements at once than it runs
+    /// (the mean over time: runs that meet are refused busy).
+    SenderMeasurements {
+        /// The member.
+        node: String,
+        /// Measurements in flight, on average.
+        load: f64,
+    },
+    /// One receiver's links from one sender may run more measurements at once than
+    /// the sender runs for one host (its background links on the path beside one
+    /// exclusive).
+    PerHost {
+        /// The sender.
+        sender: String,
+        /// The receiver.
+        receiver: String,
+        /// How many may run at once.
+        needs: usize,
+    },
     /// More exclusive runs into a node at once than `max-running` may be.
     Running {
         /// The member.
@@ -244,6 +267,18 @@ impl std::fmt::Display for Shortfall {
                 f,
                 "member {node:?}: its sender's exclusive runs would take {:.0} % of its turns; give the exclusive methods fewer pairs or a longer age",
                 load * 100.0
+            ),
+            Self::SenderMeasurements { node, load } => write!(
+                f,
+                "member {node:?}: its sender would have {load:.1} measurements in flight on average, more than it runs at once; measure it from fewer members"
+            ),
+            Self::PerHost {
+                sender,
+                receiver,
+                needs,
+            } => write!(
+                f,
+                "member {receiver:?} may run {needs} measurements from {sender:?} at once, more than a sender runs for one host; give the pair fewer methods or transports"
             ),
             Self::Running { node, needs } => write!(
                 f,
@@ -628,6 +663,40 @@ fn plan(mesh: &Mesh, budget: &Budget, costs: &Costs) -> BudgetPlan {
             });
         }
     }
+    // The sender's measurements: in flight on average, and at most at once for one
+    // receiver (its background links on the path, and one exclusive: links on one
+    // path never run two exclusive at once).
+    let mut in_flight: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut at_once: BTreeMap<(&str, &str), (usize, bool)> = BTreeMap::new();
+    for (k, i) in &intervals {
+        let d = &drafts[k];
+        *in_flight.entry(k.1.as_str()).or_default() +=
+            secs(d.cost.time_limit) / (i + secs(d.cost.time_limit));
+        let e = at_once.entry((k.1.as_str(), k.0.as_str())).or_default();
+        if d.cost.exclusive {
+            e.1 = true;
+        } else {
+            e.0 += 1;
+        }
+    }
+    for (n, load) in &in_flight {
+        if *load > costs.sender_measurements as f64 {
+            shortfalls.push(Shortfall::SenderMeasurements {
+                node: (*n).to_owned(),
+                load: *load,
+            });
+        }
+    }
+    for ((sender, receiver), (background, exclusive)) in &at_once {
+        let needs = background + usize::from(*exclusive);
+        if needs > costs.sender_measurements_per_host {
+            shortfalls.push(Shortfall::PerHost {
+                sender: (*sender).to_owned(),
+                receiver: (*receiver).to_owned(),
+                needs,
+            });
+        }
+    }
     // The links and nodes as planned.
     let mut links = BTreeMap::new();
     let mut nodes: BTreeMap<String, NodeBudget> = mesh
@@ -731,6 +800,8 @@ mod tests {
             poll_bytes_per_hour: 540_000,
             heartbeat_bytes: 118,
             sender_exclusive: 1,
+            sender_measurements: 32,
+            sender_measurements_per_host: 4,
             max_running: 16,
         }
     }
@@ -811,6 +882,29 @@ mod tests {
                 "{n:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_sender_asked_for_more_at_once_than_it_runs_is_said() {
+        // Three light methods over two transports: six at once from one sender.
+        let text = format!(
+            "{}[[group]]\nname = \"all\"\nkind = \"full-mesh\"\nmembers = [\"m0\", \"m1\"]\nmethods = [\"chirp\", \"loss\", \"load\"]\ntransports = [\"mgrp\", \"udp\"]\n\
+             [budget]\nnode-mb-per-hour = 1000\nage = \"10m\"\n",
+            members(2, 0)
+        );
+        let plan = mesh(&text).plan_budget(&costs()).unwrap();
+        assert!(
+            plan.shortfalls.contains(&Shortfall::PerHost {
+                sender: "m0".into(),
+                receiver: "m1".into(),
+                needs: 5
+            }),
+            "{:?}",
+            plan.shortfalls
+        );
+        // One transport: chirp, loss and one exclusive, 3 at once: no shortfall.
+        let one = text.replace("transports = [\"mgrp\", \"udp\"]\n", "");
+        assert_eq!(mesh(&one).plan_budget(&costs()).unwrap().shortfalls, []);
     }
 
     #[test]

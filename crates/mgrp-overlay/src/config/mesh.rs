@@ -31,6 +31,8 @@ pub fn budget_costs() -> mgrp_mesh::budget::Costs {
         poll_bytes_per_hour: 300 * 1800,
         heartbeat_bytes: (PING_LEN + PONG_LEN + 2 * IPV4_UDP) as u64,
         sender_exclusive: mgrp_tool::server::MAX_EXCLUSIVE,
+        sender_measurements: mgrp_tool::server::MAX_MEASUREMENTS,
+        sender_measurements_per_host: mgrp_tool::server::MAX_MEASUREMENTS_PER_HOST,
         max_running: super::MAX_RUNNING,
     }
 }

@@ -59,7 +59,8 @@ pub struct RouteApi {
 }
 
 impl RouteApi {
-    fn of(m: &Member) -> Option<Self> {
+    /// How `m`'s API is reached, if it gives one.
+    pub fn of(m: &Member) -> Option<Self> {
         let api = m.api.as_ref()?;
         if let Ok(addr) = api.target().parse::<SocketAddr>() {
             return Some(Self {

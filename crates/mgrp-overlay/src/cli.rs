@@ -67,6 +67,22 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
+    /// Read every member's links from its API (the description's `api`) and print the
+    /// whole mesh as JSON (schema 1, bits per second and seconds): each ordered pair's
+    /// available bandwidth, its own newest estimate where it is measured and inferred
+    /// where not, with its basis and age; members that could not be read are listed.
+    Matrix {
+        /// The mesh description.
+        #[arg(long, value_name = "FILE")]
+        mesh: PathBuf,
+        /// A file holding the token the members' APIs ask for.
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+        /// The authority that signed the certificates of members whose `api` is
+        /// `https://`.
+        #[arg(long, value_name = "FILE")]
+        ca_file: Option<PathBuf>,
+    },
 }
 
 /// The command line `mgrp-overlay` reads, with every flag (for the guides' checks).
@@ -95,6 +111,17 @@ where
     };
     if let Some(Command::PrometheusTargets { mesh, out }) = &cli.command {
         return printed(crate::mesh::write_targets(mesh, out));
+    }
+    if let Some(Command::Matrix {
+        mesh,
+        token_file,
+        ca_file,
+    }) = &cli.command
+    {
+        return printed(
+            crate::matrix::collect(mesh, token_file.as_deref(), ca_file.as_deref())
+                .and_then(|m| Ok(serde_json::to_string_pretty(&m)? + "\n")),
+        );
     }
     if let Some(path) = &cli.check_mesh {
         return printed(crate::mesh::check(path));

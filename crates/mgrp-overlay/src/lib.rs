@@ -29,6 +29,7 @@ pub mod cli;
 pub mod config;
 pub mod derive;
 pub mod features;
+pub mod matrix;
 pub mod measure;
 pub mod mesh;
 pub mod node;

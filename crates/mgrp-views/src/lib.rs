@@ -9,10 +9,12 @@
 //! - [`prediction`]: what a bulk transfer from a neighbour will get.
 //! - [`link`]: a link with its state, latest estimate, prediction and passive side.
 //! - [`routes`]: route control's members, destinations, paths, hops and switches.
+//! - [`matrix`]: every pair of a mesh, measured or inferred.
 //! - `sample` (feature `sample`): every view filled, for tests.
 
 pub mod estimate;
 pub mod link;
+pub mod matrix;
 pub mod passive;
 pub mod prediction;
 pub mod routes;

@@ -59,6 +59,7 @@ const OVERLAY_EXAMPLE: &str = include_str!("../../mgrp-overlay/mgrp-overlay.exam
 const MGRPD_ALERTS: &str = include_str!("../../mgrp-overlay/prometheus/mgrpd-alerts.yml");
 const OVERLAY_ALERTS: &str = include_str!("../../mgrp-overlay/prometheus/overlay-alerts.yml");
 const PROMETHEUS: &str = include_str!("../../mgrp-overlay/prometheus/prometheus.yml");
+const DASHBOARD: &str = include_str!("../../mgrp-overlay/prometheus/mgrp-mesh.grafana.json");
 const PASSIVE_TIMING_DROP_IN: &str = include_str!("../../mgrp-overlay/systemd/passive-timing.conf");
 const ROUTE_CONTROL_DROP_IN: &str = include_str!("../../mgrp-overlay/systemd/route-control.conf");
 const MIT: &str = include_str!("../../../LICENSE-MIT");
@@ -230,6 +231,11 @@ pub fn packages() -> Vec<Package> {
                 file(
                     "/usr/share/mgrp/prometheus/prometheus.yml",
                     PROMETHEUS,
+                    0o644,
+                ),
+                file(
+                    "/usr/share/mgrp/grafana/mgrp-mesh.json",
+                    DASHBOARD,
                     0o644,
                 ),
                 file(

@@ -214,6 +214,102 @@ fn prometheus_scrapes_every_member_through_the_targets_the_description_gives() {
     }
 }
 
+/// The shipped Grafana dashboard's queries (its variable's and every panel's) give
+/// data from a real Prometheus scraping two members, found through the targets the
+/// description gives: b measuring the path from a, a serving it.
+#[test]
+fn the_dashboards_queries_return_data_from_members_found_through_the_targets() {
+    let dir = Dir::new("mgrp-overlay-dashboard");
+    let a = Api::start(
+        mgrp_overlay::config::Config::from_toml(
+            "name = \"a\"\n[serve]\ntransports = [\"udp\"]\nudp-port = 0\n",
+            None,
+        )
+        .unwrap(),
+    );
+    let a_port = a.node.as_ref().unwrap().serving()[0].1.port();
+    let b_toml = format!(
+        "name = \"b\"\nprobe-port-base = {}\n[serve]\ntransports = []\n\
+         [[link]]\nname = \"a-pathload-fast\"\nfrom = \"127.0.0.1\"\nneighbour = \"a\"\nport = {a_port}\ntransport = \"udp\"\n\
+         interval = \"2s\"\ntime-limit = \"5s\"\n",
+        free_port()
+    );
+    let b = Api::start(mgrp_overlay::config::Config::from_toml(&b_toml, None).unwrap());
+    let mesh = format!(
+        "[[member]]\nname = \"a\"\naddress = \"192.0.2.1\"\napi = \"http://{}\"\n\
+         [[member]]\nname = \"b\"\naddress = \"192.0.2.2\"\napi = \"http://{}\"\n\
+         [[group]]\nname = \"g\"\nkind = \"full-mesh\"\nmembers = [\"a\", \"b\"]\nmethods = [\"pathload-fast\"]\n",
+        a.addr, b.addr
+    );
+    let description = dir.private("mesh.toml", &mesh);
+    let targets = dir.0.join("targets");
+    std::fs::create_dir_all(&targets).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mgrp-overlay"))
+        .args(["prometheus-targets", "--mesh"])
+        .arg(&description)
+        .arg("--out")
+        .arg(&targets)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p = Prometheus::with(|_| {
+        format!(
+            "  - job_name: mgrp-overlay\n    file_sd_configs:\n      - files: ['{}']\n",
+            targets.join("mgrp-overlay.json").display()
+        )
+    });
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("prometheus/mgrp-mesh.grafana.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    // The variable: every member, by the label the targets give.
+    let mut exprs = vec![(
+        "the member variable".to_owned(),
+        "count by (member) (mgrp_overlay_build_info{member=~\"a|b\"}) == 1".to_owned(),
+    )];
+    let variable = dashboard["templating"]["list"][1]["query"]["query"]
+        .as_str()
+        .unwrap();
+    assert_eq!(variable, "label_values(mgrp_overlay_build_info, member)");
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().unwrap() {
+            let expr = t["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$member", ".+")
+                .replace("$__rate_interval", "30s");
+            exprs.push((panel["title"].as_str().unwrap().to_owned(), expr));
+        }
+    }
+    assert!(exprs.len() >= 9, "{exprs:?}");
+    let start = Instant::now();
+    let mut missing = exprs.clone();
+    while start.elapsed() < Duration::from_secs(120) && !missing.is_empty() {
+        missing.retain(|(_, e)| query(&p, e).is_none());
+        if !missing.is_empty() {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    // Both members answered the variable, and the matrix has the path from a into b.
+    assert!(missing.is_empty(), "no data for {missing:?}\n{}", p.log());
+    let addr = format!("127.0.0.1:{}", p.port).parse().unwrap();
+    let (_, body) = request(addr, "GET", &promql_path(&exprs[1].1), "");
+    assert!(
+        body.contains(r#""member":"b""#) && body.contains(r#""neighbour":"a""#),
+        "{body}"
+    );
+    drop(b);
+    drop(a);
+}
+
 #[test]
 fn promtool_accepts_the_shipped_config_and_rules_and_their_unit_tests_pass() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/prometheus");

@@ -233,11 +233,7 @@ pub fn packages() -> Vec<Package> {
                     PROMETHEUS,
                     0o644,
                 ),
-                file(
-                    "/usr/share/mgrp/grafana/mgrp-mesh.json",
-                    DASHBOARD,
-                    0o644,
-                ),
+                file("/usr/share/mgrp/grafana/mgrp-mesh.json", DASHBOARD, 0o644),
                 file(
                     "/usr/share/mgrp/systemd/mgrp-overlay.service.d/passive-timing.conf",
                     PASSIVE_TIMING_DROP_IN,

@@ -143,6 +143,27 @@ fn prometheus_gets_the_values_the_overlay_served() {
     );
 }
 
+/// The `file_sd` targets `mgrp-overlay prometheus-targets` writes for the
+/// description `mesh`, in `dir`/targets.
+fn targets_of(dir: &Dir, mesh: &str) -> PathBuf {
+    let description = dir.private("mesh.toml", mesh);
+    let targets = dir.0.join("targets");
+    std::fs::create_dir_all(&targets).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mgrp-overlay"))
+        .args(["prometheus-targets", "--mesh"])
+        .arg(&description)
+        .arg("--out")
+        .arg(&targets)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "prometheus-targets: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    targets
+}
+
 /// Two members of a mesh, their APIs over TLS and asking for a token, found by a real
 /// Prometheus through the `file_sd` targets `mgrp-overlay prometheus-targets` wrote
 /// from the description (the scheme from each member's `api`, the token and the
@@ -168,21 +189,7 @@ fn prometheus_scrapes_every_member_through_the_targets_the_description_gives() {
     mesh.push_str(
         "[[group]]\nname = \"g\"\nkind = \"full-mesh\"\nmembers = [\"m1\", \"m2\"]\nmethods = [\"pathchirp\"]\n",
     );
-    let description = dir.private("mesh.toml", &mesh);
-    let targets = dir.0.join("targets");
-    std::fs::create_dir_all(&targets).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_mgrp-overlay"))
-        .args(["prometheus-targets", "--mesh"])
-        .arg(&description)
-        .arg("--out")
-        .arg(&targets)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "prometheus-targets: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let targets = targets_of(&dir, &mesh);
     let p = Prometheus::with(|_| {
         format!(
             "  - job_name: mgrp-overlay\n    authorization:\n      credentials_file: {}\n    tls_config:\n      ca_file: {}\n    file_sd_configs:\n      - files: ['{}']\n  - job_name: mgrpd\n    file_sd_configs:\n      - files: ['{}']\n",
@@ -241,21 +248,7 @@ fn the_dashboards_queries_return_data_from_members_found_through_the_targets() {
          [[group]]\nname = \"g\"\nkind = \"full-mesh\"\nmembers = [\"a\", \"b\"]\nmethods = [\"pathload-fast\"]\n",
         a.addr, b.addr
     );
-    let description = dir.private("mesh.toml", &mesh);
-    let targets = dir.0.join("targets");
-    std::fs::create_dir_all(&targets).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_mgrp-overlay"))
-        .args(["prometheus-targets", "--mesh"])
-        .arg(&description)
-        .arg("--out")
-        .arg(&targets)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let targets = targets_of(&dir, &mesh);
     let p = Prometheus::with(|_| {
         format!(
             "  - job_name: mgrp-overlay\n    file_sd_configs:\n      - files: ['{}']\n",

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use mgrp_mesh::Mesh;
 use mgrp_mesh::infer::{Basis as InferBasis, Inference, Measured};
 use mgrp_views::link::Links;
-use mgrp_views::matrix::{Basis, Cell, Matrix, SCHEMA, Unread};
+use mgrp_views::matrix::{Basis, Cell, LossCell, Matrix, SCHEMA, Unread};
 
 use crate::measure::method::Gives;
 use crate::measure::registry::Method;
@@ -36,6 +36,7 @@ pub fn matrix_of(mesh: &Mesh, read: &BTreeMap<String, Result<Links, String>>, no
     }
     // Each path's newest available-bandwidth estimate, and the link that gave it.
     let mut newest: BTreeMap<(usize, usize), (Measured, String, String)> = BTreeMap::new();
+    let mut losses: BTreeMap<(usize, usize), LossCell> = BTreeMap::new();
     let mut unread = Vec::new();
     for (member, links) in read {
         let Some(&into) = index.get(member.as_str()) else {
@@ -56,6 +57,29 @@ pub fn matrix_of(mesh: &Mesh, read: &BTreeMap<String, Result<Links, String>>, no
                 continue;
             };
             let gives = Method::named(&l.method).map(Method::gives);
+            if gives == Some(Gives::LossEpisodes)
+                && let Some(e) = &l.latest
+                && let Some(loss) = &e.loss
+            {
+                let age_s = (now - e.ended_at).max(0.0);
+                let keep = losses
+                    .get(&(from, into))
+                    .is_none_or(|old| old.age_s > age_s);
+                if keep {
+                    losses.insert(
+                        (from, into),
+                        LossCell {
+                            from: names[from].clone(),
+                            to: names[into].clone(),
+                            episode_frequency: loss.episode_frequency,
+                            loss_rate: loss.loss_rate,
+                            age_s,
+                            link: l.name.clone(),
+                        },
+                    );
+                }
+                continue;
+            }
             let Some(e) = l
                 .latest
                 .as_ref()
@@ -123,32 +147,62 @@ pub fn matrix_of(mesh: &Mesh, read: &BTreeMap<String, Result<Links, String>>, no
             });
         }
     }
+    let apis = mesh
+        .members
+        .values()
+        .filter_map(|m| Some((m.name.clone(), m.api.as_ref()?.to_string())))
+        .collect();
     Matrix {
         schema: SCHEMA,
         at: now,
         members: names,
         cells,
         unread,
+        losses: losses.into_values().collect(),
+        apis,
+    }
+}
+
+/// How a collector reaches the members' APIs: a bearer token, and the authority
+/// that signed the certificates of those served over TLS.
+#[derive(Clone, Default, PartialEq)]
+pub struct Access {
+    /// Sent as `Authorization: Bearer`.
+    pub token: Option<String>,
+    /// The authority's certificate (PEM).
+    pub ca: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access")
+            .field("token", &self.token.as_ref().map(|_| "(set, not shown)"))
+            .field("ca", &self.ca)
+            .finish()
+    }
+}
+
+impl Access {
+    /// From a token file and an authority's file, either optional.
+    pub fn load(token_file: Option<&Path>, ca: Option<&Path>) -> anyhow::Result<Self> {
+        let token = token_file
+            .map(|f| {
+                mgrp_service::settings::read_token_file(f, None)
+                    .map(|(_, t)| t)
+                    .map_err(|e| anyhow::anyhow!("token-file: {e}"))
+            })
+            .transpose()?;
+        Ok(Self {
+            token,
+            ca: ca.map(Path::to_path_buf),
+        })
     }
 }
 
 /// Reads every member's links from its API (over TLS when its `api` is
-/// `https://`, trusting `ca`; with `token` as a bearer token) and gives the matrix.
-pub fn collect(
-    path: &Path,
-    token_file: Option<&Path>,
-    ca: Option<&Path>,
-) -> anyhow::Result<Matrix> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the mesh description {}", path.display()))?;
-    let mesh = Mesh::parse(&text).with_context(|| format!("mesh {}", path.display()))?;
-    let token = token_file
-        .map(|f| {
-            mgrp_service::settings::read_token_file(f, None)
-                .map(|(_, t)| t)
-                .map_err(|e| anyhow::anyhow!("--token-file: {e}"))
-        })
-        .transpose()?;
+/// `https://`) and gives the matrix. A member that cannot be read is listed as
+/// unread with why; an API over TLS without an authority to check it is an error.
+pub fn read_mesh(mesh: &Mesh, access: &Access) -> anyhow::Result<Matrix> {
     let mut read = BTreeMap::new();
     for m in mesh.members.values() {
         let Some(api) = mgrp_mesh::RouteApi::of(m) else {
@@ -159,9 +213,9 @@ pub fn collect(
             continue;
         };
         let tls = if api.tls {
-            let Some(ca) = ca else {
+            let Some(ca) = &access.ca else {
                 anyhow::bail!(
-                    "member {}: its API is over TLS: give --ca-file, the authority that signed its certificate",
+                    "member {}: its API is over TLS: give the authority that signed its certificate (ca-file)",
                     m.name
                 );
             };
@@ -179,12 +233,26 @@ pub fn collect(
         let got = mgrp_route::control::http_get::<Links>(
             api.addr,
             "/v1/links",
-            token.as_deref(),
+            access.token.as_deref(),
             tls.as_ref(),
         );
         read.insert(m.name.clone(), got);
     }
-    Ok(matrix_of(&mesh, &read, mgrp_rt::unix_now()))
+    Ok(matrix_of(mesh, &read, mgrp_rt::unix_now()))
+}
+
+/// `mgrp-overlay matrix`: the description at `path`, read with `token_file`'s token
+/// and trusting `ca`.
+pub fn collect(
+    path: &Path,
+    token_file: Option<&Path>,
+    ca: Option<&Path>,
+) -> anyhow::Result<Matrix> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the mesh description {}", path.display()))?;
+    let mesh = Mesh::parse(&text).with_context(|| format!("mesh {}", path.display()))?;
+    let access = Access::load(token_file, ca).map_err(|e| anyhow::anyhow!("--{e}"))?;
+    read_mesh(&mesh, &access)
 }
 
 #[cfg(test)]

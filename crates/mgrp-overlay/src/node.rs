@@ -139,6 +139,7 @@ impl Node {
             routes: shared_routing.clone(),
             served: Mutex::default(),
             runs: Mutex::default(),
+            matrix: Mutex::default(),
         });
         let config = shared.config();
         let mut threads = Vec::new();
@@ -169,6 +170,12 @@ impl Node {
             std::thread::Builder::new()
                 .name("overlay-traffic".into())
                 .spawn(move || watch_traffic(&s))?,
+        );
+        let s = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("overlay-matrix".into())
+                .spawn(move || crate::threads::collect::collect(&s))?,
         );
         let every = config
             .prediction

@@ -20,6 +20,31 @@ pub struct Matrix {
     pub cells: Vec<Cell>,
     /// Members whose links could not be read, and why.
     pub unread: Vec<Unread>,
+    /// Every measured pair's loss-episode frequency, where a loss method (badabing)
+    /// measures it.
+    #[serde(default)]
+    pub losses: Vec<LossCell>,
+    /// Each member's API as the description gives it (`http://HOST:PORT`), for a
+    /// page to link a pair to the link that measured it.
+    #[serde(default)]
+    pub apis: std::collections::BTreeMap<String, String>,
+}
+
+/// One measured pair's loss episodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LossCell {
+    /// The member the path comes from.
+    pub from: String,
+    /// The member it goes into (which measures it).
+    pub to: String,
+    /// Share of time the path was in a loss episode, 0 to 1.
+    pub episode_frequency: f64,
+    /// Plain loss rate of the probe packets, 0 to 1.
+    pub loss_rate: f64,
+    /// Seconds since it was measured.
+    pub age_s: f64,
+    /// The link that measured it (its name on `to`).
+    pub link: String,
 }
 
 /// One pair's value.

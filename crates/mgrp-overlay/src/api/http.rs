@@ -9,6 +9,8 @@
 //! | `GET /v1/stream[?link=NAME]` | server-sent events: an `estimate` event per run as it ends, a `btc` event when a neighbour's transfer-rate prediction changes, a `passive` event at each poll of a neighbour (its passive-tcp reading and packet timing), a `route` event when route control switches a destination |
 //! | `GET /v1/routes` | route control: members, destinations, candidate paths with their hops and scores, the chosen one, recent switches |
 //! | `POST /v1/routes/choose?prefix=P&path=X` | X = `via NAME`, `direct` or `normal` sets destination P's path by hand; `auto` gives it back to the rule: 202 |
+//! | `GET /v1/matrix` | a node with `[matrix]`: the whole mesh's matrix as last collected from every member (schema 1: each pair measured or inferred, its basis and age; loss where measured) |
+//! | `GET /matrix` | that matrix as a page |
 //! | `GET /metrics` | Prometheus text format, or OpenMetrics when the scraper asks for it |
 //! | `GET /` | the status page |
 //!
@@ -97,6 +99,8 @@ pub fn router(node: Arc<Shared>, shutdown: watch::Receiver<bool>) -> Router {
     Router::new()
         .route("/", get(status_page))
         .route("/metrics", get(metrics_text))
+        .route("/matrix", get(matrix_page))
+        .route("/v1/matrix", get(matrix))
         .route("/v1/links", get(links))
         .route("/v1/links/{name}", get(link))
         .route("/v1/links/{name}/history", get(history))
@@ -217,6 +221,38 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 async fn status_page(State(app): State<App>) -> Html<String> {
     Html(page::render(&app.node.config()))
+}
+
+async fn matrix_page(State(app): State<App>) -> Response {
+    let config = app.node.config();
+    if config.matrix.is_none() {
+        return no_matrix();
+    }
+    Html(page::render_matrix(&config)).into_response()
+}
+
+fn no_matrix() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "this node collects no matrix ([matrix] in its configuration)",
+    )
+}
+
+async fn matrix(State(app): State<App>) -> Response {
+    if app.node.config().matrix.is_none() {
+        return no_matrix();
+    }
+    match app.node.matrix() {
+        None => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the matrix has not been collected yet; ask again in a few seconds",
+        ),
+        Some(Err(e)) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the matrix cannot be collected: {e}"),
+        ),
+        Some(Ok(m)) => axum::Json(m).into_response(),
+    }
 }
 
 async fn metrics_text(State(app): State<App>, headers: HeaderMap) -> Response {

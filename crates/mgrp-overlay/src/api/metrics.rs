@@ -494,6 +494,57 @@ const SERVE_FAMILIES: &[ServeFamily] = &[
     },
 ];
 
+/// The collected matrix (`[matrix]`): each pair's value and age, measured or
+/// inferred (`basis`), the loss measured, and the members not read.
+fn register_matrix(r: &mut Registry, node: &str, m: &mgrp_views::matrix::Matrix) {
+    let bandwidth = Registered::new(
+        r,
+        "mgrp_overlay_matrix_bandwidth_bytes_per_second",
+        Kind::Gauge,
+        "The mesh's pair from a member into another: available bandwidth, measured or inferred (basis)",
+    );
+    let age = Registered::new(
+        r,
+        "mgrp_overlay_matrix_age_seconds",
+        Kind::Gauge,
+        "Seconds since the oldest measurement the pair's value rests on",
+    );
+    let loss = Registered::new(
+        r,
+        "mgrp_overlay_matrix_loss_episode_frequency_ratio",
+        Kind::Gauge,
+        "The pair's share of time in a loss episode, where a loss method measures it",
+    );
+    let unread = Registered::new(
+        r,
+        "mgrp_overlay_matrix_unread_members",
+        Kind::Gauge,
+        "Members whose links the last collection could not read",
+    );
+    for c in &m.cells {
+        let labels = vec![
+            ("node", node.to_owned()),
+            ("from", c.from.clone()),
+            ("to", c.to.clone()),
+            (
+                "basis",
+                if c.inferred() { "inferred" } else { "measured" }.to_owned(),
+            ),
+        ];
+        bandwidth.set(&labels, bytes(c.bps));
+        age.set(&labels, c.age_s);
+    }
+    for l in &m.losses {
+        let labels = vec![
+            ("node", node.to_owned()),
+            ("from", l.from.clone()),
+            ("to", l.to.clone()),
+        ];
+        loss.set(&labels, l.episode_frequency);
+    }
+    unread.set(&vec![("node", node.to_owned())], m.unread.len() as f64);
+}
+
 /// A family registered, of either kind.
 enum Registered {
     Counter(Family<Labels, Counter>),
@@ -612,6 +663,11 @@ pub fn render(s: &Shared, format: mgrp_core::exposition::Format) -> String {
     }
     if let Some(c) = s.routes() {
         register_routes(&mut r, &node, c);
+    }
+    if s.config().matrix.as_ref().is_some_and(|m| m.metrics)
+        && let Some(Ok(m)) = s.matrix()
+    {
+        register_matrix(&mut r, &node, &m);
     }
     let mut out = String::new();
     // Writing into a String cannot fail.

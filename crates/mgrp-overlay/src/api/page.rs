@@ -44,13 +44,22 @@ pub fn render(config: &Config) -> String {
         .iter()
         .map(|o| format!("  {}: {:?},\n", o.name(), o.meaning()))
         .collect();
-    let routes = if config.routing.is_some() { ROUTES } else { "" };
+    let mut routes = String::new();
+    if config.matrix.is_some() {
+        routes.push_str(MATRIX_LINK);
+    }
+    if config.routing.is_some() {
+        routes.push_str(ROUTES);
+    }
     PAGE.replace("{node}", &config.name)
-        .replace("{routes}", routes)
+        .replace("{routes}", &routes)
         .replace("{panels}", &panels)
         .replace("{outcomes}", &outcomes)
         .replace("{meanings}", &meanings)
 }
+
+/// Where the mesh's matrix is, on a node that collects it.
+const MATRIX_LINK: &str = "<p class=\"matrix-link\"><a href=\"matrix\">the whole mesh</a></p>\n";
 
 /// The route-control panel, on a node with `[routing]`.
 const ROUTES: &str = r#"<section class="routes" id="routes">
@@ -439,6 +448,213 @@ refresh();
 setInterval(refresh, 5000);
 refreshRoutes().catch(() => {});
 setInterval(() => refreshRoutes().catch(() => {}), 2000);
+</script>
+</body>
+</html>
+"##;
+
+/// The mesh's matrix at `/matrix` (a node with `[matrix]`): a row per sender, a
+/// column per receiver, each pair coloured by its available bandwidth or by its
+/// loss-episode frequency, inferred pairs striped and in italics, the basis and
+/// age on hover, a click through to the link that measured it on the receiver's
+/// own page. A script fills it from `/v1/matrix` and refreshes it.
+pub fn render_matrix(config: &Config) -> String {
+    let every = config
+        .matrix
+        .as_ref()
+        .map_or(30.0, |m| m.interval.as_secs_f64());
+    MATRIX_PAGE.replace("{node}", &config.name).replace(
+        "{every_ms}",
+        &format!("{:.0}", every.clamp(2.0, 60.0) * 1e3),
+    )
+}
+
+const MATRIX_PAGE: &str = r##"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>mgrp-overlay {node}: the mesh</title>
+<style>
+body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
+table.matrix { border-collapse: collapse; margin: 0.8em 0; }
+table.matrix th { font-weight: normal; padding: 0.2em 0.4em; color: #444; }
+table.matrix th.to { writing-mode: vertical-rl; transform: rotate(180deg); text-align: left; }
+table.matrix th.from { text-align: right; }
+table.matrix td { width: 3.2em; height: 1.8em; text-align: center; font-size: 0.8em; border: 1px solid #fff; }
+table.matrix td.self { background: #eee; }
+table.matrix td.none { background: #fafafa; color: #bbb; }
+table.matrix td a { color: #000; text-decoration: none; display: block; }
+table.matrix td.inferred { font-style: italic;
+  background-image: repeating-linear-gradient(45deg, rgba(255,255,255,0.55) 0 3px, transparent 3px 7px); }
+.legend span { display: inline-block; padding: 0.1em 0.6em; margin-right: 0.3em; font-size: 0.85em; }
+.unread { color: #b00; }
+</style>
+</head>
+<body>
+<h1>Measurement Overlay: the mesh, collected by {node}</h1>
+<p><a href="./">this node's links</a> ·
+colour by <label><input type="radio" name="by" value="bandwidth" checked> available bandwidth</label>
+<label><input type="radio" name="by" value="loss"> loss episodes</label></p>
+<p id="updated">loading…</p>
+<p class="legend" id="legend"></p>
+<div id="matrix"></div>
+<ul id="unread" class="unread"></ul>
+<p>Rows send, columns receive (the receiver measures). A pair in italics over stripes is
+inferred, not measured: the least of the sender's uplink, the receiver's downlink and the
+core between their regions, each the most a measured path showed. Hover for what a value
+rests on and its age; click a pair for the link that measured it.</p>
+<script>
+"use strict";
+const token = new URLSearchParams(location.search).get("token");
+const opts = token ? { headers: { Authorization: "Bearer " + token } } : {};
+let last = null;
+
+function rate(bps) {
+  const [div, name] = bps >= 1e9 ? [1e9, "G"] : bps >= 1e6 ? [1e6, "M"] : [1e3, "k"];
+  const v = bps / div;
+  return (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2)) + name;
+}
+function age(s) {
+  if (s < 120) return s.toFixed(0) + " s";
+  if (s < 7200) return (s / 60).toFixed(0) + " min";
+  return (s / 3600).toFixed(1) + " h";
+}
+// Red (little) to green (much) on a log scale between the mesh's least and most.
+function bandwidthColour(bps, lo, hi) {
+  const t = hi > lo ? (Math.log(bps) - Math.log(lo)) / (Math.log(hi) - Math.log(lo)) : 1;
+  return "hsl(" + (120 * Math.min(1, Math.max(0, t))).toFixed(0) + ", 65%, 62%)";
+}
+// Green (no episode) to red (in an episode 5 % of the time or more).
+function lossColour(f) {
+  return "hsl(" + (120 * (1 - Math.min(1, f / 0.05))).toFixed(0) + ", 65%, 62%)";
+}
+function linkTo(m, to, link) {
+  const api = m.apis[to];
+  if (!api) return null;
+  return api + "/" + (token ? "?token=" + encodeURIComponent(token) : "") + "#link-" + link;
+}
+function draw() {
+  const m = last;
+  if (!m) return;
+  const by = document.querySelector('input[name="by"]:checked').value;
+  const cells = new Map(), losses = new Map();
+  for (const c of m.cells) cells.set(c.from + ">" + c.to, c);
+  for (const l of m.losses || []) losses.set(l.from + ">" + l.to, l);
+  const bps = m.cells.map(c => c.bps);
+  const lo = Math.min(...bps), hi = Math.max(...bps);
+  const table = document.createElement("table");
+  table.className = "matrix";
+  const head = table.insertRow();
+  const corner = document.createElement("th");
+  corner.textContent = "from \\ to";
+  head.appendChild(corner);
+  for (const to of m.members) {
+    const th = document.createElement("th");
+    th.className = "to";
+    th.scope = "col";
+    th.textContent = to;
+    head.appendChild(th);
+  }
+  for (const from of m.members) {
+    const tr = table.insertRow();
+    const th = document.createElement("th");
+    th.className = "from";
+    th.scope = "row";
+    th.textContent = from;
+    tr.appendChild(th);
+    for (const to of m.members) {
+      const td = tr.insertCell();
+      td.dataset.from = from;
+      td.dataset.to = to;
+      if (from === to) { td.className = "self"; continue; }
+      const c = cells.get(from + ">" + to), l = losses.get(from + ">" + to);
+      let text = "", title = "", href = null;
+      if (by === "loss") {
+        if (l) {
+          td.className = "measured";
+          td.dataset.basis = "measured";
+          td.style.background = lossColour(l.episode_frequency);
+          text = (100 * l.episode_frequency).toFixed(1) + "%";
+          title = from + " → " + to + ": in a loss episode " + (100 * l.episode_frequency).toFixed(2) +
+            " % of the time, probes lost " + (100 * l.loss_rate).toFixed(2) + " %, measured by " +
+            l.link + ", " + age(l.age_s) + " old";
+          href = linkTo(m, to, l.link);
+        }
+      } else if (c) {
+        td.style.backgroundColor = bandwidthColour(c.bps, lo, hi);
+        text = rate(c.bps);
+        const b = c.basis;
+        td.dataset.basis = b.kind;
+        td.className = b.kind;
+        if (b.kind === "measured") {
+          title = from + " → " + to + ": " + rate(c.bps) + "bit/s, measured by " + b.link +
+            " (" + b.method + "), " + age(c.age_s) + " old";
+          href = linkTo(m, to, b.link);
+        } else {
+          title = from + " → " + to + ": " + rate(c.bps) + "bit/s, inferred from " + from +
+            "'s uplink (" + b.uplink + "), " + to + "'s downlink (" + b.downlink + ")" +
+            (b.core ? " and the core (" + b.core + ")" : "") + ", " + age(c.age_s) + " old";
+          const up = cells.get(b.uplink);
+          if (up && up.basis.kind === "measured") href = linkTo(m, up.to, up.basis.link);
+        }
+      }
+      if (!td.className) { td.className = "none"; text = "·"; title = from + " → " + to + ": no value"; }
+      td.title = title;
+      if (href) {
+        const a = document.createElement("a");
+        a.href = href;
+        a.textContent = text;
+        td.appendChild(a);
+      } else {
+        td.textContent = text;
+      }
+    }
+  }
+  const box = document.getElementById("matrix");
+  box.replaceChildren(table);
+  const legend = document.getElementById("legend");
+  legend.replaceChildren();
+  const swatch = (text, colour) => {
+    const s = document.createElement("span");
+    s.textContent = text;
+    s.style.background = colour;
+    legend.appendChild(s);
+  };
+  if (by === "loss") {
+    swatch("0 %", lossColour(0));
+    swatch("2.5 %", lossColour(0.025));
+    swatch("≥ 5 % of the time in a loss episode", lossColour(0.05));
+  } else if (m.cells.length) {
+    swatch(rate(lo) + "bit/s", bandwidthColour(lo, lo, hi));
+    swatch(rate(Math.sqrt(lo * hi)) + "bit/s", bandwidthColour(Math.sqrt(lo * hi), lo, hi));
+    swatch(rate(hi) + "bit/s", bandwidthColour(hi, lo, hi));
+  }
+  const unread = document.getElementById("unread");
+  unread.replaceChildren();
+  for (const u of m.unread) {
+    const li = document.createElement("li");
+    li.textContent = u.member + ": its links could not be read: " + u.error;
+    unread.appendChild(li);
+  }
+  const measured = m.cells.filter(c => c.basis.kind === "measured").length;
+  document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString() +
+    ": " + m.members.length + " members, " + measured + " pairs measured, " +
+    (m.cells.length - measured) + " inferred, collected " + age(Math.max(0, Date.now() / 1e3 - m.at)) + " ago";
+}
+async function refresh() {
+  try {
+    const r = await fetch("/v1/matrix", opts);
+    const body = await r.json();
+    if (!r.ok) throw new Error(body.error || r.statusText);
+    last = body;
+    draw();
+  } catch (e) {
+    document.getElementById("updated").textContent = "no matrix: " + e.message;
+  }
+}
+for (const r of document.querySelectorAll('input[name="by"]')) r.addEventListener("change", draw);
+refresh();
+setInterval(refresh, {every_ms});
 </script>
 </body>
 </html>

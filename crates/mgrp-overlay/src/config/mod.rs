@@ -9,6 +9,7 @@
 
 mod check;
 mod link;
+mod matrix;
 mod mesh;
 mod prediction;
 pub mod reload;
@@ -18,6 +19,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use matrix::MatrixSettings;
 pub use mesh::budget_costs;
 use pathload_rs::control::{DEFAULT_PROBE_PORT, Transport};
 use serde::Deserialize;
@@ -96,6 +98,8 @@ pub struct Config {
     pub probe_port_base: u16,
     /// How often the mesh description is read again (`mesh-refresh`), if at all.
     pub mesh_refresh: Option<Duration>,
+    /// The mesh's matrix this node collects (`[matrix]`), if it does.
+    pub matrix: Option<MatrixSettings>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -121,6 +125,7 @@ struct File {
     #[serde(default)]
     passive: PassiveFile,
     routing: Option<mgrp_route::settings::RoutingFile>,
+    matrix: Option<matrix::MatrixFile>,
     /// A mesh description this node takes its links from (docs/mesh.md): a file,
     /// or an `https://` URL.
     mesh: Option<String>,
@@ -177,6 +182,7 @@ impl std::fmt::Debug for Config {
             .field("routing", &self.routing)
             .field("probe_port_base", &self.probe_port_base)
             .field("mesh_refresh", &self.mesh_refresh)
+            .field("matrix", &self.matrix)
             .finish()
     }
 }
@@ -392,6 +398,21 @@ impl Config {
             }
         };
         mesh::apply(&mut f, dir)?;
+        let matrix = f
+            .matrix
+            .take()
+            .map(|m| {
+                matrix::check(
+                    m,
+                    (
+                        f.mesh.as_ref(),
+                        f.mesh_ca_file.as_deref(),
+                        f.mesh_token_file.as_deref(),
+                    ),
+                    dir,
+                )
+            })
+            .transpose()?;
         if no_tls && let Some(r) = &mut f.routing {
             r.without_tls();
         }
@@ -542,6 +563,7 @@ impl Config {
             routing: f.routing.map(|r| r.check(dir)).transpose()?,
             probe_port_base,
             mesh_refresh,
+            matrix,
         })
     }
 
@@ -828,6 +850,49 @@ mod tests {
         assert_ne!(c.links[0].probe_port, c.links[1].probe_port);
         assert_eq!(c.links[0].probe_address, None);
         assert_eq!(c.links[1].probe_address, Some("10.0.1.2".parse().unwrap()));
+    }
+
+    /// `[matrix]` takes the node's own description unless it names one, reads it at
+    /// once, and names what is wrong.
+    #[test]
+    fn the_matrix_collector_needs_a_description_it_can_read() {
+        let dir = std::env::temp_dir().join(mgrp_testbed::unique("overlay-matrix-config"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("mesh.toml"),
+            "[[member]]\nname = \"a\"\naddress = \"10.9.0.1\"\n",
+        )
+        .unwrap();
+        let load = |t: &str| Config::from_toml(t, Some(&dir));
+        let c = load("[matrix]\nmesh = \"mesh.toml\"\n").unwrap();
+        let m = c.matrix.unwrap();
+        assert_eq!((m.interval, m.metrics), (Duration::from_secs(30), true));
+        assert_eq!(m.read_mesh().unwrap().members.len(), 1);
+        let own = load(
+            "mesh = \"mesh.toml\"\nnode = \"a\"\n[matrix]\ninterval = \"5s\"\nmetrics = false\n",
+        )
+        .unwrap()
+        .matrix
+        .unwrap();
+        assert_eq!(
+            (own.mesh.as_str(), own.interval, own.metrics),
+            ("mesh.toml", Duration::from_secs(5), false)
+        );
+        let err = |t: &str| load(t).unwrap_err().to_string();
+        assert!(
+            err("[matrix]\n").contains("give mesh"),
+            "{}",
+            err("[matrix]\n")
+        );
+        assert!(err("[matrix]\nmesh = \"none.toml\"\n").contains("matrix.mesh"));
+        assert!(
+            err("[matrix]\nmesh = \"mesh.toml\"\ninterval = \"100ms\"\n").contains("at least 1s")
+        );
+        assert!(
+            err("[matrix]\nmesh = \"mesh.toml\"\ntoken-file = \"none\"\n")
+                .contains("matrix.token-file")
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -115,6 +115,8 @@ pub struct Shared {
     pub(crate) served: Mutex<BTreeMap<String, Served>>,
     /// The runs in flight: their link's name and the flag that ends them.
     pub(crate) runs: Mutex<Vec<(String, Arc<AtomicBool>)>>,
+    /// The mesh's matrix as last collected (`[matrix]`), or why it could not be.
+    pub(crate) matrix: Mutex<Option<Result<mgrp_views::matrix::Matrix, String>>>,
 }
 
 /// What a transport served: measurements, refusals (a receiver turned away or a
@@ -330,6 +332,12 @@ impl Shared {
     /// Route control, when configured.
     pub fn routes(&self) -> Option<&Arc<mgrp_route::control::Control>> {
         self.routes.as_ref()
+    }
+
+    /// The mesh's matrix as last collected, or why it could not be; `None` before
+    /// the first collection or where the node collects none (`[matrix]`).
+    pub fn matrix(&self) -> Option<Result<mgrp_views::matrix::Matrix, String>> {
+        lock(&self.matrix).clone()
     }
 
     /// Whether the node is stopping.

@@ -5,9 +5,11 @@
 //! - [`runner`]: the scheduler's thread and each run.
 //! - [`traffic`]: links waiting for application traffic to ride.
 //! - [`serve`]: the neighbours' measurements of the paths out of this node served.
+//! - [`collect`]: the mesh's matrix, read from every member (`[matrix]`).
 //! - [`neighbours`]: the neighbours asked every poll (their kernels' view of the TCP
 //!   flows, their stamps), and what they say kept.
 
+pub mod collect;
 pub mod neighbours;
 pub mod runner;
 pub mod serve;

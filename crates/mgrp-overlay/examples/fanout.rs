@@ -40,7 +40,7 @@ use mgrp_testbed::Star;
 use mgrp_testbed::http::request_in;
 use mgrp_testbed::traffic::ip_level_truth;
 use serde_json::Value;
-use support::{quantile, usage};
+use support::{Meter, quantile};
 
 /// The bottleneck of each neighbour's path, Mbit/s, in order.
 const DOWNLINKS: [f64; 8] = [6.0, 8.0, 10.0, 12.0, 6.0, 8.0, 10.0, 12.0];
@@ -268,22 +268,7 @@ fn bench(args: &Args) -> anyhow::Result<()> {
         std::fs::write(&p, text)?;
         overlays.push(embed::overlay(ns, &p, "warn")?);
     }
-    let pids: Vec<(usize, bool, u32)> = overlays
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| Some((i, true, p.pid()?)))
-        .chain(
-            daemons
-                .iter()
-                .enumerate()
-                .filter_map(|(i, d)| Some((i, false, d.process.pid()?))),
-        )
-        .collect();
-    let cpu_start: Vec<f64> = pids
-        .iter()
-        .map(|(_, _, p)| usage(*p).map_or(0.0, |u| u.0))
-        .collect();
-    let mut rss_peak = vec![0u64; pids.len()];
+    let mut meter = Meter::start(&overlays, &daemons);
     let started = Instant::now();
     let start_unix = mgrp_rt::unix_now();
     let total = Duration::from_secs_f64(args.minutes * 60.0);
@@ -298,20 +283,12 @@ fn bench(args: &Args) -> anyhow::Result<()> {
         args.minutes
     );
     while started.elapsed() < total {
-        for (k, (_, _, pid)) in pids.iter().enumerate() {
-            if let Some((_, rss)) = usage(*pid) {
-                rss_peak[k] = rss_peak[k].max(rss);
-            }
-        }
+        meter.sample();
         std::thread::sleep(Duration::from_secs(1));
     }
     let elapsed = started.elapsed().as_secs_f64();
     let end_unix = mgrp_rt::unix_now();
-    let cpu: Vec<f64> = pids
-        .iter()
-        .zip(&cpu_start)
-        .map(|((_, _, p), c0)| usage(*p).map_or(f64::NAN, |u| (u.0 - c0) / elapsed * 100.0))
-        .collect();
+    let used = meter.used();
 
     let mut figures: BTreeMap<(usize, &str), Figures> = BTreeMap::new();
     for (i, a) in addrs.iter().enumerate().skip(1) {
@@ -434,31 +411,31 @@ fn bench(args: &Args) -> anyhow::Result<()> {
         );
     }
     mgrp_rt::outln!("\n| process | CPU % | peak RSS MB |\n|---|---|---|");
-    let mut neighbours = (0.0, 0.0, 0u64, 0u64, 0usize);
-    for (k, (i, overlay, _)) in pids.iter().enumerate() {
-        if *i == 0 {
-            let name = if *overlay { "hub overlay" } else { "hub mgrpd" };
-            mgrp_rt::outln!(
-                "| {name} | {:.1} | {:.1} |",
-                cpu[k],
-                rss_peak[k] as f64 / 1024.0
-            );
-        } else if *overlay {
-            neighbours.0 += cpu[k];
-            neighbours.2 = neighbours.2.max(rss_peak[k]);
+    let mut neighbours = (0.0, 0.0, 0f64, 0f64, 0usize);
+    for u in &used {
+        if u.node == 0 {
+            let name = if u.overlay {
+                "hub overlay"
+            } else {
+                "hub mgrpd"
+            };
+            mgrp_rt::outln!("| {name} | {:.1} | {:.1} |", u.cpu_pct, u.peak_rss_mb);
+        } else if u.overlay {
+            neighbours.0 += u.cpu_pct;
+            neighbours.2 = neighbours.2.max(u.peak_rss_mb);
             neighbours.4 += 1;
         } else {
-            neighbours.1 += cpu[k];
-            neighbours.3 = neighbours.3.max(rss_peak[k]);
+            neighbours.1 += u.cpu_pct;
+            neighbours.3 = neighbours.3.max(u.peak_rss_mb);
         }
     }
     let count = neighbours.4.max(1) as f64;
     mgrp_rt::outln!(
         "| neighbour overlay (mean) | {:.1} | {:.1} |\n| neighbour mgrpd (mean) | {:.1} | {:.1} |",
         neighbours.0 / count,
-        neighbours.2 as f64 / 1024.0,
+        neighbours.2,
         neighbours.1 / count,
-        neighbours.3 as f64 / 1024.0
+        neighbours.3
     );
     Ok(())
 }

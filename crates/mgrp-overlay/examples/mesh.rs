@@ -34,7 +34,7 @@ use mgrp_testbed::Star;
 use mgrp_testbed::http::request_in;
 use mgrp_testbed::traffic::{ip_level_truth, udp_cbr};
 use serde_json::Value;
-use support::{quantile, usage};
+use support::{Meter, quantile};
 
 /// Each host's downlink, Mbit/s.
 const DOWNLINKS: [f64; 4] = [10.0, 6.0, 15.0, 8.0];
@@ -107,22 +107,7 @@ fn bench(args: &Args) -> anyhow::Result<()> {
         std::fs::write(&p, node_config(i, &addrs, &daemons[i].socket, args))?;
         overlays.push(embed::overlay(ns, &p, "info")?);
     }
-    let pids: Vec<(String, u32)> = overlays
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| Some((format!("overlay n{i}"), p.pid()?)))
-        .chain(
-            daemons
-                .iter()
-                .enumerate()
-                .filter_map(|(i, d)| Some((format!("mgrpd n{i}"), d.process.pid()?))),
-        )
-        .collect();
-    let cpu_start: Vec<f64> = pids
-        .iter()
-        .map(|(_, p)| usage(*p).map_or(0.0, |u| u.0))
-        .collect();
-    let mut rss_peak = vec![0u64; pids.len()];
+    let mut meter = Meter::start(&overlays, &daemons);
     let started = Instant::now();
     let start_unix = unix_now();
     let total = Duration::from_secs_f64(args.minutes * 60.0);
@@ -162,19 +147,11 @@ fn bench(args: &Args) -> anyhow::Result<()> {
                 }
             }
         }
-        for (k, (_, pid)) in pids.iter().enumerate() {
-            if let Some((_, rss)) = usage(*pid) {
-                rss_peak[k] = rss_peak[k].max(rss);
-            }
-        }
+        meter.sample();
         std::thread::sleep(Duration::from_secs(1));
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let cpu: Vec<f64> = pids
-        .iter()
-        .zip(&cpu_start)
-        .map(|((_, p), c0)| usage(*p).map_or(f64::NAN, |u| (u.0 - c0) / elapsed * 100.0))
-        .collect();
+    let used = meter.used();
     drop(flow);
 
     // Every link's history, judged against its truth.
@@ -285,12 +262,8 @@ fn bench(args: &Args) -> anyhow::Result<()> {
         bytes as f64 / 1e6 / (elapsed / 3600.0) / 12.0,
     );
     mgrp_rt::outln!("\n| process | CPU % | peak RSS MB |\n|---|---|---|");
-    for (k, (name, _)) in pids.iter().enumerate() {
-        mgrp_rt::outln!(
-            "| {name} | {:.1} | {:.1} |",
-            cpu[k],
-            rss_peak[k] as f64 / 1024.0
-        );
+    for u in &used {
+        mgrp_rt::outln!("| {} | {:.1} | {:.1} |", u.name(), u.cpu_pct, u.peak_rss_mb);
     }
     eprintln!("mesh: started at {start_unix:.0} (Unix), flow from {flow_unix:.0}");
     Ok(())

@@ -34,7 +34,7 @@ use mgrp_testbed::Star;
 use mgrp_testbed::http::request_in;
 use mgrp_testbed::traffic::{ip_level_truth, udp_cbr};
 use serde_json::Value;
-use support::{quantile, usage};
+use support::{Meter, quantile};
 
 /// The downlinks, Mbit/s, member i taking entry i mod 8 (fixed before any run).
 const DOWNLINKS: [f64; 8] = [10.0, 6.0, 15.0, 8.0, 12.0, 5.0, 20.0, 9.0];
@@ -216,22 +216,7 @@ fn bench(args: &Args) -> anyhow::Result<()> {
             )?);
         }
     }
-    let pids: Vec<(String, u32)> = overlays
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| Some((format!("overlay n{i}"), p.pid()?)))
-        .chain(
-            daemons
-                .iter()
-                .enumerate()
-                .filter_map(|(i, d)| Some((format!("mgrpd n{i}"), d.process.pid()?))),
-        )
-        .collect();
-    let cpu_start: Vec<f64> = pids
-        .iter()
-        .map(|(_, p)| usage(*p).map_or(0.0, |u| u.0))
-        .collect();
-    let mut rss_peak = vec![0u64; pids.len()];
+    let mut meter = Meter::start(&overlays, &daemons);
     let started = Instant::now();
     let total = Duration::from_secs_f64(args.minutes * 60.0);
     let mut ages: Vec<f64> = Vec::new();
@@ -275,19 +260,11 @@ fn bench(args: &Args) -> anyhow::Result<()> {
                 ));
             }
         }
-        for (k, (_, pid)) in pids.iter().enumerate() {
-            if let Some((_, rss)) = usage(*pid) {
-                rss_peak[k] = rss_peak[k].max(rss);
-            }
-        }
+        meter.sample();
         std::thread::sleep(Duration::from_secs(10));
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let cpu: Vec<f64> = pids
-        .iter()
-        .zip(&cpu_start)
-        .map(|((_, p), c0)| usage(*p).map_or(f64::NAN, |u| (u.0 - c0) / elapsed * 100.0))
-        .collect();
+    let used = meter.used();
     let load = mgrp_testbed::host::load_averages();
 
     // Each link's runs: probe bytes, estimates, errors against the truth.
@@ -413,16 +390,12 @@ fn bench(args: &Args) -> anyhow::Result<()> {
     );
     mgrp_rt::outln!("\n| process | CPU % | peak RSS MB |\n|---|---|---|");
     let (mut cpu_overlay, mut cpu_mgrpd) = (0.0, 0.0);
-    for (k, (name, _)) in pids.iter().enumerate() {
-        mgrp_rt::outln!(
-            "| {name} | {:.1} | {:.1} |",
-            cpu[k],
-            rss_peak[k] as f64 / 1024.0
-        );
-        if name.starts_with("overlay") {
-            cpu_overlay += cpu[k];
+    for u in &used {
+        mgrp_rt::outln!("| {} | {:.1} | {:.1} |", u.name(), u.cpu_pct, u.peak_rss_mb);
+        if u.overlay {
+            cpu_overlay += u.cpu_pct;
         } else {
-            cpu_mgrpd += cpu[k];
+            cpu_mgrpd += u.cpu_pct;
         }
     }
     mgrp_rt::outln!("| all overlays / all mgrpds | {cpu_overlay:.1} / {cpu_mgrpd:.1} | |");

@@ -202,7 +202,7 @@ impl Access {
 /// Reads every member's links from its API (over TLS when its `api` is
 /// `https://`) and gives the matrix. A member that cannot be read is listed as
 /// unread with why; an API over TLS without an authority to check it is an error.
-pub fn read_mesh(mesh: &Mesh, access: &Access) -> anyhow::Result<Matrix> {
+pub fn read_members(mesh: &Mesh, access: &Access) -> anyhow::Result<Matrix> {
     let mut read = BTreeMap::new();
     for m in mesh.members.values() {
         let Some(api) = mgrp_mesh::RouteApi::of(m) else {
@@ -252,7 +252,7 @@ pub fn collect(
         .with_context(|| format!("cannot read the mesh description {}", path.display()))?;
     let mesh = Mesh::parse(&text).with_context(|| format!("mesh {}", path.display()))?;
     let access = Access::load(token_file, ca).map_err(|e| anyhow::anyhow!("--{e}"))?;
-    read_mesh(&mesh, &access)
+    read_members(&mesh, &access)
 }
 
 #[cfg(test)]

@@ -544,24 +544,18 @@ function draw() {
   const lo = Math.min(...bps), hi = Math.max(...bps);
   const table = document.createElement("table");
   table.className = "matrix";
-  const head = table.insertRow();
-  const corner = document.createElement("th");
-  corner.textContent = "from \\ to";
-  head.appendChild(corner);
-  for (const to of m.members) {
+  const header = (tr, text, cls, scope) => {
     const th = document.createElement("th");
-    th.className = "to";
-    th.scope = "col";
-    th.textContent = to;
-    head.appendChild(th);
-  }
+    if (cls) { th.className = cls; th.scope = scope; }
+    th.textContent = text;
+    tr.appendChild(th);
+  };
+  const head = table.insertRow();
+  header(head, "from \\ to");
+  for (const to of m.members) header(head, to, "to", "col");
   for (const from of m.members) {
     const tr = table.insertRow();
-    const th = document.createElement("th");
-    th.className = "from";
-    th.scope = "row";
-    th.textContent = from;
-    tr.appendChild(th);
+    header(tr, from, "from", "row");
     for (const to of m.members) {
       const td = tr.insertCell();
       td.dataset.from = from;

@@ -49,7 +49,7 @@ pub struct MatrixSettings {
 
 impl MatrixSettings {
     /// The description as it is now.
-    pub fn read_mesh(&self) -> Result<mgrp_mesh::Mesh, String> {
+    pub fn description(&self) -> Result<mgrp_mesh::Mesh, String> {
         let text = mgrp_service::fetch::Source {
             mesh: &self.mesh,
             ca_file: self.mesh_ca_file.as_deref(),
@@ -108,7 +108,7 @@ pub(super) fn check(
     // A description that cannot be read now is most likely a mistake: say so at
     // start rather than at the first collection.
     settings
-        .read_mesh()
+        .description()
         .map_err(|e| invalid(format!("matrix.mesh: {e}")))?;
     Ok(settings)
 }

@@ -867,7 +867,7 @@ mod tests {
         let c = load("[matrix]\nmesh = \"mesh.toml\"\n").unwrap();
         let m = c.matrix.unwrap();
         assert_eq!((m.interval, m.metrics), (Duration::from_secs(30), true));
-        assert_eq!(m.read_mesh().unwrap().members.len(), 1);
+        assert_eq!(m.description().unwrap().members.len(), 1);
         let own = load(
             "mesh = \"mesh.toml\"\nnode = \"a\"\n[matrix]\ninterval = \"5s\"\nmetrics = false\n",
         )

@@ -31,8 +31,8 @@ pub(crate) fn collect(s: &Shared) {
             continue;
         }
         last = Some(Instant::now());
-        let got = m.read_mesh().and_then(|mesh| {
-            crate::matrix::read_mesh(&mesh, &m.access).map_err(|e| format!("{e:#}"))
+        let got = m.description().and_then(|mesh| {
+            crate::matrix::read_members(&mesh, &m.access).map_err(|e| format!("{e:#}"))
         });
         match &got {
             Ok(matrix) => {

@@ -80,10 +80,13 @@ pub struct Costs {
     pub heartbeat_bytes: u64,
     /// Exclusive measurements a sender runs at once.
     pub sender_exclusive: usize,
-    /// Measurements a sender runs at once, in all and for one receiving host.
+    /// Measurements a sender runs at once, in all and for one receiving host,
+    /// unless the plan raises them (the sender's defaults).
     pub sender_measurements: usize,
     /// See `sender_measurements`.
     pub sender_measurements_per_host: usize,
+    /// The most the plan may raise either to (the most a sender may be set to).
+    pub sender_limit_max: usize,
     /// The most `max-running` a node may be given.
     pub max_running: usize,
 }
@@ -137,6 +140,14 @@ pub struct NodeBudget {
     /// any requester's planned links take, doubled for the runs that cost more
     /// than the typical one.
     pub serve_bytes_per_hour: u64,
+    /// Measurements its sender serves at once for every receiver together: the
+    /// sender's default, or the peak its planned links reach (their mean in flight
+    /// and three standard deviations of it, as of many runs that start
+    /// independently) where that is more.
+    pub serve_measurements: usize,
+    /// Measurements its sender serves at once for one receiver: the default, or
+    /// the most one receiver's links may run at once where that is more.
+    pub serve_measurements_per_requester: usize,
 }
 
 impl NodeBudget {
@@ -270,7 +281,7 @@ impl std::fmt::Display for Shortfall {
             ),
             Self::SenderMeasurements { node, load } => write!(
                 f,
-                "member {node:?}: its sender would have {load:.1} measurements in flight on average, more than it runs at once; measure it from fewer members"
+                "member {node:?}: its sender would have {load:.1} measurements in flight on average, more than a sender may be set to run at once; measure it from fewer members"
             ),
             Self::PerHost {
                 sender,
@@ -278,7 +289,7 @@ impl std::fmt::Display for Shortfall {
                 needs,
             } => write!(
                 f,
-                "member {receiver:?} may run {needs} measurements from {sender:?} at once, more than a sender runs for one host; give the pair fewer methods or transports"
+                "member {receiver:?} may run {needs} measurements from {sender:?} at once, more than a sender may be set to run for one host; give the pair fewer methods or transports"
             ),
             Self::Running { node, needs } => write!(
                 f,
@@ -679,23 +690,30 @@ fn plan(mesh: &Mesh, budget: &Budget, costs: &Costs) -> BudgetPlan {
             e.0 += 1;
         }
     }
+    // What each sender is set to serve: its defaults, raised to what its links
+    // need, up to the most a sender may be set to.
+    let mut serve_at_once: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     for (n, load) in &in_flight {
-        if *load > costs.sender_measurements as f64 {
+        let peak = (load + 3.0 * load.sqrt()).ceil() as usize;
+        if peak > costs.sender_limit_max {
             shortfalls.push(Shortfall::SenderMeasurements {
                 node: (*n).to_owned(),
                 load: *load,
             });
         }
+        serve_at_once.entry(n).or_default().0 = peak.min(costs.sender_limit_max);
     }
     for ((sender, receiver), (background, exclusive)) in &at_once {
         let needs = background + usize::from(*exclusive);
-        if needs > costs.sender_measurements_per_host {
+        if needs > costs.sender_limit_max {
             shortfalls.push(Shortfall::PerHost {
                 sender: (*sender).to_owned(),
                 receiver: (*receiver).to_owned(),
                 needs,
             });
         }
+        let e = &mut serve_at_once.entry(sender).or_default().1;
+        *e = (*e).max(needs.min(costs.sender_limit_max));
     }
     // The links and nodes as planned.
     let mut links = BTreeMap::new();
@@ -711,6 +729,14 @@ fn plan(mesh: &Mesh, budget: &Budget, costs: &Costs) -> BudgetPlan {
                     poll_bytes_per_hour: polls.get(n.as_str()).copied().unwrap_or(0.0),
                     max_running: running[n.as_str()].min(costs.max_running),
                     serve_bytes_per_hour: 0,
+                    serve_measurements: serve_at_once
+                        .get(n.as_str())
+                        .map_or(0, |a| a.0)
+                        .max(costs.sender_measurements),
+                    serve_measurements_per_requester: serve_at_once
+                        .get(n.as_str())
+                        .map_or(0, |a| a.1)
+                        .max(costs.sender_measurements_per_host),
                 },
             )
         })
@@ -802,6 +828,7 @@ mod tests {
             sender_exclusive: 1,
             sender_measurements: 32,
             sender_measurements_per_host: 4,
+            sender_limit_max: 4096,
             max_running: 16,
         }
     }
@@ -885,14 +912,28 @@ mod tests {
     }
 
     #[test]
-    fn a_sender_asked_for_more_at_once_than_it_runs_is_said() {
-        // Three light methods over two transports: six at once from one sender.
+    fn a_sender_asked_for_more_at_once_than_it_runs_is_raised_or_said() {
+        // Three methods over two transports: four light and one exclusive at once
+        // from one sender, more than its default 4 for one host: raised to 5.
         let text = format!(
             "{}[[group]]\nname = \"all\"\nkind = \"full-mesh\"\nmembers = [\"m0\", \"m1\"]\nmethods = [\"chirp\", \"loss\", \"load\"]\ntransports = [\"mgrp\", \"udp\"]\n\
              [budget]\nnode-mb-per-hour = 1000\nage = \"10m\"\n",
             members(2, 0)
         );
         let plan = mesh(&text).plan_budget(&costs()).unwrap();
+        assert_eq!(plan.shortfalls, []);
+        assert_eq!(plan.nodes["m0"].serve_measurements_per_requester, 5);
+        assert_eq!(plan.nodes["m0"].serve_measurements, 32);
+        // One transport: chirp, loss and one exclusive, 3 at once: the default.
+        let one = text.replace("transports = [\"mgrp\", \"udp\"]\n", "");
+        let plan = mesh(&one).plan_budget(&costs()).unwrap();
+        assert_eq!(plan.nodes["m0"].serve_measurements_per_requester, 4);
+        // A sender that may not be set to 5 for one host: said, and set to its most.
+        let capped = Costs {
+            sender_limit_max: 4,
+            ..costs()
+        };
+        let plan = mesh(&text).plan_budget(&capped).unwrap();
         assert!(
             plan.shortfalls.contains(&Shortfall::PerHost {
                 sender: "m0".into(),
@@ -902,9 +943,26 @@ mod tests {
             "{:?}",
             plan.shortfalls
         );
-        // One transport: chirp, loss and one exclusive, 3 at once: no shortfall.
-        let one = text.replace("transports = [\"mgrp\", \"udp\"]\n", "");
-        assert_eq!(mesh(&one).plan_budget(&costs()).unwrap().shortfalls, []);
+        assert_eq!(plan.nodes["m0"].serve_measurements_per_requester, 4);
+    }
+
+    /// A sender measured by many raises its measurements at once to the peak its
+    /// links reach: each of 60 members measures m0 with a light method that runs a
+    /// third of the time, 21 in flight on average, 36 at the peak planned.
+    #[test]
+    fn a_sender_measured_by_many_serves_their_peak_at_once() {
+        let others: Vec<String> = (1..61).map(|i| format!("\"m{i}\"")).collect();
+        let text = format!(
+            "{}[[group]]\nname = \"star\"\nkind = \"star\"\nhub = \"m0\"\nmembers = [{}]\nmethods = [\"chirp\"]\n\
+             [budget]\nnode-mb-per-hour = 100000\nlink-mb-per-hour = 1000\nage = \"1m\"\n",
+            members(61, 0),
+            others.join(", ")
+        );
+        let plan = mesh(&text).plan_budget(&costs()).unwrap();
+        let n = &plan.nodes["m0"];
+        // 60 links of a 20-s limit every 36.363 s: 21.3 in flight, 21.3 + 3 × 4.6.
+        assert_eq!(n.serve_measurements, 36, "{n:?}");
+        assert_eq!(n.serve_measurements_per_requester, 4, "{n:?}");
     }
 
     #[test]

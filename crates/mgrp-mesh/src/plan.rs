@@ -149,13 +149,16 @@ pub struct NodePlan {
     /// The probe bytes an hour its sender gives each requester, when the budget
     /// plans it (in whole kilobytes).
     pub serve_bytes_per_hour: Option<u64>,
+    /// The measurements its sender serves at once, in all and for one requester,
+    /// when the budget plans them.
+    pub serve_measurements: Option<(usize, usize)>,
 }
 
 impl NodePlan {
     /// This part with the budget's plan in it: each link's interval and time
-    /// limit (to the millisecond), `max-running`, and what the sender gives each
+    /// limit (to the millisecond), `max-running`, what the sender gives each
     /// requester (1 MB an hour at least, so a member no one measures from still
-    /// answers).
+    /// answers) and how many measurements it serves at once.
     pub fn with_budget(mut self, plan: &crate::budget::BudgetPlan) -> Self {
         let ms = |d: std::time::Duration| format!("{}ms", d.as_millis());
         let node = self.node.name.clone();
@@ -172,6 +175,8 @@ impl NodePlan {
             self.max_running = Some(n.max_running);
             self.serve_bytes_per_hour =
                 Some(n.serve_bytes_per_hour.div_ceil(1000).max(1000) * 1000);
+            self.serve_measurements =
+                Some((n.serve_measurements, n.serve_measurements_per_requester));
         }
         self
     }
@@ -270,6 +275,7 @@ impl Mesh {
             routing,
             max_running: None,
             serve_bytes_per_hour: None,
+            serve_measurements: None,
         })
     }
 }

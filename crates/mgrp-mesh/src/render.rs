@@ -71,6 +71,12 @@ impl NodePlan {
         if let Some(b) = self.serve_bytes_per_hour {
             let _ = writeln!(out, "max-mb-per-hour = {}", b as f64 / 1e6);
         }
+        if let Some((all, one)) = self.serve_measurements {
+            let _ = writeln!(
+                out,
+                "max-measurements = {all}\nmax-measurements-per-requester = {one}"
+            );
+        }
         for l in &self.links {
             let _ = write!(
                 out,

@@ -267,6 +267,25 @@ mod tests {
             "{report}"
         );
         assert_eq!(config.max_running, plan.nodes["lon1"].max_running);
+        // Its sender serves what the plan needs at once, and the report says so.
+        let lon1 = &plan.nodes["lon1"];
+        assert_eq!(
+            (
+                config.serve_limits.measurements,
+                config.serve_limits.measurements_per_requester
+            ),
+            (
+                lon1.serve_measurements,
+                lon1.serve_measurements_per_requester
+            )
+        );
+        assert!(
+            report.contains(&format!(
+                "max-measurements = {}\nmax-measurements-per-requester = {}\n",
+                lon1.serve_measurements, lon1.serve_measurements_per_requester
+            )),
+            "{report}"
+        );
         assert!(config.budget_shortfalls.is_empty());
         let short = short.unwrap_err();
         assert!(

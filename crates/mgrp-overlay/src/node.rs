@@ -71,6 +71,7 @@ impl Node {
                     max_bytes_per_hour: config.serve_bytes_per_hour,
                     max_probe_bps: config.serve_probe_bps,
                     ipv6_prefix: config.serve_ipv6_prefix,
+                    limits: config.serve_limits,
                     ..ServeOptions::new(transport)
                 };
                 if let Some(warning) = opts.open_to_all() {
@@ -291,6 +292,10 @@ impl Reloader {
                 config.serve_bytes_per_hour,
                 config.serve_probe_bps,
             );
+            // Checked when the file was read.
+            if let Err(e) = server.set_limits(config.serve_limits) {
+                warn!("{e:#}; the limits in force stay");
+            }
         }
         s.wake.notify_all();
         Ok(Reloaded {

@@ -12,7 +12,9 @@ use crate::control::{
     DEFAULT_CONTROL_PORT, DEFAULT_PROBE_PORT, DEFAULT_SENDER_PROBE_PORT, Transport,
 };
 use crate::server::{
-    DEFAULT_BYTES_PER_HOUR, DEFAULT_IPV6_PREFIX, DEFAULT_PROBE_BPS, PROBE_RATE_WINDOW, ServeOptions,
+    DEFAULT_BYTES_PER_HOUR, DEFAULT_IPV6_PREFIX, DEFAULT_PROBE_BPS, MAX_EXCLUSIVE,
+    MAX_MEASUREMENTS, MAX_MEASUREMENTS_PER_HOST, MAX_WAITING_EXCLUSIVE, PROBE_RATE_WINDOW,
+    SenderLimits, ServeOptions,
 };
 use crate::session::{MeasureError, SessionOptions};
 #[doc(no_inline)]
@@ -294,6 +296,27 @@ pub struct SndArgs {
     #[arg(long, value_name = "LEN", default_value_t = DEFAULT_IPV6_PREFIX,
           value_parser = clap::value_parser!(u8).range(1..=128))]
     pub ipv6_prefix: u8,
+    /// Measurements served at once, for every receiver together.
+    #[arg(long, value_name = "N", default_value_t = MAX_MEASUREMENTS)]
+    pub max_measurements: usize,
+    /// Measurements one receiver may have at once.
+    #[arg(long, value_name = "N", default_value_t = MAX_MEASUREMENTS_PER_HOST)]
+    pub max_measurements_per_receiver: usize,
+    /// Measurements that load their path (pathload, btc) served at once; more
+    /// than one disturb each other where their paths share a link.
+    #[arg(long, value_name = "N", default_value_t = MAX_EXCLUSIVE)]
+    pub max_exclusive: usize,
+    /// Receivers that wait in line for such a measurement.
+    #[arg(long, value_name = "N", default_value_t = MAX_WAITING_EXCLUSIVE)]
+    pub max_waiting: usize,
+    /// Connections open at once (measurements, queries, refusals being said)
+    /// [default: 64, or twice --max-measurements where that is more].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Connections one receiver may have open at once [default: 8, or twice
+    /// --max-measurements-per-receiver where that is more].
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_receiver: Option<usize>,
     /// Log refused requests.
     #[arg(short, long)]
     pub verbose: bool,
@@ -328,6 +351,18 @@ impl SndArgs {
             max_probe_bps: (self.max_probe_mbps.max(0.0) * 1e6) as u64,
             probe_rate_window: PROBE_RATE_WINDOW,
             ipv6_prefix: self.ipv6_prefix,
+            limits: SenderLimits {
+                connections: self
+                    .max_connections
+                    .unwrap_or_else(|| SenderLimits::connections_for(self.max_measurements)),
+                connections_per_requester: self.max_connections_per_receiver.unwrap_or_else(|| {
+                    SenderLimits::connections_per_requester_for(self.max_measurements_per_receiver)
+                }),
+                measurements: self.max_measurements,
+                measurements_per_requester: self.max_measurements_per_receiver,
+                exclusive: self.max_exclusive,
+                waiting: self.max_waiting,
+            },
             ..ServeOptions::new(self.transport.into())
         }
     }
@@ -402,6 +437,50 @@ mod tests {
             .args
             .options("t snd");
         assert_eq!((o.max_probe_bps, o.ipv6_prefix), (950_000_000, 48));
+        assert_eq!(o.limits, SenderLimits::default());
+        // Connections follow the measurements when not given.
+        let o = Snd::parse_from([
+            "t",
+            "--max-measurements",
+            "100",
+            "--max-measurements-per-receiver",
+            "6",
+        ])
+        .args
+        .options("t snd");
+        assert_eq!(
+            (o.limits.connections, o.limits.connections_per_requester),
+            (200, 12)
+        );
+        assert_eq!(o.limits.check(), Ok(()));
+        let o = Snd::parse_from([
+            "t",
+            "--max-measurements",
+            "128",
+            "--max-measurements-per-receiver",
+            "12",
+            "--max-connections",
+            "256",
+            "--max-connections-per-receiver",
+            "16",
+            "--max-exclusive",
+            "2",
+            "--max-waiting",
+            "8",
+        ])
+        .args
+        .options("t snd");
+        assert_eq!(
+            o.limits,
+            SenderLimits {
+                connections: 256,
+                connections_per_requester: 16,
+                measurements: 128,
+                measurements_per_requester: 12,
+                exclusive: 2,
+                waiting: 8,
+            }
+        );
         assert!(Snd::try_parse_from(["t", "--ipv6-prefix", "129"]).is_err());
         assert!(Snd::try_parse_from(["t", "--ipv6-prefix", "0"]).is_err());
     }

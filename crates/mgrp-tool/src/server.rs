@@ -104,6 +104,8 @@ pub struct ServeOptions {
     /// How long the measurement holding the exclusive place may go without a batch
     /// before it loses it ([`EXCLUSIVE_IDLE`]).
     pub exclusive_idle: Duration,
+    /// How much it serves at once ([`SenderLimits::default`]).
+    pub limits: SenderLimits,
 }
 
 /// Probe bytes a requester may have per hour unless configured otherwise: 100 MB, a
@@ -162,6 +164,7 @@ impl ServeOptions {
             ipv6_prefix: DEFAULT_IPV6_PREFIX,
             unclaimed_lifetime: UNCLAIMED_LIFETIME,
             exclusive_idle: EXCLUSIVE_IDLE,
+            limits: SenderLimits::default(),
         }
     }
 
@@ -213,6 +216,8 @@ pub struct Server {
     allow: std::sync::RwLock<Vec<Prefix>>,
     captures: Captures,
     budgets: Mutex<Budgets>,
+    /// How much it serves at once: `opts.limits` until [`Server::set_limits`].
+    limits: std::sync::RwLock<SenderLimits>,
     accept_errors: std::sync::atomic::AtomicU64,
 }
 
@@ -226,6 +231,9 @@ const ACCEPT_POLL: Duration = Duration::from_millis(50);
 impl Server {
     /// Listens on the control port `opts` names.
     pub fn bind(opts: ServeOptions) -> anyhow::Result<Self> {
+        opts.limits
+            .check()
+            .map_err(|e| anyhow::anyhow!("the sender's limits: {e}"))?;
         let bind = opts.bind.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
         let domain = if bind.is_ipv4() {
             Domain::IPV4
@@ -253,6 +261,7 @@ impl Server {
                 rate_window: opts.probe_rate_window,
             })),
             allow: std::sync::RwLock::new(opts.allow.clone()),
+            limits: std::sync::RwLock::new(opts.limits),
             opts,
             captures: Mutex::new(HashMap::new()),
             accept_errors: std::sync::atomic::AtomicU64::new(0),
@@ -274,6 +283,28 @@ impl Server {
             rate_window: self.opts.probe_rate_window,
         };
         budgets.set_limits(limits);
+    }
+
+    /// How much it serves at once, from the next connection on (a configuration
+    /// reloaded): measurements in flight keep their places, and a count lowered
+    /// below what runs refuses new ones until enough have ended.
+    pub fn set_limits(&self, limits: SenderLimits) -> anyhow::Result<()> {
+        limits
+            .check()
+            .map_err(|e| anyhow::anyhow!("the sender's limits: {e}"))?;
+        *self
+            .limits
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = limits;
+        Ok(())
+    }
+
+    /// How much it serves at once now.
+    pub fn limits(&self) -> SenderLimits {
+        *self
+            .limits
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Accept errors waited out so far.
@@ -347,6 +378,8 @@ impl Server {
                 };
                 let from = peer.ip().to_canonical();
                 let key = Requester::of(from, self.opts.ipv6_prefix);
+                let limits = self.limits();
+                slots.set_limits(limits);
                 let allowed = {
                     let allow = self
                         .allow
@@ -358,12 +391,13 @@ impl Server {
                     Err(format!(
                         "refused: this sender serves only the hosts it was told to (--allow); {from} is not one of them"
                     ))
-                } else if conns.len() >= MAX_CONNECTIONS {
+                } else if conns.len() >= limits.connections {
                     Err(format!(
-                        "{BUSY}: this sender serves {MAX_CONNECTIONS} connections already; try again later"
+                        "{BUSY}: this sender serves {} connections already; try again later",
+                        limits.connections
                     ))
                 } else {
-                    OpenConnection::count(&open, key)
+                    OpenConnection::count(&open, key, limits.connections_per_requester)
                 };
                 let counted = match counted {
                     Ok(c) => c,
@@ -620,6 +654,111 @@ impl Refusal {
     }
 }
 
+/// How much a sender serves at once: connections and measurements, in all and for
+/// one requester (an IPv4 address or an IPv6 prefix, as every limit counts), the
+/// exclusive places and the line for them. The defaults are the constants below; a
+/// mesh's budget planner raises them for a sender its plan needs more of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SenderLimits {
+    /// Connections open at once ([`MAX_CONNECTIONS`]).
+    pub connections: usize,
+    /// Connections one requester may have open ([`MAX_CONNECTIONS_PER_HOST`]).
+    pub connections_per_requester: usize,
+    /// Measurements at once for every receiver together ([`MAX_MEASUREMENTS`]).
+    pub measurements: usize,
+    /// Measurements one requester may have at once ([`MAX_MEASUREMENTS_PER_HOST`]).
+    pub measurements_per_requester: usize,
+    /// Exclusive measurements at once ([`MAX_EXCLUSIVE`]).
+    pub exclusive: usize,
+    /// Receivers waiting in line for the exclusive place ([`MAX_WAITING_EXCLUSIVE`]).
+    pub waiting: usize,
+}
+
+impl Default for SenderLimits {
+    fn default() -> Self {
+        Self {
+            connections: MAX_CONNECTIONS,
+            connections_per_requester: MAX_CONNECTIONS_PER_HOST,
+            measurements: MAX_MEASUREMENTS,
+            measurements_per_requester: MAX_MEASUREMENTS_PER_HOST,
+            exclusive: MAX_EXCLUSIVE,
+            waiting: MAX_WAITING_EXCLUSIVE,
+        }
+    }
+}
+
+/// The most any of [`SenderLimits`]' counts may be set to: each place is a thread
+/// and a socket at most, and a sender asked for more serves no one well.
+pub const MAX_SENDER_LIMIT: usize = 4096;
+
+impl SenderLimits {
+    /// The connections a sender holds open at once for `measurements` in all when
+    /// none are given: [`MAX_CONNECTIONS`], or twice the measurements where that is
+    /// more (each holds one, and queries and refusals need room beside them).
+    pub fn connections_for(measurements: usize) -> usize {
+        MAX_CONNECTIONS.max(measurements.saturating_mul(2))
+    }
+
+    /// The same for one requester's: [`MAX_CONNECTIONS_PER_HOST`], or twice its
+    /// measurements where that is more.
+    pub fn connections_per_requester_for(measurements: usize) -> usize {
+        MAX_CONNECTIONS_PER_HOST.max(measurements.saturating_mul(2))
+    }
+
+    /// The first count that is out of its bounds, by its name (`measurements`):
+    /// every count at least 1 and at most [`MAX_SENDER_LIMIT`], a requester's no
+    /// more than the whole's, connections enough for the measurements.
+    pub fn check(&self) -> Result<(), String> {
+        let counts = [
+            ("connections", self.connections),
+            ("connections per requester", self.connections_per_requester),
+            ("measurements", self.measurements),
+            (
+                "measurements per requester",
+                self.measurements_per_requester,
+            ),
+            ("exclusive measurements", self.exclusive),
+            ("receivers waiting", self.waiting),
+        ];
+        for (name, n) in counts {
+            if !(1..=MAX_SENDER_LIMIT).contains(&n) {
+                return Err(format!("{name}: {n}; give 1 to {MAX_SENDER_LIMIT}"));
+            }
+        }
+        if self.measurements_per_requester > self.measurements {
+            return Err(format!(
+                "measurements per requester: {} is more than the {} measurements in all",
+                self.measurements_per_requester, self.measurements
+            ));
+        }
+        if self.connections_per_requester > self.connections {
+            return Err(format!(
+                "connections per requester: {} is more than the {} connections in all",
+                self.connections_per_requester, self.connections
+            ));
+        }
+        if self.exclusive > self.measurements {
+            return Err(format!(
+                "exclusive measurements: {} is more than the {} measurements in all",
+                self.exclusive, self.measurements
+            ));
+        }
+        if self.connections < self.measurements {
+            return Err(format!(
+                "connections: {} cannot hold the {} measurements (each holds a connection)",
+                self.connections, self.measurements
+            ));
+        }
+        if self.connections_per_requester < self.measurements_per_requester {
+            return Err(format!(
+                "connections per requester: {} cannot hold the {} measurements per requester",
+                self.connections_per_requester, self.measurements_per_requester
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Connections served at once: measurements, traffic queries and receivers being
 /// told the sender is busy.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -661,6 +800,8 @@ struct Running {
     waiting: std::collections::VecDeque<(Requester, Instant)>,
     /// Since when the first in line may take the free exclusive place.
     turn_since: Option<Instant>,
+    /// How many of each it holds.
+    limits: SenderLimits,
 }
 
 impl Running {
@@ -691,7 +832,7 @@ impl Running {
             self.waiting[i].1 = now;
             return Some(i + 1);
         }
-        if self.waiting.len() >= MAX_WAITING_EXCLUSIVE {
+        if self.waiting.len() >= self.limits.waiting {
             return None;
         }
         self.waiting.push_back((from, now));
@@ -704,6 +845,11 @@ impl Running {
 struct Slots(Mutex<Running>);
 
 impl Slots {
+    /// Holds `limits` from the next claim on.
+    fn set_limits(&self, limits: SenderLimits) {
+        mgrp_rt::lock(&self.0).limits = limits;
+    }
+
     /// A place for a measurement from `from` (exclusive or not), or the refusal naming
     /// the limit that says no.
     fn claim(&self, from: Requester, exclusive: bool) -> Result<Slot<'_>, String> {
@@ -721,34 +867,41 @@ impl Slots {
             if r.waiting.is_empty() {
                 r.turn_since = None;
             }
-            let busy = r.exclusive >= MAX_EXCLUSIVE;
+            let limits = r.limits;
+            let busy = r.exclusive >= limits.exclusive;
             if busy || !r.exclusive_turn(from, now) {
                 let line = match r.wait_in_line(from, now) {
                     Some(n) => format!(
                         "it is number {n} in line for it (ask again within {} s to keep the place)",
                         WAITING_FORGOTTEN.as_secs()
                     ),
-                    None => format!("the line for it is full ({MAX_WAITING_EXCLUSIVE} receivers)"),
+                    None => format!("the line for it is full ({} receivers)", limits.waiting),
                 };
-                let what = if busy {
-                    "runs a measurement that loads its path (pathload, btc) already, and runs one such at a time"
+                let what = if !busy {
+                    "keeps the place of a measurement that loads its path for a receiver that waited longer".to_string()
+                } else if limits.exclusive == 1 {
+                    "runs a measurement that loads its path (pathload, btc) already, and runs one such at a time".to_string()
                 } else {
-                    "keeps the place of a measurement that loads its path for a receiver that waited longer"
+                    format!(
+                        "runs {} measurements that load their paths (pathload, btc) already, the most it runs at once",
+                        r.exclusive
+                    )
                 };
                 return Err(format!(
                     "{BUSY}: this sender {what}; {line}; try again when it is done"
                 ));
             }
         }
+        let limits = r.limits;
         let running = &mut r.per_host;
         let all: usize = running.values().sum();
-        if all >= MAX_MEASUREMENTS {
+        if all >= limits.measurements {
             return Err(format!(
                 "{BUSY}: this sender runs {all} measurements, the most it runs at once for all receivers together; try again when one is done"
             ));
         }
         let mine = running.entry(from).or_insert(0);
-        if *mine >= MAX_MEASUREMENTS_PER_HOST {
+        if *mine >= limits.measurements_per_requester {
             return Err(format!(
                 "{BUSY}: {from} runs {mine} measurements from this sender, the most one host may at once; try again when one of them is done"
             ));
@@ -813,12 +966,16 @@ struct OpenConnection<'a> {
 
 impl<'a> OpenConnection<'a> {
     /// Counts a connection of `from`'s, or says why not (it has its share open).
-    fn count(open: &'a Mutex<HashMap<Requester, usize>>, from: Requester) -> Result<Self, String> {
+    fn count(
+        open: &'a Mutex<HashMap<Requester, usize>>,
+        from: Requester,
+        most: usize,
+    ) -> Result<Self, String> {
         let mut open_now = mgrp_rt::lock(open);
         let n = open_now.entry(from).or_insert(0);
-        if *n >= MAX_CONNECTIONS_PER_HOST {
+        if *n >= most {
             return Err(format!(
-                "{BUSY}: {from} has {MAX_CONNECTIONS_PER_HOST} connections open to this sender already; close one first"
+                "{BUSY}: {from} has {most} connections open to this sender already; close one first"
             ));
         }
         *n += 1;
@@ -1496,6 +1653,65 @@ mod tests {
         assert_eq!(mgrp_rt::lock(&slots.0).exclusive, 0);
     }
 
+    /// Limits set otherwise than the defaults hold from the next claim: more places
+    /// per requester and two exclusive ones, then fewer again with the places taken
+    /// kept and new ones refused until enough are given back.
+    #[test]
+    fn measurement_places_follow_the_limits_set() {
+        let slots = Slots::default();
+        let host = |n: u8| Requester::of(IpAddr::from([10, 0, 0, n]), 64);
+        let raised = SenderLimits {
+            measurements: 10,
+            measurements_per_requester: 6,
+            exclusive: 2,
+            waiting: 1,
+            ..SenderLimits::default()
+        };
+        slots.set_limits(raised);
+        let mut held: Vec<Slot<'_>> = (0..6)
+            .map(|_| slots.claim(host(1), false).unwrap())
+            .collect();
+        let e = slots.claim(host(1), false).unwrap_err();
+        assert!(e.contains("the most one host may"), "{e}");
+        held.push(slots.claim(host(2), true).unwrap());
+        held.push(slots.claim(host(3), true).unwrap());
+        let e = slots.claim(host(4), true).unwrap_err();
+        assert!(
+            e.starts_with(BUSY) && e.contains("runs 2 measurements that load their paths"),
+            "{e}"
+        );
+        // One waits in line; the line holds one.
+        let e = slots.claim(host(5), true).unwrap_err();
+        assert!(e.contains("the line for it is full (1 receivers)"), "{e}");
+        held.extend((0..2).map(|_| slots.claim(host(6), false).unwrap()));
+        let e = slots.claim(host(7), false).unwrap_err();
+        assert!(e.contains("runs 10 measurements"), "{e}");
+        // Lowered below what runs: nothing taken away, nothing new.
+        slots.set_limits(SenderLimits::default());
+        let e = slots.claim(host(1), false).unwrap_err();
+        assert!(e.contains("runs 6 measurements from this sender"), "{e}");
+        held.retain(|s| s.from != host(1));
+        assert!(slots.claim(host(1), false).is_ok());
+    }
+
+    /// Counts out of their bounds, or that do not fit each other, are refused by name.
+    #[test]
+    fn sender_limits_out_of_bounds_are_refused_by_name() {
+        assert_eq!(SenderLimits::default().check(), Ok(()));
+        let with = |f: fn(&mut SenderLimits)| {
+            let mut l = SenderLimits::default();
+            f(&mut l);
+            l.check().unwrap_err()
+        };
+        assert!(with(|l| l.measurements = 0).starts_with("measurements: 0"));
+        assert!(with(|l| l.waiting = MAX_SENDER_LIMIT + 1).starts_with("receivers waiting"));
+        assert!(with(|l| l.measurements_per_requester = 33).contains("more than the 32"));
+        assert!(with(|l| l.exclusive = 40).starts_with("exclusive measurements: 40"));
+        assert!(with(|l| l.measurements = 100).contains("cannot hold the 100 measurements"));
+        assert!(
+            with(|l| l.measurements_per_requester = 9).starts_with("connections per requester")
+        );
+    }
     #[test]
     fn receivers_waiting_for_the_exclusive_place_get_it_in_turn() {
         let slots = Slots::default();
@@ -1622,9 +1838,11 @@ mod tests {
         let open = Mutex::new(HashMap::new());
         let in_64 = |n: u16| Requester::of(IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, n]), 64);
         let held: Vec<OpenConnection<'_>> = (1..=MAX_CONNECTIONS_PER_HOST as u16)
-            .map(|n| OpenConnection::count(&open, in_64(n)).unwrap())
+            .map(|n| OpenConnection::count(&open, in_64(n), MAX_CONNECTIONS_PER_HOST).unwrap())
             .collect();
-        let e = OpenConnection::count(&open, in_64(999)).err().unwrap();
+        let e = OpenConnection::count(&open, in_64(999), MAX_CONNECTIONS_PER_HOST)
+            .err()
+            .unwrap();
         assert!(
             e.starts_with(BUSY) && e.contains("2001:db8:0:1::/64 has 8 connections"),
             "{e}"
@@ -1632,8 +1850,10 @@ mod tests {
         // An IPv4 host, mapped or not, is one requester of its own.
         let v4 = IpAddr::from([192, 0, 2, 1]);
         let mapped = IpAddr::V6(std::net::Ipv4Addr::new(192, 0, 2, 1).to_ipv6_mapped());
-        let a = OpenConnection::count(&open, Requester::of(v4, 64)).unwrap();
-        let b = OpenConnection::count(&open, Requester::of(mapped, 64)).unwrap();
+        let a =
+            OpenConnection::count(&open, Requester::of(v4, 64), MAX_CONNECTIONS_PER_HOST).unwrap();
+        let b = OpenConnection::count(&open, Requester::of(mapped, 64), MAX_CONNECTIONS_PER_HOST)
+            .unwrap();
         assert_eq!(mgrp_rt::lock(&open).get(&Requester::of(v4, 64)), Some(&2));
         drop((held, a, b));
         assert!(

@@ -416,6 +416,69 @@ fn one_host_cannot_take_every_connection() -> anyhow::Result<()> {
     }
 }
 
+/// A sender set to serve more for one host than the default 4 serves that many and
+/// refuses the next, naming the count; another host is served beside them.
+fn a_sender_set_to_serve_more_serves_that_many() -> anyhow::Result<()> {
+    let star = Star::new(&[None, None, None])?;
+    let limits = mgrp_tool::server::SenderLimits {
+        measurements_per_requester: 6,
+        connections_per_requester: 12,
+        ..Default::default()
+    };
+    let _serving = Serving::start(
+        &star,
+        ServeOptions {
+            limits,
+            ..ServeOptions::new(Transport::Udp)
+        },
+    )?;
+    let said_hello = |conn: &mut Conn, port: u16| -> anyhow::Result<Option<Reply>> {
+        let Request::Hello {
+            version,
+            transport,
+            address,
+            piggyback,
+            tool,
+            exclusive,
+            ..
+        } = hello(None)
+        else {
+            unreachable!()
+        };
+        conn.send(&Request::Hello {
+            version,
+            transport,
+            address,
+            probe_port: port,
+            piggyback,
+            tool,
+            exclusive,
+        })?;
+        conn.recv::<Reply>()
+    };
+    let mut held = Vec::new();
+    for i in 0..6 {
+        let mut c = connect(&star)?;
+        match said_hello(&mut c, PROBE_PORT + i)? {
+            Some(Reply::Hello { .. }) => held.push(c),
+            other => bail!("hello {} of 6 was answered {other:?}", i + 1),
+        }
+    }
+    let mut seventh = connect(&star)?;
+    match said_hello(&mut seventh, PROBE_PORT + 6)? {
+        Some(Reply::Error { message }) => ensure!(
+            message.starts_with(mgrp_tool::BUSY) && message.contains("runs 6 measurements"),
+            "{message}"
+        ),
+        other => bail!("a seventh measurement was answered {other:?}"),
+    }
+    let mut other = connect_from(&star, 2)?;
+    match said_hello(&mut other, PROBE_PORT)? {
+        Some(Reply::Hello { .. }) => Ok(()),
+        other => bail!("another host was answered {other:?}"),
+    }
+}
+
 /// A receiver that holds a measurement and stops reading its answers (pings sent and
 /// their pongs never read, until every buffer between is full) holds its place only
 /// until one of its writes has waited 10 s without progress: with the rest of its
@@ -975,6 +1038,10 @@ fn brief(reply: &Option<Reply>) -> String {
 }
 
 const TESTS: &[Test] = &[
+    (
+        "a_sender_set_to_serve_more_serves_that_many",
+        a_sender_set_to_serve_more_serves_that_many,
+    ),
     (
         "a_refused_host_trickling_bytes_holds_up_no_one",
         a_refused_host_trickling_bytes_holds_up_no_one,

@@ -33,6 +33,7 @@ pub fn budget_costs() -> mgrp_mesh::budget::Costs {
         sender_exclusive: mgrp_tool::server::MAX_EXCLUSIVE,
         sender_measurements: mgrp_tool::server::MAX_MEASUREMENTS,
         sender_measurements_per_host: mgrp_tool::server::MAX_MEASUREMENTS_PER_HOST,
+        sender_limit_max: mgrp_tool::server::MAX_SENDER_LIMIT,
         max_running: super::MAX_RUNNING,
     }
 }
@@ -108,6 +109,10 @@ pub(super) fn apply(f: &mut File, dir: Option<&Path>) -> Result<(), ConfigError>
     }
     if let Some(b) = plan.serve_bytes_per_hour {
         f.serve.max_mb_per_hour.get_or_insert(b as f64 / 1e6);
+    }
+    if let Some((all, one)) = plan.serve_measurements {
+        f.serve.max_measurements.get_or_insert(all);
+        f.serve.max_measurements_per_requester.get_or_insert(one);
     }
     if let Some(b) = &budget {
         f.budget_shortfalls = b.shortfalls.iter().map(ToString::to_string).collect();

@@ -80,6 +80,9 @@ pub struct Config {
     pub serve_probe_bps: u64,
     /// How many bits of an IPv6 address make one requester for every limit.
     pub serve_ipv6_prefix: u8,
+    /// How much each server serves at once (`[serve] max-measurements` and the
+    /// others; a mesh's budget plan raises them where it needs more).
+    pub serve_limits: mgrp_tool::server::SenderLimits,
     /// The links into this node.
     pub links: Vec<Link>,
     /// How the transfer-rate (BTC) prediction is made.
@@ -161,6 +164,12 @@ struct ServeFile {
     max_mb_per_hour: Option<f64>,
     max_probe_mbps: Option<f64>,
     ipv6_prefix: Option<u8>,
+    pub(super) max_measurements: Option<usize>,
+    pub(super) max_measurements_per_requester: Option<usize>,
+    max_exclusive: Option<usize>,
+    max_waiting: Option<usize>,
+    max_connections: Option<usize>,
+    max_connections_per_requester: Option<usize>,
 }
 
 impl std::fmt::Debug for Config {
@@ -525,6 +534,37 @@ impl Config {
                 mgrp_tool::server::DEFAULT_IPV6_PREFIX
             )));
         }
+        use mgrp_tool::server::SenderLimits;
+        let defaults = SenderLimits::default();
+        let measurements = f.serve.max_measurements.unwrap_or(defaults.measurements);
+        let measurements_per_requester = f
+            .serve
+            .max_measurements_per_requester
+            .unwrap_or(defaults.measurements_per_requester);
+        let serve_limits = SenderLimits {
+            connections: f
+                .serve
+                .max_connections
+                .unwrap_or_else(|| SenderLimits::connections_for(measurements)),
+            connections_per_requester: f.serve.max_connections_per_requester.unwrap_or_else(|| {
+                SenderLimits::connections_per_requester_for(measurements_per_requester)
+            }),
+            measurements,
+            measurements_per_requester,
+            exclusive: f.serve.max_exclusive.unwrap_or(defaults.exclusive),
+            waiting: f.serve.max_waiting.unwrap_or(defaults.waiting),
+        };
+        serve_limits.check().map_err(|e| {
+            invalid(format!(
+                "[serve] limits: {e} (max-measurements {}, max-measurements-per-requester {}, max-exclusive {}, max-waiting {} by default; max-connections and max-connections-per-requester {} and {}, or twice the measurements where that is more)",
+                defaults.measurements,
+                defaults.measurements_per_requester,
+                defaults.exclusive,
+                defaults.waiting,
+                defaults.connections,
+                defaults.connections_per_requester
+            ))
+        })?;
         if mgrp_port == udp_port && serve.len() == 2 {
             return Err(invalid(format!(
                 "serve: mgrp-port and udp-port are both {mgrp_port}; each transport needs its own"
@@ -556,6 +596,7 @@ impl Config {
             serve_bytes_per_hour,
             serve_probe_bps,
             serve_ipv6_prefix,
+            serve_limits,
             links,
             prediction: f.btc.check()?,
             passive,
@@ -827,6 +868,27 @@ mod tests {
             (rated.serve_probe_bps, rated.serve_ipv6_prefix),
             (1_000_000_000, 56)
         );
+        assert_eq!(
+            rated.serve_limits,
+            mgrp_tool::server::SenderLimits::default()
+        );
+        // The limits: connections follow the measurements unless given.
+        let wide = Config::from_toml(
+            "name = \"a\"\n[serve]\nmax-measurements = 100\nmax-measurements-per-requester = 6\nmax-exclusive = 2\nmax-waiting = 10\n",
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            wide.serve_limits,
+            mgrp_tool::server::SenderLimits {
+                connections: 200,
+                connections_per_requester: 12,
+                measurements: 100,
+                measurements_per_requester: 6,
+                exclusive: 2,
+                waiting: 10,
+            }
+        );
         for (bad, says) in [
             ("allow = [\"ten\"]", "serve.allow"),
             ("max-mb-per-hour = 0", "serve.max-mb-per-hour"),
@@ -834,6 +896,16 @@ mod tests {
             ("max-probe-mbps = 0", "serve.max-probe-mbps"),
             ("ipv6-prefix = 0", "serve.ipv6-prefix"),
             ("ipv6-prefix = 129", "serve.ipv6-prefix"),
+            ("max-measurements = 0", "[serve] limits: measurements: 0"),
+            (
+                "max-measurements-per-requester = 40",
+                "measurements per requester: 40 is more than the 32",
+            ),
+            ("max-exclusive = 5000", "exclusive measurements: 5000"),
+            (
+                "max-measurements = 100\nmax-connections = 50",
+                "connections: 50 cannot hold the 100",
+            ),
         ] {
             let e = Config::from_toml(&format!("name = \"a\"\n[serve]\n{bad}\n"), None)
                 .unwrap_err()

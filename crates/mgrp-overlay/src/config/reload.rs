@@ -3,7 +3,8 @@
 //! only a restart can change. No I/O: the node applies the plan.
 //!
 //! A reload applies the links, whom this node serves and how much (`[serve] allow`,
-//! `max-mb-per-hour`, `max-probe-rate`), `max-running`, the API's token and
+//! `max-mb-per-hour`, `max-probe-rate`, the measurements and connections it serves at
+//! once), `max-running`, the API's token and
 //! `probe-port-base` (for new links). A link that measures as it did (every setting
 //! the same, [`super::Link::same_measurement`]) keeps its probe port, its schedule, a run in
 //! flight and its history; a new link takes the first free probe port from the base.
@@ -218,7 +219,7 @@ mod tests {
         let old = config(&link("a", "10.0.0.1", "1m"), "listen = \"127.0.0.1:7700\"");
         let new = config(
             &link("a", "10.0.0.1", "1m"),
-            "listen = \"127.0.0.1:7701\"\nhistory = 5\nmax-running = 2\n[serve]\nallow = [\"10.0.0.0/8\"]\n",
+            "listen = \"127.0.0.1:7701\"\nhistory = 5\nmax-running = 2\n[serve]\nallow = [\"10.0.0.0/8\"]\nmax-measurements = 50\n",
         );
         let p = plan(&old, new).unwrap();
         assert_eq!(p.need_restart, ["listen", "history"]);
@@ -226,6 +227,9 @@ mod tests {
         assert_eq!(p.config.history, old.history);
         assert_eq!(p.config.max_running, 2);
         assert_eq!(p.config.serve_allow.len(), 1);
+        // How much it serves at once is reloaded.
+        assert_eq!(p.config.serve_limits.measurements, 50);
+        assert_eq!(p.config.serve_limits.connections, 100);
         assert_eq!(p.carry, [Some(0)]);
         // A token dropped on an API beyond loopback is refused whole.
         let dir = std::env::temp_dir().join(format!("overlay-reload-{}", std::process::id()));

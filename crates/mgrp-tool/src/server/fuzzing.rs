@@ -292,7 +292,9 @@ pub fn run(data: &[u8]) -> usize {
                 if live >= MAX_CONNECTIONS {
                     continue;
                 }
-                let Ok(counted) = OpenConnection::count(&open, key) else {
+                let Ok(counted) =
+                    OpenConnection::count(&open, key, super::MAX_CONNECTIONS_PER_HOST)
+                else {
                     continue;
                 };
                 let peer = SocketAddr::new(ip, 40_000 + u16::from(b));

@@ -310,10 +310,13 @@ fn check() -> anyhow::Result<()> {
             // and then read increasing at half the path's rate (no sender interruption,
             // no loss), an open finding; pathload-rs's own two-host tests judge it.
             let judged = l["transport"] == "mgrp";
+            // A miss says the run as the API gives it, then the measuring node's log
+            // (where its run is), then the others'.
             ensure!(
                 !judged || (lo - BAND * truth <= truth && truth <= hi + BAND * truth),
-                "n{i} {name}: truth {truth:.2} Mbit/s is not within {lo:.2}-{hi:.2} ± {:.0} %\n{}",
+                "n{i} {name}: truth {truth:.2} Mbit/s is not within {lo:.2}-{hi:.2} ± {:.0} %\nits run: {e}\n--- overlay n{i}, which measured it ---\n{}\n{}",
                 BAND * 100.0,
+                overlays[i].log(),
                 logs(&overlays)
             );
             // /metrics serves what the JSON serves, in bytes per second (or a later

@@ -65,10 +65,24 @@ impl MethodRun for Pathload {
             max_time: run.time_limit,
             ..MeasureOptions::new(run.from.to_string(), run.transport)
         };
-        // Each train's, stream's and fleet's verdict, for an operator who asks why (the
-        // event is only serialised when trace is on).
+        // Each fleet's verdict at debug (a dozen lines a run: the rates it tried and
+        // each stream's trend, which say why a range lies where it does), each train's
+        // and stream's at trace (the event is only serialised when that is on).
         let result = measure(&opts, run.stop, &mut |p| {
-            if let pathload_rs::tool::Progress::Event(e) = p {
+            if let pathload_rs::tool::Progress::Event(pathload_rs::estimator::Event::Fleet(f)) = p {
+                tracing::debug!(
+                    "{}: fleet {} at {:.2} Mbit/s (asked {:.2}, riders {:.2}): {:?}, {:?}, streams {}{}",
+                    run.link,
+                    f.fleet,
+                    f.actual_rate,
+                    f.requested_rate,
+                    f.competing_rate,
+                    f.verdict,
+                    f.end,
+                    f.trends,
+                    if f.hidden_trend { ", hidden trend" } else { "" }
+                );
+            } else if let pathload_rs::tool::Progress::Event(e) = p {
                 tracing::trace!(
                     "{}: {}",
                     run.link,

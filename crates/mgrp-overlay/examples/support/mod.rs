@@ -4,7 +4,9 @@
 use std::process::ExitCode;
 
 /// A bench's `main`: the embedded daemon or overlay when started as one, else the
-/// bench itself, as root, its error on stderr.
+/// bench itself, as root, its error on stderr. (mesh_scale has its own: its
+/// `--analyse` needs no root.)
+#[allow(dead_code)]
 pub(crate) fn main_of<A: clap::Parser>(
     name: &str,
     bench: fn(&A) -> anyhow::Result<()>,

@@ -223,7 +223,8 @@ fn prometheus_scrapes_every_member_through_the_targets_the_description_gives() {
 
 /// The shipped Grafana dashboard's queries (its variable's and every panel's) give
 /// data from a real Prometheus scraping two members, found through the targets the
-/// description gives: b measuring the path from a, a serving it.
+/// description gives: b measuring the path from a, a serving it, b collecting the
+/// matrix.
 #[test]
 fn the_dashboards_queries_return_data_from_members_found_through_the_targets() {
     let dir = Dir::new("mgrp-overlay-dashboard");
@@ -235,19 +236,29 @@ fn the_dashboards_queries_return_data_from_members_found_through_the_targets() {
         .unwrap(),
     );
     let a_port = a.node.as_ref().unwrap().serving()[0].1.port();
+    let mesh_of = |b_api: &str| {
+        format!(
+            "[[member]]\nname = \"a\"\naddress = \"192.0.2.1\"\napi = \"http://{}\"\n\
+             [[member]]\nname = \"b\"\naddress = \"192.0.2.2\"\napi = \"http://{b_api}\"\n\
+             [[group]]\nname = \"g\"\nkind = \"full-mesh\"\nmembers = [\"a\", \"b\"]\nmethods = [\"pathload-fast\"]\n",
+            a.addr
+        )
+    };
+    // b collects the matrix from the description, which names b's API once it
+    // listens (the collector reads it again every interval).
+    let description = dir.0.join("mesh.toml");
+    std::fs::write(&description, mesh_of("127.0.0.1:9")).unwrap();
     let b_toml = format!(
         "name = \"b\"\nprobe-port-base = {}\n[serve]\ntransports = []\n\
+         [matrix]\nmesh = \"{}\"\ninterval = \"1s\"\n\
          [[link]]\nname = \"a-pathload-fast\"\nfrom = \"127.0.0.1\"\nneighbour = \"a\"\nport = {a_port}\ntransport = \"udp\"\n\
          interval = \"2s\"\ntime-limit = \"5s\"\n",
-        free_port()
+        free_port(),
+        description.display()
     );
     let b = Api::start(mgrp_overlay::config::Config::from_toml(&b_toml, None).unwrap());
-    let mesh = format!(
-        "[[member]]\nname = \"a\"\naddress = \"192.0.2.1\"\napi = \"http://{}\"\n\
-         [[member]]\nname = \"b\"\naddress = \"192.0.2.2\"\napi = \"http://{}\"\n\
-         [[group]]\nname = \"g\"\nkind = \"full-mesh\"\nmembers = [\"a\", \"b\"]\nmethods = [\"pathload-fast\"]\n",
-        a.addr, b.addr
-    );
+    let mesh = mesh_of(&b.addr.to_string());
+    std::fs::write(&description, &mesh).unwrap();
     let targets = targets_of(&dir, &mesh);
     let p = Prometheus::with(|_| {
         format!(
@@ -282,7 +293,7 @@ fn the_dashboards_queries_return_data_from_members_found_through_the_targets() {
             exprs.push((panel["title"].as_str().unwrap().to_owned(), expr));
         }
     }
-    assert!(exprs.len() >= 9, "{exprs:?}");
+    assert!(exprs.len() >= 10, "{exprs:?}");
     let start = Instant::now();
     let mut missing = exprs.clone();
     while start.elapsed() < Duration::from_secs(120) && !missing.is_empty() {

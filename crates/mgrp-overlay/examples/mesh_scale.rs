@@ -419,40 +419,10 @@ fn measure(args: &Args) -> anyhow::Result<()> {
 /// The page at `url` as headless chromium in `ns` draws it, into `out`/matrix.png;
 /// without chromium here, or when it fails, says so and goes on.
 fn screenshot(ns: &mgrp_testbed::Netns, url: &str, out: &Path) {
-    let Some(chromium) = mgrp_testbed::packages::find("chromium") else {
-        eprintln!("mesh_scale: no chromium on this host: no screenshot of the matrix");
-        return;
-    };
-    let profile =
-        std::env::temp_dir().join(format!("mgrp-mesh-scale-chromium-{}", std::process::id()));
     let file = out.join("matrix.png");
-    let ran = ns.run(|| {
-        std::process::Command::new(&chromium)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--hide-scrollbars",
-                "--virtual-time-budget=8000",
-                "--window-size=1500,1200",
-            ])
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .arg(format!("--screenshot={}", file.display()))
-            .arg(url)
-            .output()
-    });
-    let _ = std::fs::remove_dir_all(&profile);
-    match ran {
-        Ok(Ok(o)) if o.status.success() && file.exists() => {
-            eprintln!("mesh_scale: the matrix page is in {}", file.display());
-        }
-        Ok(Ok(o)) => eprintln!(
-            "mesh_scale: chromium drew no screenshot: {}",
-            String::from_utf8_lossy(&o.stderr)
-        ),
-        Ok(Err(e)) => eprintln!("mesh_scale: cannot run chromium: {e}"),
-        Err(e) => eprintln!("mesh_scale: cannot enter the router's namespace: {e:#}"),
+    match mgrp_testbed::browser::screenshot(ns, url, &file, (1500, 1200)) {
+        Ok(()) => eprintln!("mesh_scale: the matrix page is in {}", file.display()),
+        Err(e) => eprintln!("mesh_scale: no screenshot of the matrix: {e:#}"),
     }
 }
 

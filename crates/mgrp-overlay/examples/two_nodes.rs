@@ -15,15 +15,15 @@
 mod embed;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, ensure};
+use anyhow::ensure;
 use clap::Parser;
 use embed::TempDir;
 use mgrp_testbed::http::{promtool_check_metrics, request_in};
 use mgrp_testbed::traffic::ip_level_truth;
-use mgrp_testbed::{ADDR_A, ADDR_B, Netns, TwoHostOptions, TwoHosts};
+use mgrp_testbed::{ADDR_A, ADDR_B, TwoHostOptions, TwoHosts};
 use serde_json::Value;
 
 /// Where each overlay's API listens, on its host's address.
@@ -218,43 +218,16 @@ fn run(args: &Args) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir)?;
         for (ns, addr, name) in [(&net.a, ADDR_A, "a"), (&net.b, ADDR_B, "b")] {
             let path = dir.join(format!("{name}.png"));
-            screenshot(ns, &format!("http://{addr}:{API_PORT}/"), &path)?;
+            mgrp_testbed::browser::screenshot(
+                ns,
+                &format!("http://{addr}:{API_PORT}/"),
+                &path,
+                (760, 1500),
+            )?;
             println!("{}'s status page: {}", name.to_uppercase(), path.display());
         }
     }
     drop(overlays);
     drop((da, db));
-    Ok(())
-}
-
-/// A PNG of `url` as headless chromium renders it from `ns`.
-fn screenshot(ns: &Netns, url: &str, path: &Path) -> anyhow::Result<()> {
-    mgrp_testbed::packages::require(&["chromium"])?;
-    let chromium = mgrp_testbed::packages::find("chromium").context("chromium")?;
-    let profile = TempDir::new("mgrp-two-nodes-chromium")?;
-    let path = std::path::absolute(path)?;
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns.name()])
-        .arg(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--hide-scrollbars",
-            "--window-size=760,1500",
-            "--virtual-time-budget=8000",
-        ])
-        .arg(format!("--user-data-dir={}", profile.0.display()))
-        .arg(format!("--screenshot={}", path.display()))
-        .arg(url)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()?;
-    ensure!(
-        out.status.success() && path.exists(),
-        "chromium failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     Ok(())
 }

@@ -19,6 +19,7 @@
 //!   the tests need ([`packages`]), and certificates and an HTTPS server ([`tls`]).
 
 pub mod accounting;
+pub mod browser;
 pub mod delay;
 pub mod forge;
 pub mod harness;

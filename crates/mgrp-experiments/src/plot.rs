@@ -169,18 +169,10 @@ pub fn cdf(
         .draw()
         .map_err(err)?;
     for (i, (name, values)) in samples.iter().enumerate() {
-        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-        if v.is_empty() {
+        let pts = mgrp_tool::plot::cdf_steps(values, top);
+        if pts.is_empty() {
             continue;
         }
-        v.sort_by(f64::total_cmp);
-        let n = v.len() as f64;
-        let mut pts = vec![(0.0, 0.0)];
-        for (j, &x) in v.iter().enumerate() {
-            pts.push((x, j as f64 / n));
-            pts.push((x, (j + 1) as f64 / n));
-        }
-        pts.push((top, 1.0));
         let colour = Palette99::pick(i).to_rgba();
         let dashed = name.starts_with("mgrpOFF");
         let style = colour.stroke_width(if dashed { 1 } else { 2 });

@@ -727,22 +727,15 @@ fn cdf(path: &Path, caption: &str, x: &str, samples: &[(&str, Vec<f64>)]) -> any
     );
     mgrp_tool::plot::draw(path, frame, |chart| {
         for (i, (name, values)) in samples.iter().enumerate() {
-            let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-            if v.is_empty() {
+            let pts = mgrp_tool::plot::cdf_steps(values, top);
+            if pts.is_empty() {
                 continue;
             }
-            v.sort_by(f64::total_cmp);
-            let count = v.len() as f64;
-            let mut pts = vec![(0.0, 0.0)];
-            for (j, &x) in v.iter().enumerate() {
-                pts.push((x, j as f64 / count));
-                pts.push((x, (j + 1) as f64 / count));
-            }
-            pts.push((top, 1.0));
+            let count = values.iter().filter(|x| x.is_finite()).count();
             let style = Palette99::pick(i).to_rgba().stroke_width(2);
             chart
                 .draw_series(LineSeries::new(pts, style))?
-                .label(format!("{name} ({})", v.len()))
+                .label(format!("{name} ({count})"))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], style));
         }
         Ok(())

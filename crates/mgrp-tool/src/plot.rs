@@ -79,3 +79,50 @@ pub fn draw(
         .with_context(|| format!("cannot write the plot to {}", path.display()))?;
     Ok(())
 }
+
+/// The steps of the empirical CDF of `values` (the finite ones), from (0, 0) to
+/// (`top`, 1): each distinct value rises by the share of values equal to it. Empty
+/// when no value is finite.
+pub fn cdf_steps(values: &[f64], top: f64) -> Vec<(f64, f64)> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return Vec::new();
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len() as f64;
+    let mut pts = vec![(0.0, 0.0)];
+    let mut below = 0usize;
+    for (j, &x) in v.iter().enumerate() {
+        if v.get(j + 1) == Some(&x) {
+            continue;
+        }
+        pts.push((x, below as f64 / n));
+        below = j + 1;
+        pts.push((x, below as f64 / n));
+    }
+    pts.push((top, 1.0));
+    pts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cdf_steps;
+
+    #[test]
+    fn a_cdf_rises_at_each_distinct_value_by_its_share() {
+        assert_eq!(cdf_steps(&[f64::NAN], 5.0), []);
+        assert_eq!(
+            cdf_steps(&[2.0, 1.0, 2.0, f64::INFINITY, 3.0], 5.0),
+            [
+                (0.0, 0.0),
+                (1.0, 0.0),
+                (1.0, 0.25),
+                (2.0, 0.25),
+                (2.0, 0.75),
+                (3.0, 0.75),
+                (3.0, 1.0),
+                (5.0, 1.0)
+            ]
+        );
+    }
+}

@@ -86,7 +86,7 @@ fn node_config(
     interval: &str,
 ) -> String {
     format!(
-        "name = \"{name}\"\nlisten = \"{me}:{API_PORT}\"\nsocket = \"{}\"\nstate-dir = \"{}\"\n\
+        "name = \"{name}\"\nlisten = \"{me}:{API_PORT}\"\nopen-api = true\nsocket = \"{}\"\nstate-dir = \"{}\"\n\
          [serve]\ntransports = [\"mgrp\"]\n\
          [[link]]\nname = \"{link}\"\nfrom = \"{from}\"\ninterval = \"{interval}\"\ntime-limit = \"60s\"\n",
         socket.display(),

@@ -121,7 +121,7 @@ fn methods(args: &Args) -> Vec<&'static Method> {
 fn serving_config(name: &str, addr: std::net::Ipv4Addr, socket: &std::path::Path) -> String {
     // Every neighbour's badabing alone sends several hundred MB an hour.
     format!(
-        "name = \"{name}\"\nlisten = \"{addr}:{API_PORT}\"\nsocket = \"{}\"\nhistory = 10000\n[serve]\nmax-mb-per-hour = 100000\n",
+        "name = \"{name}\"\nlisten = \"{addr}:{API_PORT}\"\nopen-api = true\nsocket = \"{}\"\nhistory = 10000\n[serve]\nmax-mb-per-hour = 100000\n",
         socket.display()
     )
 }
@@ -138,7 +138,7 @@ fn measuring_config(
     max_running: usize,
 ) -> String {
     let mut c = format!(
-        "name = \"{name}\"\nlisten = \"{addr}:{API_PORT}\"\nsocket = \"{}\"\nhistory = 10000\nmax-running = {max_running}\n",
+        "name = \"{name}\"\nlisten = \"{addr}:{API_PORT}\"\nopen-api = true\nsocket = \"{}\"\nhistory = 10000\nmax-running = {max_running}\n",
         socket.display()
     );
     for (suffix, sender, neighbour) in from {

@@ -64,7 +64,7 @@ struct Args {
 
 fn node_config(i: usize, addrs: &[std::net::Ipv4Addr], socket: &Path, args: &Args) -> String {
     let mut c = format!(
-        "name = \"n{i}\"\nlisten = \"{}:{API_PORT}\"\nsocket = \"{}\"\nmax-running = {}\nhistory = 10000\n",
+        "name = \"n{i}\"\nlisten = \"{}:{API_PORT}\"\nopen-api = true\nsocket = \"{}\"\nmax-running = {}\nhistory = 10000\n",
         addrs[i],
         socket.display(),
         args.max_running

@@ -351,18 +351,14 @@ impl SndArgs {
             max_probe_bps: (self.max_probe_mbps.max(0.0) * 1e6) as u64,
             probe_rate_window: PROBE_RATE_WINDOW,
             ipv6_prefix: self.ipv6_prefix,
-            limits: SenderLimits {
-                connections: self
-                    .max_connections
-                    .unwrap_or_else(|| SenderLimits::connections_for(self.max_measurements)),
-                connections_per_requester: self.max_connections_per_receiver.unwrap_or_else(|| {
-                    SenderLimits::connections_per_requester_for(self.max_measurements_per_receiver)
-                }),
-                measurements: self.max_measurements,
-                measurements_per_requester: self.max_measurements_per_receiver,
-                exclusive: self.max_exclusive,
-                waiting: self.max_waiting,
-            },
+            limits: SenderLimits::given(
+                Some(self.max_measurements),
+                Some(self.max_measurements_per_receiver),
+                Some(self.max_exclusive),
+                Some(self.max_waiting),
+                self.max_connections,
+                self.max_connections_per_receiver,
+            ),
             ..ServeOptions::new(self.transport.into())
         }
     }

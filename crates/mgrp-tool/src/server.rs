@@ -216,8 +216,9 @@ pub struct Server {
     allow: std::sync::RwLock<Vec<Prefix>>,
     captures: Captures,
     budgets: Mutex<Budgets>,
-    /// How much it serves at once: `opts.limits` until [`Server::set_limits`].
-    limits: std::sync::RwLock<SenderLimits>,
+    /// The measurements running, and how many it serves at once (`opts.limits`
+    /// until [`Server::set_limits`]).
+    slots: Slots,
     accept_errors: std::sync::atomic::AtomicU64,
 }
 
@@ -261,7 +262,7 @@ impl Server {
                 rate_window: opts.probe_rate_window,
             })),
             allow: std::sync::RwLock::new(opts.allow.clone()),
-            limits: std::sync::RwLock::new(opts.limits),
+            slots: Slots::new(opts.limits),
             opts,
             captures: Mutex::new(HashMap::new()),
             accept_errors: std::sync::atomic::AtomicU64::new(0),
@@ -292,19 +293,13 @@ impl Server {
         limits
             .check()
             .map_err(|e| anyhow::anyhow!("the sender's limits: {e}"))?;
-        *self
-            .limits
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = limits;
+        mgrp_rt::lock(&self.slots.0).limits = limits;
         Ok(())
     }
 
     /// How much it serves at once now.
     pub fn limits(&self) -> SenderLimits {
-        *self
-            .limits
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        mgrp_rt::lock(&self.slots.0).limits
     }
 
     /// Accept errors waited out so far.
@@ -334,7 +329,7 @@ impl Server {
         stop: &AtomicBool,
         report: &mut dyn FnMut(ServeEvent),
     ) -> anyhow::Result<()> {
-        let slots = Slots::default();
+        let slots = &self.slots;
         let measured = AtomicBool::new(false);
         // Connections open per requester.
         let open: Mutex<HashMap<Requester, usize>> = Mutex::new(HashMap::new());
@@ -379,7 +374,6 @@ impl Server {
                 let from = peer.ip().to_canonical();
                 let key = Requester::of(from, self.opts.ipv6_prefix);
                 let limits = self.limits();
-                slots.set_limits(limits);
                 let allowed = {
                     let allow = self
                         .allow
@@ -417,7 +411,7 @@ impl Server {
                 let (opts, done_tx, slots, measured, captures, budgets) = (
                     &self.opts,
                     done_tx.clone(),
-                    &slots,
+                    slots,
                     &measured,
                     &self.captures,
                     &self.budgets,
@@ -692,17 +686,33 @@ impl Default for SenderLimits {
 pub const MAX_SENDER_LIMIT: usize = 4096;
 
 impl SenderLimits {
-    /// The connections a sender holds open at once for `measurements` in all when
-    /// none are given: [`MAX_CONNECTIONS`], or twice the measurements where that is
-    /// more (each holds one, and queries and refusals need room beside them).
-    pub fn connections_for(measurements: usize) -> usize {
-        MAX_CONNECTIONS.max(measurements.saturating_mul(2))
-    }
-
-    /// The same for one requester's: [`MAX_CONNECTIONS_PER_HOST`], or twice its
-    /// measurements where that is more.
-    pub fn connections_per_requester_for(measurements: usize) -> usize {
-        MAX_CONNECTIONS_PER_HOST.max(measurements.saturating_mul(2))
+    /// The limits of the counts given, the defaults for those not: the connections,
+    /// in all and per requester, [`MAX_CONNECTIONS`] and [`MAX_CONNECTIONS_PER_HOST`]
+    /// or twice the measurements where that is more (each measurement holds one, and
+    /// queries and refusals need room beside them). Not checked ([`Self::check`]).
+    pub fn given(
+        measurements: Option<usize>,
+        measurements_per_requester: Option<usize>,
+        exclusive: Option<usize>,
+        waiting: Option<usize>,
+        connections: Option<usize>,
+        connections_per_requester: Option<usize>,
+    ) -> Self {
+        let d = Self::default();
+        let measurements = measurements.unwrap_or(d.measurements);
+        let measurements_per_requester =
+            measurements_per_requester.unwrap_or(d.measurements_per_requester);
+        Self {
+            connections: connections
+                .unwrap_or_else(|| MAX_CONNECTIONS.max(measurements.saturating_mul(2))),
+            connections_per_requester: connections_per_requester.unwrap_or_else(|| {
+                MAX_CONNECTIONS_PER_HOST.max(measurements_per_requester.saturating_mul(2))
+            }),
+            measurements,
+            measurements_per_requester,
+            exclusive: exclusive.unwrap_or(d.exclusive),
+            waiting: waiting.unwrap_or(d.waiting),
+        }
     }
 
     /// The first count that is out of its bounds, by its name (`measurements`):
@@ -845,9 +855,12 @@ impl Running {
 struct Slots(Mutex<Running>);
 
 impl Slots {
-    /// Holds `limits` from the next claim on.
-    fn set_limits(&self, limits: SenderLimits) {
-        mgrp_rt::lock(&self.0).limits = limits;
+    /// None running, holding up to `limits`.
+    fn new(limits: SenderLimits) -> Self {
+        Self(Mutex::new(Running {
+            limits,
+            ..Running::default()
+        }))
     }
 
     /// A place for a measurement from `from` (exclusive or not), or the refusal naming
@@ -1658,16 +1671,14 @@ mod tests {
     /// kept and new ones refused until enough are given back.
     #[test]
     fn measurement_places_follow_the_limits_set() {
-        let slots = Slots::default();
         let host = |n: u8| Requester::of(IpAddr::from([10, 0, 0, n]), 64);
-        let raised = SenderLimits {
+        let slots = Slots::new(SenderLimits {
             measurements: 10,
             measurements_per_requester: 6,
             exclusive: 2,
             waiting: 1,
             ..SenderLimits::default()
-        };
-        slots.set_limits(raised);
+        });
         let mut held: Vec<Slot<'_>> = (0..6)
             .map(|_| slots.claim(host(1), false).unwrap())
             .collect();
@@ -1687,7 +1698,7 @@ mod tests {
         let e = slots.claim(host(7), false).unwrap_err();
         assert!(e.contains("runs 10 measurements"), "{e}");
         // Lowered below what runs: nothing taken away, nothing new.
-        slots.set_limits(SenderLimits::default());
+        mgrp_rt::lock(&slots.0).limits = SenderLimits::default();
         let e = slots.claim(host(1), false).unwrap_err();
         assert!(e.contains("runs 6 measurements from this sender"), "{e}");
         held.retain(|s| s.from != host(1));
@@ -1712,6 +1723,7 @@ mod tests {
             with(|l| l.measurements_per_requester = 9).starts_with("connections per requester")
         );
     }
+
     #[test]
     fn receivers_waiting_for_the_exclusive_place_get_it_in_turn() {
         let slots = Slots::default();

@@ -167,11 +167,16 @@ fn connect_from(star: &Star, host: usize) -> anyhow::Result<Conn> {
 }
 
 fn hello(address: Option<IpAddr>) -> Request {
+    hello_on(address, PROBE_PORT)
+}
+
+/// A hello asking for probes to `probe_port`.
+fn hello_on(address: Option<IpAddr>, probe_port: u16) -> Request {
     Request::Hello {
         version: CONTROL_VERSION,
         transport: Transport::Udp,
         address,
-        probe_port: PROBE_PORT,
+        probe_port,
         piggyback: false,
         tool: "an outsider".into(),
         exclusive: false,
@@ -433,27 +438,7 @@ fn a_sender_set_to_serve_more_serves_that_many() -> anyhow::Result<()> {
         },
     )?;
     let said_hello = |conn: &mut Conn, port: u16| -> anyhow::Result<Option<Reply>> {
-        let Request::Hello {
-            version,
-            transport,
-            address,
-            piggyback,
-            tool,
-            exclusive,
-            ..
-        } = hello(None)
-        else {
-            unreachable!()
-        };
-        conn.send(&Request::Hello {
-            version,
-            transport,
-            address,
-            probe_port: port,
-            piggyback,
-            tool,
-            exclusive,
-        })?;
+        conn.send(&hello_on(None, port))?;
         conn.recv::<Reply>()
     };
     let mut held = Vec::new();

@@ -536,24 +536,14 @@ impl Config {
         }
         use mgrp_tool::server::SenderLimits;
         let defaults = SenderLimits::default();
-        let measurements = f.serve.max_measurements.unwrap_or(defaults.measurements);
-        let measurements_per_requester = f
-            .serve
-            .max_measurements_per_requester
-            .unwrap_or(defaults.measurements_per_requester);
-        let serve_limits = SenderLimits {
-            connections: f
-                .serve
-                .max_connections
-                .unwrap_or_else(|| SenderLimits::connections_for(measurements)),
-            connections_per_requester: f.serve.max_connections_per_requester.unwrap_or_else(|| {
-                SenderLimits::connections_per_requester_for(measurements_per_requester)
-            }),
-            measurements,
-            measurements_per_requester,
-            exclusive: f.serve.max_exclusive.unwrap_or(defaults.exclusive),
-            waiting: f.serve.max_waiting.unwrap_or(defaults.waiting),
-        };
+        let serve_limits = SenderLimits::given(
+            f.serve.max_measurements,
+            f.serve.max_measurements_per_requester,
+            f.serve.max_exclusive,
+            f.serve.max_waiting,
+            f.serve.max_connections,
+            f.serve.max_connections_per_requester,
+        );
         serve_limits.check().map_err(|e| {
             invalid(format!(
                 "[serve] limits: {e} (max-measurements {}, max-measurements-per-requester {}, max-exclusive {}, max-waiting {} by default; max-connections and max-connections-per-requester {} and {}, or twice the measurements where that is more)",

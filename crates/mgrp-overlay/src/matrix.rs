@@ -61,6 +61,12 @@ pub fn matrix_of(mesh: &Mesh, read: &BTreeMap<String, Result<Links, String>>, no
                 && let Some(e) = &l.latest
                 && let Some(loss) = &e.loss
             {
+                // A member's answer is taken as far as it makes sense: shares are 0
+                // to 1.
+                let share = |x: f64| (0.0..=1.0).contains(&x);
+                if !(share(loss.episode_frequency) && share(loss.loss_rate)) {
+                    continue;
+                }
                 let age_s = (now - e.ended_at).max(0.0);
                 let keep = losses
                     .get(&(from, into))
@@ -369,6 +375,40 @@ mod tests {
             ),
             "{json}"
         );
+    }
+
+    /// A loss method's pair is in the losses with its shares; shares a member gives
+    /// outside 0 to 1 are not taken.
+    #[test]
+    fn losses_are_taken_only_as_shares() {
+        let loss = |f: f64| {
+            let mut l = link("a-badabing", "a", "badabing", 1e6, 990.0);
+            l.latest.as_mut().unwrap().loss = Some(mgrp_views::estimate::Loss {
+                episode_frequency: f,
+                episode_frequency_ci: 0.0,
+                episode_duration_s: None,
+                episode_duration_ci_s: None,
+                loss_rate: f / 2.0,
+                experiments: 100,
+            });
+            l
+        };
+        let of = |f: f64| {
+            let read = BTreeMap::from([("b".to_owned(), Ok(links("b", vec![loss(f)])))]);
+            matrix_of(&mesh(), &read, 1000.0).losses
+        };
+        let taken = of(0.02);
+        assert_eq!(taken.len(), 1);
+        assert_eq!(
+            (
+                taken[0].episode_frequency,
+                taken[0].loss_rate,
+                taken[0].age_s
+            ),
+            (0.02, 0.01, 10.0)
+        );
+        assert_eq!(of(5.0), []);
+        assert_eq!(of(-0.1), []);
     }
 
     /// The collector reads each member's API over HTTP: members serving their links

@@ -8,17 +8,22 @@
 
 use std::process::ExitCode;
 
-use mgrp_experiments::meshsim::Setup;
 use mgrp_experiments::meshsim::run::{Ages, Report, run};
+use mgrp_experiments::meshsim::{Setup, Shares};
 
 const USAGE: &str =
-    "usage: mesh_sim [--members N]... [--seed S] [--no-regions] [--any-age] [--description]
+    "usage: mesh_sim [--members N]... [--seed S] [--no-regions] [--any-age] [--shares-from RUN]
+                [--description]
 
   --members N     members of the mesh (repeat for several runs; default 100 and 1000)
   --seed S        the seed of the truth, the jitter and the errors (default 1)
   --no-regions    the description gives no member's region (inference from access bounds alone)
   --any-age       inference takes its bounds from estimates of any age (by default one older
                   than the age goal bounds only where no fresher one does)
+  --shares-from RUN  take the ride and passive shares from a mesh run's run.json (written
+                  by mgrp-overlay's mesh_scale bench, e.g. docs/mesh-16/run.json): the share of
+                  MGRP probe bytes riders filled and of due runs passive estimates stood in for
+                  (default: none of either)
   --description   print the description of the first run and stop";
 
 fn main() -> ExitCode {
@@ -27,6 +32,7 @@ fn main() -> ExitCode {
     let mut regions = true;
     let mut print_description = false;
     let mut any_age = false;
+    let mut shares = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = |what: &str| {
@@ -47,6 +53,10 @@ fn main() -> ExitCode {
                 any_age = true;
                 Ok(())
             }
+            "--shares-from" => match args.next() {
+                Some(path) => shares_from(&path).map(|s| shares = Some((path, s))),
+                None => Err("--shares-from takes the path of a mesh run's run.json".into()),
+            },
             "--description" => {
                 print_description = true;
                 Ok(())
@@ -69,12 +79,27 @@ fn main() -> ExitCode {
         eprintln!("mesh_sim: a mesh of fewer than 3 members has no pair to infer\n{USAGE}");
         return ExitCode::from(2);
     }
+    if let Some((path, s)) = &shares {
+        println!(
+            "shares from {path}: riders filled {:.2} % of MGRP probe bytes ({} of {}); passive estimates stood in for {:.2} % of due runs ({} of {})",
+            100.0 * s.ride,
+            s.rider_bytes,
+            s.probe_bytes,
+            100.0 * s.passive,
+            s.covered,
+            s.due
+        );
+    }
     for m in members {
-        let setup = Setup {
+        let mut setup = Setup {
             regions_given: regions,
             stale_bounds_last: !any_age,
             ..Setup::fixed(m, seed)
         };
+        if let Some((_, s)) = &shares {
+            setup.ride_share = s.ride;
+            setup.passive_share = s.passive;
+        }
         if print_description {
             let truth = mgrp_experiments::meshsim::truth::Truth::draw(m, seed);
             print!(
@@ -93,6 +118,21 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// The shares of the mesh run at `path`; the budget takes at most 0.95 of either.
+fn shares_from(path: &str) -> Result<Shares, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let run: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{path} is not JSON: {e}"))?;
+    let s = Shares::of_mesh_run(&run).map_err(|e| format!("{path}: {e:#}"))?;
+    if s.ride > 0.95 || s.passive > 0.95 {
+        return Err(format!(
+            "{path}: shares above 0.95 ({:.3}, {:.3}) are more than a budget takes",
+            s.ride, s.passive
+        ));
+    }
+    Ok(s)
 }
 
 fn pct((a, b): (usize, usize)) -> String {
@@ -116,13 +156,15 @@ fn render(r: &Report, took: std::time::Duration) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "\n# {} members, spread k = {}, {} ; {} routing; budget {} MB a node-hour, age {} s; regions {}; bounds {}; seed {}; {:.0} min simulated, judged from {:.0} min ({} events, {:.1} s)",
+        "\n# {} members, spread k = {}, {} ; {} routing; budget {} MB a node-hour, age {} s; ride share {:.4}, passive share {:.4}; regions {}; bounds {}; seed {}; {:.0} min simulated, judged from {:.0} min ({} events, {:.1} s)",
         s.members,
         s.k,
         s.methods.join(" + "),
         s.routing,
         s.node_mb_per_hour,
         s.age.as_secs(),
+        s.ride_share,
+        s.passive_share,
         if s.regions_given {
             "given"
         } else {
@@ -159,17 +201,18 @@ fn render(r: &Report, took: std::time::Duration) -> String {
     );
     let _ = writeln!(
         o,
-        "\n| method | links | interval planned | runs (no estimate) | MB per link-hour | newest estimate's age p50 / p99 |\n|---|---|---|---|---|---|"
+        "\n| method | links | interval planned | runs (no estimate) | due runs passive stood in for | MB per link-hour | newest estimate's age p50 / p99 |\n|---|---|---|---|---|---|---|"
     );
     for (name, m) in &r.methods {
         let _ = writeln!(
             o,
-            "| {name} | {} | {:.0}–{:.0} s | {} ({}) | {:.2} | {} |",
+            "| {name} | {} | {:.0}–{:.0} s | {} ({}) | {} | {:.2} | {} |",
             m.links,
             m.interval.0,
             m.interval.1,
             m.runs,
             m.failed,
+            m.covered,
             m.bytes_per_link_hour / 1e6,
             ages(&m.ages)
         );
@@ -177,11 +220,12 @@ fn render(r: &Report, took: std::time::Duration) -> String {
     let total = r.probe_bytes_per_hour + r.heartbeat_bytes_per_hour + r.poll_bytes_per_hour;
     let _ = writeln!(
         o,
-        "\nMB per link-hour over all pairs: {:.4} (probes {:.4}, heartbeats {:.4}, polls {:.4}); a full mesh at the same spending per measured path: {:.3}",
+        "\nMB per link-hour over all pairs: {:.4} (probes {:.4}, heartbeats {:.4}, polls {:.4}; riders filled {:.4} more in probes, free); a full mesh at the same spending per measured path: {:.3}",
         r.per_pair_hour(total) / 1e6,
         r.per_pair_hour(r.probe_bytes_per_hour) / 1e6,
         r.per_pair_hour(r.heartbeat_bytes_per_hour) / 1e6,
         r.per_pair_hour(r.poll_bytes_per_hour) / 1e6,
+        r.per_pair_hour(r.rider_bytes_per_hour) / 1e6,
         (r.probe_bytes_per_hour + r.poll_bytes_per_hour) / r.measured_paths.max(1) as f64 / 1e6
     );
     let all = {

@@ -87,8 +87,11 @@ pub struct MethodReport {
     pub runs: u64,
     /// See `runs`.
     pub failed: u64,
-    /// Probe bytes an hour per link of its, in the judged window.
+    /// Probe bytes an hour per link of its, in the judged window, less what
+    /// riders filled.
     pub bytes_per_link_hour: f64,
+    /// Due runs in the judged window a passive estimate stood in for.
+    pub covered: u64,
     /// Ages of its links' newest estimates, sampled.
     pub ages: Ages,
     /// The planned interval, least and most (seconds).
@@ -110,9 +113,12 @@ pub struct Report {
     pub measured_paths: usize,
     /// Per method.
     pub methods: BTreeMap<String, MethodReport>,
-    /// Bytes an hour over the whole mesh: probes (as run), heartbeats and polls (as
-    /// planned).
+    /// Bytes an hour over the whole mesh: probes (as run, less what riders
+    /// filled), heartbeats and polls (as planned).
     pub probe_bytes_per_hour: f64,
+    /// Bytes an hour of application packets riding in probes: the share of the
+    /// probes' bytes that cost nothing more.
+    pub rider_bytes_per_hour: f64,
     /// See `probe_bytes_per_hour`.
     pub heartbeat_bytes_per_hour: f64,
     /// See `probe_bytes_per_hour`.
@@ -268,6 +274,7 @@ pub fn run(setup: &Setup) -> anyhow::Result<Report> {
             jitter: costs.jitter,
             path: from,
             class: m.class(),
+            passive: setup.passive_share > 0.0 && cost.available_bandwidth,
             ..Timing::default()
         };
         per_node[into].push((
@@ -312,6 +319,8 @@ pub fn run(setup: &Setup) -> anyhow::Result<Report> {
     let judged = nanos(setup.judged_from);
     let end = nanos(setup.duration);
     let mut probe_bytes = 0u64;
+    let mut rider_bytes = 0.0f64;
+    let mut covered = vec![0u64; method_names.len()];
     let mut runs = vec![(0u64, 0u64); method_names.len()];
     let mut bytes_by_method = vec![0u64; method_names.len()];
     let regions: Vec<Option<usize>> = (0..n)
@@ -325,6 +334,7 @@ pub fn run(setup: &Setup) -> anyhow::Result<Report> {
         measured_paths: 0,
         methods: BTreeMap::new(),
         probe_bytes_per_hour: 0.0,
+        rider_bytes_per_hour: 0.0,
         heartbeat_bytes_per_hour: plan
             .nodes
             .values()
@@ -379,6 +389,16 @@ pub fn run(setup: &Setup) -> anyhow::Result<Report> {
                     continue;
                 }
                 nodes[j].wake = None;
+                // Whether the applications' own flows on a path give a fresh passive
+                // estimate when its run falls due: drawn anew at each wake, so that
+                // `passive_share` of due runs find one. The estimate stands in with
+                // an active run's error.
+                if setup.passive_share > 0.0 {
+                    for i in 0..nodes[j].links.len() {
+                        let fresh = draws.uniform() < setup.passive_share;
+                        nodes[j].sched.handle_passive(i, fresh);
+                    }
+                }
                 while let Some(i) = nodes[j].sched.poll_start(mono(now)) {
                     let l = &nodes[j].links[i];
                     let begin = if l.exclusive {
@@ -391,6 +411,15 @@ pub fn run(setup: &Setup) -> anyhow::Result<Report> {
                     let ok = draws.uniform() >= RUN_FAILS;
                     queue.push(Reverse((begin + nanos(l.run), Event::End(j, i, ok))));
                 }
+                for i in nodes[j].sched.take_covered() {
+                    let l = &mut nodes[j].links[i];
+                    if now >= judged {
+                        covered[l.method] += 1;
+                    }
+                    let bps =
+                        truth.available(l.from, j) * (ESTIMATE_SIGMA * normal(&mut draws)).exp();
+                    l.newest = Some((bps, now as f64 / 1e9));
+                }
                 if let Some(t) = nodes[j].sched.poll_timeout() {
                     let t = t.as_nanos().saturating_sub(T0).max(now + 1);
                     if nodes[j].wake.is_none_or(|w| t < w) {
@@ -402,8 +431,13 @@ pub fn run(setup: &Setup) -> anyhow::Result<Report> {
             Event::End(j, i, ok) => {
                 let l = &mut nodes[j].links[i];
                 if now >= judged {
-                    probe_bytes += l.bytes;
-                    bytes_by_method[l.method] += l.bytes;
+                    // Riders fill `ride_share` of the probes' bytes (every simulated
+                    // link is over MGRP): bytes the applications sent anyway.
+                    let ridden = l.bytes as f64 * setup.ride_share;
+                    let active = l.bytes - ridden.round() as u64;
+                    rider_bytes += ridden;
+                    probe_bytes += active;
+                    bytes_by_method[l.method] += active;
                     runs[l.method].0 += 1;
                     if !ok {
                         runs[l.method].1 += 1;
@@ -427,6 +461,7 @@ pub fn run(setup: &Setup) -> anyhow::Result<Report> {
     }
     let hours = (end - judged) as f64 / 3.6e12;
     report.probe_bytes_per_hour = probe_bytes as f64 / hours;
+    report.rider_bytes_per_hour = rider_bytes / hours;
     let mut paths = std::collections::HashSet::new();
     for (j, node) in nodes.iter().enumerate() {
         for l in &node.links {
@@ -438,6 +473,7 @@ pub fn run(setup: &Setup) -> anyhow::Result<Report> {
         if let Some(r) = methods.get_mut(name) {
             r.runs = runs[m].0;
             r.failed = runs[m].1;
+            r.covered = covered[m];
             r.bytes_per_link_hour = bytes_by_method[m] as f64 / hours / r.links.max(1) as f64;
             r.ages = std::mem::take(&mut method_ages[m]);
         }

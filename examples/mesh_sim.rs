@@ -13,7 +13,7 @@ use mgrp_experiments::meshsim::{Setup, Shares};
 
 const USAGE: &str =
     "usage: mesh_sim [--members N]... [--seed S] [--no-regions] [--any-age] [--shares-from RUN]
-                [--description]
+                [--plots DIR] [--description]
 
   --members N     members of the mesh (repeat for several runs; default 100 and 1000)
   --seed S        the seed of the truth, the jitter and the errors (default 1)
@@ -24,6 +24,9 @@ const USAGE: &str =
                   by mgrp-overlay's mesh_scale bench, e.g. docs/mesh-16/run.json): the share of
                   MGRP probe bytes riders filled and of due runs passive estimates stood in for
                   (default: none of either)
+  --plots DIR     write each run's CDFs into DIR: ages-N-seedS.svg (each method's newest
+                  estimate, every pair's value measured and inferred) and errors-N-seedS.svg
+                  (every pair's |error| against the truth at the end)
   --description   print the description of the first run and stop";
 
 fn main() -> ExitCode {
@@ -33,6 +36,7 @@ fn main() -> ExitCode {
     let mut print_description = false;
     let mut any_age = false;
     let mut shares = None;
+    let mut plots: Option<std::path::PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = |what: &str| {
@@ -56,6 +60,13 @@ fn main() -> ExitCode {
             "--shares-from" => match args.next() {
                 Some(path) => shares_from(&path).map(|s| shares = Some((path, s))),
                 None => Err("--shares-from takes the path of a mesh run's run.json".into()),
+            },
+            "--plots" => match args.next() {
+                Some(dir) => {
+                    plots = Some(dir.into());
+                    Ok(())
+                }
+                None => Err("--plots takes a directory".into()),
             },
             "--description" => {
                 print_description = true;
@@ -110,7 +121,15 @@ fn main() -> ExitCode {
         }
         let started = std::time::Instant::now();
         match run(&setup) {
-            Ok(r) => print!("{}", render(&r, started.elapsed())),
+            Ok(r) => {
+                print!("{}", render(&r, started.elapsed()));
+                if let Some(dir) = &plots
+                    && let Err(e) = draw(dir, &r)
+                {
+                    eprintln!("mesh_sim: the plots: {e:#}");
+                    return ExitCode::FAILURE;
+                }
+            }
             Err(e) => {
                 eprintln!("mesh_sim: {e:#}");
                 return ExitCode::FAILURE;
@@ -133,6 +152,92 @@ fn shares_from(path: &str) -> Result<Shares, String> {
         ));
     }
     Ok(s)
+}
+
+/// The run's CDFs into `dir`.
+fn draw(dir: &std::path::Path, r: &Report) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use mgrp_experiments::plot::cdf_lines;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let s = &r.setup;
+    let shares = format!(
+        "ride share {:.2} %, passive share {:.2} %",
+        100.0 * s.ride_share,
+        100.0 * s.passive_share
+    );
+    let mut lines: Vec<(String, Vec<(f64, f64)>)> = r
+        .methods
+        .iter()
+        .map(|(name, m)| (format!("{name}: newest estimate"), m.ages.cdf()))
+        .collect();
+    lines.push(("a measured pair's value".into(), r.measured_ages.cdf()));
+    lines.push(("an inferred pair's value".into(), r.inferred_ages.cdf()));
+    // The age goal and a little past it: the pathload-fast secondaries reach hours.
+    let top = 2.0 * s.age.as_secs_f64();
+    let clip = |pts: &[(f64, f64)]| -> Vec<(f64, f64)> {
+        let mut out: Vec<(f64, f64)> = pts.iter().copied().filter(|p| p.0 <= top).collect();
+        if let Some(&(_, share)) = pts.iter().take_while(|p| p.0 <= top).last()
+            && share < 1.0
+        {
+            out.push((top, share));
+        }
+        out
+    };
+    let lines: Vec<_> = lines.into_iter().map(|(n, p)| (n, clip(&p))).collect();
+    let tag = format!("{}-seed{}", s.members, s.seed);
+    let path = dir.join(format!("ages-{tag}.svg"));
+    cdf_lines(
+        &path,
+        &format!(
+            "{} members, sampled every minute: ages ({shares})",
+            s.members
+        ),
+        "age, s",
+        top,
+        &lines,
+    )?;
+    println!("wrote {}", path.display());
+    let path = dir.join(format!("errors-{tag}.svg"));
+    cdf_lines(
+        &path,
+        &format!("{} members: every pair's |error| at the end", s.members),
+        "|error| %",
+        200.0,
+        &[
+            (
+                format!("measured ({})", r.measured_errors.len()),
+                permille(&r.measured_errors, 200.0),
+            ),
+            (
+                format!("inferred ({})", r.inferred_errors.len()),
+                permille(&r.inferred_errors, 200.0),
+            ),
+        ],
+    )?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// A CDF of `values` as a line through every 1/1000th of them (a million pairs'
+/// steps would make a plot of megabytes), up to `top`.
+fn permille(values: &[f64], top: f64) -> Vec<(f64, f64)> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let mut line = Vec::new();
+    if v.is_empty() {
+        return line;
+    }
+    for k in 0..=1000 {
+        let share = f64::from(k) / 1000.0;
+        let i = ((share * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+        let x = if k == 0 { 0.0 } else { v[i] };
+        if x > top {
+            line.push((top, line.last().map_or(0.0, |p: &(f64, f64)| p.1)));
+            break;
+        }
+        line.push((x, share));
+    }
+    line
 }
 
 fn pct((a, b): (usize, usize)) -> String {

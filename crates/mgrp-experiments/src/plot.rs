@@ -146,8 +146,6 @@ pub fn cdf(
     x_desc: &str,
     samples: &[(String, Vec<f64>)],
 ) -> anyhow::Result<()> {
-    let root = SVGBackend::new(path, (760, 480)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
     let top = samples
         .iter()
         .flat_map(|(_, v)| v.iter().copied())
@@ -155,6 +153,24 @@ pub fn cdf(
         .fold(0.0, f64::max)
         .max(1.0)
         * 1.05;
+    let lines: Vec<(String, Vec<(f64, f64)>)> = samples
+        .iter()
+        .map(|(name, values)| (name.clone(), mgrp_tool::plot::cdf_steps(values, top)))
+        .collect();
+    cdf_lines(path, title, x_desc, top, &lines)
+}
+
+/// CDFs already drawn as steps (`(x, share)`, as [`mgrp_tool::plot::cdf_steps`]
+/// makes them, or from a histogram), one line each, on `0..top`.
+pub fn cdf_lines(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    top: f64,
+    lines: &[(String, Vec<(f64, f64)>)],
+) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (760, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 18))
         .margin(12)
@@ -168,8 +184,7 @@ pub fn cdf(
         .y_desc("fraction")
         .draw()
         .map_err(err)?;
-    for (i, (name, values)) in samples.iter().enumerate() {
-        let pts = mgrp_tool::plot::cdf_steps(values, top);
+    for (i, (name, pts)) in lines.iter().enumerate() {
         if pts.is_empty() {
             continue;
         }
@@ -177,7 +192,7 @@ pub fn cdf(
         let dashed = name.starts_with("mgrpOFF");
         let style = colour.stroke_width(if dashed { 1 } else { 2 });
         chart
-            .draw_series(LineSeries::new(pts, style))
+            .draw_series(LineSeries::new(pts.iter().copied(), style))
             .map_err(err)?
             .label(name.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], style));

@@ -244,6 +244,10 @@ mod tests {
         assert_eq!(r.measured_paths, 40 * 2 * s.k);
         assert_eq!(r.without_value, 0);
         assert_eq!(r.measured_within.1 + r.inferred_within.1, r.pairs);
+        assert_eq!(r.measured_errors.len(), r.measured_within.1);
+        assert_eq!(r.inferred_errors.len(), r.inferred_within.1);
+        let within = r.inferred_errors.iter().filter(|&&e| e <= 50.0).count();
+        assert_eq!(within, r.inferred_within.0);
         let samples = (s.duration - s.judged_from).as_secs() / s.sample_every.as_secs() + 1;
         assert_eq!(
             r.measured_ages.count() + r.inferred_ages.count(),

@@ -4,8 +4,8 @@
 //! `results.md` (per-path table, ratio and pairwise figures per method), ratio CDFs
 //! per congestion control and the squeezed-pair histograms of one path of each class.
 //!
-//! Run as root: `cargo run --release --example btc -- --help`. About 30 minutes for
-//! the 20 paths. A path whose JSON is in the output directory is not measured again
+//! Run as root: `cargo run --release --example btc -- --help`. About 35 minutes for
+//! the first 20 paths, 55 for all 32. A path whose JSON is in the output directory is not measured again
 //! (`--fresh` measures everything anew); `--analyse` only rewrites the results from
 //! the JSON there.
 
@@ -66,10 +66,22 @@ enum Cross {
     UpWeb,
     /// As `UpWeb` with 24 Mbit/s of Poisson UDP instead.
     UpUdp,
+    /// One bulk BBR flow on the 10 Mbit/s bottleneck.
+    EdgeBbr,
+    /// A bulk CUBIC flow and a bulk BBR flow on the 10 Mbit/s bottleneck.
+    EdgeMixed,
+    /// Four bulk CUBIC flows sharing the 10 Mbit/s bottleneck with the transfer.
+    EdgeShared,
+    /// 7 Mbit/s of Poisson UDP on the 10 Mbit/s bottleneck.
+    EdgeUdpHeavy,
+    /// As `UpWeb` with two bulk CUBIC flows on the 30 Mbit/s router instead: the
+    /// router is tight with no room left, the source's link narrow.
+    UpTcp,
 }
 
 impl Cross {
-    const ALL: [Self; 5] = [
+    /// The settings of the first 20 paths.
+    const FIRST: [Self; 5] = [
         Self::Quiet,
         Self::EdgeTcp,
         Self::EdgeUdp,
@@ -84,20 +96,25 @@ impl Cross {
             Self::EdgeUdp => "edge-udp",
             Self::UpWeb => "up-web",
             Self::UpUdp => "up-udp",
+            Self::EdgeBbr => "edge-bbr",
+            Self::EdgeMixed => "edge-mixed",
+            Self::EdgeShared => "edge-shared",
+            Self::EdgeUdpHeavy => "edge-udp-heavy",
+            Self::UpTcp => "up-tcp",
         }
     }
 
     /// The bottleneck router's rate, Mbit/s.
     fn router_mbps(self) -> u32 {
         match self {
-            Self::UpWeb | Self::UpUdp => 30,
+            Self::UpWeb | Self::UpUdp | Self::UpTcp => 30,
             _ => 10,
         }
     }
 
     /// Whether the source's own link is the narrow one (10 Mbit/s).
     fn narrow_at_source(self) -> bool {
-        matches!(self, Self::UpWeb | Self::UpUdp)
+        matches!(self, Self::UpWeb | Self::UpUdp | Self::UpTcp)
     }
 }
 
@@ -118,11 +135,31 @@ struct PathSpec {
     loss: f64,
 }
 
-/// The paths, fixed before any was measured: every cross-traffic setting at every
-/// round trip, the loss rates taken in turn.
+/// The paths added after the first 20 were measured, fixed before any of them was
+/// (other round trips and losses; competing BBR and mixed flows, heavier UDP, a
+/// bottleneck shared by four flows, a tight router with no room left): cross traffic,
+/// round trip (ms), loss.
+const ADDED: [(Cross, u32, f64); 12] = [
+    (Cross::EdgeBbr, 25, 0.0),
+    (Cross::EdgeBbr, 120, 0.005),
+    (Cross::EdgeMixed, 60, 0.0005),
+    (Cross::EdgeMixed, 200, 0.0),
+    (Cross::EdgeShared, 60, 0.0),
+    (Cross::EdgeShared, 200, 0.0005),
+    (Cross::EdgeUdpHeavy, 25, 0.005),
+    (Cross::EdgeUdpHeavy, 120, 0.0),
+    (Cross::UpTcp, 25, 0.02),
+    (Cross::UpTcp, 120, 0.0),
+    (Cross::Quiet, 60, 0.02),
+    (Cross::EdgeUdp, 200, 0.02),
+];
+
+/// The paths, fixed before any was measured: the first 20 (every cross-traffic
+/// setting of the first five at every round trip, the loss rates taken in turn),
+/// then [`ADDED`].
 fn paths() -> Vec<PathSpec> {
     let mut out = Vec::new();
-    for (ci, cross) in Cross::ALL.iter().enumerate() {
+    for (ci, cross) in Cross::FIRST.iter().enumerate() {
         for (ri, rtt) in RTTS_MS.iter().enumerate() {
             out.push(PathSpec {
                 name: format!("{}-{rtt}ms", cross.name()),
@@ -131,6 +168,19 @@ fn paths() -> Vec<PathSpec> {
                 loss: LOSSES[(ci + ri) % LOSSES.len()],
             });
         }
+    }
+    for (cross, rtt, loss) in ADDED {
+        let name = if loss >= 0.02 {
+            format!("{}-{rtt}ms-lossy", cross.name())
+        } else {
+            format!("{}-{rtt}ms", cross.name())
+        };
+        out.push(PathSpec {
+            name,
+            cross,
+            rtt_ms: rtt,
+            loss,
+        });
     }
     out
 }
@@ -406,11 +456,27 @@ fn measure_path(spec: &PathSpec, args: &Args) -> anyhow::Result<Measured> {
     })
 }
 
-fn start_cross(tb: &Testbed, cross: Cross) -> anyhow::Result<Option<Source>> {
+fn start_cross(tb: &Testbed, cross: Cross) -> anyhow::Result<Vec<Source>> {
+    let bulk = |port: u16, cc: &str| traffic::tcp_bulk(&tb.c1, &tb.c2, C2.into(), port, cc);
     Ok(match cross {
-        Cross::Quiet => None,
-        Cross::EdgeTcp => Some(traffic::tcp_bulk(&tb.c1, &tb.c2, C2.into(), 5401, "cubic")?),
-        Cross::EdgeUdp => Some(traffic::udp_poisson(
+        Cross::Quiet => Vec::new(),
+        Cross::EdgeTcp => vec![bulk(5401, "cubic")?],
+        Cross::EdgeBbr => vec![bulk(5405, "bbr")?],
+        Cross::EdgeMixed => vec![bulk(5406, "cubic")?, bulk(5407, "bbr")?],
+        Cross::EdgeShared => (5408..5412)
+            .map(|p| bulk(p, "cubic"))
+            .collect::<anyhow::Result<_>>()?,
+        Cross::UpTcp => vec![bulk(5412, "cubic")?, bulk(5413, "cubic")?],
+        Cross::EdgeUdpHeavy => vec![traffic::udp_poisson(
+            &tb.c1,
+            &tb.c2,
+            C2.into(),
+            5414,
+            7.0,
+            1200,
+            7,
+        )?],
+        Cross::EdgeUdp => vec![traffic::udp_poisson(
             &tb.c1,
             &tb.c2,
             C2.into(),
@@ -418,8 +484,8 @@ fn start_cross(tb: &Testbed, cross: Cross) -> anyhow::Result<Option<Source>> {
             4.0,
             1200,
             7,
-        )?),
-        Cross::UpWeb => Some(traffic::web(
+        )?],
+        Cross::UpWeb => vec![traffic::web(
             &tb.c1,
             &tb.c2,
             C2.into(),
@@ -429,8 +495,8 @@ fn start_cross(tb: &Testbed, cross: Cross) -> anyhow::Result<Option<Source>> {
                 max_flows: 40,
                 seed: 11,
             },
-        )?),
-        Cross::UpUdp => Some(traffic::udp_poisson(
+        )?],
+        Cross::UpUdp => vec![traffic::udp_poisson(
             &tb.c1,
             &tb.c2,
             C2.into(),
@@ -438,7 +504,7 @@ fn start_cross(tb: &Testbed, cross: Cross) -> anyhow::Result<Option<Source>> {
             24.0,
             1200,
             7,
-        )?),
+        )?],
     })
 }
 

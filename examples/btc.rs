@@ -135,6 +135,14 @@ struct PathSpec {
     loss: f64,
 }
 
+impl PathSpec {
+    /// Whether it is one of the first 20 paths (not [`ADDED`]).
+    fn first_20(&self) -> bool {
+        let first = Cross::FIRST.len() * RTTS_MS.len();
+        paths().iter().take(first).any(|p| p.name == self.name)
+    }
+}
+
 /// The paths added after the first 20 were measured, fixed before any of them was
 /// (other round trips and losses; competing BBR and mixed flows, heavier UDP, a
 /// bottleneck shared by four flows, a tight router with no room left): cross traffic,
@@ -656,6 +664,30 @@ struct Row {
     predicted: Vec<(&'static str, Option<f64>)>,
 }
 
+/// Every transfer of `paths`, each path predicted with factors calibrated on the
+/// others (leave one out); `Row::path` indexes `paths`.
+fn leave_one_out(paths: &[&Measured]) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for (i, m) in paths.iter().enumerate() {
+        let others: Vec<&Measured> = paths
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, m)| *m)
+            .collect();
+        let f = calibrate(&others);
+        for t in &m.transfers {
+            rows.push(Row {
+                path: i,
+                cc: t.cc.clone(),
+                truth: t.bps,
+                predicted: predictions(m, t, &f),
+            });
+        }
+    }
+    rows
+}
+
 fn analyse(out: &Path) -> anyhow::Result<()> {
     let mut measured: Vec<Measured> = Vec::new();
     for spec in paths() {
@@ -672,26 +704,9 @@ fn analyse(out: &Path) -> anyhow::Result<()> {
         "no measured paths in {}; run without --analyse first",
         out.join("paths").display()
     );
-    let factors = calibrate(&measured.iter().collect::<Vec<_>>());
-    // Each path predicted with factors calibrated on the others (leave one out).
-    let mut rows: Vec<Row> = Vec::new();
-    for (i, m) in measured.iter().enumerate() {
-        let others: Vec<&Measured> = measured
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .map(|(_, m)| m)
-            .collect();
-        let f = calibrate(&others);
-        for t in &m.transfers {
-            rows.push(Row {
-                path: i,
-                cc: t.cc.clone(),
-                truth: t.bps,
-                predicted: predictions(m, t, &f),
-            });
-        }
-    }
+    let all: Vec<&Measured> = measured.iter().collect();
+    let factors = calibrate(&all);
+    let rows = leave_one_out(&all);
     let mut md = String::new();
     writeln!(md, "# What TCP will get: results\n")?;
     writeln!(
@@ -708,59 +723,19 @@ fn analyse(out: &Path) -> anyhow::Result<()> {
     writeln!(md, "## Per method\n")?;
     writeln!(
         md,
-        "Ratio = achieved / predicted. Within ±50 %: achieved between 0.5 and 1.5 times the prediction. Faster path: of all pairs of paths, the share where the method orders the two as the transfers did (a pair without a prediction counts as wrong).\n"
+        "Ratio = achieved / predicted. Within ±50 %: achieved between 0.5 and 1.5 times the prediction. Faster path: of pairs of paths, the share where the method orders the two as the transfers did (a pair without a prediction counts as wrong), of all pairs and of the pairs whose transfers are more than 20 % apart.\n"
     )?;
-    writeln!(
-        md,
-        "| method | cc | predictions | median ratio | within ±50 % | within a quarter to double | faster path | faster path, truths > 20 % apart |"
-    )?;
-    writeln!(md, "|---|---|---|---|---|---|---|---|")?;
-    let mut cdfs: Vec<(String, Lines)> = Vec::new();
-    for cc in ["cubic", "bbr"] {
-        let rs: Vec<&Row> = rows.iter().filter(|r| r.cc == cc).collect();
-        let mut lines = Vec::new();
-        for method in METHODS {
-            let pred = |r: &Row| {
-                r.predicted
-                    .iter()
-                    .find(|(n, _)| *n == method)
-                    .and_then(|(_, v)| *v)
-                    .filter(|v| *v > 0.0)
-            };
-            let mut ratios: Vec<f64> = rs.iter().filter_map(|r| Some(r.truth / pred(r)?)).collect();
-            let within = ratios.iter().filter(|x| (0.5..=1.5).contains(*x)).count();
-            let wide = ratios.iter().filter(|x| (0.25..=2.0).contains(*x)).count();
-            let (mut right, mut pairs) = (0usize, 0usize);
-            let (mut right_apart, mut apart) = (0usize, 0usize);
-            for a in 0..rs.len() {
-                for b in a + 1..rs.len() {
-                    let (ta, tb) = (rs[a].truth, rs[b].truth);
-                    let distinct = ta.max(tb) > 1.2 * ta.min(tb);
-                    pairs += 1;
-                    apart += usize::from(distinct);
-                    if let (Some(pa), Some(pb)) = (pred(rs[a]), pred(rs[b]))
-                        && (pa - pb).signum() == (ta - tb).signum()
-                    {
-                        right += 1;
-                        right_apart += usize::from(distinct);
-                    }
-                }
-            }
-            let n = ratios.len();
-            writeln!(
-                md,
-                "| {method} | {cc} | {n} of {} | {} | {} | {} | {} | {} |",
-                rs.len(),
-                median(&mut ratios).map_or("-".into(), |x| format!("{x:.2}")),
-                pct(within, rs.len()),
-                pct(wide, rs.len()),
-                pct(right, pairs),
-                pct(right_apart, apart),
-            )?;
-            lines.push((method.to_string(), ratios));
-        }
-        cdfs.push((cc.to_string(), lines));
+    let first: Vec<&Measured> = measured.iter().filter(|m| m.path.first_20()).collect();
+    if first.len() < measured.len() && !first.is_empty() {
+        writeln!(
+            md,
+            "### The first 20 paths\n\n{} of them, each predicted with factors calibrated on the others of these only, as before the paths were added.\n",
+            first.len()
+        )?;
+        per_method(&mut md, &leave_one_out(&first))?;
+        writeln!(md, "\n### All {} paths\n", measured.len())?;
     }
+    let cdfs = per_method(&mut md, &rows)?;
     for (cc, lines) in &cdfs {
         // combined+kernel is the kernel's line wherever the kernel reported, which is
         // every transfer here: drawn once.
@@ -882,6 +857,63 @@ fn analyse(out: &Path) -> anyhow::Result<()> {
     std::fs::write(&file, md).with_context(|| format!("cannot write {}", file.display()))?;
     eprintln!("wrote {}", file.display());
     Ok(())
+}
+
+/// The ratio and pairs table of `rows` into `md`, per congestion control and method;
+/// returns each congestion control's ratios per method.
+fn per_method(md: &mut String, rows: &[Row]) -> anyhow::Result<Vec<(String, Lines)>> {
+    writeln!(
+        md,
+        "| method | cc | predictions | median ratio | within ±50 % | within a quarter to double | faster path, all pairs | faster path, pairs > 20 % apart |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|")?;
+    let mut cdfs: Vec<(String, Lines)> = Vec::new();
+    for cc in ["cubic", "bbr"] {
+        let rs: Vec<&Row> = rows.iter().filter(|r| r.cc == cc).collect();
+        let mut lines = Vec::new();
+        for method in METHODS {
+            let pred = |r: &Row| {
+                r.predicted
+                    .iter()
+                    .find(|(n, _)| *n == method)
+                    .and_then(|(_, v)| *v)
+                    .filter(|v| *v > 0.0)
+            };
+            let mut ratios: Vec<f64> = rs.iter().filter_map(|r| Some(r.truth / pred(r)?)).collect();
+            let within = ratios.iter().filter(|x| (0.5..=1.5).contains(*x)).count();
+            let wide = ratios.iter().filter(|x| (0.25..=2.0).contains(*x)).count();
+            let (mut right, mut pairs) = (0usize, 0usize);
+            let (mut right_apart, mut apart) = (0usize, 0usize);
+            for a in 0..rs.len() {
+                for b in a + 1..rs.len() {
+                    let (ta, tb) = (rs[a].truth, rs[b].truth);
+                    let distinct = ta.max(tb) > 1.2 * ta.min(tb);
+                    pairs += 1;
+                    apart += usize::from(distinct);
+                    if let (Some(pa), Some(pb)) = (pred(rs[a]), pred(rs[b]))
+                        && (pa - pb).signum() == (ta - tb).signum()
+                    {
+                        right += 1;
+                        right_apart += usize::from(distinct);
+                    }
+                }
+            }
+            let n = ratios.len();
+            writeln!(
+                md,
+                "| {method} | {cc} | {n} of {} | {} | {} | {} | {} | {} |",
+                rs.len(),
+                median(&mut ratios).map_or("-".into(), |x| format!("{x:.2}")),
+                pct(within, rs.len()),
+                pct(wide, rs.len()),
+                pct(right, pairs),
+                pct(right_apart, apart),
+            )?;
+            lines.push((method.to_string(), ratios));
+        }
+        cdfs.push((cc.to_string(), lines));
+    }
+    Ok(cdfs)
 }
 
 fn pct(a: usize, b: usize) -> String {

@@ -15,12 +15,47 @@ use mgrp_views::matrix::{Basis, Cell, LossCell, Matrix, SCHEMA, Unread};
 use crate::measure::method::Gives;
 use crate::measure::registry::Method;
 
+/// `a` against `b` with each run of digits taken as a number: "n2" before "n10",
+/// "n02" beside "n2" (then by text, so the order is total).
+fn natural_order(a: &str, b: &str) -> std::cmp::Ordering {
+    fn runs(s: &str) -> impl Iterator<Item = (bool, &str)> {
+        let mut rest = s;
+        std::iter::from_fn(move || {
+            let first = rest.chars().next()?;
+            let digits = first.is_ascii_digit();
+            let end = rest
+                .find(|c: char| c.is_ascii_digit() != digits)
+                .unwrap_or(rest.len());
+            let (run, tail) = rest.split_at(end);
+            rest = tail;
+            Some((digits, run))
+        })
+    }
+    // A run of digits is its number: the longer (without leading zeros) is larger,
+    // runs of one length compare as text.
+    let key = |s: &'_ str| -> Vec<(bool, usize, String)> {
+        runs(s)
+            .map(|(digits, r)| {
+                if digits {
+                    let n = r.trim_start_matches('0');
+                    (true, n.len(), n.to_owned())
+                } else {
+                    (false, 0, r.to_owned())
+                }
+            })
+            .collect()
+    };
+    key(a).cmp(&key(b)).then_with(|| a.cmp(b))
+}
+
 /// The matrix of `mesh` from the links each member's API gave (`read`, by member
 /// name; an error for one that could not be read), at `now` (Unix seconds). An
 /// estimate older than the description's budget `age` bounds an inferred pair only
 /// where nothing fresher does.
 pub fn matrix_of(mesh: &Mesh, read: &BTreeMap<String, Result<Links, String>>, now: f64) -> Matrix {
-    let names: Vec<String> = mesh.members.keys().cloned().collect();
+    // Members in their names' natural order (n2 before n10), as a reader counts them.
+    let mut names: Vec<String> = mesh.members.keys().cloned().collect();
+    names.sort_by(|a, b| natural_order(a, b));
     let index: BTreeMap<&str, usize> = names
         .iter()
         .enumerate()
@@ -28,7 +63,7 @@ pub fn matrix_of(mesh: &Mesh, read: &BTreeMap<String, Result<Links, String>>, no
         .collect();
     let mut regions: Vec<Option<usize>> = Vec::with_capacity(names.len());
     let mut region_names: BTreeMap<&str, usize> = BTreeMap::new();
-    for m in mesh.members.values() {
+    for m in names.iter().map(|n| &mesh.members[n]) {
         regions.push(m.region.as_deref().map(|r| {
             let next = region_names.len();
             *region_names.entry(r).or_insert(next)
@@ -266,6 +301,28 @@ mod tests {
     use super::*;
     use mgrp_views::link::LinkView;
     use mgrp_views::sample;
+
+    #[test]
+    fn members_come_in_their_names_natural_order() {
+        let mut names = vec!["n10", "n2", "n1", "edge", "n02", "n2b", "n100", "m9x"];
+        names.sort_by(|a, b| natural_order(a, b));
+        assert_eq!(
+            names,
+            ["edge", "m9x", "n1", "n02", "n2", "n2b", "n10", "n100"]
+        );
+        // The matrix lists them so.
+        let mut t = String::new();
+        for (i, n) in ["n10", "n2", "n1"].iter().enumerate() {
+            t.push_str(&format!(
+                "[[member]]\nname = \"{n}\"\naddress = \"10.9.0.{}\"\nregion = \"r{n}\"\n",
+                i + 1
+            ));
+        }
+        t.push_str("[[group]]\nname = \"g\"\nkind = \"full-mesh\"\nmembers = [\"n10\", \"n2\", \"n1\"]\nmethods = [\"pathchirp\"]\n");
+        let mesh = Mesh::parse(&t).unwrap();
+        let m = matrix_of(&mesh, &BTreeMap::new(), 0.0);
+        assert_eq!(m.members, ["n1", "n2", "n10"]);
+    }
 
     /// Members a, b, c (a and b in region r1, c in r2), b measuring a by pathChirp
     /// and c measuring b; `c` runs badabing from a too, which gives no bandwidth.

@@ -208,6 +208,11 @@ struct Transfer {
     kernel_early_bps: Option<f64>,
     /// Samples that median stands on.
     kernel_samples: usize,
+    /// For a BBR transfer, the median of BBR's own bottleneck estimate (its windowed
+    /// highest delivery rate, `INET_DIAG_BBRINFO`) over the same seconds, bit/s; none
+    /// for CUBIC and in runs made before it was read.
+    #[serde(default)]
+    kernel_bbr_early_bps: Option<f64>,
 }
 
 /// Everything measured on one path.
@@ -522,6 +527,7 @@ fn transfer(tb: &Testbed, cc: &str, port: u16, seconds: u64) -> anyhow::Result<T
     let src = traffic::tcp_bulk(&tb.m3, &tb.m5, M5.into(), port, cc)?;
     let start = Instant::now();
     let mut early = Vec::new();
+    let mut bbr_early = Vec::new();
     while start.elapsed() < Duration::from_secs(seconds) {
         std::thread::sleep(Duration::from_millis(250));
         let t = start.elapsed();
@@ -532,6 +538,9 @@ fn transfer(tb: &Testbed, cc: &str, port: u16, seconds: u64) -> anyhow::Result<T
             .m3
             .run(|| mgrp_tool::sockdiag::connections_to(M5.into()))??;
         for c in conns.iter().filter(|c| c.remote.port() == port) {
+            if let Some(b) = &c.bbr {
+                bbr_early.push(b.bandwidth_bps);
+            }
             if let Some(s) = mgrp_tool::tcpinfo::parse(&c.info)
                 && s.network_limited()
                 && let Some(r) = s.delivery_bps
@@ -549,6 +558,7 @@ fn transfer(tb: &Testbed, cc: &str, port: u16, seconds: u64) -> anyhow::Result<T
         retransmits: src.retransmits(),
         kernel_samples: early.len(),
         kernel_early_bps: median(&mut early),
+        kernel_bbr_early_bps: median(&mut bbr_early),
     })
 }
 
@@ -568,13 +578,14 @@ fn median(v: &mut [f64]) -> Option<f64> {
 // ---- Analysis ----
 
 /// The methods compared, in the tables' order.
-const METHODS: [&str; 7] = [
+const METHODS: [&str; 8] = [
     "abw",
     "scaled-abw",
     "capacity",
     "mathis",
     "combined",
     "kernel",
+    "kernel-bbr",
     "combined+kernel",
 ];
 
@@ -650,6 +661,7 @@ fn predictions(m: &Measured, t: &Transfer, f: &Factors) -> Vec<(&'static str, Op
         ("mathis", by(model::Basis::Mathis)),
         ("combined", combined.map(|p| p.bps())),
         ("kernel", t.kernel_early_bps),
+        ("kernel-bbr", t.kernel_bbr_early_bps),
         ("combined+kernel", with_kernel.map(|p| p.bps())),
     ]
 }
@@ -899,6 +911,10 @@ fn per_method(md: &mut String, rows: &[Row]) -> anyhow::Result<Vec<(String, Line
                 }
             }
             let n = ratios.len();
+            if n == 0 && method == "kernel-bbr" {
+                // Not read for CUBIC, nor in runs made before it was.
+                continue;
+            }
             writeln!(
                 md,
                 "| {method} | {cc} | {n} of {} | {} | {} | {} | {} | {} |",

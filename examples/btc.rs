@@ -578,12 +578,13 @@ fn median(v: &mut [f64]) -> Option<f64> {
 // ---- Analysis ----
 
 /// The methods compared, in the tables' order.
-const METHODS: [&str; 8] = [
+const METHODS: [&str; 9] = [
     "abw",
     "scaled-abw",
     "capacity",
     "mathis",
     "combined",
+    "combined-per-cc",
     "kernel",
     "kernel-bbr",
     "combined+kernel",
@@ -593,11 +594,18 @@ fn abw_mid(m: &Measured) -> Option<f64> {
     m.abw.map(|(l, h)| (l + h) / 2.0)
 }
 
-/// Achieved rate over the available bandwidth's middle, for every transfer of `m`.
-fn ratios_to_abw(m: &Measured) -> Vec<f64> {
+/// Achieved rate over the available bandwidth's middle, for every transfer of `m`
+/// by a congestion control `cc` accepts.
+fn ratios_to_abw(m: &Measured, cc: &dyn Fn(&str) -> bool) -> Vec<f64> {
     abw_mid(m)
         .filter(|a| *a > 0.0)
-        .map(|a| m.transfers.iter().map(|t| t.bps / a).collect())
+        .map(|a| {
+            m.transfers
+                .iter()
+                .filter(|t| cc(&t.cc))
+                .map(|t| t.bps / a)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -605,7 +613,12 @@ fn ratios_to_abw(m: &Measured) -> Vec<f64> {
 /// the available bandwidth's middle; a class with fewer than two paths takes the
 /// median over all of them.
 fn calibrate(paths: &[&Measured]) -> Factors {
-    let mut pooled: Vec<f64> = paths.iter().flat_map(|m| ratios_to_abw(m)).collect();
+    calibrate_for(paths, &|_| true)
+}
+
+/// [`calibrate`] on the transfers by a congestion control `cc` accepts only.
+fn calibrate_for(paths: &[&Measured], cc: &dyn Fn(&str) -> bool) -> Factors {
+    let mut pooled: Vec<f64> = paths.iter().flat_map(|m| ratios_to_abw(m, cc)).collect();
     let pooled = median(&mut pooled).unwrap_or(1.0);
     let of = |c: PathClass| {
         let those: Vec<&Measured> = paths
@@ -613,7 +626,7 @@ fn calibrate(paths: &[&Measured]) -> Factors {
             .copied()
             .filter(|m| m.class.unwrap_or(PathClass::Undecided) == c)
             .collect();
-        let mut r: Vec<f64> = those.iter().flat_map(|m| ratios_to_abw(m)).collect();
+        let mut r: Vec<f64> = those.iter().flat_map(|m| ratios_to_abw(m, cc)).collect();
         if those.len() < 2 {
             pooled
         } else {
@@ -689,11 +702,24 @@ fn leave_one_out(paths: &[&Measured]) -> Vec<Row> {
             .collect();
         let f = calibrate(&others);
         for t in &m.transfers {
+            // The same, with factors from the other paths' transfers by this
+            // congestion control only.
+            let own = calibrate_for(&others, &|cc| cc == t.cc);
+            let mut predicted = predictions(m, t, &f);
+            let per_cc = predictions(m, t, &own)
+                .into_iter()
+                .find(|(n, _)| *n == "combined")
+                .and_then(|(_, v)| v);
+            let at = predicted
+                .iter()
+                .position(|(n, _)| *n == "combined")
+                .map_or(predicted.len(), |i| i + 1);
+            predicted.insert(at, ("combined-per-cc", per_cc));
             rows.push(Row {
                 path: i,
                 cc: t.cc.clone(),
                 truth: t.bps,
-                predicted: predictions(m, t, &f),
+                predicted,
             });
         }
     }

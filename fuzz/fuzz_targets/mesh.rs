@@ -12,7 +12,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     match Mesh::parse(text) {
-        Err(e) => assert!(e.line >= 1 && e.line <= text.lines().count().max(1) + 1, "{e}"),
+        Err(e) => assert!(
+            e.line >= 1 && e.line <= text.lines().count().max(1) + 1,
+            "{e}"
+        ),
         Ok(mesh) => {
             for t in [mesh.overlay_targets(), mesh.mgrpd_targets()] {
                 serde_json::to_string(&t).expect("targets are JSON");

@@ -640,8 +640,15 @@ fn calibrate_for(paths: &[&Measured], cc: &dyn Fn(&str) -> bool) -> Factors {
     }
 }
 
-/// Each method's prediction for transfer `t` of path `m`, bit/s, with factors `f`.
-fn predictions(m: &Measured, t: &Transfer, f: &Factors) -> Vec<(&'static str, Option<f64>)> {
+/// Each method's prediction for transfer `t` of path `m`, bit/s, with factors `f`
+/// (both congestion controls' transfers) and `own` (this transfer's congestion
+/// control's alone, for `combined-per-cc`).
+fn predictions(
+    m: &Measured,
+    t: &Transfer,
+    f: &Factors,
+    own: &Factors,
+) -> Vec<(&'static str, Option<f64>)> {
     let inputs = Inputs {
         abw: m.abw,
         class: m.class,
@@ -653,6 +660,7 @@ fn predictions(m: &Measured, t: &Transfer, f: &Factors) -> Vec<(&'static str, Op
         bbr: t.cc == "bbr",
     };
     let (all, combined) = model::predict(&inputs, f, MSS);
+    let per_cc = model::predict(&inputs, own, MSS).1;
     let by = |b: model::Basis| {
         all.iter()
             .find(|p| p.basis == b)
@@ -673,6 +681,7 @@ fn predictions(m: &Measured, t: &Transfer, f: &Factors) -> Vec<(&'static str, Op
         ("capacity", m.capacity_bps),
         ("mathis", by(model::Basis::Mathis)),
         ("combined", combined.map(|p| p.bps())),
+        ("combined-per-cc", per_cc.map(|p| p.bps())),
         ("kernel", t.kernel_early_bps),
         ("kernel-bbr", t.kernel_bbr_early_bps),
         ("combined+kernel", with_kernel.map(|p| p.bps())),
@@ -702,24 +711,12 @@ fn leave_one_out(paths: &[&Measured]) -> Vec<Row> {
             .collect();
         let f = calibrate(&others);
         for t in &m.transfers {
-            // The same, with factors from the other paths' transfers by this
-            // congestion control only.
             let own = calibrate_for(&others, &|cc| cc == t.cc);
-            let mut predicted = predictions(m, t, &f);
-            let per_cc = predictions(m, t, &own)
-                .into_iter()
-                .find(|(n, _)| *n == "combined")
-                .and_then(|(_, v)| v);
-            let at = predicted
-                .iter()
-                .position(|(n, _)| *n == "combined")
-                .map_or(predicted.len(), |i| i + 1);
-            predicted.insert(at, ("combined-per-cc", per_cc));
             rows.push(Row {
                 path: i,
                 cc: t.cc.clone(),
                 truth: t.bps,
-                predicted,
+                predicted: predictions(m, t, &f, &own),
             });
         }
     }

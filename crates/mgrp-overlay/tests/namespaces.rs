@@ -130,6 +130,37 @@ fn promql(ns: &Netns, expr: &str) -> Option<f64> {
     first_value(&body)
 }
 
+/// How long before a missed run its window of the nodes' logs starts, s.
+const RUN_LEAD_S: f64 = 3.0;
+
+/// The lines every overlay logged from `from` to `to` (Unix seconds), each after its
+/// node's name, in time order: what ran beside a run.
+fn window(overlays: &[Process], from: f64, to: f64) -> String {
+    let stamp = |t: f64| {
+        humantime::format_rfc3339_micros(
+            std::time::UNIX_EPOCH + Duration::from_secs_f64(t.max(0.0)),
+        )
+        .to_string()
+    };
+    let (from, to) = (stamp(from), stamp(to));
+    let mut lines: Vec<(String, String)> = overlays
+        .iter()
+        .enumerate()
+        .flat_map(|(i, o)| {
+            o.log()
+                .lines()
+                .filter_map(|l| {
+                    let t = l.get(..from.len())?;
+                    (t.ends_with('Z') && *t >= *from.as_str() && *t <= *to.as_str())
+                        .then(|| (t.to_string(), format!("n{i} {l}")))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    lines.sort();
+    lines.into_iter().map(|(_, l)| l + "\n").collect()
+}
+
 fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     text.lines()
         .filter(|l| l.starts_with(&format!("{name}{{")))
@@ -310,12 +341,19 @@ fn check() -> anyhow::Result<()> {
             // and then read increasing at half the path's rate (no sender interruption,
             // no loss), an open finding; pathload-rs's own two-host tests judge it.
             let judged = l["transport"] == "mgrp";
-            // A miss says the run as the API gives it, then the measuring node's log
-            // (where its run is), then the others'.
+            // A miss says the run as the API gives it, then what every node logged
+            // from shortly before it to its end, in time order (CI shows only the
+            // start of a failure), then the measuring node's whole log, then the
+            // others'.
             ensure!(
                 !judged || (lo - BAND * truth <= truth && truth <= hi + BAND * truth),
-                "n{i} {name}: truth {truth:.2} Mbit/s is not within {lo:.2}-{hi:.2} ± {:.0} %\nits run: {e}\n--- overlay n{i}, which measured it ---\n{}\n{}",
+                "n{i} {name}: truth {truth:.2} Mbit/s is not within {lo:.2}-{hi:.2} ± {:.0} %\nits run: {e}\n--- every node's log from {RUN_LEAD_S} s before the run to its end ---\n{}\n--- overlay n{i}, which measured it ---\n{}\n{}",
                 BAND * 100.0,
+                window(
+                    &overlays,
+                    e["started_at"].as_f64().unwrap_or(0.0) - RUN_LEAD_S,
+                    e["ended_at"].as_f64().unwrap_or(0.0),
+                ),
                 overlays[i].log(),
                 logs(&overlays)
             );

@@ -11,8 +11,9 @@
 //! as a neighbour down with back-off, until it is back. A second test measures one
 //! path by pathChirp and by badabing, side by side; a third serves a transfer-rate
 //! prediction from pathload, btc and badabing runs, then from the kernel of a bulk
-//! flow's sender; a fourth lets a bulk flow's passive estimates stand in for a link's
-//! runs; a fifth has two receivers measure one sender at once by different methods.
+//! flow's sender (CUBIC's delivery rate, then BBR's own estimate); a fourth lets a
+//! bulk flow's passive estimates stand in for a link's runs; a fifth has two receivers
+//! measure one sender at once by different methods.
 //!
 //! Own `main` (no libtest harness): the daemons and overlays are this binary,
 //! started as `namespaces mgrpd ...` and `namespaces overlay ...`, so they are never
@@ -884,6 +885,42 @@ fn btc_from_runs_and_from_the_kernel() -> anyhow::Result<()> {
         "the kernel's rate stayed after the flow ended: {:#?}",
         btc_of("abw")
     );
+    // A BBR flow: the kernel's value is BBR's own bottleneck estimate.
+    let flow = mgrp_testbed::traffic::tcp_bulk(
+        &star.hosts[0],
+        &star.hosts[1],
+        addrs[1].into(),
+        5302,
+        "bbr",
+    )?;
+    let k = wait_for(Duration::from_secs(30), || {
+        let b = btc_of("abw")?;
+        (b["prediction"]["method"] == "kernel" && b["inputs"]["kernel"]["congestion"] == "bbr")
+            .then_some(b)
+    });
+    let Some(k) = k else {
+        bail!(
+            "t1: the BBR flow did not become the prediction within 30 s: {:#?}\n{}",
+            btc_of("abw"),
+            logs()
+        );
+    };
+    eprintln!(
+        "    t1 btc with a BBR flow ({:.2} Mbit/s so far): {}",
+        flow.mbps(),
+        k["prediction"]
+    );
+    let model = k["inputs"]["kernel"]["bbr_bps"].as_f64().unwrap_or(0.0);
+    ensure!(
+        (3e6..=10.5e6).contains(&model)
+            && k["prediction"]["bps"].as_f64() == Some(model)
+            && k["prediction"]["basis"]
+                .as_str()
+                .unwrap_or("")
+                .contains("BBR's bottleneck estimate"),
+        "BBR's estimate was not read: {k}"
+    );
+    drop(flow);
     drop(overlays);
     drop(daemons);
     Ok(())

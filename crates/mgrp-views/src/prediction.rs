@@ -148,6 +148,11 @@ pub struct LossInput {
 pub struct KernelInput {
     /// Its delivery rate, bit/s.
     pub delivery_bps: f64,
+    /// BBR's own estimate of the bottleneck's bandwidth (its windowed highest
+    /// delivery rate), bit/s, when the flow runs BBR and its sender's kernel gave it:
+    /// the kernel's value then. Absent from an older node's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bbr_bps: Option<f64>,
     /// Its congestion control.
     pub congestion: Option<String>,
     /// Its least round trip, s.

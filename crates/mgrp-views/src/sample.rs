@@ -140,6 +140,7 @@ pub fn link_view() -> LinkView {
                 }),
                 kernel: Some(KernelInput {
                     delivery_bps: 7.25e6,
+                    bbr_bps: None,
                     congestion: Some("cubic".into()),
                     min_rtt_s: Some(0.04),
                     rtt_s: 0.045,

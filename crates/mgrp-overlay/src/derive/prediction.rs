@@ -103,6 +103,11 @@ fn kernel_input(
     };
     Ok(KernelInput {
         delivery_bps: best.sample.delivery_bps.unwrap_or(0.0),
+        bbr_bps: best
+            .bbr
+            .as_ref()
+            .map(|b| b.bandwidth_bps)
+            .filter(|b| b.is_finite() && *b > 0.0),
         congestion: best.congestion.clone(),
         min_rtt_s: best.sample.min_rtt_s,
         rtt_s: best.sample.rtt_s,
@@ -173,7 +178,7 @@ pub fn for_neighbour(
         capacity_bps: shape.as_ref().map(|s| s.capacity_bps),
         loss: loss.as_ref().map(|l| l.loss_rate),
         rtt_s,
-        kernel_bps: kernel.as_ref().map(|k| k.delivery_bps),
+        kernel_bps: kernel.as_ref().map(|k| k.bbr_bps.unwrap_or(k.delivery_bps)),
         bbr: settings.bbr,
     };
     let (all, combined) = predict(&model, &settings.factors, settings.mss);
@@ -220,8 +225,12 @@ pub fn for_neighbour(
 fn describe(basis: Basis, i: &Inputs, f: &Factors, mss: u32, rtt_s: Option<f64>) -> String {
     match basis {
         Basis::Kernel => i.kernel.as_ref().map_or_else(String::new, |k| {
+            let what = k.bbr_bps.map_or_else(
+                || "delivery rate".to_string(),
+                |_| format!("BBR's bottleneck estimate (delivery rate {})", mbps(k.delivery_bps)),
+            );
             format!(
-                "the neighbour's kernel: delivery rate of its busiest network-limited TCP flow here ({} of {} flows network-limited{}), {:.0} s ago",
+                "the neighbour's kernel: {what} of its busiest network-limited TCP flow here ({} of {} flows network-limited{}), {:.0} s ago",
                 k.network_limited,
                 k.flows,
                 k.congestion
@@ -387,5 +396,58 @@ mod tests {
         let late = now + 3.0 * s.kernel_poll.unwrap().as_secs_f64() + 1.0;
         let b = for_neighbour(n, &runs, Some(&view), s, late);
         assert_ne!(b.prediction.unwrap().method, Basis::Kernel);
+    }
+
+    /// The busiest flow runs BBR and its kernel gave BBR's model: the kernel's value
+    /// is BBR's bottleneck estimate, and the basis and the inputs say so; a BBR flow
+    /// from an older sender (no model) and a CUBIC flow give their delivery rate.
+    #[test]
+    fn a_bbr_flow_gives_bbrs_own_estimate() {
+        let c = config();
+        let s = &c.prediction;
+        let n: IpAddr = "10.0.0.1".parse().unwrap();
+        let now = 1000.0;
+        let bbr = |model: Option<f64>| {
+            let mut f = flow(6e6, false);
+            f.congestion = Some("bbr".into());
+            f.bbr = model.map(|bps| mgrp_tool::tcpinfo::BbrInfo {
+                bandwidth_bps: bps,
+                min_rtt_s: 0.04,
+                pacing_gain: 1.0,
+                cwnd_gain: 2.0,
+            });
+            f
+        };
+        let at = |flows: Vec<TcpFlow>| {
+            let view = KernelView {
+                at: now - 1.0,
+                flows,
+                error: None,
+            };
+            for_neighbour(n, &[], Some(&view), s, now)
+        };
+        let b = at(vec![bbr(Some(7.5e6)), flow(5e6, false)]);
+        let p = b.prediction.unwrap();
+        assert_eq!((p.method, p.bps), (Basis::Kernel, 7.5e6));
+        assert!(
+            p.basis
+                .contains("BBR's bottleneck estimate (delivery rate 6.00 Mbit/s)")
+                && p.basis.contains(", bbr),"),
+            "{}",
+            p.basis
+        );
+        let k = b.inputs.kernel.unwrap();
+        assert_eq!((k.bbr_bps, k.delivery_bps), (Some(7.5e6), 6e6));
+        for flows in [
+            vec![bbr(None)],
+            vec![flow(6e6, false)],
+            vec![bbr(Some(0.0))],
+        ] {
+            let b = at(flows);
+            let p = b.prediction.unwrap();
+            assert_eq!((p.method, p.bps), (Basis::Kernel, 6e6));
+            assert!(p.basis.contains(": delivery rate of"), "{}", p.basis);
+            assert_eq!(b.inputs.kernel.unwrap().bbr_bps, None);
+        }
     }
 }

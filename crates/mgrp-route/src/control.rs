@@ -659,6 +659,8 @@ fn decide_loop(c: &Control, policy: &mut Policy, switched: &dyn Fn(SwitchView)) 
                     Manual::Normal => "normal".into(),
                 }),
                 since_switch_s: choices[di].changed_at().map(|t| now - t),
+                hold_s: choices[di].hold_s(),
+                better_for_s: choices[di].better_since().map(|t| now - t),
                 switches: lock(&c.counts)
                     .iter()
                     .filter(|((p, _), _)| *p == prefix)

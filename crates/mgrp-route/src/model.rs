@@ -291,6 +291,12 @@ impl Choice {
         self.hold_s
     }
 
+    /// Since when a better path has beaten the current one by the rule at every
+    /// decision (the start of the `confirm` wait); `None` when none does.
+    pub fn better_since(&self) -> Option<f64> {
+        self.better_since
+    }
+
     /// Decides at `now` from the candidates' `scores`; returns the change, if any.
     pub fn decide(&mut self, now: f64, scores: &[Score], rule: &Rule) -> Option<Switch> {
         let best = best(scores);

@@ -66,6 +66,15 @@ pub struct DestinationView {
     pub manual: Option<String>,
     /// Seconds since the last switch.
     pub since_switch_s: Option<f64>,
+    /// The hold-down in force since that switch (T_ch stretched by its jitter), s.
+    /// Absent from an older node's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_s: Option<f64>,
+    /// Seconds a better path has beaten the current one at every decision (it moves
+    /// once this reaches `confirm` and the hold-down is over); absent while none
+    /// does. Absent from an older node's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub better_for_s: Option<f64>,
     /// Switches so far.
     pub switches: u64,
     /// The candidates.

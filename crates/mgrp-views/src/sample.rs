@@ -140,8 +140,8 @@ pub fn link_view() -> LinkView {
                 }),
                 kernel: Some(KernelInput {
                     delivery_bps: 7.25e6,
-                    bbr_bps: None,
-                    congestion: Some("cubic".into()),
+                    bbr_bps: Some(7.5e6),
+                    congestion: Some("bbr".into()),
                     min_rtt_s: Some(0.04),
                     rtt_s: 0.045,
                     total_retrans: 17,
@@ -242,6 +242,8 @@ pub fn routes_view() -> RoutesView {
             current: "via north".into(),
             manual: Some("via north".into()),
             since_switch_s: Some(12.5),
+            hold_s: Some(9.5),
+            better_for_s: Some(1.5),
             switches: 2,
             paths: vec![PathView {
                 name: "via north".into(),

@@ -9,7 +9,9 @@
 //! - the direct path first (half the round trip of a relayed one);
 //! - a loss on the direct link moves new flows to a relay within a bound, while a flow
 //!   that started on the direct path stays there (its conntrack mark);
-//! - the loss removed and T_ch passed, new flows take the direct path again;
+//! - the loss removed and T_ch passed, new flows take the direct path again (it needs
+//!   only to match the relay: with no loss seen on either, the two score within the
+//!   confidence rule's margin, and a relay must be clearly better to be kept);
 //! - the relay in use killed (its mgrpd, by PID), its flows move to the other relay
 //!   within 5 s and keep delivering;
 //! - W's overlay stopped, every rule, route and table it added is gone.
@@ -475,7 +477,14 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
     net.direct_loss(0)?;
     let (back, took) = wait_current(&net, T_CH + Duration::from_secs(15), |c| c == "direct")
         .with_context(|| logs(&pw, &pn))?;
-    eprintln!("loss removed: {back} after {took:?}");
+    eprintln!(
+        "loss removed: {back} after {took:?} ({})",
+        destination(&net).unwrap_or_default()["recent"]
+            .as_array()
+            .and_then(|r| r.last().cloned())
+            .unwrap_or_default()["reason_text"]
+    );
+    last_switch_was(&net, "better")?;
     let again = tcp_source(&net.c, &net.e, E_HOST.into(), 5503, Some(1.0))?;
     std::thread::sleep(Duration::from_secs(2));
     ensure!(

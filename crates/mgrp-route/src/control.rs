@@ -532,13 +532,14 @@ fn decide_loop(c: &Control, policy: &mut Policy, switched: &dyn Fn(SwitchView)) 
     let mut choices: Vec<Choice> = r
         .destinations
         .iter()
-        .map(|_| {
+        .map(|d| {
             use std::hash::{BuildHasher, Hasher};
             Choice::seeded(
                 std::collections::hash_map::RandomState::new()
                     .build_hasher()
                     .finish(),
             )
+            .with_direct(d.paths.iter().position(|p| p.via.is_none()))
         })
         .collect();
     let mut steering = Steering::default();

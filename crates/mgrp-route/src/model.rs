@@ -41,7 +41,10 @@
 //!   do not move again in step (Keralapura et al.: synchronised overlays oscillate).
 //!   Two paths whose losses differ by no more than `z` standard errors are compared
 //!   at their mean loss: what is known for sure (round trips, rates) decides, not
-//!   the noise of a few lost heartbeats.
+//!   the noise of a few lost heartbeats. A relay is a detour: the direct path is
+//!   taken back from one as soon as it scores at least as well (the same confirm
+//!   time and hold-down), so a relay is taken only when clearly better and kept
+//!   only while better at all.
 //! - **ratio** (SAFIRE's, for the seed's reproduction): switch when the best scores
 //!   more than (1 + η) times the current and the last change was at least T_ch ago
 //!   (SAFIRE: η = 0.5).
@@ -253,6 +256,9 @@ pub struct Choice {
     better_since: Option<f64>,
     /// The hold-downs' draws.
     random: Draws,
+    /// Which candidate is the direct path, if one is (the confidence rule takes it
+    /// back from a relay at par).
+    direct: Option<usize>,
 }
 
 impl Choice {
@@ -262,6 +268,11 @@ impl Choice {
             random: Draws::new(seed),
             ..Self::default()
         }
+    }
+
+    /// The same choice, told which candidate is the direct path (`None`: none is).
+    pub fn with_direct(self, direct: Option<usize>) -> Self {
+        Self { direct, ..self }
     }
 
     /// The path in use (`None`: the kernel's normal route).
@@ -278,6 +289,7 @@ impl Choice {
             hold_s: None,
             better_since: None,
             random: self.random,
+            direct: self.direct,
         }
     }
 
@@ -324,12 +336,11 @@ impl Choice {
             },
             Some(c) => {
                 let b = best?;
-                let better = if b == c {
-                    None
-                } else {
-                    self.better(scores, b, c, rule)
-                };
-                let Some(reason) = better else {
+                let better = (b != c)
+                    .then(|| self.better(scores, b, c, rule).map(|r| (b, r)))
+                    .flatten()
+                    .or_else(|| self.direct_at_par(scores, c, rule));
+                let Some((b, reason)) = better else {
                     self.better_since = None;
                     return None;
                 };
@@ -359,42 +370,78 @@ impl Choice {
     /// Whether path `b` beats the current path `c` by the rule (hold-downs aside),
     /// and the reason to give.
     fn better(&self, scores: &[Score], b: usize, c: usize, rule: &Rule) -> Option<Reason> {
-        let nb = scores[b].bps?;
-        let ratio = match scores[c].bps {
-            Some(nc) if nc > 0.0 => nb / nc,
-            // What is known beats what is not.
-            _ => f64::INFINITY,
-        };
-        match rule.kind {
-            RuleKind::Ratio => (ratio > 1.0 + rule.eta).then_some(Reason::Better {
-                ratio,
-                needed: None,
-            }),
-            RuleKind::Confidence => {
-                let (sb, sc) = (&scores[b], &scores[c]);
-                // Losses equal within their noise say nothing of which path is better:
-                // the two are then compared at their mean loss, by what is known for
-                // sure (round trips, rates).
-                let ratio = match (sb.loss, sc.loss, sb.loss_error, sc.loss_error) {
-                    (Some(lb), Some(lc), Some(eb), Some(ec))
-                        if (lb - lc).abs() <= rule.z * eb.hypot(ec) =>
-                    {
-                        let common = (lb + lc) / 2.0;
-                        match (at(sb, common, rule), at(sc, common, rule)) {
-                            (Some(x), Some(y)) if y > 0.0 => x / y,
-                            _ => ratio,
-                        }
-                    }
-                    _ => ratio,
-                };
-                let needed = 1.0 + rule.margin;
-                (ratio > needed).then_some(Reason::Better {
+        let ratio = compared(scores, b, c, rule)?;
+        let needed = match rule.kind {
+            RuleKind::Ratio => {
+                return (ratio > 1.0 + rule.eta).then_some(Reason::Better {
                     ratio,
-                    needed: Some(needed),
-                })
+                    needed: None,
+                });
+            }
+            RuleKind::Confidence => 1.0 + rule.margin,
+        };
+        (ratio > needed).then_some(Reason::Better {
+            ratio,
+            needed: Some(needed),
+        })
+    }
+
+    /// Under the confidence rule, the direct path when the current path `c` is a
+    /// relay and the direct one scores at least as well (a ratio of 1 or more, its
+    /// losses weighed as [`Choice::better`] weighs them), and the reason to give.
+    ///
+    /// A relay is a detour through another member's daemon, which carries the flow
+    /// and can fail under it: it is taken only when clearly better than the direct
+    /// path, and kept only while it is better at all. Without this, two paths whose
+    /// losses are equal within their noise (no loss seen on either: each lossless
+    /// hop counts half a loss over its samples, a relay's two hops twice that) are
+    /// compared where PFTK's timeouts, 200 ms and more, outweigh sub-millisecond round
+    /// trips, and a relay taken for a loss since gone would be kept for good.
+    fn direct_at_par(&self, scores: &[Score], c: usize, rule: &Rule) -> Option<(usize, Reason)> {
+        let d = self
+            .direct
+            .filter(|d| *d != c && rule.kind == RuleKind::Confidence)?;
+        if !scores.get(d)?.alive {
+            return None;
+        }
+        let ratio = compared(scores, d, c, rule)?;
+        (ratio >= 1.0).then_some((
+            d,
+            Reason::Better {
+                ratio,
+                needed: Some(1.0),
+            },
+        ))
+    }
+}
+
+/// Path `b`'s score over path `c`'s as `rule` compares them (`None` when `b` has
+/// none; infinite when only `c` has none): under the confidence rule, two paths
+/// whose losses are equal within their noise are compared at their mean loss.
+fn compared(scores: &[Score], b: usize, c: usize, rule: &Rule) -> Option<f64> {
+    let nb = scores[b].bps?;
+    let ratio = match scores[c].bps {
+        Some(nc) if nc > 0.0 => nb / nc,
+        // What is known beats what is not.
+        _ => f64::INFINITY,
+    };
+    if rule.kind == RuleKind::Ratio {
+        return Some(ratio);
+    }
+    let (sb, sc) = (&scores[b], &scores[c]);
+    // Losses equal within their noise say nothing of which path is better: the two
+    // are then compared at their mean loss, by what is known for sure (round trips,
+    // rates).
+    Some(match (sb.loss, sc.loss, sb.loss_error, sc.loss_error) {
+        (Some(lb), Some(lc), Some(eb), Some(ec)) if (lb - lc).abs() <= rule.z * eb.hypot(ec) => {
+            let common = (lb + lc) / 2.0;
+            match (at(sb, common, rule), at(sc, common, rule)) {
+                (Some(x), Some(y)) if y > 0.0 => x / y,
+                _ => ratio,
             }
         }
-    }
+        _ => ratio,
+    })
 }
 
 /// What `s` would score with its loss at `e`: its rate and the model's loss term at
@@ -757,6 +804,93 @@ mod tests {
         );
     }
 
+    /// A hop as heartbeats report one with no loss seen over `n` pings.
+    fn lossless(rtt_ms: f64, n: u64) -> Hop {
+        Hop {
+            loss: Some(0.5 / (n as f64 + 1.0)),
+            loss_samples: Some(n),
+            rate_bps: None,
+            rate_source: None,
+            ..hop(rtt_ms, 0.0, 1.0)
+        }
+    }
+
+    #[test]
+    fn a_relay_gives_way_to_a_direct_path_that_matches_it() {
+        // The route-control test once the direct link's loss is gone (50-ms heartbeats
+        // over a 3-s window: 60 pings a hop, none lost), as W saw it in a run that
+        // stayed on the relay: the direct hop at 0.92 ms, the relay's two at 1.40 ms
+        // in all. Equal losses within their noise, compared at their mean (1.2 %),
+        // where PFTK's 200-ms timeouts outweigh the round trips: the direct path
+        // scores only a few per cent above the relay.
+        let direct = score(&[lossless(0.92, 60)], 1448.0, Model::Pftk);
+        let relay = score(
+            &[lossless(0.65, 60), lossless(0.75, 60)],
+            1448.0,
+            Model::Pftk,
+        );
+        let s = [direct, relay.clone(), relay];
+        let rule = Rule::default();
+        let ratio = compared(&s, 0, 1, &rule).unwrap();
+        assert!((1.0..1.1).contains(&ratio), "{ratio}");
+        // Not told which is direct, the rule keeps the relay for good.
+        let mut kept = Choice::seeded(5).forced(Some(1), 0.0);
+        for t in 1..200 {
+            assert_eq!(kept.decide(f64::from(t), &s, &rule), None, "{t}");
+        }
+        // Told, it takes the direct path back once the hold-down is over and the
+        // direct one has matched the relay for `confirm`.
+        let mut back = Choice::seeded(5).with_direct(Some(0)).forced(Some(1), 0.0);
+        let mut switched = None;
+        for t in 1..200 {
+            if let Some(sw) = back.decide(f64::from(t), &s, &rule) {
+                switched = Some((t, sw));
+                break;
+            }
+        }
+        let (t, sw) = switched.expect("the direct path taken back");
+        assert_eq!((sw.from, sw.to), (Some(1), Some(0)));
+        assert!(
+            matches!(sw.reason, Reason::Better { ratio: r, needed: Some(n) } if r == ratio && n == 1.0),
+            "{sw:?}"
+        );
+        assert!((30..=34).contains(&t), "{t}");
+        assert!(sw.reason.words(rule.eta).contains("direct path"));
+        // From the direct path, the same relay never takes it: a relay must be
+        // clearly better.
+        for t in 1..200 {
+            assert_eq!(back.decide(100.0 + f64::from(t), &s, &rule), None, "{t}");
+        }
+        // A relay clearly better (the direct hop losing 30 %) does, once the
+        // hold-down since the last change is over; the direct path back from it
+        // needs its loss gone.
+        let lossy_direct = Hop {
+            loss: Some(18.5 / 61.0),
+            ..lossless(0.92, 60)
+        };
+        let worse = [
+            score(&[lossy_direct], 1448.0, Model::Pftk),
+            s[1].clone(),
+            s[2].clone(),
+        ];
+        let mut to_relay = None;
+        for t in 0..100 {
+            if let Some(sw) = back.decide(300.0 + f64::from(t), &worse, &rule) {
+                to_relay = Some(sw);
+                break;
+            }
+        }
+        let sw = to_relay.expect("a relay taken");
+        assert!(matches!(sw.to, Some(1 | 2)), "{sw:?}");
+        for t in 0..100 {
+            assert_eq!(
+                back.decide(400.0 + f64::from(t), &worse, &rule),
+                None,
+                "{t}"
+            );
+        }
+    }
+
     #[test]
     fn two_alternatives_taking_turns_as_the_best_do_not_hold_a_switch_back() {
         // The current path at 29 % loss, two sound relays whose scores cross at every
@@ -928,11 +1062,13 @@ mod tests {
         /// Whatever the scores, the choice is an alive path or the normal route, a
         /// change within the hold-down of the last one is a failure's, and a change
         /// for the better is by more than the rule asks: 1 + η, or 1 + margin (with
-        /// losses within their noise compared at their mean).
+        /// losses within their noise compared at their mean), or, the direct path
+        /// taken back from a relay, at least 1.
         #[test]
         fn choices_keep_the_rule(
             confidence in any::<bool>(),
             seed in any::<u64>(),
+            direct in proptest::option::of(0usize..3),
             steps in proptest::collection::vec(
                 (0.0f64..20.0, proptest::collection::vec(
                     (any::<bool>(), proptest::option::of((1.0f64..500.0, 0.0f64..0.5, 0.0f64..0.1))), 3)),
@@ -941,7 +1077,7 @@ mod tests {
         ) {
             // `lossy` scores with Mathis, as RULE does.
             let rule = if confidence { Rule { model: Model::Mathis, ..Rule::default() } } else { RULE };
-            let mut c = Choice::seeded(seed);
+            let mut c = Choice::seeded(seed).with_direct(direct);
             let mut now = 0.0;
             let mut last: Option<f64> = None;
             for (dt, s) in steps {
@@ -966,7 +1102,11 @@ mod tests {
                         prop_assert!(hold.unwrap() >= rule.t_ch_s);
                         prop_assert!(hold.unwrap() <= rule.t_ch_s * (1.0 + rule.jitter));
                         prop_assert!(from != to_index(sw.to));
-                        if confidence {
+                        if confidence && needed == Some(1.0) {
+                            // The direct path taken back from a relay at par.
+                            prop_assert_eq!(sw.to, direct);
+                            prop_assert!(ratio >= 1.0);
+                        } else if confidence {
                             prop_assert!(ratio > 1.0 + rule.margin);
                             prop_assert_eq!(needed, Some(1.0 + rule.margin));
                         } else {

@@ -215,15 +215,16 @@ pub enum RateSource {
 pub enum Reason {
     /// The first path chosen.
     First,
-    /// The best path scored `ratio` times the current one: more than 1 + η (the
+    /// The path taken scored `ratio` times the current one: more than 1 + η (the
     /// ratio rule), or than `needed`, 1 + margin (the confidence rule, which compares
-    /// paths whose losses are equal within their noise at their mean loss).
+    /// paths whose losses are equal within their noise at their mean loss); or, the
+    /// direct path taken back from a relay, at least `needed` = 1.
     Better {
-        /// Best over current.
+        /// Taken over current.
         #[serde(deserialize_with = "ratio_or_infinite")]
         ratio: f64,
-        /// What the confidence rule asked of the ratio, 1 + margin (`None`: the ratio
-        /// rule's 1 + η).
+        /// What the confidence rule asked of the ratio: more than 1 + margin, or (the
+        /// direct path from a relay) at least 1 (`None`: the ratio rule's 1 + η).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         needed: Option<f64>,
     },
@@ -260,6 +261,12 @@ impl Reason {
             } => format!(
                 "scores {ratio:.2}× the current path (more than 1 + η = {:.2})",
                 1.0 + eta
+            ),
+            Self::Better {
+                ratio,
+                needed: Some(n),
+            } if *n <= 1.0 => format!(
+                "the direct path scores {ratio:.2}× the relay in use (at least as well: a relay is kept only while it is better, losses weighed against their noise)"
             ),
             Self::Better {
                 ratio,

@@ -8,6 +8,8 @@
 //!   transmission time of 500 and of 1500 bytes at that capacity, whose received gaps
 //!   tell whether queues form at the narrow link or at a faster link elsewhere;
 //! - [`model`]: predictions from those and from the other tools' estimates;
+//! - [`history`]: an earlier transfer on the path as a prediction, weighed by its age
+//!   and by whether the probes say conditions changed since;
 //! - [`tcpinfo`]: what the kernel says of a live TCP connection (`tcp_info`), from
 //!   `mgrp-tool`, which the senders answer queries with.
 //!
@@ -16,6 +18,7 @@
 //! `mgrp-tool`.
 
 pub mod capacity;
+pub mod history;
 pub mod model;
 pub mod squeezed;
 pub mod tool;

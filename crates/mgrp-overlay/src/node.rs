@@ -129,6 +129,7 @@ impl Node {
             wake: Condvar::new(),
             records: Mutex::new(records),
             kernel: Mutex::new(HashMap::new()),
+            flows: Mutex::new(HashMap::new()),
             passive: Mutex::new(HashMap::new()),
             passive_good: Mutex::new(HashMap::new()),
             timing: Mutex::new(HashMap::new()),

@@ -753,7 +753,9 @@ fn two_methods_on_one_path() -> anyhow::Result<()> {
 /// m1 measures the path from m0 (10 Mbit/s into m1) by pathload, btc and badabing
 /// and serves a transfer-rate prediction for it: first the scaled available
 /// bandwidth, with its inputs and methods, then, once a bulk TCP flow from m0 runs,
-/// the rate m0's kernel reports for it, and the scaled bandwidth again once it stops.
+/// the rate m0's kernel reports for it, and once it stops the scaled bandwidth blended
+/// with that flow's rate (history); a BBR flow gives BBR's own estimate and does not
+/// replace the CUBIC flow as history for CUBIC's predictions.
 fn btc_from_runs_and_from_the_kernel() -> anyhow::Result<()> {
     let (star, daemons) = two_hosts_at_10mbit()?;
     let (r, addrs) = (&star.router, star.addrs.clone());
@@ -881,7 +883,9 @@ fn btc_from_runs_and_from_the_kernel() -> anyhow::Result<()> {
         .is_some_and(|v| v > 0.0),
         "no kernel prediction in\n{metrics}"
     );
-    // The flow gone, the kernel's rate ages out (three polls).
+    // Three more polls see it (its history then counts its bytes), then the flow
+    // is gone and the kernel's rate ages out (three polls).
+    std::thread::sleep(Duration::from_secs(3));
     drop(flow);
     let after = wait_for(Duration::from_secs(20), || {
         let b = btc_of("abw")?;
@@ -892,12 +896,60 @@ fn btc_from_runs_and_from_the_kernel() -> anyhow::Result<()> {
         "the kernel's rate stayed after the flow ended: {:#?}",
         btc_of("abw")
     );
+    // ... and the flow becomes history: blended into the probes' prediction with
+    // nearly all the weight (seconds old of 30 min), once the probes read what they
+    // did when it began (a run it shared the path with may read less).
+    let blended = wait_for(Duration::from_secs(60), || {
+        let b = btc_of("abw")?;
+        (b["prediction"]["history_weight"].as_f64()? > 0.0).then_some(b)
+    });
+    let Some(h) = blended else {
+        bail!(
+            "t1: the ended CUBIC flow was not blended in within 60 s: {:#?}\n{}",
+            btc_of("abw"),
+            logs()
+        );
+    };
+    eprintln!("    t1 btc after the flow: {}", h["prediction"]);
+    let (p, earlier) = (&h["prediction"], &h["inputs"]["history"]);
+    let hb = earlier["bps"].as_f64().unwrap_or(0.0);
+    let w = p["history_weight"].as_f64().unwrap_or(0.0);
+    let bps = p["bps"].as_f64().unwrap_or(0.0);
+    ensure!(
+        earlier["congestion"] == "cubic"
+            && (3e6..=10.5e6).contains(&hb)
+            && earlier["seen_s"].as_f64().unwrap_or(0.0) >= 1.0
+            && w > 0.9
+            && p["method"] != "kernel"
+            && p["basis"]
+                .as_str()
+                .unwrap_or("")
+                .contains("blended with history"),
+        "{h}"
+    );
+    // Nearly all the weight: within 10 % of the flow's rate, whatever the probes say.
+    ensure!(
+        (bps / hb - 1.0).abs() < 0.1,
+        "blend {bps} vs the flow's {hb}: {h}"
+    );
     // BBR: the kernel's value is BBR's own bottleneck estimate.
     let (flow, k) = kernel_flow(5302, "bbr")?;
     eprintln!(
         "    t1 btc with a BBR flow ({:.2} Mbit/s so far): {}",
         flow.mbps(),
         k["prediction"]
+    );
+    // The predictions are CUBIC's (the default): the CUBIC flow stays the history,
+    // and has no weight while a flow runs.
+    let earlier = &k["inputs"]["history"];
+    ensure!(
+        earlier["congestion"] == "cubic"
+            && earlier["weight"] == 0.0
+            && earlier["note"]
+                .as_str()
+                .unwrap_or("")
+                .contains("a flow runs now"),
+        "{k}"
     );
     let model = k["inputs"]["kernel"]["bbr_bps"].as_f64().unwrap_or(0.0);
     ensure!(

@@ -78,6 +78,10 @@ pub struct Predicted {
     pub high_bps: f64,
     /// What it stands on, in words.
     pub basis: String,
+    /// The weight an earlier flow's rate has in it (0 to 1), when one was blended
+    /// in: see the inputs' `history`. Absent from an older node's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_weight: Option<f64>,
 }
 
 /// The inputs, each with the link that measured it and its age.
@@ -94,6 +98,35 @@ pub struct Inputs {
     /// Why the kernel gives no rate, when it does not (no flow, flows limited by the
     /// application or the receiver, not asked).
     pub kernel_note: Option<String>,
+    /// The latest earlier flow from the neighbour of the congestion control the
+    /// predictions are for, and its weight. Absent from an older node's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<HistoryInput>,
+}
+
+/// An earlier flow from the neighbour, as its kernel reported it while it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryInput {
+    /// What it got, bit/s: a loss-based flow's delivery over the polls it was
+    /// network-limited in, a BBR flow's own bottleneck estimate at its last.
+    pub bps: f64,
+    /// Its congestion control.
+    pub congestion: Option<String>,
+    /// Its least round trip, s.
+    pub min_rtt_s: Option<f64>,
+    /// Its retransmitted segments when last seen.
+    pub total_retrans: u32,
+    /// For how long it was seen network-limited, s.
+    pub seen_s: f64,
+    /// Seconds since it was last seen.
+    pub age_s: f64,
+    /// What the probes predicted when it was last seen, bit/s.
+    pub probes_bps: Option<f64>,
+    /// Its weight in the prediction now, 0 to 1 (1 − age / the limit; 0 when too
+    /// old or when the probes say conditions changed).
+    pub weight: f64,
+    /// Why its weight is what it is, in words.
+    pub note: String,
 }
 
 /// Available bandwidth, bit/s.

@@ -8,7 +8,8 @@ use crate::estimate::{Estimate, Loss, RunCounts, RunOutcome, Shape};
 use crate::link::{LinkState, LinkView, Links, PassiveView};
 use crate::passive::{PassiveTcp, PassiveTiming};
 use crate::prediction::{
-    Available, Inputs, KernelInput, LinkPrediction, LossInput, Predicted, Prediction, ShapeInput,
+    Available, HistoryInput, Inputs, KernelInput, LinkPrediction, LossInput, Predicted, Prediction,
+    ShapeInput,
 };
 use crate::routes::{
     DestinationView, Hop, HopView, LossSource, MemberView, PathView, RateSource, Reason,
@@ -107,6 +108,7 @@ pub fn link_view() -> LinkView {
                 low_bps: 4.5e6,
                 high_bps: 6.5e6,
                 basis: "available bandwidth x 0.57".into(),
+                history_weight: Some(0.25),
             }),
             values: vec![Predicted {
                 method: Basis::Mathis,
@@ -114,6 +116,7 @@ pub fn link_view() -> LinkView {
                 low_bps: 11e6,
                 high_bps: 13e6,
                 basis: "MSS/(RTT sqrt(p))".into(),
+                history_weight: None,
             }],
             inputs: Inputs {
                 available: Some(Available {
@@ -150,6 +153,17 @@ pub fn link_view() -> LinkView {
                     age_s: 1.5,
                 }),
                 kernel_note: Some("one flow limited by the application".into()),
+                history: Some(HistoryInput {
+                    bps: 6.75e6,
+                    congestion: Some("cubic".into()),
+                    min_rtt_s: Some(0.04),
+                    total_retrans: 12,
+                    seen_s: 8.0,
+                    age_s: 1350.0,
+                    probes_bps: Some(5.25e6),
+                    weight: 0.25,
+                    note: "1350 s old of at most 1800 s".into(),
+                }),
             },
         }),
         active_always: false,

@@ -382,6 +382,20 @@ const LINK_FAMILIES: &[LinkFamily] = &[
         },
     },
     LinkFamily {
+        name: "mgrp_overlay_btc_history_weight",
+        kind: Kind::Gauge,
+        help: "The weight, 0 to 1, an earlier TCP flow from the link's neighbour has in the transfer-rate prediction (0: too old, conditions changed, or a flow runs now); absent when there is no earlier flow",
+        label: None,
+        read: |l| {
+            one(l
+                .v
+                .prediction
+                .prediction
+                .as_ref()
+                .and_then(|p| p.history_weight))
+        },
+    },
+    LinkFamily {
         name: "mgrp_overlay_path_capacity_bytes_per_second",
         kind: Kind::Gauge,
         help: "The narrow link's capacity on the path from the link's neighbour, from btc-rs's packet bunches",

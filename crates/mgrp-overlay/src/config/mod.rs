@@ -260,7 +260,7 @@ impl Config {
         ));
         let b = &self.prediction;
         out.push_str(&format!(
-            "  transfer-rate prediction: available bandwidth x {} (tight link like the narrow one), x {} (unlike), x {} (undecided); neighbours' kernels asked about their TCP flows {}; estimates used up to {} old; Mathis with {}-byte segments, {}\n",
+            "  transfer-rate prediction: available bandwidth x {} (tight link like the narrow one), x {} (unlike), x {} (undecided); neighbours' kernels asked about their TCP flows {}; estimates used up to {} old; Mathis with {}-byte segments, {}; {}\n",
             b.factors.like_narrow,
             b.factors.unlike_narrow,
             b.factors.undecided,
@@ -272,7 +272,15 @@ impl Config {
                 "shown but not capping (BBR senders)"
             } else {
                 "capping (loss-based senders)"
-            }
+            },
+            b.history.map_or_else(
+                || "earlier flows left out".to_string(),
+                |h| format!(
+                    "earlier flows blended in up to {} old unless the probes changed by more than x{}",
+                    seconds(Duration::from_secs_f64(h.max_age_s)),
+                    h.change
+                )
+            )
         ));
         out.push_str(&format!(
             "  passive estimates from the applications' TCP flows: {}\n",
@@ -799,7 +807,22 @@ mod tests {
         .unwrap();
         assert_eq!(c.prediction.kernel_poll, None);
         assert_eq!(c.prediction.factors.like_narrow, 0.3);
+        let c = Config::from_toml(
+            &format!("{base}history-max-age = \"10m\"\nhistory-change = 2\n"),
+            None,
+        )
+        .unwrap();
+        let h = c.prediction.history.unwrap();
+        assert_eq!((h.max_age_s, h.change), (600.0, 2.0));
+        assert!(
+            c.summary()
+                .contains("up to 600s old unless the probes changed by more than x2")
+        );
+        let c = Config::from_toml(&format!("{base}history-max-age = \"0s\"\n"), None).unwrap();
+        assert_eq!(c.prediction.history, None);
         for (bad, says) in [
+            ("history-max-age = \"5s\"", "at least 10s"),
+            ("history-change = 1", "btc.history-change"),
             ("like-narrow = 0", "btc.like-narrow"),
             ("unlike-narrow = 3.5", "at most 2"),
             ("kernel-poll = \"100ms\"", "at least 500ms"),

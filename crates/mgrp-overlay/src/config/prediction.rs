@@ -22,6 +22,9 @@ pub struct PredictionSettings {
     /// The transfers predicted are BBR's: Mathis's bound is shown but does not cap
     /// the prediction (it is Reno's).
     pub bbr: bool,
+    /// How an earlier flow from the neighbour is blended in when none runs now;
+    /// `None`: it is not.
+    pub history: Option<btc_rs::history::Limits>,
 }
 
 impl Default for PredictionSettings {
@@ -32,6 +35,7 @@ impl Default for PredictionSettings {
             max_age: Duration::from_secs(600),
             mss: 1448,
             bbr: false,
+            history: Some(btc_rs::history::Limits::default()),
         }
     }
 }
@@ -46,6 +50,8 @@ pub(super) struct PredictionFile {
     max_age: Option<String>,
     mss: Option<u32>,
     congestion: Option<String>,
+    history_max_age: Option<String>,
+    history_change: Option<f64>,
 }
 
 impl PredictionFile {
@@ -89,8 +95,32 @@ impl PredictionFile {
                 )));
             }
         };
+        let d_history = d.history.unwrap_or_default();
+        let history_max_age = duration(
+            "btc.history-max-age",
+            self.history_max_age.as_ref(),
+            Duration::from_secs_f64(d_history.max_age_s),
+        )?;
+        if !history_max_age.is_zero() && history_max_age < Duration::from_secs(10) {
+            return Err(invalid(format!(
+                "btc.history-max-age: {history_max_age:?}; use at least 10s, or 0s to leave earlier flows out of the prediction"
+            )));
+        }
+        let change = match self.history_change {
+            None => d_history.change,
+            Some(c) if c > 1.0 && c <= 10.0 => c,
+            Some(c) => {
+                return Err(invalid(format!(
+                    "btc.history-change: {c}; the factor by which the probes must change for an earlier flow to stop counting is above 1 and at most 10"
+                )));
+            }
+        };
         Ok(PredictionSettings {
             bbr,
+            history: (!history_max_age.is_zero()).then_some(btc_rs::history::Limits {
+                max_age_s: history_max_age.as_secs_f64(),
+                change,
+            }),
             factors: btc_rs::model::Factors {
                 like_narrow: factor("like-narrow", self.like_narrow, d.factors.like_narrow)?,
                 unlike_narrow: factor(

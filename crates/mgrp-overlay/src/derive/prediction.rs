@@ -5,20 +5,25 @@
 //! it sends here now. Every value says which method made it and what it stands on;
 //! the prediction to use is [`btc_rs::model::predict`]'s: the kernel's rate where a
 //! network-limited flow runs, else the scaled available bandwidth, capped by Mathis's
-//! bound and the capacity.
+//! bound and the capacity. When no flow runs, an earlier flow of the congestion
+//! control predicted is blended in by its weight (`btc_rs::history`: less with age,
+//! none when the probes say conditions changed since it began).
 //!
-//! No I/O here: the node hands in its records and the kernel's last answer.
+//! No I/O here: the node hands in its records, the kernel's last answer and the
+//! neighbour's earlier flows.
 
 use std::net::IpAddr;
 
+use btc_rs::history::{Earlier, Limits, Weight, blend, weight};
 use btc_rs::model::{Basis, Factors, Inputs as ModelInputs, predict};
 use btc_rs::squeezed::PathClass;
 use mgrp_tool::control::TcpFlow;
 use mgrp_views::prediction::{
-    Available, Inputs, KernelInput, LossInput, Predicted, Prediction, ShapeInput,
+    Available, HistoryInput, Inputs, KernelInput, LossInput, Predicted, Prediction, ShapeInput,
 };
 
 use crate::config::{Link, PredictionSettings};
+use crate::derive::history::History;
 use crate::measure::method::Gives;
 use mgrp_views::estimate::Estimate;
 
@@ -118,13 +123,75 @@ fn kernel_input(
     })
 }
 
+/// The words for why an earlier flow has weight `w`.
+fn weight_words(w: Weight, e: &Earlier, l: &Limits) -> String {
+    match w {
+        Weight::Aged(v) => format!(
+            "weight {v:.2}: last seen {:.0} s ago, of the {:.0} s after which it has none (btc.history-max-age)",
+            e.age_s, l.max_age_s
+        ),
+        Weight::TooOld => format!(
+            "no weight: last seen {:.0} s ago, at or past the {:.0} s limit (btc.history-max-age)",
+            e.age_s, l.max_age_s
+        ),
+        Weight::Changed { ratio } => format!(
+            "no weight: the probes now predict {ratio:.2} times what they did when it began, beyond the factor of {} that marks a change of conditions (btc.history-change)",
+            l.change
+        ),
+    }
+}
+
+/// The latest earlier flow in `history` of the congestion control predicted, with
+/// its weight beside the probes' prediction `probes` (none while the kernel gives a
+/// running flow's rate), when history is used at all.
+fn history_input(
+    history: Option<&History>,
+    settings: &PredictionSettings,
+    kernel: bool,
+    probes: Option<f64>,
+    now: f64,
+) -> Option<(HistoryInput, Earlier)> {
+    let limits = settings.history.as_ref()?;
+    let r = history?.latest(settings.bbr)?;
+    let e = Earlier {
+        bps: r.bps()?,
+        age_s: (now - r.last_at).max(0.0),
+        probes_bps: r.probes_bps,
+    };
+    let (w, note) = if kernel {
+        (
+            0.0,
+            "no weight: a flow runs now, and the kernel's rate of it stands".to_string(),
+        )
+    } else {
+        let w = weight(&e, probes, limits);
+        (w.value(), weight_words(w, &e, limits))
+    };
+    Some((
+        HistoryInput {
+            bps: e.bps,
+            congestion: r.congestion.clone(),
+            min_rtt_s: r.min_rtt_s,
+            total_retrans: r.total_retrans,
+            seen_s: r.seen_s,
+            age_s: e.age_s,
+            probes_bps: e.probes_bps,
+            weight: w,
+            note,
+        },
+        e,
+    ))
+}
+
 /// The prediction for the path from `neighbour`, from the latest runs of the links
-/// from it (`runs`: each link with its latest answered run) and what its kernel last
-/// said, at `now` (Unix seconds). A kernel answer counts for three polls.
+/// from it (`runs`: each link with its latest answered run), what its kernel last
+/// said and its earlier flows (`history`), at `now` (Unix seconds). A kernel answer
+/// counts for three polls.
 pub fn for_neighbour(
     neighbour: IpAddr,
     runs: &[(&Link, Option<&Estimate>)],
     kernel: Option<&KernelView>,
+    history: Option<&History>,
     settings: &PredictionSettings,
     now: f64,
 ) -> Prediction {
@@ -182,12 +249,20 @@ pub fn for_neighbour(
         bbr: settings.bbr,
     };
     let (all, combined) = predict(&model, &settings.factors, settings.mss);
+    let earlier = history_input(
+        history,
+        settings,
+        kernel.is_some(),
+        combined.map(|p| p.bps()),
+        now,
+    );
     let inputs = Inputs {
         available,
         shape,
         loss,
         kernel,
         kernel_note,
+        history: earlier.as_ref().map(|(h, _)| h.clone()),
     };
     let describe = |basis: Basis| describe(basis, &inputs, &settings.factors, settings.mss, rtt_s);
     let value = |p: &btc_rs::model::Prediction, basis: String| Predicted {
@@ -196,9 +271,11 @@ pub fn for_neighbour(
         low_bps: p.low_bps,
         high_bps: p.high_bps,
         basis,
+        history_weight: None,
     };
     let values: Vec<Predicted> = all.iter().map(|p| value(p, describe(p.basis))).collect();
-    let prediction = combined.map(|p| {
+    // The combined prediction's words: its method's, and what capped it.
+    let words_of = |p: &btc_rs::model::Prediction| {
         let mut words = describe(p.basis);
         if p.basis == Basis::ScaledAbw {
             let scaled = all.iter().find(|q| q.basis == Basis::ScaledAbw);
@@ -212,8 +289,39 @@ pub fn for_neighbour(
                 words.push_str(&format!("; capped by {by}"));
             }
         }
-        value(&p, words)
-    });
+        words
+    };
+    let prediction = match &earlier {
+        // An earlier flow with weight: the blend, in the probes' method (the
+        // earlier flow's alone, as the kernel's, when the probes give nothing).
+        Some((h, e)) if h.weight > 0.0 => blend(combined, e, h.weight).map(|b| {
+            let of = format!(
+                "an earlier {} flow from the neighbour, {:.0} s ago, {} over {:.0} s network-limited",
+                h.congestion.as_deref().unwrap_or("TCP"),
+                e.age_s,
+                mbps(e.bps),
+                h.seen_s
+            );
+            let words = combined.as_ref().map_or_else(
+                || format!("{of} (weight {:.2}; the probes predict nothing now)", h.weight),
+                |p| {
+                    format!(
+                        "{}; blended with history (weight {:.2}): {of}",
+                        words_of(p),
+                        h.weight
+                    )
+                },
+            );
+            Predicted {
+                history_weight: Some(h.weight),
+                ..value(&b, words)
+            }
+        }),
+        _ => combined.map(|p| Predicted {
+            history_weight: earlier.as_ref().map(|(h, _)| h.weight),
+            ..value(&p, words_of(&p))
+        }),
+    };
     Prediction {
         neighbour,
         prediction,
@@ -342,7 +450,7 @@ mod tests {
             (&c.links[1], None),
             (&c.links[2], None),
         ];
-        let b = for_neighbour(n, &runs, None, s, now);
+        let b = for_neighbour(n, &runs, None, None, s, now);
         let p = b.prediction.unwrap();
         assert_eq!(p.method, Basis::ScaledAbw);
         assert!((p.bps - 9e6 * s.factors.undecided).abs() < 1.0);
@@ -353,7 +461,7 @@ mod tests {
             (&c.links[1], Some(&shape)),
             (&c.links[2], Some(&loss)),
         ];
-        let b = for_neighbour(n, &runs, None, s, now);
+        let b = for_neighbour(n, &runs, None, None, s, now);
         assert_eq!(b.values.len(), 2);
         let mathis = b.values.iter().find(|v| v.method == Basis::Mathis).unwrap();
         // 1448 B, 40 ms, 1 %: 3.55 Mbit/s.
@@ -366,7 +474,14 @@ mod tests {
             assert!(p.basis.contains("capped by Mathis"), "{}", p.basis);
         }
         // A stale input is not used.
-        let b = for_neighbour(n, &runs, None, s, 990.0 + s.max_age.as_secs_f64() + 1.0);
+        let b = for_neighbour(
+            n,
+            &runs,
+            None,
+            None,
+            s,
+            990.0 + s.max_age.as_secs_f64() + 1.0,
+        );
         assert!(b.inputs.available.is_none() && b.prediction.is_none());
         // The kernel: an application-limited flow says nothing; a network-limited
         // one is the prediction.
@@ -375,7 +490,7 @@ mod tests {
             flows: vec![flow(2e6, true)],
             error: None,
         };
-        let b = for_neighbour(n, &runs, Some(&view), s, now);
+        let b = for_neighbour(n, &runs, Some(&view), None, s, now);
         assert_eq!(b.prediction.unwrap().method, Basis::ScaledAbw);
         assert!(
             b.inputs
@@ -388,13 +503,13 @@ mod tests {
             flows: vec![flow(2e6, true), flow(6e6, false), flow(5e6, false)],
             error: None,
         };
-        let b = for_neighbour(n, &runs, Some(&view), s, now);
+        let b = for_neighbour(n, &runs, Some(&view), None, s, now);
         let p = b.prediction.unwrap();
         assert_eq!((p.method, p.bps), (Basis::Kernel, 6e6));
         assert!(p.basis.contains("2 of 3 flows"), "{}", p.basis);
         // ... for three polls only.
         let late = now + 3.0 * s.kernel_poll.unwrap().as_secs_f64() + 1.0;
-        let b = for_neighbour(n, &runs, Some(&view), s, late);
+        let b = for_neighbour(n, &runs, Some(&view), None, s, late);
         assert_ne!(b.prediction.unwrap().method, Basis::Kernel);
     }
 
@@ -424,7 +539,7 @@ mod tests {
                 flows,
                 error: None,
             };
-            for_neighbour(n, &[], Some(&view), s, now)
+            for_neighbour(n, &[], Some(&view), None, s, now)
         };
         let b = at(vec![bbr(Some(7.5e6)), flow(5e6, false)]);
         let p = b.prediction.unwrap();
@@ -449,5 +564,105 @@ mod tests {
             assert!(p.basis.contains(": delivery rate of"), "{}", p.basis);
             assert_eq!(b.inputs.kernel.unwrap().bbr_bps, None);
         }
+    }
+
+    /// No flow runs now: the latest earlier flow of the congestion control predicted
+    /// is blended in by its weight, which falls with age and is none while a flow
+    /// runs, when the probes changed since it began, or past the limit.
+    #[test]
+    fn an_earlier_flow_is_blended_in_by_its_weight() {
+        let c = config();
+        let s = &c.prediction;
+        let n: IpAddr = "10.0.0.1".parse().unwrap();
+        let mut abw = run(&c.links[0], 990.0);
+        abw.low_bps = Some(9e6);
+        abw.high_bps = Some(9e6);
+        let runs = [(&c.links[0], Some(&abw))];
+        let probes = 9e6 * s.factors.undecided;
+        // A CUBIC flow seen at 900 and 902: 1 MB in 2 s, 4 Mbit/s.
+        let history = |probes_then: f64| {
+            let mut h = History::default();
+            h.observe(&[flow(4e6, false)], 900.0, Some(probes_then));
+            let mut f = flow(4e6, false);
+            f.sample.bytes_acked = Some(2_000_000);
+            h.observe(&[f], 902.0, None);
+            h
+        };
+        let h = history(probes);
+        let b = for_neighbour(n, &runs, None, Some(&h), s, 1000.0);
+        let p = b.prediction.unwrap();
+        let w = 1.0 - 98.0 / 1800.0;
+        assert!((p.history_weight.unwrap() - w).abs() < 1e-9, "{p:?}");
+        let want = (w * 4e6f64.ln() + (1.0 - w) * probes.ln()).exp();
+        assert_eq!(p.method, Basis::ScaledAbw);
+        assert!((p.bps - want).abs() < 1.0, "{} vs {want}", p.bps);
+        assert!(
+            p.basis.contains(
+                "blended with history (weight 0.95): an earlier cubic flow from the neighbour, 98 s ago, 4.00 Mbit/s over 2 s network-limited"
+            ),
+            "{}",
+            p.basis
+        );
+        let i = b.inputs.history.unwrap();
+        assert_eq!((i.bps, i.seen_s, i.probes_bps), (4e6, 2.0, Some(probes)));
+        assert!(
+            i.note.starts_with("weight 0.95: last seen 98 s ago"),
+            "{}",
+            i.note
+        );
+        // The per-method values stay the probes' own.
+        let scaled = b.values.iter().find(|v| v.method == Basis::ScaledAbw);
+        assert!((scaled.unwrap().bps - probes).abs() < 1.0);
+        // A flow runs now: the kernel's rate, and history has no weight.
+        let view = KernelView {
+            at: 999.0,
+            flows: vec![flow(6e6, false)],
+            error: None,
+        };
+        let b = for_neighbour(n, &runs, Some(&view), Some(&h), s, 1000.0);
+        let p = b.prediction.unwrap();
+        assert_eq!(
+            (p.method, p.bps, p.history_weight),
+            (Basis::Kernel, 6e6, Some(0.0))
+        );
+        assert!(b.inputs.history.unwrap().note.contains("a flow runs now"));
+        // The probes read 2 Mbit/s when it began and 9 x the factor now: changed.
+        let b = for_neighbour(n, &runs, None, Some(&history(2e6)), s, 1000.0);
+        let p = b.prediction.unwrap();
+        assert!((p.bps - probes).abs() < 1.0 && p.history_weight == Some(0.0));
+        assert!(!p.basis.contains("history"), "{}", p.basis);
+        let note = b.inputs.history.unwrap().note;
+        assert!(note.contains("btc.history-change"), "{note}");
+        // No probes now (stale): the earlier flow alone, as the kernel's reading.
+        let b = for_neighbour(n, &runs, None, Some(&h), s, 1700.0);
+        let p = b.prediction.unwrap();
+        assert_eq!((p.method, p.bps), (Basis::Kernel, 4e6));
+        assert!(
+            p.basis.contains("the probes predict nothing now"),
+            "{}",
+            p.basis
+        );
+        // Past the limit: nothing.
+        let b = for_neighbour(n, &runs, None, Some(&h), s, 902.0 + 1800.0);
+        assert!(b.prediction.is_none());
+        assert!(b.inputs.history.unwrap().note.contains("at or past"));
+        // Predicting BBR's transfers: a CUBIC flow is not history for them; and
+        // history can be left out.
+        let bbr = PredictionSettings {
+            bbr: true,
+            ..s.clone()
+        };
+        let b = for_neighbour(n, &runs, None, Some(&h), &bbr, 1000.0);
+        assert!(b.inputs.history.is_none() && b.prediction.unwrap().history_weight.is_none());
+        let off = PredictionSettings {
+            history: None,
+            ..s.clone()
+        };
+        assert!(
+            for_neighbour(n, &runs, None, Some(&h), &off, 1000.0)
+                .inputs
+                .history
+                .is_none()
+        );
     }
 }

@@ -18,6 +18,7 @@ use tracing::warn;
 
 use super::store::{Record, Store};
 use crate::config::{Config, Link};
+use crate::derive::history::History;
 use crate::derive::passive::{PASSIVE_TCP, PassiveTcp};
 use crate::derive::prediction::KernelView;
 use crate::derive::timing::PassiveTiming;
@@ -96,6 +97,8 @@ pub struct Shared {
     pub(crate) records: Mutex<Vec<Record>>,
     /// What each neighbour's kernel last said of its TCP flows here.
     pub(crate) kernel: Mutex<HashMap<IpAddr, KernelView>>,
+    /// The earlier TCP flows each neighbour's kernel reported here.
+    pub(crate) flows: Mutex<HashMap<IpAddr, History>>,
     /// What each neighbour's last answer gave for passive estimates.
     pub(crate) passive: Mutex<HashMap<IpAddr, PassiveTcp>>,
     /// Each neighbour's last answer that gave an estimate.
@@ -254,8 +257,18 @@ impl Shared {
     }
 
     /// The transfer-rate prediction for the path from `from`, from the latest runs of
-    /// every link from it and what its kernel last said.
+    /// every link from it, what its kernel last said and its earlier flows.
     pub fn prediction_of(&self, from: IpAddr) -> Prediction {
+        self.predict(from, true)
+    }
+
+    /// What the probes alone predict for the path from `from` now, bit/s: the
+    /// conditions a flow that begins now meets.
+    pub(crate) fn probes_prediction_of(&self, from: IpAddr) -> Option<f64> {
+        self.predict(from, false).prediction.map(|p| p.bps)
+    }
+
+    fn predict(&self, from: IpAddr, flows: bool) -> Prediction {
         let config = self.config();
         let records = lock(&self.records);
         let runs: Vec<(&Link, Option<&Estimate>)> = config
@@ -266,10 +279,12 @@ impl Shared {
             .map(|(l, r)| (l, r.history.iter().rev().find(|e| e.outcome.answered())))
             .collect();
         let kernel = lock(&self.kernel);
+        let history = lock(&self.flows);
         crate::derive::prediction::for_neighbour(
             from,
             &runs,
-            kernel.get(&from),
+            kernel.get(&from).filter(|_| flows),
+            history.get(&from).filter(|_| flows),
             &config.prediction,
             unix_now(),
         )

@@ -20,8 +20,9 @@ use crate::derive::timing::PassiveTiming;
 use crate::state::shared::{Event, PassiveEvent, Shared};
 
 /// Asks every neighbour, `every` so often, what its kernel says of its TCP flows to
-/// this node, keeps the answer for the predictions, and publishes a neighbour's
-/// prediction when a network-limited flow's rate is there or has just gone.
+/// this node, keeps the answer (and each flow's record) for the predictions, and
+/// publishes a neighbour's prediction when a network-limited flow's rate is there
+/// or has just gone.
 pub(crate) fn watch_kernels(s: &Shared, every: Duration) {
     let mut had_rate: HashMap<IpAddr, bool> = HashMap::new();
     let mut prev: HashMap<IpAddr, (Vec<mgrp_tool::control::TcpFlow>, f64)> = HashMap::new();
@@ -92,6 +93,11 @@ pub(crate) fn watch_kernels(s: &Shared, every: Duration) {
                 lock(&s.timing).insert(link.from, t);
             }
             passive_now(s, link.from, p, every);
+            let probes = s.probes_prediction_of(link.from);
+            lock(&s.flows)
+                .entry(link.from)
+                .or_default()
+                .observe(&view.flows, view.at, probes);
             lock(&s.kernel).insert(link.from, view);
             let had = had_rate.insert(link.from, has_rate).unwrap_or(false);
             if has_rate || had {

@@ -387,7 +387,16 @@ fn measure_path(spec: &PathSpec, args: &Args) -> anyhow::Result<Measured> {
             max_time: Duration::from_secs(90),
             ..pathload_rs::tool::MeasureOptions::new(m3_addr.clone(), Transport::Udp)
         };
-        pathload_rs::tool::measure(&opts, &never, &mut |_| {})
+        // Each fleet's verdict on stderr: the rates tried and each stream's trend say
+        // why a run converged where it did, or did not.
+        pathload_rs::tool::measure(&opts, &never, &mut |p| {
+            if let pathload_rs::tool::Progress::Event(pathload_rs::estimator::Event::Fleet(f)) = p {
+                eprintln!(
+                    "{}: pathload fleet {} at {:.2} Mbit/s: {:?}, {:?}, streams {}",
+                    spec.name, f.fleet, f.actual_rate, f.verdict, f.end, f.trends
+                );
+            }
+        })
     })?;
     let pathload_s = t.elapsed().as_secs_f64();
     let (abw, abw_lower_bound, abw_note, pathload_bytes) = match pl {
@@ -578,12 +587,14 @@ fn median(v: &mut [f64]) -> Option<f64> {
 // ---- Analysis ----
 
 /// The methods compared, in the tables' order.
-const METHODS: [&str; 9] = [
+const METHODS: [&str; 11] = [
     "abw",
     "scaled-abw",
     "capacity",
     "mathis",
+    "pftk",
     "combined",
+    "combined-pftk",
     "combined-per-cc",
     "kernel",
     "kernel-bbr",
@@ -661,6 +672,25 @@ fn predictions(
     };
     let (all, combined) = model::predict(&inputs, f, MSS);
     let per_cc = model::predict(&inputs, own, MSS).1;
+    // PFTK in Mathis's place: the scaled range capped by the capacity alone, then
+    // by PFTK for a loss-based sender (PFTK models loss-based senders only).
+    let pftk = m
+        .loss_rate
+        .and_then(|p| mgrp_core::tcp::pftk_bps(f64::from(MSS), m.rtt_s, p));
+    let uncapped = model::predict(
+        &Inputs {
+            loss: None,
+            ..inputs
+        },
+        f,
+        MSS,
+    )
+    .1;
+    let combined_pftk = match (uncapped, pftk.filter(|_| !inputs.bbr)) {
+        (Some(p), Some(b)) => Some(p.capped(b).bps()),
+        (Some(p), None) => Some(p.bps()),
+        (None, b) => b,
+    };
     let by = |b: model::Basis| {
         all.iter()
             .find(|p| p.basis == b)
@@ -680,7 +710,9 @@ fn predictions(
         ("scaled-abw", by(model::Basis::ScaledAbw)),
         ("capacity", m.capacity_bps),
         ("mathis", by(model::Basis::Mathis)),
+        ("pftk", pftk),
         ("combined", combined.map(|p| p.bps())),
+        ("combined-pftk", combined_pftk),
         ("combined-per-cc", per_cc.map(|p| p.bps())),
         ("kernel", t.kernel_early_bps),
         ("kernel-bbr", t.kernel_bbr_early_bps),

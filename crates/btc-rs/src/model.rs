@@ -87,6 +87,16 @@ impl Prediction {
     pub fn bps(&self) -> f64 {
         (self.low_bps + self.high_bps) / 2.0
     }
+
+    /// The range with both ends no higher than `limit`, bit/s.
+    #[must_use]
+    pub fn capped(self, limit: f64) -> Self {
+        Self {
+            low_bps: self.low_bps.min(limit),
+            high_bps: self.high_bps.min(limit),
+            ..self
+        }
+    }
 }
 
 /// What the combined prediction is made of; every part may be missing.
@@ -142,18 +152,13 @@ pub fn predict(i: &Inputs, f: &Factors, mss: u32) -> (Vec<Prediction>, Option<Pr
     all.extend(mathis);
     all.extend(kernel);
     let combined = kernel.or_else(|| {
-        let cap = |p: Prediction, limit: f64| Prediction {
-            low_bps: p.low_bps.min(limit),
-            high_bps: p.high_bps.min(limit),
-            ..p
-        };
         let reno_like = mathis.filter(|_| !i.bbr);
         let mut p = scaled.or(reno_like)?;
         if let Some(m) = reno_like {
-            p = cap(p, m.high_bps);
+            p = p.capped(m.high_bps);
         }
         if let Some(c) = i.capacity_bps {
-            p = cap(p, c);
+            p = p.capped(c);
         }
         Some(p)
     });

@@ -26,6 +26,7 @@
 //! - [`segment`]: a captured TCP segment's headers, for passive packet timing.
 //! - [`heartbeat`]: heartbeats between overlay members: a hop's liveness, round trip
 //!   and forward loss.
+//! - [`tcp`]: what a bulk TCP flow gets from a path's loss and round trip (PFTK).
 //! - [`schedule`]: absolute departure deadlines of a train and the summary of how well
 //!   a sent train kept them.
 //!
@@ -52,6 +53,7 @@ pub mod requester;
 pub mod schedule;
 pub mod segment;
 pub mod stats;
+pub mod tcp;
 mod time;
 pub mod traffic;
 pub mod wire;

@@ -223,6 +223,11 @@ struct Measured {
     abw: Option<(f64, f64)>,
     abw_lower_bound: bool,
     abw_note: Option<String>,
+    /// Where pathload's search stood when it gave no range (its time limit):
+    /// [Rmin, Rmax] so far, bit/s, 0 where nothing below was seen without a trend.
+    /// None in runs made before it was kept.
+    #[serde(default)]
+    abw_unconverged: Option<(f64, f64)>,
     pathload_bytes: u64,
     pathload_s: f64,
     capacity_bps: Option<f64>,
@@ -399,7 +404,7 @@ fn measure_path(spec: &PathSpec, args: &Args) -> anyhow::Result<Measured> {
         })
     })?;
     let pathload_s = t.elapsed().as_secs_f64();
-    let (abw, abw_lower_bound, abw_note, pathload_bytes) = match pl {
+    let (abw, abw_lower_bound, abw_note, pathload_bytes, abw_unconverged) = match pl {
         Ok(m) => {
             let o = &m.outcome;
             let answered = m.converged() || o.lower_bound;
@@ -412,9 +417,10 @@ fn measure_path(spec: &PathSpec, args: &Args) -> anyhow::Result<Measured> {
                 o.lower_bound,
                 (!answered).then(|| o.reason.describe().to_string()),
                 o.probe_bytes,
+                (!answered && o.fleets > 0).then_some((o.low * 1e6, o.high * 1e6)),
             )
         }
-        Err(e) => (None, false, Some(e.to_string()), 0),
+        Err(e) => (None, false, Some(e.to_string()), 0, None),
     };
     // Capacity and squeezed pairs.
     let t = Instant::now();
@@ -462,6 +468,7 @@ fn measure_path(spec: &PathSpec, args: &Args) -> anyhow::Result<Measured> {
         abw,
         abw_lower_bound,
         abw_note,
+        abw_unconverged,
         pathload_bytes,
         pathload_s,
         capacity_bps: b.capacity_bps,
@@ -587,7 +594,7 @@ fn median(v: &mut [f64]) -> Option<f64> {
 // ---- Analysis ----
 
 /// The methods compared, in the tables' order.
-const METHODS: [&str; 11] = [
+const METHODS: [&str; 12] = [
     "abw",
     "scaled-abw",
     "capacity",
@@ -596,6 +603,7 @@ const METHODS: [&str; 11] = [
     "combined",
     "combined-pftk",
     "combined-per-cc",
+    "combined-share",
     "kernel",
     "kernel-bbr",
     "combined+kernel",
@@ -651,14 +659,35 @@ fn calibrate_for(paths: &[&Measured], cc: &dyn Fn(&str) -> bool) -> Factors {
     }
 }
 
+/// BBR's share of a path pathload gave no range on, from `paths`: the median of
+/// their BBR transfers' rate over the capacity (1 when fewer than two such paths).
+fn bbr_share_of_full(paths: &[&Measured]) -> f64 {
+    let mut r: Vec<f64> = paths
+        .iter()
+        .filter(|m| m.abw.is_none())
+        .filter_map(|m| {
+            let c = m.capacity_bps.filter(|c| *c > 0.0)?;
+            let t = m.transfers.iter().find(|t| t.cc == "bbr")?;
+            Some(t.bps / c)
+        })
+        .collect();
+    if r.len() < 2 {
+        1.0
+    } else {
+        median(&mut r).unwrap_or(1.0)
+    }
+}
+
 /// Each method's prediction for transfer `t` of path `m`, bit/s, with factors `f`
-/// (both congestion controls' transfers) and `own` (this transfer's congestion
-/// control's alone, for `combined-per-cc`).
+/// (both congestion controls' transfers), `own` (this transfer's congestion
+/// control's alone, for `combined-per-cc`) and `share` (BBR's share of a path
+/// pathload gave no range on, for `combined-share`).
 fn predictions(
     m: &Measured,
     t: &Transfer,
     f: &Factors,
     own: &Factors,
+    share: f64,
 ) -> Vec<(&'static str, Option<f64>)> {
     let inputs = Inputs {
         abw: m.abw,
@@ -691,6 +720,15 @@ fn predictions(
         (Some(p), None) => Some(p.bps()),
         (None, b) => b,
     };
+    // Where pathload gives no range (beside bulk TCP its search runs out of time at
+    // rates far below the capacity), a BBR transfer takes its share of the full
+    // link from loss-based flows (Ware et al.: set by its in-flight cap, not by the
+    // number of those flows): the capacity times BBR's share on the other such
+    // paths. Devised after run 2's results; see docs/btc.md.
+    let combined_share = match combined {
+        None if inputs.bbr && m.abw.is_none() => m.capacity_bps.map(|c| c * share),
+        c => c.map(|p| p.bps()),
+    };
     let by = |b: model::Basis| {
         all.iter()
             .find(|p| p.basis == b)
@@ -714,6 +752,7 @@ fn predictions(
         ("combined", combined.map(|p| p.bps())),
         ("combined-pftk", combined_pftk),
         ("combined-per-cc", per_cc.map(|p| p.bps())),
+        ("combined-share", combined_share),
         ("kernel", t.kernel_early_bps),
         ("kernel-bbr", t.kernel_bbr_early_bps),
         ("combined+kernel", with_kernel.map(|p| p.bps())),
@@ -742,13 +781,14 @@ fn leave_one_out(paths: &[&Measured]) -> Vec<Row> {
             .map(|(_, m)| *m)
             .collect();
         let f = calibrate(&others);
+        let share = bbr_share_of_full(&others);
         for t in &m.transfers {
             let own = calibrate_for(&others, &|cc| cc == t.cc);
             rows.push(Row {
                 path: i,
                 cc: t.cc.clone(),
                 truth: t.bps,
-                predicted: predictions(m, t, &f, &own),
+                predicted: predictions(m, t, &f, &own, share),
             });
         }
     }

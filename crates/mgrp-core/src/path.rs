@@ -30,6 +30,14 @@ pub enum Basis {
 }
 
 impl Basis {
+    /// Every basis.
+    pub const ALL: [Self; 3] = [Self::ScaledAbw, Self::Mathis, Self::Kernel];
+
+    /// The basis of that name, if this version has it.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|b| b.name() == name)
+    }
+
     /// Its name in JSON and in metric labels.
     pub fn name(self) -> &'static str {
         match self {
@@ -46,8 +54,10 @@ mod tests {
 
     #[test]
     fn a_basis_is_named_in_json_as_in_its_labels() {
-        for b in [Basis::ScaledAbw, Basis::Mathis, Basis::Kernel] {
+        for b in Basis::ALL {
             assert_eq!(serde_json::to_value(b).unwrap(), b.name());
+            assert_eq!(Basis::from_name(b.name()), Some(b));
         }
+        assert_eq!(Basis::from_name("bbr-share"), None);
     }
 }

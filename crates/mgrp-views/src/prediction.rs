@@ -5,19 +5,57 @@
 use std::net::IpAddr;
 
 use mgrp_core::path::{Basis, PathClass};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// The prediction for the path from one neighbour, with every method's value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Prediction {
     /// The neighbour.
     pub neighbour: IpAddr,
-    /// The value to use; `None` when nothing allows one.
+    /// The value to use; `None` when nothing allows one. Read from a newer node,
+    /// `None` too when it is by a method this version does not know.
+    #[serde(default, deserialize_with = "known_one")]
     pub prediction: Option<Predicted>,
-    /// Each method's value.
+    /// Each method's value. Read from a newer node, those by a method this version
+    /// knows: a method added since is skipped, so that a mesh upgraded host by host
+    /// keeps reading its members' links.
+    #[serde(deserialize_with = "known_values")]
     pub values: Vec<Predicted>,
     /// What they stand on.
     pub inputs: Inputs,
+}
+
+/// A value as read: by a method this version knows, or by another one.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Read {
+    Known(Predicted),
+    Other { method: String },
+}
+
+impl Read {
+    /// The value by a known method; none by another; an error for a value by a
+    /// known method that does not parse (that is not a newer node's, it is wrong).
+    fn known<E: serde::de::Error>(self) -> Result<Option<Predicted>, E> {
+        match self {
+            Self::Known(p) => Ok(Some(p)),
+            Self::Other { method } if Basis::from_name(&method).is_none() => Ok(None),
+            Self::Other { method } => Err(E::custom(format!(
+                "a prediction by {method:?} whose fields do not parse"
+            ))),
+        }
+    }
+}
+
+fn known_one<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Predicted>, D::Error> {
+    Option::<Read>::deserialize(d)?.map_or(Ok(None), Read::known)
+}
+
+fn known_values<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Predicted>, D::Error> {
+    Vec::<Read>::deserialize(d)?
+        .into_iter()
+        .filter_map(|r| r.known().transpose())
+        .collect()
 }
 
 /// A link's [`Prediction`] as its JSON carries it: under the key `prediction`, and
@@ -51,7 +89,7 @@ impl Serialize for LinkPrediction {
 }
 
 impl<'de> Deserialize<'de> for LinkPrediction {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
         struct Either {
             prediction: Option<Prediction>,
@@ -68,7 +106,8 @@ impl<'de> Deserialize<'de> for LinkPrediction {
 /// One method's value, bit/s.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Predicted {
-    /// `kernel`, `scaled-abw` or `mathis`.
+    /// `kernel`, `scaled-abw` or `mathis` (a newer node may send others: see
+    /// [`Prediction::values`]).
     pub method: Basis,
     /// The middle of the range.
     pub bps: f64,
@@ -120,7 +159,7 @@ pub struct HistoryInput {
     pub seen_s: f64,
     /// Seconds since it was last seen.
     pub age_s: f64,
-    /// What the probes predicted when it was last seen, bit/s.
+    /// What the probes alone predicted when it was first seen, bit/s.
     pub probes_bps: Option<f64>,
     /// Its weight in the prediction now, 0 to 1 (1 − age / the limit; 0 when too
     /// old or when the probes say conditions changed).

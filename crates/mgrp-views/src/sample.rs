@@ -396,4 +396,37 @@ mod tests {
             r#""prediction""#
         );
     }
+
+    /// A newer node's link, with a prediction by a method this version does not
+    /// know, reads: that value is skipped and the prediction to use is none, the
+    /// rest as sent. A value by a known method that does not parse is an error.
+    #[test]
+    fn a_method_added_since_is_skipped() {
+        let view = link_view();
+        let mut v = serde_json::to_value(&view).unwrap();
+        let newer = serde_json::json!({
+            "method": "bbr-share",
+            "bps": 8e6,
+            "low_bps": 8e6,
+            "high_bps": 8e6,
+            "basis": "BBR's share of a full link",
+            "a_field_added_since": 1
+        });
+        for key in ["prediction", "btc"] {
+            v[key]["values"].as_array_mut().unwrap().push(newer.clone());
+            v[key]["prediction"] = newer.clone();
+        }
+        let read: LinkView = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(read.prediction.values, view.prediction.values);
+        assert_eq!(read.prediction.prediction, None);
+        assert_eq!(read.prediction.inputs, view.prediction.inputs);
+        assert_eq!(read.name, view.name);
+        for key in ["prediction", "btc"] {
+            v[key]["values"][0]["bps"] = serde_json::json!("fast");
+        }
+        let e = serde_json::from_value::<LinkView>(v)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("whose fields do not parse"), "{e}");
+    }
 }

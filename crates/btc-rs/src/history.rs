@@ -9,12 +9,10 @@
 //! flow ran differ by more than a factor (`change`). The weights come from those
 //! two and nothing else; never from how a prediction turned out.
 
-use serde::Serialize;
-
 use crate::model::Prediction;
 
 /// An earlier flow on the path, as the sender's kernel reported it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Earlier {
     /// What it got, bit/s: a loss-based flow's delivery over its network-limited
     /// time, a BBR flow's own bottleneck estimate.
@@ -26,7 +24,7 @@ pub struct Earlier {
 }
 
 /// How much history counts.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
     /// An earlier flow this old or older has no weight, s.
     pub max_age_s: f64,
@@ -46,7 +44,7 @@ impl Default for Limits {
 }
 
 /// Why an earlier flow has the weight it has.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Weight {
     /// It counts this much, 0 to 1: 1 − age / max-age.
     Aged(f64),

@@ -23,8 +23,6 @@ pub struct FlowRecord {
     pub remote: SocketAddr,
     /// Its congestion control, when the kernel said.
     pub congestion: Option<String>,
-    /// When it was first seen network-limited, Unix seconds.
-    pub first_at: f64,
     /// When it was last seen network-limited, Unix seconds.
     pub last_at: f64,
     /// Time between consecutive polls that both saw it network-limited, s.
@@ -96,7 +94,6 @@ impl History {
                     local: f.local,
                     remote: f.remote,
                     congestion: f.congestion.clone(),
-                    first_at: at,
                     last_at: at,
                     seen_s: 0.0,
                     bytes: 0,
@@ -142,7 +139,8 @@ impl History {
     }
 
     /// The flows, oldest first.
-    pub fn flows(&self) -> impl Iterator<Item = &FlowRecord> {
+    #[cfg(test)]
+    fn flows(&self) -> impl Iterator<Item = &FlowRecord> {
         self.flows.iter()
     }
 }

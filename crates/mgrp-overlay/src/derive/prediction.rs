@@ -150,7 +150,7 @@ fn history_input(
     kernel: bool,
     probes: Option<f64>,
     now: f64,
-) -> Option<(HistoryInput, Earlier)> {
+) -> Option<HistoryInput> {
     let limits = settings.history.as_ref()?;
     let r = history?.latest(settings.bbr)?;
     let e = Earlier {
@@ -167,20 +167,17 @@ fn history_input(
         let w = weight(&e, probes, limits);
         (w.value(), weight_words(w, &e, limits))
     };
-    Some((
-        HistoryInput {
-            bps: e.bps,
-            congestion: r.congestion.clone(),
-            min_rtt_s: r.min_rtt_s,
-            total_retrans: r.total_retrans,
-            seen_s: r.seen_s,
-            age_s: e.age_s,
-            probes_bps: e.probes_bps,
-            weight: w,
-            note,
-        },
-        e,
-    ))
+    Some(HistoryInput {
+        bps: e.bps,
+        congestion: r.congestion.clone(),
+        min_rtt_s: r.min_rtt_s,
+        total_retrans: r.total_retrans,
+        seen_s: r.seen_s,
+        age_s: e.age_s,
+        probes_bps: e.probes_bps,
+        weight: w,
+        note,
+    })
 }
 
 /// The prediction for the path from `neighbour`, from the latest runs of the links
@@ -249,7 +246,7 @@ pub fn for_neighbour(
         bbr: settings.bbr,
     };
     let (all, combined) = predict(&model, &settings.factors, settings.mss);
-    let earlier = history_input(
+    let history = history_input(
         history,
         settings,
         kernel.is_some(),
@@ -262,7 +259,7 @@ pub fn for_neighbour(
         loss,
         kernel,
         kernel_note,
-        history: earlier.as_ref().map(|(h, _)| h.clone()),
+        history,
     };
     let describe = |basis: Basis| describe(basis, &inputs, &settings.factors, settings.mss, rtt_s);
     let value = |p: &btc_rs::model::Prediction, basis: String| Predicted {
@@ -291,15 +288,21 @@ pub fn for_neighbour(
         }
         words
     };
-    let prediction = match &earlier {
+    let prediction = match &inputs.history {
         // An earlier flow with weight: the blend, in the probes' method (the
         // earlier flow's alone, as the kernel's, when the probes give nothing).
-        Some((h, e)) if h.weight > 0.0 => blend(combined, e, h.weight).map(|b| {
+        Some(h) if h.weight > 0.0 => {
+            let e = Earlier {
+                bps: h.bps,
+                age_s: h.age_s,
+                probes_bps: h.probes_bps,
+            };
+            blend(combined, &e, h.weight).map(|b| {
             let of = format!(
                 "an earlier {} flow from the neighbour, {:.0} s ago, {} over {:.0} s network-limited",
                 h.congestion.as_deref().unwrap_or("TCP"),
-                e.age_s,
-                mbps(e.bps),
+                h.age_s,
+                mbps(h.bps),
                 h.seen_s
             );
             let words = combined.as_ref().map_or_else(
@@ -316,9 +319,10 @@ pub fn for_neighbour(
                 history_weight: Some(h.weight),
                 ..value(&b, words)
             }
-        }),
-        _ => combined.map(|p| Predicted {
-            history_weight: earlier.as_ref().map(|(h, _)| h.weight),
+        })
+        }
+        h => combined.map(|p| Predicted {
+            history_weight: h.as_ref().map(|h| h.weight),
             ..value(&p, words_of(&p))
         }),
     };

@@ -93,7 +93,10 @@ pub(crate) fn watch_kernels(s: &Shared, every: Duration) {
                 lock(&s.timing).insert(link.from, t);
             }
             passive_now(s, link.from, p, every);
-            let probes = s.probes_prediction_of(link.from);
+            // Only a network-limited flow is recorded, with the probes' prediction.
+            let probes = has_rate
+                .then(|| s.probes_prediction_of(link.from))
+                .flatten();
             lock(&s.flows)
                 .entry(link.from)
                 .or_default()

@@ -14,6 +14,7 @@ fuzz_target!(|data: &[u8]| {
     for (i, chunk) in data.chunks(21).enumerate() {
         let now = i as f64 * 0.1;
         pinger.ping(now);
+        let _ = pinger.poll(now, &s);
         if let Ok(m) = Message::parse(chunk) {
             assert_eq!(m.emit(), chunk);
             match m {
@@ -23,11 +24,20 @@ fuzz_target!(|data: &[u8]| {
                 Message::Pong { seq, received } => {
                     pinger.pong(now, seq, received, &s);
                 }
+                Message::StampedPing { seq } => {
+                    let _ = Echo::answer_stamped(seq, now);
+                }
+                Message::StampedPong { seq, at_ns } => {
+                    pinger.stamped_pong(now, seq, at_ns, &s);
+                }
             }
         }
         let h = pinger.state(now, &s);
         if let Some(l) = h.loss {
             assert!((0.0..=1.0).contains(&l));
+        }
+        for d in [h.forward_s, h.back_s].into_iter().flatten() {
+            assert!(d.is_finite());
         }
     }
 });

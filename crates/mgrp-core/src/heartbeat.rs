@@ -17,8 +17,22 @@
 //! `down_after` intervals, and a pinger sends no more pings in an hour than before.
 //! [`Pinger::poll`] keeps that schedule.
 //!
-//! Wire format (UDP payload, big-endian): `MGRH`, kind (1 ping, 2 pong), sequence
-//! number (u64); a pong adds the count of this sender's pings received (u64).
+//! **One-way delays.** One regular ping in ten goes as a *stamped* ping instead, in a
+//! sequence of its own; the member answers it with its own clock's time of arrival.
+//! Its send time, that stamp and the answer's arrival give the delay each way, each
+//! off by the two clocks' offset: a constant (to their drift, parts per million)
+//! that cancels in a delay's *change* over its least in the last two minutes. Each
+//! direction is then reported as half the least round trip plus its change, the
+//! average over the loss window. A stamped ping counts in neither side's loss (the
+//! member does not count it, the pinger does not either), and the pair is as long as
+//! a ping and a pong: heartbeat bytes do not change. A member of an earlier version
+//! does not know the kind and drops it: after five unanswered while regular pings
+//! are answered, stamps stop for five minutes, and the hop is scored as before.
+//!
+//! Wire format (UDP payload, big-endian): `MGRH`, kind (1 ping, 2 pong, 3 stamped
+//! ping, 4 stamped pong), sequence number (u64); a pong adds the count of this
+//! sender's pings received (u64), a stamped pong the time the stamped ping arrived
+//! (u64 nanoseconds on the member's steady clock).
 
 use std::collections::VecDeque;
 
@@ -45,6 +59,18 @@ pub enum Message {
         seq: u64,
         /// Pings of this sender the member has received so far.
         received: u64,
+    },
+    /// Stamped ping number `seq` (its own sequence): answer with its arrival time.
+    StampedPing {
+        /// Its sequence number.
+        seq: u64,
+    },
+    /// The answer to stamped ping `seq`.
+    StampedPong {
+        /// The stamped ping's sequence number.
+        seq: u64,
+        /// When it arrived, ns on the member's steady clock.
+        at_ns: u64,
     },
 }
 
@@ -76,7 +102,12 @@ impl Message {
                 seq: u64_at(5),
                 received: u64_at(13),
             }),
-            1 | 2 => Err(ParseError::NotHeartbeat),
+            3 if b.len() == PING_LEN => Ok(Self::StampedPing { seq: u64_at(5) }),
+            4 if b.len() == PONG_LEN => Ok(Self::StampedPong {
+                seq: u64_at(5),
+                at_ns: u64_at(13),
+            }),
+            1..=4 => Err(ParseError::NotHeartbeat),
             k => Err(ParseError::Kind(k)),
         }
     }
@@ -94,6 +125,15 @@ impl Message {
                 v.push(2);
                 v.extend_from_slice(&seq.to_be_bytes());
                 v.extend_from_slice(&received.to_be_bytes());
+            }
+            Self::StampedPing { seq } => {
+                v.push(3);
+                v.extend_from_slice(&seq.to_be_bytes());
+            }
+            Self::StampedPong { seq, at_ns } => {
+                v.push(4);
+                v.extend_from_slice(&seq.to_be_bytes());
+                v.extend_from_slice(&at_ns.to_be_bytes());
             }
         }
         v
@@ -145,6 +185,19 @@ pub struct HopState {
     pub sent: u64,
     /// Pongs received.
     pub answered: u64,
+    /// Delay on the way to the member, s: half the least round trip of the last two
+    /// minutes plus how far the stamped pings' one-way delay is above its least, over
+    /// the loss window. `None` without stamps (a member of an earlier version, or
+    /// none answered in the window).
+    #[serde(default)]
+    pub forward_s: Option<f64>,
+    /// Delay of the member's answers on their way back (the member's normal route
+    /// to this node), s, as `forward_s`.
+    #[serde(default)]
+    pub back_s: Option<f64>,
+    /// Stamped answers the one-way delays of the window stand on.
+    #[serde(default)]
+    pub stamps: u64,
 }
 
 /// Fewest pings a loss figure stands on.
@@ -157,6 +210,28 @@ const SUSPECT_AFTER: u32 = 3;
 const LATE_MIN_S: f64 = 0.05;
 /// Most time between two pings of a burst, s.
 const BURST_SPACING_S: f64 = 0.01;
+
+/// One regular ping in this many goes stamped.
+const STAMP_EVERY: u64 = 10;
+/// Stamped pings unanswered in a row, while regular ones are answered, after which
+/// the member is taken to be of an earlier version.
+const STAMPS_UNANSWERED: u32 = 5;
+/// How long stamps pause for a member taken to be of an earlier version, s.
+const STAMPS_PAUSE_S: f64 = 300.0;
+/// How far back a one-way delay's least is taken, s.
+const DELAY_BASE_S: f64 = 120.0;
+
+/// One stamped exchange: when it left, the member's stamp and when its answer came
+/// (each delay off by the clocks' offset).
+#[derive(Debug, Clone, Copy)]
+struct Stamp {
+    at: f64,
+    /// Arrival stamp minus send time, s.
+    forward: f64,
+    /// Answer's arrival minus stamp, s.
+    back: f64,
+    rtt: f64,
+}
 
 /// The sending side of one hop's heartbeats.
 #[derive(Debug, Clone, Default)]
@@ -181,6 +256,20 @@ pub struct Pinger {
     skip: u32,
     /// Whether the current silence has had its burst.
     burst_spent: bool,
+    /// Regular ping slots so far (every `STAMP_EVERY`th goes stamped).
+    slots: u64,
+    next_stamp_seq: u64,
+    /// Stamped pings not yet answered, with when they left and the regular answers
+    /// by then.
+    stamped_out: VecDeque<(u64, f64, u64)>,
+    /// Stamped pings unanswered in a row (counted once late).
+    stamps_missed: u32,
+    /// Regular answers since the first of those.
+    answered_at_miss: u64,
+    /// No stamped pings before this (a member of an earlier version).
+    stamps_paused_until: Option<f64>,
+    /// Stamped exchanges of the last `DELAY_BASE_S`.
+    stamps: VecDeque<Stamp>,
 }
 
 /// Pings remembered for their round trip at most (older ones are lost).
@@ -285,7 +374,98 @@ impl Pinger {
             self.skip -= 1;
             return None;
         }
+        self.slots += 1;
+        if self.slots.is_multiple_of(STAMP_EVERY) && self.stamping(now, s) {
+            return Some(self.stamped_ping(now));
+        }
         Some(self.ping(now))
+    }
+
+    /// Whether stamped pings go now: not while the member is taken to be of an
+    /// earlier version (five unanswered in a row, each given twice the grace time,
+    /// while regular ones were answered).
+    fn stamping(&mut self, now: f64, s: &Settings) -> bool {
+        let late = 2.0 * s.grace_s;
+        while let Some(&(_, at, answered)) = self.stamped_out.front() {
+            if at > now - late {
+                break;
+            }
+            self.stamped_out.pop_front();
+            if self.stamps_missed == 0 {
+                self.answered_at_miss = answered;
+            }
+            self.stamps_missed += 1;
+        }
+        if self.stamps_missed >= STAMPS_UNANSWERED {
+            // Missed while the member answered regular pings: it does not know them.
+            if self.answered > self.answered_at_miss {
+                self.stamps_paused_until = Some(now + STAMPS_PAUSE_S);
+            }
+            self.stamps_missed = 0;
+        }
+        self.stamps_paused_until.is_none_or(|t| now >= t)
+    }
+
+    fn stamped_ping(&mut self, now: f64) -> Vec<u8> {
+        let seq = self.next_stamp_seq;
+        self.next_stamp_seq += 1;
+        if self.stamped_out.len() == 64 {
+            self.stamped_out.pop_front();
+        }
+        self.stamped_out.push_back((seq, now, self.answered));
+        Message::StampedPing { seq }.emit()
+    }
+
+    /// Takes in a stamped pong received at `now`. Returns whether it answered one of
+    /// this pinger's stamped pings.
+    pub fn stamped_pong(&mut self, now: f64, seq: u64, at_ns: u64, s: &Settings) -> bool {
+        let Some(i) = self.stamped_out.iter().position(|(q, ..)| *q == seq) else {
+            return false;
+        };
+        let (_, at, _) = self.stamped_out[i];
+        self.stamped_out.remove(i);
+        self.stamps_missed = 0;
+        self.stamps_paused_until = None;
+        let stamp = at_ns as f64 / 1e9;
+        let rtt = (now - at).max(0.0);
+        self.stamps.push_back(Stamp {
+            at,
+            forward: stamp - at,
+            back: now - stamp,
+            rtt,
+        });
+        while self
+            .stamps
+            .front()
+            .is_some_and(|x| x.at < now - DELAY_BASE_S.max(s.loss_window_s))
+        {
+            self.stamps.pop_front();
+        }
+        true
+    }
+
+    /// Each direction's delay at `now`: half the least round trip plus the change
+    /// of that direction's delay over its least, averaged over the loss window; and
+    /// the stamps in the window.
+    fn one_way(&self, now: f64, s: &Settings) -> (Option<f64>, Option<f64>, u64) {
+        let recent: Vec<&Stamp> = self
+            .stamps
+            .iter()
+            .filter(|x| x.at >= now - s.loss_window_s)
+            .collect();
+        if recent.is_empty() {
+            return (None, None, 0);
+        }
+        let least = |f: fn(&Stamp) -> f64| self.stamps.iter().map(f).fold(f64::INFINITY, f64::min);
+        let (rtt0, f0, b0) = (least(|x| x.rtt), least(|x| x.forward), least(|x| x.back));
+        let n = recent.len() as f64;
+        let above =
+            |f: fn(&Stamp) -> f64, base: f64| recent.iter().map(|x| f(x) - base).sum::<f64>() / n;
+        (
+            Some(rtt0 / 2.0 + above(|x| x.forward, f0)),
+            Some(rtt0 / 2.0 + above(|x| x.back, b0)),
+            recent.len() as u64,
+        )
     }
 
     /// When [`Self::poll`] may next have a ping to send (now, before the first).
@@ -307,7 +487,11 @@ impl Pinger {
             .retain(|(q, at)| highest.is_none_or(|h| *q > h) || *at > now - 10.0 * s.grace_s);
         let lost_in_row = self.late_in_row(now, s);
         let (loss, loss_samples) = self.loss(now, s);
+        let (forward_s, back_s, stamps) = self.one_way(now, s);
         HopState {
+            forward_s,
+            back_s,
+            stamps,
             alive: self.answered > 0 && lost_in_row < s.down_after,
             rtt_s: self.rtt_s,
             loss,
@@ -413,6 +597,16 @@ impl Echo {
         )
     }
 
+    /// The answer to stamped ping `seq` arrived at `now` (s on this member's steady
+    /// clock): its arrival time. Nothing is kept: it counts in no loss.
+    pub fn answer_stamped(seq: u64, now: f64) -> Vec<u8> {
+        Message::StampedPong {
+            seq,
+            at_ns: (now.max(0.0) * 1e9) as u64,
+        }
+        .emit()
+    }
+
     /// Senders it keeps counts for now.
     pub fn senders(&self) -> usize {
         self.received.len()
@@ -431,7 +625,12 @@ mod tests {
     proptest! {
         #[test]
         fn messages_round_trip(seq: u64, received: u64) {
-            for m in [Message::Ping { seq }, Message::Pong { seq, received }] {
+            for m in [
+                Message::Ping { seq },
+                Message::Pong { seq, received },
+                Message::StampedPing { seq },
+                Message::StampedPong { seq, at_ns: received },
+            ] {
                 prop_assert_eq!(Message::parse(&m.emit()), Ok(m));
             }
         }
@@ -537,29 +736,69 @@ mod tests {
         e: &mut Echo,
         (t0, t1): (f64, f64),
         rtt: f64,
+        answers: impl FnMut(f64) -> bool,
+    ) -> (u64, Option<f64>) {
+        let member = Member {
+            stamps: true,
+            offset: 1000.0,
+        };
+        drive_ways(p, e, member, (t0, t1), |_| (rtt / 2.0, rtt / 2.0), answers)
+    }
+
+    /// The member a pinger is driven against: whether it answers stamped pings (an
+    /// earlier version does not), and how far its clock is ahead, s.
+    #[derive(Clone, Copy)]
+    struct Member {
+        stamps: bool,
+        offset: f64,
+    }
+
+    /// [`drive`] with the delay each way at each time.
+    fn drive_ways(
+        p: &mut Pinger,
+        e: &mut Echo,
+        member: Member,
+        (t0, t1): (f64, f64),
+        ways: impl Fn(f64) -> (f64, f64),
         mut answers: impl FnMut(f64) -> bool,
     ) -> (u64, Option<f64>) {
         let s = settings();
         let from: std::net::SocketAddr = "10.0.0.1:7701".parse().unwrap();
-        let mut coming: VecDeque<(f64, u64, u64)> = VecDeque::new();
+        // (arrives at, its bytes)
+        let mut coming: Vec<(f64, Vec<u8>)> = Vec::new();
         let (mut sent, mut down) = (0, None);
         let steps = ((t1 - t0) * 1000.0).round() as u64;
         for i in 0..steps {
             let t = t0 + i as f64 / 1000.0;
-            while coming.front().is_some_and(|c| c.0 <= t) {
-                let (_, seq, received) = coming.pop_front().unwrap();
-                p.pong(t, seq, received, &s);
+            coming.sort_by(|a, b| a.0.total_cmp(&b.0));
+            while coming.first().is_some_and(|c| c.0 <= t) {
+                let (_, b) = coming.remove(0);
+                match Message::parse(&b) {
+                    Ok(Message::Pong { seq, received }) => {
+                        p.pong(t, seq, received, &s);
+                    }
+                    Ok(Message::StampedPong { seq, at_ns }) => {
+                        p.stamped_pong(t, seq, at_ns, &s);
+                    }
+                    m => panic!("{m:?}"),
+                }
             }
             while let Some(b) = p.poll(t, &s) {
                 sent += 1;
-                let Ok(Message::Ping { seq }) = Message::parse(&b) else {
-                    panic!()
+                if !answers(t) {
+                    continue;
+                }
+                let (there, back) = ways(t);
+                let answer = match Message::parse(&b) {
+                    Ok(Message::Ping { seq }) => e.answer(from, seq, t + there + member.offset),
+                    Ok(Message::StampedPing { seq }) if member.stamps => {
+                        Some(Echo::answer_stamped(seq, t + there + member.offset))
+                    }
+                    Ok(Message::StampedPing { .. }) => None,
+                    m => panic!("{m:?}"),
                 };
-                if answers(t)
-                    && let Ok(Message::Pong { seq, received }) =
-                        Message::parse(&e.answer(from, seq, t).unwrap())
-                {
-                    coming.push_back((t + rtt, seq, received));
+                if let Some(a) = answer {
+                    coming.push((t + there + back, a));
                 }
             }
             if down.is_none() && !p.state(t, &s).alive && p.answered > 0 {
@@ -606,6 +845,94 @@ mod tests {
         });
         assert!(sent <= 6001, "{sent}");
         assert_eq!(down, None);
+    }
+
+    #[test]
+    fn each_direction_s_delay_change_is_seen_whatever_the_clocks_offset() {
+        let s = settings();
+        // 10 ms each way for a minute, then 80 ms more on the way there only; the
+        // member's clock 1000 s ahead (or 7.5 s).
+        for offset in [1000.0, 7.5] {
+            let (mut p, mut e) = (Pinger::default(), Echo::default());
+            let member = Member {
+                stamps: true,
+                offset,
+            };
+            let ways = |t: f64| (if t < 60.0 { 0.01 } else { 0.09 }, 0.01);
+            drive_ways(&mut p, &mut e, member, (0.0, 60.0), ways, |_| true);
+            let h = p.state(60.0, &s);
+            let (f, b) = (h.forward_s.unwrap(), h.back_s.unwrap());
+            assert!((f - 0.01).abs() < 1e-3 && (b - 0.01).abs() < 1e-3, "{h:?}");
+            // About one ping in ten, over the 10-s window.
+            assert!((8..=11).contains(&h.stamps), "{h:?}");
+            drive_ways(&mut p, &mut e, member, (60.0, 80.0), ways, |_| true);
+            let h = p.state(80.0, &s);
+            let (f, b) = (h.forward_s.unwrap(), h.back_s.unwrap());
+            assert!((f - 0.09).abs() < 1e-3, "the way there: {h:?}");
+            assert!((b - 0.01).abs() < 1e-3, "the way back: {h:?}");
+            // The round trip alone would have put half the rise on each side.
+            assert!((h.rtt_s.unwrap() - 0.1).abs() < 0.01, "{h:?}");
+        }
+    }
+
+    #[test]
+    fn a_member_of_an_earlier_version_costs_no_loss_and_stamps_pause() {
+        let s = settings();
+        let (mut p, mut e) = (Pinger::default(), Echo::default());
+        let old = Member {
+            stamps: false,
+            offset: 0.0,
+        };
+        let (sent, down) = drive_ways(
+            &mut p,
+            &mut e,
+            old,
+            (0.0, 600.0),
+            |_| (0.01, 0.01),
+            |_| true,
+        );
+        let h = p.state(600.0, &s);
+        assert_eq!(down, None);
+        assert!(h.alive && h.forward_s.is_none() && h.stamps == 0, "{h:?}");
+        // Its stamped pings unanswered are no loss.
+        assert!(h.loss.unwrap() < 0.01, "{h:?}");
+        // Five stamped pings, then a pause of five minutes, then five again: every
+        // other slot regular.
+        assert!(sent <= 6001, "{sent}");
+        assert!(p.next_stamp_seq <= 15, "{} stamped pings", p.next_stamp_seq);
+        // Stamped pings lost with everything else do not make a member old.
+        let (mut p, mut e) = (Pinger::default(), Echo::default());
+        let new = Member {
+            stamps: true,
+            offset: 0.0,
+        };
+        drive_ways(&mut p, &mut e, new, (0.0, 30.0), |_| (0.01, 0.01), |_| true);
+        drive_ways(
+            &mut p,
+            &mut e,
+            new,
+            (30.0, 40.0),
+            |_| (0.01, 0.01),
+            |_| false,
+        );
+        drive_ways(
+            &mut p,
+            &mut e,
+            new,
+            (40.0, 60.0),
+            |_| (0.01, 0.01),
+            |_| true,
+        );
+        let h = p.state(60.0, &s);
+        assert!(h.forward_s.is_some() && h.stamps >= 8, "{h:?}");
+    }
+
+    #[test]
+    fn a_stamped_pong_for_no_stamped_ping_is_ignored() {
+        let (mut p, s) = (Pinger::default(), settings());
+        assert!(!p.stamped_pong(1.0, 3, 5, &s));
+        let h = p.state(1.0, &s);
+        assert_eq!((h.forward_s, h.stamps), (None, 0));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use mgrp_views::link::{LinkView, Links};
 use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
-use crate::model::{Choice, Hop, LossSource, RateSource, Reason, Switch, score};
+use crate::model::{Choice, Hop, LossSource, RateSource, Reason, Switch, score_acked};
 use crate::policy::{Policy, Steering};
 use crate::settings::{Candidate, Routing};
 pub use mgrp_views::routes::{
@@ -294,8 +294,13 @@ fn answer(socket: &UdpSocket, stop: &AtomicBool) {
         let Ok((n, from)) = socket.recv_from(&mut buf) else {
             continue;
         };
-        if let Ok(Message::Ping { seq }) = Message::parse(&buf[..n])
-            && let Some(pong) = echo.answer(from, seq, started.elapsed().as_secs_f64())
+        let now = started.elapsed().as_secs_f64();
+        let pong = match Message::parse(&buf[..n]) {
+            Ok(Message::Ping { seq }) => echo.answer(from, seq, now),
+            Ok(Message::StampedPing { seq }) => Some(Echo::answer_stamped(seq, now)),
+            _ => None,
+        };
+        if let Some(pong) = pong
             && let Err(e) = socket.send_to(&pong, from)
         {
             debug!("route control: cannot answer {from}'s heartbeat: {e}");
@@ -334,10 +339,17 @@ fn ping(socket: &UdpSocket, member: usize, c: &Control) {
         let wait = next.map_or(0.01, |t| t - c.now()).clamp(0.001, 0.01);
         let _ = socket.set_read_timeout(Some(Duration::from_secs_f64(wait)));
         if let Ok(n) = socket.recv(&mut buf)
-            && let Ok(Message::Pong { seq, received }) = Message::parse(&buf[..n])
             && let Some(p) = lock(&c.pingers).get_mut(&member)
         {
-            p.pong(c.now(), seq, received, &s);
+            match Message::parse(&buf[..n]) {
+                Ok(Message::Pong { seq, received }) => {
+                    p.pong(c.now(), seq, received, &s);
+                }
+                Ok(Message::StampedPong { seq, at_ns }) => {
+                    p.stamped_pong(c.now(), seq, at_ns, &s);
+                }
+                _ => {}
+            }
         }
     }
 }
@@ -447,6 +459,8 @@ pub fn remote_heartbeat(routes: &RoutesView, to: IpAddr) -> Option<HopState> {
         .map(|h| HopState {
             rtt_s: h.rtt_s.filter(|r| (0.0..3600.0).contains(r)),
             loss: h.loss.filter(|l| (0.0..=1.0).contains(l)),
+            forward_s: h.forward_s.filter(|d| (0.0..3600.0).contains(d)),
+            back_s: h.back_s.filter(|d| (0.0..3600.0).contains(d)),
             ..h
         })
 }
@@ -572,8 +586,12 @@ fn decide_loop(c: &Control, policy: &mut Policy, switched: &dyn Fn(SwitchView)) 
             let mut scores = Vec::new();
             for (pi, p) in d.paths.iter().enumerate() {
                 let hops = hops_of(c, &remotes, &own, d.owner, *p);
-                let sc = score(
+                // The owner's answers to this node's own heartbeats come back by its
+                // normal route, as the flow's acknowledgements do.
+                let acks_back = own.get(&d.owner).and_then(|h| h.back_s);
+                let sc = score_acked(
                     &hops.iter().map(|h| h.hop).collect::<Vec<_>>(),
+                    acks_back,
                     f64::from(r.mss),
                     r.rule.model,
                 );
@@ -754,6 +772,8 @@ fn hops_of(
             if let Some(b) = beat {
                 hop.alive = b.alive;
                 hop.rtt_s = b.rtt_s;
+                hop.forward_s = b.forward_s;
+                hop.back_s = b.back_s;
                 if hop.loss.is_none() && b.loss.is_some() {
                     hop.loss = b.loss;
                     hop.loss_source = Some(LossSource::Heartbeats);

@@ -9,12 +9,21 @@
 //! t = min( R, L(RTT, ε) )
 //! R   = minₕ rate(h)        rate: the hop's TCP prediction (btc) if any, else its
 //!                           available bandwidth, else its capacity
-//! RTT = Σₕ rtt(h)           heartbeats' round trip of each hop
+//! RTT = Σₕ fwd(h) + back    the delay the flow's data and its acknowledgements see
 //! ε   = 1 − Πₕ (1 − ℓ(h))   ℓ: badabing's loss rate when fresh, else heartbeats'
 //!                           forward loss (never 0 from a finite count)
 //! ```
 //!
-//! where the loss term L is
+//! where fwd(h) is each hop's delay on the way there from stamped heartbeats (half
+//! its least round trip plus the change of that direction's one-way delay since,
+//! the clocks' offset cancelling), and back the acknowledgements' way back: the
+//! direct hop's answers from the destination's member when this node heartbeats it
+//! (they take the member's normal route, as the flow's acknowledgements do when
+//! that member does not steer them), else the path's own hops' answers. A hop
+//! without stamps (a member of an earlier version) counts its round trip, as all
+//! did before: RTT = Σₕ rtt(h).
+//!
+//! The loss term L is
 //!
 //! - **Mathis** (SAFIRE's equation (1), k = 1): `MSS / (RTT · √ε)`;
 //! - **PFTK** (Padhye, Firoiu, Towsley, Kurose, SIGCOMM 1998), the default: `MSS /
@@ -89,12 +98,42 @@ impl Model {
     }
 }
 
-/// Scores a path of `hops` for TCP segments of `mss` bytes with `model`.
+/// Scores a path of `hops` for TCP segments of `mss` bytes with `model`, its
+/// acknowledgements coming back the way its hops' heartbeats' answers do.
 pub fn score(hops: &[Hop], mss: f64, model: Model) -> Score {
+    score_acked(hops, None, mss, model)
+}
+
+/// The round trip a path's flow sees, s, and how it was found: the hops' delays on
+/// the way there and `acks_back` (else the hops' answers' delays back) when every
+/// hop has them, else the sum of the hops' round trips.
+fn flow_rtt(hops: &[Hop], acks_back: Option<f64>) -> Option<(f64, String)> {
+    let all = |f: fn(&Hop) -> Option<f64>| hops.iter().map(f).collect::<Option<Vec<f64>>>();
+    let ms = |v: f64| format!("{:.1}", v * 1e3);
+    let there = all(|h| h.forward_s);
+    let back = acks_back
+        .map(|b| (b, "acknowledgements"))
+        .or_else(|| all(|h| h.back_s).map(|v| (v.iter().sum(), "back")));
+    match (there, back) {
+        (Some(t), Some((b, how))) => Some((
+            t.iter().sum::<f64>() + b,
+            format!(
+                " (one way: there {} ms, {how} {} ms)",
+                t.iter().map(|v| ms(*v)).collect::<Vec<_>>().join(" + "),
+                ms(b)
+            ),
+        )),
+        _ => all(|h| h.rtt_s).map(|v| (v.iter().sum::<f64>(), String::new())),
+    }
+}
+
+/// [`score`] with the acknowledgements' delay back known, s (the destination's
+/// member's normal route to this node, from the direct hop's heartbeats).
+pub fn score_acked(hops: &[Hop], acks_back: Option<f64>, mss: f64, model: Model) -> Score {
     let alive = !hops.is_empty() && hops.iter().all(|h| h.alive);
     let all = |f: fn(&Hop) -> Option<f64>| hops.iter().map(f).collect::<Option<Vec<f64>>>();
     let rate = all(|h| h.rate_bps).and_then(|v| v.into_iter().reduce(f64::min));
-    let rtt = all(|h| h.rtt_s).map(|v| v.iter().sum::<f64>());
+    let (rtt, one_way) = flow_rtt(hops, acks_back).unzip();
     let loss =
         all(|h| h.loss).map(|v| 1.0 - v.iter().map(|l| 1.0 - l.clamp(0.0, 1.0)).product::<f64>());
     // One standard error of ε: each hop's binomial error over its samples, in
@@ -122,7 +161,7 @@ pub fn score(hops: &[Hop], mss: f64, model: Model) -> Score {
     };
     let mbit = |x: Option<f64>| x.map_or("?".to_string(), |v| format!("{:.2} Mbit/s", v / 1e6));
     let basis = format!(
-        "min(rate {}, {} {}) with RTT {} and ε {}{}{}",
+        "min(rate {}, {} {}) with RTT {}{} and ε {}{}{}",
         mbit(rate),
         match model {
             Model::Mathis => "MSS/(RTT·√ε)",
@@ -130,6 +169,7 @@ pub fn score(hops: &[Hop], mss: f64, model: Model) -> Score {
         },
         mbit(mathis),
         rtt.map_or("?".into(), |r| format!("{:.1} ms", r * 1e3)),
+        one_way.unwrap_or_default(),
         loss.map_or("?".into(), |e| format!("{e:.4}")),
         loss_error.map_or(String::new(), |se| format!(" ± {se:.4}")),
         if alive { "" } else { "; a hop does not answer" }
@@ -479,7 +519,70 @@ mod tests {
             rate_bps: Some(rate_mbit * 1e6),
             rate_source: Some(RateSource::Available),
             loss_samples: None,
+            forward_s: None,
+            back_s: None,
         }
+    }
+
+    /// A hop with stamped heartbeats: `there_ms` on the way there, `back_ms` back.
+    fn stamped(there_ms: f64, back_ms: f64, loss: f64) -> Hop {
+        Hop {
+            forward_s: Some(there_ms / 1e3),
+            back_s: Some(back_ms / 1e3),
+            ..hop(there_ms + back_ms, loss, 100.0)
+        }
+    }
+
+    #[test]
+    fn a_path_is_scored_by_the_delays_its_flow_sees_each_way() {
+        // The Forward testbed: the top bridge 150 ms each way on its first link, the
+        // north bridge 270 ms each way on its second, the acknowledgements back over
+        // the top bridge (150 ms).
+        let top = [stamped(150.0, 150.0, 0.05), stamped(0.5, 0.5, 0.0)];
+        let north = [stamped(0.5, 0.5, 0.0), stamped(270.0, 270.0, 0.05)];
+        let rtt = |hops: &[Hop], acks: Option<f64>| {
+            score_acked(hops, acks, 1448.0, Model::Pftk).rtt_s.unwrap() * 1e3
+        };
+        // Summed round trips, as before stamps (and as a member without them has).
+        let plain = |hops: &[Hop]| {
+            hops.iter()
+                .map(|h| Hop {
+                    forward_s: None,
+                    back_s: None,
+                    ..*h
+                })
+                .collect::<Vec<_>>()
+        };
+        assert!((rtt(&plain(&north), None) - 541.0).abs() < 1e-6);
+        // The acknowledgements' way back known: what the flow sees.
+        assert!((rtt(&north, Some(0.15)) - 420.5).abs() < 1e-6);
+        assert!((rtt(&top, Some(0.15)) - 300.5).abs() < 1e-6);
+        // Not known: back the way the hops' answers come.
+        assert!((rtt(&north, None) - 541.0).abs() < 1e-6);
+        // A rise on the way there only moves the way there.
+        let slower = [stamped(0.5, 0.5, 0.0), stamped(370.0, 270.0, 0.05)];
+        assert!((rtt(&slower, Some(0.15)) - 520.5).abs() < 1e-6);
+        // One hop without stamps: every hop's round trip, not half of a mix.
+        let mixed = [plain(&north)[0], north[1]];
+        assert!((rtt(&mixed, Some(0.15)) - 541.0).abs() < 1e-6);
+        // The basis says which.
+        let basis = score_acked(&north, Some(0.15), 1448.0, Model::Pftk).basis;
+        assert!(
+            basis.contains("there 0.5 + 270.0 ms, acknowledgements 150.0 ms"),
+            "{basis}"
+        );
+        // So the bridge with the shorter way there scores by it, not by a round trip
+        // its flow never sees: at equal loss north's score is 300.5 / 420.5 of top's
+        // (PFTK's loss term is close to inversely proportional to RTT).
+        let sc = |hops: &[Hop]| {
+            score_acked(hops, Some(0.15), 1448.0, Model::Pftk)
+                .bps
+                .unwrap()
+        };
+        let ratio = sc(&north) / sc(&top);
+        assert!((0.6..0.8).contains(&ratio), "{ratio}");
+        let before = |hops: &[Hop]| score(&plain(hops), 1448.0, Model::Pftk).bps.unwrap();
+        assert!(before(&north) / before(&top) < 0.6);
     }
 
     const RULE: Rule = Rule {

@@ -140,6 +140,14 @@ pub struct Hop {
     pub alive: bool,
     /// Round trip, s.
     pub rtt_s: Option<f64>,
+    /// Delay on the way from its sender to its receiver, s (stamped heartbeats: half
+    /// the least round trip plus the change since; `None` from a member of an earlier
+    /// version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_s: Option<f64>,
+    /// Delay of the receiver's answers back to the sender by its normal route, s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub back_s: Option<f64>,
     /// Forward loss, 0 to 1, and where it comes from.
     pub loss: Option<f64>,
     /// `badabing` or `heartbeats`.

@@ -211,6 +211,9 @@ pub fn routes_view() -> RoutesView {
         lost_in_row: 0,
         sent: 120,
         answered: 119,
+        forward_s: Some(0.012),
+        back_s: Some(0.008),
+        stamps: 10,
     };
     let hop = Hop {
         alive: true,
@@ -220,6 +223,8 @@ pub fn routes_view() -> RoutesView {
         rate_bps: Some(9e6),
         rate_source: Some(RateSource::Available),
         loss_samples: Some(4000),
+        forward_s: Some(0.012),
+        back_s: Some(0.008),
     };
     let switch = SwitchView {
         prefix: "10.2.0.0/24".into(),

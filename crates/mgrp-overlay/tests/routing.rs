@@ -410,6 +410,39 @@ fn routes_follow_the_measurements() -> anyhow::Result<()> {
     let (first, _) = wait_current(&net, Duration::from_secs(20), |c| c == "direct")
         .with_context(|| logs(&pw, &pn))?;
     eprintln!("first path: {first}");
+    // Stamped heartbeats through both daemons give every hop of W a delay each way,
+    // and a relayed path's round trip is its hops' ways there plus E's answers' way
+    // back (W has a hop to E).
+    let start = Instant::now();
+    let one_way = loop {
+        let routes = get(&net.w, W, "/v1/routes")?;
+        let stamped = routes["members"].as_array().is_some_and(|m| {
+            m.iter().all(|m| {
+                let h = &m["heartbeat"];
+                h["stamps"].as_u64().unwrap_or(0) > 0
+                    && [&h["forward_s"], &h["back_s"]]
+                        .iter()
+                        .all(|d| d.as_f64().is_some_and(|d| (0.0..1.0).contains(&d)))
+            })
+        });
+        let via = &routes["destinations"][0]["paths"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["name"] == "via n").cloned())
+            .unwrap_or_default();
+        if stamped
+            && via["score"]["basis"]
+                .as_str()
+                .is_some_and(|b| b.contains("acknowledgements"))
+        {
+            break via["score"]["basis"].clone();
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(15),
+            "no one-way delays from W's heartbeats: {routes:#}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!("via n: {one_way}");
     // What the API says, /metrics and the status page say too.
     let (status, metrics) =
         mgrp_testbed::http::request_in(&net.w, &format!("{W}:7700"), "GET", "/metrics")?;

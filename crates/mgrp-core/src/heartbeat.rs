@@ -270,12 +270,25 @@ pub struct Pinger {
     stamps_paused_until: Option<f64>,
     /// Stamped exchanges of the last `DELAY_BASE_S`.
     stamps: VecDeque<Stamp>,
+    /// Sends the stamped pings alone ([`Pinger::stamps_only`]).
+    only_stamps: bool,
 }
 
 /// Pings remembered for their round trip at most (older ones are lost).
 const MAX_OUTSTANDING: usize = 4096;
 
 impl Pinger {
+    /// A pinger that sends only the stamped pings (one every ten intervals): the
+    /// delays each way of a member's normal route, where this node has no hop to it
+    /// (the way a flow's acknowledgements come back from it), at a tenth of a hop's
+    /// bytes. Its state's liveness and loss say nothing.
+    pub fn stamps_only() -> Self {
+        Self {
+            only_stamps: true,
+            ..Self::default()
+        }
+    }
+
     /// The next ping to send at `now` (seconds on any steady clock).
     pub fn ping(&mut self, now: f64) -> Vec<u8> {
         let seq = self.next_seq;
@@ -378,7 +391,7 @@ impl Pinger {
         if self.slots.is_multiple_of(STAMP_EVERY) && self.stamping(now, s) {
             return Some(self.stamped_ping(now));
         }
-        Some(self.ping(now))
+        (!self.only_stamps).then(|| self.ping(now))
     }
 
     /// Whether stamped pings go now: not while the member is taken to be of an
@@ -397,8 +410,9 @@ impl Pinger {
             self.stamps_missed += 1;
         }
         if self.stamps_missed >= STAMPS_UNANSWERED {
-            // Missed while the member answered regular pings: it does not know them.
-            if self.answered > self.answered_at_miss {
+            // Missed while the member answered regular pings: it does not know them
+            // (with stamps alone nothing tells, and they pause all the same).
+            if self.answered > self.answered_at_miss || self.only_stamps {
                 self.stamps_paused_until = Some(now + STAMPS_PAUSE_S);
             }
             self.stamps_missed = 0;
@@ -444,9 +458,12 @@ impl Pinger {
         true
     }
 
-    /// Each direction's delay at `now`: half the least round trip plus the change
-    /// of that direction's delay over its least, averaged over the loss window; and
-    /// the stamps in the window.
+    /// Each direction's delay at `now`, and the stamps in the window: the hop's
+    /// round trip (the regular pongs' moving average; the stamped ones' median with
+    /// stamps alone) split in the ratio of half the least round trip plus each
+    /// direction's median change over its least. Medians, and a split of the
+    /// smoothed round trip rather than a sum of its own, so that one stamped ping
+    /// held up at either end (a few in a window) does not move a score.
     fn one_way(&self, now: f64, s: &Settings) -> (Option<f64>, Option<f64>, u64) {
         let recent: Vec<&Stamp> = self
             .stamps
@@ -457,15 +474,27 @@ impl Pinger {
             return (None, None, 0);
         }
         let least = |f: fn(&Stamp) -> f64| self.stamps.iter().map(f).fold(f64::INFINITY, f64::min);
+        let median = |f: &dyn Fn(&Stamp) -> f64| {
+            let mut v: Vec<f64> = recent.iter().map(|x| f(x)).collect();
+            v.sort_by(f64::total_cmp);
+            let m = v.len() / 2;
+            if v.len() % 2 == 1 {
+                v[m]
+            } else {
+                (v[m - 1] + v[m]) / 2.0
+            }
+        };
         let (rtt0, f0, b0) = (least(|x| x.rtt), least(|x| x.forward), least(|x| x.back));
-        let n = recent.len() as f64;
-        let above =
-            |f: fn(&Stamp) -> f64, base: f64| recent.iter().map(|x| f(x) - base).sum::<f64>() / n;
-        (
-            Some(rtt0 / 2.0 + above(|x| x.forward, f0)),
-            Some(rtt0 / 2.0 + above(|x| x.back, b0)),
-            recent.len() as u64,
-        )
+        let there = rtt0 / 2.0 + median(&|x| x.forward - f0);
+        let back = rtt0 / 2.0 + median(&|x| x.back - b0);
+        let rtt = self.rtt_s.unwrap_or_else(|| median(&|x| x.rtt));
+        let (there, back) = if there + back > 0.0 {
+            let k = rtt / (there + back);
+            (there * k, back * k)
+        } else {
+            (rtt / 2.0, rtt / 2.0)
+        };
+        (Some(there), Some(back), recent.len() as u64)
     }
 
     /// When [`Self::poll`] may next have a ping to send (now, before the first).
@@ -876,6 +905,30 @@ mod tests {
     }
 
     #[test]
+    fn one_stamped_ping_held_up_does_not_move_a_direction() {
+        let s = settings();
+        let (mut p, mut e) = (Pinger::default(), Echo::default());
+        let member = Member {
+            stamps: true,
+            offset: 3.0,
+        };
+        // 10 ms each way, but what leaves in the 100 ms about 29.9 s (a stamped ping
+        // among them) is held up 60 ms on the way there.
+        let held = |t: f64| (29.85..29.95).contains(&t);
+        let ways = |t: f64| (if held(t) { 0.07 } else { 0.01 }, 0.01);
+        drive_ways(&mut p, &mut e, member, (0.0, 35.0), ways, |_| true);
+        let h = p.state(35.0, &s);
+        let held_up = p.stamps.iter().filter(|x| x.forward - 3.0 > 0.05).count();
+        assert_eq!(held_up, 1);
+        let (f, b) = (h.forward_s.unwrap(), h.back_s.unwrap());
+        // Within the drive's millisecond steps.
+        assert!(
+            (f - 0.01).abs() < 1.5e-3 && (b - 0.01).abs() < 1.5e-3,
+            "{h:?}"
+        );
+    }
+
+    #[test]
     fn a_member_of_an_earlier_version_costs_no_loss_and_stamps_pause() {
         let s = settings();
         let (mut p, mut e) = (Pinger::default(), Echo::default());
@@ -925,6 +978,43 @@ mod tests {
         );
         let h = p.state(60.0, &s);
         assert!(h.forward_s.is_some() && h.stamps >= 8, "{h:?}");
+    }
+
+    #[test]
+    fn a_stamps_only_pinger_sends_a_tenth_and_measures_both_ways() {
+        let s = settings();
+        let (mut p, mut e) = (Pinger::stamps_only(), Echo::default());
+        let member = Member {
+            stamps: true,
+            offset: 20.0,
+        };
+        let (sent, _) = drive_ways(
+            &mut p,
+            &mut e,
+            member,
+            (0.0, 60.0),
+            |_| (0.15, 0.03),
+            |_| true,
+        );
+        assert!((59..=61).contains(&sent), "{sent} pings in a minute");
+        let h = p.state(60.0, &s);
+        assert!(h.sent == 0 && h.stamps >= 9, "{h:?}");
+        assert!((h.forward_s.unwrap() - 0.09).abs() < 1e-3, "{h:?}");
+        // An earlier version's member: five, then a pause.
+        let (mut p, mut e) = (Pinger::stamps_only(), Echo::default());
+        let old = Member {
+            stamps: false,
+            ..member
+        };
+        let (sent, _) = drive_ways(
+            &mut p,
+            &mut e,
+            old,
+            (0.0, 120.0),
+            |_| (0.01, 0.01),
+            |_| true,
+        );
+        assert!(sent <= 6, "{sent}");
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! show.
 //!
 //! Threads: one answers heartbeats (the echo), one per member this node has a device
-//! towards sends them, and the controller polls, decides and steers; on stop it
-//! removes every rule, route and table it installed.
+//! towards sends them, one per member without a device that owns a destination
+//! sends it stamped pings alone by the normal route (the acknowledgements' way
+//! back), and the controller polls, decides and steers; on stop it removes every
+//! rule, route and table it installed.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -56,6 +58,9 @@ pub struct Control {
     node: String,
     epoch: Instant,
     pingers: Mutex<HashMap<usize, Pinger>>,
+    /// Stamps-only pingers by the normal route to members this node has no hop to
+    /// that own a destination: the acknowledgements' way back from them.
+    ack_pingers: Mutex<HashMap<usize, Pinger>>,
     view: Mutex<Option<RoutesView>>,
     manual: Mutex<HashMap<usize, Manual>>,
     switches: Mutex<Vec<SwitchView>>,
@@ -84,6 +89,7 @@ impl Control {
             node: node.to_string(),
             epoch: Instant::now(),
             pingers: Mutex::default(),
+            ack_pingers: Mutex::default(),
             view: Mutex::default(),
             manual: Mutex::default(),
             switches: Mutex::default(),
@@ -241,7 +247,30 @@ pub fn start(
         threads.push(
             std::thread::Builder::new()
                 .name("route-ping".into())
-                .spawn(move || ping(&socket, i, &c))?,
+                .spawn(move || ping(&socket, i, &c, |c| &c.pingers))?,
+        );
+    }
+    for (i, m) in control.routing.members.iter().enumerate() {
+        let owns = control.routing.destinations.iter().any(|d| d.owner == i);
+        if m.device.is_some() || !owns {
+            continue;
+        }
+        let socket = match ack_socket(&control.routing, m.address) {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(
+                    "route control: cannot time the way back from {}: {e}; its paths count the hops' ways back",
+                    m.name
+                );
+                continue;
+            }
+        };
+        lock(&control.ack_pingers).insert(i, Pinger::stamps_only());
+        let c = control.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("route-ack-ping".into())
+                .spawn(move || ping(&socket, i, &c, |c| &c.ack_pingers))?,
         );
     }
     let c = control.clone();
@@ -285,6 +314,14 @@ fn ping_socket(r: &Routing, to: IpAddr, member: usize) -> std::io::Result<UdpSoc
     Ok(s)
 }
 
+/// A socket to `to`'s echo by the normal route (no mark), from this node's address.
+fn ack_socket(r: &Routing, to: IpAddr) -> std::io::Result<UdpSocket> {
+    let s = UdpSocket::bind(SocketAddr::new(r.address, 0))?;
+    s.connect(SocketAddr::new(to, r.heartbeat_port))?;
+    s.set_read_timeout(Some(Duration::from_millis(10)))?;
+    Ok(s)
+}
+
 fn answer(socket: &UdpSocket, stop: &AtomicBool) {
     let _ = socket.set_read_timeout(Some(Duration::from_millis(200)));
     let mut echo = Echo::default();
@@ -308,7 +345,14 @@ fn answer(socket: &UdpSocket, stop: &AtomicBool) {
     }
 }
 
-fn ping(socket: &UdpSocket, member: usize, c: &Control) {
+/// Sends `member`'s heartbeats and takes in their answers, with its pinger in
+/// `pingers` of `c`.
+fn ping(
+    socket: &UdpSocket,
+    member: usize,
+    c: &Control,
+    pingers: fn(&Control) -> &Mutex<HashMap<usize, Pinger>>,
+) {
     let stop = &c.stop;
     let s = c.routing.heartbeats;
     let mut buf = [0u8; 64];
@@ -316,7 +360,7 @@ fn ping(socket: &UdpSocket, member: usize, c: &Control) {
     while !stop.load(Ordering::Relaxed) {
         let now = c.now();
         let (due, next, up) = {
-            let mut pingers = lock(&c.pingers);
+            let mut pingers = lock(pingers(c));
             let Some(p) = pingers.get_mut(&member) else {
                 return;
             };
@@ -339,7 +383,7 @@ fn ping(socket: &UdpSocket, member: usize, c: &Control) {
         let wait = next.map_or(0.01, |t| t - c.now()).clamp(0.001, 0.01);
         let _ = socket.set_read_timeout(Some(Duration::from_secs_f64(wait)));
         if let Ok(n) = socket.recv(&mut buf)
-            && let Some(p) = lock(&c.pingers).get_mut(&member)
+            && let Some(p) = lock(pingers(c)).get_mut(&member)
         {
             match Message::parse(&buf[..n]) {
                 Ok(Message::Pong { seq, received }) => {
@@ -575,6 +619,10 @@ fn decide_loop(c: &Control, policy: &mut Policy, switched: &dyn Fn(SwitchView)) 
             .iter_mut()
             .map(|(i, p)| (*i, p.state(now, &r.heartbeats)))
             .collect();
+        let acks: HashMap<usize, f64> = lock(&c.ack_pingers)
+            .iter_mut()
+            .filter_map(|(i, p)| Some((*i, p.state(now, &r.heartbeats).back_s?)))
+            .collect();
         let manual = lock(&c.manual).clone();
         let mut destinations = Vec::new();
         let mut next_steering = Steering {
@@ -588,7 +636,10 @@ fn decide_loop(c: &Control, policy: &mut Policy, switched: &dyn Fn(SwitchView)) 
                 let hops = hops_of(c, &remotes, &own, d.owner, *p);
                 // The owner's answers to this node's own heartbeats come back by its
                 // normal route, as the flow's acknowledgements do.
-                let acks_back = own.get(&d.owner).and_then(|h| h.back_s);
+                let acks_back = own
+                    .get(&d.owner)
+                    .and_then(|h| h.back_s)
+                    .or_else(|| acks.get(&d.owner).copied());
                 let sc = score_acked(
                     &hops.iter().map(|h| h.hop).collect::<Vec<_>>(),
                     acks_back,
@@ -718,6 +769,7 @@ fn decide_loop(c: &Control, policy: &mut Policy, switched: &dyn Fn(SwitchView)) 
                 address: m.address,
                 device: m.device.clone(),
                 heartbeat: own.get(&i).copied(),
+                back_s: acks.get(&i).copied(),
                 api_ok: remotes[i].error.is_none(),
                 api_error: remotes[i].error.clone(),
             })

@@ -46,6 +46,11 @@ pub struct MemberView {
     pub device: Option<String>,
     /// What heartbeats over the hop from this node to it say (members with a device).
     pub heartbeat: Option<HopState>,
+    /// The delay of its answers back to this node by its normal route, s, from
+    /// stamped pings alone (members without a device that own a destination: the way
+    /// a flow's acknowledgements come back from behind it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub back_s: Option<f64>,
     /// Whether its API answered at the last poll.
     pub api_ok: bool,
     /// Why not.

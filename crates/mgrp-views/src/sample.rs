@@ -252,6 +252,7 @@ pub fn routes_view() -> RoutesView {
             address: "10.90.0.2".parse().unwrap(),
             device: Some("mgrp-north".into()),
             heartbeat: Some(beat),
+            back_s: None,
             api_ok: false,
             api_error: Some("connection refused".into()),
         }],

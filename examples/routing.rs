@@ -103,6 +103,8 @@ const CLIENT_NET: &str = "10.1.0.0/24";
 /// (21 bytes in 49, sent plain).
 const PING_WIRE_BYTES: u64 = 41 + 32;
 const PONG_WIRE_BYTES: u64 = 49;
+/// A stamped ping alone by the normal route: plain, 41 bytes.
+const ACK_PING_WIRE_BYTES: u64 = 41;
 
 /// One link of a bridge.
 #[derive(Debug, Clone, Copy)]
@@ -688,9 +690,16 @@ struct ModeResult {
     mean_mbps: f64,
     /// (second, path) at each change of west0's path seen by a once-a-second look.
     switches: Vec<(f64, String, String)>,
-    /// West0's heartbeats and the relays' to east0: pings sent, pongs received.
+    /// West0's heartbeats and the relays' to east0: pings sent, pongs received
+    /// (stamped ones included).
     heartbeat_pings: u64,
     heartbeat_pongs: u64,
+    /// West0's stamped pings alone to east0 by the normal route (plain UDP), and
+    /// their answers.
+    #[serde(default)]
+    ack_pings: u64,
+    #[serde(default)]
+    ack_pongs: u64,
     load_before: String,
     load_after: String,
 }
@@ -815,24 +824,30 @@ fn receiver_intervals(path: &Path) -> anyhow::Result<Vec<(f64, f64)>> {
         .collect())
 }
 
-fn heartbeats(bed: &Bed) -> (u64, u64) {
-    let mut pings = 0;
-    let mut pongs = 0;
+/// Heartbeats over the hops (pings, pongs) and stamped pings alone by the normal
+/// route (pings, pongs), every kind counted.
+fn heartbeats(bed: &Bed) -> ((u64, u64), (u64, u64)) {
+    let (mut hops, mut acks) = ((0, 0), (0, 0));
     let mut add = |ns: &Netns, a: Ipv4Addr| {
         if let Ok((200, body)) =
             mgrp_testbed::http::request_in(ns, &format!("{a}:7700"), "GET", "/v1/routes")
             && let Ok(v) = serde_json::from_str::<Value>(&body)
         {
+            let n = |h: &Value, k: &str| h[k].as_u64().unwrap_or(0);
             for m in v["members"].as_array().into_iter().flatten() {
-                pings += m["heartbeat"]["sent"].as_u64().unwrap_or(0);
-                pongs += m["heartbeat"]["answered"].as_u64().unwrap_or(0);
+                let h = &m["heartbeat"];
+                hops.0 += n(h, "sent") + n(h, "stamped_sent");
+                hops.1 += n(h, "answered") + n(h, "stamped_answered");
+                let a = &m["acks"];
+                acks.0 += n(a, "stamped_sent");
+                acks.1 += n(a, "stamped_answered");
             }
         }
     };
     add(&bed.west0, addr(1));
     add(&bed.relays[0], addr(2));
     add(&bed.relays[1], addr(3));
-    (pings, pongs)
+    (hops, acks)
 }
 
 fn run_mode(
@@ -873,7 +888,7 @@ fn run_mode(
         bed.note_switch(t, &mut last, &mut switches);
         std::thread::sleep(Duration::from_millis(200));
     }
-    let (pings, pongs) = heartbeats(&bed);
+    let ((pings, pongs), (ack_pings, ack_pongs)) = heartbeats(&bed);
     let intervals = finished(server, client, &out, Duration::from_secs(30))?;
     let mbps: Vec<f64> = intervals.iter().map(|(_, m)| *m).collect();
     let mean = mbps.iter().sum::<f64>() / mbps.len().max(1) as f64;
@@ -892,6 +907,8 @@ fn run_mode(
         switches,
         heartbeat_pings: pings,
         heartbeat_pongs: pongs,
+        ack_pings,
+        ack_pongs,
         load_before,
         load_after: mgrp_testbed::host::load(),
     })
@@ -1087,7 +1104,10 @@ fn analyse(out: &Path) -> anyhow::Result<()> {
             .find(|m| m.mode == Mode::Oracle)
             .map_or(f64::NAN, |m| m.mean_mbps);
         for m in &r.modes {
-            let bytes = m.heartbeat_pings * PING_WIRE_BYTES + m.heartbeat_pongs * PONG_WIRE_BYTES;
+            let bytes = m.heartbeat_pings * PING_WIRE_BYTES
+                + m.heartbeat_pongs * PONG_WIRE_BYTES
+                + m.ack_pings * ACK_PING_WIRE_BYTES
+                + m.ack_pongs * PONG_WIRE_BYTES;
             let _ = writeln!(
                 md,
                 "| {} | {} | {} | {:.3} | {:.0} % | {} | {:.1} MB | {} → {} |",

@@ -198,6 +198,12 @@ pub struct HopState {
     /// Stamped answers the one-way delays of the window stand on.
     #[serde(default)]
     pub stamps: u64,
+    /// Stamped pings sent (not in `sent`).
+    #[serde(default)]
+    pub stamped_sent: u64,
+    /// Stamped pongs received (not in `answered`).
+    #[serde(default)]
+    pub stamped_answered: u64,
 }
 
 /// Fewest pings a loss figure stands on.
@@ -272,6 +278,7 @@ pub struct Pinger {
     stamps: VecDeque<Stamp>,
     /// Sends the stamped pings alone ([`Pinger::stamps_only`]).
     only_stamps: bool,
+    stamped_answered: u64,
 }
 
 /// Pings remembered for their round trip at most (older ones are lost).
@@ -438,6 +445,7 @@ impl Pinger {
         };
         let (_, at, _) = self.stamped_out[i];
         self.stamped_out.remove(i);
+        self.stamped_answered += 1;
         self.stamps_missed = 0;
         self.stamps_paused_until = None;
         let stamp = at_ns as f64 / 1e9;
@@ -521,6 +529,8 @@ impl Pinger {
             forward_s,
             back_s,
             stamps,
+            stamped_sent: self.next_stamp_seq,
+            stamped_answered: self.stamped_answered,
             alive: self.answered > 0 && lost_in_row < s.down_after,
             rtt_s: self.rtt_s,
             loss,
@@ -999,6 +1009,7 @@ mod tests {
         assert!((59..=61).contains(&sent), "{sent} pings in a minute");
         let h = p.state(60.0, &s);
         assert!(h.sent == 0 && h.stamps >= 9, "{h:?}");
+        assert_eq!((h.stamped_sent, h.stamped_answered), (sent, sent));
         assert!((h.forward_s.unwrap() - 0.09).abs() < 1e-3, "{h:?}");
         // An earlier version's member: five, then a pause.
         let (mut p, mut e) = (Pinger::stamps_only(), Echo::default());

@@ -619,9 +619,9 @@ fn decide_loop(c: &Control, policy: &mut Policy, switched: &dyn Fn(SwitchView)) 
             .iter_mut()
             .map(|(i, p)| (*i, p.state(now, &r.heartbeats)))
             .collect();
-        let acks: HashMap<usize, f64> = lock(&c.ack_pingers)
+        let acks: HashMap<usize, HopState> = lock(&c.ack_pingers)
             .iter_mut()
-            .filter_map(|(i, p)| Some((*i, p.state(now, &r.heartbeats).back_s?)))
+            .map(|(i, p)| (*i, p.state(now, &r.heartbeats)))
             .collect();
         let manual = lock(&c.manual).clone();
         let mut destinations = Vec::new();
@@ -639,7 +639,7 @@ fn decide_loop(c: &Control, policy: &mut Policy, switched: &dyn Fn(SwitchView)) 
                 let acks_back = own
                     .get(&d.owner)
                     .and_then(|h| h.back_s)
-                    .or_else(|| acks.get(&d.owner).copied());
+                    .or_else(|| acks.get(&d.owner).and_then(|h| h.back_s));
                 let sc = score_acked(
                     &hops.iter().map(|h| h.hop).collect::<Vec<_>>(),
                     acks_back,
@@ -769,7 +769,7 @@ fn decide_loop(c: &Control, policy: &mut Policy, switched: &dyn Fn(SwitchView)) 
                 address: m.address,
                 device: m.device.clone(),
                 heartbeat: own.get(&i).copied(),
-                back_s: acks.get(&i).copied(),
+                acks: acks.get(&i).copied(),
                 api_ok: remotes[i].error.is_none(),
                 api_error: remotes[i].error.clone(),
             })

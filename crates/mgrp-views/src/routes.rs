@@ -46,11 +46,11 @@ pub struct MemberView {
     pub device: Option<String>,
     /// What heartbeats over the hop from this node to it say (members with a device).
     pub heartbeat: Option<HopState>,
-    /// The delay of its answers back to this node by its normal route, s, from
-    /// stamped pings alone (members without a device that own a destination: the way
-    /// a flow's acknowledgements come back from behind it).
+    /// Stamped pings alone by the normal route (members without a device that own a
+    /// destination): its `back_s` is the way a flow's acknowledgements come back from
+    /// behind it; its liveness and loss say nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub back_s: Option<f64>,
+    pub acks: Option<HopState>,
     /// Whether its API answered at the last poll.
     pub api_ok: bool,
     /// Why not.

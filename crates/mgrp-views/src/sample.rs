@@ -214,6 +214,8 @@ pub fn routes_view() -> RoutesView {
         forward_s: Some(0.012),
         back_s: Some(0.008),
         stamps: 10,
+        stamped_sent: 12,
+        stamped_answered: 12,
     };
     let hop = Hop {
         alive: true,
@@ -252,7 +254,7 @@ pub fn routes_view() -> RoutesView {
             address: "10.90.0.2".parse().unwrap(),
             device: Some("mgrp-north".into()),
             heartbeat: Some(beat),
-            back_s: None,
+            acks: None,
             api_ok: false,
             api_error: Some("connection refused".into()),
         }],

@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
                     pinger.pong(now, seq, received, &s);
                 }
                 Message::StampedPing { seq } => {
-                    let _ = Echo::answer_stamped(seq, now);
+                    let _ = echo.answer_stamped(from, seq, now);
                 }
                 Message::StampedPong { seq, at_ns } => {
                     pinger.stamped_pong(now, seq, at_ns, &s);

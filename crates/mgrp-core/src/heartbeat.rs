@@ -17,17 +17,19 @@
 //! `down_after` intervals, and a pinger sends no more pings in an hour than before.
 //! [`Pinger::poll`] keeps that schedule.
 //!
-//! **One-way delays.** One regular ping in ten goes as a *stamped* ping instead, in a
-//! sequence of its own; the member answers it with its own clock's time of arrival.
-//! Its send time, that stamp and the answer's arrival give the delay each way, each
-//! off by the two clocks' offset: a constant (to their drift, parts per million)
-//! that cancels in a delay's *change* over its least in the last two minutes. Each
-//! direction is then reported as half the least round trip plus its change, the
-//! average over the loss window. A stamped ping counts in neither side's loss (the
-//! member does not count it, the pinger does not either), and the pair is as long as
-//! a ping and a pong: heartbeat bytes do not change. A member of an earlier version
-//! does not know the kind and drops it: after five unanswered while regular pings
-//! are answered, stamps stop for five minutes, and the hop is scored as before.
+//! **One-way delays.** One regular ping in ten goes as a *stamped* ping instead (the
+//! same sequence); the member counts it as a ping and answers it with its own
+//! clock's time of arrival. Its send time, that stamp and the answer's arrival give
+//! the delay each way, each off by the two clocks' offset: a constant (to their
+//! drift, parts per million) that cancels in a delay's *change* over its least in
+//! the last two minutes. The hop's smoothed round trip is split between the two
+//! directions in the ratio of half the least round trip plus each one's median
+//! change over the loss window. The pair is as long as a ping and a pong, and every
+//! ping still counts for the loss: heartbeat bytes and loss samples do not change. A
+//! member of an earlier version does not know the kind and drops it, uncounted: the
+//! loss leaves stamped pings out until one is answered, and after five unanswered
+//! while regular pings are answered, stamps stop for five minutes and the hop is
+//! scored as before.
 //!
 //! Wire format (UDP payload, big-endian): `MGRH`, kind (1 ping, 2 pong, 3 stamped
 //! ping, 4 stamped pong), sequence number (u64); a pong adds the count of this
@@ -264,7 +266,14 @@ pub struct Pinger {
     burst_spent: bool,
     /// Regular ping slots so far (every `STAMP_EVERY`th goes stamped).
     slots: u64,
-    next_stamp_seq: u64,
+    /// Stamped pings sent.
+    stamped_sent: u64,
+    /// The sequence numbers of recent stamped pings (a member of an earlier version
+    /// neither answers nor counts them: the loss leaves them out until one is
+    /// answered).
+    stamped_seqs: VecDeque<u64>,
+    /// Whether the member answered a stamped ping: it counts them as pings.
+    counts_stamps: bool,
     /// Stamped pings not yet answered, with when they left and the regular answers
     /// by then.
     stamped_out: VecDeque<(u64, f64, u64)>,
@@ -428,8 +437,13 @@ impl Pinger {
     }
 
     fn stamped_ping(&mut self, now: f64) -> Vec<u8> {
-        let seq = self.next_stamp_seq;
-        self.next_stamp_seq += 1;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.stamped_sent += 1;
+        if self.stamped_seqs.len() == MAX_OUTSTANDING {
+            self.stamped_seqs.pop_front();
+        }
+        self.stamped_seqs.push_back(seq);
         if self.stamped_out.len() == 64 {
             self.stamped_out.pop_front();
         }
@@ -446,6 +460,7 @@ impl Pinger {
         let (_, at, _) = self.stamped_out[i];
         self.stamped_out.remove(i);
         self.stamped_answered += 1;
+        self.counts_stamps = true;
         self.stamps_missed = 0;
         self.stamps_paused_until = None;
         let stamp = at_ns as f64 / 1e9;
@@ -529,7 +544,7 @@ impl Pinger {
             forward_s,
             back_s,
             stamps,
-            stamped_sent: self.next_stamp_seq,
+            stamped_sent: self.stamped_sent,
             stamped_answered: self.stamped_answered,
             alive: self.answered > 0 && lost_in_row < s.down_after,
             rtt_s: self.rtt_s,
@@ -551,7 +566,17 @@ impl Pinger {
         if t1 < now - s.loss_window_s || s1 <= s0 || t1 <= t0 {
             return (None, 0);
         }
-        let sent = s1 - s0;
+        // Stamped pings count where the member counts them; one of an earlier
+        // version does not (nor answers them).
+        let stamped = if self.counts_stamps {
+            0
+        } else {
+            self.stamped_seqs
+                .iter()
+                .filter(|q| (s0 + 1..=s1).contains(*q))
+                .count() as u64
+        };
+        let sent = (s1 - s0).saturating_sub(stamped);
         // The member restarted its count (or counts pings of an earlier pinger of the
         // same address): nothing to say until the window holds only new pongs.
         let Some(received) = r1.checked_sub(r0) else {
@@ -596,6 +621,31 @@ impl Echo {
     /// The pong for a ping `seq` from `from` at `now` (s); `None` when the table is
     /// full of other senders heard from within the last 60 s.
     pub fn answer(&mut self, from: std::net::SocketAddr, seq: u64, now: f64) -> Option<Vec<u8>> {
+        let received = self.count(from, seq, now)?;
+        Some(Message::Pong { seq, received }.emit())
+    }
+
+    /// The answer to stamped ping `seq` from `from`, arrived at `now` (s on this
+    /// member's steady clock): its arrival time. Counted as a ping of that sender;
+    /// `None` as for [`Self::answer`].
+    pub fn answer_stamped(
+        &mut self,
+        from: std::net::SocketAddr,
+        seq: u64,
+        now: f64,
+    ) -> Option<Vec<u8>> {
+        self.count(from, seq, now)?;
+        Some(
+            Message::StampedPong {
+                seq,
+                at_ns: (now.max(0.0) * 1e9) as u64,
+            }
+            .emit(),
+        )
+    }
+
+    /// Counts ping `seq` of `from`: its count of that sender's pings so far.
+    fn count(&mut self, from: std::net::SocketAddr, seq: u64, now: f64) -> Option<u64> {
         if !self.received.contains_key(&from) {
             let mine: Vec<(std::net::SocketAddr, f64)> = self
                 .received
@@ -627,23 +677,7 @@ impl Echo {
         r.highest = r.highest.max(seq);
         r.count += 1;
         r.last = now;
-        Some(
-            Message::Pong {
-                seq,
-                received: r.count,
-            }
-            .emit(),
-        )
-    }
-
-    /// The answer to stamped ping `seq` arrived at `now` (s on this member's steady
-    /// clock): its arrival time. Nothing is kept: it counts in no loss.
-    pub fn answer_stamped(seq: u64, now: f64) -> Vec<u8> {
-        Message::StampedPong {
-            seq,
-            at_ns: (now.max(0.0) * 1e9) as u64,
-        }
-        .emit()
+        Some(r.count)
     }
 
     /// Senders it keeps counts for now.
@@ -831,7 +865,7 @@ mod tests {
                 let answer = match Message::parse(&b) {
                     Ok(Message::Ping { seq }) => e.answer(from, seq, t + there + member.offset),
                     Ok(Message::StampedPing { seq }) if member.stamps => {
-                        Some(Echo::answer_stamped(seq, t + there + member.offset))
+                        e.answer_stamped(from, seq, t + there + member.offset)
                     }
                     Ok(Message::StampedPing { .. }) => None,
                     m => panic!("{m:?}"),
@@ -939,6 +973,53 @@ mod tests {
     }
 
     #[test]
+    fn stamped_pings_count_for_the_loss_where_the_member_counts_them() {
+        let s = settings();
+        for stamps in [true, false] {
+            let (mut p, mut e) = (Pinger::default(), Echo::default());
+            let member = Member {
+                stamps,
+                offset: 0.0,
+            };
+            // A fifth of the pings lost on the way there, at random.
+            let mut draws = crate::draw::Draws::new(7);
+            let mut lossy = |_| draws.uniform() >= 0.2;
+            // 5.5 s: five stamped pings among the 55.
+            drive_ways(
+                &mut p,
+                &mut e,
+                member,
+                (0.0, 5.5),
+                |_| (0.01, 0.01),
+                &mut lossy,
+            );
+            let h = p.state(5.5, &s);
+            // A new member counts every ping; an earlier one not the stamped ones,
+            // which the loss then leaves out.
+            let samples = if stamps { 52..=55 } else { 47..=50 };
+            assert!(samples.contains(&h.loss_samples), "stamps {stamps}: {h:?}");
+            // Two minutes: an earlier member's stamps have paused.
+            drive_ways(
+                &mut p,
+                &mut e,
+                member,
+                (5.5, 120.0),
+                |_| (0.01, 0.01),
+                &mut lossy,
+            );
+            let h = p.state(120.0, &s);
+            assert!(
+                (95..=101).contains(&h.loss_samples),
+                "stamps {stamps}: {h:?}"
+            );
+            assert!(
+                (h.loss.unwrap() - 0.2).abs() < 0.1,
+                "stamps {stamps}: {h:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_member_of_an_earlier_version_costs_no_loss_and_stamps_pause() {
         let s = settings();
         let (mut p, mut e) = (Pinger::default(), Echo::default());
@@ -962,7 +1043,7 @@ mod tests {
         // Five stamped pings, then a pause of five minutes, then five again: every
         // other slot regular.
         assert!(sent <= 6001, "{sent}");
-        assert!(p.next_stamp_seq <= 15, "{} stamped pings", p.next_stamp_seq);
+        assert!(p.stamped_sent <= 15, "{} stamped pings", p.stamped_sent);
         // Stamped pings lost with everything else do not make a member old.
         let (mut p, mut e) = (Pinger::default(), Echo::default());
         let new = Member {

@@ -334,7 +334,7 @@ fn answer(socket: &UdpSocket, stop: &AtomicBool) {
         let now = started.elapsed().as_secs_f64();
         let pong = match Message::parse(&buf[..n]) {
             Ok(Message::Ping { seq }) => echo.answer(from, seq, now),
-            Ok(Message::StampedPing { seq }) => Some(Echo::answer_stamped(seq, now)),
+            Ok(Message::StampedPing { seq }) => echo.answer_stamped(from, seq, now),
             _ => None,
         };
         if let Some(pong) = pong

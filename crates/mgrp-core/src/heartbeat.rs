@@ -62,7 +62,8 @@ pub enum Message {
         /// Pings of this sender the member has received so far.
         received: u64,
     },
-    /// Stamped ping number `seq` (its own sequence): answer with its arrival time.
+    /// Stamped ping number `seq` (the pings' sequence): count it and answer with its
+    /// arrival time.
     StampedPing {
         /// Its sequence number.
         seq: u64,
@@ -187,10 +188,10 @@ pub struct HopState {
     pub sent: u64,
     /// Pongs received.
     pub answered: u64,
-    /// Delay on the way to the member, s: half the least round trip of the last two
-    /// minutes plus how far the stamped pings' one-way delay is above its least, over
-    /// the loss window. `None` without stamps (a member of an earlier version, or
-    /// none answered in the window).
+    /// Delay on the way to the member, s: the round trip's share that half the least
+    /// round trip of the last two minutes plus the median of how far this direction's
+    /// one-way delay is above its least, over the loss window, makes. `None` without
+    /// stamps (a member of an earlier version, or none answered in the window).
     #[serde(default)]
     pub forward_s: Option<f64>,
     /// Delay of the member's answers on their way back (the member's normal route
@@ -228,6 +229,8 @@ const STAMPS_UNANSWERED: u32 = 5;
 const STAMPS_PAUSE_S: f64 = 300.0;
 /// How far back a one-way delay's least is taken, s.
 const DELAY_BASE_S: f64 = 120.0;
+/// Stamped pings awaited at most (one a second, each given twice the grace time).
+const MAX_STAMPED_OUT: usize = 64;
 
 /// One stamped exchange: when it left, the member's stamp and when its answer came
 /// (each delay off by the clocks' offset).
@@ -279,7 +282,7 @@ pub struct Pinger {
     stamped_out: VecDeque<(u64, f64, u64)>,
     /// Stamped pings unanswered in a row (counted once late).
     stamps_missed: u32,
-    /// Regular answers since the first of those.
+    /// Regular answers when the first of those left.
     answered_at_miss: u64,
     /// No stamped pings before this (a member of an earlier version).
     stamps_paused_until: Option<f64>,
@@ -444,7 +447,7 @@ impl Pinger {
             self.stamped_seqs.pop_front();
         }
         self.stamped_seqs.push_back(seq);
-        if self.stamped_out.len() == 64 {
+        if self.stamped_out.len() == MAX_STAMPED_OUT {
             self.stamped_out.pop_front();
         }
         self.stamped_out.push_back((seq, now, self.answered));
@@ -1108,6 +1111,40 @@ mod tests {
             |_| true,
         );
         assert!(sent <= 6, "{sent}");
+    }
+
+    #[test]
+    fn forged_stamps_only_split_the_measured_round_trip() {
+        // A member (or anyone who guesses the sequence) answering with any arrival
+        // time at all: each direction stays within the round trip the answers took.
+        let s = settings();
+        let mut p = Pinger::default();
+        let mut draws = crate::draw::Draws::new(3);
+        let mut t = 0.0;
+        for _ in 0..600 {
+            t += s.interval_s;
+            let Some(b) = p.poll(t, &s) else { continue };
+            match Message::parse(&b) {
+                Ok(Message::Ping { seq }) => {
+                    p.pong(t + 0.02, seq, seq + 1, &s);
+                }
+                Ok(Message::StampedPing { seq }) => {
+                    let at_ns = match (draws.uniform() * 4.0) as u32 {
+                        0 => 0,
+                        1 => u64::MAX,
+                        _ => (draws.uniform() * 1e18) as u64,
+                    };
+                    p.stamped_pong(t + 0.02, seq, at_ns, &s);
+                }
+                m => panic!("{m:?}"),
+            }
+            let h = p.state(t + 0.02, &s);
+            if let (Some(f), Some(b), Some(r)) = (h.forward_s, h.back_s, h.rtt_s) {
+                assert!(f >= 0.0 && b >= 0.0, "{h:?}");
+                assert!((f + b - r).abs() < 1e-9, "{h:?}");
+            }
+        }
+        assert!(p.state(t, &s).stamps > 0);
     }
 
     #[test]

@@ -229,48 +229,42 @@ pub fn start(
             .spawn(move || answer(&echo, &c.stop))?,
     );
     for (i, m) in control.routing.members.iter().enumerate() {
-        let Some(device) = m.device.clone() else {
-            continue;
+        // A member with a device gets a hop's heartbeats through it; one without that
+        // owns a destination, stamped pings alone by the normal route (the way a
+        // flow's acknowledgements come back from it).
+        let owns = control.routing.destinations.iter().any(|d| d.owner == i);
+        type Pingers = fn(&Control) -> &Mutex<HashMap<usize, Pinger>>;
+        let (mark, pingers, pinger, what, otherwise): (_, Pingers, _, _, _) = match &m.device {
+            Some(device) => (
+                Some(crate::policy::heartbeat_mark(i)),
+                |c| &c.pingers,
+                Pinger::default(),
+                format!("send heartbeats to {} through {device}", m.name),
+                "the hop counts as down",
+            ),
+            None if owns => (
+                None,
+                |c| &c.ack_pingers,
+                Pinger::stamps_only(),
+                format!("time the way back from {}", m.name),
+                "its paths count the hops' ways back",
+            ),
+            None => continue,
         };
-        let socket = match ping_socket(&control.routing, m.address, i) {
+        let r = &control.routing;
+        let socket = match ping_socket(r.address, m.address, r.heartbeat_port, mark) {
             Ok(s) => s,
             Err(e) => {
-                warn!(
-                    "route control: cannot send heartbeats to {} through {device}: {e}; the hop counts as down",
-                    m.name
-                );
+                warn!("route control: cannot {what}: {e}; {otherwise}");
                 continue;
             }
         };
-        lock(&control.pingers).insert(i, Pinger::default());
+        lock(pingers(&control)).insert(i, pinger);
         let c = control.clone();
         threads.push(
             std::thread::Builder::new()
                 .name("route-ping".into())
-                .spawn(move || ping(&socket, i, &c, |c| &c.pingers))?,
-        );
-    }
-    for (i, m) in control.routing.members.iter().enumerate() {
-        let owns = control.routing.destinations.iter().any(|d| d.owner == i);
-        if m.device.is_some() || !owns {
-            continue;
-        }
-        let socket = match ack_socket(&control.routing, m.address) {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(
-                    "route control: cannot time the way back from {}: {e}; its paths count the hops' ways back",
-                    m.name
-                );
-                continue;
-            }
-        };
-        lock(&control.ack_pingers).insert(i, Pinger::stamps_only());
-        let c = control.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("route-ack-ping".into())
-                .spawn(move || ping(&socket, i, &c, |c| &c.ack_pingers))?,
+                .spawn(move || ping(&socket, i, &c, pingers))?,
         );
     }
     let c = control.clone();
@@ -294,7 +288,17 @@ pub fn start(
     Ok(threads)
 }
 
-fn ping_socket(r: &Routing, to: IpAddr, member: usize) -> std::io::Result<UdpSocket> {
+/// A socket from `from` to the echo at `to`:`port`, connected (the kernel hands it
+/// only datagrams from there). With `mark`, marked for the rule that sends it into the
+/// next-hop device, so each ping crosses this node's mgrpd and the member's (a socket
+/// bound to the device would not hear the answers, which come back the normal way);
+/// without, by the normal route.
+fn ping_socket(
+    from: IpAddr,
+    to: IpAddr,
+    port: u16,
+    mark: Option<u32>,
+) -> std::io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let domain = if to.is_ipv4() {
         Domain::IPV4
@@ -302,22 +306,13 @@ fn ping_socket(r: &Routing, to: IpAddr, member: usize) -> std::io::Result<UdpSoc
         Domain::IPV6
     };
     let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
-    // Marked for the rule that sends it into the next-hop device, so each ping
-    // crosses this node's mgrpd and the member's (a socket bound to the device would
-    // not hear the answers, which come back the normal way); from the address the
-    // member knows this node by.
-    s.set_mark(crate::policy::heartbeat_mark(member))?;
-    s.bind(&SocketAddr::new(r.address, 0).into())?;
-    s.connect(&SocketAddr::new(to, r.heartbeat_port).into())?;
+    if let Some(mark) = mark {
+        s.set_mark(mark)?;
+    }
+    // From the address the member knows this node by.
+    s.bind(&SocketAddr::new(from, 0).into())?;
+    s.connect(&SocketAddr::new(to, port).into())?;
     let s: UdpSocket = s.into();
-    s.set_read_timeout(Some(Duration::from_millis(10)))?;
-    Ok(s)
-}
-
-/// A socket to `to`'s echo by the normal route (no mark), from this node's address.
-fn ack_socket(r: &Routing, to: IpAddr) -> std::io::Result<UdpSocket> {
-    let s = UdpSocket::bind(SocketAddr::new(r.address, 0))?;
-    s.connect(SocketAddr::new(to, r.heartbeat_port))?;
     s.set_read_timeout(Some(Duration::from_millis(10)))?;
     Ok(s)
 }
@@ -632,14 +627,14 @@ fn decide_loop(c: &Control, policy: &mut Policy, switched: &dyn Fn(SwitchView)) 
         for (di, d) in r.destinations.iter().enumerate() {
             let mut paths = Vec::new();
             let mut scores = Vec::new();
+            // The owner's answers to this node's own heartbeats come back by its
+            // normal route, as the flow's acknowledgements do.
+            let acks_back = own
+                .get(&d.owner)
+                .and_then(|h| h.back_s)
+                .or_else(|| acks.get(&d.owner).and_then(|h| h.back_s));
             for (pi, p) in d.paths.iter().enumerate() {
                 let hops = hops_of(c, &remotes, &own, d.owner, *p);
-                // The owner's answers to this node's own heartbeats come back by its
-                // normal route, as the flow's acknowledgements do.
-                let acks_back = own
-                    .get(&d.owner)
-                    .and_then(|h| h.back_s)
-                    .or_else(|| acks.get(&d.owner).and_then(|h| h.back_s));
                 let sc = score_acked(
                     &hops.iter().map(|h| h.hop).collect::<Vec<_>>(),
                     acks_back,
@@ -853,6 +848,40 @@ mod tests {
     fn served<T: serde::Serialize + DeserializeOwned>(value: &T) -> T {
         let text = serde_json::to_string(&serde_json::to_value(value).unwrap()).unwrap();
         serde_json::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn a_ping_socket_hears_its_member_alone() {
+        // On loopback: the member's echo, and an outsider who knows the port.
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let echo = UdpSocket::bind((lo, 0)).unwrap();
+        let port = echo.local_addr().unwrap().port();
+        let socket = ping_socket(lo, lo, port, None).unwrap();
+        let outsider = UdpSocket::bind((lo, 0)).unwrap();
+        let forged = Message::StampedPong { seq: 0, at_ns: 1 }.emit();
+        outsider
+            .send_to(&forged, socket.local_addr().unwrap())
+            .unwrap();
+        socket
+            .send(&Message::StampedPing { seq: 0 }.emit())
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let (n, from) = echo.recv_from(&mut buf).unwrap();
+        assert_eq!(
+            Message::parse(&buf[..n]),
+            Ok(Message::StampedPing { seq: 0 })
+        );
+        let real = Message::StampedPong { seq: 0, at_ns: 7 }.emit();
+        echo.send_to(&real, from).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let n = socket.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &real[..], "the outsider's datagram was read");
+        socket
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        assert!(socket.recv(&mut buf).is_err(), "a second datagram came");
     }
 
     #[test]

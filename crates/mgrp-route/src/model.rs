@@ -14,12 +14,12 @@
 //!                           forward loss (never 0 from a finite count)
 //! ```
 //!
-//! where fwd(h) is each hop's delay on the way there from stamped heartbeats (half
-//! its least round trip plus the change of that direction's one-way delay since,
-//! the clocks' offset cancelling), and back the acknowledgements' way back: the
-//! direct hop's answers from the destination's member when this node heartbeats it
-//! (they take the member's normal route, as the flow's acknowledgements do when
-//! that member does not steer them), else the path's own hops' answers. A hop
+//! where fwd(h) is each hop's delay on the way there from stamped heartbeats (its
+//! round trip split by the change of each direction's one-way delay, the clocks'
+//! offset cancelling), and back the acknowledgements' way back: the answers of the
+//! destination's member to this node's heartbeats, through a hop or stamped pings
+//! alone (they take the member's normal route, as the flow's acknowledgements do
+//! when that member does not steer them), else the path's own hops' answers. A hop
 //! without stamps (a member of an earlier version) counts its round trip, as all
 //! did before: RTT = Σₕ rtt(h).
 //!

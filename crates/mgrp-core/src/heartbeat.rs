@@ -176,6 +176,10 @@ pub struct HopState {
     pub alive: bool,
     /// Round trip, s: a moving average (7/8 old, 1/8 new) of the pongs' round trips.
     pub rtt_s: Option<f64>,
+    /// The round trips' mean deviation (RFC 6298's RTTVAR), s: how far one round
+    /// trip strays from `rtt_s`.
+    #[serde(default)]
+    pub rtt_var_s: Option<f64>,
     /// Forward loss over the window, 0 to 1: (lost + 0.5) / (sent + 1), so a finite
     /// count never claims none. `None` until 20 pings span the window.
     pub loss: Option<f64>,
@@ -551,6 +555,7 @@ impl Pinger {
             stamped_answered: self.stamped_answered,
             alive: self.answered > 0 && lost_in_row < s.down_after,
             rtt_s: self.rtt_s,
+            rtt_var_s: self.rtt_var_s,
             loss,
             loss_samples,
             lost_in_row,

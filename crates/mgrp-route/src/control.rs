@@ -497,6 +497,7 @@ pub fn remote_heartbeat(routes: &RoutesView, to: IpAddr) -> Option<HopState> {
         .and_then(|m| m.heartbeat)
         .map(|h| HopState {
             rtt_s: h.rtt_s.filter(|r| (0.0..3600.0).contains(r)),
+            rtt_var_s: h.rtt_var_s.filter(|r| (0.0..3600.0).contains(r)),
             loss: h.loss.filter(|l| (0.0..=1.0).contains(l)),
             forward_s: h.forward_s.filter(|d| (0.0..3600.0).contains(d)),
             back_s: h.back_s.filter(|d| (0.0..3600.0).contains(d)),
@@ -819,6 +820,7 @@ fn hops_of(
             if let Some(b) = beat {
                 hop.alive = b.alive;
                 hop.rtt_s = b.rtt_s;
+                hop.rtt_var_s = b.rtt_var_s;
                 hop.forward_s = b.forward_s;
                 hop.back_s = b.back_s;
                 if hop.loss.is_none() && b.loss.is_some() {

@@ -49,8 +49,10 @@
 //!   random share up to `jitter` at each change, so members that saw the same change
 //!   do not move again in step (Keralapura et al.: synchronised overlays oscillate).
 //!   Two paths whose losses differ by no more than `z` standard errors are compared
-//!   at their mean loss: what is known for sure (round trips, rates) decides, not
-//!   the noise of a few lost heartbeats. A relay is a detour: the direct path is
+//!   at their mean loss: what is known for sure (rates, round trips) decides, not
+//!   the noise of a few lost heartbeats; and round trips that differ by no more than
+//!   `z` times their mean deviations (the hops' RTTVAR in quadrature) at their mean
+//!   round trip too, so that a hop's jitter does not decide either. A relay is a detour: the direct path is
 //!   taken back from one as soon as it scores at least as well (the same confirm
 //!   time and hold-down), so a relay is taken only when clearly better and kept
 //!   only while better at all.
@@ -146,6 +148,8 @@ pub fn score_acked(hops: &[Hop], acks_back: Option<f64>, mss: f64, model: Model)
         })
         .sum::<Option<f64>>()
         .map(f64::sqrt);
+    // How far the round trip strays: the hops' mean deviations in quadrature.
+    let rtt_error = all(|h| h.rtt_var_s).map(|v| v.iter().map(|d| d * d).sum::<f64>().sqrt());
     let term = |e: f64| rtt.and_then(|r| model.loss_term(mss, r, e));
     let mathis = loss.and_then(term);
     let capped = |t: Option<f64>| capped(rate, t);
@@ -184,6 +188,7 @@ pub fn score_acked(hops: &[Hop], acks_back: Option<f64>, mss: f64, model: Model)
         low_bps: low,
         high_bps: high,
         loss_error,
+        rtt_error,
         basis,
     }
 }
@@ -457,26 +462,35 @@ fn compared(scores: &[Score], b: usize, c: usize, rule: &Rule) -> Option<f64> {
     }
     let (sb, sc) = (&scores[b], &scores[c]);
     // Losses equal within their noise say nothing of which path is better: the two
-    // are then compared at their mean loss, by what is known for sure (round trips,
-    // rates).
-    Some(match (sb.loss, sc.loss, sb.loss_error, sc.loss_error) {
-        (Some(lb), Some(lc), Some(eb), Some(ec)) if (lb - lc).abs() <= rule.z * eb.hypot(ec) => {
-            let common = (lb + lc) / 2.0;
-            match (at(sb, common, rule), at(sc, common, rule)) {
-                (Some(x), Some(y)) if y > 0.0 => x / y,
-                _ => ratio,
+    // are then compared at their mean loss, by what is known for sure (rates, and
+    // round trips apart by more than they stray).
+    let equal =
+        |x: Option<f64>, y: Option<f64>, ex: Option<f64>, ey: Option<f64>| match (x, y, ex, ey) {
+            (Some(x), Some(y), Some(ex), Some(ey)) if (x - y).abs() <= rule.z * ex.hypot(ey) => {
+                Some((x + y) / 2.0)
             }
-        }
-        _ => ratio,
-    })
+            _ => None,
+        };
+    let Some(common) = equal(sb.loss, sc.loss, sb.loss_error, sc.loss_error) else {
+        return Some(ratio);
+    };
+    // Round trips within their noise of each other: compared at their mean too.
+    let rtt = equal(sb.rtt_s, sc.rtt_s, sb.rtt_error, sc.rtt_error);
+    Some(
+        match (at(sb, common, rtt, rule), at(sc, common, rtt, rule)) {
+            (Some(x), Some(y)) if y > 0.0 => x / y,
+            _ => ratio,
+        },
+    )
 }
 
-/// What `s` would score with its loss at `e`: its rate and the model's loss term at
-/// its round trip, as [`score`] makes them.
-fn at(s: &Score, e: f64, rule: &Rule) -> Option<f64> {
+/// What `s` would score with its loss at `e` (and its round trip at `rtt`, when
+/// given): its rate and the model's loss term, as [`score`] makes them.
+fn at(s: &Score, e: f64, rtt: Option<f64>, rule: &Rule) -> Option<f64> {
     capped(
         s.rate_bps,
-        s.rtt_s.and_then(|r| rule.model.loss_term(rule.mss, r, e)),
+        rtt.or(s.rtt_s)
+            .and_then(|r| rule.model.loss_term(rule.mss, r, e)),
     )
 }
 
@@ -519,6 +533,7 @@ mod tests {
             rate_bps: Some(rate_mbit * 1e6),
             rate_source: Some(RateSource::Available),
             loss_samples: None,
+            rtt_var_s: None,
             forward_s: None,
             back_s: None,
         }
@@ -639,6 +654,7 @@ mod tests {
                 low_bps: None,
                 high_bps: None,
                 loss_error: None,
+                rtt_error: None,
                 basis: String::new(),
             })
             .collect()
@@ -902,6 +918,62 @@ mod tests {
             rate_source: None,
             ..hop(rtt_ms, 0.0, 1.0)
         }
+    }
+
+    #[test]
+    fn round_trips_apart_by_less_than_they_stray_keep_no_relay() {
+        // The route-control test once the direct link's loss is gone, in a run that
+        // stayed on the relay for over 20 s: the direct hop's smoothed round trip up
+        // to 1.2 ms for a while (its mean deviation 0.3 ms), the relay's hops 0.5 and
+        // 0.4 ms (0.2 each); no loss on either, 60 heartbeats a hop.
+        let jittery = |rtt_ms: f64, dev_ms: f64| Hop {
+            rtt_var_s: Some(dev_ms / 1e3),
+            ..lossless(rtt_ms, 60)
+        };
+        let s = [
+            score(&[jittery(1.2, 0.3)], 1448.0, Model::Pftk),
+            score(&[jittery(0.5, 0.2), jittery(0.4, 0.2)], 1448.0, Model::Pftk),
+        ];
+        let rule = Rule::default();
+        // Compared at their mean loss alone, the relay's 0.9 ms wins.
+        let no_jitter = |sc: &Score| Score {
+            rtt_error: None,
+            ..sc.clone()
+        };
+        let plain = [no_jitter(&s[0]), no_jitter(&s[1])];
+        assert!(compared(&plain, 0, 1, &rule).unwrap() < 1.0);
+        // Within 2.5 deviations of each other the round trips say nothing: at par.
+        assert!((compared(&s, 0, 1, &rule).unwrap() - 1.0).abs() < 1e-12);
+        let mut back = Choice::seeded(5).with_direct(Some(0)).forced(Some(1), 0.0);
+        let sw = (1..200)
+            .find_map(|t| back.decide(f64::from(t), &s, &rule))
+            .expect("the direct path taken back");
+        assert_eq!((sw.from, sw.to), (Some(1), Some(0)));
+        // Nor does the relay take it from the direct path.
+        for t in 1..200 {
+            assert_eq!(back.decide(100.0 + f64::from(t), &s, &rule), None, "{t}");
+        }
+        // Round trips apart by far more than they stray (Forward's bridges, 300 and
+        // 420 ms, ± 5 ms) still decide at equal loss.
+        let far = [
+            score(
+                &[Hop {
+                    loss: Some(0.05),
+                    ..jittery(300.0, 5.0)
+                }],
+                1448.0,
+                Model::Pftk,
+            ),
+            score(
+                &[Hop {
+                    loss: Some(0.05),
+                    ..jittery(420.0, 5.0)
+                }],
+                1448.0,
+                Model::Pftk,
+            ),
+        ];
+        assert!(compared(&far, 0, 1, &rule).unwrap() > 1.2);
     }
 
     #[test]

@@ -145,6 +145,9 @@ pub struct Hop {
     pub alive: bool,
     /// Round trip, s.
     pub rtt_s: Option<f64>,
+    /// The round trips' mean deviation, s (heartbeats' RTTVAR).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_var_s: Option<f64>,
     /// Delay on the way from its sender to its receiver, s (stamped heartbeats: half
     /// the least round trip plus the change since; `None` from a member of an earlier
     /// version).
@@ -194,6 +197,9 @@ pub struct Score {
     /// ε's standard error (binomial, each hop's over its samples, in quadrature).
     #[serde(default)]
     pub loss_error: Option<f64>,
+    /// How far the RTT strays, s: the hops' mean deviations in quadrature.
+    #[serde(default)]
+    pub rtt_error: Option<f64>,
     /// The model in words, with its numbers.
     pub basis: String,
 }

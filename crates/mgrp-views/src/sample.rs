@@ -206,6 +206,7 @@ pub fn routes_view() -> RoutesView {
     let beat = HopState {
         alive: true,
         rtt_s: Some(0.02),
+        rtt_var_s: Some(0.002),
         loss: Some(0.01),
         loss_samples: 100,
         lost_in_row: 0,
@@ -225,6 +226,7 @@ pub fn routes_view() -> RoutesView {
         rate_bps: Some(9e6),
         rate_source: Some(RateSource::Available),
         loss_samples: Some(4000),
+        rtt_var_s: Some(0.002),
         forward_s: Some(0.012),
         back_s: Some(0.008),
     };
@@ -286,6 +288,7 @@ pub fn routes_view() -> RoutesView {
                     low_bps: Some(6e6),
                     high_bps: Some(8e6),
                     loss_error: Some(0.004),
+                    rtt_error: Some(0.003),
                     basis: "min(rate, mathis)".into(),
                 },
                 flows: Some(3),

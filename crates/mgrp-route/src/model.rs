@@ -48,6 +48,8 @@
 //!   `confirm` seconds, and the last change was a hold-down ago: T_ch stretched by a
 //!   random share up to `jitter` at each change, so members that saw the same change
 //!   do not move again in step (Keralapura et al.: synchronised overlays oscillate).
+//!   A change made before every alive path's loss was known (the first choice, a
+//!   few pings in) holds nothing down: it rested on rates alone.
 //!   Two paths whose losses differ by no more than `z` standard errors are compared
 //!   at their mean loss: what is known for sure (rates, round trips) decides, not
 //!   the noise of a few lost heartbeats; and round trips that differ by no more than
@@ -393,6 +395,10 @@ impl Choice {
         self.chosen_once |= change.to.is_some();
         self.better_since = None;
         self.hold_s = Some(match rule.kind {
+            // A choice made before every alive path's loss was known (the first one,
+            // most often: a few pings in, only rates tell paths apart) is no verdict
+            // to hold: the first scores may correct it, after `confirm` as always.
+            RuleKind::Confidence if !informed(scores) => 0.0,
             RuleKind::Confidence => rule.t_ch_s * (1.0 + rule.jitter * self.random.uniform()),
             RuleKind::Ratio => rule.t_ch_s,
         });
@@ -500,6 +506,14 @@ fn capped(rate: Option<f64>, term: Option<f64>) -> Option<f64> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// Whether every alive path's score stands on its loss (not on its rate alone).
+fn informed(scores: &[Score]) -> bool {
+    scores
+        .iter()
+        .filter(|s| s.alive)
+        .all(|s| s.mathis_bps.is_some())
 }
 
 /// The best alive path: the highest score; among paths with no score yet, the first
@@ -846,6 +860,47 @@ mod tests {
     }
 
     #[test]
+    fn a_first_choice_made_before_the_losses_are_known_holds_nothing_down() {
+        // A few pings in: rates alone, equal, so the first alive path is taken.
+        let unknown = |s: Score| Score {
+            mathis_bps: None,
+            loss: None,
+            loss_error: None,
+            bps: s.rate_bps,
+            ..s
+        };
+        let early = [
+            unknown(lossy(40.0, 0.15, 0.01)),
+            unknown(lossy(40.0, 0.05, 0.01)),
+        ];
+        let mut c = Choice::seeded(7);
+        assert_eq!(c.decide(0.0, &early, &CONFIDENCE).unwrap().to, Some(0));
+        assert_eq!(c.hold_s(), Some(0.0));
+        // The losses known, the second clearly better: taken once it has been for
+        // `confirm`, not a hold-down after the first choice.
+        let known = [lossy(40.0, 0.15, 0.01), lossy(40.0, 0.05, 0.01)];
+        assert_eq!(c.decide(2.0, &known, &CONFIDENCE), None);
+        let s = c.decide(5.0, &known, &CONFIDENCE).unwrap();
+        assert_eq!(s.to, Some(1));
+        // That choice stood on every loss: it is held.
+        assert!((30.0..45.0).contains(&c.hold_s().unwrap()));
+        // One alive path's loss unknown is enough to hold nothing (the dead one's
+        // does not count).
+        let mut d = Choice::seeded(7);
+        let mut half = [known[0].clone(), unknown(known[1].clone())];
+        d.decide(0.0, &half, &CONFIDENCE);
+        assert_eq!(d.hold_s(), Some(0.0));
+        half[1].alive = false;
+        let mut e = Choice::seeded(7);
+        e.decide(0.0, &half, &CONFIDENCE);
+        assert!(e.hold_s().unwrap() >= 30.0);
+        // The seed's rule holds T_ch whatever was known.
+        let mut r = Choice::seeded(7);
+        r.decide(0.0, &early, &RULE);
+        assert_eq!(r.hold_s(), Some(30.0));
+    }
+
+    #[test]
     fn the_confidence_rule_weighs_the_difference_against_its_noise() {
         let mut c = Choice::seeded(7);
         c.decide(
@@ -1082,11 +1137,15 @@ mod tests {
             let mut out = Vec::new();
             for k in 0..20 {
                 let t = f64::from(k) * 100.0;
-                let s = if k % 2 == 0 {
+                let mut s = if k % 2 == 0 {
                     scores(&[(true, Some(10.0)), (true, Some(30.0))])
                 } else {
                     scores(&[(true, Some(30.0)), (true, Some(10.0))])
                 };
+                // Scores that stand on losses: every change is held.
+                for x in &mut s {
+                    x.mathis_bps = x.bps;
+                }
                 // Each change is seen for 10 s; the first decision is the first choice.
                 for dt in 0..10 {
                     c.decide(t + f64::from(dt), &s, &CONFIDENCE);
@@ -1241,6 +1300,7 @@ mod tests {
             let mut c = Choice::seeded(seed).with_direct(direct);
             let mut now = 0.0;
             let mut last: Option<f64> = None;
+            let mut last_informed = true;
             for (dt, s) in steps {
                 now += dt;
                 let sc: Vec<Score> = s
@@ -1260,8 +1320,13 @@ mod tests {
                     if let Reason::Better { ratio, needed } = sw.reason {
                         let from = sw.from.unwrap();
                         prop_assert!(last.is_none_or(|t| now - t >= hold.unwrap()));
-                        prop_assert!(hold.unwrap() >= rule.t_ch_s);
-                        prop_assert!(hold.unwrap() <= rule.t_ch_s * (1.0 + rule.jitter));
+                        if confidence && !last_informed {
+                            // The last change was made before every loss was known.
+                            prop_assert_eq!(hold, Some(0.0));
+                        } else {
+                            prop_assert!(hold.unwrap() >= rule.t_ch_s);
+                            prop_assert!(hold.unwrap() <= rule.t_ch_s * (1.0 + rule.jitter));
+                        }
                         prop_assert!(from != to_index(sw.to));
                         if confidence && needed == Some(1.0) {
                             // The direct path taken back from a relay at par.
@@ -1276,6 +1341,7 @@ mod tests {
                         }
                     }
                     last = Some(now);
+                    last_informed = sc.iter().all(|s| !s.alive || s.mathis_bps.is_some());
                 }
                 if let Some(cur) = c.current() {
                     prop_assert!(cur < sc.len());

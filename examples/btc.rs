@@ -8,6 +8,11 @@
 //! the first 20 paths, 55 for all 32. A path whose JSON is in the output directory is not measured again
 //! (`--fresh` measures everything anew); `--analyse` only rewrites the results from
 //! the JSON there.
+//!
+//! `--history` visits each path twice instead, with a change fixed in advance on
+//! every second path between the visits, and predicts the second visit's transfers
+//! from the probes, from the first visit's transfers and from the two blended
+//! (`docs/btc/history` by default; about four minutes a path).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use btc_rs::history;
 use btc_rs::model::{self, Factors, Inputs};
 use btc_rs::squeezed::PathClass;
 use clap::Parser;
@@ -31,9 +37,16 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Parser)]
 #[command(name = "btc")]
 struct Args {
-    /// Where the per-path JSON, results.md and the plots go.
-    #[arg(long, default_value = "docs/btc")]
-    out: PathBuf,
+    /// Where the per-path JSON, results.md and the plots go [default: docs/btc, with
+    /// --history docs/btc/history].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Visit each path twice: probes and transfers; then, on every second path of the
+    /// list, a change of its cross traffic or its loss; then probes and transfers
+    /// again. The second visit's transfers are predicted from the probes, from the
+    /// first visit's transfers (history) and from the two blended.
+    #[arg(long)]
+    history: bool,
     /// Measure only these paths (comma-separated names, e.g. edge-udp-40ms).
     #[arg(long)]
     paths: Option<String>,
@@ -49,6 +62,18 @@ struct Args {
     /// Seconds badabing measures loss.
     #[arg(long, default_value_t = 20)]
     badabing_seconds: u64,
+}
+
+impl Args {
+    fn out(&self) -> PathBuf {
+        self.out.clone().unwrap_or_else(|| {
+            PathBuf::from(if self.history {
+                "docs/btc/history"
+            } else {
+                "docs/btc"
+            })
+        })
+    }
 }
 
 /// Cross traffic and where the tight link is.
@@ -198,6 +223,13 @@ fn paths() -> Vec<PathSpec> {
 struct Transfer {
     /// Congestion control.
     cc: String,
+    /// When it began, s after the path's testbed was up (none in runs made before
+    /// it was kept).
+    #[serde(default)]
+    at_s: Option<f64>,
+    /// How long it ran, s (none in runs made before it was kept).
+    #[serde(default)]
+    seconds: Option<f64>,
     /// Payload rate over the whole transfer, bit/s.
     bps: f64,
     /// Segments retransmitted.
@@ -256,14 +288,22 @@ fn main() -> ExitCode {
         return code;
     }
     let args = Args::parse();
+    let out = args.out();
+    let analyse_all = |out: &Path| {
+        if args.history {
+            analyse_history(out)
+        } else {
+            analyse(out)
+        }
+    };
     let result = if args.analyse {
-        analyse(&args.out)
+        analyse_all(&out)
     } else if !mgrp_testbed::is_root() {
         eprintln!("btc: needs root to build the testbed's network namespaces");
         return ExitCode::from(2);
     } else {
         experiment::stop_on_signals();
-        measure_all(&args).and_then(|()| analyse(&args.out))
+        measure_all(&args, &out).and_then(|()| analyse_all(&out))
     };
     experiment::exit("btc", result)
 }
@@ -272,9 +312,9 @@ fn json_path(out: &Path, name: &str) -> PathBuf {
     out.join("paths").join(format!("{name}.json"))
 }
 
-fn measure_all(args: &Args) -> anyhow::Result<()> {
-    std::fs::create_dir_all(args.out.join("paths"))
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
+fn measure_all(args: &Args, out: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out.join("paths"))
+        .with_context(|| format!("cannot create {}", out.display()))?;
     let only: Option<Vec<&str>> = args
         .paths
         .as_deref()
@@ -299,7 +339,7 @@ fn measure_all(args: &Args) -> anyhow::Result<()> {
         {
             continue;
         }
-        let file = json_path(&args.out, &spec.name);
+        let file = json_path(out, &spec.name);
         if file.exists() && !args.fresh {
             eprintln!("{}: measured before ({}), kept", spec.name, file.display());
             continue;
@@ -308,27 +348,53 @@ fn measure_all(args: &Args) -> anyhow::Result<()> {
             anyhow::bail!("interrupted");
         }
         let started = Instant::now();
-        let m = measure_path(&spec, args).with_context(|| format!("path {}", spec.name))?;
-        eprintln!(
-            "{}: abw {:?} capacity {:?} class {:?} (score {:?}) loss {:?} rtt {:.1} ms; transfers {} ({:.0} s)",
-            spec.name,
-            m.abw.map(|(l, h)| format!("{:.2}-{:.2}", l / 1e6, h / 1e6)),
-            m.capacity_bps.map(|c| format!("{:.2}", c / 1e6)),
-            m.class,
-            m.score,
-            m.loss_rate,
-            m.rtt_s * 1e3,
-            m.transfers
-                .iter()
-                .map(|t| format!("{} {:.2} Mbit/s", t.cc, t.bps / 1e6))
-                .collect::<Vec<_>>()
-                .join(", "),
-            started.elapsed().as_secs_f64()
-        );
-        std::fs::write(&file, serde_json::to_string_pretty(&m)?)
-            .with_context(|| format!("cannot write {}", file.display()))?;
+        let json = if args.history {
+            let r = with_path(&spec, |tb, cross| revisit(tb, cross, &spec, args, out))
+                .with_context(|| format!("path {}", spec.name))?;
+            eprintln!(
+                "{}: change {:?}; then {}; now {} ({:.0} s)",
+                spec.name,
+                r.change,
+                summary(&r.then),
+                summary(&r.now),
+                started.elapsed().as_secs_f64()
+            );
+            serde_json::to_string_pretty(&r)?
+        } else {
+            let plot = out.join(format!("squeezed-{}.svg", spec.name));
+            let m = with_path(&spec, |tb, _| {
+                probe_and_transfer(tb, &spec, args, &plot, started)
+            })
+            .with_context(|| format!("path {}", spec.name))?;
+            eprintln!(
+                "{}: {} ({:.0} s)",
+                spec.name,
+                summary(&m),
+                started.elapsed().as_secs_f64()
+            );
+            serde_json::to_string_pretty(&m)?
+        };
+        std::fs::write(&file, json).with_context(|| format!("cannot write {}", file.display()))?;
     }
     Ok(())
+}
+
+/// One line of what was measured on a path.
+fn summary(m: &Measured) -> String {
+    format!(
+        "abw {:?} capacity {:?} class {:?} (score {:?}) loss {:?} rtt {:.1} ms; transfers {}",
+        m.abw.map(|(l, h)| format!("{:.2}-{:.2}", l / 1e6, h / 1e6)),
+        m.capacity_bps.map(|c| format!("{:.2}", c / 1e6)),
+        m.class,
+        m.score,
+        m.loss_rate,
+        m.rtt_s * 1e3,
+        m.transfers
+            .iter()
+            .map(|t| format!("{} {:.2} Mbit/s", t.cc, t.bps / 1e6))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
 }
 
 /// The only veth of host `ns` (its link to its router).
@@ -344,7 +410,12 @@ fn host_dev(ns: &mgrp_testbed::Netns) -> anyhow::Result<String> {
         .context("the host has no veth")
 }
 
-fn measure_path(spec: &PathSpec, args: &Args) -> anyhow::Result<Measured> {
+/// Builds `spec`'s testbed, starts the tools' sender in m3 and the path's cross
+/// traffic, waits for it to settle and runs `f` on them; tears it all down after.
+fn with_path<T>(
+    spec: &PathSpec,
+    f: impl FnOnce(&Testbed, &mut Vec<Source>) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     let router = spec.cross.router_mbps();
     let tb = Testbed::new(Bottleneck {
         rate: format!("{router}mbit"),
@@ -381,9 +452,26 @@ fn measure_path(spec: &PathSpec, args: &Args) -> anyhow::Result<Measured> {
             server.serve(true, &stop, &mut |_| {})
         })?
     };
-    let m3_addr = mgrp_testbed::paper::M3.to_string();
-    let cross = start_cross(&tb, spec.cross)?;
+    let mut cross = start_cross(&tb, spec.cross)?;
     std::thread::sleep(Duration::from_secs(5));
+    let out = f(&tb, &mut cross);
+    drop(cross);
+    stop.store(true, Ordering::Relaxed);
+    let _ = server.join();
+    out
+}
+
+/// Every prediction method's inputs measured on the path of `tb`, then the truth
+/// transfers (CUBIC, then BBR), their start times counted from `clock`; the
+/// squeezed pairs' histograms go to `plot`.
+fn probe_and_transfer(
+    tb: &Testbed,
+    spec: &PathSpec,
+    args: &Args,
+    plot: &Path,
+    clock: Instant,
+) -> anyhow::Result<Measured> {
+    let m3_addr = mgrp_testbed::paper::M3.to_string();
     let never = AtomicBool::new(false);
     // Available bandwidth: pathload, fast mode.
     let t = Instant::now();
@@ -435,9 +523,8 @@ fn measure_path(spec: &PathSpec, args: &Args) -> anyhow::Result<Measured> {
             PathClass::TightUnlikeNarrow => "unlike-narrow",
             PathClass::Undecided => "undecided",
         };
-        let plot = args.out.join(format!("squeezed-{}.svg", spec.name));
         if let Some(c) = b.capacity_bps {
-            btc_rs::tool::histograms(&plot, q, c)?;
+            btc_rs::tool::histograms(plot, q, c)?;
         }
         eprintln!(
             "{}: squeezed pairs say {name}, {}",
@@ -458,11 +545,14 @@ fn measure_path(spec: &PathSpec, args: &Args) -> anyhow::Result<Measured> {
     let mut transfers = Vec::new();
     for (i, cc) in ["cubic", "bbr"].iter().enumerate() {
         std::thread::sleep(Duration::from_secs(2));
-        transfers.push(transfer(&tb, cc, 5301 + i as u16, args.transfer_seconds)?);
+        transfers.push(transfer(
+            tb,
+            cc,
+            5301 + i as u16,
+            args.transfer_seconds,
+            clock,
+        )?);
     }
-    drop(cross);
-    stop.store(true, Ordering::Relaxed);
-    let _ = server.join();
     Ok(Measured {
         path: spec.clone(),
         abw,
@@ -483,6 +573,89 @@ fn measure_path(spec: &PathSpec, args: &Args) -> anyhow::Result<Measured> {
         badabing_s: args.badabing_seconds as f64,
         transfers,
     })
+}
+
+/// What changes on a path between its two visits (`--history`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum Change {
+    /// The path's cross traffic stops; on a path without any, 6 Mbit/s of Poisson
+    /// UDP starts across the bottleneck.
+    Cross,
+    /// The bottleneck's random loss goes to 2 %, or to none where it was 1 % or more.
+    Loss,
+}
+
+/// The change on `spec` between its visits, fixed before any run: every second path
+/// of [`paths`] changes (the 2nd, 4th, ...), by its cross traffic and by its loss in
+/// turn; the others do not.
+fn change_of(spec: &PathSpec) -> Option<Change> {
+    let i = paths().iter().position(|p| p.name == spec.name)?;
+    (i % 2 == 1).then_some(if (i / 2) % 2 == 0 {
+        Change::Cross
+    } else {
+        Change::Loss
+    })
+}
+
+/// Makes `change` on the path of `tb`, whose cross traffic is `cross`.
+fn make_change(
+    tb: &Testbed,
+    spec: &PathSpec,
+    cross: &mut Vec<Source>,
+    change: Change,
+) -> anyhow::Result<()> {
+    match change {
+        Change::Cross if cross.is_empty() => cross.push(traffic::udp_poisson(
+            &tb.c1,
+            &tb.c2,
+            C2.into(),
+            5415,
+            6.0,
+            1200,
+            7,
+        )?),
+        Change::Cross => cross.clear(),
+        Change::Loss => tb
+            .delay
+            .as_ref()
+            .context("the testbed has no delay line")?
+            .set_loss(if spec.loss >= 0.01 { 0.0 } else { 0.02 })?,
+    }
+    Ok(())
+}
+
+/// A path visited twice (`--history`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Revisit {
+    /// The first visit: its transfers are the history.
+    then: Measured,
+    /// What changed after it (none on the paths fixed to stay as they were).
+    change: Option<Change>,
+    /// The second visit: its transfers are predicted.
+    now: Measured,
+}
+
+/// Visits the path of `tb` twice, with its change (if any) between.
+fn revisit(
+    tb: &Testbed,
+    cross: &mut Vec<Source>,
+    spec: &PathSpec,
+    args: &Args,
+    out: &Path,
+) -> anyhow::Result<Revisit> {
+    let clock = Instant::now();
+    let plot = |visit: &str| out.join(format!("squeezed-{}-{visit}.svg", spec.name));
+    let then = probe_and_transfer(tb, spec, args, &plot("then"), clock)?;
+    let change = change_of(spec);
+    if let Some(c) = change {
+        make_change(tb, spec, cross, c)?;
+        eprintln!("{}: changed: {c:?}", spec.name);
+    }
+    // As long as the cross traffic's start took before the first visit.
+    std::thread::sleep(Duration::from_secs(5));
+    let now = probe_and_transfer(tb, spec, args, &plot("now"), clock)?;
+    Ok(Revisit { then, change, now })
 }
 
 fn start_cross(tb: &Testbed, cross: Cross) -> anyhow::Result<Vec<Source>> {
@@ -539,7 +712,13 @@ fn start_cross(tb: &Testbed, cross: Cross) -> anyhow::Result<Vec<Source>> {
 
 /// A bulk transfer from m3 to m5 for `seconds`, reading the sender's kernel's view
 /// of it every 250 ms.
-fn transfer(tb: &Testbed, cc: &str, port: u16, seconds: u64) -> anyhow::Result<Transfer> {
+fn transfer(
+    tb: &Testbed,
+    cc: &str,
+    port: u16,
+    seconds: u64,
+    clock: Instant,
+) -> anyhow::Result<Transfer> {
     let src = traffic::tcp_bulk(&tb.m3, &tb.m5, M5.into(), port, cc)?;
     let start = Instant::now();
     let mut early = Vec::new();
@@ -570,6 +749,8 @@ fn transfer(tb: &Testbed, cc: &str, port: u16, seconds: u64) -> anyhow::Result<T
     src.halt();
     Ok(Transfer {
         cc: cc.to_string(),
+        at_s: Some(start.duration_since(clock).as_secs_f64()),
+        seconds: Some(elapsed),
         bps: src.bytes() as f64 * 8.0 / elapsed,
         retransmits: src.retransmits(),
         kernel_samples: early.len(),
@@ -759,6 +940,32 @@ fn predictions(
     ]
 }
 
+/// Each congestion control's ratio CDF per method of `cdfs` ([`per_method`]'s), as
+/// `ratio-cdf-<cc>.svg` in `out`.
+fn plot_cdfs(out: &Path, cdfs: &[(String, Lines)]) -> anyhow::Result<()> {
+    for (cc, lines) in cdfs {
+        // combined+kernel is the kernel's line wherever the kernel reported, which is
+        // every transfer here: drawn once.
+        let clipped: Vec<(String, Vec<f64>)> = lines
+            .iter()
+            .filter(|(n, _)| n != "combined+kernel")
+            .map(|(n, v)| (n.clone(), v.iter().map(|x| x.min(4.0)).collect()))
+            .collect();
+        mgrp_experiments::plot::cdf(
+            &out.join(format!("ratio-cdf-{cc}.svg")),
+            &format!("achieved / predicted, {cc} transfers (clipped at 4)"),
+            "achieved / predicted",
+            &clipped,
+        )?;
+    }
+    Ok(())
+}
+
+/// `rows` borrowed, for [`per_method`].
+fn refs(rows: &[Row]) -> Vec<&Row> {
+    rows.iter().collect()
+}
+
 /// Named samples, one line of a plot each.
 type Lines = Vec<(String, Vec<f64>)>;
 
@@ -839,25 +1046,11 @@ fn analyse(out: &Path) -> anyhow::Result<()> {
             "### The first 20 paths\n\n{} of them, each predicted with factors calibrated on the others of these only, as before the paths were added.\n",
             first.len()
         )?;
-        per_method(&mut md, &leave_one_out(&first))?;
+        per_method(&mut md, &refs(&leave_one_out(&first)), &METHODS)?;
         writeln!(md, "\n### All {} paths\n", measured.len())?;
     }
-    let cdfs = per_method(&mut md, &rows)?;
-    for (cc, lines) in &cdfs {
-        // combined+kernel is the kernel's line wherever the kernel reported, which is
-        // every transfer here: drawn once.
-        let clipped: Vec<(String, Vec<f64>)> = lines
-            .iter()
-            .filter(|(n, _)| n != "combined+kernel")
-            .map(|(n, v)| (n.clone(), v.iter().map(|x| x.min(4.0)).collect()))
-            .collect();
-        mgrp_experiments::plot::cdf(
-            &out.join(format!("ratio-cdf-{cc}.svg")),
-            &format!("achieved / predicted, {cc} transfers (clipped at 4)"),
-            "achieved / predicted",
-            &clipped,
-        )?;
-    }
+    let cdfs = per_method(&mut md, &refs(&rows), &METHODS)?;
+    plot_cdfs(out, &cdfs)?;
     writeln!(
         md,
         "\n![ratio CDF, CUBIC](ratio-cdf-cubic.svg)\n\n![ratio CDF, BBR](ratio-cdf-bbr.svg)\n"
@@ -966,9 +1159,236 @@ fn analyse(out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The methods of the second visit's table (`--history`), in its order.
+const HISTORY_METHODS: [&str; 3] = ["probes", "history", "blend"];
+
+/// A second visit's transfer, predicted three ways, and what the history rule made
+/// of its earlier one.
+struct Revisited {
+    row: Row,
+    change: Option<Change>,
+    weight: history::Weight,
+    /// The earlier transfer's age when this one began, s.
+    age_s: f64,
+    /// The probes' prediction for the earlier transfer, bit/s.
+    then_probes: Option<f64>,
+}
+
+/// The second visits' transfers of `visited` predicted by the probes (the combined
+/// prediction, factors left one out as in [`leave_one_out`]), by the same congestion
+/// control's transfer in the first visit, and by the two blended by
+/// [`history::weight`] and [`history::blend`] as the overlay blends them.
+fn revisited<'a>(visited: &'a [Revisit]) -> anyhow::Result<Vec<Revisited>> {
+    let thens: Vec<&Measured> = visited.iter().map(|r| &r.then).collect();
+    let nows: Vec<&Measured> = visited.iter().map(|r| &r.now).collect();
+    let then_rows = leave_one_out(&thens);
+    let combined = |r: &Row| {
+        r.predicted
+            .iter()
+            .find(|(n, _)| *n == "combined")
+            .and_then(|(_, v)| *v)
+    };
+    let limits = history::Limits::default();
+    let mut out = Vec::new();
+    for r in leave_one_out(&nows) {
+        let v = &visited[r.path];
+        let name = &v.now.path.name;
+        let of = |m: &'a Measured| {
+            m.transfers
+                .iter()
+                .find(|t| t.cc == r.cc)
+                .with_context(|| format!("{name}: no {} transfer in both visits", r.cc))
+        };
+        let (earlier, this) = (of(&v.then)?, of(&v.now)?);
+        let (Some(now_at), Some(then_at), Some(then_s)) =
+            (this.at_s, earlier.at_s, earlier.seconds)
+        else {
+            anyhow::bail!("{name}: the transfers' times were not kept");
+        };
+        let then_probes = then_rows
+            .iter()
+            .find(|x| x.path == r.path && x.cc == r.cc)
+            .and_then(combined);
+        let e = history::Earlier {
+            bps: earlier.bps,
+            age_s: now_at - (then_at + then_s),
+            probes_bps: then_probes,
+        };
+        let probes = combined(&r);
+        let weight = history::weight(&e, probes, &limits);
+        let as_prediction = |bps: f64| model::Prediction {
+            basis: model::Basis::ScaledAbw,
+            low_bps: bps,
+            high_bps: bps,
+        };
+        let blend = history::blend(probes.map(as_prediction), &e, weight.value()).map(|p| p.bps());
+        out.push(Revisited {
+            row: Row {
+                path: r.path,
+                cc: r.cc.clone(),
+                truth: r.truth,
+                predicted: vec![
+                    ("probes", probes),
+                    ("history", Some(earlier.bps)),
+                    ("blend", blend),
+                ],
+            },
+            change: v.change,
+            weight,
+            age_s: e.age_s,
+            then_probes,
+        });
+    }
+    Ok(out)
+}
+
+fn analyse_history(out: &Path) -> anyhow::Result<()> {
+    let mut visited: Vec<Revisit> = Vec::new();
+    for spec in paths() {
+        let file = json_path(out, &spec.name);
+        if let Ok(text) = std::fs::read_to_string(&file) {
+            visited.push(
+                serde_json::from_str(&text)
+                    .with_context(|| format!("cannot read {}", file.display()))?,
+            );
+        }
+    }
+    anyhow::ensure!(
+        !visited.is_empty(),
+        "no visited paths in {}; run with --history without --analyse first",
+        out.join("paths").display()
+    );
+    let judged = revisited(&visited)?;
+    let changed = visited.iter().filter(|v| v.change.is_some()).count();
+    let mut md = String::new();
+    writeln!(md, "# What TCP will get: history beside the probes\n")?;
+    writeln!(
+        md,
+        "Made by `cargo run --release --example btc -- --history` ({} paths, {changed} of them changed between their visits; see `docs/btc.md` for what runs and what it means).\n",
+        visited.len()
+    )?;
+    writeln!(
+        md,
+        "Each path is visited twice on one testbed: the probes and a CUBIC and a BBR transfer, then (on every second path of the list, fixed before any run) a change of its cross traffic or its loss, then the probes and the two transfers again. The second visit's transfers are predicted by the probes alone (the combined prediction, factors calibrated on the other paths' second visits), by the first visit's transfer of the same congestion control alone (history), and by the two blended as the overlay blends them: weight 1 − age / 30 min, none when the probes now and then differ by more than a factor of 1.5. Ratio, within ±50 % and faster path as in [results.md](../results.md).\n"
+    )?;
+    writeln!(md, "## The second visit\n")?;
+    let subsets: [(&str, &dyn Fn(&Revisited) -> bool); 3] = [
+        ("All paths", &|_| true),
+        ("Paths that did not change", &|j| j.change.is_none()),
+        ("Paths that changed", &|j| j.change.is_some()),
+    ];
+    let mut cdfs = Vec::new();
+    for (i, (title, keep)) in subsets.iter().enumerate() {
+        let rows: Vec<&Row> = judged.iter().filter(|j| keep(j)).map(|j| &j.row).collect();
+        writeln!(md, "### {title} ({} transfers)\n", rows.len())?;
+        let lines = per_method(&mut md, &rows, &HISTORY_METHODS)?;
+        if i == 0 {
+            cdfs = lines;
+        }
+        writeln!(md)?;
+    }
+    plot_cdfs(out, &cdfs)?;
+    writeln!(
+        md,
+        "![ratio CDF, CUBIC](ratio-cdf-cubic.svg)\n\n![ratio CDF, BBR](ratio-cdf-bbr.svg)\n"
+    )?;
+    writeln!(md, "## The change rule\n")?;
+    writeln!(
+        md,
+        "How often the blend gave history no weight because the probes' prediction moved by more than a factor of 1.5 between the visits (the rule's only signal of a change), and the earlier transfers' ages.\n"
+    )?;
+    writeln!(
+        md,
+        "| cc | changed paths: change seen | unchanged paths: change seen | too old | ages, s |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|")?;
+    for cc in ["cubic", "bbr"] {
+        let of: Vec<&Revisited> = judged.iter().filter(|j| j.row.cc == cc).collect();
+        let seen = |changed: bool| {
+            let those: Vec<&&Revisited> = of
+                .iter()
+                .filter(|j| j.change.is_some() == changed)
+                .collect();
+            let fired = those
+                .iter()
+                .filter(|j| matches!(j.weight, history::Weight::Changed { .. }))
+                .count();
+            pct(fired, those.len())
+        };
+        let old = of
+            .iter()
+            .filter(|j| j.weight == history::Weight::TooOld)
+            .count();
+        let ages = of.iter().map(|j| j.age_s);
+        writeln!(
+            md,
+            "| {cc} | {} | {} | {old} | {:.0}–{:.0} |",
+            seen(true),
+            seen(false),
+            ages.clone().fold(f64::INFINITY, f64::min),
+            ages.fold(0.0, f64::max),
+        )?;
+    }
+    writeln!(md, "\n## Per path\n")?;
+    writeln!(
+        md,
+        "Rates in Mbit/s. Weight: history's in the blend (`changed ×r`: the probes now read r times what they read then, so none).\n"
+    )?;
+    writeln!(
+        md,
+        "| path | change | cc | then: probes | then: got | now: probes | now: got | weight | blend |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|")?;
+    let f1 = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{:.2}", x / 1e6));
+    for j in &judged {
+        let get = |k: &str| {
+            j.row
+                .predicted
+                .iter()
+                .find(|(n, _)| *n == k)
+                .and_then(|(_, v)| *v)
+        };
+        writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            visited[j.row.path].now.path.name,
+            j.change.map_or("-", |c| match c {
+                Change::Cross => "cross traffic",
+                Change::Loss => "loss",
+            }),
+            j.row.cc,
+            f1(j.then_probes),
+            f1(get("history")),
+            f1(get("probes")),
+            f1(Some(j.row.truth)),
+            match j.weight {
+                history::Weight::Aged(w) => format!("{w:.2}"),
+                history::Weight::TooOld => "too old".into(),
+                history::Weight::Changed { ratio } => format!("changed ×{ratio:.2}"),
+            },
+            f1(get("blend")),
+        )?;
+    }
+    writeln!(md, "\n## The first visit\n")?;
+    writeln!(
+        md,
+        "The first visits' transfers predicted by every method from the first visits' probes, as in [results.md](../results.md): run 2's paths again on this build.\n"
+    )?;
+    let thens: Vec<&Measured> = visited.iter().map(|r| &r.then).collect();
+    per_method(&mut md, &refs(&leave_one_out(&thens)), &METHODS)?;
+    let file = out.join("results.md");
+    std::fs::write(&file, md).with_context(|| format!("cannot write {}", file.display()))?;
+    eprintln!("wrote {}", file.display());
+    Ok(())
+}
+
 /// The ratio and pairs table of `rows` into `md`, per congestion control and method;
 /// returns each congestion control's ratios per method.
-fn per_method(md: &mut String, rows: &[Row]) -> anyhow::Result<Vec<(String, Lines)>> {
+fn per_method(
+    md: &mut String,
+    rows: &[&Row],
+    methods: &[&str],
+) -> anyhow::Result<Vec<(String, Lines)>> {
     writeln!(
         md,
         "| method | cc | predictions | median ratio | within ±50 % | within a quarter to double | faster path, all pairs | faster path, pairs > 20 % apart |"
@@ -976,9 +1396,9 @@ fn per_method(md: &mut String, rows: &[Row]) -> anyhow::Result<Vec<(String, Line
     writeln!(md, "|---|---|---|---|---|---|---|---|")?;
     let mut cdfs: Vec<(String, Lines)> = Vec::new();
     for cc in ["cubic", "bbr"] {
-        let rs: Vec<&Row> = rows.iter().filter(|r| r.cc == cc).collect();
+        let rs: Vec<&Row> = rows.iter().copied().filter(|r| r.cc == cc).collect();
         let mut lines = Vec::new();
-        for method in METHODS {
+        for &method in methods {
             let pred = |r: &Row| {
                 r.predicted
                     .iter()

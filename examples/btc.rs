@@ -1280,14 +1280,19 @@ fn analyse_history(out: &Path) -> anyhow::Result<()> {
         "Each path is visited twice on one testbed: the probes and a CUBIC and a BBR transfer, then (on every second path of the list, fixed before any run) a change of its cross traffic or its loss, then the probes and the two transfers again. The second visit's transfers are predicted by the probes alone (the combined prediction, factors calibrated on the other paths' second visits), by the first visit's transfer of the same congestion control alone as the overlay keeps it (history: a CUBIC flow's rate over its time, a BBR flow's own bottleneck estimate over its 2nd and 3rd seconds) or as it was achieved (history-achieved), and by the probes and history blended as the overlay blends them: weight 1 − age / 30 min, none when the probes' predictions now and then differ by more than a factor of 1.5. Ratio, within ±50 % and faster path as in [results.md](../results.md).\n"
     )?;
     writeln!(md, "## The second visit\n")?;
-    let subsets: [(&str, &dyn Fn(&Revisited) -> bool); 3] = [
-        ("All paths", &|_| true),
-        ("Paths that did not change", &|j| j.change.is_none()),
-        ("Paths that changed", &|j| j.change.is_some()),
+    // Each subset's title and whether its paths changed (none: all paths).
+    let subsets = [
+        ("All paths", None),
+        ("Paths that did not change", Some(false)),
+        ("Paths that changed", Some(true)),
     ];
     let mut cdfs = Vec::new();
-    for (i, (title, keep)) in subsets.iter().enumerate() {
-        let rows: Vec<&Row> = judged.iter().filter(|j| keep(j)).map(|j| &j.row).collect();
+    for (i, (title, changed)) in subsets.iter().enumerate() {
+        let rows: Vec<&Row> = judged
+            .iter()
+            .filter(|j| changed.is_none_or(|c| j.change.is_some() == c))
+            .map(|j| &j.row)
+            .collect();
         writeln!(md, "### {title} ({} transfers)\n", rows.len())?;
         let lines = per_method(&mut md, &rows, &HISTORY_METHODS)?;
         if i == 0 {

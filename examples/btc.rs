@@ -1002,22 +1002,29 @@ fn leave_one_out(paths: &[&Measured]) -> Vec<Row> {
     rows
 }
 
-fn analyse(out: &Path) -> anyhow::Result<()> {
-    let mut measured: Vec<Measured> = Vec::new();
+/// Every path's JSON in `out`, in the paths' order (a path without one is left
+/// out); an error when there is none, saying to run `run` first.
+fn load<T: serde::de::DeserializeOwned>(out: &Path, run: &str) -> anyhow::Result<Vec<T>> {
+    let mut loaded = Vec::new();
     for spec in paths() {
         let file = json_path(out, &spec.name);
         if let Ok(text) = std::fs::read_to_string(&file) {
-            measured.push(
+            loaded.push(
                 serde_json::from_str(&text)
                     .with_context(|| format!("cannot read {}", file.display()))?,
             );
         }
     }
     anyhow::ensure!(
-        !measured.is_empty(),
-        "no measured paths in {}; run without --analyse first",
+        !loaded.is_empty(),
+        "no measured paths in {}; run {run} without --analyse first",
         out.join("paths").display()
     );
+    Ok(loaded)
+}
+
+fn analyse(out: &Path) -> anyhow::Result<()> {
+    let measured: Vec<Measured> = load(out, "btc")?;
     let all: Vec<&Measured> = measured.iter().collect();
     let factors = calibrate(&all);
     let rows = leave_one_out(&all);
@@ -1251,21 +1258,7 @@ fn revisited<'a>(visited: &'a [Revisit]) -> anyhow::Result<Vec<Revisited>> {
 }
 
 fn analyse_history(out: &Path) -> anyhow::Result<()> {
-    let mut visited: Vec<Revisit> = Vec::new();
-    for spec in paths() {
-        let file = json_path(out, &spec.name);
-        if let Ok(text) = std::fs::read_to_string(&file) {
-            visited.push(
-                serde_json::from_str(&text)
-                    .with_context(|| format!("cannot read {}", file.display()))?,
-            );
-        }
-    }
-    anyhow::ensure!(
-        !visited.is_empty(),
-        "no visited paths in {}; run with --history without --analyse first",
-        out.join("paths").display()
-    );
+    let visited: Vec<Revisit> = load(out, "btc --history")?;
     let judged = revisited(&visited)?;
     let changed = visited.iter().filter(|v| v.change.is_some()).count();
     let mut md = String::new();

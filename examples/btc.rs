@@ -223,7 +223,7 @@ fn paths() -> Vec<PathSpec> {
 struct Transfer {
     /// Congestion control.
     cc: String,
-    /// When it began, s after the path's testbed was up (none in runs made before
+    /// When it began, s after the path's measurement did (none in runs made before
     /// it was kept).
     #[serde(default)]
     at_s: Option<f64>,
@@ -652,7 +652,8 @@ fn revisit(
         make_change(tb, spec, cross, c)?;
         eprintln!("{}: changed: {c:?}", spec.name);
     }
-    // As long as the cross traffic's start took before the first visit.
+    // The settling time the first visit had after the cross traffic started, on
+    // every path, so that changed and unchanged ones are visited alike.
     std::thread::sleep(Duration::from_secs(5));
     let now = probe_and_transfer(tb, spec, args, &plot("now"), clock)?;
     Ok(Revisit { then, change, now })
@@ -976,6 +977,21 @@ struct Row {
     predicted: Vec<(&'static str, Option<f64>)>,
 }
 
+impl Row {
+    /// What `method` predicted, bit/s (none: it had no prediction, or is not here).
+    fn get(&self, method: &str) -> Option<f64> {
+        self.predicted
+            .iter()
+            .find(|(n, _)| *n == method)
+            .and_then(|(_, v)| *v)
+    }
+}
+
+/// A rate in bit/s as Mbit/s for the tables, `-` for none.
+fn mbps(v: Option<f64>) -> String {
+    v.map_or("-".to_string(), |x| format!("{:.2}", x / 1e6))
+}
+
 /// Every transfer of `paths`, each path predicted with factors calibrated on the
 /// others (leave one out); `Row::path` indexes `paths`.
 fn leave_one_out(paths: &[&Measured]) -> Vec<Row> {
@@ -1076,15 +1092,8 @@ fn analyse(out: &Path) -> anyhow::Result<()> {
         md,
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )?;
-    let f1 = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{:.2}", x / 1e6));
     for (i, m) in measured.iter().enumerate() {
         let r: Vec<&Row> = rows.iter().filter(|r| r.path == i).collect();
-        let get = |r: &Row, k: &str| {
-            r.predicted
-                .iter()
-                .find(|(n, _)| *n == k)
-                .and_then(|(_, v)| *v)
-        };
         let first = r.first();
         let truth = |cc: &str| r.iter().find(|x| x.cc == cc);
         writeln!(
@@ -1098,7 +1107,7 @@ fn analyse(out: &Path) -> anyhow::Result<()> {
                 Some((l, _)) if m.abw_lower_bound => format!("≥ {:.2}", l / 1e6),
                 Some((l, h)) => format!("{:.2}–{:.2}", l / 1e6, h / 1e6),
             },
-            f1(m.capacity_bps),
+            mbps(m.capacity_bps),
             m.class.map_or("-".to_string(), |c| format!(
                 "{} ({:+})",
                 match c {
@@ -1110,14 +1119,14 @@ fn analyse(out: &Path) -> anyhow::Result<()> {
             )),
             m.loss_rate
                 .map_or("-".to_string(), |l| format!("{:.2} %", l * 100.0)),
-            f1(first.and_then(|r| get(r, "scaled-abw"))),
-            f1(first.and_then(|r| get(r, "mathis"))),
-            f1(truth("cubic").and_then(|r| get(r, "combined"))),
-            f1(truth("cubic").map(|r| r.truth)),
-            f1(truth("cubic").and_then(|r| get(r, "kernel"))),
-            f1(truth("bbr").and_then(|r| get(r, "combined"))),
-            f1(truth("bbr").map(|r| r.truth)),
-            f1(truth("bbr").and_then(|r| get(r, "kernel"))),
+            mbps(first.and_then(|r| r.get("scaled-abw"))),
+            mbps(first.and_then(|r| r.get("mathis"))),
+            mbps(truth("cubic").and_then(|r| r.get("combined"))),
+            mbps(truth("cubic").map(|r| r.truth)),
+            mbps(truth("cubic").and_then(|r| r.get("kernel"))),
+            mbps(truth("bbr").and_then(|r| r.get("combined"))),
+            mbps(truth("bbr").map(|r| r.truth)),
+            mbps(truth("bbr").and_then(|r| r.get("kernel"))),
             (m.pathload_bytes + m.btc_bytes + m.badabing_bytes) as f64 / 1e6,
         )?;
     }
@@ -1169,8 +1178,8 @@ fn analyse(out: &Path) -> anyhow::Result<()> {
 /// The methods of the second visit's table (`--history`), in its order.
 const HISTORY_METHODS: [&str; 4] = ["probes", "history", "history-achieved", "blend"];
 
-/// A second visit's transfer, predicted three ways, and what the history rule made
-/// of its earlier one.
+/// A second visit's transfer, predicted by each of [`HISTORY_METHODS`], and what
+/// the history rule made of its earlier one.
 struct Revisited {
     row: Row,
     change: Option<Change>,
@@ -1189,12 +1198,6 @@ fn revisited<'a>(visited: &'a [Revisit]) -> anyhow::Result<Vec<Revisited>> {
     let thens: Vec<&Measured> = visited.iter().map(|r| &r.then).collect();
     let nows: Vec<&Measured> = visited.iter().map(|r| &r.now).collect();
     let then_rows = leave_one_out(&thens);
-    let combined = |r: &Row| {
-        r.predicted
-            .iter()
-            .find(|(n, _)| *n == "combined")
-            .and_then(|(_, v)| *v)
-    };
     let limits = history::Limits::default();
     let mut out = Vec::new();
     for r in leave_one_out(&nows) {
@@ -1215,7 +1218,7 @@ fn revisited<'a>(visited: &'a [Revisit]) -> anyhow::Result<Vec<Revisited>> {
         let then_probes = then_rows
             .iter()
             .find(|x| x.path == r.path && x.cc == r.cc)
-            .and_then(combined);
+            .and_then(|x| x.get("combined"));
         // What the overlay keeps of an earlier flow: a loss-based flow's delivery
         // over its time, a BBR flow's own bottleneck estimate.
         let kept = if r.cc == "bbr" {
@@ -1228,8 +1231,9 @@ fn revisited<'a>(visited: &'a [Revisit]) -> anyhow::Result<Vec<Revisited>> {
             age_s: now_at - (then_at + then_s),
             probes_bps: then_probes,
         };
-        let probes = combined(&r);
+        let probes = r.get("combined");
         let weight = history::weight(&e, probes, &limits);
+        // Only the rate counts in the blend; the basis is carried along untouched.
         let as_prediction = |bps: f64| model::Prediction {
             basis: model::Basis::ScaledAbw,
             low_bps: bps,
@@ -1345,15 +1349,7 @@ fn analyse_history(out: &Path) -> anyhow::Result<()> {
         "| path | change | cc | then: probes | then: got | history | now: probes | now: got | weight | blend |"
     )?;
     writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
-    let f1 = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{:.2}", x / 1e6));
     for j in &judged {
-        let get = |k: &str| {
-            j.row
-                .predicted
-                .iter()
-                .find(|(n, _)| *n == k)
-                .and_then(|(_, v)| *v)
-        };
         writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -1363,17 +1359,17 @@ fn analyse_history(out: &Path) -> anyhow::Result<()> {
                 Change::Loss => "loss",
             }),
             j.row.cc,
-            f1(j.then_probes),
-            f1(get("history-achieved")),
-            f1(get("history")),
-            f1(get("probes")),
-            f1(Some(j.row.truth)),
+            mbps(j.then_probes),
+            mbps(j.row.get("history-achieved")),
+            mbps(j.row.get("history")),
+            mbps(j.row.get("probes")),
+            mbps(Some(j.row.truth)),
             match j.weight {
                 history::Weight::Aged(w) => format!("{w:.2}"),
                 history::Weight::TooOld => "too old".into(),
                 history::Weight::Changed { ratio } => format!("changed ×{ratio:.2}"),
             },
-            f1(get("blend")),
+            mbps(j.row.get("blend")),
         )?;
     }
     writeln!(md, "\n## The first visit\n")?;
@@ -1406,13 +1402,7 @@ fn per_method(
         let rs: Vec<&Row> = rows.iter().copied().filter(|r| r.cc == cc).collect();
         let mut lines = Vec::new();
         for &method in methods {
-            let pred = |r: &Row| {
-                r.predicted
-                    .iter()
-                    .find(|(n, _)| *n == method)
-                    .and_then(|(_, v)| *v)
-                    .filter(|v| *v > 0.0)
-            };
+            let pred = |r: &Row| r.get(method).filter(|v| *v > 0.0);
             let mut ratios: Vec<f64> = rs.iter().filter_map(|r| Some(r.truth / pred(r)?)).collect();
             let within = ratios.iter().filter(|x| (0.5..=1.5).contains(*x)).count();
             let wide = ratios.iter().filter(|x| (0.25..=2.0).contains(*x)).count();
